@@ -1,0 +1,51 @@
+//! The error every public operation returns.
+
+use thiserror::Error;
+
+use super::TaskId;
+
+/// Why a pool operation failed, or why a task ended without a result.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PoolError {
+    /// The parking lot holds `max_queue_depth` tasks already.
+    #[error("queue full: the pool's parking lot is at its max_queue_depth")]
+    QueueFull,
+    /// The task costs more than the pool could ever give it.
+    #[error("insufficient resources: the task needs {needed} units but the pool has {available} in total")]
+    InsufficientResources {
+        /// Units the task asked for.
+        needed: usize,
+        /// The pool's total units of that kind.
+        available: usize,
+    },
+    /// The caller stopped waiting for a result; the result, if any, stays retrievable.
+    #[error("timed out waiting for the result")]
+    Timeout,
+    /// No result is stored under that key.
+    #[error("no result found for that mailbox key")]
+    ResultNotFound,
+    /// The pool is shutting down or gone.
+    #[error("the pool is shut down")]
+    Shutdown,
+    /// A setting is out of range; the text names it and what is allowed.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// A bug or a broken backend; the text says what happened.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// The executor panicked or failed; the text carries the panic message.
+    #[error("task failed: {0}")]
+    Failed(String),
+    /// The task's deadline passed before it could start.
+    #[error("task expired before it could start")]
+    Expired,
+    /// The task ran past its execution timeout.
+    #[error("task ran past its execution timeout")]
+    TimedOut,
+    /// The task was cancelled, or the pool shut down before it ran.
+    #[error("task cancelled")]
+    Cancelled,
+    /// A live task with this id exists already.
+    #[error("a live task with id {0} exists already")]
+    DuplicateTask(TaskId),
+}

@@ -1,0 +1,160 @@
+//! What a pool may hand out: units per resource kind, worker slots, queue depth and the
+//! starvation guard.
+
+use serde::{Deserialize, Serialize};
+
+use super::{PoolError, ResourceKind};
+
+/// Units available per resource kind. Each kind is a separate budget.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capacity {
+    units: [u32; ResourceKind::COUNT],
+}
+
+impl Capacity {
+    /// The same number of units for every kind, which is what a pool configured with a single
+    /// `max_units` gets.
+    pub const fn uniform(units: u32) -> Self {
+        Self {
+            units: [units; ResourceKind::COUNT],
+        }
+    }
+
+    /// The same capacity with `units` for `kind`.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{Capacity, ResourceKind};
+    /// let capacity = Capacity::uniform(4).with(ResourceKind::GpuVram, 24_000);
+    /// assert_eq!(capacity.get(ResourceKind::GpuVram), 24_000);
+    /// assert_eq!(capacity.get(ResourceKind::Cpu), 4);
+    /// ```
+    pub const fn with(mut self, kind: ResourceKind, units: u32) -> Self {
+        self.units[kind.index()] = units;
+        self
+    }
+
+    /// Units of `kind`.
+    pub const fn get(&self, kind: ResourceKind) -> u32 {
+        self.units[kind.index()]
+    }
+
+    /// Whether every kind has zero units.
+    pub fn is_empty(&self) -> bool {
+        self.units.iter().all(|&units| units == 0)
+    }
+}
+
+/// When a parked task counts as starving.
+///
+/// A starving task is *reserved*: nothing ranked below it starts until it has started, so the
+/// pool drains for it. `PARKING_LOT.md` derives the waiting bound this gives.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StarvationGuard {
+    /// A task parked at least this long (milliseconds) is starving. `None` turns the age rule
+    /// off.
+    pub max_park_ms: Option<u64>,
+    /// A task at the head of the parking lot that has been overtaken this many times by
+    /// smaller, lower-ranked tasks is starving. `None` turns the skip rule off.
+    pub max_skips: Option<u32>,
+}
+
+impl StarvationGuard {
+    /// No starvation guard: pure skip-ahead packing.
+    pub const fn disabled() -> Self {
+        Self {
+            max_park_ms: None,
+            max_skips: None,
+        }
+    }
+}
+
+impl Default for StarvationGuard {
+    /// Starving after 30 seconds parked or 256 skips at the head.
+    fn default() -> Self {
+        Self {
+            max_park_ms: Some(30_000),
+            max_skips: Some(256),
+        }
+    }
+}
+
+/// The limits of one pool.
+///
+/// A running task holds its cost's units of one kind and one worker slot; it may start only
+/// when both fit.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolLimits {
+    /// Units per resource kind.
+    pub capacity: Capacity,
+    /// How many tasks may run at once (the pool's worker threads).
+    pub worker_slots: usize,
+    /// How many tasks may be parked at once; admission past it is `QueueFull`.
+    pub max_queue_depth: usize,
+    /// When a parked task is reserved against starvation.
+    pub starvation: StarvationGuard,
+}
+
+impl PoolLimits {
+    /// `max_units` of every kind, `worker_slots` workers, a queue of 1,024 and the default
+    /// starvation guard.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::PoolLimits;
+    /// let limits = PoolLimits::new(16_384, 4).with_max_queue_depth(100);
+    /// assert!(limits.validate().is_ok());
+    /// assert!(PoolLimits::new(0, 4).validate().is_err());
+    /// ```
+    pub fn new(max_units: u32, worker_slots: usize) -> Self {
+        Self {
+            capacity: Capacity::uniform(max_units),
+            worker_slots,
+            max_queue_depth: 1_024,
+            starvation: StarvationGuard::default(),
+        }
+    }
+
+    /// The same limits with another capacity.
+    pub fn with_capacity(mut self, capacity: Capacity) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// The same limits with another queue depth.
+    pub fn with_max_queue_depth(mut self, max_queue_depth: usize) -> Self {
+        self.max_queue_depth = max_queue_depth;
+        self
+    }
+
+    /// The same limits with another starvation guard.
+    pub fn with_starvation(mut self, starvation: StarvationGuard) -> Self {
+        self.starvation = starvation;
+        self
+    }
+
+    /// Checks that the limits describe a pool that can run something.
+    pub fn validate(&self) -> Result<(), PoolError> {
+        if self.worker_slots == 0 {
+            return Err(PoolError::InvalidConfig(
+                "worker_slots is 0; a pool needs at least 1 worker".into(),
+            ));
+        }
+        if u32::try_from(self.worker_slots).is_err() {
+            return Err(PoolError::InvalidConfig(format!(
+                "worker_slots is {}; at most {} are allowed",
+                self.worker_slots,
+                u32::MAX
+            )));
+        }
+        if self.capacity.is_empty() {
+            return Err(PoolError::InvalidConfig(
+                "capacity is 0 for every resource kind; give at least one kind units".into(),
+            ));
+        }
+        if self.starvation.max_skips == Some(0) {
+            return Err(PoolError::InvalidConfig(
+                "starvation.max_skips is 0; use at least 1, or None to turn the rule off".into(),
+            ));
+        }
+        Ok(())
+    }
+}

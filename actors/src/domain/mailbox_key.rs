@@ -1,0 +1,83 @@
+//! Mailbox addresses.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The tenant that owns a mailbox. Every mailbox backend filters by tenant, so a key of one
+/// tenant never reads another tenant's results.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(transparent)]
+pub struct TenantId(pub String);
+
+impl From<String> for TenantId {
+    fn from(tenant: String) -> Self {
+        Self(tenant)
+    }
+}
+
+impl From<&str> for TenantId {
+    fn from(tenant: &str) -> Self {
+        Self(tenant.to_owned())
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Names an inbox: a tenant, optionally narrowed to a user and a session. One result is
+/// addressed by a key and its task id.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MailboxKey {
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The user within the tenant, if any.
+    pub user_id: Option<String>,
+    /// The session within the user, if any.
+    pub session_id: Option<String>,
+}
+
+impl MailboxKey {
+    /// A key for the whole of `tenant`.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::MailboxKey;
+    /// let key = MailboxKey::new("acme").with_user("ada");
+    /// assert_eq!(key.tenant.0, "acme");
+    /// assert_eq!(key.user_id.as_deref(), Some("ada"));
+    /// ```
+    pub fn new(tenant: impl Into<TenantId>) -> Self {
+        Self {
+            tenant: tenant.into(),
+            user_id: None,
+            session_id: None,
+        }
+    }
+
+    /// The same key narrowed to a user.
+    pub fn with_user(mut self, user_id: impl Into<String>) -> Self {
+        self.user_id = Some(user_id.into());
+        self
+    }
+
+    /// The same key narrowed to a session.
+    pub fn with_session(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+}
+
+impl From<String> for MailboxKey {
+    fn from(tenant: String) -> Self {
+        Self::new(tenant)
+    }
+}
+
+impl From<&str> for MailboxKey {
+    fn from(tenant: &str) -> Self {
+        Self::new(tenant)
+    }
+}

@@ -1,0 +1,17 @@
+//! The domain vocabulary: what a task is, what it costs, where its result goes and how it
+//! ends. These types cross every boundary (actors, queues, mailboxes, configuration), so
+//! they are plain data with serde support.
+
+mod error;
+mod limits;
+mod mailbox_key;
+mod resource;
+mod status;
+mod task;
+
+pub use error::PoolError;
+pub use limits::{Capacity, PoolLimits, StarvationGuard};
+pub use mailbox_key::{MailboxKey, TenantId};
+pub use resource::{ResourceCost, ResourceKind};
+pub use status::{TaskStatus, WakeState};
+pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};

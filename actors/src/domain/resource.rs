@@ -1,0 +1,84 @@
+//! Resource kinds and what a task costs.
+
+use serde::{Deserialize, Serialize};
+
+/// A kind of scarce resource a pool hands out in units.
+///
+/// Each kind has its own budget in a pool (see [`Capacity`](super::Capacity)); a task draws
+/// from the budget of its cost's kind only.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceKind {
+    /// CPU slots or cores.
+    Cpu,
+    /// GPU memory, in whatever unit the pool counts (MiB, KV-cache blocks).
+    GpuVram,
+    /// I/O bandwidth or connections.
+    Io,
+    /// A blended budget for tasks that need several resources at once.
+    Mixed,
+}
+
+impl ResourceKind {
+    /// How many kinds there are.
+    pub const COUNT: usize = 4;
+
+    /// Every kind, in index order.
+    pub const ALL: [ResourceKind; Self::COUNT] = [
+        ResourceKind::Cpu,
+        ResourceKind::GpuVram,
+        ResourceKind::Io,
+        ResourceKind::Mixed,
+    ];
+
+    /// A dense index in `0..COUNT`, for per-kind arrays.
+    pub const fn index(self) -> usize {
+        match self {
+            ResourceKind::Cpu => 0,
+            ResourceKind::GpuVram => 1,
+            ResourceKind::Io => 2,
+            ResourceKind::Mixed => 3,
+        }
+    }
+}
+
+/// What a task holds while it runs: `units` of one resource kind (and, implicitly, one worker
+/// slot of its pool).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResourceCost {
+    /// Which budget the units come from.
+    pub kind: ResourceKind,
+    /// How many units.
+    pub units: u32,
+}
+
+impl ResourceCost {
+    /// A cost of `units` of `kind`.
+    pub const fn new(kind: ResourceKind, units: u32) -> Self {
+        Self { kind, units }
+    }
+
+    /// `units` of GPU memory.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{ResourceCost, ResourceKind};
+    /// assert_eq!(ResourceCost::gpu_vram(8).kind, ResourceKind::GpuVram);
+    /// ```
+    pub const fn gpu_vram(units: u32) -> Self {
+        Self::new(ResourceKind::GpuVram, units)
+    }
+
+    /// `units` of CPU.
+    pub const fn cpu(units: u32) -> Self {
+        Self::new(ResourceKind::Cpu, units)
+    }
+
+    /// `units` of I/O.
+    pub const fn io(units: u32) -> Self {
+        Self::new(ResourceKind::Io, units)
+    }
+
+    /// `units` of the mixed budget.
+    pub const fn mixed(units: u32) -> Self {
+        Self::new(ResourceKind::Mixed, units)
+    }
+}

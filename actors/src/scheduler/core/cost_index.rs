@@ -1,0 +1,332 @@
+//! The index that answers "which parked task of this kind ranks best among those costing at
+//! most `free` units?" in O(log U) for U = 2^32 possible costs.
+//!
+//! # Shape
+//!
+//! A sparse binary trie over the 32 bits of a task's cost (a segment tree whose nodes exist
+//! only where some parked task's cost lies). Every node stores the best [`RankKey`] in its
+//! subtree. The leaf for one cost value holds the ordered set of all parked tasks with that
+//! cost.
+//!
+//! - `insert` walks 32 levels down, creating missing nodes and lowering each node's best.
+//! - `remove` walks down, removes the key from its leaf, then walks back up recomputing the
+//!   bests that named the removed key, freeing nodes whose subtree emptied (so memory follows
+//!   the distinct costs parked now, not every cost ever seen).
+//! - `best_within(free)` walks the path of `free`: wherever the path turns right, the whole
+//!   left subtree costs less than `free`, so its best is a candidate; the leaf of `free`
+//!   itself is the last candidate. 32 steps, no scan of tasks or costs.
+//!
+//! # Invariants
+//!
+//! - `node.best` is the minimum key of the node's subtree, `None` only for the root of an
+//!   empty index.
+//! - A non-root node exists only while its subtree holds a key.
+//! - `len` is the number of keys held.
+
+use std::collections::BTreeSet;
+
+use super::rank::RankKey;
+
+const DEPTH: usize = 32;
+const NIL: u32 = u32::MAX;
+const ROOT: usize = 0;
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    best: Option<RankKey>,
+    /// Children for inner nodes; for a leaf (depth 32), `children[0]` indexes `leaves`.
+    children: [u32; 2],
+}
+
+impl Node {
+    const EMPTY: Node = Node {
+        best: None,
+        children: [NIL, NIL],
+    };
+}
+
+/// Parked tasks of one resource kind, indexed by cost and rank.
+#[derive(Debug, Clone)]
+pub struct CostIndex {
+    nodes: Vec<Node>,
+    free_nodes: Vec<u32>,
+    leaves: Vec<BTreeSet<RankKey>>,
+    free_leaves: Vec<u32>,
+    len: usize,
+}
+
+impl Default for CostIndex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CostIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self {
+            nodes: vec![Node::EMPTY],
+            free_nodes: Vec::new(),
+            leaves: Vec::new(),
+            free_leaves: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Number of keys held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The best key of any cost.
+    pub fn best(&self) -> Option<RankKey> {
+        self.nodes[ROOT].best
+    }
+
+    /// Adds `key` at `cost`. Keys are unique (they carry the task id).
+    pub fn insert(&mut self, cost: u32, key: RankKey) {
+        let mut node = ROOT;
+        for depth in 0..DEPTH {
+            self.lower_best(node, key);
+            let bit = bit_at(cost, depth);
+            node = match self.nodes[node].children[bit] {
+                NIL => {
+                    let child = self.alloc_node();
+                    self.nodes[node].children[bit] = child as u32;
+                    child
+                }
+                child => child as usize,
+            };
+        }
+        self.lower_best(node, key);
+        let leaf = match self.nodes[node].children[0] {
+            NIL => {
+                let leaf = self.alloc_leaf();
+                self.nodes[node].children[0] = leaf;
+                leaf
+            }
+            leaf => leaf,
+        };
+        self.leaves[leaf as usize].insert(key);
+        self.len += 1;
+    }
+
+    /// Removes `key` from `cost`. Returns whether it was there.
+    pub fn remove(&mut self, cost: u32, key: RankKey) -> bool {
+        let mut path = [0usize; DEPTH + 1];
+        let mut node = ROOT;
+        for (depth, slot) in path.iter_mut().enumerate().take(DEPTH) {
+            *slot = node;
+            match self.nodes[node].children[bit_at(cost, depth)] {
+                NIL => return false,
+                child => node = child as usize,
+            }
+        }
+        path[DEPTH] = node;
+        let leaf = self.nodes[node].children[0];
+        if leaf == NIL || !self.leaves[leaf as usize].remove(&key) {
+            return false;
+        }
+        self.len -= 1;
+        self.repair_after_remove(&path, cost, key);
+        true
+    }
+
+    /// The best key among those whose cost is at most `max_cost`.
+    pub fn best_within(&self, max_cost: u32) -> Option<RankKey> {
+        if max_cost == u32::MAX {
+            return self.best();
+        }
+        let mut best: Option<RankKey> = None;
+        let mut node = ROOT;
+        for depth in 0..DEPTH {
+            let children = self.nodes[node].children;
+            if bit_at(max_cost, depth) == 1 && children[0] != NIL {
+                best = min_key(best, self.nodes[children[0] as usize].best);
+            }
+            match children[bit_at(max_cost, depth)] {
+                NIL => return best,
+                child => node = child as usize,
+            }
+        }
+        min_key(best, self.nodes[node].best)
+    }
+
+    /// Bytes of heap this index holds, not counting the ordered sets' nodes (which the
+    /// benchmark measures with a counting allocator).
+    pub fn node_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+    }
+
+    fn lower_best(&mut self, node: usize, key: RankKey) {
+        let best = &mut self.nodes[node].best;
+        if best.is_none_or(|current| key < current) {
+            *best = Some(key);
+        }
+    }
+
+    /// Walks from the leaf back to the root, recomputing bests that were `key` and freeing
+    /// emptied nodes. Stops early once a node's best was not the removed key and no child was
+    /// freed below it: nothing above can change then.
+    fn repair_after_remove(&mut self, path: &[usize; DEPTH + 1], cost: u32, key: RankKey) {
+        let leaf_node = path[DEPTH];
+        let leaf = self.nodes[leaf_node].children[0] as usize;
+        let mut emptied = self.leaves[leaf].is_empty();
+        if emptied {
+            self.free_leaves.push(leaf as u32);
+            self.nodes[leaf_node].children[0] = NIL;
+        }
+        self.nodes[leaf_node].best = self.leaves_best(leaf_node);
+        for depth in (0..DEPTH).rev() {
+            let node = path[depth];
+            let child = path[depth + 1];
+            if emptied {
+                self.free_node(child);
+                self.nodes[node].children[bit_at(cost, depth)] = NIL;
+            } else if self.nodes[node].best != Some(key) {
+                return;
+            }
+            let [left, right] = self.nodes[node].children;
+            let best = min_key(self.best_of(left), self.best_of(right));
+            self.nodes[node].best = best;
+            emptied = best.is_none();
+        }
+    }
+
+    fn leaves_best(&self, leaf_node: usize) -> Option<RankKey> {
+        match self.nodes[leaf_node].children[0] {
+            NIL => None,
+            leaf => self.leaves[leaf as usize].first().copied(),
+        }
+    }
+
+    fn best_of(&self, node: u32) -> Option<RankKey> {
+        match node {
+            NIL => None,
+            node => self.nodes[node as usize].best,
+        }
+    }
+
+    fn alloc_node(&mut self) -> usize {
+        match self.free_nodes.pop() {
+            Some(node) => node as usize,
+            None => {
+                self.nodes.push(Node::EMPTY);
+                self.nodes.len() - 1
+            }
+        }
+    }
+
+    fn free_node(&mut self, node: usize) {
+        self.nodes[node] = Node::EMPTY;
+        self.free_nodes.push(node as u32);
+    }
+
+    fn alloc_leaf(&mut self) -> u32 {
+        match self.free_leaves.pop() {
+            Some(leaf) => leaf,
+            None => {
+                self.leaves.push(BTreeSet::new());
+                (self.leaves.len() - 1) as u32
+            }
+        }
+    }
+}
+
+fn bit_at(cost: u32, depth: usize) -> usize {
+    ((cost >> (DEPTH - 1 - depth)) & 1) as usize
+}
+
+fn min_key(a: Option<RankKey>, b: Option<RankKey>) -> Option<RankKey> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Priority;
+
+    fn key(priority: Priority, created: u64, id: u64) -> RankKey {
+        RankKey::new(priority, created, id)
+    }
+
+    #[test]
+    fn best_within_respects_the_cost_bound_and_the_rank() {
+        let mut index = CostIndex::new();
+        index.insert(10, key(Priority::Critical, 1, 1));
+        index.insert(3, key(Priority::Low, 2, 2));
+        index.insert(5, key(Priority::Normal, 3, 3));
+        assert_eq!(index.best_within(2), None);
+        assert_eq!(index.best_within(3).map(|k| k.id()), Some(2));
+        assert_eq!(index.best_within(9).map(|k| k.id()), Some(3));
+        assert_eq!(index.best_within(10).map(|k| k.id()), Some(1));
+        assert_eq!(index.best_within(u32::MAX).map(|k| k.id()), Some(1));
+    }
+
+    #[test]
+    fn remove_repairs_bests_and_frees_nodes() {
+        let mut index = CostIndex::new();
+        let a = key(Priority::High, 1, 1);
+        let b = key(Priority::Normal, 1, 2);
+        index.insert(7, a);
+        index.insert(7, b);
+        index.insert(u32::MAX, key(Priority::Low, 1, 3));
+        let nodes_with_two_costs = index.nodes.len() - index.free_nodes.len();
+        assert!(index.remove(7, a));
+        assert!(!index.remove(7, a), "a key is removed once");
+        assert_eq!(index.best_within(7).map(|k| k.id()), Some(2));
+        assert!(index.remove(7, b));
+        assert_eq!(index.best_within(7), None);
+        assert!(index.nodes.len() - index.free_nodes.len() < nodes_with_two_costs);
+        assert_eq!(index.len(), 1);
+        assert!(index.remove(u32::MAX, key(Priority::Low, 1, 3)));
+        assert!(index.is_empty());
+        assert_eq!(index.best(), None);
+        assert_eq!(
+            index.nodes.len() - index.free_nodes.len(),
+            1,
+            "only the root is left"
+        );
+    }
+
+    #[test]
+    fn matches_a_linear_scan_on_many_keys() {
+        let mut index = CostIndex::new();
+        let mut all = Vec::new();
+        let mut seed = 0x9e37_79b9_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for id in 0..2_000 {
+            let cost = (next() % 64) as u32;
+            let k = key(Priority::ALL[(next() % 4) as usize], next() % 100, id);
+            index.insert(cost, k);
+            all.push((cost, k));
+        }
+        for step in 0..2_000 {
+            if step % 3 == 0 {
+                let (cost, k) = all.swap_remove((next() as usize) % all.len());
+                assert!(index.remove(cost, k));
+            }
+            let bound = (next() % 70) as u32;
+            let expected = all
+                .iter()
+                .filter(|(c, _)| *c <= bound)
+                .map(|(_, k)| *k)
+                .min();
+            assert_eq!(index.best_within(bound), expected);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! What the core answers: decisions the driver carries out.
+
+use thiserror::Error;
+
+use crate::domain::{PoolError, ResourceKind, TaskId};
+
+/// The answer to admitting a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    /// Start it now; its capacity is held from this moment.
+    Start,
+    /// It waits in the parking lot.
+    Park,
+    /// Its deadline has passed already; it ends `Expired` without running.
+    Expire,
+    /// It is refused; it ends `Rejected`.
+    Reject(Rejection),
+}
+
+/// Why admission refused a task.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Rejection {
+    /// The task costs more than the pool's total capacity of its kind, so it could never run.
+    #[error("the task needs {needed} units of {kind:?} but the pool has {capacity} in total")]
+    InsufficientResources {
+        /// The kind asked for.
+        kind: ResourceKind,
+        /// Units asked for.
+        needed: u32,
+        /// The pool's total units of that kind.
+        capacity: u32,
+    },
+    /// The parking lot is full.
+    #[error("the parking lot holds its maximum of {max_queue_depth} tasks")]
+    QueueFull {
+        /// The configured bound.
+        max_queue_depth: usize,
+    },
+    /// A live task (parked or running) has this id already.
+    #[error("a live task with id {0} exists already")]
+    DuplicateId(TaskId),
+}
+
+impl From<Rejection> for PoolError {
+    fn from(rejection: Rejection) -> Self {
+        match rejection {
+            Rejection::InsufficientResources {
+                needed, capacity, ..
+            } => PoolError::InsufficientResources {
+                needed: needed as usize,
+                available: capacity as usize,
+            },
+            Rejection::QueueFull { .. } => PoolError::QueueFull,
+            Rejection::DuplicateId(id) => PoolError::DuplicateTask(id),
+        }
+    }
+}
+
+/// The answer to cancelling a live task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancel {
+    /// It was parked and is gone; it ends `Cancelled`. Removing it may have lifted a
+    /// reservation, so `started` lists tasks that start now.
+    Parked {
+        /// Tasks to start now.
+        started: Vec<TaskId>,
+    },
+    /// It is running: the driver must stop it, then call `complete` to release its capacity
+    /// (the core keeps it accounted until then, because its memory is still in use).
+    Running,
+}
+
+/// What happened at a timer tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// Parked tasks whose deadline passed; each ends `Expired`.
+    pub expired: Vec<TaskId>,
+    /// Tasks to start now (an expired reservation may unblock others).
+    pub started: Vec<TaskId>,
+}
+
+/// A call that names a task the core does not hold in the needed state.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum UnknownTask {
+    /// `complete` of a task that is not running (never started, or released already).
+    #[error("task {0} is not running; capacity is released exactly once per start")]
+    NotRunning(TaskId),
+    /// `cancel` of a task that is neither parked nor running.
+    #[error("task {0} is neither parked nor running")]
+    NotLive(TaskId),
+}

@@ -1,0 +1,549 @@
+//! The pure parking-lot core: a state machine that decides which tasks run, park, expire or
+//! are refused.
+//!
+//! It reads no clock, owns no thread or channel and does no I/O. The scheduler actor feeds it
+//! events with the current time (`admit`, `complete`, `cancel`, `tick`) and carries out the
+//! decisions it returns. Everything here can be tested, fuzzed and benchmarked without a
+//! runtime. `PARKING_LOT.md` at the repository root explains the algorithm for readers; this
+//! comment states it for maintainers.
+//!
+//! # Capacity
+//!
+//! A pool has, per [`ResourceKind`], a budget of units, plus `worker_slots`. A running task
+//! holds `cost.units` of `cost.kind` and one worker slot. `used[kind] <= capacity[kind]` and
+//! `busy_workers <= worker_slots` always hold; all sums are checked.
+//!
+//! # Rank
+//!
+//! Parked tasks are ordered by [`RankKey`]: priority (highest first), then `created_at_ms`
+//! (oldest first), then id.
+//!
+//! # Rules
+//!
+//! 1. **Admission.** A duplicate id is rejected; a cost above the pool's total capacity of its
+//!    kind is rejected at once (it could never run); a deadline at or before `now` expires the
+//!    task.
+//! 2. **Fast path.** A newcomer starts at once when it fits and is not blocked by a
+//!    reservation (rule 6). It never overtakes a parked task that could run, because of the
+//!    saturation invariant below: after every event, no unblocked parked task fits.
+//! 3. **Park.** Otherwise it parks, unless `max_queue_depth` tasks are parked already
+//!    (`QueueFull`).
+//! 4. **Unpark with skip-ahead.** When capacity frees (or a reservation lifts), the core
+//!    repeatedly starts the best-ranked parked task that fits the free capacity, skipping
+//!    larger tasks ahead of it, until nothing more fits.
+//! 5. **Skips.** When a task starts while a better-ranked task stays parked, the *head* (the
+//!    best-ranked parked task, which every such start overtakes) counts a skip.
+//! 6. **Starvation guard.** A parked task becomes *starving* when it has been parked for
+//!    `max_park_ms`, or when it counted `max_skips` skips. The best-ranked starving task is
+//!    *the reservation*: no task ranked below it starts until it has started. Tasks ranked
+//!    above it still start as usual.
+//! 7. **Deadlines.** `tick` expires parked tasks whose deadline is at or before `now`;
+//!    [`ParkingLot::next_wakeup`] says when the next tick has work to do.
+//! 8. **Release.** `complete` releases a running task's capacity exactly once; a second
+//!    `complete` is an error, not a second release.
+//!
+//! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
+//!
+//! - `0 <= used[kind] <= capacity[kind]` and it equals the sum of running costs of that kind;
+//!   `busy_workers` equals the number of running tasks and is at most `worker_slots`.
+//! - No task is both parked and running; every index holds exactly the parked tasks.
+//! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
+//!   of it.
+//!
+//! # Cost
+//!
+//! Parked tasks are indexed per kind by a [`CostIndex`], so "the best-ranked parked task that
+//! fits" is a walk of 32 trie levels per kind in use, not a scan. Admission and each unpark
+//! decision are O(log n) in parked tasks.
+
+mod cost_index;
+mod decision;
+mod rank;
+
+use std::collections::{BTreeSet, HashMap};
+
+pub use cost_index::CostIndex;
+pub use decision::{Admit, Cancel, Rejection, Tick, UnknownTask};
+pub use rank::RankKey;
+
+use crate::domain::{
+    PoolError, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata, WakeState,
+};
+
+const KINDS: usize = ResourceKind::COUNT;
+
+/// What the core needs to know about a task to schedule it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The task's id, unique among live tasks.
+    pub id: TaskId,
+    /// Its priority.
+    pub priority: Priority,
+    /// What it holds while it runs.
+    pub cost: ResourceCost,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Deadline to start by, milliseconds since the Unix epoch.
+    pub deadline_ms: Option<u64>,
+}
+
+impl From<&TaskMetadata> for Ticket {
+    /// Millisecond times past `u64::MAX` (half a billion years) are clamped.
+    fn from(meta: &TaskMetadata) -> Self {
+        Self {
+            id: meta.id,
+            priority: meta.priority,
+            cost: meta.cost,
+            created_at_ms: clamp_ms(meta.created_at_ms),
+            deadline_ms: meta.deadline_ms.map(clamp_ms),
+        }
+    }
+}
+
+/// Converts an API time (`u128` milliseconds) to the core's `u64`, saturating.
+pub fn clamp_ms(ms: u128) -> u64 {
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// A parked task's scheduling data. Kept small: the benchmark holds a million of these.
+#[derive(Debug, Clone, Copy)]
+struct Parked {
+    created_at_ms: u64,
+    deadline_ms: Option<u64>,
+    parked_at_ms: u64,
+    units: u32,
+    skips: u32,
+    priority: Priority,
+    kind: ResourceKind,
+}
+
+impl Parked {
+    fn rank(&self, id: TaskId) -> RankKey {
+        RankKey::new(self.priority, self.created_at_ms, id)
+    }
+}
+
+/// What a running task holds.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    kind: ResourceKind,
+    units: u32,
+}
+
+/// The parking-lot state machine of one pool. See the module docs for the rules.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
+/// use prometheus_parking_lot_actors::scheduler::core::{Admit, ParkingLot, Ticket};
+///
+/// let mut lot = ParkingLot::new(PoolLimits::new(10, 4)).unwrap();
+/// let ticket = |id, units| Ticket {
+///     id,
+///     priority: Priority::Normal,
+///     cost: ResourceCost::gpu_vram(units),
+///     created_at_ms: id,
+///     deadline_ms: None,
+/// };
+/// assert_eq!(lot.admit(ticket(1, 8), 0), Admit::Start);
+/// assert_eq!(lot.admit(ticket(2, 6), 0), Admit::Park); // 8 + 6 > 10
+/// assert_eq!(lot.admit(ticket(3, 2), 0), Admit::Start); // skip-ahead: 2 still fits
+/// assert_eq!(lot.complete(1, 5).unwrap(), vec![2]); // 8 freed: task 2 starts
+/// ```
+#[derive(Debug, Clone)]
+pub struct ParkingLot {
+    limits: PoolLimits,
+    worker_slots: u32,
+    used: [u32; KINDS],
+    busy_workers: u32,
+    parked: HashMap<TaskId, Parked>,
+    by_cost: [CostIndex; KINDS],
+    by_deadline: BTreeSet<(u64, TaskId)>,
+    by_park_time: BTreeSet<(u64, TaskId)>,
+    starving: BTreeSet<RankKey>,
+    running: HashMap<TaskId, Claim>,
+}
+
+impl ParkingLot {
+    /// An empty parking lot with these limits, or `InvalidConfig` naming what is wrong.
+    pub fn new(limits: PoolLimits) -> Result<Self, PoolError> {
+        limits.validate()?;
+        let worker_slots = u32::try_from(limits.worker_slots)
+            .map_err(|_| PoolError::InvalidConfig("worker_slots exceeds u32::MAX".into()))?;
+        Ok(Self {
+            limits,
+            worker_slots,
+            used: [0; KINDS],
+            busy_workers: 0,
+            parked: HashMap::new(),
+            by_cost: Default::default(),
+            by_deadline: BTreeSet::new(),
+            by_park_time: BTreeSet::new(),
+            starving: BTreeSet::new(),
+            running: HashMap::new(),
+        })
+    }
+
+    /// The limits this lot enforces.
+    pub fn limits(&self) -> &PoolLimits {
+        &self.limits
+    }
+
+    /// Units of `kind` held by running tasks.
+    pub fn used(&self, kind: ResourceKind) -> u32 {
+        self.used[kind.index()]
+    }
+
+    /// Units of `kind` not held by anyone.
+    pub fn free(&self, kind: ResourceKind) -> u32 {
+        self.limits.capacity.get(kind) - self.used[kind.index()]
+    }
+
+    /// Units held by running tasks, summed over kinds.
+    pub fn used_total(&self) -> u64 {
+        self.used.iter().map(|&units| u64::from(units)).sum()
+    }
+
+    /// Worker slots held by running tasks.
+    pub fn busy_workers(&self) -> usize {
+        self.busy_workers as usize
+    }
+
+    /// Number of parked tasks.
+    pub fn parked_len(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Number of running tasks.
+    pub fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Where a live task stands, or `None` for a task the lot does not hold.
+    pub fn state(&self, id: TaskId) -> Option<WakeState> {
+        if self.running.contains_key(&id) {
+            return Some(WakeState::Running);
+        }
+        let parked = self.parked.get(&id)?;
+        if self.starving.contains(&parked.rank(id)) {
+            Some(WakeState::Reserved)
+        } else {
+            Some(WakeState::Parked)
+        }
+    }
+
+    /// The task the pool is draining for: the best-ranked starving task, if any.
+    pub fn reservation(&self) -> Option<TaskId> {
+        self.starving.first().map(RankKey::id)
+    }
+
+    /// The rank of a parked task.
+    pub fn rank_of(&self, id: TaskId) -> Option<RankKey> {
+        self.parked.get(&id).map(|parked| parked.rank(id))
+    }
+
+    /// The earliest time at which [`tick`](Self::tick) has something to do (a deadline to
+    /// expire or a task to age into starvation).
+    pub fn next_wakeup(&self) -> Option<u64> {
+        let deadline = self.by_deadline.first().map(|&(at, _)| at);
+        let aging = self.limits.starvation.max_park_ms.and_then(|max_park_ms| {
+            self.by_park_time
+                .first()
+                .map(|&(parked_at, _)| parked_at.saturating_add(max_park_ms))
+        });
+        match (deadline, aging) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Admits a task at time `now`: start it, park it, expire it or reject it.
+    pub fn admit(&mut self, ticket: Ticket, now: u64) -> Admit {
+        let Ticket { id, cost, .. } = ticket;
+        if self.parked.contains_key(&id) || self.running.contains_key(&id) {
+            return Admit::Reject(Rejection::DuplicateId(id));
+        }
+        let capacity = self.limits.capacity.get(cost.kind);
+        if cost.units > capacity {
+            return Admit::Reject(Rejection::InsufficientResources {
+                kind: cost.kind,
+                needed: cost.units,
+                capacity,
+            });
+        }
+        if ticket.deadline_ms.is_some_and(|deadline| deadline <= now) {
+            return Admit::Expire;
+        }
+        self.promote_aged(now);
+        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
+        if !self.blocked(&rank) && self.claim(id, cost) {
+            self.count_skip_of_head(&rank);
+            return Admit::Start;
+        }
+        if self.parked.len() >= self.limits.max_queue_depth {
+            return Admit::Reject(Rejection::QueueFull {
+                max_queue_depth: self.limits.max_queue_depth,
+            });
+        }
+        self.park(ticket, now);
+        Admit::Park
+    }
+
+    /// Releases a running task's capacity (it finished, failed, panicked, timed out or was
+    /// stopped) and starts what now fits, in rank order. Returns the started ids.
+    pub fn complete(&mut self, id: TaskId, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        let claim = self
+            .running
+            .remove(&id)
+            .ok_or(UnknownTask::NotRunning(id))?;
+        let kind = claim.kind.index();
+        debug_assert!(self.used[kind] >= claim.units && self.busy_workers > 0);
+        self.used[kind] = self.used[kind].saturating_sub(claim.units);
+        self.busy_workers = self.busy_workers.saturating_sub(1);
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        Ok(started)
+    }
+
+    /// Cancels a live task. A parked one is removed (and tasks it blocked may start); a
+    /// running one keeps its capacity until the driver stopped it and called `complete`.
+    pub fn cancel(&mut self, id: TaskId, now: u64) -> Result<Cancel, UnknownTask> {
+        if self.running.contains_key(&id) {
+            return Ok(Cancel::Running);
+        }
+        if self.remove_parked(id).is_none() {
+            return Err(UnknownTask::NotLive(id));
+        }
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        Ok(Cancel::Parked { started })
+    }
+
+    /// Advances time: expires parked tasks whose deadline is at or before `now`, ages
+    /// parked tasks into starvation, and starts what an expired reservation unblocked.
+    pub fn tick(&mut self, now: u64) -> Tick {
+        let mut tick = Tick::default();
+        while let Some(&(deadline, id)) = self.by_deadline.first() {
+            if deadline > now {
+                break;
+            }
+            self.remove_parked(id);
+            tick.expired.push(id);
+        }
+        self.unpark(now, &mut tick.started);
+        tick
+    }
+
+    /// Removes every parked task (for shutdown) and returns their ids, best-ranked first.
+    pub fn take_parked(&mut self) -> Vec<TaskId> {
+        let mut ranks: Vec<RankKey> = self
+            .parked
+            .iter()
+            .map(|(&id, parked)| parked.rank(id))
+            .collect();
+        ranks.sort_unstable();
+        self.parked.clear();
+        self.by_cost = Default::default();
+        self.by_deadline.clear();
+        self.by_park_time.clear();
+        self.starving.clear();
+        ranks.into_iter().map(|rank| rank.id()).collect()
+    }
+
+    /// Checks every invariant of the module docs. O(n): for tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held = [0u64; KINDS];
+        for claim in self.running.values() {
+            held[claim.kind.index()] += u64::from(claim.units);
+        }
+        for kind in ResourceKind::ALL {
+            let (used, capacity) = (self.used(kind), self.limits.capacity.get(kind));
+            if used > capacity || u64::from(used) != held[kind.index()] {
+                return Err(format!(
+                    "{kind:?}: used {used}, held by running tasks {}, capacity {capacity}",
+                    held[kind.index()]
+                ));
+            }
+        }
+        if self.busy_workers as usize != self.running.len() || self.busy_workers > self.worker_slots
+        {
+            return Err(format!(
+                "busy workers {} vs running {} vs slots {}",
+                self.busy_workers,
+                self.running.len(),
+                self.worker_slots
+            ));
+        }
+        if let Some(id) = self.parked.keys().find(|id| self.running.contains_key(id)) {
+            return Err(format!("task {id} is both parked and running"));
+        }
+        let indexed: usize = self.by_cost.iter().map(CostIndex::len).sum();
+        if indexed != self.parked.len() {
+            return Err(format!("{indexed} indexed vs {} parked", self.parked.len()));
+        }
+        if self.parked.len() > self.limits.max_queue_depth {
+            return Err(format!("{} parked past the queue depth", self.parked.len()));
+        }
+        if self
+            .starving
+            .iter()
+            .any(|rank| !self.parked.contains_key(&rank.id()))
+        {
+            return Err("a starving task is not parked".into());
+        }
+        if let Some(runnable) = self.best_fit() {
+            return Err(format!(
+                "saturation broken: parked task {} fits and is not blocked",
+                runnable.id()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts parked tasks in rank order, skipping those that do not fit, until nothing more
+    /// fits or the reservation blocks the rest.
+    fn unpark(&mut self, now: u64, started: &mut Vec<TaskId>) {
+        self.promote_aged(now);
+        while let Some(rank) = self.best_fit() {
+            self.start_parked(rank);
+            started.push(rank.id());
+        }
+    }
+
+    /// The best-ranked parked task that fits the free capacity and is not blocked.
+    fn best_fit(&self) -> Option<RankKey> {
+        if self.busy_workers >= self.worker_slots {
+            return None;
+        }
+        let best = ResourceKind::ALL
+            .into_iter()
+            .filter(|kind| !self.by_cost[kind.index()].is_empty())
+            .filter_map(|kind| self.by_cost[kind.index()].best_within(self.free(kind)))
+            .min()?;
+        (!self.blocked(&best)).then_some(best)
+    }
+
+    /// Whether the reservation ranks ahead of `rank`.
+    fn blocked(&self, rank: &RankKey) -> bool {
+        self.starving
+            .first()
+            .is_some_and(|reserved| reserved.ranks_ahead_of(rank))
+    }
+
+    /// The best-ranked parked task of any kind.
+    fn head(&self) -> Option<RankKey> {
+        self.by_cost.iter().filter_map(CostIndex::best).min()
+    }
+
+    /// Takes `cost` and a worker slot for `id` if both fit; returns whether it did.
+    fn claim(&mut self, id: TaskId, cost: ResourceCost) -> bool {
+        if self.busy_workers >= self.worker_slots {
+            return false;
+        }
+        let kind = cost.kind.index();
+        let Some(used) = self.used[kind].checked_add(cost.units) else {
+            return false;
+        };
+        if used > self.limits.capacity.get(cost.kind) {
+            return false;
+        }
+        self.used[kind] = used;
+        self.busy_workers += 1;
+        self.running.insert(
+            id,
+            Claim {
+                kind: cost.kind,
+                units: cost.units,
+            },
+        );
+        true
+    }
+
+    fn park(&mut self, ticket: Ticket, now: u64) {
+        let parked = Parked {
+            created_at_ms: ticket.created_at_ms,
+            deadline_ms: ticket.deadline_ms,
+            parked_at_ms: now,
+            units: ticket.cost.units,
+            skips: 0,
+            priority: ticket.priority,
+            kind: ticket.cost.kind,
+        };
+        let rank = parked.rank(ticket.id);
+        self.by_cost[parked.kind.index()].insert(parked.units, rank);
+        if let Some(deadline) = parked.deadline_ms {
+            self.by_deadline.insert((deadline, ticket.id));
+        }
+        if self.limits.starvation.max_park_ms.is_some() {
+            self.by_park_time.insert((now, ticket.id));
+        }
+        self.parked.insert(ticket.id, parked);
+    }
+
+    /// Removes a parked task from every index; returns its data.
+    fn remove_parked(&mut self, id: TaskId) -> Option<Parked> {
+        let parked = self.parked.remove(&id)?;
+        let rank = parked.rank(id);
+        self.by_cost[parked.kind.index()].remove(parked.units, rank);
+        if let Some(deadline) = parked.deadline_ms {
+            self.by_deadline.remove(&(deadline, id));
+        }
+        self.by_park_time.remove(&(parked.parked_at_ms, id));
+        self.starving.remove(&rank);
+        Some(parked)
+    }
+
+    fn start_parked(&mut self, rank: RankKey) {
+        let Some(parked) = self.remove_parked(rank.id()) else {
+            return;
+        };
+        let claimed = self.claim(rank.id(), ResourceCost::new(parked.kind, parked.units));
+        debug_assert!(claimed, "best_fit only returns tasks that fit");
+        self.count_skip_of_head(&rank);
+    }
+
+    /// A task ranked `started` just started; if the head ranks ahead of it, the head was
+    /// overtaken once more.
+    fn count_skip_of_head(&mut self, started: &RankKey) {
+        let Some(max_skips) = self.limits.starvation.max_skips else {
+            return;
+        };
+        let Some(head) = self.head() else {
+            return;
+        };
+        if !head.ranks_ahead_of(started) {
+            return;
+        }
+        let Some(parked) = self.parked.get_mut(&head.id()) else {
+            return;
+        };
+        parked.skips = parked.skips.saturating_add(1);
+        if parked.skips >= max_skips {
+            let parked_at = parked.parked_at_ms;
+            self.mark_starving(head, parked_at);
+        }
+    }
+
+    /// Moves every task parked for at least `max_park_ms` into the starving set.
+    fn promote_aged(&mut self, now: u64) {
+        let Some(max_park_ms) = self.limits.starvation.max_park_ms else {
+            return;
+        };
+        while let Some(&(parked_at, id)) = self.by_park_time.first() {
+            if parked_at.saturating_add(max_park_ms) > now {
+                return;
+            }
+            self.by_park_time.pop_first();
+            if let Some(parked) = self.parked.get(&id) {
+                self.starving.insert(parked.rank(id));
+            }
+        }
+    }
+
+    fn mark_starving(&mut self, rank: RankKey, parked_at: u64) {
+        self.by_park_time.remove(&(parked_at, rank.id()));
+        self.starving.insert(rank);
+    }
+}
+
+#[cfg(test)]
+mod tests;

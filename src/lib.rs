@@ -1,0 +1,41 @@
+//! # prometheus_parking_lot
+//!
+//! Keeps AI workloads from over-subscribing scarce resources (GPU memory, KV-cache blocks,
+//! worker threads). A task declares a [`ResourceCost`]; the scheduler starts it at once when
+//! it fits the pool's free capacity and otherwise *parks* it, then wakes the best-ranked
+//! parked task that fits whenever capacity frees.
+//!
+//! This crate is the public face. The engine (domain types, the pure parking-lot core and
+//! the actor tree) lives in the workspace member `prometheus_parking_lot_actors`; every name
+//! users need is re-exported here, at the paths existing code imports:
+//!
+//! - [`core`]: pools, limits, statuses, errors and the pure scheduling core;
+//! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`].
+//!
+//! ```
+//! use prometheus_parking_lot::{ParkingLot, PoolLimits, Priority, ResourceCost, Ticket};
+//! use prometheus_parking_lot::core::scheduling::Admit;
+//!
+//! let mut lot = ParkingLot::new(PoolLimits::new(24, 4))?;
+//! let llm = |id, units| Ticket {
+//!     id,
+//!     priority: Priority::Normal,
+//!     cost: ResourceCost::gpu_vram(units),
+//!     created_at_ms: 0,
+//!     deadline_ms: None,
+//! };
+//! assert_eq!(lot.admit(llm(1, 16), 0), Admit::Start);
+//! assert_eq!(lot.admit(llm(2, 16), 0), Admit::Park);
+//! assert_eq!(lot.complete(1, 10).unwrap(), vec![2]);
+//! # Ok::<(), prometheus_parking_lot::PoolError>(())
+//! ```
+
+pub mod core;
+pub mod util;
+
+pub use crate::core::scheduling::{ParkingLot, Ticket};
+pub use crate::core::{
+    Capacity, PoolError, PoolLimits, ScheduledTask, StarvationGuard, TaskMetadata, TaskStatus,
+    WakeState,
+};
+pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};

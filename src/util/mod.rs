@@ -1,0 +1,4 @@
+//! Small shared pieces: the clock and the serializable domain types.
+
+pub mod clock;
+pub mod serde;

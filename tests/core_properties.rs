@@ -1,0 +1,304 @@
+//! Property tests of the pure parking-lot core: random event sequences, invariants checked
+//! after every event.
+
+use std::collections::{BTreeSet, HashMap};
+
+use prometheus_parking_lot::core::scheduling::{Admit, Cancel, ParkingLot, RankKey, Ticket};
+use prometheus_parking_lot::{
+    Capacity, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId, WakeState,
+};
+use proptest::prelude::*;
+
+const MAX_PARK_MS: u64 = 40;
+const KINDS: [ResourceKind; 2] = [ResourceKind::GpuVram, ResourceKind::Cpu];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Admit {
+        priority: Priority,
+        kind: usize,
+        units: u32,
+        age: u64,
+        deadline_in: Option<u64>,
+    },
+    Complete(usize),
+    Cancel(usize),
+    Tick(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..4usize, 0..2usize, 0..=12u32, 0..20u64, prop::option::weighted(0.3, 0..60u64))
+            .prop_map(|(p, kind, units, age, deadline_in)| Op::Admit {
+                priority: Priority::ALL[p], kind, units, age, deadline_in
+            }),
+        3 => any::<usize>().prop_map(Op::Complete),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        1 => (1..30u64).prop_map(Op::Tick),
+    ]
+}
+
+/// How a task ended, as the test saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Completed,
+    Expired,
+    Rejected,
+    Cancelled,
+}
+
+/// The test's own bookkeeping, independent of the core's.
+struct Model {
+    lot: ParkingLot,
+    now: u64,
+    next_id: TaskId,
+    ranks: HashMap<TaskId, RankKey>,
+    parked_at: HashMap<TaskId, u64>,
+    running: BTreeSet<TaskId>,
+    parked: BTreeSet<TaskId>,
+    ends: HashMap<TaskId, Vec<End>>,
+    admitted: u64,
+}
+
+impl Model {
+    fn new(guard: StarvationGuard, slots: usize, depth: usize) -> Self {
+        let capacity = Capacity::uniform(0).with(KINDS[0], 12).with(KINDS[1], 5);
+        let limits = PoolLimits::new(1, slots)
+            .with_capacity(capacity)
+            .with_max_queue_depth(depth)
+            .with_starvation(guard);
+        Self {
+            lot: ParkingLot::new(limits).unwrap(),
+            now: 1_000,
+            next_id: 1,
+            ranks: HashMap::new(),
+            parked_at: HashMap::new(),
+            running: BTreeSet::new(),
+            parked: BTreeSet::new(),
+            ends: HashMap::new(),
+            admitted: 0,
+        }
+    }
+
+    fn end(&mut self, id: TaskId, end: End) {
+        self.ends.entry(id).or_default().push(end);
+    }
+
+    fn started(&mut self, ids: &[TaskId]) {
+        for id in ids {
+            assert!(self.parked.remove(id), "started task {id} was not parked");
+            assert!(self.running.insert(*id), "task {id} started twice");
+        }
+    }
+
+    fn starving(&self) -> Vec<TaskId> {
+        self.parked
+            .iter()
+            .copied()
+            .filter(|&id| self.lot.state(id) == Some(WakeState::Reserved))
+            .collect()
+    }
+
+    fn apply(&mut self, op: &Op) {
+        let starving_before = self.starving();
+        let mut started = Vec::new();
+        match *op {
+            Op::Admit {
+                priority,
+                kind,
+                units,
+                age,
+                deadline_in,
+            } => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.admitted += 1;
+                let ticket = Ticket {
+                    id,
+                    priority,
+                    cost: ResourceCost::new(KINDS[kind], units),
+                    created_at_ms: self.now - age,
+                    deadline_ms: deadline_in.map(|d| self.now + d - 10),
+                };
+                self.ranks
+                    .insert(id, RankKey::new(priority, ticket.created_at_ms, id));
+                match self.lot.admit(ticket, self.now) {
+                    Admit::Start => started.push(id),
+                    Admit::Park => {
+                        self.parked.insert(id);
+                        self.parked_at.insert(id, self.now);
+                    }
+                    Admit::Expire => self.end(id, End::Expired),
+                    Admit::Reject(_) => self.end(id, End::Rejected),
+                }
+                if let Some(&id) = started.first() {
+                    assert!(self.running.insert(id));
+                }
+            }
+            Op::Complete(pick) => {
+                if let Some(&id) = self.running.iter().nth(pick % self.running.len().max(1)) {
+                    started = self
+                        .lot
+                        .complete(id, self.now)
+                        .expect("running task completes");
+                    assert!(
+                        self.lot.complete(id, self.now).is_err(),
+                        "second release refused"
+                    );
+                    self.running.remove(&id);
+                    self.end(id, End::Completed);
+                    self.started(&started);
+                }
+            }
+            Op::Cancel(pick) => {
+                let live: Vec<TaskId> = self.parked.iter().chain(&self.running).copied().collect();
+                if let Some(&id) = live.get(pick % live.len().max(1)) {
+                    match self.lot.cancel(id, self.now).expect("live task cancels") {
+                        Cancel::Parked {
+                            started: now_started,
+                        } => {
+                            self.parked.remove(&id);
+                            self.end(id, End::Cancelled);
+                            started = now_started;
+                            self.started(&started);
+                        }
+                        Cancel::Running => assert!(self.running.contains(&id)),
+                    }
+                }
+            }
+            Op::Tick(delta) => {
+                self.now += delta;
+                let tick = self.lot.tick(self.now);
+                for id in &tick.expired {
+                    assert!(self.parked.remove(id), "expired task {id} was not parked");
+                    self.end(*id, End::Expired);
+                }
+                started = tick.started;
+                self.started(&started);
+            }
+        }
+        self.check(&starving_before, &started);
+    }
+
+    fn check(&self, starving_before: &[TaskId], started: &[TaskId]) {
+        self.lot.check_invariants().expect("core invariants");
+        let limits = self.lot.limits();
+        for kind in ResourceKind::ALL {
+            assert!(
+                self.lot.used(kind) <= limits.capacity.get(kind),
+                "{kind:?} over capacity"
+            );
+        }
+        assert!(self.lot.busy_workers() <= limits.worker_slots);
+        assert_eq!(self.lot.running_len(), self.running.len());
+        assert_eq!(self.lot.parked_len(), self.parked.len());
+        for id in &self.running {
+            assert_eq!(self.lot.state(*id), Some(WakeState::Running));
+        }
+        for id in &self.parked {
+            assert!(matches!(
+                self.lot.state(*id),
+                Some(WakeState::Parked | WakeState::Reserved)
+            ));
+            assert!(
+                !self.running.contains(id),
+                "task {id} both parked and running"
+            );
+            // Age bound: parked MAX_PARK_MS or longer means reserved.
+            if self.now - self.parked_at[id] >= MAX_PARK_MS
+                && limits.starvation.max_park_ms.is_some()
+            {
+                assert_eq!(
+                    self.lot.state(*id),
+                    Some(WakeState::Reserved),
+                    "task {id} aged"
+                );
+            }
+        }
+        for (id, ends) in &self.ends {
+            assert_eq!(ends.len(), 1, "task {id} ended {ends:?}");
+        }
+        // While a task is starving, only tasks ranked ahead of it start.
+        // (A reserved task that expired or was cancelled in this event no longer blocks; one
+        // that started blocks only the starts listed before it.)
+        for reserved in starving_before {
+            let blocked_starts = match started.iter().position(|id| id == reserved) {
+                Some(at) => &started[..at],
+                None if self.parked.contains(reserved) => started,
+                None => &[],
+            };
+            for id in blocked_starts {
+                assert!(
+                    self.ranks[id].ranks_ahead_of(&self.ranks[reserved]),
+                    "task {id} started ranked below reserved task {reserved}"
+                );
+            }
+        }
+        // The drain bound: a starving task cannot outlast the tasks running ahead of it.
+        if self.running.is_empty() {
+            assert!(
+                self.starving().is_empty(),
+                "pool idle while a reserved task waits"
+            );
+        }
+    }
+
+    /// Ends everything still live and checks each admitted task ended exactly once.
+    fn finish(mut self) {
+        while let Some(&id) = self.running.first() {
+            let started = self.lot.complete(id, self.now).unwrap();
+            self.running.remove(&id);
+            self.end(id, End::Completed);
+            self.started(&started);
+        }
+        for id in self.lot.take_parked() {
+            assert!(self.parked.remove(&id));
+            self.end(id, End::Cancelled);
+        }
+        assert!(self.parked.is_empty());
+        assert_eq!(self.lot.used_total(), 0);
+        assert_eq!(self.lot.busy_workers(), 0);
+        assert_eq!(
+            self.ends.len() as u64,
+            self.admitted,
+            "every admitted task ended"
+        );
+        assert!(self.ends.values().all(|ends| ends.len() == 1));
+    }
+}
+
+fn guard() -> impl Strategy<Value = StarvationGuard> {
+    prop_oneof![
+        Just(StarvationGuard::disabled()),
+        Just(StarvationGuard {
+            max_park_ms: Some(MAX_PARK_MS),
+            max_skips: None
+        }),
+        (1..6u32).prop_map(|skips| StarvationGuard {
+            max_park_ms: None,
+            max_skips: Some(skips)
+        }),
+        (1..6u32).prop_map(|skips| StarvationGuard {
+            max_park_ms: Some(MAX_PARK_MS),
+            max_skips: Some(skips)
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_after_every_event(
+        guard in guard(),
+        slots in 1..5usize,
+        depth in 0..12usize,
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        let mut model = Model::new(guard, slots, depth);
+        for op in &ops {
+            model.apply(op);
+        }
+        model.finish();
+    }
+}
