@@ -39,3 +39,8 @@ pub use crate::core::{
     WakeState,
 };
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};
+
+/// The README's examples, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
