@@ -9,7 +9,10 @@
 //! the actor tree) lives in the workspace member `prometheus_parking_lot_actors`; every name
 //! users need is re-exported here, at the paths existing code imports:
 //!
-//! - [`core`]: pools, limits, statuses, errors and the pure scheduling core;
+//! - [`core`]: pools ([`WorkerPool`], [`ResourcePool`]), executors, backend traits, limits,
+//!   statuses, errors and the pure scheduling core;
+//! - [`config`]: pool settings; [`infra`]: queue and mailbox backends; [`runtime`]: where a
+//!   pool's actors run; [`actors`]: the actor tree itself, for callers that send messages;
 //! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`].
 //!
 //! ```
@@ -30,14 +33,22 @@
 //! # Ok::<(), prometheus_parking_lot::PoolError>(())
 //! ```
 
+pub mod actors;
+pub mod config;
 pub mod core;
+pub mod infra;
+mod pool;
+pub mod runtime;
 pub mod util;
 
+pub use crate::config::{PoolConfig, WorkerPoolConfig};
 pub use crate::core::scheduling::{ParkingLot, Ticket};
 pub use crate::core::{
-    Capacity, PoolError, PoolLimits, ScheduledTask, StarvationGuard, TaskMetadata, TaskStatus,
-    WakeState,
+    Capacity, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, ScheduledTask, Spawn,
+    StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus, WakeState, WorkerExecutor,
+    WorkerPool,
 };
+pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};
 
 /// The README's examples, compiled and run as doc tests.

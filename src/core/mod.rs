@@ -1,10 +1,22 @@
-//! The core vocabulary of a pool: limits, task metadata, statuses, errors, and the pure
-//! parking-lot state machine ([`scheduling`]).
+//! The core of the public API: pools, executors, backend traits, limits, statuses, errors,
+//! and the pure parking-lot state machine ([`scheduling`]).
 
+pub use crate::pool::resource_pool::ResourcePool;
+pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
     Capacity, PoolError, PoolLimits, ScheduledTask, StarvationGuard, TaskMetadata, TaskStatus,
     WakeState,
 };
+pub use prometheus_parking_lot_actors::engine::PoolClient;
+pub use prometheus_parking_lot_actors::executor::TaskExecutor;
+pub use prometheus_parking_lot_actors::mailbox::{
+    Delivery, Mailbox, MailboxError, Notifier, TerminalEvent,
+};
+pub use prometheus_parking_lot_actors::queue::{FitQuery, QueueCounts, QueueError, TaskQueue};
+pub use prometheus_parking_lot_actors::scheduler::actor::{ShutdownReport, SubmitOptions};
+pub use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
+pub use prometheus_parking_lot_actors::stats::PoolStats;
+pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 
 /// The pure parking-lot core: admit, complete, cancel and tick with an explicit `now`, and
 /// get decisions back. See `PARKING_LOT.md` for the algorithm.

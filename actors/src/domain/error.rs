@@ -45,6 +45,9 @@ pub enum PoolError {
     /// The task was cancelled, or the pool shut down before it ran.
     #[error("task cancelled")]
     Cancelled,
+    /// No live task has this id.
+    #[error("no live task with id {0}")]
+    TaskNotFound(TaskId),
     /// A live task with this id exists already.
     #[error("a live task with id {0} exists already")]
     DuplicateTask(TaskId),

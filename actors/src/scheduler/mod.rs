@@ -1,4 +1,5 @@
 //! Scheduling: the pure parking-lot [`core`] that decides what starts, parks, expires or is
-//! rejected.
+//! rejected, and the [`actor`] that feeds it events and carries out its decisions.
 
+pub mod actor;
 pub mod core;

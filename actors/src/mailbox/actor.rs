@@ -1,0 +1,122 @@
+//! The actor that stores a pool's results and hands terminal events to notifiers, so the
+//! scheduler never awaits mailbox I/O. It also runs the retention cleaner: a periodic purge
+//! of results older than the retention period.
+//!
+//! Invariants: a delivery is stored before any notifier hears of it; deliveries are stored
+//! in the order the scheduler sent them.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::{Delivery, Mailbox, Notifier, TerminalEvent};
+use crate::clock::now_ms;
+use crate::domain::MailboxKey;
+use crate::scheduler::core::clamp_ms;
+
+/// Messages the mailbox actor handles.
+pub enum MailboxMsg<R> {
+    /// Store a task's outcome and notify.
+    Deliver {
+        /// Where it goes.
+        key: MailboxKey,
+        /// The outcome.
+        delivery: Delivery<R>,
+    },
+    /// Drop results older than the retention period (sent by the actor's own timer).
+    PurgeExpired,
+}
+
+/// The mailbox actor. See the module docs.
+pub struct MailboxActor<R>(PhantomData<fn() -> R>);
+
+impl<R> Default for MailboxActor<R> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+/// What the mailbox actor starts with and holds.
+pub struct MailboxState<R> {
+    /// The pool's name, for events.
+    pub pool: Arc<str>,
+    /// The storage backend.
+    pub mailbox: Arc<dyn Mailbox<R>>,
+    /// Who hears of terminal events.
+    pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// How long results are kept; `None` keeps them until taken.
+    pub retention: Option<Duration>,
+}
+
+impl<R> Actor for MailboxActor<R>
+where
+    R: Send + 'static,
+{
+    type Msg = MailboxMsg<R>;
+    type State = MailboxState<R>;
+    type Arguments = MailboxState<R>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        if let Some(retention) = state.retention {
+            let sweep = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+            myself.send_interval(sweep, || MailboxMsg::PurgeExpired);
+        }
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            MailboxMsg::Deliver { key, delivery } => state.deliver(key, delivery).await,
+            MailboxMsg::PurgeExpired => state.purge_expired().await,
+        }
+        Ok(())
+    }
+}
+
+impl<R> MailboxState<R>
+where
+    R: Send + 'static,
+{
+    async fn deliver(&mut self, key: MailboxKey, delivery: Delivery<R>) {
+        let event = (!self.notifiers.is_empty()).then(|| TerminalEvent {
+            pool: self.pool.clone(),
+            key: key.clone(),
+            task_id: delivery.task_id,
+            status: delivery.status(),
+        });
+        let task_id = delivery.task_id;
+        if let Err(error) = self.mailbox.store(&key, delivery).await {
+            tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
+            return;
+        }
+        if let Some(event) = event {
+            for notifier in &self.notifiers {
+                notifier.notify(&event);
+            }
+        }
+    }
+
+    async fn purge_expired(&mut self) {
+        let Some(retention) = self.retention else {
+            return;
+        };
+        let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+        let cutoff = clamp_ms(now_ms()).saturating_sub(retention_ms);
+        match self.mailbox.purge_stored_before(cutoff).await {
+            Ok(0) => {}
+            Ok(purged) => tracing::debug!(pool = %self.pool, purged, "retention purge"),
+            Err(error) => tracing::warn!(pool = %self.pool, %error, "retention purge failed"),
+        }
+    }
+}

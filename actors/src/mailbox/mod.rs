@@ -1,0 +1,113 @@
+//! Where results wait for their submitter: the [`Mailbox`] contract every storage backend
+//! implements, the [`Notifier`] hook for terminal events, and the
+//! [`MailboxActor`](actor::MailboxActor) that stores results off the scheduler.
+//!
+//! Every operation takes a full [`MailboxKey`], tenant included, and backends match keys
+//! exactly, so a key of one tenant can never read, list or remove another tenant's results.
+
+pub mod actor;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use thiserror::Error;
+use tokio::sync::Notify;
+
+use crate::domain::{MailboxKey, PoolError, TaskId, TaskStatus};
+
+/// A failure of a mailbox backend.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MailboxError {
+    /// The backend itself failed; the text says how.
+    #[error("mailbox backend error: {0}")]
+    Backend(String),
+}
+
+/// A task's outcome as a mailbox stores it.
+#[derive(Debug)]
+pub struct Delivery<R> {
+    /// The task it belongs to.
+    pub task_id: TaskId,
+    /// The result, or the error variant saying how the task ended without one.
+    pub outcome: Result<R, PoolError>,
+    /// When it was stored, milliseconds since the Unix epoch.
+    pub stored_at_ms: u64,
+}
+
+impl<R> Delivery<R> {
+    /// The terminal status this delivery stands for.
+    pub fn status(&self) -> TaskStatus {
+        status_of(&self.outcome)
+    }
+}
+
+/// The terminal status an outcome stands for.
+pub fn status_of<R>(outcome: &Result<R, PoolError>) -> TaskStatus {
+    match outcome {
+        Ok(_) => TaskStatus::Completed,
+        Err(PoolError::Expired) => TaskStatus::Expired,
+        Err(PoolError::TimedOut) => TaskStatus::TimedOut,
+        Err(PoolError::Cancelled | PoolError::Shutdown) => TaskStatus::Cancelled,
+        Err(PoolError::Failed(reason)) => TaskStatus::Failed(reason.clone()),
+        Err(other) => TaskStatus::Failed(other.to_string()),
+    }
+}
+
+/// Result storage. See the module docs; the conformance suite in `tests/conformance/` checks
+/// every backend against this contract.
+#[async_trait]
+pub trait Mailbox<R>: Send + Sync
+where
+    R: Send + 'static,
+{
+    /// A short name for logs and errors.
+    fn backend(&self) -> &'static str;
+
+    /// Stores a delivery under `key` and wakes whoever waits on that key.
+    async fn store(&self, key: &MailboxKey, delivery: Delivery<R>) -> Result<(), MailboxError>;
+
+    /// Removes and returns the oldest delivery under exactly `key`.
+    async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<R>>, MailboxError>;
+
+    /// Removes and returns the delivery of one task under exactly `key`.
+    async fn take_task(
+        &self,
+        key: &MailboxKey,
+        task_id: TaskId,
+    ) -> Result<Option<Delivery<R>>, MailboxError>;
+
+    /// The task ids waiting under exactly `key`, oldest first.
+    async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError>;
+
+    /// Drops deliveries stored before `cutoff_ms` (retention); returns how many.
+    async fn purge_stored_before(&self, cutoff_ms: u64) -> Result<usize, MailboxError>;
+
+    /// How many deliveries are stored.
+    async fn stored_count(&self) -> Result<usize, MailboxError>;
+
+    /// A handle that is notified (`notify_waiters`) whenever a delivery is stored under
+    /// `key`. Enable a `notified()` future before `take`, and no wake-up can be lost.
+    fn subscribe(&self, key: &MailboxKey) -> Arc<Notify>;
+}
+
+/// A task's terminal event, as notifiers receive it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminalEvent {
+    /// The pool the task ran in.
+    pub pool: Arc<str>,
+    /// Where its result is stored.
+    pub key: MailboxKey,
+    /// The task.
+    pub task_id: TaskId,
+    /// How it ended.
+    pub status: TaskStatus,
+}
+
+/// Receives every terminal event after its result is stored (webhooks, metrics, audit).
+///
+/// `notify` runs on the mailbox actor: it must return at once (hand the event to a queue of
+/// its own), never block or await network I/O.
+pub trait Notifier: Send + Sync {
+    /// Takes note of one event.
+    fn notify(&self, event: &TerminalEvent);
+}

@@ -1,0 +1,3 @@
+//! Mailbox backends implementing [`Mailbox`](crate::core::Mailbox).
+
+pub mod memory;

@@ -1,0 +1,4 @@
+//! Backends: where parked tasks and results are stored.
+
+pub mod mailbox;
+pub mod queue;

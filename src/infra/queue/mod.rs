@@ -1,0 +1,3 @@
+//! Queue backends implementing [`TaskQueue`](crate::core::TaskQueue).
+
+pub mod memory;

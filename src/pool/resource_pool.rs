@@ -1,0 +1,138 @@
+//! [`ResourcePool`]: the pool with explicit queue, mailbox and runtime backends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
+use prometheus_parking_lot_actors::scheduler::actor::{ShutdownReport, SubmitOptions};
+
+use crate::config::{PoolConfig, WorkerPoolConfig};
+use crate::core::{Mailbox, PoolError, PoolStats, ScheduledTask, Spawn, TaskExecutor, TaskQueue};
+use crate::util::serde::{MailboxKey, TaskId};
+
+/// A pool of dedicated worker threads over the queue, mailbox and runtime you choose.
+///
+/// The same engine as [`WorkerPool`](crate::core::WorkerPool); this face takes whole
+/// [`ScheduledTask`]s and explicit backends.
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot::config::PoolConfig;
+/// use prometheus_parking_lot::core::{ScheduledTask, TaskMetadata};
+/// use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+/// use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
+/// use prometheus_parking_lot::runtime::tokio_spawner::TokioSpawner;
+/// use prometheus_parking_lot::util::serde::ResourceCost;
+/// use prometheus_parking_lot::{ResourcePool, TaskExecutor};
+///
+/// #[derive(Clone)]
+/// struct Len;
+///
+/// #[async_trait::async_trait]
+/// impl TaskExecutor<String, usize> for Len {
+///     async fn execute(&self, payload: String, _meta: TaskMetadata) -> usize {
+///         payload.len()
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+/// let config = PoolConfig { worker_threads: 2, max_units: 8, ..PoolConfig::default() };
+/// let pool = ResourcePool::new(
+///     config,
+///     Len,
+///     Box::new(InMemoryQueue::new()),
+///     Box::new(InMemoryMailbox::new()),
+///     Box::new(TokioSpawner::new()),
+/// )?;
+/// let meta = TaskMetadata::new(7, ResourceCost::cpu(1));
+/// let key = pool.submit(ScheduledTask { meta, payload: "hello".to_string() }).await?;
+/// assert_eq!(pool.retrieve(&key, Duration::from_secs(5)).await?, 5);
+/// # Ok(())
+/// # }
+/// ```
+pub struct ResourcePool<P, R, E> {
+    client: PoolClient<P, R>,
+    stop_on_drop: ShutdownOnDrop,
+    _executor: std::marker::PhantomData<fn() -> E>,
+}
+
+impl<P, R, E> ResourcePool<P, R, E>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
+    /// Starts a pool over these backends.
+    pub fn new(
+        config: PoolConfig,
+        executor: E,
+        queue: Box<dyn TaskQueue<P>>,
+        mailbox: Box<dyn Mailbox<R>>,
+        spawner: Box<dyn Spawn>,
+    ) -> Result<Self, PoolError> {
+        Self::with_settings(
+            WorkerPoolConfig::try_from(config)?,
+            executor,
+            queue,
+            mailbox.into(),
+            spawner.as_ref(),
+        )
+    }
+
+    /// Starts a pool from the full settings builder.
+    pub fn with_settings(
+        settings: WorkerPoolConfig,
+        executor: E,
+        queue: Box<dyn TaskQueue<P>>,
+        mailbox: Arc<dyn Mailbox<R>>,
+        spawner: &dyn Spawn,
+    ) -> Result<Self, PoolError> {
+        let client = super::start(&settings, executor, queue, mailbox, spawner)?;
+        Ok(Self {
+            stop_on_drop: client.shutdown_on_drop(settings.drain_on_drop),
+            client,
+            _executor: std::marker::PhantomData,
+        })
+    }
+
+    /// Submits a task; returns the key its result will be stored under.
+    pub async fn submit(&self, task: ScheduledTask<P>) -> Result<MailboxKey, PoolError> {
+        self.client.submit(task, SubmitOptions::default()).await
+    }
+
+    /// Submits a task with per-task options.
+    pub async fn submit_with(
+        &self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+    ) -> Result<MailboxKey, PoolError> {
+        self.client.submit(task, options).await
+    }
+
+    /// Waits up to `timeout` for the result under `key` (cancel-safe).
+    pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        self.client.retrieve(key, timeout).await
+    }
+
+    /// Cancels a parked or running task.
+    pub async fn cancel(&self, id: TaskId) -> Result<(), PoolError> {
+        self.client.cancel(id).await
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        self.client.stats()
+    }
+
+    /// Stops admitting, drains running tasks for up to `drain`, cancels the rest.
+    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        self.stop_on_drop.disarm();
+        self.client.shutdown(drain).await
+    }
+
+    /// The engine client, for the actor-level API.
+    pub fn client(&self) -> &PoolClient<P, R> {
+        &self.client
+    }
+}

@@ -1,0 +1,182 @@
+//! [`WorkerPool`]: dedicated worker threads behind a parking-lot scheduler, with an
+//! in-memory queue and mailbox.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
+use prometheus_parking_lot_actors::scheduler::actor::{ShutdownReport, SubmitOptions};
+
+use crate::config::WorkerPoolConfig;
+use crate::core::{PoolError, PoolStats, ScheduledTask, TaskExecutor, TaskMetadata};
+use crate::infra::mailbox::memory::InMemoryMailbox;
+use crate::infra::queue::memory::InMemoryQueue;
+use crate::runtime::tokio_spawner::TokioSpawner;
+use crate::util::serde::{MailboxKey, TaskId};
+
+/// The work a [`WorkerPool`] runs, one call per task, on a dedicated worker thread.
+///
+/// ```
+/// use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor};
+///
+/// #[derive(Clone)]
+/// struct Upper;
+///
+/// #[async_trait::async_trait]
+/// impl WorkerExecutor<String, String> for Upper {
+///     async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+///         payload.to_uppercase()
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait WorkerExecutor<P, R>: Send + Sync + Clone + 'static {
+    /// Runs one task. It runs inside the worker thread's own tokio runtime, which keeps
+    /// running between tasks: work spawned here may outlive the call.
+    async fn execute(&self, payload: P, meta: TaskMetadata) -> R;
+}
+
+/// Adapts a [`WorkerExecutor`] to the engine's executor trait.
+struct Worker<E>(E);
+
+#[async_trait]
+impl<P, R, E> TaskExecutor<P, R> for Worker<E>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: WorkerExecutor<P, R>,
+{
+    async fn execute(&self, payload: P, meta: TaskMetadata) -> R {
+        self.0.execute(payload, meta).await
+    }
+}
+
+/// A pool of dedicated worker threads that runs tasks when their cost fits and parks them
+/// otherwise.
+///
+/// Results wait in an in-memory mailbox under the key `submit` returns; they may be anything
+/// `Send`, including channel receivers. Dropping the pool shuts it down in the background,
+/// letting running tasks finish for `drain_on_drop`.
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot::config::WorkerPoolConfig;
+/// use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
+/// use prometheus_parking_lot::util::serde::ResourceCost;
+///
+/// #[derive(Clone)]
+/// struct Double;
+///
+/// #[async_trait::async_trait]
+/// impl WorkerExecutor<u64, u64> for Double {
+///     async fn execute(&self, payload: u64, _meta: TaskMetadata) -> u64 {
+///         payload * 2
+///     }
+/// }
+///
+/// let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(2).with_max_units(8), Double)?;
+/// let key = pool.submit(21, TaskMetadata::new(1, ResourceCost::cpu(1)))?;
+/// assert_eq!(pool.retrieve(&key, Duration::from_secs(5))?, 42);
+/// # Ok::<(), prometheus_parking_lot::core::PoolError>(())
+/// ```
+pub struct WorkerPool<P, R, E> {
+    client: PoolClient<P, R>,
+    stop_on_drop: ShutdownOnDrop,
+    executor: PhantomData<fn() -> E>,
+}
+
+impl<P, R, E> WorkerPool<P, R, E>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: WorkerExecutor<P, R>,
+{
+    /// Starts the pool: its worker threads, its scheduler and its actor runtime.
+    pub fn new(config: WorkerPoolConfig, executor: E) -> Result<Self, PoolError> {
+        let client = super::start(
+            &config,
+            Worker(executor),
+            Box::new(InMemoryQueue::new()),
+            Arc::new(InMemoryMailbox::new()),
+            &TokioSpawner,
+        )?;
+        Ok(Self {
+            stop_on_drop: client.shutdown_on_drop(config.drain_on_drop),
+            client,
+            executor: PhantomData,
+        })
+    }
+
+    /// Submits a task; returns the key its result will be stored under (the metadata's
+    /// mailbox, or a fresh unique key).
+    pub async fn submit_async(
+        &self,
+        payload: P,
+        meta: TaskMetadata,
+    ) -> Result<MailboxKey, PoolError> {
+        self.submit_with(payload, meta, SubmitOptions::default())
+            .await
+    }
+
+    /// Submits a task with per-task options (an execution timeout of its own).
+    pub async fn submit_with(
+        &self,
+        payload: P,
+        meta: TaskMetadata,
+        options: SubmitOptions,
+    ) -> Result<MailboxKey, PoolError> {
+        self.client
+            .submit(ScheduledTask { meta, payload }, options)
+            .await
+    }
+
+    /// Submits a task from synchronous code (blocks until admitted or refused).
+    pub fn submit(&self, payload: P, meta: TaskMetadata) -> Result<MailboxKey, PoolError> {
+        let client = self.client.clone();
+        let task = ScheduledTask { meta, payload };
+        self.client
+            .block_on(async move { client.submit(task, SubmitOptions::default()).await })?
+    }
+
+    /// Waits up to `timeout` for the result under `key`, blocking the calling thread (use it
+    /// from synchronous code or `spawn_blocking`).
+    pub fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        let client = self.client.clone();
+        let key = key.clone();
+        self.client
+            .block_on(async move { client.retrieve(&key, timeout).await })?
+    }
+
+    /// Waits up to `timeout` for the result under `key`. Cancel-safe, and it ties up no
+    /// thread while waiting; a timeout leaves the result for a later retrieve.
+    pub async fn retrieve_async(
+        &self,
+        key: &MailboxKey,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        self.client.retrieve(key, timeout).await
+    }
+
+    /// Cancels a parked or running task.
+    pub async fn cancel(&self, id: TaskId) -> Result<(), PoolError> {
+        self.client.cancel(id).await
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        self.client.stats()
+    }
+
+    /// Stops admitting, lets running tasks finish for up to `drain`, cancels the rest.
+    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        self.stop_on_drop.disarm();
+        self.client.shutdown(drain).await
+    }
+
+    /// The engine client, for the actor-level API.
+    pub fn client(&self) -> &PoolClient<P, R> {
+        &self.client
+    }
+}

@@ -1,0 +1,3 @@
+//! Runtimes that host a pool's actor tree.
+
+pub mod tokio_spawner;
