@@ -4,6 +4,9 @@
 //!
 //! See `examples/actor_submit.rs`.
 
+/// The actor framework, re-exported so callers use the same version as the engine.
+pub use ractor;
+
 pub use prometheus_parking_lot_actors::engine::{
     spawn_supervisor, start_pool, PoolClient, PoolSpec,
 };

@@ -44,9 +44,9 @@ pub mod util;
 pub use crate::config::{PoolConfig, WorkerPoolConfig};
 pub use crate::core::scheduling::{ParkingLot, Ticket};
 pub use crate::core::{
-    Capacity, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, ScheduledTask, Spawn,
-    StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus, WakeState, WorkerExecutor,
-    WorkerPool,
+    Capacity, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, RestartPolicy,
+    ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus,
+    WakeState, WorkerExecutor, WorkerPool,
 };
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};

@@ -90,30 +90,19 @@ impl<R> InMemoryMailbox<R> {
 }
 
 impl<R> Stored<R> {
-    /// Removes the oldest stored delivery if it was stored before `cutoff` (any age when
-    /// `cutoff` is `None`); returns whether one was removed.
-    fn pop_oldest(&mut self, cutoff: Option<u64>) -> bool {
-        while let Some((seq, key)) = self.arrivals.front() {
-            let Some(deliveries) = self.by_key.get_mut(key) else {
-                self.arrivals.pop_front();
+    /// Removes the oldest stored delivery (in store order); returns whether there was one.
+    fn evict_oldest(&mut self) -> bool {
+        while let Some((seq, key)) = self.arrivals.pop_front() {
+            let Some(deliveries) = self.by_key.get_mut(&key) else {
                 continue;
             };
-            match deliveries.front() {
-                Some((front, delivery)) if front == seq => {
-                    if cutoff.is_some_and(|cutoff| delivery.stored_at_ms >= cutoff) {
-                        return false;
-                    }
-                    deliveries.pop_front();
-                    if deliveries.is_empty() {
-                        self.by_key.remove(key);
-                    }
-                    self.len -= 1;
-                    self.arrivals.pop_front();
-                    return true;
+            if deliveries.front().is_some_and(|(front, _)| *front == seq) {
+                deliveries.pop_front();
+                if deliveries.is_empty() {
+                    self.by_key.remove(&key);
                 }
-                _ => {
-                    self.arrivals.pop_front();
-                }
+                self.len -= 1;
+                return true;
             }
         }
         false
@@ -129,6 +118,7 @@ impl<R> Stored<R> {
         }
     }
 
+    /// Rebuilds the arrival order from the live deliveries, dropping taken ones.
     fn compact(&mut self) {
         let mut live: Vec<(u64, MailboxKey)> = self
             .by_key
@@ -137,6 +127,22 @@ impl<R> Stored<R> {
             .collect();
         live.sort_unstable_by_key(|(seq, _)| *seq);
         self.arrivals = live.into();
+    }
+
+    /// Drops every delivery stored before `cutoff`. A full scan: timestamps need not follow
+    /// store order (a wall clock can step back), and the retention cleaner runs at most once a
+    /// second. Returns how many were dropped.
+    fn purge_stored_before(&mut self, cutoff: u64) -> usize {
+        let before = self.len;
+        self.by_key.retain(|_, deliveries| {
+            deliveries.retain(|(_, delivery)| delivery.stored_at_ms >= cutoff);
+            !deliveries.is_empty()
+        });
+        self.len = self.by_key.values().map(VecDeque::len).sum();
+        if self.len < before {
+            self.compact();
+        }
+        before - self.len
     }
 }
 
@@ -152,7 +158,7 @@ where
     async fn store(&self, key: &MailboxKey, delivery: Delivery<R>) -> Result<(), MailboxError> {
         {
             let mut stored = self.lock()?;
-            if stored.len >= self.max_messages && stored.pop_oldest(None) {
+            if stored.len >= self.max_messages && stored.evict_oldest() {
                 tracing::warn!(
                     max_messages = self.max_messages,
                     "mailbox full: evicted the oldest uncollected result"
@@ -211,13 +217,7 @@ where
     }
 
     async fn purge_stored_before(&self, cutoff_ms: u64) -> Result<usize, MailboxError> {
-        let mut purged = 0;
-        {
-            let mut stored = self.lock()?;
-            while stored.pop_oldest(Some(cutoff_ms)) {
-                purged += 1;
-            }
-        }
+        let purged = self.lock()?.purge_stored_before(cutoff_ms);
         if let Ok(mut watchers) = self.watchers.lock() {
             watchers.retain(|_, notify| notify.strong_count() > 0);
         }

@@ -1,0 +1,82 @@
+//! Speaking to the actor tree directly: spawn a supervisor on your own tokio runtime, start a
+//! pool under it, and send the scheduler a typed `Submit` message with a reply port.
+//!
+//! ```text
+//! cargo run --example actor_submit
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_parking_lot::actors::ractor::rpc::CallResult;
+use prometheus_parking_lot::actors::{
+    spawn_supervisor, start_pool, PoolSpec, SchedulerMsg, SubmitOptions, WorkerSettings,
+};
+use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskExecutor, TaskMetadata};
+use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
+use prometheus_parking_lot::util::serde::ResourceCost;
+use prometheus_parking_lot::{PoolLimits, RestartPolicy};
+
+/// Counts the words of a prompt.
+#[derive(Clone)]
+struct WordCount;
+
+#[async_trait::async_trait]
+impl TaskExecutor<String, usize> for WordCount {
+    async fn execute(&self, prompt: String, _meta: TaskMetadata) -> usize {
+        prompt.split_whitespace().count()
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), PoolError> {
+    let supervisor = spawn_supervisor().await?;
+    let pool = start_pool(
+        &supervisor,
+        PoolSpec {
+            name: "words".into(),
+            limits: PoolLimits::new(8, 2),
+            workers: WorkerSettings {
+                count: 2,
+                ..WorkerSettings::default()
+            },
+            default_timeout: Some(Duration::from_secs(5)),
+            restart: RestartPolicy::default(),
+            executor: WordCount,
+            queue: Box::new(InMemoryQueue::new()),
+            mailbox: Arc::new(InMemoryMailbox::new()),
+            notifiers: Vec::new(),
+            retention: None,
+        },
+    )
+    .await?;
+
+    // The typed protocol: Submit carries the task and a reply port for the admission answer.
+    let task = ScheduledTask::new(
+        TaskMetadata::new(1, ResourceCost::cpu(1)),
+        "parking lots for GPUs".to_string(),
+    );
+    let answer = pool
+        .scheduler()
+        .call(
+            |reply| SchedulerMsg::Submit {
+                task,
+                options: SubmitOptions::default(),
+                reply,
+            },
+            Some(Duration::from_secs(5)),
+        )
+        .await
+        .map_err(|error| PoolError::Internal(error.to_string()))?;
+    let key = match answer {
+        CallResult::Success(admitted) => admitted?,
+        CallResult::Timeout | CallResult::SenderError => return Err(PoolError::Shutdown),
+    };
+    let words = pool.retrieve(&key, Duration::from_secs(5)).await?;
+    println!("task 1 counted {words} words; stats: {:?}", pool.stats());
+
+    pool.shutdown(Duration::from_secs(5)).await?;
+    supervisor.stop(None);
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! The [`Mailbox`] conformance suite: storing, taking, listing, tenant isolation, retention
+//! and wake-ups, checked with exact values and orders.
+//!
+//! Each case takes an empty mailbox of `String` results and tests one behaviour; [`run_all`]
+//! runs every case, each against a fresh mailbox from the backend's factory. The factory
+//! returns an `Arc` because the wake-up cases store from a separately spawned task.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_parking_lot::core::{Delivery, Mailbox, PoolError, TaskStatus};
+use prometheus_parking_lot::util::serde::{MailboxKey, TaskId};
+use tokio::time::timeout;
+
+use super::EPOCH_MS;
+
+/// How long a woken waiter may take to notice.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a waiter that must not be woken is watched.
+const QUIET_PERIOD: Duration = Duration::from_millis(50);
+
+/// Runs every case of the suite, each against a fresh mailbox from `fresh`, printing the
+/// case's name first so a failure names it.
+pub async fn run_all<F, Fut>(fresh: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Mailbox<String>>>,
+{
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => {$(
+            let mailbox = fresh().await;
+            eprintln!("mailbox conformance [{}]: {}", mailbox.backend(), stringify!($case));
+            $case(mailbox).await;
+        )*};
+    }
+    run!(
+        take_returns_deliveries_oldest_first,
+        error_outcomes_round_trip,
+        take_task_takes_exactly_that_task,
+        list_is_oldest_first_and_not_consuming,
+        tenants_are_isolated,
+        users_and_sessions_are_separate_inboxes,
+        purge_removes_exactly_the_deliveries_stored_before_the_cutoff,
+        purge_goes_by_stored_at_not_by_store_order,
+        subscribe_wakes_a_waiter_on_store,
+        subscribe_is_not_woken_by_other_keys,
+        backend_is_named,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+// ---------------------------------------------------------------------------------------------
+
+/// A fully narrowed key.
+pub fn key(tenant: &str, user: &str, session: &str) -> MailboxKey {
+    MailboxKey::new(tenant)
+        .with_user(user)
+        .with_session(session)
+}
+
+/// The delivery of task `task_id` with `outcome`, stored `stored` ms after [`EPOCH_MS`].
+pub fn delivery(
+    task_id: TaskId,
+    outcome: Result<String, PoolError>,
+    stored: u64,
+) -> Delivery<String> {
+    Delivery {
+        task_id,
+        outcome,
+        stored_at_ms: EPOCH_MS + stored,
+    }
+}
+
+/// A successful delivery whose result names the task.
+pub fn ok(task_id: TaskId, stored: u64) -> Delivery<String> {
+    delivery(task_id, Ok(format!("result of {task_id} ✓")), stored)
+}
+
+/// A delivery as comparable data (`Delivery` itself is not `PartialEq`).
+type Seen = (TaskId, Result<String, PoolError>, u64);
+
+fn seen(delivery: &Delivery<String>) -> Seen {
+    (
+        delivery.task_id,
+        delivery.outcome.clone(),
+        delivery.stored_at_ms,
+    )
+}
+
+async fn store(mailbox: &dyn Mailbox<String>, key: &MailboxKey, delivery: Delivery<String>) {
+    let task_id = delivery.task_id;
+    if let Err(error) = mailbox.store(key, delivery).await {
+        panic!("storing task {task_id} failed: {error}");
+    }
+}
+
+async fn take(mailbox: &dyn Mailbox<String>, key: &MailboxKey) -> Option<Seen> {
+    mailbox.take(key).await.expect("take").as_ref().map(seen)
+}
+
+async fn take_task(mailbox: &dyn Mailbox<String>, key: &MailboxKey, id: TaskId) -> Option<Seen> {
+    let taken = mailbox.take_task(key, id).await.expect("take_task");
+    taken.as_ref().map(seen)
+}
+
+async fn list(mailbox: &dyn Mailbox<String>, key: &MailboxKey) -> Vec<TaskId> {
+    mailbox.list(key).await.expect("list")
+}
+
+async fn assert_stored(mailbox: &dyn Mailbox<String>, expected: usize, step: &str) {
+    let count = mailbox.stored_count().await.expect("stored_count");
+    assert_eq!(count, expected, "stored_count after {step}");
+}
+
+/// Stores `delivery` under `key` from a separately spawned task.
+async fn store_elsewhere(
+    mailbox: &Arc<dyn Mailbox<String>>,
+    key: &MailboxKey,
+    delivery: Delivery<String>,
+) {
+    let (mailbox, key) = (Arc::clone(mailbox), key.clone());
+    let stored = tokio::spawn(async move { mailbox.store(&key, delivery).await });
+    stored.await.expect("storing task panicked").expect("store");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+// ---------------------------------------------------------------------------------------------
+
+/// `take` returns each delivery whole, oldest first, and `None` once the key is empty.
+pub async fn take_returns_deliveries_oldest_first(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let inbox = key("acme", "ada", "s1");
+    assert_eq!(take(mailbox, &inbox).await, None, "empty key");
+    assert_stored(mailbox, 0, "nothing").await;
+
+    for (id, stored) in [(3, 100), (1, 200), (2, 300)] {
+        store(mailbox, &inbox, ok(id, stored)).await;
+    }
+    assert_stored(mailbox, 3, "three stores").await;
+    for (left, (id, stored)) in [(2, (3, 100)), (1, (1, 200)), (0, (2, 300))] {
+        assert_eq!(take(mailbox, &inbox).await, Some(seen(&ok(id, stored))));
+        assert_stored(mailbox, left, "take").await;
+    }
+    assert_eq!(take(mailbox, &inbox).await, None, "emptied key");
+}
+
+/// Error outcomes come back as stored and map to their terminal statuses.
+pub async fn error_outcomes_round_trip(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let inbox = key("acme", "ada", "s1");
+    let cases: [(Result<String, PoolError>, TaskStatus); 5] = [
+        (Ok("fine".into()), TaskStatus::Completed),
+        (Err(PoolError::TimedOut), TaskStatus::TimedOut),
+        (
+            Err(PoolError::Failed("boom".into())),
+            TaskStatus::Failed("boom".into()),
+        ),
+        (Err(PoolError::Cancelled), TaskStatus::Cancelled),
+        (Err(PoolError::Expired), TaskStatus::Expired),
+    ];
+    for (id, (outcome, _)) in (1..).zip(&cases) {
+        store(mailbox, &inbox, delivery(id, outcome.clone(), id)).await;
+    }
+    for (id, (outcome, status)) in (1..).zip(cases) {
+        let taken = mailbox.take(&inbox).await.expect("take").expect("stored");
+        assert_eq!(seen(&taken), (id, outcome, EPOCH_MS + id));
+        assert_eq!(taken.status(), status, "status of task {id}");
+    }
+    assert_stored(mailbox, 0, "taking everything").await;
+}
+
+/// `take_task` takes exactly the named task and leaves the others in order.
+pub async fn take_task_takes_exactly_that_task(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let inbox = key("acme", "ada", "s1");
+    for id in 1..=4 {
+        store(mailbox, &inbox, ok(id, id * 10)).await;
+    }
+    assert_eq!(take_task(mailbox, &inbox, 3).await, Some(seen(&ok(3, 30))));
+    assert_stored(mailbox, 3, "take_task").await;
+    assert_eq!(take_task(mailbox, &inbox, 3).await, None, "taken twice");
+    assert_eq!(take_task(mailbox, &inbox, 404).await, None, "unknown task");
+    assert_eq!(list(mailbox, &inbox).await, [1, 2, 4]);
+    for id in [1, 2, 4] {
+        assert_eq!(take(mailbox, &inbox).await, Some(seen(&ok(id, id * 10))));
+    }
+    assert_eq!(take_task(mailbox, &key("acme", "ada", "s9"), 1).await, None);
+    assert_stored(mailbox, 0, "taking everything").await;
+}
+
+/// `list` names the waiting tasks oldest first and takes nothing.
+pub async fn list_is_oldest_first_and_not_consuming(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let inbox = key("acme", "ada", "s1");
+    assert_eq!(list(mailbox, &inbox).await, Vec::<TaskId>::new());
+    for id in [9, 4, 7] {
+        store(mailbox, &inbox, ok(id, 100)).await;
+    }
+    assert_eq!(list(mailbox, &inbox).await, [9, 4, 7]);
+    assert_eq!(list(mailbox, &inbox).await, [9, 4, 7], "listing again");
+    assert_stored(mailbox, 3, "listing").await;
+    assert_eq!(take(mailbox, &inbox).await, Some(seen(&ok(9, 100))));
+    assert_eq!(list(mailbox, &inbox).await, [4, 7]);
+}
+
+/// Two tenants with the same user and session never see each other's deliveries, even for
+/// the same task id.
+pub async fn tenants_are_isolated(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let acme = key("acme", "ada", "s1");
+    let globex = key("globex", "ada", "s1");
+    let acme_one = || delivery(1, Ok("acme's".into()), 10);
+    let globex_one = || delivery(1, Ok("globex's".into()), 20);
+    store(mailbox, &acme, ok(2, 5)).await;
+    store(mailbox, &acme, acme_one()).await;
+    store(mailbox, &globex, globex_one()).await;
+
+    assert_eq!(list(mailbox, &acme).await, [2, 1]);
+    assert_eq!(list(mailbox, &globex).await, [1]);
+    assert_eq!(take_task(mailbox, &globex, 2).await, None, "acme's task 2");
+    assert_eq!(
+        take_task(mailbox, &globex, 1).await,
+        Some(seen(&globex_one()))
+    );
+    assert_eq!(take(mailbox, &globex).await, None);
+    assert_eq!(list(mailbox, &acme).await, [2, 1], "acme untouched");
+    assert_eq!(take_task(mailbox, &acme, 1).await, Some(seen(&acme_one())));
+    assert_eq!(take(mailbox, &acme).await, Some(seen(&ok(2, 5))));
+    assert_stored(mailbox, 0, "taking everything").await;
+}
+
+/// Keys that differ only in user or session, or that leave them out, are different inboxes.
+pub async fn users_and_sessions_are_separate_inboxes(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let mine = key("acme", "ada", "s1");
+    let others = [
+        key("acme", "bob", "s1"),
+        key("acme", "ada", "s2"),
+        MailboxKey::new("acme").with_user("ada"),
+        MailboxKey::new("acme"),
+    ];
+    store(mailbox, &mine, ok(1, 10)).await;
+    for (id, other) in (2..).zip(&others) {
+        assert_eq!(
+            list(mailbox, other).await,
+            Vec::<TaskId>::new(),
+            "{other:?}"
+        );
+        assert_eq!(take_task(mailbox, other, 1).await, None, "{other:?}");
+        assert_eq!(take(mailbox, other).await, None, "{other:?}");
+        store(mailbox, other, ok(id, 10)).await;
+    }
+    assert_eq!(list(mailbox, &mine).await, [1]);
+    for (id, other) in (2..).zip(&others) {
+        assert_eq!(list(mailbox, other).await, [id], "{other:?}");
+    }
+    assert_stored(mailbox, 5, "five inboxes").await;
+}
+
+/// `purge_stored_before(cutoff)` drops exactly the deliveries stored before `cutoff`, across
+/// keys, and counts them.
+pub async fn purge_removes_exactly_the_deliveries_stored_before_the_cutoff(
+    mailbox: Arc<dyn Mailbox<String>>,
+) {
+    let mailbox = &*mailbox;
+    let (a, b) = (key("acme", "ada", "s1"), key("globex", "bob", "s2"));
+    for (inbox, id, stored) in [(&a, 1, 100), (&b, 2, 200), (&a, 3, 300), (&b, 4, 400)] {
+        store(mailbox, inbox, ok(id, stored)).await;
+    }
+    let purge = |cutoff| mailbox.purge_stored_before(EPOCH_MS + cutoff);
+
+    assert_eq!(purge(100).await, Ok(0), "stored at the cutoff stays");
+    assert_eq!(purge(201).await, Ok(2));
+    assert_stored(mailbox, 2, "purge").await;
+    assert_eq!(list(mailbox, &a).await, [3]);
+    assert_eq!(list(mailbox, &b).await, [4]);
+    assert_eq!(purge(201).await, Ok(0), "purged once");
+    assert_eq!(purge(400).await, Ok(1));
+    assert_eq!(take(mailbox, &b).await, Some(seen(&ok(4, 400))));
+    assert_eq!(take(mailbox, &a).await, None);
+    assert_stored(mailbox, 0, "emptied").await;
+}
+
+/// Retention goes by `stored_at_ms`, even when deliveries were not stored in that order (a
+/// wall clock stepped back, or a caller storing older results late).
+pub async fn purge_goes_by_stored_at_not_by_store_order(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = &*mailbox;
+    let inbox = key("acme", "ada", "s1");
+    for (id, stored) in [(1, 500), (2, 100), (3, 300), (4, 50)] {
+        store(mailbox, &inbox, ok(id, stored)).await;
+    }
+    assert_eq!(mailbox.purge_stored_before(EPOCH_MS + 300).await, Ok(2));
+    assert_eq!(list(mailbox, &inbox).await, [1, 3]);
+    assert_stored(mailbox, 2, "purge").await;
+    store(mailbox, &inbox, ok(5, 200)).await;
+    assert_eq!(mailbox.purge_stored_before(EPOCH_MS + 400).await, Ok(2));
+    assert_eq!(list(mailbox, &inbox).await, [1]);
+    assert_stored(mailbox, 1, "second purge").await;
+}
+
+/// A waiter that enabled `notified()` before a store under its key, from another task, is
+/// woken, and the delivery is there to take.
+pub async fn subscribe_wakes_a_waiter_on_store(mailbox: Arc<dyn Mailbox<String>>) {
+    let inbox = key("acme", "ada", "s1");
+    let notify = mailbox.subscribe(&inbox);
+    let mut notified = pin!(notify.notified());
+    notified.as_mut().enable();
+
+    store_elsewhere(&mailbox, &inbox, ok(1, 10)).await;
+    let woken = timeout(WAKE_TIMEOUT, notified).await;
+    assert!(woken.is_ok(), "a store under the key must wake its waiter");
+    assert_eq!(take(&*mailbox, &inbox).await, Some(seen(&ok(1, 10))));
+}
+
+/// Stores under other keys, including the same user and session of another tenant, do not
+/// wake a waiter; a store under its own key then does.
+pub async fn subscribe_is_not_woken_by_other_keys(mailbox: Arc<dyn Mailbox<String>>) {
+    let inbox = key("acme", "ada", "s1");
+    let notify = mailbox.subscribe(&inbox);
+    let mut notified = pin!(notify.notified());
+    notified.as_mut().enable();
+
+    let others = [
+        key("globex", "ada", "s1"),
+        key("acme", "bob", "s1"),
+        key("acme", "ada", "s2"),
+    ];
+    for (id, other) in (1..).zip(&others) {
+        store_elsewhere(&mailbox, other, ok(id, 10)).await;
+    }
+    let woken = timeout(QUIET_PERIOD, notified.as_mut()).await;
+    assert!(woken.is_err(), "stores under other keys woke the waiter");
+
+    store_elsewhere(&mailbox, &inbox, ok(9, 20)).await;
+    let woken = timeout(WAKE_TIMEOUT, notified).await;
+    assert!(woken.is_ok(), "a store under the key must wake its waiter");
+}
+
+/// `backend` names the backend for logs.
+pub async fn backend_is_named(mailbox: Arc<dyn Mailbox<String>>) {
+    let name = mailbox.backend();
+    assert!(!name.trim().is_empty(), "backend name {name:?}");
+}
