@@ -13,7 +13,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -228,7 +227,6 @@ where
     let _ = scheduler_slot.set(scheduler.clone());
 
     let executor = Arc::new(spec.executor);
-    let restarts = Arc::new(std::sync::atomic::AtomicU64::new(0));
     for index in 0..spec.workers.count {
         let thread = WorkerThreadSpec {
             pool: pool.clone(),
@@ -248,10 +246,9 @@ where
             })
         });
         let mut worker = child(&format!("worker-{index}"), start, true);
-        worker.restarts = restarts.clone();
+        worker.restarts = counters.worker_restarts.clone();
         supervise(supervisor, worker).await?;
     }
-    spawn_restart_mirror(restarts, counters.clone());
 
     Ok(PoolClient {
         inner: Arc::new(ClientInner {
@@ -264,24 +261,6 @@ where
             runtime: tokio::runtime::Handle::current(),
         }),
     })
-}
-
-/// Copies the supervisor's restart count into the pool counters (they live in different
-/// actors; a relaxed periodic copy keeps the supervisor free of pool types).
-fn spawn_restart_mirror(restarts: Arc<std::sync::atomic::AtomicU64>, counters: Arc<PoolCounters>) {
-    let weak = Arc::downgrade(&counters);
-    drop(counters);
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            every.tick().await;
-            let Some(counters) = weak.upgrade() else {
-                return;
-            };
-            let count = restarts.load(Ordering::Relaxed);
-            counters.worker_restarts.store(count, Ordering::Relaxed);
-        }
-    });
 }
 
 /// A start function for a child that is started once (not restartable): its arguments are

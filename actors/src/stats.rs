@@ -1,6 +1,7 @@
 //! Pool statistics, published by the scheduler and read without a message round trip.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A snapshot of a pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,7 +53,8 @@ pub struct PoolCounters {
     pub(crate) expired: AtomicU64,
     pub(crate) cancelled: AtomicU64,
     pub(crate) rejected: AtomicU64,
-    pub(crate) worker_restarts: AtomicU64,
+    /// Shared with the supervisor, which counts the pool's restarts.
+    pub(crate) worker_restarts: Arc<AtomicU64>,
     pub(crate) live_threads: AtomicUsize,
 }
 
