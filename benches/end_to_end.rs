@@ -69,8 +69,8 @@ impl Scale {
             bench,
             tasks,
             warmup: (tasks / 20).max(50),
-            workers: env("E2E_WORKERS", 2) as usize,
-            clients: env("E2E_CLIENTS", clients),
+            workers: env("E2E_WORKERS", 2).max(1) as usize,
+            clients: env("E2E_CLIENTS", clients).max(1),
             wake_samples,
         }
     }

@@ -3,10 +3,16 @@
 //! ```text
 //! SupervisorActor
 //! ├── MailboxActor      stores results, runs the retention cleaner, notifies
-//! ├── QueueActor        parks and claims tasks in the queue backend
-//! ├── SchedulerActor    the parking-lot core; sole writer of capacity
-//! └── WorkerActor × n   each owns thread parking-lot-worker-{pool}-{i}
+//! ├── QueueActor        parks and claims tasks in the queue backend; sends a started
+//! │                     parked task to the worker the scheduler chose
+//! ├── SchedulerActor    the parking-lot core; sole writer of capacity; assigns each started
+//! │                     task to an idle worker
+//! └── WorkerActor × n   each owns thread parking-lot-worker-{pool}-{i}, which consumes
+//!                       job channel i
 //! ```
+//!
+//! Each worker has its own job channel, created here: the scheduler and queue actors hold the
+//! senders, worker `i`'s successive threads share receiver `i` (see [`crate::worker`]).
 //!
 //! Every facade of the public crate (`WorkerPool`, `ResourcePool`, the config builders) is a
 //! `PoolClient` over this tree; there is no second engine.
@@ -35,7 +41,7 @@ use crate::supervisor::{
 };
 use crate::worker::actor::WorkerActor;
 use crate::worker::thread::WorkerThreadSpec;
-use crate::worker::WorkerSettings;
+use crate::worker::{job_channels, WorkerSettings};
 
 /// How long `shutdown` waits for each actor to drain its messages after the task drain.
 const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -150,7 +156,7 @@ where
     spec.validate()?;
     let pool: Arc<str> = Arc::from(spec.name.as_str());
     let counters = Arc::new(PoolCounters::default());
-    let (jobs, job_receiver) = flume::unbounded();
+    let (jobs, job_receivers) = job_channels(spec.workers.count);
     let scheduler_slot: Arc<OnceLock<ActorRef<SchedulerMsg<P, R>>>> = Arc::new(OnceLock::new());
     let escalate: Escalate = {
         let scheduler_slot = scheduler_slot.clone();
@@ -227,12 +233,12 @@ where
     let _ = scheduler_slot.set(scheduler.clone());
 
     let executor = Arc::new(spec.executor);
-    for index in 0..spec.workers.count {
+    for (index, jobs) in job_receivers.into_iter().enumerate() {
         let thread = WorkerThreadSpec {
             pool: pool.clone(),
             index,
             settings: spec.workers.clone(),
-            jobs: job_receiver.clone(),
+            jobs,
             executor: executor.clone(),
             scheduler: scheduler.clone(),
             counters: counters.clone(),

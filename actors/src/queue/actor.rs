@@ -1,8 +1,9 @@
 //! The actor that owns a pool's queue backend, so the scheduler never awaits queue I/O.
 //!
 //! Invariants: messages from the scheduler are handled in the order sent, so a task is always
-//! parked before it is claimed or removed; a task chosen to start either reaches the worker
-//! threads or the scheduler hears `ClaimFailed`, never neither.
+//! parked before it is claimed or removed; a task chosen to start either reaches the job
+//! channel of the worker the scheduler chose for it or the scheduler hears `ClaimFailed`
+//! (which makes that worker idle again), never neither.
 
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -14,7 +15,7 @@ use tokio::sync::oneshot;
 use super::TaskQueue;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
 use crate::scheduler::actor::SchedulerMsg;
-use crate::worker::Job;
+use crate::worker::{Job, JobSenders};
 
 /// Messages the queue actor handles.
 pub enum QueueMsg<P> {
@@ -27,10 +28,12 @@ pub enum QueueMsg<P> {
         /// The submitter.
         reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
     },
-    /// Claim a parked task the scheduler started and hand it to the worker threads.
+    /// Claim a parked task the scheduler started and hand it to the worker it chose.
     ClaimAndRun {
         /// The task.
         id: TaskId,
+        /// The worker that runs it (idle, reserved for this task by the scheduler).
+        worker: usize,
         /// Its execution timeout.
         timeout: Option<Duration>,
         /// Its cancel signal.
@@ -68,8 +71,8 @@ impl<P, R> Default for QueueActor<P, R> {
 pub struct QueueState<P, R> {
     /// The backend.
     pub queue: Box<dyn TaskQueue<P>>,
-    /// The worker threads' job channel.
-    pub jobs: flume::Sender<Job<P>>,
+    /// Every worker's job channel.
+    pub jobs: JobSenders<P>,
     /// The scheduler, told about failed parks and claims (set once it is started).
     pub scheduler: Arc<OnceLock<ActorRef<SchedulerMsg<P, R>>>>,
 }
@@ -101,9 +104,10 @@ where
             QueueMsg::Park { task, key, reply } => state.park(*task, key, reply).await,
             QueueMsg::ClaimAndRun {
                 id,
+                worker,
                 timeout,
                 cancel,
-            } => state.claim_and_run(id, timeout, cancel).await,
+            } => state.claim_and_run(id, worker, timeout, cancel).await,
             QueueMsg::Complete { id } => {
                 if let Err(error) = state.queue.complete(id).await {
                     tracing::warn!(id, %error, "queue complete failed");
@@ -153,9 +157,15 @@ where
     async fn claim_and_run(
         &mut self,
         id: TaskId,
+        worker: usize,
         timeout: Option<Duration>,
         cancel: oneshot::Receiver<()>,
     ) {
+        let Some(jobs) = self.jobs.get(worker) else {
+            let reason = format!("task {id} was given worker {worker}, which does not exist");
+            self.tell_scheduler(SchedulerMsg::ClaimFailed { id, reason });
+            return;
+        };
         let reason = match self.queue.claim(id).await {
             Ok(Some(task)) => {
                 let job = Job {
@@ -163,9 +173,9 @@ where
                     timeout,
                     cancel,
                 };
-                match self.jobs.send(job) {
+                match jobs.send(job) {
                     Ok(()) => return,
-                    Err(_) => "the worker threads are gone".to_owned(),
+                    Err(_) => format!("worker {worker} is gone"),
                 }
             }
             Ok(None) => format!("task {id} was no longer parked in the queue"),

@@ -1,9 +1,11 @@
-//! The scheduler actor of one pool: the only writer of its capacity.
+//! The scheduler actor of one pool: the only writer of its capacity, and the only one that
+//! assigns tasks to worker threads.
 //!
 //! It hosts the pure [`ParkingLot`] and translates messages into core events and core
-//! decisions into effects: a started task goes to the worker threads' job channel (or, when
-//! it was parked, through the queue actor, which claims its payload first); a parked task goes
-//! to the queue actor; every terminal outcome goes to the mailbox actor, exactly once.
+//! decisions into effects: a started task is given an idle worker and goes to that worker's
+//! job channel (or, when it was parked, through the queue actor, which claims its payload
+//! first and then sends it to the chosen worker); a parked task goes to the queue actor; every
+//! terminal outcome goes to the mailbox actor, exactly once.
 //!
 //! Invariants:
 //! - every admitted task is in `tasks` until its terminal outcome is delivered and its
@@ -12,9 +14,16 @@
 //!   shutdown delivered one for a running task (`Running::ended`), the worker's late outcome
 //!   only releases capacity;
 //! - capacity is released (core `complete`) exactly once, when the worker thread reports the
-//!   task finished, because until then its memory may still be in use.
+//!   task finished, because until then its memory may still be in use;
+//! - every running task holds exactly one worker, recorded in `Running::worker`, and a worker
+//!   is idle exactly when no task holds it. A worker is freed when its thread reports
+//!   `Finished` (a task ended early by the watchdog or shutdown keeps its worker until then,
+//!   like its capacity: the thread is still busy) or when the job never reached it
+//!   (`ClaimFailed`, a closed channel). Because the core's worker slots equal the number of
+//!   workers and every running task holds one slot, an idle worker exists whenever the core
+//!   starts a task; if none does, that is a bug, and the task fails instead of starting.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +39,7 @@ use crate::mailbox::actor::MailboxMsg;
 use crate::mailbox::{status_of, Delivery};
 use crate::queue::actor::QueueMsg;
 use crate::stats::PoolCounters;
-use crate::worker::Job;
+use crate::worker::{Job, JobSenders};
 
 /// How long after a task's execution timeout the watchdog declares it `TimedOut` itself,
 /// for executors that block their thread and so cannot be interrupted.
@@ -74,10 +83,12 @@ pub enum SchedulerMsg<P, R> {
         /// `Ok` once cancelled or signalled.
         reply: RpcReplyPort<Result<(), PoolError>>,
     },
-    /// A worker thread finished a task (from the worker thread).
+    /// A worker thread finished a task (from the worker thread); the worker is idle again.
     Finished {
         /// The task.
         id: TaskId,
+        /// The worker that ran it.
+        worker: usize,
         /// What the executor produced, or how it ended without a result.
         outcome: Result<R, PoolError>,
     },
@@ -86,7 +97,8 @@ pub enum SchedulerMsg<P, R> {
         /// The task.
         id: TaskId,
     },
-    /// The queue could not hand over a task chosen to start (from the queue actor).
+    /// The queue could not hand over a task chosen to start (from the queue actor); the worker
+    /// chosen for it is idle again.
     ClaimFailed {
         /// The task.
         id: TaskId,
@@ -119,8 +131,8 @@ pub struct SchedulerArgs<P, R> {
     pub limits: PoolLimits,
     /// Its default execution timeout.
     pub default_timeout: Option<Duration>,
-    /// The worker threads' job channel.
-    pub jobs: flume::Sender<Job<P>>,
+    /// Every worker's job channel; there must be one per worker slot in `limits`.
+    pub jobs: JobSenders<P>,
     /// The queue actor.
     pub queue: ActorRef<QueueMsg<P>>,
     /// Whether the queue keeps parked tasks across restarts.
@@ -150,10 +162,97 @@ struct LiveTask {
 
 /// A started task.
 struct Running {
+    /// The worker it was sent to, busy until the task's `Finished` arrives.
+    worker: usize,
     cancel: Option<oneshot::Sender<()>>,
     watchdog_at: Option<u64>,
     /// A terminal outcome was delivered already (watchdog or shutdown).
     ended: bool,
+}
+
+/// How a running task's job ended, which says how its worker became idle again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobEnd {
+    /// The job reached this worker, which ran it and reported `Finished`.
+    Ran { worker: usize },
+    /// The job never reached its worker (the claim failed, or the channel was closed).
+    NotSent,
+}
+
+/// What a started task's job needs.
+struct Start {
+    worker: usize,
+    timeout: Option<Duration>,
+    cancel: oneshot::Receiver<()>,
+}
+
+impl Start {
+    fn job<P>(self, task: ScheduledTask<P>) -> Job<P> {
+        Job {
+            task,
+            timeout: self.timeout,
+            cancel: self.cancel,
+        }
+    }
+}
+
+/// What [`SchedulerState::begin_run`] did.
+enum Begun {
+    /// The task runs on `Start::worker`: send it its job.
+    Run(Start),
+    /// The task is not live; nothing to do.
+    NotLive,
+    /// No worker was idle (a bug): the task was failed instead, and these parked tasks were
+    /// started in the capacity it released.
+    Failed { started: Vec<TaskId> },
+}
+
+/// The pool's workers: how to reach each one, and which are idle.
+struct Workers<P> {
+    senders: JobSenders<P>,
+    /// Idle workers, the most recently freed last (it is the first reused: its caches are warm).
+    idle: Vec<usize>,
+    /// `is_idle[i]`: whether worker `i` is in `idle`; guards against freeing a worker twice.
+    is_idle: Vec<bool>,
+}
+
+impl<P> Workers<P> {
+    /// All workers idle, worker 0 first to be used.
+    fn new(senders: JobSenders<P>) -> Self {
+        let count = senders.len();
+        Self {
+            senders,
+            idle: (0..count).rev().collect(),
+            is_idle: vec![true; count],
+        }
+    }
+
+    /// Takes an idle worker, if any.
+    fn take_idle(&mut self) -> Option<usize> {
+        let worker = self.idle.pop()?;
+        self.is_idle[worker] = false;
+        Some(worker)
+    }
+
+    /// Makes a busy worker idle again. Freeing an idle or unknown worker is a bug: logged and
+    /// ignored, so a worker is never handed two jobs at once.
+    fn release(&mut self, pool: &str, worker: usize) {
+        match self.is_idle.get_mut(worker) {
+            Some(idle @ false) => {
+                *idle = true;
+                self.idle.push(worker);
+            }
+            Some(true) => tracing::error!(pool, worker, "bug: a worker was freed twice"),
+            None => tracing::error!(pool, worker, "bug: freed a worker that does not exist"),
+        }
+    }
+
+    /// Sends a job to a worker's channel; `false` if the channel is closed (the pool stops).
+    fn send(&self, worker: usize, job: Job<P>) -> bool {
+        self.senders
+            .get(worker)
+            .is_some_and(|sender| sender.send(job).is_ok())
+    }
 }
 
 enum Mode {
@@ -170,7 +269,7 @@ enum Mode {
 pub struct SchedulerState<P, R> {
     pool: Arc<str>,
     core: ParkingLot,
-    jobs: flume::Sender<Job<P>>,
+    workers: Workers<P>,
     queue: ActorRef<QueueMsg<P>>,
     queue_durable: bool,
     mailbox: ActorRef<MailboxMsg<R>>,
@@ -180,6 +279,8 @@ pub struct SchedulerState<P, R> {
     counters: Arc<PoolCounters>,
     armed_tick: Option<u64>,
     mode: Mode,
+    /// The tenant of every anonymous mailbox key (`anonymous.{pool}`), formatted once.
+    anonymous_tenant: TenantId,
     anonymous_keys: u64,
 }
 
@@ -197,6 +298,14 @@ where
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        if args.jobs.len() != args.limits.worker_slots {
+            return Err(format!(
+                "{} job channels for {} worker slots; they must be equal",
+                args.jobs.len(),
+                args.limits.worker_slots
+            )
+            .into());
+        }
         let core = ParkingLot::new(args.limits)?;
         let total_units = crate::domain::ResourceKind::ALL
             .iter()
@@ -210,10 +319,11 @@ where
             args.limits.worker_slots,
             std::sync::atomic::Ordering::Relaxed,
         );
+        let anonymous_tenant = TenantId(format!("anonymous.{}", args.pool));
         Ok(SchedulerState {
             pool: args.pool,
             core,
-            jobs: args.jobs,
+            workers: Workers::new(args.jobs),
             queue: args.queue,
             queue_durable: args.queue_durable,
             mailbox: args.mailbox,
@@ -223,6 +333,7 @@ where
             counters: args.counters,
             armed_tick: None,
             mode: Mode::Open,
+            anonymous_tenant,
             anonymous_keys: 0,
         })
     }
@@ -243,9 +354,13 @@ where
             SchedulerMsg::Cancel { id, reply } => {
                 let _ = reply.send(state.cancel(id, now));
             }
-            SchedulerMsg::Finished { id, outcome } => state.finished(id, outcome, true, now),
+            SchedulerMsg::Finished {
+                id,
+                worker,
+                outcome,
+            } => state.finished(id, outcome, JobEnd::Ran { worker }, now),
             SchedulerMsg::ClaimFailed { id, reason } => {
-                state.finished(id, Err(PoolError::Failed(reason)), false, now)
+                state.finished(id, Err(PoolError::Failed(reason)), JobEnd::NotSent, now)
             }
             SchedulerMsg::ParkFailed { id } => state.park_failed(id, now),
             SchedulerMsg::Tick => {
@@ -340,19 +455,23 @@ where
     fn anonymous_key(&mut self, id: TaskId) -> MailboxKey {
         self.anonymous_keys += 1;
         MailboxKey {
-            tenant: TenantId(format!("anonymous.{}", self.pool)),
+            tenant: self.anonymous_tenant.clone(),
             user_id: None,
             session_id: Some(format!("{id}.{}", self.anonymous_keys)),
         }
     }
 
-    /// Marks a task running; returns what its job needs.
-    fn begin_run(
-        &mut self,
-        id: TaskId,
-        now: u64,
-    ) -> Option<(Option<Duration>, oneshot::Receiver<()>)> {
-        let live = self.tasks.get_mut(&id)?;
+    /// Marks a task running on an idle worker. See [`Begun`].
+    fn begin_run(&mut self, id: TaskId, now: u64) -> Begun {
+        let Some(worker) = self.workers.take_idle() else {
+            return Begun::Failed {
+                started: self.fail_for_lack_of_a_worker(id, now),
+            };
+        };
+        let Some(live) = self.tasks.get_mut(&id) else {
+            self.workers.release(&self.pool, worker);
+            return Begun::NotLive;
+        };
         let (cancel, cancelled) = oneshot::channel();
         let watchdog_at = live.timeout.map(|timeout| {
             let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
@@ -362,44 +481,96 @@ where
             self.watchdog.insert((at, id));
         }
         live.run = Some(Running {
+            worker,
             cancel: Some(cancel),
             watchdog_at,
             ended: false,
         });
-        Some((live.timeout, cancelled))
+        Begun::Run(Start {
+            worker,
+            timeout: live.timeout,
+            cancel: cancelled,
+        })
+    }
+
+    /// Ends a task the core started although no worker is idle: an accounting bug. Releases
+    /// its capacity and fails it rather than panicking; returns the parked tasks the release
+    /// started.
+    fn fail_for_lack_of_a_worker(&mut self, id: TaskId, now: u64) -> Vec<TaskId> {
+        tracing::error!(
+            pool = %self.pool,
+            id,
+            "bug: the core started a task but no worker thread is idle; failing the task"
+        );
+        if self.tasks.get(&id).is_some_and(|live| live.from_queue) {
+            self.send_to_queue(QueueMsg::Remove { id });
+        }
+        let outcome = Err(PoolError::Failed(
+            "internal error: no idle worker thread for a started task".into(),
+        ));
+        self.end_task(id, outcome, JobEnd::NotSent, now)
     }
 
     /// Starts a task whose payload the scheduler holds (fast path).
     fn dispatch(&mut self, task: ScheduledTask<P>, now: u64) {
         let id = task.meta.id;
-        let Some((timeout, cancel)) = self.begin_run(id, now) else {
-            return;
-        };
-        let job = Job {
-            task,
-            timeout,
-            cancel,
-        };
-        if self.jobs.send(job).is_err() {
-            self.finished(id, Err(PoolError::Shutdown), false, now);
+        match self.begin_run(id, now) {
+            Begun::Run(start) => {
+                let worker = start.worker;
+                if !self.workers.send(worker, start.job(task)) {
+                    self.finished(id, Err(PoolError::Shutdown), JobEnd::NotSent, now);
+                }
+            }
+            Begun::NotLive => {}
+            Begun::Failed { started } => self.start_parked(started, now),
         }
     }
 
-    /// Starts a parked task: the queue actor claims its payload and hands it to the workers.
-    fn start_parked(&mut self, id: TaskId, now: u64) {
-        if let Some((timeout, cancel)) = self.begin_run(id, now) {
-            self.send_to_queue(QueueMsg::ClaimAndRun {
-                id,
-                timeout,
-                cancel,
-            });
+    /// Starts parked tasks the core chose, in order: the queue actor claims each payload and
+    /// sends it to the worker chosen here.
+    fn start_parked(&mut self, started: Vec<TaskId>, now: u64) {
+        let mut pending = VecDeque::from(started);
+        while let Some(id) = pending.pop_front() {
+            match self.begin_run(id, now) {
+                Begun::Run(Start {
+                    worker,
+                    timeout,
+                    cancel,
+                }) => self.send_to_queue(QueueMsg::ClaimAndRun {
+                    id,
+                    worker,
+                    timeout,
+                    cancel,
+                }),
+                Begun::NotLive => {}
+                Begun::Failed { started } => pending.extend(started),
+            }
         }
     }
 
-    fn finished(&mut self, id: TaskId, outcome: Result<R, PoolError>, claimed: bool, now: u64) {
+    /// A running task ended: release it, start what its capacity frees.
+    fn finished(&mut self, id: TaskId, outcome: Result<R, PoolError>, end: JobEnd, now: u64) {
+        let started = self.end_task(id, outcome, end, now);
+        self.start_parked(started, now);
+        self.finish_drain_if_idle();
+    }
+
+    /// Frees a running task's worker and capacity, settles it with the queue and delivers its
+    /// outcome unless one was delivered already. Returns the parked tasks the core started in
+    /// the freed capacity, for the caller to start.
+    fn end_task(
+        &mut self,
+        id: TaskId,
+        outcome: Result<R, PoolError>,
+        end: JobEnd,
+        now: u64,
+    ) -> Vec<TaskId> {
+        if let JobEnd::Ran { worker } = end {
+            self.workers.release(&self.pool, worker);
+        }
         let Some(live) = self.tasks.remove(&id) else {
             tracing::warn!(pool = %self.pool, id, "finish of a task the scheduler does not hold");
-            return;
+            return Vec::new();
         };
         let started = match self.core.complete(id, now) {
             Ok(started) => started,
@@ -409,9 +580,16 @@ where
             }
         };
         let run = live.run;
-        if let Some(at) = run.as_ref().and_then(|run| run.watchdog_at) {
-            self.watchdog.remove(&(at, id));
+        if let Some(run) = &run {
+            if let Some(at) = run.watchdog_at {
+                self.watchdog.remove(&(at, id));
+            }
+            match end {
+                JobEnd::Ran { worker } => debug_assert_eq!(worker, run.worker),
+                JobEnd::NotSent => self.workers.release(&self.pool, run.worker),
+            }
         }
+        let claimed = matches!(end, JobEnd::Ran { .. });
         if live.from_queue && claimed {
             let message = match &outcome {
                 Ok(_) => QueueMsg::Complete { id },
@@ -428,10 +606,7 @@ where
         if let Mode::Draining { report, .. } = &mut self.mode {
             report.finished_running += 1;
         }
-        for id in started {
-            self.start_parked(id, now);
-        }
-        self.finish_drain_if_idle();
+        started
     }
 
     fn cancel(&mut self, id: TaskId, now: u64) -> Result<(), PoolError> {
@@ -441,9 +616,7 @@ where
                     self.send_to_queue(QueueMsg::Remove { id });
                     self.deliver(live.key, id, Err(PoolError::Cancelled), now);
                 }
-                for id in started {
-                    self.start_parked(id, now);
-                }
+                self.start_parked(started, now);
                 Ok(())
             }
             Ok(Cancel::Running) => {
@@ -468,9 +641,7 @@ where
                 .submitted
                 .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             PoolCounters::bump(&self.counters.rejected);
-            for id in started {
-                self.start_parked(id, now);
-            }
+            self.start_parked(started, now);
         }
     }
 
@@ -482,9 +653,7 @@ where
                 self.deliver(live.key, id, Err(PoolError::Expired), now);
             }
         }
-        for id in tick.started {
-            self.start_parked(id, now);
-        }
+        self.start_parked(tick.started, now);
         while let Some(&(at, id)) = self.watchdog.first() {
             if at > now {
                 break;
@@ -648,5 +817,65 @@ where
         self.armed_tick = Some(next);
         let delay = Duration::from_millis(next.saturating_sub(now));
         myself.send_after(delay, || SchedulerMsg::Tick);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::job_channels;
+
+    fn workers(count: usize) -> Workers<()> {
+        Workers::new(job_channels::<()>(count).0)
+    }
+
+    #[test]
+    fn every_worker_starts_idle_and_is_handed_out_once() {
+        let mut workers = workers(3);
+        let taken: Vec<usize> = std::iter::from_fn(|| workers.take_idle()).collect();
+        assert_eq!(taken, vec![0, 1, 2]);
+        assert_eq!(workers.take_idle(), None);
+    }
+
+    #[test]
+    fn the_most_recently_freed_worker_is_reused_first() {
+        let mut workers = workers(3);
+        let (a, b) = (workers.take_idle().unwrap(), workers.take_idle().unwrap());
+        workers.release("pool", a);
+        workers.release("pool", b);
+        assert_eq!(workers.take_idle(), Some(b));
+        assert_eq!(workers.take_idle(), Some(a));
+    }
+
+    #[test]
+    fn freeing_an_idle_or_unknown_worker_changes_nothing() {
+        let mut workers = workers(2);
+        let busy = workers.take_idle().unwrap();
+        workers.release("pool", busy);
+        workers.release("pool", busy);
+        workers.release("pool", 7);
+        let taken: Vec<usize> = std::iter::from_fn(|| workers.take_idle()).collect();
+        assert_eq!(taken, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_job_for_a_closed_or_unknown_channel_is_not_sent() {
+        let (senders, receivers) = job_channels::<()>(1);
+        let workers = Workers::new(senders);
+        let job = |id| {
+            let (_cancel, cancelled) = oneshot::channel();
+            Job {
+                task: ScheduledTask::new(
+                    crate::domain::TaskMetadata::new(id, crate::domain::ResourceCost::cpu(1)),
+                    (),
+                ),
+                timeout: None,
+                cancel: cancelled,
+            }
+        };
+        assert!(!workers.send(1, job(1)));
+        assert!(workers.send(0, job(2)));
+        drop(receivers);
+        assert!(!workers.send(0, job(3)));
     }
 }

@@ -1,7 +1,9 @@
 //! The actor that owns one worker thread.
 //!
 //! Invariants: one thread per actor; the actor fails exactly when its thread died of a
-//! panic, which is what lets the supervisor restart it on a fresh thread.
+//! panic, which is what lets the supervisor restart it on a fresh thread. The restarted actor
+//! gets the same [`WorkerThreadSpec`], so its fresh thread keeps the worker's index and
+//! consumes the same job channel.
 
 use std::marker::PhantomData;
 use std::thread::JoinHandle;

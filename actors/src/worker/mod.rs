@@ -1,16 +1,45 @@
 //! Worker threads: each [`WorkerActor`](actor::WorkerActor) owns one named OS thread running
-//! its own current-thread tokio runtime, which pulls jobs from the pool's job channel.
+//! its own current-thread tokio runtime, which takes jobs from its own job channel.
+//!
+//! Worker `i` has job channel `i`. The scheduler actor chooses the worker of every task it
+//! starts (an idle one: each worker runs at most one job at a time) and sends the job to that
+//! worker's channel, directly or through the queue actor when the task was parked. A channel
+//! outlives the threads that consume it: a worker restarted after a panic consumes the same
+//! channel, so a job sent to it while it restarts is not lost. Only the scheduler and queue
+//! actors hold senders; when both stop, every channel closes and each thread exits after its
+//! current job.
 
 pub mod actor;
 pub mod thread;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::{oneshot, Mutex};
 
 use crate::domain::ScheduledTask;
 
-/// A task handed to the worker threads: its capacity is held from the moment it is sent.
+/// The sending ends of every worker's job channel; element `i` reaches worker `i`.
+pub type JobSenders<P> = Arc<[UnboundedSender<Job<P>>]>;
+
+/// The receiving end of one worker's job channel, shared by the worker's successive threads:
+/// the thread that holds the lock is the one consuming the channel.
+pub type JobReceiver<P> = Arc<Mutex<UnboundedReceiver<Job<P>>>>;
+
+/// Creates one job channel per worker: the senders, and receiver `i` for worker `i`.
+pub fn job_channels<P>(workers: usize) -> (JobSenders<P>, Vec<JobReceiver<P>>) {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers)
+        .map(|_| {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            (sender, Arc::new(Mutex::new(receiver)))
+        })
+        .unzip();
+    (senders.into(), receivers)
+}
+
+/// A task handed to one worker thread: its capacity and its worker are held from the moment
+/// it is sent.
 pub struct Job<P> {
     /// The task to run.
     pub task: ScheduledTask<P>,

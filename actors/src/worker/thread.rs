@@ -1,11 +1,18 @@
 //! The body of a worker thread.
 //!
-//! The whole loop runs inside one `block_on` of the thread's current-thread runtime, so the
-//! runtime is driven the entire time the thread lives: tasks an executor spawned keep running
-//! between jobs. A panic in an executor is caught around that one job's future; the job ends
-//! `Failed` with the panic message, the scheduler is told (releasing its capacity), and the
+//! The thread consumes its worker's own job channel (see the [module docs](super)). It first
+//! locks the channel's receiver and holds the lock for as long as it lives, so a replacement
+//! thread started after a panic waits for the dying thread to let go and then consumes the
+//! same channel: jobs sent meanwhile wait there. The whole loop runs inside one `block_on` of
+//! the thread's current-thread runtime, so the runtime is driven the entire time the thread
+//! lives: tasks an executor spawned keep running between jobs. After each job the thread
+//! reports `Finished` with its worker index, which makes it idle again for the scheduler.
+//!
+//! A panic in an executor is caught around that one job's future; the job ends `Failed` with
+//! the panic message, the scheduler is told (releasing its capacity and worker), and the
 //! thread then exits and asks its actor to fail, so the supervisor replaces it with a fresh
-//! thread: whatever state the panic left behind on this thread goes with it.
+//! thread: whatever state the panic left behind on this thread goes with it. When every
+//! sender of its channel is gone (the pool stopped), the thread exits after its current job.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -17,7 +24,7 @@ use futures_util::FutureExt;
 use ractor::ActorRef;
 
 use super::actor::WorkerMsg;
-use super::{Job, WorkerSettings};
+use super::{Job, JobReceiver, WorkerSettings};
 use crate::domain::PoolError;
 use crate::executor::TaskExecutor;
 use crate::scheduler::actor::SchedulerMsg;
@@ -27,12 +34,13 @@ use crate::stats::PoolCounters;
 pub struct WorkerThreadSpec<P, R, E> {
     /// The pool's name.
     pub pool: Arc<str>,
-    /// The worker's index within the pool.
+    /// The worker's index within the pool: which job channel it consumes, and what it reports
+    /// in `Finished`.
     pub index: usize,
     /// How the thread is built.
     pub settings: WorkerSettings,
-    /// The pool's job channel.
-    pub jobs: flume::Receiver<Job<P>>,
+    /// This worker's job channel, shared with the threads that replace this one.
+    pub jobs: JobReceiver<P>,
     /// The user's work.
     pub executor: Arc<E>,
     /// Where finished tasks are reported.
@@ -113,18 +121,24 @@ where
 }
 
 /// Runs jobs until the job channel closes (`None`) or an executor panics (`Some(message)`).
+///
+/// Holds the channel's lock until it returns; the lock is released before the thread's actor
+/// hears of a panic, so the replacement thread never waits on a dead one.
 async fn run_jobs<P, R, E>(spec: &WorkerThreadSpec<P, R, E>) -> Option<String>
 where
     P: Send + 'static,
     R: Send + 'static,
     E: TaskExecutor<P, R>,
 {
-    while let Ok(job) = spec.jobs.recv_async().await {
+    let mut jobs = spec.jobs.clone().lock_owned().await;
+    while let Some(job) = jobs.recv().await {
         let id = job.task.meta.id;
         let (outcome, panic) = run_job(spec.executor.as_ref(), job).await;
-        let _ = spec
-            .scheduler
-            .send_message(SchedulerMsg::Finished { id, outcome });
+        let _ = spec.scheduler.send_message(SchedulerMsg::Finished {
+            id,
+            worker: spec.index,
+            outcome,
+        });
         if panic.is_some() {
             return panic;
         }
