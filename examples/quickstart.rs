@@ -1,13 +1,18 @@
-//! The main job: a mixed LLM-like workload through a `WorkerPool` on the in-memory default,
+//! The main job: a mixed LLM-like workload through a pool on the in-memory default,
 //! with a progress bar and a closing summary.
 //!
 //! 1,500 requests arrive over about six seconds (about 75% of what the pool can serve): chats (small, high priority), long contexts
 //! (large), batch jobs (low priority), health checks (critical). Some executors panic, some
-//! requests carry tight deadlines, a few run away past the execution timeout. The pool has
-//! 24 units of "VRAM" and 8 worker threads.
+//! requests carry tight deadlines, a few run away past the execution timeout.
+//!
+//! The pool comes from a configuration file, `config/local.json` by default (24 units of
+//! "VRAM", 8 worker threads, a 1 s execution timeout), built by
+//! `build_pools_from_scheduler_config`; `--config FILE` picks another file and `--pool NAME`
+//! one of its pools (default: the first).
 //!
 //! ```text
 //! cargo run --release --example quickstart
+//! cargo run --release --example quickstart -- --config config/local.json --pool local_llm
 //! ```
 
 use std::collections::BTreeMap;
@@ -15,15 +20,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use prometheus_parking_lot::config::WorkerPoolConfig;
-use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
+use prometheus_parking_lot::core::{
+    PoolError, ResourcePool, ScheduledTask, TaskExecutor, TaskMetadata,
+};
 use prometheus_parking_lot::util::clock::now_ms;
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
-use prometheus_parking_lot::StarvationGuard;
+use prometheus_parking_lot::{
+    build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
+};
 
 const REQUESTS: u64 = 1_500;
-const VRAM_UNITS: u32 = 24;
-const WORKERS: usize = 8;
 
 /// One simulated inference request.
 struct Request {
@@ -43,7 +49,7 @@ struct Served {
 struct FakeModel;
 
 #[async_trait::async_trait]
-impl WorkerExecutor<Request, Served> for FakeModel {
+impl TaskExecutor<Request, Served> for FakeModel {
     async fn execute(&self, request: Request, meta: TaskMetadata) -> Served {
         let waited = request.submitted.elapsed();
         if request.panics {
@@ -101,20 +107,72 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// `--config FILE` and `--pool NAME`.
+struct Args {
+    config: String,
+    pool: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        config: concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.json").to_owned(),
+        pool: None,
+    };
+    let mut given = std::env::args().skip(1);
+    while let Some(flag) = given.next() {
+        let value = given
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--config" => args.config = value,
+            "--pool" => args.pool = Some(value),
+            other => {
+                return Err(format!(
+                    "unknown argument {other}; use --config FILE [--pool NAME]"
+                ))
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// Loads the configuration and builds the chosen pool.
+fn build_pool(args: &Args) -> Result<ResourcePool<Request, Served, FakeModel>, PoolError> {
+    let config = SchedulerConfig::from_path(&args.config)?;
+    let name = match &args.pool {
+        Some(name) => name.clone(),
+        None => config.pools.keys().next().cloned().unwrap_or_default(),
+    };
+    let mut built = build_pools_from_scheduler_config::<Request, Served, FakeModel, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| FakeModel,
+        TokioSpawner,
+    )?;
+    built
+        .pools
+        .remove(&name)
+        .ok_or_else(|| PoolError::InvalidConfig(format!("{}: no pool named {name}", args.config)))
+}
+
 #[tokio::main]
-async fn main() -> Result<(), PoolError> {
+async fn main() {
     std::panic::set_hook(Box::new(|_| {}));
-    let config = WorkerPoolConfig::new()
-        .with_name("quickstart")
-        .with_worker_count(WORKERS)
-        .with_max_units(VRAM_UNITS)
-        .with_max_queue_depth(REQUESTS as usize)
-        .with_timeout_ms(1_000)
-        .with_starvation(StarvationGuard {
-            max_park_ms: Some(1_000),
-            max_skips: Some(64),
-        });
-    let pool = Arc::new(WorkerPool::new(config, FakeModel)?);
+    let outcome = match parse_args() {
+        Ok(args) => run(args).await,
+        Err(usage) => Err(PoolError::InvalidConfig(usage)),
+    };
+    if let Err(error) = outcome {
+        eprintln!("quickstart: {error}");
+        std::process::exit(2);
+    }
+}
+
+async fn run(args: Args) -> Result<(), PoolError> {
+    let pool = Arc::new(build_pool(&args)?);
+    let vram_units = pool.stats().total_units;
+    let workers = pool.stats().worker_count;
 
     let progress = ProgressBar::new(REQUESTS);
     progress.set_style(
@@ -130,7 +188,7 @@ async fn main() -> Result<(), PoolError> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 let stats = pool.stats();
                 if stats.submitted_tasks > 0 && stats.active_tasks == 0 && stats.queued_tasks == 0 {
-                    return used as f64 / (samples.max(1) * u64::from(VRAM_UNITS)) as f64;
+                    return used as f64 / (samples.max(1) * vram_units) as f64;
                 }
                 samples += 1;
                 used += stats.used_units;
@@ -147,19 +205,16 @@ async fn main() -> Result<(), PoolError> {
         if let Some(in_ms) = deadline {
             meta = meta.with_deadline_ms(now_ms() + u128::from(in_ms));
         }
-        let request = Request {
+        let payload = Request {
             submitted: Instant::now(),
             decode,
             panics,
         };
-        match pool.submit_async(request, meta).await {
+        match pool.submit(ScheduledTask { meta, payload }).await {
             Ok(key) => {
                 let pool = pool.clone();
                 waiting.spawn(async move {
-                    (
-                        priority,
-                        pool.retrieve_async(&key, Duration::from_secs(60)).await,
-                    )
+                    (priority, pool.retrieve(&key, Duration::from_secs(60)).await)
                 });
             }
             Err(error) => progress.println(format!("request {id} refused: {error}")),
@@ -196,7 +251,7 @@ async fn main() -> Result<(), PoolError> {
         .map_err(|error| PoolError::Internal(error.to_string()))?;
     let stats = pool.stats();
 
-    println!("{REQUESTS} requests on {VRAM_UNITS} VRAM units and {WORKERS} worker threads\n");
+    println!("{REQUESTS} requests on {vram_units} VRAM units and {workers} worker threads\n");
     println!(
         "{:<28}{:>12}",
         "throughput (requests/s)",

@@ -34,6 +34,7 @@
 //! ```
 
 pub mod actors;
+pub mod builders;
 pub mod config;
 pub mod core;
 pub mod infra;
@@ -41,7 +42,8 @@ mod pool;
 pub mod runtime;
 pub mod util;
 
-pub use crate::config::{PoolConfig, WorkerPoolConfig};
+pub use crate::builders::{build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext};
+pub use crate::config::{ConfigError, PoolConfig, SchedulerConfig, WorkerPoolConfig};
 pub use crate::core::scheduling::{ParkingLot, Ticket};
 pub use crate::core::{
     Capacity, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, RestartPolicy,

@@ -1,0 +1,390 @@
+//! The configuration file: every pool of a deployment, in JSON or YAML.
+//!
+//! Both formats are read into one JSON value first, then deserialized with the path of every
+//! field tracked, then validated (see [`validate`](super::validate)). So a YAML file and a
+//! JSON file with the same content behave the same, and every error names the field it is
+//! about, like `pools.llm_inference.queue.queue_name`.
+//!
+//! ```
+//! use prometheus_parking_lot::config::{QueueSettings, SchedulerConfig};
+//!
+//! let config = SchedulerConfig::from_yaml_str(
+//!     "pools:\n  chat:\n    max_units: 24\n    worker_threads: 4\n    queue: { type: in_memory }\n",
+//! )?;
+//! assert_eq!(config.pools["chat"].queue, QueueSettings::InMemory);
+//! let error = SchedulerConfig::from_json_str(r#"{"pools": {"chat": {"max_units": 0}}}"#).unwrap_err();
+//! assert!(error.to_string().starts_with("pools.chat.max_units:"));
+//! # Ok::<(), prometheus_parking_lot::config::ConfigError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use super::secret::{expand_field, expand_secret, Secret};
+use super::validate::ConfigError;
+use super::WorkerPoolConfig;
+use crate::core::{Capacity, StarvationGuard};
+
+/// Every pool of a deployment, by name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// The pools, by name.
+    pub pools: BTreeMap<String, PoolSettings>,
+    /// The database for the Postgres backends (`${DATABASE_URL}` style references allowed).
+    #[serde(default)]
+    pub database_url: Option<Secret>,
+}
+
+/// One pool in a configuration file. Every field but the pool's name has a default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Dedicated worker threads. Default: the number of CPUs.
+    #[serde(default)]
+    pub worker_threads: Option<usize>,
+    /// Stack size per worker thread, bytes. Default 2 MiB.
+    #[serde(default)]
+    pub thread_stack_size: Option<usize>,
+    /// Units per resource kind, or `"auto"` to size a VRAM pool from the GPU. Default 1,024.
+    #[serde(default)]
+    pub max_units: MaxUnits,
+    /// Parked tasks allowed before `QueueFull`. Default 1,024.
+    #[serde(default)]
+    pub max_queue_depth: Option<usize>,
+    /// Default execution timeout, seconds (or use `default_timeout_ms`, not both).
+    #[serde(default)]
+    pub default_timeout_secs: Option<u64>,
+    /// Default execution timeout, milliseconds.
+    #[serde(default)]
+    pub default_timeout_ms: Option<u64>,
+    /// Pin worker `n` to CPU `n` (Linux).
+    #[serde(default)]
+    pub pin_to_cpus: bool,
+    /// The starvation guard. Default: 30 s parked or 256 skips.
+    #[serde(default)]
+    pub starvation: Option<StarvationSettings>,
+    /// Where parked tasks wait. Default: in memory.
+    #[serde(default)]
+    pub queue: QueueSettings,
+    /// Where results wait. Default: in memory, kept an hour.
+    #[serde(default)]
+    pub mailbox: MailboxSettings,
+}
+
+/// A pool's capacity: a number of units, or `"auto"` (from the GPU's memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnits {
+    /// This many units of every resource kind.
+    Units(u64),
+    /// Sized from the GPU.
+    Auto,
+}
+
+impl Default for MaxUnits {
+    fn default() -> Self {
+        MaxUnits::Units(1_024)
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxUnits {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MaxUnitsVisitor;
+
+        impl Visitor<'_> for MaxUnitsVisitor {
+            type Value = MaxUnits;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a whole number of units or \"auto\"")
+            }
+
+            fn visit_u64<E: de::Error>(self, units: u64) -> Result<MaxUnits, E> {
+                Ok(MaxUnits::Units(units))
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<MaxUnits, E> {
+                match text {
+                    "auto" => Ok(MaxUnits::Auto),
+                    other => Err(E::invalid_value(de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(MaxUnitsVisitor)
+    }
+}
+
+/// When a parked task is reserved against starvation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StarvationSettings {
+    /// Parked this long (ms) means starving; omit to turn the age rule off.
+    #[serde(default)]
+    pub max_park_ms: Option<u64>,
+    /// Overtaken this often at the head means starving; omit to turn the rule off.
+    #[serde(default)]
+    pub max_skips: Option<u32>,
+}
+
+/// Where a pool's parked tasks wait.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum QueueSettings {
+    /// In memory (the default): nothing survives the process.
+    #[default]
+    InMemory,
+    /// An embedded file queue (desktop apps).
+    Yaque {
+        /// The queue directory.
+        path: String,
+        /// The stream within it.
+        stream: String,
+    },
+    /// A Postgres table through SeaORM.
+    Postgres {
+        /// The table. Default `pl_queue_jobs`.
+        #[serde(default = "default_queue_table")]
+        table: String,
+        /// The queue within the table. Default: the pool's name.
+        #[serde(default)]
+        queue_name: Option<String>,
+    },
+    /// PGMQ queues (one per priority level).
+    PostgresPgmq {
+        /// The queue name prefix.
+        queue_name: String,
+    },
+}
+
+impl QueueSettings {
+    /// The `type` value, as written in files.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            QueueSettings::InMemory => "in_memory",
+            QueueSettings::Yaque { .. } => "yaque",
+            QueueSettings::Postgres { .. } => "postgres",
+            QueueSettings::PostgresPgmq { .. } => "postgres_pgmq",
+        }
+    }
+}
+
+fn default_queue_table() -> String {
+    "pl_queue_jobs".into()
+}
+
+/// Where a pool's results wait, and who hears about them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MailboxSettings {
+    /// The storage. Default: in memory.
+    #[serde(default)]
+    pub storage: StorageSettings,
+    /// A webhook called on every terminal state.
+    #[serde(default)]
+    pub notifier: Option<NotifierSettings>,
+    /// How long uncollected results are kept, seconds. Default 3,600.
+    #[serde(default)]
+    pub retention_secs: Option<u64>,
+}
+
+/// Result storage.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StorageSettings {
+    /// In memory (the default).
+    InMemory {
+        /// Results kept at most; the oldest uncollected one goes first. Default 100,000.
+        #[serde(default)]
+        max_messages: Option<usize>,
+    },
+    /// A Postgres table through SeaORM.
+    Postgres {
+        /// The table. Default `pl_mailbox_messages`.
+        #[serde(default = "default_mailbox_table")]
+        table: String,
+    },
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        StorageSettings::InMemory { max_messages: None }
+    }
+}
+
+impl StorageSettings {
+    /// The `type` value, as written in files.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            StorageSettings::InMemory { .. } => "in_memory",
+            StorageSettings::Postgres { .. } => "postgres",
+        }
+    }
+}
+
+fn default_mailbox_table() -> String {
+    "pl_mailbox_messages".into()
+}
+
+/// A webhook for terminal events.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NotifierSettings {
+    /// POST JSON to a URL.
+    Http {
+        /// The endpoint (`http://` or `https://`).
+        base_url: String,
+        /// An `Authorization` header value; never logged.
+        #[serde(default)]
+        auth_header: Option<Secret>,
+        /// A key to sign bodies with (HMAC-SHA256); never logged.
+        #[serde(default)]
+        hmac_secret: Option<Secret>,
+        /// Per-request timeout, ms. Default 5,000.
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        /// Retries after the first attempt. Default 5.
+        #[serde(default)]
+        max_retries: Option<u32>,
+    },
+}
+
+impl SchedulerConfig {
+    /// Reads a configuration file; `.json` is JSON, `.yaml` / `.yml` YAML.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).map_err(|error| ConfigError::Unreadable {
+                file: shown.clone(),
+                reason: error.to_string(),
+            })
+        };
+        match extension.to_ascii_lowercase().as_str() {
+            "json" => Self::from_json_str(&read(path)?),
+            "yaml" | "yml" => Self::from_yaml_str(&read(path)?),
+            _ => Err(ConfigError::UnknownFormat { file: shown }),
+        }
+    }
+
+    /// Parses and validates JSON.
+    pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
+        let value = serde_json::from_str(text).map_err(|error| ConfigError::Syntax {
+            format: "JSON",
+            reason: error.to_string(),
+        })?;
+        Self::from_value(value)
+    }
+
+    /// Parses and validates YAML.
+    pub fn from_yaml_str(text: &str) -> Result<Self, ConfigError> {
+        let value = serde_saphyr::from_str(text).map_err(|error| ConfigError::Syntax {
+            format: "YAML",
+            reason: error.to_string(),
+        })?;
+        Self::from_value(value)
+    }
+
+    /// Deserializes an already parsed document, replaces its `${NAME}` references and
+    /// validates it.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, ConfigError> {
+        let config: Self = serde_path_to_error::deserialize(value).map_err(|error| {
+            ConfigError::invalid(
+                render_path(&error.path().to_string()),
+                error.inner().to_string(),
+            )
+        })?;
+        let config = config.with_environment()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The same configuration with every `${NAME}` reference replaced (the loaders do this;
+    /// a configuration deserialized some other way gets it when pools are built). Fields that
+    /// may hold references: `database_url`, a yaque queue's `path`, a notifier's `base_url`,
+    /// `auth_header` and `hmac_secret`.
+    pub fn with_environment(mut self) -> Result<Self, ConfigError> {
+        if let Some(url) = &mut self.database_url {
+            expand_secret("database_url", url)?;
+        }
+        for (name, pool) in &mut self.pools {
+            if let QueueSettings::Yaque { path, .. } = &mut pool.queue {
+                expand_field(&format!("pools.{name}.queue.path"), path)?;
+            }
+            if let Some(NotifierSettings::Http {
+                base_url,
+                auth_header,
+                hmac_secret,
+                ..
+            }) = &mut pool.mailbox.notifier
+            {
+                let at = format!("pools.{name}.mailbox.notifier");
+                expand_field(&format!("{at}.base_url"), base_url)?;
+                if let Some(header) = auth_header {
+                    expand_secret(&format!("{at}.auth_header"), header)?;
+                }
+                if let Some(secret) = hmac_secret {
+                    expand_secret(&format!("{at}.hmac_secret"), secret)?;
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// The settings of one pool as a [`WorkerPoolConfig`] (the pool must be in `pools`; a
+    /// `max_units` of `"auto"` is resolved by the caller).
+    pub fn worker_pool_config(&self, name: &str, max_units: u32) -> Option<WorkerPoolConfig> {
+        let pool = self.pools.get(name)?;
+        let mut settings = WorkerPoolConfig::new()
+            .with_name(name)
+            .with_capacity(Capacity::uniform(max_units))
+            .with_cpu_pinning(pool.pin_to_cpus)
+            .with_retention(Some(Duration::from_secs(
+                pool.mailbox.retention_secs.unwrap_or(3_600),
+            )));
+        if let Some(workers) = pool.worker_threads {
+            settings = settings.with_worker_count(workers);
+        }
+        if let Some(stack) = pool.thread_stack_size {
+            settings = settings.with_thread_stack_size(stack);
+        }
+        if let Some(depth) = pool.max_queue_depth {
+            settings = settings.with_max_queue_depth(depth);
+        }
+        if let Some(timeout) = pool.timeout() {
+            settings.timeout = Some(timeout);
+        }
+        if let Some(starvation) = pool.starvation {
+            settings = settings.with_starvation(StarvationGuard {
+                max_park_ms: starvation.max_park_ms,
+                max_skips: starvation.max_skips,
+            });
+        }
+        Some(settings)
+    }
+}
+
+impl PoolSettings {
+    /// The default execution timeout, from whichever of the two fields is set.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.default_timeout_ms
+            .map(Duration::from_millis)
+            .or(self.default_timeout_secs.map(Duration::from_secs))
+    }
+}
+
+/// `serde_path_to_error` writes the document root as `.`.
+fn render_path(path: &str) -> String {
+    match path {
+        "." | "" => "(document)".into(),
+        path => path.into(),
+    }
+}

@@ -1,0 +1,211 @@
+//! The settings of one pool: the [`WorkerPoolConfig`] builder and the seed's [`PoolConfig`].
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::{Capacity, PoolError, PoolLimits, StarvationGuard};
+use prometheus_parking_lot_actors::supervisor::RestartPolicy;
+use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings};
+
+/// How long a dropped pool lets running tasks finish.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(30);
+
+/// Settings of one pool, built by chaining `with_*` calls.
+///
+/// ```
+/// use prometheus_parking_lot::config::WorkerPoolConfig;
+///
+/// let config = WorkerPoolConfig::new()
+///     .with_worker_count(4)
+///     .with_max_units(16_384)
+///     .with_max_queue_depth(1_000)
+///     .with_timeout_ms(120_000)
+///     .with_thread_stack_size(2 * 1024 * 1024);
+/// assert_eq!(config.worker_count, 4);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerPoolConfig {
+    /// The pool's name (thread names, logs).
+    pub name: String,
+    /// Worker threads, and so tasks running at once. Default: the number of CPUs.
+    pub worker_count: usize,
+    /// Units of every resource kind (see [`Capacity`] to size kinds differently).
+    pub capacity: Capacity,
+    /// Parked tasks allowed before `QueueFull`. Default 1,024.
+    pub max_queue_depth: usize,
+    /// Default execution timeout. Default: none.
+    pub timeout: Option<Duration>,
+    /// Worker thread stack size in bytes. Default 2 MiB.
+    pub thread_stack_size: usize,
+    /// Pin worker `n` to CPU `n` (Linux). Default off.
+    pub pin_to_cpus: bool,
+    /// When a parked task is reserved against starvation.
+    pub starvation: StarvationGuard,
+    /// How often workers may be restarted before the pool gives up.
+    pub restart: RestartPolicy,
+    /// How long uncollected results are kept. Default one hour.
+    pub retention: Option<Duration>,
+    /// How long a dropped pool lets running tasks finish.
+    pub drain_on_drop: Duration,
+}
+
+impl Default for WorkerPoolConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorkerPoolConfig {
+    /// Defaults: one worker per CPU, 1,024 units, queue depth 1,024, no timeout.
+    pub fn new() -> Self {
+        Self {
+            name: "pool".into(),
+            worker_count: default_worker_count(),
+            capacity: Capacity::uniform(1_024),
+            max_queue_depth: 1_024,
+            timeout: None,
+            thread_stack_size: 2 * 1024 * 1024,
+            pin_to_cpus: false,
+            starvation: StarvationGuard::default(),
+            restart: RestartPolicy::default(),
+            retention: Some(Duration::from_secs(3_600)),
+            drain_on_drop: DEFAULT_DRAIN,
+        }
+    }
+
+    /// The pool's name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Worker threads.
+    pub fn with_worker_count(mut self, worker_count: usize) -> Self {
+        self.worker_count = worker_count;
+        self
+    }
+
+    /// Units of every resource kind.
+    pub fn with_max_units(mut self, max_units: u32) -> Self {
+        self.capacity = Capacity::uniform(max_units);
+        self
+    }
+
+    /// Units per resource kind.
+    pub fn with_capacity(mut self, capacity: Capacity) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Parked tasks allowed.
+    pub fn with_max_queue_depth(mut self, max_queue_depth: usize) -> Self {
+        self.max_queue_depth = max_queue_depth;
+        self
+    }
+
+    /// Default execution timeout in milliseconds.
+    pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout = Some(Duration::from_millis(timeout_ms));
+        self
+    }
+
+    /// Worker thread stack size in bytes.
+    pub fn with_thread_stack_size(mut self, thread_stack_size: usize) -> Self {
+        self.thread_stack_size = thread_stack_size;
+        self
+    }
+
+    /// Pin workers to CPUs.
+    pub fn with_cpu_pinning(mut self, pin_to_cpus: bool) -> Self {
+        self.pin_to_cpus = pin_to_cpus;
+        self
+    }
+
+    /// The starvation guard.
+    pub fn with_starvation(mut self, starvation: StarvationGuard) -> Self {
+        self.starvation = starvation;
+        self
+    }
+
+    /// The worker restart policy.
+    pub fn with_restart_policy(mut self, restart: RestartPolicy) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// How long uncollected results are kept (`None`: until taken).
+    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The parking-lot limits these settings describe.
+    pub fn limits(&self) -> PoolLimits {
+        PoolLimits {
+            capacity: self.capacity,
+            worker_slots: self.worker_count,
+            max_queue_depth: self.max_queue_depth,
+            starvation: self.starvation,
+        }
+    }
+
+    /// The worker thread settings these settings describe.
+    pub fn worker_settings(&self) -> WorkerSettings {
+        WorkerSettings {
+            count: self.worker_count,
+            stack_size: Some(self.thread_stack_size),
+            pin_to_cpus: self.pin_to_cpus,
+        }
+    }
+}
+
+/// A pool's settings in the shape configuration files and the seed API use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolConfig {
+    /// Dedicated worker threads. Default: the number of CPUs.
+    pub worker_threads: usize,
+    /// Stack size per worker thread in bytes. Default 2 MiB.
+    pub thread_stack_size: usize,
+    /// Resource units (GPU blocks, MiB of VRAM...) per resource kind.
+    pub max_units: usize,
+    /// Parked tasks allowed before `QueueFull`.
+    pub max_queue_depth: usize,
+    /// Default execution timeout in milliseconds; 0 means none.
+    pub default_timeout_ms: u64,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            worker_threads: default_worker_count(),
+            thread_stack_size: 2 * 1024 * 1024,
+            max_units: 1_024,
+            max_queue_depth: 1_024,
+            default_timeout_ms: 0,
+        }
+    }
+}
+
+impl TryFrom<PoolConfig> for WorkerPoolConfig {
+    type Error = PoolError;
+
+    fn try_from(config: PoolConfig) -> Result<Self, PoolError> {
+        let max_units = u32::try_from(config.max_units).map_err(|_| {
+            PoolError::InvalidConfig(format!(
+                "max_units is {}; at most {} are allowed",
+                config.max_units,
+                u32::MAX
+            ))
+        })?;
+        let mut settings = WorkerPoolConfig::new()
+            .with_worker_count(config.worker_threads)
+            .with_max_units(max_units)
+            .with_max_queue_depth(config.max_queue_depth)
+            .with_thread_stack_size(config.thread_stack_size);
+        if config.default_timeout_ms > 0 {
+            settings = settings.with_timeout_ms(config.default_timeout_ms);
+        }
+        Ok(settings)
+    }
+}

@@ -1,0 +1,280 @@
+//! Configuration files: the seed's shapes parse as written, the shipped files load, every
+//! validation rule answers with an error naming the field, secrets stay out of `Debug`, and
+//! a loaded configuration builds running pools.
+
+use std::time::Duration;
+
+use prometheus_parking_lot::config::{MaxUnits, NotifierSettings, QueueSettings, StorageSettings};
+use prometheus_parking_lot::*;
+
+fn fixture(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).expect("fixture")
+}
+
+fn shipped(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config")
+        .join(name)
+}
+
+/// A one-pool document around a pool body.
+fn one_pool(body: &str) -> String {
+    format!(r#"{{ "pools": {{ "p": {body} }} }}"#)
+}
+
+#[test]
+fn the_seed_readme_configuration_parses_as_written() {
+    let config = SchedulerConfig::from_json_str(&fixture("seed_readme_pools.json")).unwrap();
+    let tauri = &config.pools["tauri_local_llm"];
+    assert_eq!(tauri.max_units, MaxUnits::Units(8));
+    assert_eq!(
+        tauri.queue,
+        QueueSettings::Yaque {
+            path: "./data/queues".into(),
+            stream: "tauri_llm".into()
+        }
+    );
+    let cloud = &config.pools["llm_inference"];
+    assert_eq!(
+        cloud.queue,
+        QueueSettings::PostgresPgmq {
+            queue_name: "llm_inference".into()
+        }
+    );
+    assert_eq!(
+        cloud.mailbox.storage,
+        StorageSettings::Postgres {
+            table: "pl_mailbox_messages".into()
+        }
+    );
+    assert_eq!(cloud.timeout(), Some(Duration::from_secs(60)));
+    let Some(NotifierSettings::Http {
+        base_url,
+        auth_header,
+        ..
+    }) = &cloud.mailbox.notifier
+    else {
+        panic!("http notifier expected");
+    };
+    assert_eq!(base_url, "https://prometheus-gw.example.com/hooks/mailbox");
+    assert_eq!(
+        auth_header.as_ref().map(|s| s.expose()),
+        Some("Bearer YOUR_TOKEN")
+    );
+}
+
+#[test]
+fn the_seed_deployment_snippets_parse_as_written() {
+    for name in [
+        "seed_local_snippet.json",
+        "seed_tauri_snippet.json",
+        "seed_cloud_snippet.json",
+    ] {
+        let config = SchedulerConfig::from_json_str(&one_pool(&fixture(name)));
+        assert!(config.is_ok(), "{name}: {config:?}");
+    }
+    let config = SchedulerConfig::from_json_str(&fixture("candle_vllm_pools.json")).unwrap();
+    let pool = &config.pools["default"];
+    assert_eq!(
+        (pool.worker_threads, pool.default_timeout_ms),
+        (Some(4), Some(120_000))
+    );
+    assert_eq!(pool.mailbox.retention_secs, Some(3_600));
+}
+
+#[test]
+fn the_shipped_files_load() {
+    let local = SchedulerConfig::from_path(shipped("local.json")).unwrap();
+    assert_eq!(local.pools["local_llm"].max_units, MaxUnits::Units(24));
+    let desktop = SchedulerConfig::from_path(shipped("desktop.yaml")).unwrap();
+    assert!(matches!(
+        desktop.pools["desktop_llm"].queue,
+        QueueSettings::Yaque { .. }
+    ));
+
+    std::env::set_var("PL_WEBHOOK_TOKEN", "s3cr3t-token");
+    std::env::set_var("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let cloud = SchedulerConfig::from_path(shipped("cloud.json")).unwrap();
+    let Some(NotifierSettings::Http {
+        auth_header: Some(header),
+        ..
+    }) = &cloud.pools["llm_inference"].mailbox.notifier
+    else {
+        panic!("http notifier expected");
+    };
+    assert_eq!(header.expose(), "Bearer s3cr3t-token");
+    let shown = format!("{cloud:?}");
+    assert!(
+        !shown.contains("s3cr3t-token") && !shown.contains("postgres://"),
+        "secrets leaked: {shown}"
+    );
+    assert!(shown.contains("Secret(***)"));
+}
+
+#[test]
+fn a_missing_environment_variable_is_named() {
+    let text = one_pool(
+        r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h/x", "auth_header": "Bearer ${PL_TEST_SURELY_UNSET}" } } }"#,
+    );
+    let error = SchedulerConfig::from_json_str(&text)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(error, "pools.p.mailbox.notifier.auth_header: environment variable PL_TEST_SURELY_UNSET is not set");
+}
+
+#[test]
+fn formats_are_chosen_by_extension_and_unreadable_files_named() {
+    let error = SchedulerConfig::from_path("settings.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "settings.toml: unknown configuration format; use a .json, .yaml or .yml file"
+    );
+    let error = SchedulerConfig::from_path("/nonexistent/pools.yaml").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("cannot read /nonexistent/pools.yaml:"),
+        "{error}"
+    );
+    let yaml = SchedulerConfig::from_yaml_str("pools:\n  p:\n    max_units: auto\n").unwrap();
+    assert_eq!(yaml.pools["p"].max_units, MaxUnits::Auto);
+}
+
+/// Every rule, with the exact error it gives.
+#[test]
+fn every_validation_rule_names_the_field_and_what_is_allowed() {
+    let cases: &[(&str, &str)] = &[
+        (r#"{ "pools": {} }"#, "pools: no pool is defined; define at least one"),
+        (r#"{ "pools": { "": {} } }"#, r#"pools.: "" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
+        (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
+        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `queue`, `mailbox`"),
+        (r#"{ "pool": {} }"#, "pool: unknown field `pool`, expected `pools` or `database_url`"),
+        (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is out of range; use 1 to 1024"),
+        (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 1 to 1024"),
+        (&one_pool(r#"{ "thread_stack_size": 1024 }"#), "pools.p.thread_stack_size: 1024 is out of range; use 65536 to 1073741824"),
+        (&one_pool(r#"{ "max_units": 0 }"#), r#"pools.p.max_units: 0 is out of range; use 1 to 4294967295 units, or "auto""#),
+        (&one_pool(r#"{ "max_units": 5000000000 }"#), r#"pools.p.max_units: 5000000000 is out of range; use 1 to 4294967295 units, or "auto""#),
+        (&one_pool(r#"{ "max_units": "lots" }"#), r#"pools.p.max_units: invalid value: string "lots", expected a whole number of units or "auto""#),
+        (&one_pool(r#"{ "max_units": -3 }"#), r#"pools.p.max_units: invalid type: integer `-3`, expected a whole number of units or "auto""#),
+        (&one_pool(r#"{ "max_queue_depth": 0 }"#), "pools.p.max_queue_depth: 0 is out of range; use 1 to 100000000"),
+        (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
+        (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
+        (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),
+        (&one_pool(r#"{ "starvation": { "max_skips": 0 } }"#), "pools.p.starvation.max_skips: 0 is out of range; use 1 to 1000000"),
+        (&one_pool(r#"{ "starvation": { "max_park_ms": 0 } }"#), "pools.p.starvation.max_park_ms: 0 is out of range; use 1 to 86400000"),
+        (&one_pool(r#"{ "queue": { "type": "redis" } }"#), "pools.p.queue.type: unknown variant `redis`, expected one of `in_memory`, `yaque`, `postgres`, `postgres_pgmq`"),
+        (&one_pool(r#"{ "queue": { "type": "yaque", "path": " ", "stream": "s" } }"#), "pools.p.queue.path: is empty; give the directory of the queue files"),
+        (&one_pool(r#"{ "queue": { "type": "yaque", "path": "./q", "stream": "../etc" } }"#), r#"pools.p.queue.stream: "../etc" is not allowed; stream names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
+        (&one_pool(r#"{ "queue": { "type": "postgres", "table": "jobs; DROP TABLE users" } }"#), r#"pools.p.queue.table: "jobs; DROP TABLE users" is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most 63 characters"#),
+        (&one_pool(r#"{ "queue": { "type": "postgres", "queue_name": "1st" } }"#), r#"pools.p.queue.queue_name: "1st" is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most 63 characters"#),
+        (&one_pool(r#"{ "queue": { "type": "postgres_pgmq", "queue_name": "a_name_that_is_far_too_long_for_a_pgmq_queue_name" } }"#), r#"pools.p.queue.queue_name: "a_name_that_is_far_too_long_for_a_pgmq_queue_name" is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most 47 characters"#),
+        (&one_pool(r#"{ "queue": { "type": "postgres_pgmq" } }"#), "pools.p.queue: missing field `queue_name`"),
+        (&one_pool(r#"{ "mailbox": { "storage": { "type": "postgres", "table": "x\"y" } } }"#), r#"pools.p.mailbox.storage.table: "x\"y" is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most 63 characters"#),
+        (&one_pool(r#"{ "mailbox": { "storage": { "type": "in_memory", "max_messages": 0 } } }"#), "pools.p.mailbox.storage.max_messages: 0 is out of range; use 1 to 100000000"),
+        (&one_pool(r#"{ "mailbox": { "retention_secs": 0 } }"#), "pools.p.mailbox.retention_secs: 0 is out of range; use 1 to 31536000"),
+        (&one_pool(r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "ftp://x" } } }"#), r#"pools.p.mailbox.notifier.base_url: "ftp://x" is not a URL; use http://host/path or https://host/path"#),
+        (&one_pool(r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h", "timeout_ms": 0 } } }"#), "pools.p.mailbox.notifier.timeout_ms: 0 is out of range; use 1 to 300000"),
+        (&one_pool(r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h", "max_retries": 1000 } } }"#), "pools.p.mailbox.notifier.max_retries: 1000 is out of range; use 0 to 100"),
+        (&one_pool(r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h", "auth_header": "${bad name}" } } }"#), "pools.p.mailbox.notifier.auth_header: `${bad name}` is not a valid environment variable reference; names are letters, digits and '_'"),
+        (r#"{ "pools": { "a": { "queue": { "type": "postgres_pgmq", "queue_name": "q" } }, "b": { "queue": { "type": "postgres_pgmq", "queue_name": "q" } } } }"#, "pools.b.queue: pool a uses the pgmq queue q already; give each pool its own queue"),
+        (r#"{ "pools": { "a": { "queue": { "type": "yaque", "path": "./q", "stream": "s" } }, "b": { "queue": { "type": "yaque", "path": "./q", "stream": "s" } } } }"#, "pools.b.queue: pool a uses the yaque stream s in ./q already; give each pool its own queue"),
+    ];
+    for (text, expected) in cases {
+        let error = SchedulerConfig::from_json_str(text)
+            .expect_err(text)
+            .to_string();
+        assert_eq!(&error, expected, "for {text}");
+    }
+}
+
+#[test]
+fn syntax_errors_say_which_format_and_where() {
+    let error = SchedulerConfig::from_json_str("{ \"pools\": ")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("not valid JSON: EOF while parsing"),
+        "{error}"
+    );
+    let error = SchedulerConfig::from_yaml_str("pools: [1, 2\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("not valid YAML:") && error.contains("line 1"),
+        "{error}"
+    );
+}
+
+#[derive(Clone)]
+struct Echo;
+
+#[async_trait::async_trait]
+impl TaskExecutor<String, String> for Echo {
+    async fn execute(&self, payload: String, meta: TaskMetadata) -> String {
+        format!("{}:{payload}", meta.id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_configuration_builds_running_pools() {
+    let config = SchedulerConfig::from_path(shipped("local.json")).unwrap();
+    let built = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| Echo,
+        TokioSpawner,
+    )
+    .unwrap();
+    let pool = built.pools.get("local_llm").expect("pool");
+    let stats = pool.stats();
+    assert_eq!((stats.worker_count, stats.total_units), (8, 24));
+    let meta = TaskMetadata::new(3, ResourceCost::gpu_vram(4)).with_priority(Priority::High);
+    let key = pool
+        .submit(ScheduledTask {
+            meta,
+            payload: "hi".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.retrieve(&key, Duration::from_secs(5)).await.unwrap(),
+        "3:hi"
+    );
+    let too_big = TaskMetadata::new(4, ResourceCost::gpu_vram(25));
+    assert_eq!(
+        pool.submit(ScheduledTask {
+            meta: too_big,
+            payload: "x".into()
+        })
+        .await,
+        Err(PoolError::InsufficientResources {
+            needed: 25,
+            available: 24
+        })
+    );
+}
+
+#[test]
+fn a_backend_missing_from_this_build_is_named_with_its_feature() {
+    let config = SchedulerConfig::from_json_str(&fixture("seed_readme_pools.json")).unwrap();
+    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| Echo,
+        TokioSpawner,
+    )
+    .err()
+    .expect("no durable backends in this build");
+    assert_eq!(
+        error,
+        PoolError::InvalidConfig(
+            "pools.llm_inference.queue.type: the postgres_pgmq queue is not available in this build of \
+             prometheus_parking_lot (it needs the cargo feature `pgmq`); available here: the in_memory \
+             queue and mailbox and a number for max_units"
+                .into()
+        )
+    );
+}
