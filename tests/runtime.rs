@@ -301,7 +301,9 @@ async fn restart_intensity_past_its_bound_escalates_with_a_clear_error() {
                 break;
             }
             Ok(key) => {
-                let _ = lab.pool.retrieve_async(&key, WAIT).await;
+                // It may be sent to a worker that is gone for good: it must end, not hang.
+                let outcome = lab.pool.retrieve_async(&key, Duration::from_secs(3)).await;
+                assert_ne!(outcome, Err(PoolError::Timeout), "a task was stranded");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -312,6 +314,7 @@ async fn restart_intensity_past_its_bound_escalates_with_a_clear_error() {
         }
         other => panic!("expected an escalation, got {other:?}"),
     }
+    eventually("no stranded capacity", || lab.pool.stats().used_units == 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

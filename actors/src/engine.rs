@@ -174,6 +174,7 @@ where
         policy: spec.restart,
         restarts: Arc::new(Default::default()),
         escalate: escalate.clone(),
+        lost: None,
     };
 
     let mailbox_state = MailboxState {
@@ -253,6 +254,13 @@ where
         });
         let mut worker = child(&format!("worker-{index}"), start, true);
         worker.restarts = counters.worker_restarts.clone();
+        let scheduler = scheduler.clone();
+        worker.lost = Some(Arc::new(move |reason| {
+            let _ = scheduler.send_message(SchedulerMsg::WorkerLost {
+                worker: index,
+                reason,
+            });
+        }));
         supervise(supervisor, worker).await?;
     }
 

@@ -68,6 +68,17 @@ pub struct ChildSpec {
     pub restarts: Arc<AtomicU64>,
     /// Tells the pool it escalated.
     pub escalate: Escalate,
+    /// For a restartable child: tells the pool this child failed and will not come back
+    /// (the pool escalated, or its restart failed), so work sent its way must be failed.
+    pub lost: Option<Escalate>,
+}
+
+impl ChildSpec {
+    fn report_lost(&self, reason: &str) {
+        if let Some(lost) = &self.lost {
+            lost(reason.to_owned());
+        }
+    }
 }
 
 /// Messages the supervisor handles.
@@ -188,6 +199,7 @@ impl SupervisorState {
         error: String,
     ) {
         if self.escalated.contains(&spec.pool) {
+            spec.report_lost(&error);
             return;
         }
         if !spec.restartable {
@@ -199,7 +211,8 @@ impl SupervisorState {
             return;
         }
         if let Some(message) = self.note_restart(&spec) {
-            self.escalate(&spec, message);
+            self.escalate(&spec, message.clone());
+            spec.report_lost(&message);
             return;
         }
         tracing::debug!(pool = %spec.pool, role = %spec.role, %error, "restarting child");
@@ -213,7 +226,8 @@ impl SupervisorState {
                     "{}: could not restart {}: {start_error}",
                     spec.pool, spec.role
                 );
-                self.escalate(&spec, message);
+                self.escalate(&spec, message.clone());
+                spec.report_lost(&message);
             }
         }
     }

@@ -105,6 +105,14 @@ pub enum SchedulerMsg<P, R> {
         /// Why.
         reason: String,
     },
+    /// A worker failed and will not be restarted (from the supervisor): retire it, and fail the
+    /// task waiting in its channel, if any (it can never have started).
+    WorkerLost {
+        /// The worker.
+        worker: usize,
+        /// Why it is gone.
+        reason: String,
+    },
     /// Time-driven work is due: deadlines, starvation aging, the execution watchdog.
     Tick,
     /// The supervisor gave up on the pool.
@@ -177,6 +185,8 @@ enum JobEnd {
     Ran { worker: usize },
     /// The job never reached its worker (the claim failed, or the channel was closed).
     NotSent,
+    /// The job sits in the channel of a worker that is gone for good: it never ran.
+    Lost,
 }
 
 /// What a started task's job needs.
@@ -214,6 +224,8 @@ struct Workers<P> {
     idle: Vec<usize>,
     /// `is_idle[i]`: whether worker `i` is in `idle`; guards against freeing a worker twice.
     is_idle: Vec<bool>,
+    /// `lost[i]`: worker `i` failed and will not be restarted; it is never handed work again.
+    lost: Vec<bool>,
 }
 
 impl<P> Workers<P> {
@@ -224,6 +236,7 @@ impl<P> Workers<P> {
             senders,
             idle: (0..count).rev().collect(),
             is_idle: vec![true; count],
+            lost: vec![false; count],
         }
     }
 
@@ -237,6 +250,9 @@ impl<P> Workers<P> {
     /// Makes a busy worker idle again. Freeing an idle or unknown worker is a bug: logged and
     /// ignored, so a worker is never handed two jobs at once.
     fn release(&mut self, pool: &str, worker: usize) {
+        if self.lost.get(worker) == Some(&true) {
+            return;
+        }
         match self.is_idle.get_mut(worker) {
             Some(idle @ false) => {
                 *idle = true;
@@ -244,6 +260,15 @@ impl<P> Workers<P> {
             }
             Some(true) => tracing::error!(pool, worker, "bug: a worker was freed twice"),
             None => tracing::error!(pool, worker, "bug: freed a worker that does not exist"),
+        }
+    }
+
+    /// Retires a worker that will not come back.
+    fn retire(&mut self, worker: usize) {
+        if let Some(lost) = self.lost.get_mut(worker) {
+            *lost = true;
+            self.idle.retain(|&idle| idle != worker);
+            self.is_idle[worker] = false;
         }
     }
 
@@ -368,6 +393,7 @@ where
                 state.tick(now);
             }
             SchedulerMsg::Escalated { reason } => state.escalated(reason, now),
+            SchedulerMsg::WorkerLost { worker, reason } => state.worker_lost(worker, reason, now),
             SchedulerMsg::Shutdown { drain, reply } => state.shutdown(&myself, drain, reply),
             SchedulerMsg::DrainDeadline => state.drain_deadline(),
         }
@@ -587,9 +613,10 @@ where
             match end {
                 JobEnd::Ran { worker } => debug_assert_eq!(worker, run.worker),
                 JobEnd::NotSent => self.workers.release(&self.pool, run.worker),
+                JobEnd::Lost => {}
             }
         }
-        let claimed = matches!(end, JobEnd::Ran { .. });
+        let claimed = matches!(end, JobEnd::Ran { .. } | JobEnd::Lost);
         if live.from_queue && claimed {
             let message = match &outcome {
                 Ok(_) => QueueMsg::Complete { id },
@@ -679,6 +706,22 @@ where
         let key = live.key.clone();
         self.deliver(key, id, Err(outcome), now);
         true
+    }
+
+    fn worker_lost(&mut self, worker: usize, reason: String, now: u64) {
+        self.workers.retire(worker);
+        let stranded = self.tasks.iter().find_map(|(&id, live)| {
+            live.run
+                .as_ref()
+                .is_some_and(|run| run.worker == worker)
+                .then_some(id)
+        });
+        if let Some(id) = stranded {
+            let outcome = Err(PoolError::Failed(format!("its worker is gone: {reason}")));
+            let started = self.end_task(id, outcome, JobEnd::Lost, now);
+            self.start_parked(started, now);
+        }
+        self.finish_drain_if_idle();
     }
 
     fn escalated(&mut self, reason: String, now: u64) {
@@ -856,6 +899,17 @@ mod tests {
         workers.release("pool", 7);
         let taken: Vec<usize> = std::iter::from_fn(|| workers.take_idle()).collect();
         assert_eq!(taken, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_retired_worker_is_never_handed_out_again() {
+        let mut workers = workers(3);
+        let busy = workers.take_idle().unwrap();
+        workers.retire(busy);
+        workers.release("pool", busy);
+        workers.retire(2);
+        let taken: Vec<usize> = std::iter::from_fn(|| workers.take_idle()).collect();
+        assert_eq!(taken, vec![1]);
     }
 
     #[test]
