@@ -11,12 +11,13 @@ use prometheus_parking_lot::actors::{
     spawn_supervisor, start_pool, PoolSpec, SchedulerMsg, SubmitOptions,
 };
 use prometheus_parking_lot::core::{
-    PoolError, ScheduledTask, TaskMetadata, WorkerExecutor, WorkerPool,
+    FitQuery, PoolError, QueueCounts, QueueError, ResourcePool, ScheduledTask, TaskMetadata,
+    TaskQueue, WorkerExecutor, WorkerPool,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::clock::now_ms;
-use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
+use prometheus_parking_lot::util::serde::{Priority, ResourceCost, TaskId};
 use prometheus_parking_lot::{PoolLimits, RestartPolicy, TaskExecutor};
 use support::{eventually, gpu, settings, Job, LabPool};
 
@@ -575,4 +576,114 @@ async fn the_actor_api_submits_with_a_reply_port() {
     assert_eq!(pool.retrieve(&key, WAIT).await, Ok(42));
     pool.shutdown(Duration::from_secs(1)).await.unwrap();
     supervisor.stop(None);
+}
+
+/// An in-memory queue that yields before every operation, as a backend doing I/O would.
+struct SlowQueue(InMemoryQueue<u64>);
+
+#[async_trait::async_trait]
+impl TaskQueue<u64> for SlowQueue {
+    fn backend(&self) -> &'static str {
+        "slow"
+    }
+    fn is_durable(&self) -> bool {
+        false
+    }
+    async fn park(&self, task: ScheduledTask<u64>) -> Result<(), QueueError> {
+        tokio::task::yield_now().await;
+        self.0.park(task).await
+    }
+    async fn claim(&self, id: TaskId) -> Result<Option<ScheduledTask<u64>>, QueueError> {
+        tokio::task::yield_now().await;
+        self.0.claim(id).await
+    }
+    async fn claim_best_fit(
+        &self,
+        query: &FitQuery,
+    ) -> Result<Option<ScheduledTask<u64>>, QueueError> {
+        tokio::task::yield_now().await;
+        self.0.claim_best_fit(query).await
+    }
+    async fn complete(&self, id: TaskId) -> Result<(), QueueError> {
+        tokio::task::yield_now().await;
+        self.0.complete(id).await
+    }
+    async fn fail(&self, id: TaskId, reason: &str) -> Result<(), QueueError> {
+        tokio::task::yield_now().await;
+        self.0.fail(id, reason).await
+    }
+    async fn release(&self, task: ScheduledTask<u64>) -> Result<(), QueueError> {
+        self.0.release(task).await
+    }
+    async fn remove(&self, id: TaskId) -> Result<Option<ScheduledTask<u64>>, QueueError> {
+        tokio::task::yield_now().await;
+        self.0.remove(id).await
+    }
+    async fn expire(&self, now_ms: u64) -> Result<Vec<TaskId>, QueueError> {
+        self.0.expire(now_ms).await
+    }
+    async fn counts(&self) -> Result<QueueCounts, QueueError> {
+        self.0.counts().await
+    }
+}
+
+/// Sleeps for the payload's milliseconds, returns it.
+#[derive(Clone)]
+struct Nap;
+
+#[async_trait::async_trait]
+impl TaskExecutor<u64, u64> for Nap {
+    async fn execute(&self, ms: u64, _meta: TaskMetadata) -> u64 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        ms
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_backend_that_awaits_serves_parking_cancel_and_expiry() {
+    let settings = settings("slow-queue", 1, 4);
+    let queue = Box::new(SlowQueue(InMemoryQueue::new()));
+    let pool = ResourcePool::with_settings(
+        settings,
+        Nap,
+        queue,
+        std::sync::Arc::new(InMemoryMailbox::new()),
+        &prometheus_parking_lot::TokioSpawner,
+    )
+    .unwrap();
+    let task = |id: u64, ms: u64, priority| ScheduledTask::new(gpu(id, priority, 4), ms);
+    let blocker = pool.submit(task(1, 200, Priority::Normal)).await.unwrap();
+    let low = pool.submit(task(2, 1, Priority::Low)).await.unwrap();
+    let high = pool.submit(task(3, 1, Priority::High)).await.unwrap();
+    let cancelled = pool.submit(task(4, 1, Priority::Normal)).await.unwrap();
+    let expiring = pool
+        .submit(ScheduledTask::new(
+            gpu(5, Priority::Critical, 4).with_deadline_ms(now_ms() + 50),
+            1,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(pool.stats().queued_tasks, 4);
+    pool.cancel(4).await.unwrap();
+    assert_eq!(
+        pool.retrieve(&cancelled, WAIT).await,
+        Err(PoolError::Cancelled)
+    );
+    assert_eq!(
+        pool.retrieve(&expiring, WAIT).await,
+        Err(PoolError::Expired)
+    );
+    assert_eq!(pool.retrieve(&blocker, WAIT).await, Ok(200));
+    assert_eq!(pool.retrieve(&high, WAIT).await, Ok(1));
+    assert_eq!(pool.retrieve(&low, WAIT).await, Ok(1));
+    eventually("idle", || pool.stats().used_units == 0).await;
+    let stats = pool.stats();
+    assert_eq!(
+        (
+            stats.completed_tasks,
+            stats.cancelled_tasks,
+            stats.expired_tasks
+        ),
+        (3, 1, 1)
+    );
 }
