@@ -183,13 +183,10 @@ where
         notifiers: spec.notifiers,
         retention: spec.retention,
     };
-    let mailbox: ActorRef<MailboxMsg<R>> = supervise(
-        supervisor,
-        child(
-            "mailbox",
-            start_once(MailboxActor::<R>::default, mailbox_state),
-            false,
-        ),
+    let once = |role, start| supervise(supervisor, child(role, start, false));
+    let mailbox: ActorRef<MailboxMsg<R>> = once(
+        "mailbox",
+        start_once(MailboxActor::<R>::default, mailbox_state),
     )
     .await?
     .into();
@@ -200,13 +197,9 @@ where
         jobs: jobs.clone(),
         scheduler: scheduler_slot.clone(),
     };
-    let queue: ActorRef<QueueMsg<P>> = supervise(
-        supervisor,
-        child(
-            "queue",
-            start_once(QueueActor::<P, R>::default, queue_state),
-            false,
-        ),
+    let queue: ActorRef<QueueMsg<P>> = once(
+        "queue",
+        start_once(QueueActor::<P, R>::default, queue_state),
     )
     .await?
     .into();
@@ -221,13 +214,9 @@ where
         mailbox,
         counters: counters.clone(),
     };
-    let scheduler: ActorRef<SchedulerMsg<P, R>> = supervise(
-        supervisor,
-        child(
-            "scheduler",
-            start_once(SchedulerActor::<P, R>::default, scheduler_args),
-            false,
-        ),
+    let scheduler: ActorRef<SchedulerMsg<P, R>> = once(
+        "scheduler",
+        start_once(SchedulerActor::<P, R>::default, scheduler_args),
     )
     .await?
     .into();
