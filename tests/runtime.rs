@@ -687,3 +687,27 @@ async fn a_queue_backend_that_awaits_serves_parking_cancel_and_expiry() {
         (3, 1, 1)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncollected_results_are_dropped_after_the_retention_period() {
+    let config = settings("retention", 1, 4).with_retention(Some(Duration::from_secs(1)));
+    let lab = LabPool::new(config);
+    let forgotten = lab
+        .pool
+        .submit_async(Job::Quick, gpu(1, Priority::Normal, 1))
+        .await
+        .unwrap();
+    eventually("task done", || lab.pool.stats().completed_tasks == 1).await;
+    let collected = lab
+        .pool
+        .submit_async(Job::Quick, gpu(2, Priority::Normal, 1))
+        .await
+        .unwrap();
+    assert_eq!(lab.pool.retrieve_async(&collected, WAIT).await, Ok(2));
+    // The cleaner sweeps every second: within three the forgotten result is gone.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(
+        lab.pool.client().try_retrieve(&forgotten).await,
+        Err(PoolError::ResultNotFound)
+    );
+}
