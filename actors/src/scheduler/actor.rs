@@ -21,7 +21,10 @@
 //!   like its capacity: the thread is still busy) or when the job never reached it
 //!   (`ClaimFailed`, a closed channel). Because the core's worker slots equal the number of
 //!   workers and every running task holds one slot, an idle worker exists whenever the core
-//!   starts a task; if none does, that is a bug, and the task fails instead of starting.
+//!   starts a task; if none does, that is a bug, and the task fails instead of starting;
+//! - a worker the supervisor reports lost (it will not be restarted) is retired: never idle
+//!   again. A task waiting in its channel can never have started (the thread sent its last
+//!   `Finished` before dying), so it is failed and its capacity released.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::marker::PhantomData;
