@@ -161,18 +161,6 @@ pub enum QueueSettings {
     },
 }
 
-impl QueueSettings {
-    /// The `type` value, as written in files.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            QueueSettings::InMemory => "in_memory",
-            QueueSettings::Yaque { .. } => "yaque",
-            QueueSettings::Postgres { .. } => "postgres",
-            QueueSettings::PostgresPgmq { .. } => "postgres_pgmq",
-        }
-    }
-}
-
 fn default_queue_table() -> String {
     "pl_queue_jobs".into()
 }
@@ -213,16 +201,6 @@ pub enum StorageSettings {
 impl Default for StorageSettings {
     fn default() -> Self {
         StorageSettings::InMemory { max_messages: None }
-    }
-}
-
-impl StorageSettings {
-    /// The `type` value, as written in files.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            StorageSettings::InMemory { .. } => "in_memory",
-            StorageSettings::Postgres { .. } => "postgres",
-        }
     }
 }
 

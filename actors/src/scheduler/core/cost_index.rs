@@ -157,12 +157,6 @@ impl CostIndex {
         min_key(best, self.nodes[node].best)
     }
 
-    /// Bytes of heap this index holds, not counting the ordered sets' nodes (which the
-    /// benchmark measures with a counting allocator).
-    pub fn node_bytes(&self) -> usize {
-        self.nodes.capacity() * std::mem::size_of::<Node>()
-    }
-
     fn lower_best(&mut self, node: usize, key: RankKey) {
         let best = &mut self.nodes[node].best;
         if best.is_none_or(|current| key < current) {

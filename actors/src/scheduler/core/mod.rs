@@ -236,11 +236,6 @@ impl ParkingLot {
         self.starving.first().map(RankKey::id)
     }
 
-    /// The rank of a parked task.
-    pub fn rank_of(&self, id: TaskId) -> Option<RankKey> {
-        self.parked.get(&id).map(|parked| parked.rank(id))
-    }
-
     /// The earliest time at which [`tick`](Self::tick) has something to do (a deadline to
     /// expire or a task to age into starvation).
     pub fn next_wakeup(&self) -> Option<u64> {

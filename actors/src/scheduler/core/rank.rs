@@ -30,11 +30,6 @@ impl RankKey {
         self.id
     }
 
-    /// The task's priority.
-    pub fn priority(&self) -> Priority {
-        self.urgency.0
-    }
-
     /// Whether `self` ranks ahead of (deserves to start before) `other`.
     pub fn ranks_ahead_of(&self, other: &RankKey) -> bool {
         self < other
