@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot::actors::ractor::rpc::CallResult;
 use prometheus_parking_lot::actors::{
-    spawn_supervisor, start_pool, PoolSpec, SchedulerMsg, SubmitOptions, WorkerSettings,
+    spawn_supervisor, start_pool, PoolSpec, SchedulerRequest, SubmitOptions, WorkerSettings,
 };
 use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskExecutor, TaskMetadata};
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
@@ -47,12 +47,14 @@ async fn main() -> Result<(), PoolError> {
             queue: Box::new(InMemoryQueue::new()),
             mailbox: Arc::new(InMemoryMailbox::new()),
             notifiers: Vec::new(),
+            subscribers: Vec::new(),
             retention: None,
         },
     )
     .await?;
 
-    // The typed protocol: Submit carries the task and a reply port for the admission answer.
+    // The typed protocol (requests only): Submit carries the task and a reply port for the
+    // admission answer.
     let task = ScheduledTask::new(
         TaskMetadata::new(1, ResourceCost::cpu(1)),
         "parking lots for GPUs".to_string(),
@@ -60,7 +62,7 @@ async fn main() -> Result<(), PoolError> {
     let answer = pool
         .scheduler()
         .call(
-            |reply| SchedulerMsg::Submit {
+            |reply| SchedulerRequest::Submit {
                 task,
                 options: SubmitOptions::default(),
                 reply,

@@ -33,3 +33,8 @@ fi
 
 cargo test --workspace --all-features --all-targets
 cargo test --workspace --all-features --doc
+
+# The parker's loom models (actors/tests/loom_parker.rs), in their own target directory so the
+# cfg(loom) build does not throw away the main build cache.
+CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" \
+  cargo test -p prometheus_parking_lot_actors --release --test loom_parker

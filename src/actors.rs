@@ -1,6 +1,10 @@
-//! The actor tree, for callers that want to speak to it directly: spawn a
-//! [`SupervisorActor`], start pools under it with [`start_pool`], and send the scheduler
-//! typed messages such as [`SchedulerMsg::Submit`] with a reply port.
+//! The actor tree, for callers that want to speak to it directly: spawn a supervisor with
+//! [`spawn_supervisor`], start pools under it with [`start_pool`], and send a pool's
+//! scheduler typed [`SchedulerRequest`]s such as `Submit` with a reply port, through the
+//! actor ref [`PoolClient::scheduler`] gives.
+//!
+//! The scheduler's public protocol is requests only (submit, cancel, shutdown, stats); the
+//! events that move capacity are private to the engine.
 //!
 //! See `examples/actor_submit.rs`.
 
@@ -10,13 +14,11 @@ pub use ractor;
 pub use prometheus_parking_lot_actors::engine::{
     spawn_supervisor, start_pool, PoolClient, PoolSpec,
 };
-pub use prometheus_parking_lot_actors::mailbox::actor::{MailboxActor, MailboxMsg};
-pub use prometheus_parking_lot_actors::queue::actor::{QueueActor, QueueMsg};
-pub use prometheus_parking_lot_actors::scheduler::actor::{
-    SchedulerActor, SchedulerMsg, ShutdownReport, SubmitOptions,
+pub use prometheus_parking_lot_actors::scheduler::actor::SchedulerActor;
+pub use prometheus_parking_lot_actors::scheduler::protocol::{
+    SchedulerMsg, SchedulerRequest, ShutdownReport, SubmitOptions,
 };
 pub use prometheus_parking_lot_actors::supervisor::{
     RestartPolicy, SupervisorActor, SupervisorMsg,
 };
-pub use prometheus_parking_lot_actors::worker::actor::{WorkerActor, WorkerMsg};
 pub use prometheus_parking_lot_actors::worker::WorkerSettings;

@@ -31,6 +31,9 @@ pub struct BuiltPools<P, R, E> {
 
 /// Builds and starts every pool of `config`.
 ///
+/// `config` is validated again but used as it is: its `${NAME}` references were replaced
+/// once, when it was loaded (see [`SchedulerConfig::from_value`]).
+///
 /// `mailbox` overrides every pool's configured result storage with one shared mailbox (pass
 /// `None` to use each pool's own). `executor_for` makes each pool's executor from its name.
 /// Each pool's actor tree runs on `spawner`.
@@ -74,7 +77,8 @@ where
     E: TaskExecutor<P, R> + 'static,
     S: Spawn,
 {
-    let config = config.clone().with_environment()?;
+    // The loaders replaced `${NAME}` references already; a value holding `${` now came from
+    // the environment and is kept as it is. Validating again catches a config built in code.
     config.validate()?;
     for (name, pool) in &config.pools {
         check_available(name, pool, context, mailbox.is_some())?;

@@ -24,6 +24,10 @@ enum Op {
     Complete(usize),
     Cancel(usize),
     Tick(u64),
+    /// Give the `n`th running task a watchdog time `in_ms` from now.
+    Watch(usize, u64),
+    /// Retire worker slot `n` (modulo the slots).
+    Retire(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -35,6 +39,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(Op::Complete),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => (1..30u64).prop_map(Op::Tick),
+        1 => (any::<usize>(), 0..40u64).prop_map(|(pick, in_ms)| Op::Watch(pick, in_ms)),
+        1 => (0..8usize).prop_map(Op::Retire),
     ]
 }
 
@@ -58,6 +64,12 @@ struct Model {
     parked: BTreeSet<TaskId>,
     ends: HashMap<TaskId, Vec<End>>,
     admitted: u64,
+    /// Watchdog times given, until reported overdue.
+    watched: HashMap<TaskId, u64>,
+    /// Tasks reported overdue.
+    overdue: BTreeSet<TaskId>,
+    /// Retired slots, and the task each held when retired (it keeps the slot until done).
+    retired: HashMap<usize, Option<TaskId>>,
 }
 
 impl Model {
@@ -77,6 +89,9 @@ impl Model {
             parked: BTreeSet::new(),
             ends: HashMap::new(),
             admitted: 0,
+            watched: HashMap::new(),
+            overdue: BTreeSet::new(),
+            retired: HashMap::new(),
         }
     }
 
@@ -173,11 +188,54 @@ impl Model {
                     assert!(self.parked.remove(id), "expired task {id} was not parked");
                     self.end(*id, End::Expired);
                 }
+                for id in &tick.overdue {
+                    let at = self.watched.remove(id).expect("overdue task was watched");
+                    assert!(at <= self.now, "task {id} overdue before its time");
+                    assert!(
+                        self.running.contains(id),
+                        "overdue task {id} is not running"
+                    );
+                    assert!(self.overdue.insert(*id), "task {id} reported overdue twice");
+                }
                 started = tick.started;
                 self.started(&started);
             }
+            Op::Watch(pick, in_ms) => {
+                if let Some(&id) = self.running.iter().nth(pick % self.running.len().max(1)) {
+                    self.lot.watch(id, self.now + in_ms);
+                    self.watched.insert(id, self.now + in_ms);
+                    self.overdue.remove(&id);
+                }
+            }
+            Op::Retire(worker) => {
+                let worker = worker % self.lot.limits().worker_slots;
+                if !self.retired.contains_key(&worker) {
+                    let holder = self.lot.retire_worker(worker);
+                    assert_eq!(holder, self.lot.task_on(worker));
+                    self.retired.insert(worker, holder);
+                }
+            }
+        }
+        if let Op::Complete(_) | Op::Cancel(_) = op {
+            self.watched.retain(|id, _| self.running.contains(id));
         }
         self.check(&starving_before, &started);
+        self.check_workers();
+    }
+
+    /// Every running task holds a distinct slot; a retired slot holds at most the task it
+    /// held when it was retired; no watched task is past its time after a tick.
+    fn check_workers(&self) {
+        let mut held = BTreeSet::new();
+        for &id in &self.running {
+            let worker = self.lot.worker_of(id).expect("a running task holds a slot");
+            assert!(held.insert(worker), "slot {worker} held twice");
+            if let Some(holder) = self.retired.get(&worker) {
+                assert_eq!(*holder, Some(id), "retired slot {worker} handed out again");
+            }
+        }
+        let live_slots = self.lot.limits().worker_slots - self.retired.len();
+        assert_eq!(self.lot.live_workers(), live_slots);
     }
 
     fn check(&self, starving_before: &[TaskId], started: &[TaskId]) {
@@ -234,8 +292,9 @@ impl Model {
                 );
             }
         }
-        // The drain bound: a starving task cannot outlast the tasks running ahead of it.
-        if self.running.is_empty() {
+        // The drain bound: a starving task cannot outlast the tasks running ahead of it
+        // (while any slot is left to run it: a pool whose slots are all retired escalates).
+        if self.running.is_empty() && self.lot.live_workers() > 0 {
             assert!(
                 self.starving().is_empty(),
                 "pool idle while a reserved task waits"

@@ -8,16 +8,16 @@ use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::actors::ractor::rpc::CallResult;
 use prometheus_parking_lot::actors::{
-    spawn_supervisor, start_pool, PoolSpec, SchedulerMsg, SubmitOptions,
+    spawn_supervisor, start_pool, PoolSpec, SchedulerRequest, SubmitOptions,
 };
 use prometheus_parking_lot::core::{
-    FitQuery, PoolError, QueueCounts, QueueError, ResourcePool, ScheduledTask, TaskMetadata,
-    TaskQueue, WorkerExecutor, WorkerPool,
+    EntryId, PoolError, QueueCounts, QueueError, ResourcePool, ScheduledTask, Settlement,
+    StoredEntry, TaskMetadata, TaskQueue, WorkerExecutor, WorkerPool,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::clock::now_ms;
-use prometheus_parking_lot::util::serde::{Priority, ResourceCost, TaskId};
+use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
 use prometheus_parking_lot::{PoolLimits, RestartPolicy, TaskExecutor};
 use support::{eventually, gpu, settings, Job, LabPool};
 
@@ -334,18 +334,21 @@ async fn cancel_ends_parked_and_running_tasks_and_frees_capacity() {
         .await
         .unwrap();
 
-    lab.pool.cancel(2).await.unwrap();
+    lab.pool.cancel(&parked_key, 2).await.unwrap();
     assert_eq!(
         lab.pool.retrieve_async(&parked_key, WAIT).await,
         Err(PoolError::Cancelled)
     );
-    lab.pool.cancel(1).await.unwrap();
+    lab.pool.cancel(&running_key, 1).await.unwrap();
     assert_eq!(
         lab.pool.retrieve_async(&running_key, WAIT).await,
         Err(PoolError::Cancelled)
     );
     eventually("units released", || lab.pool.stats().used_units == 0).await;
-    assert_eq!(lab.pool.cancel(99).await, Err(PoolError::TaskNotFound(99)));
+    assert_eq!(
+        lab.pool.cancel(&running_key, 99).await,
+        Err(PoolError::TaskNotFound(99))
+    );
     assert_eq!(lab.pool.stats().cancelled_tasks, 2);
 }
 
@@ -553,6 +556,7 @@ async fn the_actor_api_submits_with_a_reply_port() {
         queue: Box::new(InMemoryQueue::new()),
         mailbox: std::sync::Arc::new(InMemoryMailbox::new()),
         notifiers: Vec::new(),
+        subscribers: Vec::new(),
         retention: None,
     };
     let pool = start_pool(&supervisor, spec).await.unwrap();
@@ -560,7 +564,7 @@ async fn the_actor_api_submits_with_a_reply_port() {
     let admitted = pool
         .scheduler()
         .call(
-            |reply| SchedulerMsg::Submit {
+            |reply| SchedulerRequest::Submit {
                 task,
                 options: SubmitOptions::default(),
                 reply,
@@ -578,8 +582,30 @@ async fn the_actor_api_submits_with_a_reply_port() {
     supervisor.stop(None);
 }
 
-/// An in-memory queue that yields before every operation, as a backend doing I/O would.
-struct SlowQueue(InMemoryQueue<u64>);
+/// An in-memory queue that yields before every operation, as a backend doing I/O would, so
+/// the engine drives it through the queue actor. `durable` makes it claim to keep its parked
+/// tasks across pools, which is what a durable backend does across processes.
+struct SlowQueue {
+    inner: std::sync::Arc<InMemoryQueue<u64>>,
+    durable: bool,
+}
+
+impl SlowQueue {
+    fn new() -> Self {
+        Self {
+            inner: std::sync::Arc::new(InMemoryQueue::new()),
+            durable: false,
+        }
+    }
+
+    /// A durable queue over `inner`, which outlives the pools that use it.
+    fn durable(inner: std::sync::Arc<InMemoryQueue<u64>>) -> Self {
+        Self {
+            inner,
+            durable: true,
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl TaskQueue<u64> for SlowQueue {
@@ -587,43 +613,30 @@ impl TaskQueue<u64> for SlowQueue {
         "slow"
     }
     fn is_durable(&self) -> bool {
-        false
+        self.durable
     }
-    async fn park(&self, task: ScheduledTask<u64>) -> Result<(), QueueError> {
+    async fn park(&self, entry: EntryId, task: ScheduledTask<u64>) -> Result<(), QueueError> {
         tokio::task::yield_now().await;
-        self.0.park(task).await
+        self.inner.park(entry, task).await
     }
-    async fn claim(&self, id: TaskId) -> Result<Option<ScheduledTask<u64>>, QueueError> {
+    async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<u64>>, QueueError> {
         tokio::task::yield_now().await;
-        self.0.claim(id).await
+        self.inner.claim(entry).await
     }
-    async fn claim_best_fit(
-        &self,
-        query: &FitQuery,
-    ) -> Result<Option<ScheduledTask<u64>>, QueueError> {
+    async fn settle(&self, entry: EntryId, settlement: Settlement) -> Result<(), QueueError> {
         tokio::task::yield_now().await;
-        self.0.claim_best_fit(query).await
+        self.inner.settle(entry, settlement).await
     }
-    async fn complete(&self, id: TaskId) -> Result<(), QueueError> {
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<u64>>, QueueError> {
         tokio::task::yield_now().await;
-        self.0.complete(id).await
+        self.inner.remove(entry).await
     }
-    async fn fail(&self, id: TaskId, reason: &str) -> Result<(), QueueError> {
+    async fn load_parked(&self) -> Result<Vec<StoredEntry>, QueueError> {
         tokio::task::yield_now().await;
-        self.0.fail(id, reason).await
-    }
-    async fn release(&self, task: ScheduledTask<u64>) -> Result<(), QueueError> {
-        self.0.release(task).await
-    }
-    async fn remove(&self, id: TaskId) -> Result<Option<ScheduledTask<u64>>, QueueError> {
-        tokio::task::yield_now().await;
-        self.0.remove(id).await
-    }
-    async fn expire(&self, now_ms: u64) -> Result<Vec<TaskId>, QueueError> {
-        self.0.expire(now_ms).await
+        self.inner.load_parked().await
     }
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
-        self.0.counts().await
+        self.inner.counts().await
     }
 }
 
@@ -642,7 +655,7 @@ impl TaskExecutor<u64, u64> for Nap {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_backend_that_awaits_serves_parking_cancel_and_expiry() {
     let settings = settings("slow-queue", 1, 4);
-    let queue = Box::new(SlowQueue(InMemoryQueue::new()));
+    let queue = Box::new(SlowQueue::new());
     let pool = ResourcePool::with_settings(
         settings,
         Nap,
@@ -664,7 +677,7 @@ async fn a_queue_backend_that_awaits_serves_parking_cancel_and_expiry() {
         .await
         .unwrap();
     assert_eq!(pool.stats().queued_tasks, 4);
-    pool.cancel(4).await.unwrap();
+    pool.cancel(&cancelled, 4).await.unwrap();
     assert_eq!(
         pool.retrieve(&cancelled, WAIT).await,
         Err(PoolError::Cancelled)
@@ -710,4 +723,47 @@ async fn uncollected_results_are_dropped_after_the_retention_period() {
         lab.pool.client().try_retrieve(&forgotten).await,
         Err(PoolError::ResultNotFound)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_queue_keeps_parked_tasks_at_shutdown_and_the_next_pool_runs_them() {
+    let stored = std::sync::Arc::new(InMemoryQueue::new());
+    let start = |name: &str| {
+        ResourcePool::with_settings(
+            settings(name, 1, 4),
+            Nap,
+            Box::new(SlowQueue::durable(stored.clone())),
+            std::sync::Arc::new(InMemoryMailbox::new()),
+            &prometheus_parking_lot::TokioSpawner,
+        )
+        .unwrap()
+    };
+    let first = start("durable-a");
+    let task = |id: u64, ms: u64, priority| ScheduledTask::new(gpu(id, priority, 4), ms);
+    let running = first.submit(task(1, 300, Priority::Normal)).await.unwrap();
+    for (id, priority) in [
+        (2, Priority::Low),
+        (3, Priority::High),
+        (4, Priority::Normal),
+    ] {
+        first.submit(task(id, 1, priority)).await.unwrap();
+    }
+    assert_eq!(first.stats().queued_tasks, 3);
+    let report = first.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!((report.kept_parked, report.cancelled_parked), (3, 0));
+    assert_eq!(report.finished_running, 1);
+    assert_eq!(first.retrieve(&running, WAIT).await, Ok(300));
+    assert_eq!(
+        stored.counts().await.unwrap(),
+        QueueCounts {
+            parked: 3,
+            claimed: 0
+        }
+    );
+
+    // A new pool on the same queue indexes the kept tasks and runs them in rank order.
+    let second = start("durable-b");
+    eventually("kept tasks ran", || second.stats().completed_tasks == 3).await;
+    assert_eq!(stored.counts().await.unwrap(), QueueCounts::default());
+    second.shutdown(Duration::from_secs(1)).await.unwrap();
 }

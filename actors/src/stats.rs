@@ -1,9 +1,20 @@
-//! Pool statistics, published by the scheduler and read without a message round trip.
+//! Pool statistics, read without a message round trip: counters kept by subscribing to the
+//! scheduler's event stream, and gauges (running, parked, units held) the scheduler
+//! publishes from its core after each batch.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
+use crate::domain::{ResourceKind, TaskStatus};
+use crate::events::{EventSubscriber, TaskEvent, TaskStep};
+
 /// A snapshot of a pool.
+///
+/// `used_units` and `total_units` describe the same resource kind: the pool's *bottleneck*,
+/// the kind whose budget is most used (the kind with the largest budget when the pool is
+/// idle), so `used_units <= total_units` always holds and their ratio is the pool's
+/// utilisation. `used_by_kind` and `total_by_kind` give every kind, indexed by
+/// [`ResourceKind::index`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolStats {
     /// Worker threads the pool is configured with.
@@ -18,11 +29,14 @@ pub struct PoolStats {
     pub active_tasks: usize,
     /// Tasks parked now.
     pub queued_tasks: usize,
-    /// Units held by running tasks, summed over resource kinds.
+    /// Units held by running tasks of the bottleneck kind (see the type's docs).
     pub used_units: u64,
-    /// The pool's capacity: the largest budget of any resource kind (for the usual pool whose
-    /// tasks all use one kind, that kind's capacity).
+    /// The bottleneck kind's budget (see the type's docs).
     pub total_units: u64,
+    /// Units held per kind.
+    pub used_by_kind: [u64; ResourceKind::COUNT],
+    /// Budget per kind.
+    pub total_by_kind: [u64; ResourceKind::COUNT],
     /// Tasks that ran past their execution timeout.
     pub timed_out_tasks: u64,
     /// Parked tasks whose deadline passed.
@@ -31,14 +45,17 @@ pub struct PoolStats {
     pub cancelled_tasks: u64,
     /// Submissions refused (queue full, too large, duplicate id, shutting down).
     pub rejected_tasks: u64,
+    /// Results dropped uncollected because their retention period passed.
+    pub expired_results: u64,
     /// Worker threads restarted after a panic.
     pub worker_restarts: u64,
     /// Worker threads alive right now.
     pub live_worker_threads: usize,
 }
 
-/// The shared counters behind [`PoolStats`]. The scheduler is the only writer of the task
-/// counters; worker threads maintain `live_worker_threads`; the supervisor `worker_restarts`.
+/// The shared counters behind [`PoolStats`]. Task counters follow the scheduler's event
+/// stream; worker threads maintain `live_worker_threads`, the supervisor `worker_restarts`,
+/// the mailbox actor `expired_results`.
 #[derive(Debug, Default)]
 pub struct PoolCounters {
     pub(crate) worker_count: AtomicUsize,
@@ -47,12 +64,13 @@ pub struct PoolCounters {
     pub(crate) failed: AtomicU64,
     pub(crate) active: AtomicUsize,
     pub(crate) queued: AtomicUsize,
-    pub(crate) used_units: AtomicU64,
-    pub(crate) total_units: AtomicU64,
+    pub(crate) used: [AtomicU64; ResourceKind::COUNT],
+    pub(crate) total: [AtomicU64; ResourceKind::COUNT],
     pub(crate) timed_out: AtomicU64,
     pub(crate) expired: AtomicU64,
     pub(crate) cancelled: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    pub(crate) expired_results: AtomicU64,
     /// Shared with the supervisor, which counts the pool's restarts.
     pub(crate) worker_restarts: Arc<AtomicU64>,
     pub(crate) live_threads: AtomicUsize,
@@ -61,26 +79,95 @@ pub struct PoolCounters {
 impl PoolCounters {
     /// Reads every counter.
     pub fn snapshot(&self) -> PoolStats {
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let read = |counter: &AtomicU64| counter.load(Relaxed);
+        let used_by_kind = self.used.each_ref().map(read);
+        let total_by_kind = self.total.each_ref().map(read);
+        let bottleneck = bottleneck(&used_by_kind, &total_by_kind);
         PoolStats {
-            worker_count: self.worker_count.load(Ordering::Relaxed),
+            worker_count: self.worker_count.load(Relaxed),
             submitted_tasks: read(&self.submitted),
             completed_tasks: read(&self.completed),
             failed_tasks: read(&self.failed),
-            active_tasks: self.active.load(Ordering::Relaxed),
-            queued_tasks: self.queued.load(Ordering::Relaxed),
-            used_units: read(&self.used_units),
-            total_units: read(&self.total_units),
+            active_tasks: self.active.load(Relaxed),
+            queued_tasks: self.queued.load(Relaxed),
+            used_units: used_by_kind[bottleneck],
+            total_units: total_by_kind[bottleneck],
+            used_by_kind,
+            total_by_kind,
             timed_out_tasks: read(&self.timed_out),
             expired_tasks: read(&self.expired),
             cancelled_tasks: read(&self.cancelled),
             rejected_tasks: read(&self.rejected),
+            expired_results: read(&self.expired_results),
             worker_restarts: read(&self.worker_restarts),
-            live_worker_threads: self.live_threads.load(Ordering::Relaxed),
+            live_worker_threads: self.live_threads.load(Relaxed),
         }
     }
 
     pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.fetch_add(1, Relaxed);
+    }
+}
+
+/// The kind with the highest `used / total` (ties and an idle pool: the largest budget).
+fn bottleneck(used: &[u64; ResourceKind::COUNT], total: &[u64; ResourceKind::COUNT]) -> usize {
+    (0..ResourceKind::COUNT)
+        .filter(|&kind| total[kind] > 0)
+        .max_by(|&a, &b| {
+            // used[a] / total[a] vs used[b] / total[b], cross-multiplied (no floats, no
+            // overflow: both sides are below 2^64 * 2^32).
+            let left = u128::from(used[a]) * u128::from(total[b]);
+            let right = u128::from(used[b]) * u128::from(total[a]);
+            left.cmp(&right)
+                .then(total[a].cmp(&total[b]))
+                .then(b.cmp(&a))
+        })
+        .unwrap_or(0)
+}
+
+impl EventSubscriber for PoolCounters {
+    fn on_event(&self, event: &TaskEvent<'_>) {
+        match event.step {
+            TaskStep::Admitted => Self::bump(&self.submitted),
+            TaskStep::Parked | TaskStep::Started => {}
+            TaskStep::Refused => Self::bump(&self.rejected),
+            TaskStep::Ended(status) => Self::bump(match status {
+                TaskStatus::Completed => &self.completed,
+                TaskStatus::Expired => &self.expired,
+                TaskStatus::TimedOut => &self.timed_out,
+                TaskStatus::Cancelled => &self.cancelled,
+                TaskStatus::Rejected(_) => &self.rejected,
+                TaskStatus::Failed(_) | TaskStatus::Parked | TaskStatus::Running => &self.failed,
+            }),
+        }
+    }
+}
+
+impl PoolCounters {
+    /// Publishes the gauges the scheduler reads from its core after each batch of events.
+    pub(crate) fn publish_gauges(
+        &self,
+        running: usize,
+        parked: usize,
+        used: [u32; ResourceKind::COUNT],
+    ) {
+        self.active.store(running, Relaxed);
+        self.queued.store(parked, Relaxed);
+        for (gauge, units) in self.used.iter().zip(used) {
+            gauge.store(u64::from(units), Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bottleneck;
+
+    #[test]
+    fn the_bottleneck_is_the_most_used_kind_and_the_largest_when_idle() {
+        assert_eq!(bottleneck(&[0, 0, 0, 0], &[4, 24, 0, 0]), 1);
+        assert_eq!(bottleneck(&[4, 10, 0, 0], &[4, 24, 0, 0]), 0);
+        assert_eq!(bottleneck(&[10, 10, 10, 10], &[10, 10, 10, 10]), 0);
+        assert_eq!(bottleneck(&[0; 4], &[0; 4]), 0);
     }
 }

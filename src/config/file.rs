@@ -1,9 +1,11 @@
 //! The configuration file: every pool of a deployment, in JSON or YAML.
 //!
-//! Both formats are read into one JSON value first, then deserialized with the path of every
-//! field tracked, then validated (see [`validate`](super::validate)). So a YAML file and a
-//! JSON file with the same content behave the same, and every error names the field it is
-//! about, like `pools.llm_inference.queue.queue_name`.
+//! Both formats are read into one JSON value first (a key given twice in one mapping is an
+//! error in both), then deserialized with the path of every field tracked, then their
+//! `${NAME}` references are replaced, once, then validated (see
+//! [`validate`](super::validate)). So a YAML file and a JSON file with the same content
+//! behave the same, and every error names the field it is about, like
+//! `pools.llm_inference.queue.queue_name`.
 //!
 //! ```
 //! use prometheus_parking_lot::config::{QueueSettings, SchedulerConfig};
@@ -27,7 +29,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::secret::{expand_field, expand_secret, Secret};
 use super::validate::ConfigError;
-use super::WorkerPoolConfig;
+use super::{quote, strict_json, WorkerPoolConfig};
 use crate::core::{Capacity, StarvationGuard};
 
 /// Every pool of a deployment, by name.
@@ -255,11 +257,7 @@ impl SchedulerConfig {
 
     /// Parses and validates JSON.
     pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
-        let value = serde_json::from_str(text).map_err(|error| ConfigError::Syntax {
-            format: "JSON",
-            reason: error.to_string(),
-        })?;
-        Self::from_value(value)
+        Self::from_value(strict_json::parse(text)?)
     }
 
     /// Parses and validates YAML.
@@ -273,27 +271,32 @@ impl SchedulerConfig {
 
     /// Deserializes an already parsed document, replaces its `${NAME}` references and
     /// validates it.
+    ///
+    /// This is the one place references are replaced: the returned configuration holds the
+    /// values, and nothing (building pools included) looks for references in them again, so
+    /// a secret that contains `${` is kept as it is. A configuration deserialized some other
+    /// way gets no replacement; read it into a `serde_json::Value` and call this instead.
     pub fn from_value(value: serde_json::Value) -> Result<Self, ConfigError> {
-        let config: Self = serde_path_to_error::deserialize(value).map_err(|error| {
+        let written: Self = serde_path_to_error::deserialize(value).map_err(|error| {
             ConfigError::invalid(
-                render_path(&error.path().to_string()),
-                error.inner().to_string(),
+                quote::path(error.path()),
+                quote::problem(&error.inner().to_string()),
             )
         })?;
-        let config = config.with_environment()?;
-        config.validate()?;
+        let config = written.clone().with_environment()?;
+        config.validate_quoting(&written)?;
         Ok(config)
     }
 
-    /// The same configuration with every `${NAME}` reference replaced (the loaders do this;
-    /// a configuration deserialized some other way gets it when pools are built). Fields that
-    /// may hold references: `database_url`, a yaque queue's `path`, a notifier's `base_url`,
+    /// The same configuration with every `${NAME}` reference replaced. Fields that may hold
+    /// references: `database_url`, a yaque queue's `path`, a notifier's `base_url`,
     /// `auth_header` and `hmac_secret`.
-    pub fn with_environment(mut self) -> Result<Self, ConfigError> {
+    fn with_environment(mut self) -> Result<Self, ConfigError> {
         if let Some(url) = &mut self.database_url {
             expand_secret("database_url", url)?;
         }
         for (name, pool) in &mut self.pools {
+            let name = quote::name(name);
             if let QueueSettings::Yaque { path, .. } = &mut pool.queue {
                 expand_field(&format!("pools.{name}.queue.path"), path)?;
             }
@@ -356,13 +359,5 @@ impl PoolSettings {
         self.default_timeout_ms
             .map(Duration::from_millis)
             .or(self.default_timeout_secs.map(Duration::from_secs))
-    }
-}
-
-/// `serde_path_to_error` writes the document root as `.`.
-fn render_path(path: &str) -> String {
-    match path {
-        "." | "" => "(document)".into(),
-        path => path.into(),
     }
 }

@@ -8,7 +8,9 @@
 
 mod file;
 mod pool;
+mod quote;
 mod secret;
+mod strict_json;
 mod validate;
 
 pub use file::{

@@ -46,7 +46,11 @@ pub struct WorkerPoolConfig {
     pub restart: RestartPolicy,
     /// How long uncollected results are kept. Default one hour.
     pub retention: Option<Duration>,
-    /// How long a dropped pool lets running tasks finish.
+    /// The in-memory mailbox's bound: results waiting to be collected plus tasks still live.
+    /// A submission past it is refused with `PoolError::MailboxFull`; a stored result is
+    /// never dropped to make room. Default 100,000.
+    pub max_messages: usize,
+    /// How long a dropped pool lets running tasks finish (`Duration::MAX`: for ever).
     pub drain_on_drop: Duration,
 }
 
@@ -70,6 +74,7 @@ impl WorkerPoolConfig {
             starvation: StarvationGuard::default(),
             restart: RestartPolicy::default(),
             retention: Some(Duration::from_secs(3_600)),
+            max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
             drain_on_drop: DEFAULT_DRAIN,
         }
     }
@@ -137,6 +142,12 @@ impl WorkerPoolConfig {
     /// How long uncollected results are kept (`None`: until taken).
     pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// The in-memory mailbox's bound (see [`max_messages`](Self::max_messages)).
+    pub fn with_max_messages(mut self, max_messages: usize) -> Self {
+        self.max_messages = max_messages;
         self
     }
 

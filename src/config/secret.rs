@@ -2,13 +2,15 @@
 //!
 //! Text fields that may hold credentials or deployment-specific values (URLs, paths, auth
 //! headers) may reference environment variables as `${NAME}`; the loaders replace the
-//! references after parsing, and a missing variable is an error naming the field and the
-//! variable. Secrets keep their value out of `Debug` output and logs.
+//! references after parsing, exactly once: a variable's value is taken as it is, even when it
+//! holds `${` itself. A missing variable is an error naming the field and the variable.
+//! Secrets keep their value out of `Debug` output, logs and error messages.
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use super::quote;
 use super::validate::ConfigError;
 
 /// A credential from the configuration (an auth header, a database URL).
@@ -60,7 +62,8 @@ pub(crate) fn expand_secret(path: &str, secret: &mut Secret) -> Result<(), Confi
     expand_field(path, &mut secret.0)
 }
 
-/// Replaces every `${NAME}` in `text` with `lookup(NAME)`.
+/// Replaces every `${NAME}` in `text` with `lookup(NAME)`. The replacement is not searched
+/// for references again.
 fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -78,11 +81,12 @@ fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Str
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(format!(
-                "`${{{name}}}` is not a valid environment variable reference; names are letters, digits and '_'"
+                "`${{{}}}` is not a valid environment variable reference; names are letters, digits and '_'",
+                quote::name(name)
             ));
         }
-        let value =
-            lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+        let value = lookup(name)
+            .ok_or_else(|| format!("environment variable {} is not set", quote::name(name)))?;
         out.push_str(&value);
         rest = &after[end + 1..];
     }
@@ -102,6 +106,8 @@ mod tests {
     fn references_are_replaced_and_missing_ones_named() {
         assert_eq!(expand_env("Bearer ${TOKEN}!", env).unwrap(), "Bearer abc!");
         assert_eq!(expand_env("no refs", env).unwrap(), "no refs");
+        let nested = |name: &str| (name == "OUTER").then(|| "p${TOKEN}".to_owned());
+        assert_eq!(expand_env("${OUTER}", nested).unwrap(), "p${TOKEN}");
         assert_eq!(
             expand_env("${MISSING}", env).unwrap_err(),
             "environment variable MISSING is not set"

@@ -8,6 +8,7 @@
 //! | `pools` | at least one pool |
 //! | pool names | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `worker_threads` | 1 – 1,024 |
+//! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs) |
 //! | `thread_stack_size` | 64 KiB – 1 GiB |
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
 //! | `max_queue_depth` | 1 – 100,000,000 |
@@ -19,13 +20,19 @@
 //! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (47 for pgmq queues, whose tables add a prefix) |
 //! | `mailbox.retention_secs` | 1 s – 365 days |
 //! | `mailbox.storage.max_messages` | 1 – 100,000,000 |
-//! | `mailbox.notifier.base_url` | an `http://` or `https://` URL with a host |
+//! | `mailbox.notifier.base_url` | an `http://` or `https://` URL with a host, no spaces or control characters |
+//! | `mailbox.notifier.auth_header` | visible ASCII characters, spaces and tabs (an HTTP header value) |
 //! | `mailbox.notifier.timeout_ms` | 1 ms – 5 min |
 //! | `mailbox.notifier.max_retries` | 0 – 100 |
 //! | across pools | no two pools share a yaque stream, a Postgres queue or a pgmq queue |
 //!
-//! Unknown fields, wrong types and unknown `type` values are reported while reading, with
-//! the same field paths.
+//! Unknown fields, wrong types, unknown `type` values and keys given twice are reported while
+//! reading, with the same field paths.
+//!
+//! Errors quote what the user wrote through [`quote`](super::quote): escaped, cut after 64
+//! characters, and never a value read from the environment. The loaders validate the
+//! configuration with its references replaced but quote it as written, so a bad
+//! `base_url: "${WEBHOOK_URL}"` is shown as `"${WEBHOOK_URL}"`; secrets are never quoted.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -36,7 +43,10 @@ use super::file::{
     MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
     StorageSettings,
 };
+use super::quote;
+use super::secret::Secret;
 use crate::core::PoolError;
+use prometheus_parking_lot_actors::worker::default_worker_count;
 
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -90,6 +100,12 @@ impl From<ConfigError> for PoolError {
 }
 
 const MAX_WORKERS: usize = 1_024;
+/// Worker threads of all pools of one configuration together: four pools at the per-pool
+/// maximum. Every worker is an OS thread with its own stack (2 MiB by default, so 8 GiB of
+/// address space at this cap), and a few thousand threads is where common hosts' limits
+/// (`ulimit -u`, `kernel.threads-max` in small containers) start refusing to spawn more;
+/// a config past it is a typo, not a deployment.
+const MAX_TOTAL_WORKERS: usize = 4_096;
 const MIN_STACK: usize = 64 * 1024;
 const MAX_STACK: usize = 1024 * 1024 * 1024;
 const MAX_DEPTH: usize = 100_000_000;
@@ -105,6 +121,12 @@ const MAX_PGMQ_QUEUE: usize = 47;
 impl SchedulerConfig {
     /// Checks every rule of the module docs.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_quoting(self)
+    }
+
+    /// Checks every rule on this configuration, quoting `written` in errors: the same
+    /// configuration before its `${NAME}` references were replaced.
+    pub(super) fn validate_quoting(&self, written: &SchedulerConfig) -> Result<(), ConfigError> {
         if self.pools.is_empty() {
             return Err(ConfigError::invalid(
                 "pools",
@@ -112,30 +134,54 @@ impl SchedulerConfig {
             ));
         }
         for (name, pool) in &self.pools {
-            let path = format!("pools.{name}");
+            let path = format!("pools.{}", quote::name(name));
             check_name(&path, "pool names", name)?;
-            pool.validate(&path)?;
+            pool.validate(&path, written.pools.get(name).unwrap_or(pool))?;
         }
-        self.check_shared_queues()
+        self.check_total_workers()?;
+        self.check_shared_queues(written)
+    }
+
+    /// The pools together may not ask for more threads than a host can start.
+    fn check_total_workers(&self) -> Result<(), ConfigError> {
+        let total: usize = self
+            .pools
+            .values()
+            .map(|pool| pool.worker_threads.unwrap_or_else(default_worker_count))
+            .sum();
+        if total <= MAX_TOTAL_WORKERS {
+            return Ok(());
+        }
+        Err(ConfigError::invalid(
+            "pools",
+            format!(
+                "{total} worker threads in total across pools; at most {MAX_TOTAL_WORKERS} are allowed"
+            ),
+        ))
     }
 
     /// Two pools on one queue would take each other's tasks.
-    fn check_shared_queues(&self) -> Result<(), ConfigError> {
-        let mut owners: HashMap<String, &str> = HashMap::new();
+    fn check_shared_queues(&self, written: &SchedulerConfig) -> Result<(), ConfigError> {
+        let mut owners: HashMap<(&str, &str, &str), &str> = HashMap::new();
         for (name, pool) in &self.pools {
-            let queue = match &pool.queue {
+            let key = match &pool.queue {
                 QueueSettings::InMemory => continue,
-                QueueSettings::Yaque { path, stream } => format!("yaque stream {stream} in {path}"),
-                QueueSettings::Postgres { table, queue_name } => format!(
-                    "Postgres queue {} in table {table}",
-                    queue_name.as_deref().unwrap_or(name)
+                QueueSettings::Yaque { path, stream } => ("yaque", path.as_str(), stream.as_str()),
+                QueueSettings::Postgres { table, queue_name } => (
+                    "postgres",
+                    table.as_str(),
+                    queue_name.as_deref().unwrap_or(name),
                 ),
-                QueueSettings::PostgresPgmq { queue_name } => format!("pgmq queue {queue_name}"),
+                QueueSettings::PostgresPgmq { queue_name } => ("pgmq", queue_name.as_str(), ""),
             };
-            if let Some(other) = owners.insert(queue.clone(), name) {
+            if let Some(other) = owners.insert(key, name) {
+                let queue = written.pools.get(name).unwrap_or(pool).queue.describe(name);
                 return Err(ConfigError::invalid(
-                    format!("pools.{name}.queue"),
-                    format!("pool {other} uses the {queue} already; give each pool its own queue"),
+                    format!("pools.{}.queue", quote::name(name)),
+                    format!(
+                        "pool {} uses the {queue} already; give each pool its own queue",
+                        quote::name(other)
+                    ),
                 ));
             }
         }
@@ -143,8 +189,31 @@ impl SchedulerConfig {
     }
 }
 
+impl QueueSettings {
+    /// The queue in words, for errors: `yaque stream s in ./q`.
+    fn describe(&self, pool: &str) -> String {
+        match self {
+            QueueSettings::InMemory => "in-memory queue".into(),
+            QueueSettings::Yaque { path, stream } => format!(
+                "yaque stream {} in {}",
+                quote::name(stream),
+                quote::name(path)
+            ),
+            QueueSettings::Postgres { table, queue_name } => format!(
+                "Postgres queue {} in table {}",
+                quote::name(queue_name.as_deref().unwrap_or(pool)),
+                quote::name(table)
+            ),
+            QueueSettings::PostgresPgmq { queue_name } => {
+                format!("pgmq queue {}", quote::name(queue_name))
+            }
+        }
+    }
+}
+
 impl PoolSettings {
-    fn validate(&self, path: &str) -> Result<(), ConfigError> {
+    /// Checks this pool; `written` is the same pool before `${NAME}` replacement.
+    fn validate(&self, path: &str, written: &PoolSettings) -> Result<(), ConfigError> {
         if let Some(workers) = self.worker_threads {
             in_range(path, "worker_threads", workers, 1, MAX_WORKERS)?;
         }
@@ -175,7 +244,7 @@ impl PoolSettings {
             }
         }
         validate_queue(&format!("{path}.queue"), &self.queue)?;
-        validate_mailbox(&format!("{path}.mailbox"), &self.mailbox)
+        validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
     }
 
     fn validate_timeout(&self, path: &str) -> Result<(), ConfigError> {
@@ -224,7 +293,11 @@ fn validate_queue(path: &str, queue: &QueueSettings) -> Result<(), ConfigError> 
     }
 }
 
-fn validate_mailbox(path: &str, mailbox: &MailboxSettings) -> Result<(), ConfigError> {
+fn validate_mailbox(
+    path: &str,
+    mailbox: &MailboxSettings,
+    written: &MailboxSettings,
+) -> Result<(), ConfigError> {
     if let Some(retention) = mailbox.retention_secs {
         in_range(path, "retention_secs", retention, 1, MAX_RETENTION_SECS)?;
     }
@@ -241,6 +314,7 @@ fn validate_mailbox(path: &str, mailbox: &MailboxSettings) -> Result<(), ConfigE
     }
     let Some(NotifierSettings::Http {
         base_url,
+        auth_header,
         timeout_ms,
         max_retries,
         ..
@@ -248,7 +322,14 @@ fn validate_mailbox(path: &str, mailbox: &MailboxSettings) -> Result<(), ConfigE
     else {
         return Ok(());
     };
-    check_url(&format!("{path}.notifier.base_url"), base_url)?;
+    let written_url = match &written.notifier {
+        Some(NotifierSettings::Http { base_url, .. }) => base_url,
+        None => base_url,
+    };
+    check_url(&format!("{path}.notifier.base_url"), base_url, written_url)?;
+    if let Some(header) = auth_header {
+        check_header_value(&format!("{path}.notifier.auth_header"), header)?;
+    }
     if let Some(timeout) = timeout_ms {
         in_range(
             path,
@@ -291,7 +372,10 @@ fn check_name(path: &str, what: &str, name: &str) -> Result<(), ConfigError> {
     }
     Err(ConfigError::invalid(
         path,
-        format!("{name:?} is not allowed; {what} are 1 to 64 of the characters a-z A-Z 0-9 _ -"),
+        format!(
+            "{} is not allowed; {what} are 1 to 64 of the characters a-z A-Z 0-9 _ -",
+            quote::value(name)
+        ),
     ))
 }
 
@@ -309,21 +393,43 @@ fn check_identifier(path: &str, name: &str, max_len: usize) -> Result<(), Config
     Err(ConfigError::invalid(
         path,
         format!(
-            "{name:?} is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most {max_len} characters"
+            "{} is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most {max_len} characters",
+            quote::value(name)
         ),
     ))
 }
 
-fn check_url(path: &str, url: &str) -> Result<(), ConfigError> {
+/// `url` is checked; `written` (the field before `${NAME}` replacement) is what an error shows.
+fn check_url(path: &str, url: &str, written: &str) -> Result<(), ConfigError> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"));
     let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
-    match host {
-        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
-        _ => Err(ConfigError::invalid(
-            path,
-            format!("{url:?} is not a URL; use http://host/path or https://host/path"),
-        )),
+    let plain = !url.contains(|c: char| c.is_whitespace() || c.is_control());
+    if plain && host.is_some_and(|host| !host.is_empty()) {
+        return Ok(());
     }
+    Err(ConfigError::invalid(
+        path,
+        format!(
+            "{} is not a URL; use http://host/path or https://host/path",
+            quote::value(written)
+        ),
+    ))
+}
+
+/// The header goes on the wire as is: a line break in it would start a header of its own.
+/// The value is a secret, so the error describes it without quoting it.
+fn check_header_value(path: &str, header: &Secret) -> Result<(), ConfigError> {
+    let valid = header
+        .expose()
+        .chars()
+        .all(|c| c == '\t' || (c.is_ascii() && !c.is_ascii_control()));
+    if valid {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        path,
+        "is not a valid HTTP header value; use visible ASCII characters, spaces and tabs (the value is secret and not shown)",
+    ))
 }

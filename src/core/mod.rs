@@ -8,12 +8,18 @@ pub use prometheus_parking_lot_actors::domain::{
     WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::PoolClient;
+pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};
 pub use prometheus_parking_lot_actors::executor::TaskExecutor;
 pub use prometheus_parking_lot_actors::mailbox::{
-    Delivery, Mailbox, MailboxError, Notifier, TerminalEvent,
+    Delivery, InlineMailbox, Mailbox, MailboxError, Notifier, TerminalEvent,
 };
-pub use prometheus_parking_lot_actors::queue::{FitQuery, QueueCounts, QueueError, TaskQueue};
-pub use prometheus_parking_lot_actors::scheduler::actor::{ShutdownReport, SubmitOptions};
+pub use prometheus_parking_lot_actors::queue::{
+    EntryId, FitQuery, InlineQueue, Lease, QueueCounts, QueueError, RankBound, Settlement,
+    SharedQueue, StoredEntry, TaskQueue,
+};
+pub use prometheus_parking_lot_actors::scheduler::protocol::{
+    SchedulerRequest, ShutdownReport, SubmitOptions,
+};
 pub use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
 pub use prometheus_parking_lot_actors::stats::PoolStats;
 pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;

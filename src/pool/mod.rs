@@ -36,6 +36,7 @@ where
         queue,
         mailbox,
         notifiers: Vec::new(),
+        subscribers: Vec::new(),
         retention: config.retention,
     };
     start_pool_blocking(spawner, spec)

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
-use prometheus_parking_lot_actors::scheduler::actor::{ShutdownReport, SubmitOptions};
+use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 
 use crate::config::{PoolConfig, WorkerPoolConfig};
 use crate::core::{Mailbox, PoolError, PoolStats, ScheduledTask, Spawn, TaskExecutor, TaskQueue};
@@ -115,9 +115,20 @@ where
         self.client.retrieve(key, timeout).await
     }
 
-    /// Cancels a parked or running task.
-    pub async fn cancel(&self, id: TaskId) -> Result<(), PoolError> {
-        self.client.cancel(id).await
+    /// Waits up to `timeout` for the result of task `id` under `key` (cancel-safe).
+    pub async fn retrieve_task(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        self.client.retrieve_task(key, id, timeout).await
+    }
+
+    /// Cancels the parked or running task `id` submitted under `key` (the key `submit`
+    /// returned). `TaskNotFound` unless such a task is live under exactly that key.
+    pub async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
+        self.client.cancel(key, id).await
     }
 
     /// The pool's counters.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
-use prometheus_parking_lot_actors::scheduler::actor::{ShutdownReport, SubmitOptions};
+use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{PoolError, PoolStats, ScheduledTask, TaskExecutor, TaskMetadata};
@@ -99,7 +99,7 @@ where
             &config,
             Worker(executor),
             Box::new(InMemoryQueue::new()),
-            Arc::new(InMemoryMailbox::new()),
+            Arc::new(InMemoryMailbox::new().with_max_messages(config.max_messages)),
             &TokioSpawner,
         )?;
         Ok(Self {
@@ -132,21 +132,33 @@ where
             .await
     }
 
-    /// Submits a task from synchronous code (blocks until admitted or refused).
-    pub fn submit(&self, payload: P, meta: TaskMetadata) -> Result<MailboxKey, PoolError> {
-        let client = self.client.clone();
-        let task = ScheduledTask { meta, payload };
+    /// Submits many tasks at once: one trip to the scheduler for the whole batch, one
+    /// answer per task, in order. For bulk producers; `submit_async` answers each task alone.
+    pub async fn submit_batch(
+        &self,
+        tasks: impl IntoIterator<Item = (P, TaskMetadata)>,
+    ) -> Vec<Result<MailboxKey, PoolError>> {
+        let tasks = tasks
+            .into_iter()
+            .map(|(payload, meta)| ScheduledTask { meta, payload })
+            .collect();
         self.client
-            .block_on(async move { client.submit(task, SubmitOptions::default()).await })?
+            .submit_batch(tasks, SubmitOptions::default())
+            .await
     }
 
-    /// Waits up to `timeout` for the result under `key`, blocking the calling thread (use it
-    /// from synchronous code or `spawn_blocking`).
-    pub fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
-        let client = self.client.clone();
-        let key = key.clone();
+    /// Submits a task from synchronous code: blocks the calling thread (no runtime needed)
+    /// until it is admitted or refused.
+    pub fn submit(&self, payload: P, meta: TaskMetadata) -> Result<MailboxKey, PoolError> {
         self.client
-            .block_on(async move { client.retrieve(&key, timeout).await })?
+            .submit_blocking(ScheduledTask { meta, payload }, SubmitOptions::default())
+    }
+
+    /// Waits up to `timeout` (`Duration::MAX`: for ever) for the result under `key`, blocking
+    /// the calling thread; use it from synchronous code or `spawn_blocking`. It needs no
+    /// runtime and keeps working after shutdown, like `retrieve_async`.
+    pub fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        self.client.retrieve_blocking(key, None, timeout)
     }
 
     /// Waits up to `timeout` for the result under `key`. Cancel-safe, and it ties up no
@@ -159,9 +171,21 @@ where
         self.client.retrieve(key, timeout).await
     }
 
-    /// Cancels a parked or running task.
-    pub async fn cancel(&self, id: TaskId) -> Result<(), PoolError> {
-        self.client.cancel(id).await
+    /// Waits up to `timeout` for the result of task `id` under `key`, for keys that several
+    /// tasks share.
+    pub async fn retrieve_task(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        self.client.retrieve_task(key, id, timeout).await
+    }
+
+    /// Cancels the parked or running task `id` submitted under `key` (the key `submit`
+    /// returned). `TaskNotFound` unless such a task is live under exactly that key.
+    pub async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
+        self.client.cancel(key, id).await
     }
 
     /// The pool's counters.

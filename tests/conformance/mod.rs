@@ -2,13 +2,15 @@
 //!
 //! Each suite is a set of `pub async fn` cases, one behaviour each, plus a `run_all` that runs
 //! every case against a fresh backend from a factory. A backend's test file declares
-//! `mod conformance;` and calls [`queue::run_all`] and [`mailbox::run_all`] with its own
-//! factory, so in-memory, embedded and database backends are held to one contract.
+//! `mod conformance;` and calls [`queue::run_all`] (local queues), [`shared_queue::run_all`]
+//! (shared queues) and [`mailbox::run_all`] with its own factory, so in-memory, embedded and
+//! database backends are held to one contract per trait.
 //!
-//! This module holds what both suites share: the payload type and time constants.
+//! This module holds what the suites share: the payload type and time constants.
 
 pub mod mailbox;
 pub mod queue;
+pub mod shared_queue;
 
 use serde::{Deserialize, Serialize};
 

@@ -132,3 +132,17 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
     panic!("not within 10 s: {what}");
 }
+
+/// Runs blocking `work` on a plain thread and waits for it at most 10 s: a blocking call that
+/// never returns fails the test instead of hanging it (or the runtime's shutdown, which would
+/// wait for a `spawn_blocking` task for ever).
+pub async fn on_plain_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(work());
+    });
+    tokio::time::timeout(Duration::from_secs(10), result)
+        .await
+        .expect("the blocking call returns within 10 s")
+        .expect("the blocking call did not panic")
+}

@@ -10,13 +10,27 @@ pub enum PoolError {
     /// The parking lot holds `max_queue_depth` tasks already.
     #[error("queue full: the pool's parking lot is at its max_queue_depth")]
     QueueFull,
-    /// The task costs more than the pool could ever give it.
-    #[error("insufficient resources: the task needs {needed} units but the pool has {available} in total")]
+    /// The task costs more than the pool could ever give it, of the kind it asked for.
+    ///
+    /// The variant keeps exactly the two fields existing servers match on; the pure core's
+    /// [`Rejection`](crate::scheduler::core::Rejection) names the kind as well.
+    #[error("insufficient resources: the task needs {needed} units of its resource kind but the pool has {available} of that kind in total")]
     InsufficientResources {
         /// Units the task asked for.
         needed: usize,
         /// The pool's total units of that kind.
         available: usize,
+    },
+    /// Results waiting to be collected plus tasks still live reached the mailbox's bound;
+    /// a new task could only be taken by dropping a stored result, so it is refused instead.
+    #[error("mailbox full: {stored} results wait to be collected and {live} tasks are live; the bound is {max_messages}; retrieve results or raise mailbox max_messages")]
+    MailboxFull {
+        /// Results stored and not yet retrieved.
+        stored: usize,
+        /// Tasks admitted and not yet ended.
+        live: usize,
+        /// The configured bound.
+        max_messages: usize,
     },
     /// The caller stopped waiting for a result; the result, if any, stays retrievable.
     #[error("timed out waiting for the result")]

@@ -57,6 +57,21 @@ impl MailboxKey {
         }
     }
 
+    /// A fresh key that nobody can guess or pre-fill: its tenant is `anonymous-` followed by
+    /// 128 random bits from the operating system's CSPRNG, so it is a tenant of its own. A
+    /// pool gives every task submitted without a mailbox one of these.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::MailboxKey;
+    /// let (a, b) = (MailboxKey::anonymous(), MailboxKey::anonymous());
+    /// assert_ne!(a, b);
+    /// assert!(a.tenant.0.starts_with("anonymous-"));
+    /// assert_eq!(a.tenant.0.len(), "anonymous-".len() + 32);
+    /// ```
+    pub fn anonymous() -> Self {
+        Self::new(format!("anonymous-{:032x}", crate::random::random_u128()))
+    }
+
     /// The same key narrowed to a user.
     pub fn with_user(mut self, user_id: impl Into<String>) -> Self {
         self.user_id = Some(user_id.into());

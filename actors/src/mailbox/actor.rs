@@ -1,6 +1,7 @@
-//! The actor that stores a pool's results and hands terminal events to notifiers, so the
-//! scheduler never awaits mailbox I/O. It also runs the retention cleaner: a periodic purge
-//! of results older than the retention period.
+//! The actor that runs a pool's retention cleaner (a periodic purge of results older than
+//! the retention period) and, for a mailbox backend that awaits (a database), stores results
+//! and hands terminal events to notifiers, so the scheduler never awaits mailbox I/O. An
+//! inline mailbox is stored into by the scheduler directly.
 //!
 //! Invariants: a delivery is stored before any notifier hears of it; deliveries are stored
 //! in the order the scheduler sent them.
@@ -17,7 +18,7 @@ use crate::domain::MailboxKey;
 use crate::scheduler::core::clamp_ms;
 
 /// Messages the mailbox actor handles.
-pub enum MailboxMsg<R> {
+pub(crate) enum MailboxMsg<R> {
     /// Store a task's outcome and notify.
     Deliver {
         /// Where it goes.
@@ -30,7 +31,7 @@ pub enum MailboxMsg<R> {
 }
 
 /// The mailbox actor. See the module docs.
-pub struct MailboxActor<R>(PhantomData<fn() -> R>);
+pub(crate) struct MailboxActor<R>(PhantomData<fn() -> R>);
 
 impl<R> Default for MailboxActor<R> {
     fn default() -> Self {
@@ -39,7 +40,7 @@ impl<R> Default for MailboxActor<R> {
 }
 
 /// What the mailbox actor starts with and holds.
-pub struct MailboxState<R> {
+pub(crate) struct MailboxState<R> {
     /// The pool's name, for events.
     pub pool: Arc<str>,
     /// The storage backend.
@@ -48,6 +49,8 @@ pub struct MailboxState<R> {
     pub notifiers: Vec<Arc<dyn Notifier>>,
     /// How long results are kept; `None` keeps them until taken.
     pub retention: Option<Duration>,
+    /// The pool's counters (`expired_results`).
+    pub counters: Arc<crate::stats::PoolCounters>,
 }
 
 impl<R> Actor for MailboxActor<R>
@@ -115,7 +118,13 @@ where
         let cutoff = clamp_ms(now_ms()).saturating_sub(retention_ms);
         match self.mailbox.purge_stored_before(cutoff).await {
             Ok(0) => {}
-            Ok(purged) => tracing::debug!(pool = %self.pool, purged, "retention purge"),
+            Ok(purged) => {
+                self.counters.expired_results.fetch_add(
+                    u64::try_from(purged).unwrap_or(u64::MAX),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                tracing::debug!(pool = %self.pool, purged, "retention purge");
+            }
             Err(error) => tracing::warn!(pool = %self.pool, %error, "retention purge failed"),
         }
     }

@@ -88,6 +88,44 @@ where
     /// A handle that is notified (`notify_waiters`) whenever a delivery is stored under
     /// `key`. Enable a `notified()` future before `take`, and no wake-up can be lost.
     fn subscribe(&self, key: &MailboxKey) -> Arc<Notify>;
+
+    /// Called by a waiter on `key` that stopped waiting and dropped its handle: a backend
+    /// that keeps a handle per key drops it once no waiter holds it any more, so waiting
+    /// never leaves anything behind.
+    fn unsubscribe(&self, key: &MailboxKey) {
+        let _ = key;
+    }
+
+    /// The synchronous face of a backend that needs no I/O, which the scheduler and the
+    /// pool's clients then call directly. `None` (the default) sends stores through the
+    /// mailbox actor.
+    fn inline(&self) -> Option<&dyn InlineMailbox<R>> {
+        None
+    }
+}
+
+/// The synchronous face of a [`Mailbox`] that needs no I/O.
+///
+/// A bounded inline mailbox never drops a stored result to make room: the scheduler refuses
+/// a submission when results waiting plus tasks live would pass [`max_messages`]
+/// (`PoolError::MailboxFull`), so every admitted task has room for its outcome.
+///
+/// [`max_messages`]: InlineMailbox::max_messages
+pub trait InlineMailbox<R>: Send + Sync {
+    /// See [`Mailbox::store`].
+    fn store_now(&self, key: &MailboxKey, delivery: Delivery<R>) -> Result<(), MailboxError>;
+    /// See [`Mailbox::take`].
+    fn take_now(&self, key: &MailboxKey) -> Result<Option<Delivery<R>>, MailboxError>;
+    /// See [`Mailbox::take_task`].
+    fn take_task_now(
+        &self,
+        key: &MailboxKey,
+        task_id: TaskId,
+    ) -> Result<Option<Delivery<R>>, MailboxError>;
+    /// How many deliveries are stored.
+    fn stored_now(&self) -> usize;
+    /// The bound on stored deliveries.
+    fn max_messages(&self) -> usize;
 }
 
 /// A task's terminal event, as notifiers receive it.

@@ -1,90 +1,64 @@
-//! The actor that owns a pool's queue backend, so the scheduler never awaits queue I/O.
+//! The actor that drives a queue backend which awaits (files, databases), so the scheduler
+//! never awaits queue I/O. Backends with an inline face skip it: the scheduler calls them
+//! directly.
 //!
-//! Invariants: messages from the scheduler are handled in the order sent, so a task is always
-//! parked before it is claimed or removed; a task chosen to start either reaches the job
-//! channel of the worker the scheduler chose for it or the scheduler hears `ClaimFailed`
-//! (which makes that worker idle again), never neither.
+//! Invariants: messages from the scheduler are handled in the order sent, so an entry is
+//! always parked before it is claimed or removed, and claimed before it is settled; every
+//! park and every claim is answered to the scheduler (stored or failed, claimed or failed),
+//! never neither.
 
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::sync::oneshot;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::TaskQueue;
-use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
-use crate::scheduler::actor::SchedulerMsg;
-use crate::worker::{Job, JobSenders};
+use super::{EntryId, Settlement, TaskQueue};
+use crate::contain::drop_contained;
+use crate::domain::ScheduledTask;
+use crate::scheduler::protocol::{Internal, QueueReport, SchedulerMsg};
 
 /// Messages the queue actor handles.
-pub enum QueueMsg<P> {
-    /// Park a task; answer the submitter once it is stored.
+pub(crate) enum QueueMsg<P> {
+    /// Store a parked entry.
     Park {
-        /// The task (boxed: it is by far the largest message).
-        task: Box<ScheduledTask<P>>,
-        /// Its mailbox key, the submitter's answer.
-        key: MailboxKey,
-        /// The submitter.
-        reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
+        entry: EntryId,
+        task: ScheduledTask<P>,
     },
-    /// Claim a parked task the scheduler started and hand it to the worker it chose.
-    ClaimAndRun {
-        /// The task.
-        id: TaskId,
-        /// The worker that runs it (idle, reserved for this task by the scheduler).
-        worker: usize,
-        /// Its execution timeout.
-        timeout: Option<Duration>,
-        /// Its cancel signal.
-        cancel: oneshot::Receiver<()>,
+    /// Claim an entry the scheduler started and hand its task back.
+    Claim { entry: EntryId },
+    /// End a claim.
+    Settle {
+        entry: EntryId,
+        settlement: Settlement,
     },
-    /// A claimed task completed.
-    Complete {
-        /// The task.
-        id: TaskId,
-    },
-    /// A claimed task failed.
-    Fail {
-        /// The task.
-        id: TaskId,
-        /// Why.
-        reason: String,
-    },
-    /// A parked task was cancelled or expired.
-    Remove {
-        /// The task.
-        id: TaskId,
-    },
+    /// Remove a parked entry (cancelled, expired).
+    Remove { entry: EntryId },
 }
 
 /// The queue actor. See the module docs.
-pub struct QueueActor<P, R>(PhantomData<fn() -> (P, R)>);
+pub(crate) struct QueueActor<P>(PhantomData<fn() -> P>);
 
-impl<P, R> Default for QueueActor<P, R> {
+impl<P> Default for QueueActor<P> {
     fn default() -> Self {
         Self(PhantomData)
     }
 }
 
-/// What the queue actor starts with and holds.
-pub struct QueueState<P, R> {
+/// What the queue actor holds.
+pub(crate) struct QueueState<P> {
     /// The backend.
     pub queue: Box<dyn TaskQueue<P>>,
-    /// Every worker's job channel.
-    pub jobs: JobSenders<P>,
-    /// The scheduler, told about failed parks and claims (set once it is started).
-    pub scheduler: Arc<OnceLock<ActorRef<SchedulerMsg<P, R>>>>,
+    /// The scheduler, set once it is started.
+    pub scheduler: Arc<OnceLock<ActorRef<SchedulerMsg<P>>>>,
 }
 
-impl<P, R> Actor for QueueActor<P, R>
+impl<P> Actor for QueueActor<P>
 where
     P: Send + 'static,
-    R: Send + 'static,
 {
     type Msg = QueueMsg<P>;
-    type State = QueueState<P, R>;
-    type Arguments = QueueState<P, R>;
+    type State = QueueState<P>;
+    type Arguments = QueueState<P>;
 
     async fn pre_start(
         &self,
@@ -100,96 +74,55 @@ where
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let backend = state.queue.backend();
         match message {
-            QueueMsg::Park { task, key, reply } => state.park(*task, key, reply).await,
-            QueueMsg::ClaimAndRun {
-                id,
-                worker,
-                timeout,
-                cancel,
-            } => state.claim_and_run(id, worker, timeout, cancel).await,
-            QueueMsg::Complete { id } => {
-                if let Err(error) = state.queue.complete(id).await {
-                    tracing::warn!(id, %error, "queue complete failed");
+            QueueMsg::Park { entry, task } => {
+                let report = match state.queue.park(entry, task).await {
+                    Ok(()) => QueueReport::Parked { entry },
+                    Err(error) => QueueReport::ParkFailed {
+                        entry,
+                        reason: format!("{backend} queue: {error}"),
+                    },
+                };
+                state.report(report);
+            }
+            QueueMsg::Claim { entry } => {
+                let report = match state.queue.claim(entry).await {
+                    Ok(Some(task)) => QueueReport::Claimed { entry, task },
+                    Ok(None) => QueueReport::ClaimFailed {
+                        entry,
+                        reason: "it was no longer parked".into(),
+                    },
+                    Err(error) => QueueReport::ClaimFailed {
+                        entry,
+                        reason: format!("{backend} queue: {error}"),
+                    },
+                };
+                state.report(report);
+            }
+            QueueMsg::Settle { entry, settlement } => {
+                if let Err(error) = state.queue.settle(entry, settlement).await {
+                    tracing::warn!(entry, %error, "queue settle failed");
                 }
             }
-            QueueMsg::Fail { id, reason } => {
-                if let Err(error) = state.queue.fail(id, &reason).await {
-                    tracing::warn!(id, %error, "queue fail failed");
+            QueueMsg::Remove { entry } => match state.queue.remove(entry).await {
+                Ok(task) => {
+                    drop_contained(task);
                 }
-            }
-            QueueMsg::Remove { id } => {
-                if let Err(error) = state.queue.remove(id).await {
-                    tracing::warn!(id, %error, "queue remove failed");
-                }
-            }
+                Err(error) => tracing::warn!(entry, %error, "queue remove failed"),
+            },
         }
         Ok(())
     }
 }
 
-impl<P, R> QueueState<P, R>
-where
-    P: Send + 'static,
-    R: Send + 'static,
-{
-    async fn park(
-        &mut self,
-        task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
-    ) {
-        let id = task.meta.id;
-        match self.queue.park(task).await {
-            Ok(()) => {
-                let _ = reply.send(Ok(key));
-            }
-            Err(error) => {
-                let backend = self.queue.backend();
-                let _ = reply.send(Err(PoolError::Internal(format!(
-                    "{backend} queue could not park task {id}: {error}"
-                ))));
-                self.tell_scheduler(SchedulerMsg::ParkFailed { id });
-            }
-        }
-    }
-
-    async fn claim_and_run(
-        &mut self,
-        id: TaskId,
-        worker: usize,
-        timeout: Option<Duration>,
-        cancel: oneshot::Receiver<()>,
-    ) {
-        let Some(jobs) = self.jobs.get(worker) else {
-            let reason = format!("task {id} was given worker {worker}, which does not exist");
-            self.tell_scheduler(SchedulerMsg::ClaimFailed { id, reason });
-            return;
-        };
-        let reason = match self.queue.claim(id).await {
-            Ok(Some(task)) => {
-                let job = Job {
-                    task,
-                    timeout,
-                    cancel,
-                };
-                match jobs.send(job) {
-                    Ok(()) => return,
-                    Err(_) => format!("worker {worker} is gone"),
-                }
-            }
-            Ok(None) => format!("task {id} was no longer parked in the queue"),
-            Err(error) => format!("could not claim task {id}: {error}"),
-        };
-        self.tell_scheduler(SchedulerMsg::ClaimFailed { id, reason });
-    }
-
-    fn tell_scheduler(&self, message: SchedulerMsg<P, R>) {
+impl<P: Send + 'static> QueueState<P> {
+    fn report(&self, report: QueueReport<P>) {
         match self.scheduler.get() {
             Some(scheduler) => {
-                let _ = scheduler.send_message(message);
+                let _ = scheduler.send_message(SchedulerMsg(Internal::Queue(report)));
             }
-            None => tracing::error!("queue actor has no scheduler to report to"),
+            None => tracing::error!("the queue actor has no scheduler to report to"),
         }
     }
 }

@@ -1,49 +1,74 @@
-//! The parking lot's storage: the [`TaskQueue`] contract every backend implements, and the
-//! [`QueueActor`](actor::QueueActor) that keeps its I/O off the scheduler.
+//! The parking lot's storage: the two queue contracts, and the
+//! [`QueueActor`](actor::QueueActor) that keeps an awaiting backend's I/O off the scheduler.
 //!
-//! # The contract
+//! # Entries
 //!
-//! A queue is not a FIFO the scheduler pops. It *parks* tasks and answers "the best-ranked
-//! parked task that fits this free capacity" ([`TaskQueue::claim_best_fit`]), so skip-ahead
-//! survives durable and shared backends. A claimed task is leased to this node until it is
-//! completed, failed or released. Backends whose tasks only this node parks (in memory, an
-//! embedded file) may instead be told which task to claim ([`TaskQueue::claim`]), because the
-//! scheduler's own index already knows the answer; a shared backend answers the fit query
-//! itself, with one indexed query, because other nodes park and claim too.
+//! The scheduler gives every admitted task an [`EntryId`]: unique within the pool across
+//! restarts, increasing in admission order. Queues store and address tasks by it, so two
+//! tenants may use the same [`TaskId`](crate::domain::TaskId) without meeting.
+//!
+//! # The local contract: [`TaskQueue`]
+//!
+//! A backend whose tasks only this node parks (in memory, an embedded file). The scheduler's
+//! own core indexes the parked tasks and decides which one starts; the queue stores them
+//! and hands over the one it is told to ([`TaskQueue::claim`]). A durable backend returns its
+//! parked tasks at start ([`TaskQueue::load_parked`]) so the core indexes them again.
+//! Backends that need no I/O expose a synchronous face ([`TaskQueue::inline`]) which the
+//! scheduler drives directly, without a hop through the queue actor or a boxed future.
+//!
+//! # The shared contract: [`SharedQueue`](shared::SharedQueue)
+//!
+//! A backend other nodes park to and claim from as well (a database table). No node's core
+//! can know the best parked task, so the queue answers "the best-ranked task that fits this
+//! free capacity" itself, under a lease the node renews while the task runs.
 
 pub mod actor;
+pub mod shared;
 
 use async_trait::async_trait;
 use thiserror::Error;
 
-use crate::domain::{Capacity, ScheduledTask, TaskId};
-use crate::scheduler::core::RankKey;
+use crate::domain::{ScheduledTask, TaskMetadata};
+
+pub use shared::{FitQuery, Lease, RankBound, SharedQueue};
+
+/// The pool's own id of an admitted task. See the module docs.
+pub type EntryId = u64;
 
 /// A failure of a queue backend.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum QueueError {
-    /// A parked task with this id exists already.
-    #[error("task {0} is parked already")]
-    Duplicate(TaskId),
+    /// An entry with this id is stored already.
+    #[error("entry {0} is stored already")]
+    Duplicate(EntryId),
     /// The backend's own bound is reached.
     #[error("the queue holds its maximum of {0} tasks")]
     Full(usize),
-    /// `complete`, `fail` or `release` of a task this node has not claimed.
-    #[error("task {0} is not claimed by this node")]
-    NotClaimed(TaskId),
+    /// `settle` of an entry that is not claimed (by this node).
+    #[error("entry {0} is not claimed by this node")]
+    NotClaimed(EntryId),
     /// The backend itself failed (I/O, database, corrupt data); the text says how.
     #[error("queue backend error: {0}")]
     Backend(String),
 }
 
-/// What a claim may take: free units per kind, and optionally a rank bound (the starvation
-/// guard's reservation: only tasks ranked at or ahead of it may be claimed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FitQuery {
-    /// Units free per resource kind.
-    pub free: Capacity,
-    /// Claim only tasks ranked at or ahead of this key.
-    pub ranked_at_or_ahead_of: Option<RankKey>,
+/// How a claimed entry's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// It reached a terminal state (its outcome is in the mailbox): forget it.
+    Done,
+    /// It failed (its failure is in the mailbox): forget it, keeping the reason where the
+    /// backend has a dead-letter record.
+    Failed(String),
+}
+
+/// A parked entry as a durable queue returns it at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    /// Its entry id.
+    pub entry: EntryId,
+    /// Its metadata (the payload stays in the queue until claimed).
+    pub meta: TaskMetadata,
 }
 
 /// How many tasks a queue holds.
@@ -51,52 +76,59 @@ pub struct FitQuery {
 pub struct QueueCounts {
     /// Waiting to be claimed.
     pub parked: usize,
-    /// Claimed by this node and not yet completed, failed or released.
+    /// Claimed and not yet settled.
     pub claimed: usize,
 }
 
-/// Storage for parked tasks. See the module docs for the contract; the conformance suite in
-/// `tests/conformance/` checks every backend against it.
+/// The local queue contract. See the module docs; the conformance suite in
+/// `tests/conformance/queue.rs` checks every backend against it.
 #[async_trait]
 pub trait TaskQueue<P>: Send + Sync
 where
     P: Send + 'static,
 {
-    /// A short name for logs and errors (`in_memory`, `yaque`, `postgres`).
+    /// A short name for logs and errors (`in_memory`, `yaque`).
     fn backend(&self) -> &'static str;
 
-    /// Whether parked tasks survive the process. Shutdown keeps a durable queue's tasks and
-    /// cancels an in-memory queue's.
+    /// Whether parked tasks survive the process. Shutdown and escalation keep a durable
+    /// queue's parked tasks and cancel an in-memory queue's.
     fn is_durable(&self) -> bool;
 
-    /// Parks a task. Once this returns `Ok`, the task is stored (durably, for a durable
+    /// The synchronous face of a backend that needs no I/O, which the scheduler then drives
+    /// directly. `None` (the default) sends every call through the queue actor.
+    fn inline(&self) -> Option<&dyn InlineQueue<P>> {
+        None
+    }
+
+    /// Stores a parked entry. Once this returns `Ok`, it is stored (durably, for a durable
     /// backend).
-    async fn park(&self, task: ScheduledTask<P>) -> Result<(), QueueError>;
+    async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError>;
 
-    /// Claims a specific parked task; `None` if it is not parked (claimed elsewhere, removed).
-    async fn claim(&self, id: TaskId) -> Result<Option<ScheduledTask<P>>, QueueError>;
+    /// Claims a parked entry; `None` if it is not parked (removed, or claimed already).
+    async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
 
-    /// Claims the best-ranked parked task that fits `query`, if any.
-    async fn claim_best_fit(
-        &self,
-        query: &FitQuery,
-    ) -> Result<Option<ScheduledTask<P>>, QueueError>;
+    /// Ends a claim. See [`Settlement`].
+    async fn settle(&self, entry: EntryId, settlement: Settlement) -> Result<(), QueueError>;
 
-    /// Ends a claim: the task completed (or ended for good some other way).
-    async fn complete(&self, id: TaskId) -> Result<(), QueueError>;
+    /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
 
-    /// Ends a claim with a failure. Backends with retries may park the task again.
-    async fn fail(&self, id: TaskId, reason: &str) -> Result<(), QueueError>;
+    /// Every parked entry, for the core to index at start, and claims left over by a process
+    /// that died, parked again (their runs were lost: at-least-once).
+    async fn load_parked(&self) -> Result<Vec<StoredEntry>, QueueError>;
 
-    /// Gives a claimed task back: it is parked again with its original rank.
-    async fn release(&self, task: ScheduledTask<P>) -> Result<(), QueueError>;
-
-    /// Removes a parked task (cancelled, or its deadline passed); `None` if not parked.
-    async fn remove(&self, id: TaskId) -> Result<Option<ScheduledTask<P>>, QueueError>;
-
-    /// Removes every parked task whose deadline is at or before `now_ms`; returns their ids.
-    async fn expire(&self, now_ms: u64) -> Result<Vec<TaskId>, QueueError>;
-
-    /// How many tasks are parked and claimed.
+    /// How many entries are parked and claimed.
     async fn counts(&self) -> Result<QueueCounts, QueueError>;
+}
+
+/// The synchronous face of a [`TaskQueue`] that needs no I/O. Same meaning, method by method.
+pub trait InlineQueue<P>: Send + Sync {
+    /// See [`TaskQueue::park`].
+    fn park_now(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError>;
+    /// See [`TaskQueue::claim`].
+    fn claim_now(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
+    /// See [`TaskQueue::settle`].
+    fn settle_now(&self, entry: EntryId, settlement: Settlement) -> Result<(), QueueError>;
+    /// See [`TaskQueue::remove`].
+    fn remove_now(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
 }

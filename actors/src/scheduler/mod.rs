@@ -1,5 +1,9 @@
-//! Scheduling: the pure parking-lot [`core`] that decides what starts, parks, expires or is
-//! rejected, and the [`actor`] that feeds it events and carries out its decisions.
+//! The scheduler: the pure parking-lot [`core`], the [`state`] that carries out its
+//! decisions, the [`actor`] that hosts them, the [`inbox`] that feeds them, and the
+//! [`protocol`] callers speak.
 
 pub mod actor;
 pub mod core;
+pub(crate) mod inbox;
+pub mod protocol;
+pub(crate) mod state;

@@ -15,7 +15,7 @@ use crate::executor::TaskExecutor;
 
 /// Messages a worker actor handles.
 #[derive(Debug)]
-pub enum WorkerMsg {
+pub(crate) enum WorkerMsg {
     /// The thread caught an executor panic and exited.
     ThreadDied {
         /// The panic message.
@@ -27,7 +27,7 @@ pub enum WorkerMsg {
 type Types<P, R, E> = PhantomData<fn() -> (P, R, E)>;
 
 /// Owns one worker thread. See the module docs.
-pub struct WorkerActor<P, R, E>(Types<P, R, E>);
+pub(crate) struct WorkerActor<P, R, E>(Types<P, R, E>);
 
 impl<P, R, E> Default for WorkerActor<P, R, E> {
     fn default() -> Self {
@@ -36,7 +36,7 @@ impl<P, R, E> Default for WorkerActor<P, R, E> {
 }
 
 /// The thread the actor owns.
-pub struct WorkerState {
+pub(crate) struct WorkerState {
     _thread: JoinHandle<()>,
 }
 

@@ -1,13 +1,13 @@
 //! Worker threads: each [`WorkerActor`](actor::WorkerActor) owns one named OS thread running
 //! its own current-thread tokio runtime, which takes jobs from its own job channel.
 //!
-//! Worker `i` has job channel `i`. The scheduler actor chooses the worker of every task it
-//! starts (an idle one: each worker runs at most one job at a time) and sends the job to that
-//! worker's channel, directly or through the queue actor when the task was parked. A channel
+//! Worker `i` has job channel `i`. The scheduler's core gives every task it starts an idle
+//! worker slot (each worker runs at most one job at a time) and the scheduler sends the job
+//! to that worker's channel. A worker reports every finished run through the scheduler's
+//! inbox. A channel
 //! outlives the threads that consume it: a worker restarted after a panic consumes the same
-//! channel, so a job sent to it while it restarts is not lost. Only the scheduler and queue
-//! actors hold senders; when both stop, every channel closes and each thread exits after its
-//! current job.
+//! channel, so a job sent to it while it restarts is not lost. Only the scheduler holds the
+//! senders; when it stops, every channel closes and each thread exits after its current job.
 
 pub mod actor;
 pub mod thread;
@@ -19,6 +19,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{oneshot, Mutex};
 
 use crate::domain::ScheduledTask;
+use crate::queue::EntryId;
 
 /// The sending ends of every worker's job channel; element `i` reaches worker `i`.
 pub type JobSenders<P> = Arc<[UnboundedSender<Job<P>>]>;
@@ -41,6 +42,8 @@ pub fn job_channels<P>(workers: usize) -> (JobSenders<P>, Vec<JobReceiver<P>>) {
 /// A task handed to one worker thread: its capacity and its worker are held from the moment
 /// it is sent.
 pub struct Job<P> {
+    /// The task's entry, which the worker reports back when the run is over.
+    pub entry: EntryId,
     /// The task to run.
     pub task: ScheduledTask<P>,
     /// Its execution timeout, if any.
@@ -58,6 +61,13 @@ pub struct WorkerSettings {
     pub stack_size: Option<usize>,
     /// Pin thread `n` to CPU `n % cpus` (Linux only; elsewhere a no-op with a warning).
     pub pin_to_cpus: bool,
+}
+
+impl WorkerSettings {
+    /// The smallest stack a worker thread may have: 64 KiB.
+    pub const MIN_STACK: usize = 64 * 1024;
+    /// The largest stack a worker thread may have: 1 GiB.
+    pub const MAX_STACK: usize = 1024 * 1024 * 1024;
 }
 
 impl Default for WorkerSettings {

@@ -6,20 +6,19 @@
 //! same channel: jobs sent meanwhile wait there. The whole loop runs inside one `block_on` of
 //! the thread's current-thread runtime, so the runtime is driven the entire time the thread
 //! lives: tasks an executor spawned keep running between jobs. After each job the thread
-//! reports `Finished` with its worker index, which makes it idle again for the scheduler.
+//! reports the outcome through the scheduler's inbox, which frees its slot.
 //!
-//! A panic in an executor is caught around that one job's future; the job ends `Failed` with
-//! the panic message, the scheduler is told (releasing its capacity and worker), and the
-//! thread then exits and asks its actor to fail, so the supervisor replaces it with a fresh
-//! thread: whatever state the panic left behind on this thread goes with it. When every
-//! sender of its channel is gone (the pool stopped), the thread exits after its current job.
+//! Everything a job does runs inside one panic boundary: the executor's future, and the
+//! drops of its payload, its future (on timeout or cancel) and its panic payload. A panic
+//! anywhere in there ends the task `Failed` with the panic message; the thread reports it,
+//! exits and asks its actor to fail, so the supervisor replaces it with a fresh thread:
+//! whatever state the panic left behind goes with it. When the job channel closes (the pool
+//! stopped), the thread exits after its current job.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use ractor::ActorRef;
@@ -28,28 +27,28 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::actor::WorkerMsg;
 use super::{Job, JobReceiver, WorkerSettings};
+use crate::contain::{drop_contained, panic_message};
 use crate::domain::PoolError;
 use crate::executor::TaskExecutor;
-use crate::scheduler::actor::SchedulerMsg;
+use crate::scheduler::inbox::{Finish, Inbox};
 use crate::stats::PoolCounters;
 
 /// Everything one worker thread needs; cloned for each (re)start.
 pub struct WorkerThreadSpec<P, R, E> {
     /// The pool's name.
-    pub pool: Arc<str>,
-    /// The worker's index within the pool: which job channel it consumes, and what it reports
-    /// in `Finished`.
-    pub index: usize,
+    pub(crate) pool: Arc<str>,
+    /// The worker's index within the pool: which job channel it consumes.
+    pub(crate) index: usize,
     /// How the thread is built.
-    pub settings: WorkerSettings,
+    pub(crate) settings: WorkerSettings,
     /// This worker's job channel, shared with the threads that replace this one.
-    pub jobs: JobReceiver<P>,
+    pub(crate) jobs: JobReceiver<P>,
     /// The user's work.
-    pub executor: Arc<E>,
-    /// Where finished tasks are reported.
-    pub scheduler: ActorRef<SchedulerMsg<P, R>>,
+    pub(crate) executor: Arc<E>,
+    /// Where finished runs are reported.
+    pub(crate) inbox: Arc<Inbox<P, R>>,
     /// The pool's counters (`live_worker_threads`).
-    pub counters: Arc<PoolCounters>,
+    pub(crate) counters: Arc<PoolCounters>,
 }
 
 impl<P, R, E> Clone for WorkerThreadSpec<P, R, E> {
@@ -60,7 +59,7 @@ impl<P, R, E> Clone for WorkerThreadSpec<P, R, E> {
             settings: self.settings.clone(),
             jobs: self.jobs.clone(),
             executor: self.executor.clone(),
-            scheduler: self.scheduler.clone(),
+            inbox: self.inbox.clone(),
             counters: self.counters.clone(),
         }
     }
@@ -88,7 +87,7 @@ pub fn thread_name(pool: &str, index: usize) -> String {
 }
 
 /// Starts the thread. `actor` hears about the thread's death by panic.
-pub fn spawn<P, R, E>(
+pub(crate) fn spawn<P, R, E>(
     spec: WorkerThreadSpec<P, R, E>,
     actor: ActorRef<WorkerMsg>,
 ) -> std::io::Result<JoinHandle<()>>
@@ -120,10 +119,11 @@ where
         if let Some(reason) = runtime.block_on(run_jobs(&spec)) {
             let _ = actor.send_message(WorkerMsg::ThreadDied { reason });
         }
+        drop_contained(runtime);
     })
 }
 
-/// Runs jobs until the job channel closes (`None`) or an executor panics (`Some(message)`).
+/// Runs jobs until the job channel closes (`None`) or a job panics (`Some(message)`).
 ///
 /// Holds the channel's lock until it returns; the lock is released before the thread's actor
 /// hears of a panic, so the replacement thread never waits on a dead one.
@@ -135,13 +135,21 @@ where
 {
     let mut jobs = spec.jobs.clone().lock_owned().await;
     while let Some(job) = next_job(&mut jobs).await {
-        let id = job.task.meta.id;
-        let (outcome, panic) = run_job(spec.executor.as_ref(), job).await;
-        let _ = spec.scheduler.send_message(SchedulerMsg::Finished {
-            id,
-            worker: spec.index,
-            outcome,
-        });
+        let entry = job.entry;
+        let (outcome, panic) = match AssertUnwindSafe(run_job(spec.executor.as_ref(), job))
+            .catch_unwind()
+            .await
+        {
+            Ok((outcome, false)) => (outcome, None),
+            Ok((outcome, true)) => (outcome, Some(DROP_PANICKED.to_owned())),
+            Err(payload) => {
+                let message = panic_message(payload.as_ref());
+                drop_contained(payload);
+                let outcome = Err(PoolError::Failed(format!("executor panicked: {message}")));
+                (outcome, Some(message))
+            }
+        };
+        spec.inbox.finished(Finish { entry, outcome });
         if panic.is_some() {
             return panic;
         }
@@ -149,29 +157,39 @@ where
     None
 }
 
-/// How long an idle worker keeps checking for its next job before it sleeps.
+/// How many times an idle worker checks for its next job before it sleeps.
 ///
 /// Under load the scheduler often hands a worker its next job a few microseconds after the
-/// last one finished; catching it while still awake spares the scheduler's thread a kernel
-/// wake-up. Between checks the worker yields to its runtime, so tasks an executor spawned
-/// keep running. The cost is bounded: at most this much CPU after each job.
-const IDLE_SPIN: Duration = Duration::from_micros(30);
+/// last one finished; catching it while still awake spares a kernel wake-up on both sides.
+/// Each round yields the CPU (`sched_yield`), so a spinning worker never keeps a runnable
+/// thread off its core, and every few rounds it yields to its own runtime too, so tasks an
+/// executor spawned keep running. Counting rounds instead of reading a clock keeps the spin
+/// cheap; a round costs well under a microsecond, so the spin is bounded to tens of them.
+const IDLE_SPIN_ROUNDS: u32 = 64;
 
-/// The next job: checked for a short while (see [`IDLE_SPIN`]), then awaited.
+/// The next job: checked for a short while (see [`IDLE_SPIN_ROUNDS`]), then awaited.
 async fn next_job<P>(jobs: &mut UnboundedReceiver<Job<P>>) -> Option<Job<P>> {
-    let spinning_since = Instant::now();
-    while spinning_since.elapsed() < IDLE_SPIN {
+    for round in 0..IDLE_SPIN_ROUNDS {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => tokio::task::yield_now().await,
+            Err(TryRecvError::Empty) if round % 16 == 15 => tokio::task::yield_now().await,
+            Err(TryRecvError::Empty) => std::thread::yield_now(),
         }
     }
     jobs.recv().await
 }
 
-/// Runs one job under its timeout and cancel signal, catching a panic.
-async fn run_job<P, R, E>(executor: &E, job: Job<P>) -> (Result<R, PoolError>, Option<String>)
+/// Why a worker is replaced after a value panicked in `Drop` outside `execute`.
+const DROP_PANICKED: &str = "a value panicked while being dropped";
+
+/// Runs one job under its timeout and cancel signal. Returns the outcome and whether
+/// dropping the abandoned future panicked (contained here, so the outcome still stands, but
+/// the thread is replaced as after any panic).
+///
+/// The future is owned here, not by the timer or the `select!`, so a timeout or a cancel
+/// drops it outside any poll, where [`drop_contained`] can catch what its `Drop` raises.
+async fn run_job<P, R, E>(executor: &E, job: Job<P>) -> (Result<R, PoolError>, bool)
 where
     P: Send + 'static,
     R: Send + 'static,
@@ -181,35 +199,25 @@ where
         task,
         timeout,
         cancel,
+        ..
     } = job;
-    let execution = AssertUnwindSafe(executor.execute(task.payload, task.meta)).catch_unwind();
-    let bounded = async move {
-        match timeout {
-            Some(limit) => tokio::time::timeout(limit, execution).await.ok(),
-            None => Some(execution.await),
-        }
-    };
-    tokio::select! {
+    let deadline = timeout.and_then(|limit| tokio::time::Instant::now().checked_add(limit));
+    let mut execution = executor.execute(task.payload, task.meta);
+    let outcome = tokio::select! {
         biased;
-        Ok(()) = cancel => (Err(PoolError::Cancelled), None),
-        ran = bounded => match ran {
-            Some(Ok(result)) => (Ok(result), None),
-            Some(Err(panic)) => {
-                let message = panic_message(panic.as_ref());
-                (Err(PoolError::Failed(format!("executor panicked: {message}"))), Some(message))
-            }
-            None => (Err(PoolError::TimedOut), None),
-        },
-    }
+        Ok(()) = cancel => Err(PoolError::Cancelled),
+        () = expiry(deadline) => Err(PoolError::TimedOut),
+        result = &mut execution => Ok(result),
+    };
+    (outcome, drop_contained(execution))
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a non-string panic payload".to_owned()
+/// Completes at `deadline`, or never without one (a limit too large for the timer, such as
+/// `Duration::MAX`, means no limit).
+async fn expiry(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,17 +1,19 @@
-//! The default queue: parked tasks in memory, indexed for the fit query.
+//! The default queue: parked tasks in memory.
 //!
-//! Parked tasks are indexed exactly like the scheduling core indexes them (per resource kind,
-//! a [`CostIndex`] over costs holding ranks), so [`TaskQueue::claim_best_fit`] is
-//! O(log n) too. Nothing survives the process: shutdown ends parked tasks `Cancelled`.
+//! The scheduler's core indexes parked tasks and decides which one starts; this queue only
+//! holds their payloads by entry id, so it is a hash map and nothing more. It needs no I/O,
+//! so the scheduler drives it directly ([`InlineQueue`]). Nothing survives the process:
+//! shutdown ends parked tasks `Cancelled`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
-use crate::core::scheduling::{clamp_ms, CostIndex, RankKey};
-use crate::core::{FitQuery, QueueCounts, QueueError, ScheduledTask, TaskQueue};
-use crate::util::serde::{ResourceKind, TaskId};
+use crate::core::scheduling::FastMap;
+use crate::core::{
+    EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
+    TaskQueue,
+};
 
 /// Parked tasks in memory. See the module docs.
 ///
@@ -23,15 +25,13 @@ use crate::util::serde::{ResourceKind, TaskId};
 /// assert_eq!(queue.backend(), "in_memory");
 /// ```
 pub struct InMemoryQueue<P> {
-    inner: Mutex<Parked<P>>,
+    inner: Mutex<Entries<P>>,
     max_parked: Option<usize>,
 }
 
-struct Parked<P> {
-    tasks: HashMap<TaskId, ScheduledTask<P>>,
-    by_cost: [CostIndex; ResourceKind::COUNT],
-    by_deadline: BTreeSet<(u64, TaskId)>,
-    claimed: HashSet<TaskId>,
+struct Entries<P> {
+    parked: FastMap<EntryId, ScheduledTask<P>>,
+    claimed: FastMap<EntryId, ()>,
 }
 
 impl<P> Default for InMemoryQueue<P> {
@@ -44,11 +44,9 @@ impl<P> InMemoryQueue<P> {
     /// An unbounded queue (the pool's `max_queue_depth` still bounds what it parks).
     pub fn new() -> Self {
         Self {
-            inner: Mutex::new(Parked {
-                tasks: HashMap::new(),
-                by_cost: Default::default(),
-                by_deadline: BTreeSet::new(),
-                claimed: HashSet::new(),
+            inner: Mutex::new(Entries {
+                parked: FastMap::default(),
+                claimed: FastMap::default(),
             }),
             max_parked: None,
         }
@@ -62,53 +60,51 @@ impl<P> InMemoryQueue<P> {
         }
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Parked<P>>, QueueError> {
-        self.inner
-            .lock()
-            .map_err(|_| QueueError::Backend("in-memory queue lock poisoned".into()))
+    /// Every update leaves the maps consistent before anything could panic, so a poisoned
+    /// lock is taken over as it is.
+    fn lock(&self) -> MutexGuard<'_, Entries<P>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-fn rank<P>(task: &ScheduledTask<P>) -> RankKey {
-    RankKey::new(
-        task.meta.priority,
-        clamp_ms(task.meta.created_at_ms),
-        task.meta.id,
-    )
-}
-
-impl<P> Parked<P> {
-    fn insert(&mut self, task: ScheduledTask<P>) {
-        let meta = &task.meta;
-        self.by_cost[meta.cost.kind.index()].insert(meta.cost.units, rank(&task));
-        if let Some(deadline) = meta.deadline_ms {
-            self.by_deadline.insert((clamp_ms(deadline), meta.id));
+impl<P: Send + 'static> InlineQueue<P> for InMemoryQueue<P> {
+    fn park_now(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
+        let mut entries = self.lock();
+        if entries.parked.contains_key(&entry) || entries.claimed.contains_key(&entry) {
+            return Err(QueueError::Duplicate(entry));
         }
-        self.tasks.insert(meta.id, task);
+        if let Some(max) = self.max_parked {
+            if entries.parked.len() >= max {
+                return Err(QueueError::Full(max));
+            }
+        }
+        entries.parked.insert(entry, task);
+        Ok(())
     }
 
-    fn remove(&mut self, id: TaskId) -> Option<ScheduledTask<P>> {
-        let task = self.tasks.remove(&id)?;
-        let meta = &task.meta;
-        self.by_cost[meta.cost.kind.index()].remove(meta.cost.units, rank(&task));
-        if let Some(deadline) = meta.deadline_ms {
-            self.by_deadline.remove(&(clamp_ms(deadline), id));
+    fn claim_now(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let mut entries = self.lock();
+        let task = entries.parked.remove(&entry);
+        if task.is_some() {
+            entries.claimed.insert(entry, ());
         }
-        Some(task)
+        Ok(task)
     }
 
-    fn claim(&mut self, id: TaskId) -> Option<ScheduledTask<P>> {
-        let task = self.remove(id)?;
-        self.claimed.insert(id);
-        Some(task)
+    fn settle_now(&self, entry: EntryId, _settlement: Settlement) -> Result<(), QueueError> {
+        match self.lock().claimed.remove(&entry) {
+            Some(()) => Ok(()),
+            None => Err(QueueError::NotClaimed(entry)),
+        }
+    }
+
+    fn remove_now(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        Ok(self.lock().parked.remove(&entry))
     }
 }
 
 #[async_trait]
-impl<P> TaskQueue<P> for InMemoryQueue<P>
-where
-    P: Send + 'static,
-{
+impl<P: Send + 'static> TaskQueue<P> for InMemoryQueue<P> {
     fn backend(&self) -> &'static str {
         "in_memory"
     }
@@ -117,82 +113,47 @@ where
         false
     }
 
-    async fn park(&self, task: ScheduledTask<P>) -> Result<(), QueueError> {
-        let mut parked = self.lock()?;
-        let id = task.meta.id;
-        if parked.tasks.contains_key(&id) || parked.claimed.contains(&id) {
-            return Err(QueueError::Duplicate(id));
-        }
-        if let Some(max) = self.max_parked.filter(|&max| parked.tasks.len() >= max) {
-            return Err(QueueError::Full(max));
-        }
-        parked.insert(task);
-        Ok(())
+    fn inline(&self) -> Option<&dyn InlineQueue<P>> {
+        Some(self)
     }
 
-    async fn claim(&self, id: TaskId) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        Ok(self.lock()?.claim(id))
+    async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
+        self.park_now(entry, task)
     }
 
-    async fn claim_best_fit(
-        &self,
-        query: &FitQuery,
-    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        let mut parked = self.lock()?;
-        let best = ResourceKind::ALL
+    async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        self.claim_now(entry)
+    }
+
+    async fn settle(&self, entry: EntryId, settlement: Settlement) -> Result<(), QueueError> {
+        self.settle_now(entry, settlement)
+    }
+
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        self.remove_now(entry)
+    }
+
+    /// What is parked now: a fresh in-memory queue holds nothing, and claims do not outlive
+    /// the process, so there is nothing to park again.
+    async fn load_parked(&self) -> Result<Vec<StoredEntry>, QueueError> {
+        let entries = self.lock();
+        let mut stored: Vec<StoredEntry> = entries
+            .parked
             .iter()
-            .filter_map(|&kind| parked.by_cost[kind.index()].best_within(query.free.get(kind)))
-            .min();
-        let allowed = best.filter(|best| {
-            query
-                .ranked_at_or_ahead_of
-                .is_none_or(|bound| *best <= bound)
-        });
-        Ok(allowed.and_then(|best| parked.claim(best.id())))
-    }
-
-    async fn complete(&self, id: TaskId) -> Result<(), QueueError> {
-        match self.lock()?.claimed.remove(&id) {
-            true => Ok(()),
-            false => Err(QueueError::NotClaimed(id)),
-        }
-    }
-
-    async fn fail(&self, id: TaskId, _reason: &str) -> Result<(), QueueError> {
-        self.complete(id).await
-    }
-
-    async fn release(&self, task: ScheduledTask<P>) -> Result<(), QueueError> {
-        let mut parked = self.lock()?;
-        if !parked.claimed.remove(&task.meta.id) {
-            return Err(QueueError::NotClaimed(task.meta.id));
-        }
-        parked.insert(task);
-        Ok(())
-    }
-
-    async fn remove(&self, id: TaskId) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        Ok(self.lock()?.remove(id))
-    }
-
-    async fn expire(&self, now_ms: u64) -> Result<Vec<TaskId>, QueueError> {
-        let mut parked = self.lock()?;
-        let mut expired = Vec::new();
-        while let Some(&(deadline, id)) = parked.by_deadline.first() {
-            if deadline > now_ms {
-                break;
-            }
-            parked.remove(id);
-            expired.push(id);
-        }
-        Ok(expired)
+            .map(|(&entry, task)| StoredEntry {
+                entry,
+                meta: task.meta.clone(),
+            })
+            .collect();
+        stored.sort_unstable_by_key(|stored| stored.entry);
+        Ok(stored)
     }
 
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
-        let parked = self.lock()?;
+        let entries = self.lock();
         Ok(QueueCounts {
-            parked: parked.tasks.len(),
-            claimed: parked.claimed.len(),
+            parked: entries.parked.len(),
+            claimed: entries.claimed.len(),
         })
     }
 }

@@ -1,3 +1,4 @@
 //! Queue backends implementing [`TaskQueue`](crate::core::TaskQueue).
 
 pub mod memory;
+pub mod shared_memory;

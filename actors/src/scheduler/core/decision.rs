@@ -77,6 +77,9 @@ pub struct Tick {
     pub expired: Vec<TaskId>,
     /// Tasks to start now (an expired reservation may unblock others).
     pub started: Vec<TaskId>,
+    /// Running tasks past the time [`ParkingLot::watch`](super::ParkingLot::watch) gave them;
+    /// each is reported once. They keep their capacity until `complete`.
+    pub overdue: Vec<TaskId>,
 }
 
 /// A call that names a task the core does not hold in the needed state.

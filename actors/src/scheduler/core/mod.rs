@@ -41,11 +41,20 @@
 //!    [`ParkingLot::next_wakeup`] says when the next tick has work to do.
 //! 8. **Release.** `complete` releases a running task's capacity exactly once; a second
 //!    `complete` is an error, not a second release.
+//! 9. **Worker slots have identities.** A started task is given one idle worker slot (the
+//!    most recently freed first: its thread's caches are warm), which [`ParkingLot::worker_of`]
+//!    names; `complete` frees it. A slot whose thread is gone for good is *retired*
+//!    ([`ParkingLot::retire_worker`]) and never handed out again.
+//! 10. **Execution watchdog.** The driver may give a running task a time by which it must
+//!     have finished ([`ParkingLot::watch`]); `tick` reports it *overdue* once, at that time.
+//!     Its capacity and slot stay held until `complete`, because a thread blocked in
+//!     synchronous code still holds the memory.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
 //! - `0 <= used[kind] <= capacity[kind]` and it equals the sum of running costs of that kind;
-//!   `busy_workers` equals the number of running tasks and is at most `worker_slots`.
+//!   every running task holds a distinct worker slot; the idle slots are exactly the slots
+//!   neither held nor retired.
 //! - No task is both parked and running; every index holds exactly the parked tasks.
 //! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
 //!   of it.
@@ -60,7 +69,7 @@ mod cost_index;
 mod decision;
 mod rank;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 pub use cost_index::CostIndex;
 pub use decision::{Admit, Cancel, Rejection, Tick, UnknownTask};
@@ -71,6 +80,10 @@ use crate::domain::{
 };
 
 const KINDS: usize = ResourceKind::COUNT;
+
+/// The hash map of the core and the scheduler: foldhash is several times faster than SipHash
+/// on integer keys and, seeded per map, still resists hash flooding.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// What the core needs to know about a task to schedule it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +141,9 @@ impl Parked {
 struct Claim {
     kind: ResourceKind,
     units: u32,
+    worker: u32,
+    /// When the watchdog reports it overdue; `None` once reported, or when unwatched.
+    overdue_at: Option<u64>,
 }
 
 /// The parking-lot state machine of one pool. See the module docs for the rules.
@@ -154,13 +170,17 @@ pub struct ParkingLot {
     limits: PoolLimits,
     worker_slots: u32,
     used: [u32; KINDS],
-    busy_workers: u32,
-    parked: HashMap<TaskId, Parked>,
+    /// Idle worker slots; the most recently freed last, so it is reused first.
+    idle_workers: Vec<u32>,
+    /// `retired[w]`: slot `w`'s thread is gone for good; it is never handed out again.
+    retired: Vec<bool>,
+    parked: FastMap<TaskId, Parked>,
     by_cost: [CostIndex; KINDS],
     by_deadline: BTreeSet<(u64, TaskId)>,
     by_park_time: BTreeSet<(u64, TaskId)>,
     starving: BTreeSet<RankKey>,
-    running: HashMap<TaskId, Claim>,
+    running: FastMap<TaskId, Claim>,
+    by_overdue: BTreeSet<(u64, TaskId)>,
 }
 
 impl ParkingLot {
@@ -173,13 +193,15 @@ impl ParkingLot {
             limits,
             worker_slots,
             used: [0; KINDS],
-            busy_workers: 0,
-            parked: HashMap::new(),
+            idle_workers: (0..worker_slots).rev().collect(),
+            retired: vec![false; limits.worker_slots],
+            parked: FastMap::default(),
             by_cost: Default::default(),
             by_deadline: BTreeSet::new(),
             by_park_time: BTreeSet::new(),
             starving: BTreeSet::new(),
-            running: HashMap::new(),
+            running: FastMap::default(),
+            by_overdue: BTreeSet::new(),
         })
     }
 
@@ -205,7 +227,47 @@ impl ParkingLot {
 
     /// Worker slots held by running tasks.
     pub fn busy_workers(&self) -> usize {
-        self.busy_workers as usize
+        self.running.len()
+    }
+
+    /// The worker slot a running task holds.
+    pub fn worker_of(&self, id: TaskId) -> Option<usize> {
+        self.running.get(&id).map(|claim| claim.worker as usize)
+    }
+
+    /// The running task holding worker slot `worker`, if any. O(running).
+    pub fn task_on(&self, worker: usize) -> Option<TaskId> {
+        self.running
+            .iter()
+            .find(|(_, claim)| claim.worker as usize == worker)
+            .map(|(&id, _)| id)
+    }
+
+    /// Retires worker slot `worker`: its thread is gone for good, so it is never handed out
+    /// again. A task running on it keeps its capacity until the driver `complete`s it.
+    /// Returns that task, if any.
+    pub fn retire_worker(&mut self, worker: usize) -> Option<TaskId> {
+        let slot = self.retired.get_mut(worker)?;
+        *slot = true;
+        self.idle_workers.retain(|&idle| idle as usize != worker);
+        self.task_on(worker)
+    }
+
+    /// Worker slots not retired.
+    pub fn live_workers(&self) -> usize {
+        self.retired.iter().filter(|retired| !**retired).count()
+    }
+
+    /// Asks the watchdog to report running task `id` overdue from `at` on (see rule 10).
+    /// Ignored for a task that is not running.
+    pub fn watch(&mut self, id: TaskId, at: u64) {
+        let Some(claim) = self.running.get_mut(&id) else {
+            return;
+        };
+        if let Some(previous) = claim.overdue_at.replace(at) {
+            self.by_overdue.remove(&(previous, id));
+        }
+        self.by_overdue.insert((at, id));
     }
 
     /// Number of parked tasks.
@@ -245,10 +307,8 @@ impl ParkingLot {
                 .first()
                 .map(|&(parked_at, _)| parked_at.saturating_add(max_park_ms))
         });
-        match (deadline, aging) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let overdue = self.by_overdue.first().map(|&(at, _)| at);
+        [deadline, aging, overdue].into_iter().flatten().min()
     }
 
     /// Admits a task at time `now`: start it, park it, expire it or reject it.
@@ -291,9 +351,14 @@ impl ParkingLot {
             .remove(&id)
             .ok_or(UnknownTask::NotRunning(id))?;
         let kind = claim.kind.index();
-        debug_assert!(self.used[kind] >= claim.units && self.busy_workers > 0);
+        debug_assert!(self.used[kind] >= claim.units);
         self.used[kind] = self.used[kind].saturating_sub(claim.units);
-        self.busy_workers = self.busy_workers.saturating_sub(1);
+        if let Some(at) = claim.overdue_at {
+            self.by_overdue.remove(&(at, id));
+        }
+        if !self.retired[claim.worker as usize] {
+            self.idle_workers.push(claim.worker);
+        }
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
@@ -313,10 +378,21 @@ impl ParkingLot {
         Ok(Cancel::Parked { started })
     }
 
-    /// Advances time: expires parked tasks whose deadline is at or before `now`, ages
-    /// parked tasks into starvation, and starts what an expired reservation unblocked.
+    /// Advances time: expires parked tasks whose deadline is at or before `now`, reports
+    /// running tasks that became overdue, ages parked tasks into starvation, and starts what
+    /// an expired reservation unblocked.
     pub fn tick(&mut self, now: u64) -> Tick {
         let mut tick = Tick::default();
+        while let Some(&(at, id)) = self.by_overdue.first() {
+            if at > now {
+                break;
+            }
+            self.by_overdue.pop_first();
+            if let Some(claim) = self.running.get_mut(&id) {
+                claim.overdue_at = None;
+                tick.overdue.push(id);
+            }
+        }
         while let Some(&(deadline, id)) = self.by_deadline.first() {
             if deadline > now {
                 break;
@@ -326,6 +402,18 @@ impl ParkingLot {
         }
         self.unpark(now, &mut tick.started);
         tick
+    }
+
+    /// Parks a task that a durable queue kept from an earlier run (`load_parked`), without
+    /// the fast path and past `max_queue_depth` if need be: it is stored already and must not
+    /// be lost. Call [`tick`](Self::tick) after the last one to start what fits.
+    pub fn restore(&mut self, ticket: Ticket, now: u64) -> Result<(), Rejection> {
+        let id = ticket.id;
+        if self.parked.contains_key(&id) || self.running.contains_key(&id) {
+            return Err(Rejection::DuplicateId(id));
+        }
+        self.park(ticket, now);
+        Ok(())
     }
 
     /// Removes every parked task (for shutdown) and returns their ids, best-ranked first.
@@ -359,15 +447,7 @@ impl ParkingLot {
                 ));
             }
         }
-        if self.busy_workers as usize != self.running.len() || self.busy_workers > self.worker_slots
-        {
-            return Err(format!(
-                "busy workers {} vs running {} vs slots {}",
-                self.busy_workers,
-                self.running.len(),
-                self.worker_slots
-            ));
-        }
+        self.check_workers()?;
         if let Some(id) = self.parked.keys().find(|id| self.running.contains_key(id)) {
             return Err(format!("task {id} is both parked and running"));
         }
@@ -394,6 +474,30 @@ impl ParkingLot {
         Ok(())
     }
 
+    /// Every slot is idle, held by exactly one running task, or retired (and idle never).
+    fn check_workers(&self) -> Result<(), String> {
+        let mut holders = vec![0u32; self.worker_slots as usize];
+        for claim in self.running.values() {
+            holders[claim.worker as usize] += 1;
+        }
+        for &idle in &self.idle_workers {
+            holders[idle as usize] += 1;
+            if self.retired[idle as usize] {
+                return Err(format!("retired worker {idle} is idle"));
+            }
+        }
+        for (worker, &count) in holders.iter().enumerate() {
+            let expected = u32::from(!self.retired[worker]);
+            if count > 1 || (count == 0 && expected == 1) {
+                return Err(format!(
+                    "worker {worker} is held {count} times (retired: {})",
+                    self.retired[worker]
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Starts parked tasks in rank order, skipping those that do not fit, until nothing more
     /// fits or the reservation blocks the rest.
     fn unpark(&mut self, now: u64, started: &mut Vec<TaskId>) {
@@ -406,7 +510,7 @@ impl ParkingLot {
 
     /// The best-ranked parked task that fits the free capacity and is not blocked.
     fn best_fit(&self) -> Option<RankKey> {
-        if self.busy_workers >= self.worker_slots {
+        if self.idle_workers.is_empty() {
             return None;
         }
         let best = ResourceKind::ALL
@@ -431,7 +535,7 @@ impl ParkingLot {
 
     /// Takes `cost` and a worker slot for `id` if both fit; returns whether it did.
     fn claim(&mut self, id: TaskId, cost: ResourceCost) -> bool {
-        if self.busy_workers >= self.worker_slots {
+        if self.idle_workers.is_empty() {
             return false;
         }
         let kind = cost.kind.index();
@@ -441,13 +545,17 @@ impl ParkingLot {
         if used > self.limits.capacity.get(cost.kind) {
             return false;
         }
+        let Some(worker) = self.idle_workers.pop() else {
+            return false;
+        };
         self.used[kind] = used;
-        self.busy_workers += 1;
         self.running.insert(
             id,
             Claim {
                 kind: cost.kind,
                 units: cost.units,
+                worker,
+                overdue_at: None,
             },
         );
         true

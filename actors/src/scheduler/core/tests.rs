@@ -347,7 +347,8 @@ fn tick_expires_parked_tasks_at_their_deadline() {
         lot.tick(50),
         Tick {
             expired: vec![3, 2],
-            started: vec![]
+            started: vec![],
+            overdue: vec![],
         }
     );
     assert_eq!(lot.parked_len(), 1);

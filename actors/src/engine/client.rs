@@ -1,0 +1,427 @@
+//! [`PoolClient`]: submit, retrieve, cancel, stats and shutdown for one running pool.
+//!
+//! Submissions go through the scheduler's lock-free inbox, not one actor message each; the
+//! admission answer comes back on a oneshot. Results are taken straight from the mailbox
+//! (before subscribing to it, so a result that is already there costs no subscription).
+//! Blocking callers on plain threads wait on a three-state [parker](crate::parker), never
+//! on a hop through the pool's runtime.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, DerivedActorRef};
+use tokio::sync::{oneshot, Notify, OnceCell};
+
+use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
+use crate::mailbox::{Delivery, Mailbox};
+use crate::parker::block_on_until;
+use crate::scheduler::inbox::Inbox;
+use crate::scheduler::protocol::{
+    Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
+};
+use crate::stats::{PoolCounters, PoolStats};
+use crate::supervisor::SupervisorMsg;
+
+/// How long `shutdown` waits for each actor to drain its messages after the task drain.
+const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many times a submitter re-checks for its admission answer (yielding the CPU with
+/// `sched_yield` between checks) before it sleeps on it. A busy scheduler answers within a
+/// few microseconds, well inside this window, and catching the answer awake spares the
+/// submitter's thread a kernel wake-up per task (tens of microseconds on a virtual machine).
+/// Bounded: at most this many yields, a few tens of microseconds, per submission.
+const ANSWER_SPIN_ROUNDS: u32 = 64;
+
+/// The admission answer: checked for a short while (see [`ANSWER_SPIN_ROUNDS`]), then
+/// awaited. `None` when the scheduler dropped the question (it stopped).
+async fn admission_answer<T>(mut answer: oneshot::Receiver<T>) -> Option<T> {
+    for _ in 0..ANSWER_SPIN_ROUNDS {
+        match answer.try_recv() {
+            Ok(value) => return Some(value),
+            Err(oneshot::error::TryRecvError::Closed) => return None,
+            Err(oneshot::error::TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+    answer.await.ok()
+}
+
+/// A handle to one running pool: submit, retrieve, cancel, stats, shutdown. Cheap to clone.
+pub struct PoolClient<P, R> {
+    inner: Arc<ClientInner<P, R>>,
+}
+
+impl<P, R> Clone for PoolClient<P, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct ClientInner<P, R> {
+    name: Arc<str>,
+    scheduler: ActorRef<SchedulerMsg<P>>,
+    inbox: Arc<Inbox<P, R>>,
+    mailbox: Arc<dyn Mailbox<R>>,
+    counters: Arc<PoolCounters>,
+    supervisor: ActorRef<SupervisorMsg>,
+    owns_supervisor: bool,
+    /// The one shutdown every caller waits for.
+    shutdown: OnceCell<Result<ShutdownReport, PoolError>>,
+}
+
+/// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
+fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+impl<P, R> PoolClient<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    pub(crate) fn new(
+        name: Arc<str>,
+        scheduler: ActorRef<SchedulerMsg<P>>,
+        inbox: Arc<Inbox<P, R>>,
+        mailbox: Arc<dyn Mailbox<R>>,
+        counters: Arc<PoolCounters>,
+        supervisor: ActorRef<SupervisorMsg>,
+        owns_supervisor: bool,
+    ) -> Self {
+        Self {
+            inner: Arc::new(ClientInner {
+                name,
+                scheduler,
+                inbox,
+                mailbox,
+                counters,
+                supervisor,
+                owns_supervisor,
+                shutdown: OnceCell::new(),
+            }),
+        }
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The scheduler actor, for callers that speak the actor protocol: it takes
+    /// [`SchedulerRequest`]s only.
+    pub fn scheduler(&self) -> DerivedActorRef<SchedulerRequest<P>> {
+        self.inner.scheduler.get_derived()
+    }
+
+    /// The supervisor the pool runs under.
+    pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
+        &self.inner.supervisor
+    }
+
+    /// Admits a task; returns the mailbox key its result will be stored under.
+    pub async fn submit(
+        &self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+    ) -> Result<MailboxKey, PoolError> {
+        admission_answer(self.send_submission(task, options))
+            .await
+            .unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    /// Admits a task from a plain thread, blocking it until the answer (no runtime needed).
+    pub fn submit_blocking(
+        &self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+    ) -> Result<MailboxKey, PoolError> {
+        block_on_until(admission_answer(self.send_submission(task, options)), None)
+            .flatten()
+            .unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    fn send_submission(
+        &self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+    ) -> oneshot::Receiver<Result<MailboxKey, PoolError>> {
+        let (reply, answer) = oneshot::channel();
+        self.inner.inbox.submit(Submission::One {
+            task,
+            options,
+            reply: Reply::Oneshot(reply),
+        });
+        answer
+    }
+
+    /// Admits many tasks at once, for bulk producers: one trip through the inbox, one answer
+    /// per task, in order.
+    pub async fn submit_batch(
+        &self,
+        tasks: Vec<ScheduledTask<P>>,
+        options: SubmitOptions,
+    ) -> Vec<Result<MailboxKey, PoolError>> {
+        let count = tasks.len();
+        let (reply, answers) = oneshot::channel();
+        self.inner.inbox.submit(Submission::Batch {
+            tasks,
+            options,
+            reply,
+        });
+        admission_answer(answers)
+            .await
+            .unwrap_or_else(|| vec![Err(PoolError::Shutdown); count])
+    }
+
+    /// Waits up to `timeout` for the oldest result under `key` and takes it.
+    ///
+    /// Cancel-safe: if the returned future is dropped, no result is lost; it stays stored for
+    /// the next retrieve. A timeout (`PoolError::Timeout`) consumes nothing either. A task
+    /// that ended without a result (panic, timeout, cancel, expiry, shutdown) gives the
+    /// `PoolError` variant that says which. `Duration::MAX` waits for ever. Needs a tokio
+    /// runtime with time enabled unless the result is there already.
+    pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        self.retrieve_where(key, None, timeout).await
+    }
+
+    /// Like [`retrieve`](Self::retrieve), for the result of task `task_id` under `key`, when
+    /// several tasks share a key.
+    pub async fn retrieve_task(
+        &self,
+        key: &MailboxKey,
+        task_id: TaskId,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        self.retrieve_where(key, Some(task_id), timeout).await
+    }
+
+    async fn retrieve_where(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        if let Some(delivery) = self.try_take(key, task_id).await? {
+            return delivery.outcome;
+        }
+        let wait = self.wait_for(key, task_id);
+        match tokio::time::Instant::now().checked_add(timeout) {
+            Some(deadline) => tokio::time::timeout_at(deadline, wait)
+                .await
+                .unwrap_or(Err(PoolError::Timeout)),
+            None => wait.await,
+        }
+    }
+
+    /// Like [`retrieve`](Self::retrieve), blocking a plain thread (no runtime needed); use it
+    /// from synchronous code or `spawn_blocking`. It keeps working after shutdown.
+    pub fn retrieve_blocking(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        let deadline = deadline_after(timeout);
+        block_on_until(self.wait_for(key, task_id), deadline).unwrap_or(Err(PoolError::Timeout))
+    }
+
+    /// Takes the oldest result under `key` without waiting: `ResultNotFound` if none.
+    pub async fn try_retrieve(&self, key: &MailboxKey) -> Result<R, PoolError> {
+        match self.try_take(key, None).await? {
+            Some(delivery) => delivery.outcome,
+            None => Err(PoolError::ResultNotFound),
+        }
+    }
+
+    /// Waits (without a time limit) until a matching result is stored, and takes it.
+    async fn wait_for(&self, key: &MailboxKey, task_id: Option<TaskId>) -> Result<R, PoolError> {
+        if let Some(delivery) = self.try_take(key, task_id).await? {
+            return delivery.outcome;
+        }
+        let watch = Watch::new(self.inner.mailbox.as_ref(), key);
+        loop {
+            let notified = watch.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(delivery) = self.try_take(key, task_id).await? {
+                return delivery.outcome;
+            }
+            notified.await;
+        }
+    }
+
+    async fn try_take(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Result<Option<Delivery<R>>, PoolError> {
+        let mailbox = self.inner.mailbox.as_ref();
+        let taken = match (mailbox.inline(), task_id) {
+            (Some(inline), None) => inline.take_now(key),
+            (Some(inline), Some(id)) => inline.take_task_now(key, id),
+            (None, None) => mailbox.take(key).await,
+            (None, Some(id)) => mailbox.take_task(key, id).await,
+        };
+        taken
+            .map_err(|error| PoolError::Internal(format!("{} mailbox: {error}", mailbox.backend())))
+    }
+
+    /// Cancels the live task `id` submitted under `key` (the key `submit` returned): a parked
+    /// one ends at once; a running one has its future dropped (its capacity is released when
+    /// its thread returns). Both end `Cancelled`. `TaskNotFound` unless such a task is live
+    /// under exactly that key, so one tenant can never cancel, or probe, another's tasks.
+    pub async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
+        let key = key.clone();
+        match self
+            .inner
+            .scheduler
+            .call(
+                |reply| SchedulerRequest::Cancel { key, id, reply }.into(),
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(result)) => result,
+            _ => Err(PoolError::Shutdown),
+        }
+    }
+
+    /// A snapshot of the pool's counters, read without a message round trip.
+    pub fn stats(&self) -> PoolStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Stops admitting, lets running tasks finish for up to `drain` (`Duration::MAX`: for
+    /// ever), then stops the pool's actors. Parked tasks of an in-memory queue end
+    /// `Cancelled`; a durable queue keeps them. Running tasks still running at the deadline
+    /// end `Cancelled`. Every caller, concurrent or later, waits for the same drain and gets
+    /// the same report.
+    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        self.inner
+            .shutdown
+            .get_or_init(|| self.tear_down(drain))
+            .await
+            .clone()
+    }
+
+    async fn tear_down(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        let limit = drain.checked_add(ACTOR_DRAIN_TIMEOUT);
+        let report = match self
+            .inner
+            .scheduler
+            .call(
+                |reply| SchedulerRequest::Shutdown { drain, reply }.into(),
+                limit,
+            )
+            .await
+        {
+            Ok(CallResult::Success(report)) => report,
+            _ => return Err(PoolError::Shutdown),
+        };
+        let children = match self
+            .inner
+            .supervisor
+            .call(
+                |reply| SupervisorMsg::ReleasePool {
+                    pool: self.inner.name.clone(),
+                    reply,
+                },
+                Some(ACTOR_DRAIN_TIMEOUT),
+            )
+            .await
+        {
+            Ok(CallResult::Success(children)) => children,
+            _ => Vec::new(),
+        };
+        let _ = self
+            .inner
+            .scheduler
+            .drain_and_wait(Some(ACTOR_DRAIN_TIMEOUT))
+            .await;
+        for child in &children {
+            let _ = child.drain_and_wait(Some(ACTOR_DRAIN_TIMEOUT)).await;
+        }
+        if self.inner.owns_supervisor {
+            let _ = self
+                .inner
+                .supervisor
+                .stop_and_wait(None, Some(ACTOR_DRAIN_TIMEOUT))
+                .await;
+        }
+        Ok(report)
+    }
+
+    /// A guard that starts `shutdown(drain)` in the background when dropped, unless disarmed
+    /// first: how the facades shut a dropped pool down without waiting.
+    pub fn shutdown_on_drop(&self, drain: Duration) -> ShutdownOnDrop {
+        let client = self.clone();
+        ShutdownOnDrop(Mutex::new(Some(Box::new(move || {
+            std::thread::Builder::new()
+                .name("parking-lot-shutdown".into())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build();
+                    if let Ok(runtime) = runtime {
+                        let _ = runtime.block_on(client.shutdown(drain));
+                    }
+                })
+                .map(drop)
+                .unwrap_or_else(|error| {
+                    tracing::error!(%error, "could not start the shutdown of a dropped pool")
+                });
+        }))))
+    }
+}
+
+/// A subscription to one mailbox key, dropped (and the backend told) when the wait ends.
+struct Watch<'a, R: Send + 'static> {
+    mailbox: &'a dyn Mailbox<R>,
+    key: &'a MailboxKey,
+    notify: Option<Arc<Notify>>,
+}
+
+impl<'a, R: Send + 'static> Watch<'a, R> {
+    fn new(mailbox: &'a dyn Mailbox<R>, key: &'a MailboxKey) -> Self {
+        let notify = Some(mailbox.subscribe(key));
+        Self {
+            mailbox,
+            key,
+            notify,
+        }
+    }
+
+    fn notify(&self) -> &Notify {
+        self.notify.as_deref().expect("present until dropped")
+    }
+}
+
+impl<R: Send + 'static> Drop for Watch<'_, R> {
+    fn drop(&mut self) {
+        drop(self.notify.take());
+        self.mailbox.unsubscribe(self.key);
+    }
+}
+
+/// Shuts a pool down in the background when dropped. See [`PoolClient::shutdown_on_drop`].
+pub struct ShutdownOnDrop(Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl ShutdownOnDrop {
+    /// Drops the guard's action: the pool was shut down explicitly.
+    pub fn disarm(&self) {
+        if let Ok(mut action) = self.0.lock() {
+            action.take();
+        }
+    }
+}
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        let action = self.0.get_mut().ok().and_then(Option::take);
+        if let Some(action) = action {
+            action();
+        }
+    }
+}

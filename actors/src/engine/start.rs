@@ -1,0 +1,350 @@
+//! Starting a pool: checking its spec, loading what a durable queue kept, and spawning its
+//! actors under a supervisor.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
+
+use super::client::PoolClient;
+use crate::domain::{PoolError, PoolLimits};
+use crate::events::EventSubscriber;
+use crate::executor::TaskExecutor;
+use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
+use crate::mailbox::{Mailbox, Notifier};
+use crate::queue::actor::{QueueActor, QueueMsg, QueueState};
+use crate::queue::TaskQueue;
+use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
+use crate::scheduler::core::ParkingLot;
+use crate::scheduler::inbox::Inbox;
+use crate::scheduler::protocol::{Internal, SchedulerMsg};
+use crate::scheduler::state::{Parking, Results, SchedulerArgs};
+use crate::spawn::Spawn;
+use crate::stats::PoolCounters;
+use crate::supervisor::{
+    ChildSpec, Escalate, RestartPolicy, StartChild, SupervisorActor, SupervisorMsg,
+};
+use crate::worker::actor::WorkerActor;
+use crate::worker::thread::WorkerThreadSpec;
+use crate::worker::{job_channels, WorkerSettings};
+
+/// How long a synchronous constructor waits for the pool's runtime to bring the tree up.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything needed to start one pool.
+pub struct PoolSpec<P, R, E> {
+    /// The pool's name: thread names and logs.
+    pub name: String,
+    /// Capacity, queue depth and starvation guard. `worker_slots` is set from `workers.count`.
+    pub limits: PoolLimits,
+    /// The worker threads.
+    pub workers: WorkerSettings,
+    /// Execution timeout for tasks that do not set their own.
+    pub default_timeout: Option<Duration>,
+    /// How often workers may be restarted before the pool escalates.
+    pub restart: RestartPolicy,
+    /// The user's work.
+    pub executor: E,
+    /// Where parked tasks are stored.
+    pub queue: Box<dyn TaskQueue<P>>,
+    /// Where results are stored.
+    pub mailbox: Arc<dyn Mailbox<R>>,
+    /// Who hears of terminal events once their result is stored.
+    pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// Who hears every event of every task (metrics, audit), on the scheduler's thread.
+    pub subscribers: Vec<Arc<dyn EventSubscriber>>,
+    /// How long results are kept; `None` keeps them until taken.
+    pub retention: Option<Duration>,
+}
+
+impl<P, R, E> PoolSpec<P, R, E> {
+    fn validate(&mut self) -> Result<ParkingLot, PoolError> {
+        if self.name.trim().is_empty() {
+            return Err(PoolError::InvalidConfig(
+                "pool name is empty; give the pool a name".into(),
+            ));
+        }
+        if self.name.contains('\0') {
+            return Err(PoolError::InvalidConfig(
+                "pool name contains a NUL character; thread names cannot hold one".into(),
+            ));
+        }
+        if self.workers.count == 0 {
+            return Err(PoolError::InvalidConfig(
+                "worker_threads is 0; a pool needs at least 1 worker thread".into(),
+            ));
+        }
+        if let Some(size) = self.workers.stack_size {
+            if !(WorkerSettings::MIN_STACK..=WorkerSettings::MAX_STACK).contains(&size) {
+                return Err(PoolError::InvalidConfig(format!(
+                    "thread_stack_size is {size} bytes; use {} to {} bytes",
+                    WorkerSettings::MIN_STACK,
+                    WorkerSettings::MAX_STACK
+                )));
+            }
+        }
+        if self.default_timeout == Some(Duration::ZERO) {
+            return Err(PoolError::InvalidConfig(
+                "default timeout is 0; use a positive timeout, or none".into(),
+            ));
+        }
+        self.limits.worker_slots = self.workers.count;
+        ParkingLot::new(self.limits)
+    }
+}
+
+/// Spawns a supervisor on the current tokio runtime.
+pub async fn spawn_supervisor() -> Result<ActorRef<SupervisorMsg>, PoolError> {
+    Actor::spawn(None, SupervisorActor, ())
+        .await
+        .map(|(supervisor, _)| supervisor)
+        .map_err(|error| PoolError::Internal(format!("could not start the supervisor: {error}")))
+}
+
+/// Starts a pool's actors under `supervisor` and returns its client.
+///
+/// Call it on the tokio runtime that should host the pool's actors.
+pub async fn start_pool<P, R, E>(
+    supervisor: &ActorRef<SupervisorMsg>,
+    spec: PoolSpec<P, R, E>,
+) -> Result<PoolClient<P, R>, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
+    start_pool_with(supervisor, spec, false).await
+}
+
+async fn start_pool_with<P, R, E>(
+    supervisor: &ActorRef<SupervisorMsg>,
+    mut spec: PoolSpec<P, R, E>,
+    owns_supervisor: bool,
+) -> Result<PoolClient<P, R>, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
+    let core = spec.validate()?;
+    let stored = spec.queue.load_parked().await.map_err(|error| {
+        PoolError::Internal(format!(
+            "{} queue: could not load its parked tasks: {error}",
+            spec.queue.backend()
+        ))
+    })?;
+    let pool: Arc<str> = Arc::from(spec.name.as_str());
+    let counters = Arc::new(PoolCounters::default());
+    let inbox = Arc::new(Inbox::<P, R>::new());
+    let (jobs, job_receivers) = job_channels(spec.workers.count);
+    let scheduler_slot: Arc<OnceLock<ActorRef<SchedulerMsg<P>>>> = Arc::new(OnceLock::new());
+    let escalate: Escalate = {
+        let scheduler_slot = scheduler_slot.clone();
+        Arc::new(move |reason| {
+            if let Some(scheduler) = scheduler_slot.get() {
+                let _ = scheduler.send_message(SchedulerMsg(Internal::Escalated { reason }));
+            }
+        })
+    };
+    let child = |role: &str, start: StartChild, restartable: bool| ChildSpec {
+        pool: pool.clone(),
+        role: role.to_owned(),
+        start,
+        restartable,
+        policy: spec.restart,
+        restarts: Arc::new(Default::default()),
+        escalate: escalate.clone(),
+        lost: None,
+    };
+    let once = |role, start| supervise(supervisor, child(role, start, false));
+
+    let inline_results = spec.mailbox.inline().is_some();
+    let mailbox_state = MailboxState {
+        pool: pool.clone(),
+        mailbox: spec.mailbox.clone(),
+        notifiers: if inline_results {
+            Vec::new()
+        } else {
+            spec.notifiers.clone()
+        },
+        retention: spec.retention,
+        counters: counters.clone(),
+    };
+    let mailbox_actor: ActorRef<MailboxMsg<R>> = once(
+        "mailbox",
+        start_once(MailboxActor::<R>::default, mailbox_state),
+    )
+    .await?
+    .into();
+    let results = if inline_results {
+        Results::Inline {
+            mailbox: spec.mailbox.clone(),
+            notifiers: spec.notifiers,
+        }
+    } else {
+        Results::Actor(mailbox_actor)
+    };
+
+    let durable = spec.queue.is_durable();
+    let parking = if spec.queue.inline().is_some() {
+        Parking::Inline(spec.queue)
+    } else {
+        let queue_state = QueueState {
+            queue: spec.queue,
+            scheduler: scheduler_slot.clone(),
+        };
+        let queue: ActorRef<QueueMsg<P>> =
+            once("queue", start_once(QueueActor::<P>::default, queue_state))
+                .await?
+                .into();
+        Parking::Actor(queue)
+    };
+
+    let mut subscribers: Vec<Arc<dyn EventSubscriber>> = vec![counters.clone()];
+    subscribers.extend(spec.subscribers);
+    let scheduler_args = SchedulerArgs {
+        pool: pool.clone(),
+        core,
+        default_timeout: spec.default_timeout,
+        jobs,
+        parking,
+        durable,
+        results,
+        inbox: inbox.clone(),
+        counters: counters.clone(),
+        subscribers,
+        stored,
+    };
+    let scheduler: ActorRef<SchedulerMsg<P>> = once(
+        "scheduler",
+        start_once(
+            SchedulerActor::<P, R>::default,
+            SchedulerStart(scheduler_args),
+        ),
+    )
+    .await?
+    .into();
+    let _ = scheduler_slot.set(scheduler.clone());
+
+    let executor = Arc::new(spec.executor);
+    for (index, jobs) in job_receivers.into_iter().enumerate() {
+        let thread = WorkerThreadSpec {
+            pool: pool.clone(),
+            index,
+            settings: spec.workers.clone(),
+            jobs,
+            executor: executor.clone(),
+            inbox: inbox.clone(),
+            counters: counters.clone(),
+        };
+        let start: StartChild = Arc::new(move |parent: ActorCell| {
+            let thread = thread.clone();
+            Box::pin(async move {
+                Actor::spawn_linked(None, WorkerActor::<P, R, E>::default(), thread, parent)
+                    .await
+                    .map(|(worker, _)| worker.get_cell())
+            })
+        });
+        let mut worker = child(&format!("worker-{index}"), start, true);
+        worker.restarts = counters.worker_restarts.clone();
+        let scheduler = scheduler.clone();
+        worker.lost = Some(Arc::new(move |reason| {
+            let lost = Internal::WorkerLost {
+                worker: index,
+                reason,
+            };
+            let _ = scheduler.send_message(SchedulerMsg(lost));
+        }));
+        supervise(supervisor, worker).await?;
+    }
+
+    Ok(PoolClient::new(
+        pool,
+        scheduler,
+        inbox,
+        spec.mailbox,
+        counters,
+        supervisor.clone(),
+        owns_supervisor,
+    ))
+}
+
+/// A start function for a child that is started once (not restartable): its arguments are
+/// moved in on the first call; a second call reports that it cannot restart.
+fn start_once<A>(make: fn() -> A, args: A::Arguments) -> StartChild
+where
+    A: Actor,
+    A::Arguments: Send,
+{
+    let args = Arc::new(Mutex::new(Some(args)));
+    Arc::new(move |parent: ActorCell| {
+        let args = args.lock().ok().and_then(|mut slot| slot.take());
+        Box::pin(async move {
+            let args = args
+                .ok_or_else(|| SpawnErr::StartupFailed("this actor cannot be restarted".into()))?;
+            Actor::spawn_linked(None, make(), args, parent)
+                .await
+                .map(|(actor, _)| actor.get_cell())
+        }) as Pin<Box<dyn Future<Output = _> + Send>>
+    })
+}
+
+async fn supervise(
+    supervisor: &ActorRef<SupervisorMsg>,
+    spec: ChildSpec,
+) -> Result<ActorCell, PoolError> {
+    let role = spec.role.clone();
+    match supervisor
+        .call(|reply| SupervisorMsg::Spawn { spec, reply }, None)
+        .await
+    {
+        Ok(CallResult::Success(Ok(cell))) => Ok(cell),
+        Ok(CallResult::Success(Err(error))) => Err(PoolError::Internal(error)),
+        _ => Err(PoolError::Internal(format!(
+            "the supervisor is gone; could not start {role}"
+        ))),
+    }
+}
+
+/// Starts a pool with its own supervisor on `spawner`'s runtime and waits until it is up.
+///
+/// For synchronous constructors (`WorkerPool::new`). The returned client shuts its
+/// supervisor down with the pool. The spawner's runtime stays alive until the supervisor
+/// has stopped.
+pub fn start_pool_blocking<P, R, E>(
+    spawner: &dyn Spawn,
+    spec: PoolSpec<P, R, E>,
+) -> Result<PoolClient<P, R>, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
+    let (started, wait) = std::sync::mpsc::sync_channel(1);
+    spawner.spawn(Box::pin(async move {
+        let (supervisor, running) = match Actor::spawn(None, SupervisorActor, ()).await {
+            Ok(supervisor) => supervisor,
+            Err(error) => {
+                let _ = started.send(Err(PoolError::Internal(format!(
+                    "could not start the supervisor: {error}"
+                ))));
+                return;
+            }
+        };
+        let client = start_pool_with(&supervisor, spec, true).await;
+        if client.is_err() {
+            supervisor.stop(None);
+        }
+        let _ = started.send(client);
+        let _ = running.await;
+    }))?;
+    wait.recv_timeout(STARTUP_TIMEOUT).map_err(|_| {
+        PoolError::Internal(
+            "the pool's actor runtime did not start within 30 s; is the spawner polling its futures?"
+                .into(),
+        )
+    })?
+}

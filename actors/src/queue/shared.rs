@@ -1,0 +1,129 @@
+//! The shared queue contract: a parking lot that several nodes park to and claim from.
+//!
+//! A node asks for "the best-ranked parked task that fits my free capacity" and gets it under
+//! a *lease*: the task is its own until the lease expires, and the node renews the lease
+//! while the task runs. A node that dies stops renewing; [`SharedQueue::rescue_expired`]
+//! parks its tasks again for another node (at-least-once). The rank and the starvation
+//! guard's bound are plain fields, so a SQL backend answers with one indexed query:
+//!
+//! ```sql
+//! SELECT ... FROM jobs
+//!  WHERE state = 'parked' AND (kind, units) fits the free capacity
+//!    AND (priority, rank_time_ms, entry) ranks at or ahead of the bound, if any
+//!  ORDER BY priority DESC, rank_time_ms, entry
+//!  LIMIT 1 FOR UPDATE SKIP LOCKED
+//! ```
+//!
+//! Rank: higher [`Priority`] first, then smaller `rank_time_ms` (admission time), then smaller
+//! entry id. Entry ids must be unique within the queue across nodes; nodes draw them at
+//! random.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{EntryId, QueueCounts, QueueError, Settlement};
+use crate::domain::{Capacity, Priority, ScheduledTask};
+
+/// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
+/// ahead of it, so the pool drains for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankBound {
+    /// Its priority.
+    pub priority: Priority,
+    /// Its admission time, milliseconds since the Unix epoch.
+    pub rank_time_ms: u64,
+    /// Its entry id.
+    pub entry: EntryId,
+}
+
+impl RankBound {
+    /// Whether a task of this rank is at or ahead of the bound.
+    pub fn admits(&self, priority: Priority, rank_time_ms: u64, entry: EntryId) -> bool {
+        (std::cmp::Reverse(priority), rank_time_ms, entry)
+            <= (
+                std::cmp::Reverse(self.priority),
+                self.rank_time_ms,
+                self.entry,
+            )
+    }
+}
+
+/// What a claim may take: free units per kind, and optionally a rank bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FitQuery {
+    /// Units free per resource kind on the claiming node.
+    pub free: Capacity,
+    /// Claim only tasks ranked at or ahead of this bound.
+    pub bound: Option<RankBound>,
+}
+
+/// A task claimed under a lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease<P> {
+    /// Its entry id.
+    pub entry: EntryId,
+    /// The task.
+    pub task: ScheduledTask<P>,
+    /// How many times it has been claimed, this claim included.
+    pub attempt: u32,
+    /// When the lease runs out unless renewed, milliseconds since the Unix epoch.
+    pub expires_at_ms: u64,
+}
+
+/// The shared queue contract. See the module docs; the conformance suite in
+/// `tests/conformance/shared_queue.rs` checks every backend against it.
+#[async_trait]
+pub trait SharedQueue<P>: Send + Sync
+where
+    P: Send + 'static,
+{
+    /// A short name for logs and errors (`postgres`, `postgres_pgmq`).
+    fn backend(&self) -> &'static str;
+
+    /// Parks a task for any node. `rank_time_ms` is its admission time.
+    async fn enqueue(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+    ) -> Result<(), QueueError>;
+
+    /// Claims the best-ranked parked task that fits `query` for `node`, leased for `lease`
+    /// from `now_ms`.
+    async fn claim_best_fit(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Option<Lease<P>>, QueueError>;
+
+    /// Extends `node`'s lease on `entry` to `now_ms + lease`; `NotClaimed` if the lease was
+    /// lost (expired and rescued, or never held).
+    async fn renew(
+        &self,
+        node: &str,
+        entry: EntryId,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<(), QueueError>;
+
+    /// Ends `node`'s claim on `entry`; `NotClaimed` if it does not hold it.
+    async fn settle(
+        &self,
+        node: &str,
+        entry: EntryId,
+        settlement: Settlement,
+    ) -> Result<(), QueueError>;
+
+    /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
+
+    /// Parks again every claimed entry whose lease ran out at or before `now_ms`; returns
+    /// how many.
+    async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError>;
+
+    /// How many entries are parked and claimed (by any node).
+    async fn counts(&self) -> Result<QueueCounts, QueueError>;
+}

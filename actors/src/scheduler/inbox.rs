@@ -1,0 +1,149 @@
+//! The scheduler's inbox: how submissions and finished tasks reach the scheduler without one
+//! actor message (and one thread wake-up) each.
+//!
+//! # Algorithm
+//!
+//! Producers (clients submitting, worker threads reporting a finished task) push onto one
+//! of two lock-free queues, then *ring*: if the inbox was idle, they mark it scheduled and
+//! send the scheduler actor one `Drain` message. The scheduler drains both queues in
+//! batches (finishes first: freeing capacity before admitting more means a newcomer never
+//! takes a slot a parked task was owed), spins briefly while more arrives, then marks the
+//! inbox idle and looks once more: anything pushed before the idle mark was seen by that
+//! look, anything pushed after it rings again.
+//!
+//! # Invariants
+//!
+//! - At most one `Drain` is in flight or being handled: `scheduled` is set by exactly the
+//!   producer that sent it and cleared only by the scheduler when it stops draining.
+//! - No lost wake-up: a push followed by a ring that found `scheduled` set happened before
+//!   the scheduler's final look (the scheduler clears `scheduled` and then looks; a producer
+//!   pushes and then tests `scheduled`; both sides fence with `SeqCst` between the two, so at
+//!   least one of them sees the other's write).
+
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use crossbeam_queue::SegQueue;
+use ractor::ActorRef;
+
+use super::protocol::{Internal, SchedulerMsg, Submission};
+use crate::domain::PoolError;
+use crate::queue::EntryId;
+
+/// A worker thread's report that a task's run is over.
+pub(crate) struct Finish<R> {
+    /// The task's entry.
+    pub entry: EntryId,
+    /// What the executor produced, or how the run ended without a result.
+    pub outcome: Result<R, PoolError>,
+}
+
+/// See the module docs.
+pub(crate) struct Inbox<P, R> {
+    finishes: SegQueue<Finish<R>>,
+    submissions: SegQueue<Submission<P>>,
+    scheduled: AtomicBool,
+    /// Set once the scheduler has stopped: nothing will drain the inbox any more, so whoever
+    /// pushes refuses what it finds.
+    closed: AtomicBool,
+    scheduler: OnceLock<ActorRef<SchedulerMsg<P>>>,
+}
+
+impl<P, R> Inbox<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    pub fn new() -> Self {
+        Self {
+            finishes: SegQueue::new(),
+            submissions: SegQueue::new(),
+            scheduled: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            scheduler: OnceLock::new(),
+        }
+    }
+
+    /// Connects the inbox to its scheduler, once it is started.
+    pub fn connect(&self, scheduler: ActorRef<SchedulerMsg<P>>) {
+        let _ = self.scheduler.set(scheduler);
+        self.ring();
+    }
+
+    /// A worker finished a task.
+    pub fn finished(&self, finish: Finish<R>) {
+        self.finishes.push(finish);
+        self.ring();
+    }
+
+    /// A client submits. Its reply comes from the scheduler, or is `Shutdown` once the
+    /// scheduler has stopped.
+    pub fn submit(&self, submission: Submission<P>) {
+        self.submissions.push(submission);
+        self.ring();
+    }
+
+    /// The scheduler has stopped: refuse everything that waits and everything pushed later.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        fence(Ordering::SeqCst);
+        self.refuse_all();
+    }
+
+    fn refuse_all(&self) {
+        while let Some(submission) = self.submissions.pop() {
+            submission.refuse(PoolError::Shutdown);
+        }
+        while let Some(finish) = self.finishes.pop() {
+            crate::contain::drop_contained(finish.outcome);
+        }
+    }
+
+    fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.closed.load(Ordering::Acquire) {
+            self.refuse_all();
+            return;
+        }
+        if self.scheduled.load(Ordering::Relaxed) || self.scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match self.scheduler.get() {
+            Some(scheduler) => {
+                if scheduler
+                    .send_message(SchedulerMsg(Internal::Drain))
+                    .is_err()
+                {
+                    self.scheduled.store(false, Ordering::Release);
+                }
+            }
+            None => self.scheduled.store(false, Ordering::Release),
+        }
+    }
+
+    /// The next finished task, if any.
+    pub fn next_finish(&self) -> Option<Finish<R>> {
+        self.finishes.pop()
+    }
+
+    /// The next submission, if any.
+    pub fn next_submission(&self) -> Option<Submission<P>> {
+        self.submissions.pop()
+    }
+
+    /// Whether anything waits.
+    pub fn is_empty(&self) -> bool {
+        self.finishes.is_empty() && self.submissions.is_empty()
+    }
+
+    /// The scheduler stops draining. Returns `true` if something arrived meanwhile and the
+    /// scheduler took the inbox back (it must drain again), `false` if it is idle now.
+    pub fn try_idle(&self) -> bool {
+        self.scheduled.store(false, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.is_empty() {
+            return false;
+        }
+        !self.scheduled.swap(true, Ordering::AcqRel)
+    }
+}

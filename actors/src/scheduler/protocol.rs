@@ -1,0 +1,181 @@
+//! What the scheduler actor hears: the public request protocol, and the crate-private events
+//! the rest of the engine sends it.
+//!
+//! Callers that speak to the actor tree directly hold a
+//! `DerivedActorRef<SchedulerRequest<P>>` (see `PoolClient::scheduler`) and can only send
+//! requests: submit, cancel, shutdown, stats. The events that move capacity (a task
+//! finished, a worker is gone, a claim failed) are variants of a private enum inside the
+//! opaque [`SchedulerMsg`], so no caller can forge one and break "capacity is released
+//! exactly once".
+
+use std::time::Duration;
+
+use ractor::RpcReplyPort;
+use tokio::sync::oneshot;
+
+use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
+use crate::queue::EntryId;
+use crate::stats::PoolStats;
+
+/// Per-submission options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitOptions {
+    /// Overrides the pool's default execution timeout for this task.
+    pub timeout: Option<Duration>,
+}
+
+/// What a drain did. Every caller of `shutdown` gets the same report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Parked tasks ended `Cancelled` (in-memory queue).
+    pub cancelled_parked: usize,
+    /// Parked tasks left in a durable queue for the next start.
+    pub kept_parked: usize,
+    /// Running tasks that finished within the drain deadline.
+    pub finished_running: usize,
+    /// Running tasks still running at the deadline: cancelled, reported `Cancelled`.
+    pub abandoned_running: usize,
+}
+
+/// The scheduler's public protocol: requests only.
+pub enum SchedulerRequest<P> {
+    /// Admit a task; the reply carries its mailbox key or why it was refused.
+    Submit {
+        /// The task.
+        task: ScheduledTask<P>,
+        /// Its options.
+        options: SubmitOptions,
+        /// Where the admission answer goes.
+        reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
+    },
+    /// Cancel a live task of the tenant `key` names (parked: removed at once; running: its
+    /// future is dropped). `TaskNotFound` unless a live task has this id under exactly `key`.
+    Cancel {
+        /// The mailbox key the task was submitted with (or the anonymous key it was given).
+        key: MailboxKey,
+        /// The task's id.
+        id: TaskId,
+        /// `Ok` once cancelled or signalled.
+        reply: RpcReplyPort<Result<(), PoolError>>,
+    },
+    /// Stop admitting, drain running tasks up to `drain`, end or keep parked tasks.
+    Shutdown {
+        /// How long running tasks may take to finish (`Duration::MAX`: for ever).
+        drain: Duration,
+        /// The report, once drained.
+        reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// A snapshot of the pool's counters.
+    Stats {
+        /// Where the snapshot goes.
+        reply: RpcReplyPort<PoolStats>,
+    },
+}
+
+/// The scheduler actor's message: a [`SchedulerRequest`], or an event only the engine can
+/// make (opaque outside the crate).
+pub struct SchedulerMsg<P>(pub(crate) Internal<P>);
+
+/// Every message the scheduler handles.
+pub(crate) enum Internal<P> {
+    /// A public request.
+    Request(SchedulerRequest<P>),
+    /// The inbox has work (see [`super::inbox`]).
+    Drain,
+    /// Time-driven work is due: deadlines, starvation aging, the execution watchdog.
+    Tick,
+    /// The supervisor gave up on the pool.
+    Escalated { reason: String },
+    /// A worker failed and will not be restarted: retire its slot, fail its task.
+    WorkerLost { worker: usize, reason: String },
+    /// The drain deadline passed.
+    DrainDeadline,
+    /// The queue actor answered.
+    Queue(QueueReport<P>),
+}
+
+/// What the queue actor reports back.
+pub(crate) enum QueueReport<P> {
+    /// A parked entry is stored: answer its submitter.
+    Parked { entry: EntryId },
+    /// A parked entry could not be stored.
+    ParkFailed { entry: EntryId, reason: String },
+    /// A claimed entry could not be handed to its worker.
+    ClaimFailed { entry: EntryId, reason: String },
+    /// A claimed entry's task, for the scheduler to send to its worker.
+    Claimed {
+        entry: EntryId,
+        task: ScheduledTask<P>,
+    },
+}
+
+impl<P> From<SchedulerRequest<P>> for SchedulerMsg<P> {
+    fn from(request: SchedulerRequest<P>) -> Self {
+        SchedulerMsg(Internal::Request(request))
+    }
+}
+
+impl<P> TryFrom<SchedulerMsg<P>> for SchedulerRequest<P> {
+    type Error = ();
+
+    fn try_from(message: SchedulerMsg<P>) -> Result<Self, ()> {
+        match message.0 {
+            Internal::Request(request) => Ok(request),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Where an admission answer goes.
+pub(crate) enum Reply {
+    /// A `PoolClient` awaiting (or blocking on) a oneshot.
+    Oneshot(oneshot::Sender<Result<MailboxKey, PoolError>>),
+    /// An actor-protocol caller.
+    Port(RpcReplyPort<Result<MailboxKey, PoolError>>),
+}
+
+impl Reply {
+    pub fn send(self, answer: Result<MailboxKey, PoolError>) {
+        match self {
+            Reply::Oneshot(sender) => {
+                let _ = sender.send(answer);
+            }
+            Reply::Port(port) => {
+                let _ = port.send(answer);
+            }
+        }
+    }
+}
+
+/// A submission through the inbox.
+pub(crate) enum Submission<P> {
+    /// One task with its own answer.
+    One {
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+        reply: Reply,
+    },
+    /// Many tasks, answered together, in order.
+    Batch {
+        tasks: Vec<ScheduledTask<P>>,
+        options: SubmitOptions,
+        reply: oneshot::Sender<Vec<Result<MailboxKey, PoolError>>>,
+    },
+}
+
+impl<P> Submission<P> {
+    /// Answers the submission with `error` without admitting anything.
+    pub fn refuse(self, error: PoolError) {
+        match self {
+            Submission::One { task, reply, .. } => {
+                reply.send(Err(error));
+                crate::contain::drop_contained(task);
+            }
+            Submission::Batch { tasks, reply, .. } => {
+                let answers = tasks.iter().map(|_| Err(error.clone())).collect();
+                let _ = reply.send(answers);
+                crate::contain::drop_contained(tasks);
+            }
+        }
+    }
+}

@@ -1,0 +1,964 @@
+//! The scheduler's state, and how it carries out the core's decisions.
+//!
+//! The [`SchedulerActor`](super::actor::SchedulerActor) hands every event here; this file
+//! feeds it to the pure core and turns the core's answers into effects: a started task's job
+//! goes to the worker slot the core chose; a parked task's payload goes to the queue; every
+//! terminal outcome goes to the mailbox, exactly once, after the task's capacity is released.
+//!
+//! Invariants:
+//! - every admitted task is in `live` (and in `by_caller` under its tenant and id) until it
+//!   has ended and its capacity is released;
+//! - at most one outcome per task reaches the mailbox: once the watchdog or the drain
+//!   deadline delivered one for a running task (`Running::ended`), the worker's late outcome
+//!   only releases capacity and is dropped;
+//! - capacity is released (core `complete`) exactly once, when the worker reports the run
+//!   over or the job provably never reached a worker, because until then its memory may be in
+//!   use; the gauges are published before the outcome becomes retrievable;
+//! - queue calls for one entry are made in order: park, then claim or remove, then settle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::core::{Admit, Cancel, FastMap, ParkingLot, Ticket};
+use super::inbox::{Finish, Inbox};
+use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
+use crate::contain::drop_contained;
+use crate::domain::{
+    MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus, TenantId,
+};
+use crate::events::{EventSubscriber, TaskEvent, TaskStep};
+use crate::mailbox::actor::MailboxMsg;
+use crate::mailbox::{status_of, Delivery, Mailbox, Notifier, TerminalEvent};
+use crate::queue::actor::QueueMsg;
+use crate::queue::{EntryId, Settlement, StoredEntry, TaskQueue};
+use crate::stats::PoolCounters;
+use crate::worker::{Job, JobSenders};
+use ractor::{ActorRef, RpcReplyPort};
+
+/// How long after a task's execution timeout the watchdog declares it `TimedOut` itself,
+/// for executors that block their thread and so cannot be interrupted.
+const WATCHDOG_GRACE_MS: u64 = 10;
+
+/// Entry ids are the admission time in milliseconds shifted left by this many bits, plus a
+/// counter within the millisecond: increasing in admission order and across restarts.
+const ENTRY_TIME_SHIFT: u32 = 16;
+
+/// Where parked payloads go: driven directly, or through the queue actor.
+pub(crate) enum Parking<P> {
+    Inline(Box<dyn TaskQueue<P>>),
+    Actor(ActorRef<QueueMsg<P>>),
+}
+
+/// Where outcomes go: stored directly, or through the mailbox actor.
+pub(crate) enum Results<R> {
+    Inline {
+        mailbox: Arc<dyn Mailbox<R>>,
+        notifiers: Vec<Arc<dyn Notifier>>,
+    },
+    Actor(ActorRef<MailboxMsg<R>>),
+}
+
+/// An admitted task that has not ended.
+struct Live {
+    key: MailboxKey,
+    task_id: TaskId,
+    cost: ResourceCost,
+    timeout: Option<Duration>,
+    state: LiveState,
+}
+
+enum LiveState {
+    /// In the parking lot. `reply` waits for the queue actor to confirm the park.
+    Parked { reply: Option<Reply> },
+    /// Started on the core's worker slot.
+    Running(Running),
+}
+
+struct Running {
+    cancel: Option<oneshot::Sender<()>>,
+    /// The job's end of `cancel`, until the job is sent.
+    cancelled: Option<oneshot::Receiver<()>>,
+    /// An outcome was delivered already (watchdog or drain deadline).
+    ended: bool,
+    /// Its payload came from the queue, which must hear how it ended.
+    from_queue: bool,
+}
+
+/// The pool's admission state.
+enum Mode {
+    Open,
+    Escalated(String),
+    Draining {
+        waiters: Vec<RpcReplyPort<ShutdownReport>>,
+        report: ShutdownReport,
+    },
+    Stopped(ShutdownReport),
+}
+
+/// Everything the scheduler starts with.
+pub(crate) struct SchedulerArgs<P, R> {
+    pub pool: Arc<str>,
+    pub core: ParkingLot,
+    pub default_timeout: Option<Duration>,
+    pub jobs: JobSenders<P>,
+    pub parking: Parking<P>,
+    pub durable: bool,
+    pub results: Results<R>,
+    pub inbox: Arc<Inbox<P, R>>,
+    pub counters: Arc<PoolCounters>,
+    pub subscribers: Vec<Arc<dyn EventSubscriber>>,
+    pub stored: Vec<StoredEntry>,
+}
+
+/// The scheduler's state. See the module docs.
+pub(crate) struct Scheduler<P, R> {
+    pool: Arc<str>,
+    core: ParkingLot,
+    default_timeout: Option<Duration>,
+    jobs: JobSenders<P>,
+    parking: Parking<P>,
+    durable: bool,
+    results: Results<R>,
+    pub(super) inbox: Arc<Inbox<P, R>>,
+    counters: Arc<PoolCounters>,
+    subscribers: Vec<Arc<dyn EventSubscriber>>,
+    live: FastMap<EntryId, Live>,
+    by_caller: FastMap<(TenantId, TaskId), EntryId>,
+    last_entry: EntryId,
+    mode: Mode,
+    pub(super) armed_tick: Option<u64>,
+}
+
+impl<P, R> Scheduler<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    pub fn new(args: SchedulerArgs<P, R>, now: u64) -> Self {
+        let limits = *args.core.limits();
+        let total = ResourceKind::ALL.map(|kind| u64::from(limits.capacity.get(kind)));
+        for (gauge, units) in args.counters.total.iter().zip(total) {
+            gauge.store(units, std::sync::atomic::Ordering::Relaxed);
+        }
+        args.counters
+            .worker_count
+            .store(limits.worker_slots, std::sync::atomic::Ordering::Relaxed);
+        let mut scheduler = Self {
+            pool: args.pool,
+            core: args.core,
+            default_timeout: args.default_timeout,
+            jobs: args.jobs,
+            parking: args.parking,
+            durable: args.durable,
+            results: args.results,
+            inbox: args.inbox,
+            counters: args.counters,
+            subscribers: args.subscribers,
+            live: FastMap::default(),
+            by_caller: FastMap::default(),
+            last_entry: 0,
+            mode: Mode::Open,
+            armed_tick: None,
+        };
+        scheduler.restore(args.stored, now);
+        scheduler
+    }
+
+    /// Indexes the parked tasks a durable queue kept, then starts what fits.
+    fn restore(&mut self, stored: Vec<StoredEntry>, now: u64) {
+        for StoredEntry { entry, meta } in stored {
+            self.last_entry = self.last_entry.max(entry);
+            let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
+            let ticket = ticket(entry, &meta);
+            if self.core.restore(ticket, now).is_err() {
+                tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
+                continue;
+            }
+            self.by_caller.insert((key.tenant.clone(), meta.id), entry);
+            self.live.insert(
+                entry,
+                Live {
+                    key,
+                    task_id: meta.id,
+                    cost: meta.cost,
+                    timeout: self.default_timeout,
+                    state: LiveState::Parked { reply: None },
+                },
+            );
+        }
+        self.tick(now);
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Admission
+    // -----------------------------------------------------------------------------------
+
+    /// Takes everything waiting in the inbox, finishes first.
+    pub fn drain_inbox(&mut self, now: u64) {
+        loop {
+            let mut handled = 0;
+            while let Some(Finish { entry, outcome }) = self.inbox.next_finish() {
+                self.finish(entry, outcome, now);
+                handled += 1;
+            }
+            for _ in 0..64 {
+                let Some(submission) = self.inbox.next_submission() else {
+                    break;
+                };
+                self.submission(submission, now);
+                handled += 1;
+            }
+            if handled == 0 {
+                return;
+            }
+        }
+    }
+
+    fn submission(&mut self, submission: Submission<P>, now: u64) {
+        match submission {
+            Submission::One {
+                task,
+                options,
+                reply,
+            } => self.submit(task, options, reply, now),
+            Submission::Batch {
+                tasks,
+                options,
+                reply,
+            } => {
+                let mut answers = Vec::with_capacity(tasks.len());
+                for task in tasks {
+                    let (answer, wait) = oneshot::channel();
+                    self.submit(task, options, Reply::Oneshot(answer), now);
+                    answers.push(wait);
+                }
+                let answers = answers
+                    .into_iter()
+                    .map(|mut wait| wait.try_recv().unwrap_or(Err(PoolError::Shutdown)))
+                    .collect();
+                let _ = reply.send(answers);
+            }
+        }
+    }
+
+    /// Admits a task: start, park, or refuse it.
+    pub fn submit(
+        &mut self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+        reply: Reply,
+        now: u64,
+    ) {
+        if let Err(refusal) = self.admissible(&task) {
+            self.refuse(&task, refusal, reply, now);
+            return;
+        }
+        let key = task
+            .meta
+            .mailbox
+            .clone()
+            .unwrap_or_else(MailboxKey::anonymous);
+        let caller = (key.tenant.clone(), task.meta.id);
+        if self.by_caller.contains_key(&caller) {
+            let id = task.meta.id;
+            self.refuse(&task, PoolError::DuplicateTask(id), reply, now);
+            return;
+        }
+        let entry = self.next_entry(now);
+        match self.core.admit(ticket(entry, &task.meta), now) {
+            Admit::Start => {
+                self.by_caller.insert(caller, entry);
+                self.insert_live(
+                    entry,
+                    &task,
+                    key.clone(),
+                    options,
+                    LiveState::Parked { reply: None },
+                );
+                self.emit(entry, TaskStep::Admitted, now);
+                self.begin_run(entry, false, now);
+                reply.send(Ok(key.clone()));
+                self.send_job(entry, with_mailbox(task, &key), now);
+            }
+            Admit::Park => {
+                self.by_caller.insert(caller, entry);
+                let task = with_mailbox(task, &key);
+                self.insert_live(
+                    entry,
+                    &task,
+                    key.clone(),
+                    options,
+                    LiveState::Parked { reply: None },
+                );
+                self.park(entry, task, key, reply, now);
+            }
+            Admit::Expire => {
+                self.emit_for(&task, &key, &TaskStep::Ended(TaskStatus::Expired), now);
+                reply.send(Err(PoolError::Expired));
+                drop_contained(task);
+            }
+            Admit::Reject(rejection) => {
+                // The public error keeps the two fields servers match on; the log names the
+                // resource kind as well.
+                tracing::debug!(pool = %self.pool, task = task.meta.id, %rejection, "refused");
+                self.refuse(&task, rejection.into(), reply, now)
+            }
+        }
+    }
+
+    /// Why no task may be admitted now, if so.
+    fn admissible(&self, _task: &ScheduledTask<P>) -> Result<(), PoolError> {
+        match &self.mode {
+            Mode::Open => {}
+            Mode::Escalated(reason) => return Err(PoolError::Internal(reason.clone())),
+            Mode::Draining { .. } | Mode::Stopped(_) => return Err(PoolError::Shutdown),
+        }
+        if let Results::Inline { mailbox, .. } = &self.results {
+            if let Some(inline) = mailbox.inline() {
+                let (stored, live) = (inline.stored_now(), self.live.len());
+                let max_messages = inline.max_messages();
+                if stored.saturating_add(live) >= max_messages {
+                    return Err(PoolError::MailboxFull {
+                        stored,
+                        live,
+                        max_messages,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn refuse(&mut self, task: &ScheduledTask<P>, error: PoolError, reply: Reply, now: u64) {
+        let key = task
+            .meta
+            .mailbox
+            .clone()
+            .unwrap_or_else(|| MailboxKey::new(""));
+        self.emit_for(task, &key, &TaskStep::Refused, now);
+        reply.send(Err(error));
+    }
+
+    fn next_entry(&mut self, now: u64) -> EntryId {
+        let stamp = now.saturating_mul(1 << ENTRY_TIME_SHIFT);
+        self.last_entry = stamp.max(self.last_entry.saturating_add(1));
+        self.last_entry
+    }
+
+    fn insert_live(
+        &mut self,
+        entry: EntryId,
+        task: &ScheduledTask<P>,
+        key: MailboxKey,
+        options: SubmitOptions,
+        state: LiveState,
+    ) {
+        self.live.insert(
+            entry,
+            Live {
+                key,
+                task_id: task.meta.id,
+                cost: task.meta.cost,
+                timeout: options.timeout.or(self.default_timeout),
+                state,
+            },
+        );
+    }
+
+    fn park(
+        &mut self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+        now: u64,
+    ) {
+        match &self.parking {
+            Parking::Inline(queue) => {
+                let parked = match queue.inline() {
+                    Some(inline) => inline.park_now(entry, task),
+                    None => Err(crate::queue::QueueError::Backend(
+                        "inline queue lost its inline face".into(),
+                    )),
+                };
+                match parked {
+                    Ok(()) => {
+                        self.emit(entry, TaskStep::Admitted, now);
+                        self.emit(entry, TaskStep::Parked, now);
+                        reply.send(Ok(key));
+                    }
+                    Err(error) => {
+                        let backend = queue.backend();
+                        self.park_failed(
+                            entry,
+                            format!("{backend} queue: {error}"),
+                            Some(reply),
+                            now,
+                        );
+                    }
+                }
+            }
+            Parking::Actor(queue) => {
+                if let Some(live) = self.live.get_mut(&entry) {
+                    live.state = LiveState::Parked { reply: Some(reply) };
+                }
+                if queue.send_message(QueueMsg::Park { entry, task }).is_err() {
+                    self.park_failed(entry, "the queue actor is gone".into(), None, now);
+                }
+            }
+        }
+    }
+
+    /// A park was refused by the queue: the task was never admitted after all.
+    fn park_failed(&mut self, entry: EntryId, reason: String, reply: Option<Reply>, now: u64) {
+        let Some(live) = self.live.remove(&entry) else {
+            return;
+        };
+        self.by_caller
+            .remove(&(live.key.tenant.clone(), live.task_id));
+        let mut live = live;
+        let reply = reply.or(match &mut live.state {
+            LiveState::Parked { reply } => reply.take(),
+            LiveState::Running(_) => None,
+        });
+        let started = match self.core.cancel(entry, now) {
+            Ok(Cancel::Parked { started }) => started,
+            _ => Vec::new(),
+        };
+        self.emit_live(&live, &TaskStep::Refused, now);
+        if let Some(reply) = reply {
+            reply.send(Err(PoolError::Internal(format!(
+                "could not park the task: {reason}"
+            ))));
+        }
+        self.start_parked(started, now);
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Running
+    // -----------------------------------------------------------------------------------
+
+    /// Marks a live task running on the slot the core gave it and arms its watchdog.
+    fn begin_run(&mut self, entry: EntryId, from_queue: bool, now: u64) {
+        let Some(live) = self.live.get_mut(&entry) else {
+            return;
+        };
+        let (cancel, cancelled) = oneshot::channel();
+        live.state = LiveState::Running(Running {
+            cancel: Some(cancel),
+            cancelled: Some(cancelled),
+            ended: false,
+            from_queue,
+        });
+        if let Some(limit) = live.timeout {
+            let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+            let at = now.saturating_add(limit).saturating_add(WATCHDOG_GRACE_MS);
+            if at < u64::MAX {
+                self.core.watch(entry, at);
+            }
+        }
+        self.emit(entry, TaskStep::Started, now);
+    }
+
+    /// Sends a started task's job to its worker slot's channel.
+    fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
+        let worker = self.core.worker_of(entry);
+        let cancel = self
+            .live
+            .get_mut(&entry)
+            .and_then(|live| match &mut live.state {
+                LiveState::Running(running) => running.cancelled.take(),
+                LiveState::Parked { .. } => None,
+            });
+        let (Some(worker), Some(cancel)) = (worker, cancel) else {
+            tracing::error!(pool = %self.pool, entry, "bug: a job for a task that is not running");
+            drop_contained(task);
+            return;
+        };
+        let timeout = self.live.get(&entry).and_then(|live| live.timeout);
+        let job = Job {
+            entry,
+            task,
+            timeout,
+            cancel,
+        };
+        let Some(jobs) = self.jobs.get(worker) else {
+            drop_contained(job);
+            self.finish(entry, Err(PoolError::Shutdown), now);
+            return;
+        };
+        if let Err(returned) = jobs.send(job) {
+            drop_contained(returned.0);
+            self.finish(entry, Err(PoolError::Shutdown), now);
+        }
+    }
+
+    /// Starts parked tasks the core chose, in order.
+    fn start_parked(&mut self, started: Vec<EntryId>, now: u64) {
+        for entry in started {
+            self.begin_run(entry, true, now);
+            match &self.parking {
+                Parking::Inline(queue) => {
+                    let claimed = queue.inline().map(|inline| inline.claim_now(entry));
+                    match claimed {
+                        Some(Ok(Some(task))) => self.send_job(entry, task, now),
+                        Some(Ok(None)) => {
+                            self.claim_failed(entry, "it was no longer parked".into(), now)
+                        }
+                        Some(Err(error)) => self.claim_failed(entry, error.to_string(), now),
+                        None => {
+                            self.claim_failed(entry, "the queue lost its inline face".into(), now)
+                        }
+                    }
+                }
+                Parking::Actor(queue) => {
+                    if queue.send_message(QueueMsg::Claim { entry }).is_err() {
+                        self.claim_failed(entry, "the queue actor is gone".into(), now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A started task's payload could not be claimed: it never reached a worker, so its
+    /// capacity is released at once and it fails.
+    fn claim_failed(&mut self, entry: EntryId, reason: String, now: u64) {
+        if let Some(LiveState::Running(running)) =
+            self.live.get_mut(&entry).map(|live| &mut live.state)
+        {
+            running.from_queue = false;
+        }
+        let reason = format!("could not take the task from the queue: {reason}");
+        self.finish(entry, Err(PoolError::Failed(reason)), now);
+    }
+
+    /// What the queue actor reported.
+    pub fn queue_report(&mut self, report: QueueReport<P>, now: u64) {
+        match report {
+            QueueReport::Parked { entry } => {
+                let Some(live) = self.live.get_mut(&entry) else {
+                    return;
+                };
+                let reply = match &mut live.state {
+                    LiveState::Parked { reply } => reply.take(),
+                    LiveState::Running(_) => None,
+                };
+                let key = live.key.clone();
+                self.emit(entry, TaskStep::Admitted, now);
+                self.emit(entry, TaskStep::Parked, now);
+                if let Some(reply) = reply {
+                    reply.send(Ok(key));
+                }
+            }
+            QueueReport::ParkFailed { entry, reason } => self.park_failed(entry, reason, None, now),
+            QueueReport::Claimed { entry, task } => self.send_job(entry, task, now),
+            QueueReport::ClaimFailed { entry, reason } => self.claim_failed(entry, reason, now),
+        }
+    }
+
+    /// A run is over (the worker reported it, or the job never reached a worker): release
+    /// the capacity, settle with the queue, deliver the outcome unless one was delivered,
+    /// and start what the freed capacity fits.
+    pub fn finish(&mut self, entry: EntryId, outcome: Result<R, PoolError>, now: u64) {
+        let Some(live) = self.live.remove(&entry) else {
+            tracing::warn!(pool = %self.pool, entry, "a finish for a task the scheduler does not hold");
+            drop_contained(outcome);
+            return;
+        };
+        self.by_caller
+            .remove(&(live.key.tenant.clone(), live.task_id));
+        let started = match self.core.complete(entry, now) {
+            Ok(started) => started,
+            Err(error) => {
+                tracing::error!(pool = %self.pool, %error, "capacity release refused");
+                Vec::new()
+            }
+        };
+        self.publish();
+        let (ended, from_queue) = match &live.state {
+            LiveState::Running(running) => (running.ended, running.from_queue),
+            LiveState::Parked { .. } => (false, false),
+        };
+        if from_queue {
+            let settlement = match &outcome {
+                Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
+                _ => Settlement::Done,
+            };
+            self.settle(entry, settlement);
+        }
+        if ended {
+            drop_contained(outcome);
+        } else {
+            self.deliver(&live, outcome, now);
+        }
+        if let Mode::Draining { report, .. } = &mut self.mode {
+            report.finished_running += 1;
+        }
+        self.start_parked(started, now);
+        self.finish_drain_if_idle();
+    }
+
+    fn settle(&self, entry: EntryId, settlement: Settlement) {
+        match &self.parking {
+            Parking::Inline(queue) => {
+                let settled = queue
+                    .inline()
+                    .map(|inline| inline.settle_now(entry, settlement));
+                if let Some(Err(error)) = settled {
+                    tracing::warn!(pool = %self.pool, entry, %error, "queue settle failed");
+                }
+            }
+            Parking::Actor(queue) => {
+                let _ = queue.send_message(QueueMsg::Settle { entry, settlement });
+            }
+        }
+    }
+
+    fn remove_from_queue(&self, entry: EntryId) {
+        match &self.parking {
+            Parking::Inline(queue) => {
+                if let Some(Ok(Some(task))) = queue.inline().map(|inline| inline.remove_now(entry))
+                {
+                    drop_contained(task);
+                }
+            }
+            Parking::Actor(queue) => {
+                let _ = queue.send_message(QueueMsg::Remove { entry });
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Cancel, time, failures
+    // -----------------------------------------------------------------------------------
+
+    /// Cancels the live task `id` of exactly `key`.
+    pub fn cancel(&mut self, key: &MailboxKey, id: TaskId, now: u64) -> Result<(), PoolError> {
+        let entry = self
+            .by_caller
+            .get(&(key.tenant.clone(), id))
+            .copied()
+            .filter(|entry| self.live.get(entry).is_some_and(|live| &live.key == key))
+            .ok_or(PoolError::TaskNotFound(id))?;
+        match self.core.cancel(entry, now) {
+            Ok(Cancel::Parked { started }) => {
+                self.end_parked(entry, PoolError::Cancelled, now);
+                self.start_parked(started, now);
+                Ok(())
+            }
+            Ok(Cancel::Running) => {
+                self.signal_cancel(entry);
+                Ok(())
+            }
+            Err(_) => Err(PoolError::TaskNotFound(id)),
+        }
+    }
+
+    /// Ends a task the core no longer holds as parked.
+    fn end_parked(&mut self, entry: EntryId, outcome: PoolError, now: u64) {
+        let Some(live) = self.live.remove(&entry) else {
+            return;
+        };
+        self.by_caller
+            .remove(&(live.key.tenant.clone(), live.task_id));
+        self.remove_from_queue(entry);
+        let live = answer_pending_park(live);
+        self.deliver(&live, Err(outcome), now);
+    }
+
+    fn signal_cancel(&mut self, entry: EntryId) {
+        if let Some(LiveState::Running(running)) =
+            self.live.get_mut(&entry).map(|live| &mut live.state)
+        {
+            if let Some(cancel) = running.cancel.take() {
+                let _ = cancel.send(());
+            }
+        }
+    }
+
+    /// Time-driven work: deadlines, the watchdog, starvation aging.
+    pub fn tick(&mut self, now: u64) {
+        let tick = self.core.tick(now);
+        for entry in tick.expired {
+            self.end_parked(entry, PoolError::Expired, now);
+        }
+        for entry in tick.overdue {
+            self.end_running(entry, PoolError::TimedOut, now);
+        }
+        self.start_parked(tick.started, now);
+    }
+
+    /// Delivers an outcome for a running task before its thread returns, and asks the thread
+    /// to drop its future. Its capacity stays held until the thread reports back.
+    fn end_running(&mut self, entry: EntryId, outcome: PoolError, now: u64) -> bool {
+        let Some(live) = self.live.get_mut(&entry) else {
+            return false;
+        };
+        let LiveState::Running(running) = &mut live.state else {
+            return false;
+        };
+        if running.ended {
+            return false;
+        }
+        running.ended = true;
+        if let Some(cancel) = running.cancel.take() {
+            let _ = cancel.send(());
+        }
+        let live = self
+            .live
+            .get(&entry)
+            .map(|live| (live.key.clone(), live.task_id, live.cost));
+        if let Some((key, task_id, cost)) = live {
+            self.deliver_parts(&key, task_id, cost, Err(outcome), now);
+        }
+        true
+    }
+
+    /// A worker failed and will not be restarted: retire its slot; its task can never
+    /// finish, so it fails and its capacity is released.
+    pub fn worker_lost(&mut self, worker: usize, reason: String, now: u64) {
+        if let Some(entry) = self.core.retire_worker(worker) {
+            let outcome = Err(PoolError::Failed(format!("its worker is gone: {reason}")));
+            self.finish(entry, outcome, now);
+        }
+        self.finish_drain_if_idle();
+    }
+
+    /// The supervisor gave up: refuse new work; parked tasks of a durable queue are kept,
+    /// an in-memory queue's fail with the reason.
+    pub fn escalated(&mut self, reason: String, now: u64) {
+        if matches!(self.mode, Mode::Open) {
+            self.mode = Mode::Escalated(reason.clone());
+        }
+        let (_, _) = self.take_parked(PoolError::Failed(reason), now);
+    }
+
+    /// Empties the parking lot: kept in a durable queue, or ended with `outcome`. Returns
+    /// (kept, ended).
+    fn take_parked(&mut self, outcome: PoolError, now: u64) -> (usize, usize) {
+        let parked = self.core.take_parked();
+        let count = parked.len();
+        if self.durable {
+            for entry in parked {
+                if let Some(live) = self.live.remove(&entry) {
+                    self.by_caller
+                        .remove(&(live.key.tenant.clone(), live.task_id));
+                    drop(answer_pending_park(live));
+                }
+            }
+            return (count, 0);
+        }
+        for entry in parked {
+            self.end_parked(entry, outcome.clone(), now);
+        }
+        (0, count)
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Shutdown
+    // -----------------------------------------------------------------------------------
+
+    /// Stops admitting and drains. Every caller waits for the same drain and gets the same
+    /// report. Returns whether the caller should arm the drain deadline (the first caller).
+    pub fn shutdown(&mut self, reply: RpcReplyPort<ShutdownReport>, now: u64) -> bool {
+        match &mut self.mode {
+            Mode::Draining { waiters, .. } => {
+                waiters.push(reply);
+                return false;
+            }
+            Mode::Stopped(report) => {
+                let _ = reply.send(*report);
+                return false;
+            }
+            Mode::Open | Mode::Escalated(_) => {}
+        }
+        let (kept, cancelled) = self.take_parked(PoolError::Cancelled, now);
+        self.mode = Mode::Draining {
+            waiters: vec![reply],
+            report: ShutdownReport {
+                cancelled_parked: cancelled,
+                kept_parked: kept,
+                ..ShutdownReport::default()
+            },
+        };
+        self.finish_drain_if_idle();
+        true
+    }
+
+    /// The drain deadline passed: running tasks end `Cancelled` now.
+    pub fn drain_deadline(&mut self, now: u64) {
+        if !matches!(self.mode, Mode::Draining { .. }) {
+            return;
+        }
+        let running: Vec<EntryId> = self.live.keys().copied().collect();
+        let abandoned = running
+            .into_iter()
+            .filter(|&entry| self.end_running(entry, PoolError::Cancelled, now))
+            .count();
+        if let Mode::Draining { report, .. } = &mut self.mode {
+            report.abandoned_running += abandoned;
+        }
+        self.stop_draining();
+    }
+
+    fn finish_drain_if_idle(&mut self) {
+        if matches!(self.mode, Mode::Draining { .. }) && self.core.running_len() == 0 {
+            self.stop_draining();
+        }
+    }
+
+    fn stop_draining(&mut self) {
+        let Mode::Draining { waiters, report } = &mut self.mode else {
+            return;
+        };
+        let report = *report;
+        for waiter in waiters.drain(..) {
+            let _ = waiter.send(report);
+        }
+        self.mode = Mode::Stopped(report);
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Outcomes, events, gauges
+    // -----------------------------------------------------------------------------------
+
+    fn deliver(&mut self, live: &Live, outcome: Result<R, PoolError>, now: u64) {
+        self.deliver_parts(&live.key, live.task_id, live.cost, outcome, now);
+    }
+
+    fn deliver_parts(
+        &mut self,
+        key: &MailboxKey,
+        task_id: TaskId,
+        cost: ResourceCost,
+        outcome: Result<R, PoolError>,
+        now: u64,
+    ) {
+        let status = status_of(&outcome);
+        let step = TaskStep::Ended(status.clone());
+        self.emit_parts(task_id, key, cost, &step, now);
+        let delivery = Delivery {
+            task_id,
+            outcome,
+            stored_at_ms: now,
+        };
+        match &self.results {
+            Results::Inline { mailbox, notifiers } => {
+                let stored = match mailbox.inline() {
+                    Some(inline) => inline.store_now(key, delivery),
+                    None => Err(crate::mailbox::MailboxError::Backend(
+                        "no inline face".into(),
+                    )),
+                };
+                if let Err(error) = stored {
+                    tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
+                    return;
+                }
+                if !notifiers.is_empty() {
+                    let event = TerminalEvent {
+                        pool: self.pool.clone(),
+                        key: key.clone(),
+                        task_id,
+                        status,
+                    };
+                    for notifier in notifiers {
+                        notifier.notify(&event);
+                    }
+                }
+            }
+            Results::Actor(mailbox) => {
+                let message = MailboxMsg::Deliver {
+                    key: key.clone(),
+                    delivery,
+                };
+                if let Err(error) = mailbox.send_message(message) {
+                    tracing::error!(pool = %self.pool, task_id, %error, "the mailbox actor is gone; outcome dropped");
+                }
+            }
+        }
+    }
+
+    fn emit(&self, entry: EntryId, step: TaskStep, now: u64) {
+        if let Some(live) = self.live.get(&entry) {
+            self.emit_live(live, &step, now);
+        }
+    }
+
+    fn emit_live(&self, live: &Live, step: &TaskStep, now: u64) {
+        self.emit_parts(live.task_id, &live.key, live.cost, step, now);
+    }
+
+    fn emit_for(&self, task: &ScheduledTask<P>, key: &MailboxKey, step: &TaskStep, now: u64) {
+        self.emit_parts(task.meta.id, key, task.meta.cost, step, now);
+    }
+
+    fn emit_parts(
+        &self,
+        task_id: TaskId,
+        key: &MailboxKey,
+        cost: ResourceCost,
+        step: &TaskStep,
+        now: u64,
+    ) {
+        let event = TaskEvent {
+            task_id,
+            key,
+            cost,
+            step,
+            at_ms: now,
+        };
+        for subscriber in &self.subscribers {
+            subscriber.on_event(&event);
+        }
+    }
+
+    /// Publishes the gauges (running, parked, units held) from the core.
+    pub fn publish(&self) {
+        let used = ResourceKind::ALL.map(|kind| self.core.used(kind));
+        self.counters
+            .publish_gauges(self.core.running_len(), self.core.parked_len(), used);
+    }
+
+    /// When the next tick has work to do.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        self.core.next_wakeup()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> crate::stats::PoolStats {
+        self.counters.snapshot()
+    }
+}
+
+/// Answers a submitter still waiting for its park to be confirmed (the queue actor had not
+/// answered yet): the task was admitted, so it gets its key.
+fn answer_pending_park(mut live: Live) -> Live {
+    if let LiveState::Parked { reply } = &mut live.state {
+        if let Some(reply) = reply.take() {
+            reply.send(Ok(live.key.clone()));
+        }
+    }
+    live
+}
+
+/// The core's ticket for an entry: ranked by admission (the entry id), not by the caller's
+/// `created_at_ms`, which stays metadata.
+fn ticket(entry: EntryId, meta: &crate::domain::TaskMetadata) -> Ticket {
+    Ticket {
+        id: entry,
+        priority: meta.priority,
+        cost: meta.cost,
+        created_at_ms: entry >> ENTRY_TIME_SHIFT,
+        deadline_ms: meta.deadline_ms.map(super::core::clamp_ms),
+    }
+}
+
+/// The task with its mailbox key filled in, as the executor and the queue see it.
+fn with_mailbox<P>(mut task: ScheduledTask<P>, key: &MailboxKey) -> ScheduledTask<P> {
+    if task.meta.mailbox.is_none() {
+        task.meta.mailbox = Some(key.clone());
+    }
+    task
+}

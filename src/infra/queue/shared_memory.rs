@@ -1,0 +1,311 @@
+//! A shared queue in memory: the reference implementation of [`SharedQueue`], shared between
+//! the pools of one process.
+//!
+//! Several pools holding an `Arc` of one queue act as the "nodes" of the shared contract, each
+//! under its own node name: they park to it, claim the best-ranked task that fits their free
+//! capacity under a lease, renew, settle, and rescue each other's expired leases. Nothing
+//! survives the process, and nothing is shared with another process: this backend is for the
+//! engine's own tests and for multi-node tests in one process. A deployment across machines
+//! needs a database backend.
+//!
+//! # Algorithm
+//!
+//! Parked entries are indexed per resource kind by the core's [`CostIndex`], keyed by their
+//! rank (priority, then `rank_time_ms`, then entry id, as a [`RankKey`]) at their cost in
+//! units. A claim asks each kind's index for its best-ranked entry costing at most that kind's
+//! free units (32 trie levels, no scan), keeps the candidates the rank bound admits, and
+//! takes the best of them: O(K log U) for K kinds and U possible costs, whatever the number
+//! of parked entries. Rescue scans the claims (it runs rarely, on a timer).
+//!
+//! # Invariants
+//!
+//! - An entry is in exactly one of `parked` and `claimed`, or in neither (settled, removed,
+//!   never enqueued).
+//! - `parked` and the kind indexes hold the same entries, each at its own cost and rank.
+//! - A rescued entry is parked again at the rank it was enqueued with; its claim count stays
+//!   as it was until it is claimed again.
+//!
+//! # Payloads
+//!
+//! A claim hands the node a copy of the task and keeps the original, as a database keeps the
+//! row: a lease that runs out must be able to park the task again. The queue itself needs no
+//! bound on its payload; its [`SharedQueue`] implementation needs `P: Clone`. Wrap a payload
+//! that cannot be cloned in an `Arc`.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::core::scheduling::{CostIndex, FastMap, RankKey};
+use crate::core::{
+    EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement, SharedQueue,
+};
+use crate::util::serde::ResourceKind;
+
+/// A shared queue in memory, for the pools of one process. See the module docs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use prometheus_parking_lot::core::{
+///     Capacity, FitQuery, QueueError, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
+/// };
+/// use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
+/// use prometheus_parking_lot::ResourceCost;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// // Two pools of one process, as two nodes of one shared queue.
+/// let queue = Arc::new(InMemorySharedQueue::new());
+/// let (node_a, node_b) = (Arc::clone(&queue), Arc::clone(&queue));
+///
+/// let task = ScheduledTask::new(TaskMetadata::new(7, ResourceCost::gpu_vram(16)), "prompt");
+/// node_a.enqueue(1, 1_000, task).await?;
+///
+/// // Node b has 24 free units of GPU memory: it claims the task under a 30 s lease.
+/// let free = FitQuery { free: Capacity::uniform(24), bound: None };
+/// let lease = Duration::from_secs(30);
+/// let claimed = node_b.claim_best_fit("b", &free, lease, 2_000).await?.expect("it fits");
+/// assert_eq!((claimed.entry, claimed.attempt, claimed.expires_at_ms), (1, 1, 32_000));
+///
+/// // Only the holder settles it.
+/// assert_eq!(node_a.settle("a", 1, Settlement::Done).await, Err(QueueError::NotClaimed(1)));
+/// node_b.settle("b", 1, Settlement::Done).await?;
+/// assert_eq!(queue.counts().await?.claimed, 0);
+/// # Ok::<(), QueueError>(())
+/// # }).unwrap();
+/// ```
+pub struct InMemorySharedQueue<P> {
+    inner: Mutex<Lot<P>>,
+}
+
+/// Everything the queue holds, behind one lock.
+struct Lot<P> {
+    /// Parked entries, by entry id.
+    parked: FastMap<EntryId, Parked<P>>,
+    /// The ranks of the parked entries per resource kind (by [`ResourceKind::index`]), at
+    /// their cost in units.
+    by_kind: [CostIndex; ResourceKind::COUNT],
+    /// Claimed entries, by entry id.
+    claimed: FastMap<EntryId, Claim<P>>,
+}
+
+/// A parked entry.
+struct Parked<P> {
+    task: ScheduledTask<P>,
+    /// Its admission time, the second part of its rank.
+    rank_time_ms: u64,
+    /// How many times it has been claimed so far.
+    claims: u32,
+}
+
+/// A claimed entry: the task (kept to park it again if the lease runs out) and the lease.
+struct Claim<P> {
+    /// The entry as it was parked: its task, rank time and claim count.
+    parked: Parked<P>,
+    /// The node holding the lease.
+    node: String,
+    /// When the lease runs out unless renewed, milliseconds since the Unix epoch.
+    expires_at_ms: u64,
+}
+
+impl<P> Parked<P> {
+    fn rank(&self, entry: EntryId) -> RankKey {
+        RankKey::new(self.task.meta.priority, self.rank_time_ms, entry)
+    }
+}
+
+impl<P> Lot<P> {
+    fn index_of(&mut self, task: &ScheduledTask<P>) -> &mut CostIndex {
+        &mut self.by_kind[task.meta.cost.kind.index()]
+    }
+
+    /// Parks `parked` under `entry` and indexes it by kind, cost and rank.
+    fn park(&mut self, entry: EntryId, parked: Parked<P>) {
+        let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry));
+        self.index_of(&parked.task).insert(units, rank);
+        self.parked.insert(entry, parked);
+    }
+
+    /// Takes `entry` out of `parked` and its kind's index.
+    fn unpark(&mut self, entry: EntryId) -> Option<Parked<P>> {
+        let parked = self.parked.remove(&entry)?;
+        let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry));
+        self.index_of(&parked.task).remove(units, rank);
+        Some(parked)
+    }
+
+    /// The best-ranked parked entry that fits `query`, across kinds.
+    fn best_fit(&self, query: &FitQuery) -> Option<EntryId> {
+        ResourceKind::ALL
+            .into_iter()
+            .filter_map(|kind| self.by_kind[kind.index()].best_within(query.free.get(kind)))
+            .filter(|rank| self.admitted_by_bound(query, rank.id()))
+            .min()
+            .map(|rank| rank.id())
+    }
+
+    /// Whether the rank bound of `query`, if any, admits the parked `entry`. The best entry
+    /// of a kind that fits is enough to ask: every other one that fits ranks behind it.
+    fn admitted_by_bound(&self, query: &FitQuery, entry: EntryId) -> bool {
+        let Some(bound) = query.bound else {
+            return true;
+        };
+        self.parked.get(&entry).is_some_and(|parked| {
+            bound.admits(parked.task.meta.priority, parked.rank_time_ms, entry)
+        })
+    }
+
+    /// The claim `node` holds on `entry`, if it holds one.
+    fn claim_of(&mut self, node: &str, entry: EntryId) -> Result<&mut Claim<P>, QueueError> {
+        match self.claimed.get_mut(&entry) {
+            Some(claim) if claim.node == node => Ok(claim),
+            _ => Err(QueueError::NotClaimed(entry)),
+        }
+    }
+}
+
+impl<P> Default for InMemorySharedQueue<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P> InMemorySharedQueue<P> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self {
+            inner: Mutex::new(Lot {
+                parked: FastMap::default(),
+                by_kind: std::array::from_fn(|_| CostIndex::new()),
+                claimed: FastMap::default(),
+            }),
+        }
+    }
+
+    /// Every update leaves the maps and indexes consistent before anything could panic, so a
+    /// poisoned lock is taken over as it is.
+    fn lock(&self) -> MutexGuard<'_, Lot<P>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `now_ms + lease`, saturating: a lease too long to count ends at the end of time.
+fn expiry(now_ms: u64, lease: Duration) -> u64 {
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_add(lease_ms)
+}
+
+#[async_trait]
+impl<P> SharedQueue<P> for InMemorySharedQueue<P>
+where
+    P: Clone + Send + 'static,
+{
+    fn backend(&self) -> &'static str {
+        "in_memory_shared"
+    }
+
+    async fn enqueue(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+    ) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        if lot.parked.contains_key(&entry) || lot.claimed.contains_key(&entry) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        let parked = Parked {
+            task,
+            rank_time_ms,
+            claims: 0,
+        };
+        lot.park(entry, parked);
+        Ok(())
+    }
+
+    async fn claim_best_fit(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Option<Lease<P>>, QueueError> {
+        let mut lot = self.lock();
+        let Some(entry) = lot.best_fit(query) else {
+            return Ok(None);
+        };
+        let Some(mut parked) = lot.unpark(entry) else {
+            return Ok(None);
+        };
+        parked.claims = parked.claims.saturating_add(1);
+        let leased = Lease {
+            entry,
+            task: parked.task.clone(),
+            attempt: parked.claims,
+            expires_at_ms: expiry(now_ms, lease),
+        };
+        let claim = Claim {
+            parked,
+            node: node.to_owned(),
+            expires_at_ms: leased.expires_at_ms,
+        };
+        lot.claimed.insert(entry, claim);
+        Ok(Some(leased))
+    }
+
+    /// A lease that ran out but was not rescued yet is still the node's: it renews.
+    async fn renew(
+        &self,
+        node: &str,
+        entry: EntryId,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        lot.claim_of(node, entry)?.expires_at_ms = expiry(now_ms, lease);
+        Ok(())
+    }
+
+    /// The settlement's reason is not kept: this queue has no dead-letter record.
+    async fn settle(
+        &self,
+        node: &str,
+        entry: EntryId,
+        _settlement: Settlement,
+    ) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        lot.claim_of(node, entry)?;
+        lot.claimed.remove(&entry);
+        Ok(())
+    }
+
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        Ok(self.lock().unpark(entry).map(|parked| parked.task))
+    }
+
+    async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
+        let mut lot = self.lock();
+        let expired: Vec<EntryId> = lot
+            .claimed
+            .iter()
+            .filter(|(_, claim)| claim.expires_at_ms <= now_ms)
+            .map(|(&entry, _)| entry)
+            .collect();
+        for &entry in &expired {
+            if let Some(claim) = lot.claimed.remove(&entry) {
+                lot.park(entry, claim.parked);
+            }
+        }
+        Ok(expired.len())
+    }
+
+    async fn counts(&self) -> Result<QueueCounts, QueueError> {
+        let lot = self.lock();
+        Ok(QueueCounts {
+            parked: lot.parked.len(),
+            claimed: lot.claimed.len(),
+        })
+    }
+}

@@ -1,0 +1,574 @@
+//! The [`SharedQueue`] conformance suite: the shared contract, every behaviour the nodes of a
+//! shared parking lot rely on, checked with exact values, orders, counts and error variants.
+//!
+//! A shared queue picks the task itself: the best-ranked parked task that fits a node's free
+//! capacity, within an optional rank bound, under a lease. So the suite checks ranking,
+//! fitting and the rank bound as well as leases: only the holder renews and settles, a
+//! renewal moves the expiry, an expired lease is rescued and claimed again by another node.
+//!
+//! Each case takes an empty queue and tests one behaviour; [`run_all`] runs every case, each
+//! against a fresh queue from the backend's factory. Two nodes are two node names on one
+//! queue. Time is passed explicitly (`now_ms`), so no case sleeps and every case is
+//! deterministic. Backends that retry failed tasks must be built with retries off for this
+//! suite: it expects `Settlement::Failed` to end a claim for good.
+
+use std::future::Future;
+use std::time::Duration;
+
+use prometheus_parking_lot::core::{
+    Capacity, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask,
+    Settlement, SharedQueue,
+};
+use prometheus_parking_lot::util::serde::{Priority, ResourceKind};
+
+use super::queue::{at, cpu, task};
+use super::Job;
+
+use Priority::{Critical, High, Low, Normal};
+use ResourceKind::{Cpu, GpuVram, Io, Mixed};
+
+/// The first node of the suite.
+const NODE_A: &str = "node-a";
+/// The second node, on the same queue.
+const NODE_B: &str = "node-b";
+/// The lease every claim of the suite asks for.
+const LEASE: Duration = Duration::from_secs(30);
+/// [`LEASE`] in milliseconds.
+const LEASE_MS: u64 = 30_000;
+
+/// Runs every case of the suite, each against a fresh queue from `fresh`, printing the case's
+/// name first so a failure names it.
+pub async fn run_all<F, Fut>(fresh: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Box<dyn SharedQueue<Job>>>,
+{
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => {$(
+            let queue = fresh().await;
+            eprintln!("shared queue conformance [{}]: {}", queue.backend(), stringify!($case));
+            $case(&*queue).await;
+        )*};
+    }
+    run!(
+        claim_returns_the_task_under_a_lease,
+        duplicate_entries_are_refused,
+        best_fit_claims_in_rank_order,
+        best_fit_only_claims_kinds_with_free_units,
+        best_fit_skips_ahead_to_a_smaller_task,
+        best_fit_returns_none_when_nothing_fits,
+        rank_bound_excludes_tasks_ranked_behind_it,
+        only_the_holder_renews_or_settles,
+        renew_extends_the_lease,
+        an_expired_lease_is_the_holders_until_rescued,
+        an_expired_lease_is_rescued_and_claimed_by_another_node,
+        rescue_parks_exactly_the_expired_leases_at_their_rank,
+        remove_takes_only_parked_entries,
+        counts_follow_every_step,
+        backend_is_named,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+// ---------------------------------------------------------------------------------------------
+
+/// Free units of one kind only.
+fn only(kind: ResourceKind, units: u32) -> Capacity {
+    Capacity::uniform(0).with(kind, units)
+}
+
+/// A fit query without rank bound.
+fn within(free: Capacity) -> FitQuery {
+    FitQuery { free, bound: None }
+}
+
+/// A fit query bounded to tasks ranked at or ahead of `bound`.
+fn within_bound(free: Capacity, bound: RankBound) -> FitQuery {
+    FitQuery {
+        free,
+        bound: Some(bound),
+    }
+}
+
+/// The rank bound of priority `priority`, admission time `time` ms after the epoch of the
+/// suite, and entry `entry`.
+fn bound(priority: Priority, time: u64, entry: EntryId) -> RankBound {
+    RankBound {
+        priority,
+        rank_time_ms: at(time),
+        entry,
+    }
+}
+
+/// The admission time the suite ranks `task` by: its creation time.
+fn rank_time(task: &ScheduledTask<Job>) -> u64 {
+    u64::try_from(task.meta.created_at_ms).expect("test times fit u64")
+}
+
+/// Enqueues every `(entry, task)`, ranked by the task's creation time, failing the case if
+/// one is refused.
+async fn enqueue_all(queue: &dyn SharedQueue<Job>, entries: &[(EntryId, &ScheduledTask<Job>)]) {
+    for &(entry, task) in entries {
+        let enqueued = queue.enqueue(entry, rank_time(task), task.clone()).await;
+        if let Err(error) = enqueued {
+            panic!(
+                "enqueueing entry {entry} (task {}) failed: {error}",
+                task.meta.id
+            );
+        }
+    }
+}
+
+/// What `node` claims for `query` at `now` (ms after the epoch of the suite).
+async fn claim(
+    queue: &dyn SharedQueue<Job>,
+    node: &str,
+    query: FitQuery,
+    now: u64,
+) -> Option<Lease<Job>> {
+    let claimed = queue.claim_best_fit(node, &query, LEASE, at(now)).await;
+    claimed.expect("claim_best_fit")
+}
+
+/// The entry node A claims for `query` at the epoch of the suite.
+async fn best_fit(queue: &dyn SharedQueue<Job>, query: FitQuery) -> Option<EntryId> {
+    let claimed = claim(queue, NODE_A, query, 0).await;
+    claimed.map(|lease| lease.entry)
+}
+
+/// How many leases a rescue at `now` (ms after the epoch of the suite) parks again.
+async fn rescue(queue: &dyn SharedQueue<Job>, now: u64) -> usize {
+    queue.rescue_expired(at(now)).await.expect("rescue_expired")
+}
+
+async fn assert_counts(queue: &dyn SharedQueue<Job>, parked: usize, claimed: usize, step: &str) {
+    let counts = queue.counts().await.expect("counts");
+    assert_eq!(
+        counts,
+        QueueCounts { parked, claimed },
+        "counts after {step}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+// ---------------------------------------------------------------------------------------------
+
+/// A claim returns the task as it was enqueued (every metadata field and the payload), its
+/// entry, attempt 1 and a lease running out `lease` after `now`.
+pub async fn claim_returns_the_task_under_a_lease(queue: &dyn SharedQueue<Job>) {
+    let parked = task(7, High, 10, GpuVram, 300, Some(60_000));
+    enqueue_all(queue, &[(1_001, &parked)]).await;
+    assert_counts(queue, 1, 0, "enqueue").await;
+
+    let leased = claim(queue, NODE_A, within(only(GpuVram, 300)), 1_000).await;
+    let expected = Lease {
+        entry: 1_001,
+        task: parked,
+        attempt: 1,
+        expires_at_ms: at(1_000 + LEASE_MS),
+    };
+    assert_eq!(leased, Some(expected));
+    assert_counts(queue, 0, 1, "claim").await;
+}
+
+/// Enqueueing an entry id that is parked or claimed fails with `Duplicate(entry)` and changes
+/// nothing, whatever task it carries.
+pub async fn duplicate_entries_are_refused(queue: &dyn SharedQueue<Job>) {
+    let original = cpu(1, Normal, 0, 1);
+    let impostor = task(2, Critical, 5, GpuVram, 9, Some(100));
+    enqueue_all(queue, &[(40, &original)]).await;
+
+    for duplicate in [&original, &impostor] {
+        let refused = queue.enqueue(40, at(0), duplicate.clone()).await;
+        assert_eq!(refused, Err(QueueError::Duplicate(40)), "parked entry");
+    }
+    assert_counts(queue, 1, 0, "refused enqueues").await;
+    let everything = within(Capacity::uniform(u32::MAX));
+    assert_eq!(best_fit(queue, everything).await, Some(40));
+
+    for duplicate in [&original, &impostor] {
+        let refused = queue.enqueue(40, at(0), duplicate.clone()).await;
+        assert_eq!(refused, Err(QueueError::Duplicate(40)), "claimed entry");
+    }
+    assert_counts(queue, 0, 1, "refused enqueues of a claimed entry").await;
+    assert_eq!(
+        best_fit(queue, everything).await,
+        None,
+        "a refused enqueue must not park anything"
+    );
+}
+
+/// Claims with room for everything come back in rank order across kinds: priority first
+/// (Critical first), then smaller `rank_time_ms`, then smaller entry id. The rank time is the
+/// one passed to `enqueue`, not the task's creation time, and task ids play no part.
+pub async fn best_fit_claims_in_rank_order(queue: &dyn SharedQueue<Job>) {
+    let parked = [
+        (99, 0, Low, Cpu, 7),
+        (3, 900, Normal, GpuVram, 4_000),
+        (12, 100, High, Io, 2),
+        (2, 0, Low, Mixed, 1),
+        (40, 500, Critical, GpuVram, 16_000),
+        (5, 10, Normal, Cpu, 1),
+        (11, 100, High, Mixed, 3),
+        (30, 50, High, Cpu, 8),
+    ];
+    for (entry, rank_time, priority, kind, units) in parked {
+        let created_against_rank = 10_000 - rank_time;
+        let task = task(
+            1_000 - entry,
+            priority,
+            created_against_rank,
+            kind,
+            units,
+            None,
+        );
+        let enqueued = queue.enqueue(entry, at(rank_time), task).await;
+        assert_eq!(enqueued, Ok(()), "enqueue {entry}");
+    }
+
+    let mut claimed = Vec::new();
+    while let Some(entry) = best_fit(queue, within(Capacity::uniform(16_000))).await {
+        claimed.push(entry);
+        assert!(
+            claimed.len() <= parked.len(),
+            "claimed more than was parked"
+        );
+    }
+    assert_eq!(claimed, [40, 30, 11, 12, 5, 3, 2, 99]);
+    assert_counts(queue, 0, parked.len(), "claiming everything").await;
+}
+
+/// A task is claimed only against free units of its own kind; kinds with 0 free never come
+/// back, however well ranked, and free units of other kinds do not help.
+pub async fn best_fit_only_claims_kinds_with_free_units(queue: &dyn SharedQueue<Job>) {
+    let gpu = task(1, Critical, 0, GpuVram, 1, None);
+    let io = task(2, High, 0, Io, 1, None);
+    let small_cpu = cpu(3, Low, 0, 4);
+    let large_cpu = cpu(4, Normal, 0, 5);
+    enqueue_all(
+        queue,
+        &[(11, &gpu), (12, &io), (13, &small_cpu), (14, &large_cpu)],
+    )
+    .await;
+
+    let cpu_and_mixed = only(Cpu, 4).with(Mixed, 100);
+    assert_eq!(best_fit(queue, within(cpu_and_mixed)).await, Some(13));
+    assert_eq!(best_fit(queue, within(cpu_and_mixed)).await, None);
+    assert_eq!(best_fit(queue, within(only(Io, 1))).await, Some(12));
+    assert_eq!(best_fit(queue, within(only(Cpu, 5))).await, Some(14));
+    assert_eq!(best_fit(queue, within(Capacity::uniform(0))).await, None);
+    assert_counts(queue, 1, 3, "claims by kind").await;
+    assert_eq!(best_fit(queue, within(only(GpuVram, 1))).await, Some(11));
+}
+
+/// Skip-ahead: better-ranked tasks that do not fit are passed over for the best-ranked one
+/// that does; a task costing exactly the free units fits.
+pub async fn best_fit_skips_ahead_to_a_smaller_task(queue: &dyn SharedQueue<Job>) {
+    let big = task(1, Critical, 0, GpuVram, 10, None);
+    let medium = task(2, High, 0, GpuVram, 6, None);
+    let small = task(3, Low, 0, GpuVram, 2, None);
+    let smaller_but_younger = task(4, Low, 5, GpuVram, 1, None);
+    enqueue_all(
+        queue,
+        &[
+            (1, &big),
+            (2, &medium),
+            (3, &small),
+            (4, &smaller_but_younger),
+        ],
+    )
+    .await;
+
+    let five = within(only(GpuVram, 5));
+    assert_eq!(best_fit(queue, five).await, Some(3), "skips 1 and 2");
+    assert_eq!(best_fit(queue, five).await, Some(4));
+    assert_eq!(best_fit(queue, five).await, None);
+    assert_eq!(best_fit(queue, within(only(GpuVram, 6))).await, Some(2));
+    assert_eq!(best_fit(queue, within(only(GpuVram, 10))).await, Some(1));
+    assert_counts(queue, 0, 4, "claiming everything").await;
+}
+
+/// `claim_best_fit` gives `None`, and claims nothing, when no parked task fits.
+pub async fn best_fit_returns_none_when_nothing_fits(queue: &dyn SharedQueue<Job>) {
+    let everything = within(Capacity::uniform(u32::MAX));
+    assert_eq!(best_fit(queue, everything).await, None, "empty queue");
+
+    enqueue_all(queue, &[(1, &cpu(1, High, 0, 3)), (2, &cpu(2, Low, 0, 4))]).await;
+    assert_eq!(best_fit(queue, within(only(Cpu, 2))).await, None);
+    assert_eq!(best_fit(queue, within(only(GpuVram, 100))).await, None);
+    assert_eq!(best_fit(queue, within(Capacity::uniform(0))).await, None);
+    assert_counts(queue, 2, 0, "misses").await;
+    assert_eq!(best_fit(queue, within(only(Cpu, 3))).await, Some(1));
+}
+
+/// With a rank bound, only tasks ranked at or ahead of the bound are claimed (a task of
+/// exactly the bound's rank included), whichever part of the rank decides.
+pub async fn rank_bound_excludes_tasks_ranked_behind_it(queue: &dyn SharedQueue<Job>) {
+    let too_big = cpu(1, Critical, 0, 10);
+    let reserved = cpu(5, Normal, 200, 8);
+    let behind_by_entry = cpu(6, Normal, 200, 1);
+    let behind_by_time = cpu(7, Normal, 300, 1);
+    let behind_by_priority = cpu(8, Low, 0, 1);
+    enqueue_all(
+        queue,
+        &[
+            (1, &too_big),
+            (5, &reserved),
+            (6, &behind_by_entry),
+            (7, &behind_by_time),
+            (8, &behind_by_priority),
+        ],
+    )
+    .await;
+
+    let reserved_rank = bound(Normal, 200, 5);
+    let five = within_bound(only(Cpu, 5), reserved_rank);
+    assert_eq!(best_fit(queue, five).await, None, "only tasks behind fit");
+    assert_counts(queue, 5, 0, "a bounded miss").await;
+
+    let ahead_by_entry = cpu(4, Normal, 200, 1);
+    let ahead_by_time = cpu(3, Normal, 199, 1);
+    let ahead_by_priority = cpu(2, High, 900, 1);
+    for ahead in [&ahead_by_entry, &ahead_by_time, &ahead_by_priority] {
+        let entry = ahead.meta.id;
+        enqueue_all(queue, &[(entry, ahead)]).await;
+        assert_eq!(best_fit(queue, five).await, Some(entry));
+    }
+    assert_eq!(best_fit(queue, five).await, None);
+
+    let eight = within_bound(only(Cpu, 8), reserved_rank);
+    assert_eq!(
+        best_fit(queue, eight).await,
+        Some(5),
+        "the bound's own rank"
+    );
+    assert_eq!(best_fit(queue, eight).await, None);
+
+    let at_six = within_bound(only(Cpu, 5), bound(Normal, 200, 6));
+    assert_eq!(best_fit(queue, at_six).await, Some(6));
+    let before_seven = within_bound(only(Cpu, 5), bound(Normal, 299, 999));
+    assert_eq!(
+        best_fit(queue, before_seven).await,
+        None,
+        "a bound of no parked entry: 7 is behind it by time, 8 by priority"
+    );
+    assert_eq!(best_fit(queue, within(only(Cpu, 5))).await, Some(7));
+    assert_counts(queue, 2, 6, "bounded claims").await;
+}
+
+/// Only the node holding a lease renews or settles it; anyone else, and anything parked,
+/// settled or unknown, gets `NotClaimed(entry)`, and nothing changes.
+pub async fn only_the_holder_renews_or_settles(queue: &dyn SharedQueue<Job>) {
+    enqueue_all(queue, &[(1, &cpu(1, High, 0, 1)), (2, &cpu(2, Low, 0, 1))]).await;
+    let leased = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+    assert_eq!(leased.map(|lease| lease.entry), Some(1));
+
+    let not_claimed = Err(QueueError::NotClaimed(1));
+    assert_eq!(queue.renew(NODE_B, 1, LEASE, at(10)).await, not_claimed);
+    for settlement in [Settlement::Done, Settlement::Failed("stolen".into())] {
+        assert_eq!(queue.settle(NODE_B, 1, settlement).await, not_claimed);
+    }
+    assert_counts(queue, 1, 1, "refusals to another node").await;
+
+    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(10)).await, Ok(()));
+    let failed = Settlement::Failed("boom".into());
+    assert_eq!(queue.settle(NODE_A, 1, failed).await, Ok(()));
+    assert_counts(queue, 1, 0, "settled by the holder").await;
+    assert_eq!(queue.settle(NODE_A, 1, Settlement::Done).await, not_claimed);
+    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(20)).await, not_claimed);
+
+    for entry in [2, 404] {
+        let not_claimed = Err(QueueError::NotClaimed(entry));
+        let renewed = queue.renew(NODE_A, entry, LEASE, at(20)).await;
+        assert_eq!(renewed, not_claimed, "renew of entry {entry}");
+        let settled = queue.settle(NODE_A, entry, Settlement::Done).await;
+        assert_eq!(settled, not_claimed, "settle of entry {entry}");
+    }
+    assert_counts(queue, 1, 0, "refusals of unclaimed entries").await;
+
+    let leased = claim(queue, NODE_B, within(only(Cpu, 1)), 30).await;
+    assert_eq!(leased.map(|lease| lease.entry), Some(2));
+    assert_eq!(queue.settle(NODE_B, 2, Settlement::Done).await, Ok(()));
+    assert_counts(queue, 0, 0, "everything settled").await;
+}
+
+/// `renew` moves the expiry to `now + lease`: a rescue at the old expiry leaves the claim
+/// alone, a rescue at the new one parks it again.
+pub async fn renew_extends_the_lease(queue: &dyn SharedQueue<Job>) {
+    enqueue_all(queue, &[(1, &cpu(1, Normal, 0, 1))]).await;
+    let leased = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+    let first_expiry = leased.expect("claimed").expires_at_ms;
+    assert_eq!(first_expiry, at(LEASE_MS));
+
+    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(20_000)).await, Ok(()));
+    assert_eq!(rescue(queue, LEASE_MS).await, 0, "at the old expiry");
+    assert_eq!(rescue(queue, 20_000 + LEASE_MS - 1).await, 0);
+    assert_counts(queue, 0, 1, "rescues before the new expiry").await;
+    assert_eq!(
+        rescue(queue, 20_000 + LEASE_MS).await,
+        1,
+        "at the new expiry"
+    );
+    assert_counts(queue, 1, 0, "rescue at the new expiry").await;
+}
+
+/// A lease that ran out but was not rescued yet is still its holder's: it renews and
+/// settles.
+pub async fn an_expired_lease_is_the_holders_until_rescued(queue: &dyn SharedQueue<Job>) {
+    enqueue_all(
+        queue,
+        &[(1, &cpu(1, Normal, 0, 1)), (2, &cpu(2, Normal, 1, 1))],
+    )
+    .await;
+    for _ in 0..2 {
+        let leased = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+        assert!(leased.is_some());
+    }
+
+    let late = 2 * LEASE_MS;
+    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(late)).await, Ok(()));
+    assert_eq!(queue.settle(NODE_A, 2, Settlement::Done).await, Ok(()));
+    assert_eq!(rescue(queue, late).await, 0, "renewed until late + lease");
+    assert_counts(queue, 0, 1, "a late renew and settle").await;
+}
+
+/// A rescue parks an expired lease again; the old holder loses it (`NotClaimed` on renew and
+/// settle), and another node claims it as attempt 2 under a lease of its own.
+pub async fn an_expired_lease_is_rescued_and_claimed_by_another_node(queue: &dyn SharedQueue<Job>) {
+    let lost = cpu(1, High, 0, 1);
+    enqueue_all(queue, &[(1, &lost), (2, &cpu(2, Normal, 0, 1))]).await;
+    let leased = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+    assert_eq!(
+        leased.map(|lease| (lease.entry, lease.attempt)),
+        Some((1, 1))
+    );
+
+    assert_eq!(rescue(queue, LEASE_MS - 1).await, 0, "not expired yet");
+    assert_counts(queue, 1, 1, "an early rescue").await;
+    assert_eq!(rescue(queue, LEASE_MS).await, 1, "expired at its expiry");
+    assert_counts(queue, 2, 0, "rescue").await;
+    let not_claimed = Err(QueueError::NotClaimed(1));
+    assert_eq!(
+        queue.renew(NODE_A, 1, LEASE, at(LEASE_MS + 1)).await,
+        not_claimed
+    );
+
+    let reclaimed = claim(queue, NODE_B, within(only(Cpu, 1)), 31_000).await;
+    let expected = Lease {
+        entry: 1,
+        task: lost,
+        attempt: 2,
+        expires_at_ms: at(31_000 + LEASE_MS),
+    };
+    assert_eq!(reclaimed, Some(expected), "rescued with its rank and task");
+    assert_eq!(queue.settle(NODE_A, 1, Settlement::Done).await, not_claimed);
+    assert_eq!(rescue(queue, 31_000).await, 0, "node b's lease is fresh");
+    assert_eq!(queue.settle(NODE_B, 1, Settlement::Done).await, Ok(()));
+    assert_counts(queue, 1, 0, "settled by node b").await;
+}
+
+/// A rescue parks again exactly the leases that ran out at or before `now`, of every node,
+/// each at the rank it was enqueued with; its claim count goes up only when it is claimed
+/// again.
+pub async fn rescue_parks_exactly_the_expired_leases_at_their_rank(queue: &dyn SharedQueue<Job>) {
+    let first = cpu(1, Critical, 0, 1);
+    let second = cpu(2, High, 0, 1);
+    let third = cpu(3, Normal, 0, 1);
+    let waiting = cpu(4, Normal, 5, 1);
+    enqueue_all(queue, &[(1, &first), (2, &second), (3, &third)]).await;
+    let one = within(only(Cpu, 1));
+    for (node, now) in [(NODE_B, 0), (NODE_A, 10_000), (NODE_B, 20_000)] {
+        assert!(claim(queue, node, one, now).await.is_some());
+    }
+    enqueue_all(queue, &[(4, &waiting)]).await;
+
+    assert_eq!(rescue(queue, 10_000 + LEASE_MS).await, 2, "entries 1 and 2");
+    assert_counts(queue, 3, 1, "rescue").await;
+    assert_eq!(rescue(queue, 10_000 + LEASE_MS).await, 0, "rescued once");
+
+    let mut reclaimed = Vec::new();
+    while let Some(lease) = claim(queue, NODE_A, one, 50_000).await {
+        reclaimed.push((lease.entry, lease.attempt));
+    }
+    assert_eq!(reclaimed, [(1, 2), (2, 2), (4, 1)]);
+    assert_eq!(queue.settle(NODE_B, 3, Settlement::Done).await, Ok(()));
+    assert_counts(queue, 0, 3, "reclaiming everything").await;
+}
+
+/// `remove` takes a parked entry out for good and returns its task; a claimed entry stays
+/// claimed (`None`), and unknown entries give `None`.
+pub async fn remove_takes_only_parked_entries(queue: &dyn SharedQueue<Job>) {
+    let gone = task(1, Critical, 0, Mixed, 5, Some(1_000));
+    let running = cpu(2, Low, 0, 1);
+    enqueue_all(queue, &[(1, &gone), (2, &running)]).await;
+
+    assert_eq!(queue.remove(1).await, Ok(Some(gone)));
+    assert_counts(queue, 1, 0, "remove").await;
+    assert_eq!(queue.remove(1).await, Ok(None), "removed twice");
+    assert_eq!(queue.remove(404).await, Ok(None), "unknown entry");
+    let everything = within(Capacity::uniform(u32::MAX));
+    assert_eq!(best_fit(queue, everything).await, Some(2), "1 is gone");
+
+    assert_eq!(queue.remove(2).await, Ok(None), "claimed entry");
+    assert_counts(queue, 0, 1, "remove of a claimed entry").await;
+    assert_eq!(
+        queue.settle(NODE_A, 2, Settlement::Done).await,
+        Ok(()),
+        "still claimed"
+    );
+}
+
+/// `counts` follows entries through every operation, of every node, refused ones included.
+pub async fn counts_follow_every_step(queue: &dyn SharedQueue<Job>) {
+    assert_counts(queue, 0, 0, "nothing").await;
+    enqueue_all(
+        queue,
+        &[
+            (1, &cpu(1, Critical, 0, 1)),
+            (2, &cpu(2, High, 0, 1)),
+            (3, &cpu(3, Normal, 0, 1)),
+            (4, &cpu(4, Low, 0, 1)),
+        ],
+    )
+    .await;
+    assert_counts(queue, 4, 0, "four enqueues").await;
+    let refused = queue.enqueue(4, at(0), cpu(5, Low, 0, 1)).await;
+    assert_eq!(refused, Err(QueueError::Duplicate(4)));
+    assert_counts(queue, 4, 0, "a refused enqueue").await;
+
+    let one = within(only(Cpu, 1));
+    assert!(claim(queue, NODE_A, one, 0).await.is_some());
+    assert_counts(queue, 3, 1, "node a's claim").await;
+    assert!(claim(queue, NODE_B, one, 0).await.is_some());
+    assert_counts(queue, 2, 2, "node b's claim").await;
+    assert!(claim(queue, NODE_A, within(only(Cpu, 0)), 0)
+        .await
+        .is_none());
+    assert_counts(queue, 2, 2, "a claim that found nothing").await;
+    queue.renew(NODE_A, 1, LEASE, at(1)).await.expect("renew");
+    assert_counts(queue, 2, 2, "renew").await;
+    queue
+        .settle(NODE_B, 2, Settlement::Done)
+        .await
+        .expect("settle");
+    assert_counts(queue, 2, 1, "settle").await;
+    let refused = queue.settle(NODE_B, 1, Settlement::Done).await;
+    assert_eq!(refused, Err(QueueError::NotClaimed(1)));
+    assert_counts(queue, 2, 1, "a refused settle").await;
+    queue.remove(4).await.expect("remove").expect("parked");
+    assert_counts(queue, 1, 1, "remove").await;
+    assert_eq!(rescue(queue, 1 + LEASE_MS).await, 1);
+    assert_counts(queue, 2, 0, "rescue").await;
+    let failed = Settlement::Failed("boom".into());
+    assert!(claim(queue, NODE_B, one, LEASE_MS + 2).await.is_some());
+    queue.settle(NODE_B, 1, failed).await.expect("settle");
+    assert_counts(queue, 1, 0, "settled Failed").await;
+}
+
+/// `backend` names the backend for logs.
+pub async fn backend_is_named(queue: &dyn SharedQueue<Job>) {
+    let name = queue.backend();
+    assert!(!name.trim().is_empty(), "backend name {name:?}");
+}
