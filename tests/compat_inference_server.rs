@@ -149,7 +149,9 @@ async fn errors_match_the_variants_the_server_handles() {
         max_tokens: 1,
     };
     match pool.submit_async(job, too_big).await {
-        Err(PoolError::InsufficientResources { needed, available }) => {
+        Err(PoolError::InsufficientResources {
+            needed, available, ..
+        }) => {
             assert_eq!((needed, available), (20_000, 16_384));
         }
         other => panic!(

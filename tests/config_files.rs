@@ -251,7 +251,8 @@ async fn a_loaded_configuration_builds_running_pools() {
         .await,
         Err(PoolError::InsufficientResources {
             needed: 25,
-            available: 24
+            available: 24,
+            kind: ResourceKind::GpuVram,
         })
     );
 }

@@ -17,7 +17,7 @@ use prometheus_parking_lot::core::{
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::clock::now_ms;
-use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
+use prometheus_parking_lot::util::serde::{Priority, ResourceCost, ResourceKind};
 use prometheus_parking_lot::{PoolLimits, RestartPolicy, TaskExecutor};
 use support::{eventually, gpu, settings, Job, LabPool};
 
@@ -94,7 +94,8 @@ async fn a_cost_above_capacity_is_rejected_at_once() {
         refused,
         Err(PoolError::InsufficientResources {
             needed: 11,
-            available: 10
+            available: 10,
+            kind: ResourceKind::GpuVram,
         })
     );
     assert_eq!(lab.pool.stats().rejected_tasks, 1);

@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use super::TaskId;
+use super::{ResourceKind, TaskId};
 
 /// Why a pool operation failed, or why a task ended without a result.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -12,14 +12,16 @@ pub enum PoolError {
     QueueFull,
     /// The task costs more than the pool could ever give it, of the kind it asked for.
     ///
-    /// The variant keeps exactly the two fields existing servers match on; the pure core's
-    /// [`Rejection`](crate::scheduler::core::Rejection) names the kind as well.
-    #[error("insufficient resources: the task needs {needed} units of its resource kind but the pool has {available} of that kind in total")]
+    /// Match it with `{ needed, available, .. }`: the fields are the ones servers have always
+    /// read, plus the kind.
+    #[error("insufficient resources: the task needs {needed} units of {kind:?} but the pool has {available} of that kind in total")]
     InsufficientResources {
         /// Units the task asked for.
         needed: usize,
         /// The pool's total units of that kind.
         available: usize,
+        /// The resource kind the task asked for.
+        kind: ResourceKind,
     },
     /// Results waiting to be collected plus tasks still live reached the mailbox's bound;
     /// a new task could only be taken by dropping a stored result, so it is refused instead.

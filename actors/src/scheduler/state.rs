@@ -299,12 +299,7 @@ where
                 reply.send(Err(PoolError::Expired));
                 drop_contained(task);
             }
-            Admit::Reject(rejection) => {
-                // The public error keeps the two fields servers match on; the log names the
-                // resource kind as well.
-                tracing::debug!(pool = %self.pool, task = task.meta.id, %rejection, "refused");
-                self.refuse(&task, rejection.into(), reply, now)
-            }
+            Admit::Reject(rejection) => self.refuse(&task, rejection.into(), reply, now),
         }
     }
 

@@ -45,10 +45,13 @@ impl From<Rejection> for PoolError {
     fn from(rejection: Rejection) -> Self {
         match rejection {
             Rejection::InsufficientResources {
-                needed, capacity, ..
+                kind,
+                needed,
+                capacity,
             } => PoolError::InsufficientResources {
                 needed: needed as usize,
                 available: capacity as usize,
+                kind,
             },
             Rejection::QueueFull { .. } => PoolError::QueueFull,
             Rejection::DuplicateId(id) => PoolError::DuplicateTask(id),

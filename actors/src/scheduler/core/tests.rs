@@ -75,7 +75,8 @@ fn a_cost_above_total_capacity_is_rejected_not_parked() {
         err,
         PoolError::InsufficientResources {
             needed: 11,
-            available: 10
+            available: 10,
+            kind: ResourceKind::GpuVram,
         }
     );
 }
