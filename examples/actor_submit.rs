@@ -49,6 +49,7 @@ async fn main() -> Result<(), PoolError> {
             notifiers: Vec::new(),
             subscribers: Vec::new(),
             retention: None,
+            shared: None,
         },
     )
     .await?;

@@ -20,6 +20,7 @@ pub use prometheus_parking_lot_actors::queue::{
 pub use prometheus_parking_lot_actors::scheduler::protocol::{
     SchedulerRequest, ShutdownReport, SubmitOptions,
 };
+pub use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 pub use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
 pub use prometheus_parking_lot_actors::stats::PoolStats;
 pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;

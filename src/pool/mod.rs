@@ -38,6 +38,7 @@ where
         notifiers: Vec::new(),
         subscribers: Vec::new(),
         retention: config.retention,
+        shared: None,
     };
     start_pool_blocking(spawner, spec)
 }

@@ -19,7 +19,7 @@ use prometheus_parking_lot::core::{
     Capacity, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask,
     Settlement, SharedQueue,
 };
-use prometheus_parking_lot::util::serde::{Priority, ResourceKind};
+use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
 use super::queue::{at, cpu, task};
 use super::Job;
@@ -64,6 +64,7 @@ where
         an_expired_lease_is_rescued_and_claimed_by_another_node,
         rescue_parks_exactly_the_expired_leases_at_their_rank,
         remove_takes_only_parked_entries,
+        remove_task_matches_the_exact_key_and_id,
         counts_follow_every_step,
         backend_is_named,
     );
@@ -517,6 +518,54 @@ pub async fn remove_takes_only_parked_entries(queue: &dyn SharedQueue<Job>) {
         queue.settle(NODE_A, 2, Settlement::Done).await,
         Ok(()),
         "still claimed"
+    );
+}
+
+/// `remove_task` finds a parked task by its exact mailbox key and id (a cancel taken by any
+/// node): another tenant, another user of the same tenant or another id finds nothing, and a
+/// claimed task is not removed.
+pub async fn remove_task_matches_the_exact_key_and_id(queue: &dyn SharedQueue<Job>) {
+    let alice = MailboxKey::new("alice").with_user("u1");
+    let owned = |id, created, key: &MailboxKey| {
+        let mut task = cpu(id, Normal, created, 1);
+        task.meta.mailbox = Some(key.clone());
+        task
+    };
+    let (claimed, first, second) = (
+        owned(9, 0, &alice),
+        owned(7, 1, &alice),
+        owned(8, 2, &alice),
+    );
+    enqueue_all(queue, &[(1, &claimed), (2, &first), (3, &second)]).await;
+    let lease = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+    assert_eq!(lease.map(|lease| lease.entry), Some(1), "task 9 is claimed");
+
+    for (key, id) in [
+        (MailboxKey::new("mallory").with_user("u1"), 7),
+        (MailboxKey::new("alice"), 7),
+        (MailboxKey::new("alice").with_user("u2"), 7),
+        (alice.clone(), 70),
+        (alice.clone(), 9),
+    ] {
+        assert_eq!(
+            queue.remove_task(&key, id).await,
+            Ok(None),
+            "{key:?} {id} matched"
+        );
+    }
+    assert_counts(queue, 2, 1, "nothing removed").await;
+    assert_eq!(queue.remove_task(&alice, 7).await, Ok(Some(first)));
+    assert_eq!(
+        queue.remove_task(&alice, 7).await,
+        Ok(None),
+        "removed twice"
+    );
+    assert_counts(queue, 1, 1, "task 7 removed").await;
+    let everything = within(Capacity::uniform(u32::MAX));
+    assert_eq!(
+        best_fit(queue, everything).await,
+        Some(3),
+        "task 8 is still parked"
     );
 }
 

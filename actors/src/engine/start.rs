@@ -21,6 +21,7 @@ use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
 use crate::scheduler::core::ParkingLot;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
+use crate::scheduler::shared::{SharedLink, SharedParking};
 use crate::scheduler::state::{Parking, Results, SchedulerArgs};
 use crate::spawn::Spawn;
 use crate::stats::PoolCounters;
@@ -58,6 +59,11 @@ pub struct PoolSpec<P, R, E> {
     pub subscribers: Vec<Arc<dyn EventSubscriber>>,
     /// How long results are kept; `None` keeps them until taken.
     pub retention: Option<Duration>,
+    /// A queue this pool shares with other nodes, if any: tasks that would park here go
+    /// there, and the pool claims from it whenever it has room (see
+    /// [`SharedParking`](crate::scheduler::shared::SharedParking)). `queue` then only holds
+    /// claimed tasks that found their capacity taken meanwhile.
+    pub shared: Option<SharedParking<P>>,
 }
 
 impl<P, R, E> PoolSpec<P, R, E> {
@@ -92,6 +98,9 @@ impl<P, R, E> PoolSpec<P, R, E> {
             ));
         }
         self.limits.worker_slots = self.workers.count;
+        if let Some(shared) = &self.shared {
+            shared.validate()?;
+        }
         ParkingLot::new(self.limits)
     }
 }
@@ -188,7 +197,10 @@ where
         Results::Actor(mailbox_actor)
     };
 
-    let durable = spec.queue.is_durable();
+    // A shared queue keeps what is parked in it; claimed tasks parked here are kept too (their
+    // leases run out and another node runs them).
+    let durable = spec.queue.is_durable() || spec.shared.is_some();
+    let shared = spec.shared.take().map(SharedLink::new);
     let parking = if spec.queue.inline().is_some() {
         Parking::Inline(spec.queue)
     } else {
@@ -217,6 +229,7 @@ where
         counters: counters.clone(),
         subscribers,
         stored,
+        shared,
     };
     let scheduler: ActorRef<SchedulerMsg<P>> = once(
         "scheduler",

@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{EntryId, QueueCounts, QueueError, Settlement};
-use crate::domain::{Capacity, Priority, ScheduledTask};
+use crate::domain::{Capacity, MailboxKey, Priority, ScheduledTask, TaskId};
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
 /// ahead of it, so the pool drains for it.
@@ -119,6 +119,14 @@ where
 
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
+
+    /// Removes the parked task `id` whose mailbox key is exactly `key`: a cancel that any
+    /// node may take. `None` if no such task is parked (it was claimed, or never parked).
+    async fn remove_task(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<ScheduledTask<P>>, QueueError>;
 
     /// Parks again every claimed entry whose lease ran out at or before `now_ms`; returns
     /// how many.

@@ -57,6 +57,9 @@ where
         let mut scheduler = Scheduler::new(args.0, now());
         scheduler.publish();
         arm_timer(&myself, &mut scheduler, now());
+        if let Some(shared) = &mut scheduler.shared {
+            shared.connect(myself.clone());
+        }
         inbox.connect(myself);
         Ok(SchedulerState(scheduler))
     }
@@ -95,6 +98,10 @@ where
                 scheduler.drain_deadline(now);
             }
             Internal::Queue(report) => scheduler.queue_report(report, now),
+            Internal::Shared(report) => {
+                scheduler.drain_inbox(now);
+                scheduler.shared_report(report, now);
+            }
         }
         scheduler.publish();
         arm_timer(&myself, scheduler, now);
@@ -117,9 +124,7 @@ fn request_received<P, R>(
             options,
             reply,
         } => scheduler.submit(task, options, Reply::Port(reply), now),
-        SchedulerRequest::Cancel { key, id, reply } => {
-            let _ = reply.send(scheduler.cancel(&key, id, now));
-        }
+        SchedulerRequest::Cancel { key, id, reply } => scheduler.cancel(key, id, reply, now),
         SchedulerRequest::Shutdown { drain, reply } => {
             if scheduler.shutdown(reply, now) {
                 arm_drain_deadline(myself, drain);

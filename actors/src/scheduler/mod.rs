@@ -6,4 +6,5 @@ pub mod actor;
 pub mod core;
 pub(crate) mod inbox;
 pub mod protocol;
+pub mod shared;
 pub(crate) mod state;

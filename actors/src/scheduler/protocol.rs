@@ -92,6 +92,8 @@ pub(crate) enum Internal<P> {
     DrainDeadline,
     /// The queue actor answered.
     Queue(QueueReport<P>),
+    /// A shared-queue call answered, or its poll interval passed.
+    Shared(super::shared::SharedReport<P>),
 }
 
 /// What the queue actor reports back.
@@ -174,7 +176,9 @@ impl<P> Submission<P> {
             Submission::Batch { tasks, reply, .. } => {
                 let answers = tasks.iter().map(|_| Err(error.clone())).collect();
                 let _ = reply.send(answers);
-                crate::contain::drop_contained(tasks);
+                for task in tasks {
+                    crate::contain::drop_contained(task);
+                }
             }
         }
     }

@@ -24,15 +24,17 @@ use tokio::sync::oneshot;
 use super::core::{Admit, Cancel, FastMap, ParkingLot, Ticket};
 use super::inbox::{Finish, Inbox};
 use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
+use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
-    MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus, TenantId,
+    Capacity, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
+    TenantId,
 };
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::mailbox::actor::MailboxMsg;
 use crate::mailbox::{status_of, Delivery, Mailbox, Notifier, TerminalEvent};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{EntryId, Settlement, StoredEntry, TaskQueue};
+use crate::queue::{EntryId, Lease, Settlement, StoredEntry, TaskQueue};
 use crate::stats::PoolCounters;
 use crate::worker::{Job, JobSenders};
 use ractor::{ActorRef, RpcReplyPort};
@@ -66,6 +68,8 @@ struct Live {
     task_id: TaskId,
     cost: ResourceCost,
     timeout: Option<Duration>,
+    /// The shared queue's entry, for a task this node claimed from it under a lease.
+    lease: Option<EntryId>,
     state: LiveState,
 }
 
@@ -110,6 +114,7 @@ pub(crate) struct SchedulerArgs<P, R> {
     pub counters: Arc<PoolCounters>,
     pub subscribers: Vec<Arc<dyn EventSubscriber>>,
     pub stored: Vec<StoredEntry>,
+    pub shared: Option<SharedLink<P>>,
 }
 
 /// The scheduler's state. See the module docs.
@@ -129,6 +134,7 @@ pub(crate) struct Scheduler<P, R> {
     last_entry: EntryId,
     mode: Mode,
     pub(super) armed_tick: Option<u64>,
+    pub(super) shared: Option<SharedLink<P>>,
 }
 
 impl<P, R> Scheduler<P, R>
@@ -161,6 +167,7 @@ where
             last_entry: 0,
             mode: Mode::Open,
             armed_tick: None,
+            shared: args.shared,
         };
         scheduler.restore(args.stored, now);
         scheduler
@@ -184,6 +191,7 @@ where
                     task_id: meta.id,
                     cost: meta.cost,
                     timeout: self.default_timeout,
+                    lease: None,
                     state: LiveState::Parked { reply: None },
                 },
             );
@@ -234,11 +242,7 @@ where
                     self.submit(task, options, Reply::Oneshot(answer), now);
                     answers.push(wait);
                 }
-                let answers = answers
-                    .into_iter()
-                    .map(|mut wait| wait.try_recv().unwrap_or(Err(PoolError::Shutdown)))
-                    .collect();
-                let _ = reply.send(answers);
+                answer_batch(answers, reply);
             }
         }
     }
@@ -281,6 +285,9 @@ where
                 self.begin_run(entry, false, now);
                 reply.send(Ok(key.clone()));
                 self.send_job(entry, with_mailbox(task, &key), now);
+            }
+            Admit::Park if self.shared.is_some() => {
+                self.park_shared(entry, with_mailbox(task, &key), key, reply, now);
             }
             Admit::Park => {
                 self.by_caller.insert(caller, entry);
@@ -357,6 +364,7 @@ where
                 task_id: task.meta.id,
                 cost: task.meta.cost,
                 timeout: options.timeout.or(self.default_timeout),
+                lease: None,
                 state,
             },
         );
@@ -576,12 +584,17 @@ where
             LiveState::Running(running) => (running.ended, running.from_queue),
             LiveState::Parked { .. } => (false, false),
         };
-        if from_queue {
+        if from_queue || live.lease.is_some() {
             let settlement = match &outcome {
                 Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
                 _ => Settlement::Done,
             };
-            self.settle(entry, settlement);
+            if let (Some(lease), Some(shared)) = (live.lease, &self.shared) {
+                shared.settle(lease, settlement.clone());
+            }
+            if from_queue {
+                self.settle(entry, settlement);
+            }
         }
         if ended {
             drop_contained(outcome);
@@ -593,6 +606,7 @@ where
         }
         self.start_parked(started, now);
         self.finish_drain_if_idle();
+        self.maybe_claim(now);
     }
 
     fn settle(&self, entry: EntryId, settlement: Settlement) {
@@ -626,17 +640,256 @@ where
     }
 
     // -----------------------------------------------------------------------------------
+    // Shared queue mode (see `super::shared`)
+    // -----------------------------------------------------------------------------------
+
+    /// Hands a task the core would park to the shared queue instead; its submitter is
+    /// answered once the queue has stored it.
+    fn park_shared(
+        &mut self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+        now: u64,
+    ) {
+        if let Ok(Cancel::Parked { started }) = self.core.cancel(entry, now) {
+            self.start_parked(started, now);
+        }
+        match &self.shared {
+            Some(shared) => shared.enqueue(task, key, now, reply),
+            None => {
+                drop_contained(task);
+                reply.send(Err(PoolError::Internal("no shared queue".into())));
+            }
+        }
+    }
+
+    /// What a shared-queue call answered.
+    pub fn shared_report(&mut self, report: SharedReport<P>, now: u64) {
+        match report {
+            SharedReport::Poll => {
+                let held = self.live.values().filter_map(|live| live.lease).collect();
+                if let Some(shared) = &mut self.shared {
+                    shared.upkeep(held, now);
+                }
+                self.maybe_claim(now);
+            }
+            SharedReport::Enqueued {
+                task_id,
+                key,
+                cost,
+                reply,
+                result,
+            } => match result {
+                Ok(()) => {
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now);
+                    reply.send(Ok(key));
+                }
+                Err(error) => {
+                    let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Refused, now);
+                    reply.send(Err(PoolError::Internal(format!(
+                        "could not park the task: {backend} queue: {error}"
+                    ))));
+                }
+            },
+            SharedReport::Claimed(claimed) => {
+                if let Some(shared) = &mut self.shared {
+                    shared.claimed();
+                }
+                match claimed {
+                    Ok(Some(lease)) => {
+                        self.run_leased(lease, now);
+                        self.maybe_claim(now);
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::warn!(pool = %self.pool, %error, "shared queue claim failed; retrying at the next poll");
+                    }
+                }
+            }
+            SharedReport::Removed {
+                key,
+                id,
+                reply,
+                result,
+            } => {
+                let answer = match result {
+                    Ok(Some(task)) => {
+                        let cost = task.meta.cost;
+                        drop_contained(task);
+                        self.deliver_parts(&key, id, cost, Err(PoolError::Cancelled), now);
+                        Ok(())
+                    }
+                    Ok(None) => Err(PoolError::TaskNotFound(id)),
+                    Err(error) => Err(PoolError::Internal(format!(
+                        "could not cancel in the shared queue: {error}"
+                    ))),
+                };
+                let _ = reply.send(answer);
+            }
+            SharedReport::Lost(entries) => {
+                let held: Vec<EntryId> = self.live.values().filter_map(|live| live.lease).collect();
+                for entry in entries.into_iter().filter(|entry| held.contains(entry)) {
+                    tracing::warn!(pool = %self.pool, entry, "a shared lease was lost while its task ran here; another node may run it too");
+                }
+            }
+        }
+    }
+
+    /// Claims from the shared queue when this node could start a task now: open, nothing
+    /// parked locally, an idle worker and some free capacity.
+    fn maybe_claim(&mut self, now: u64) {
+        let Some(shared) = &mut self.shared else {
+            return;
+        };
+        if !matches!(self.mode, Mode::Open)
+            || self.core.parked_len() > 0
+            || self.core.busy_workers() >= self.core.live_workers()
+        {
+            return;
+        }
+        let free = ResourceKind::ALL
+            .into_iter()
+            .fold(Capacity::uniform(0), |free, kind| {
+                free.with(kind, self.core.free(kind))
+            });
+        if !free.is_empty() {
+            shared.claim(free, now);
+        }
+    }
+
+    /// Admits a task claimed from the shared queue, as its lease's holder.
+    fn run_leased(&mut self, lease: Lease<P>, now: u64) {
+        let Lease {
+            entry: shared_entry,
+            task,
+            ..
+        } = lease;
+        if self.shared.is_none() {
+            return;
+        }
+        let key = task
+            .meta
+            .mailbox
+            .clone()
+            .unwrap_or_else(MailboxKey::anonymous);
+        if !matches!(self.mode, Mode::Open) {
+            // Stopping: leave it to the lease's expiry, which parks it for another node.
+            drop_contained(task);
+            return;
+        }
+        let caller = (key.tenant.clone(), task.meta.id);
+        if self.by_caller.contains_key(&caller) {
+            let id = task.meta.id;
+            self.settle_lease(
+                shared_entry,
+                Settlement::Failed(format!("task id {id} is live on this node already")),
+            );
+            self.deliver_parts(
+                &key,
+                id,
+                task.meta.cost,
+                Err(PoolError::DuplicateTask(id)),
+                now,
+            );
+            drop_contained(task);
+            return;
+        }
+        let entry = self.next_entry(now);
+        match self.core.admit(ticket(entry, &task.meta), now) {
+            Admit::Start => {
+                self.by_caller.insert(caller, entry);
+                self.insert_live(
+                    entry,
+                    &task,
+                    key.clone(),
+                    SubmitOptions::default(),
+                    LiveState::Parked { reply: None },
+                );
+                self.set_lease(entry, shared_entry);
+                self.emit(entry, TaskStep::Admitted, now);
+                self.begin_run(entry, false, now);
+                self.send_job(entry, task, now);
+            }
+            Admit::Park => {
+                // Its capacity was taken while the claim was in flight: park it here, under
+                // its lease, where the core's ordering protects it.
+                self.by_caller.insert(caller, entry);
+                self.insert_live(
+                    entry,
+                    &task,
+                    key.clone(),
+                    SubmitOptions::default(),
+                    LiveState::Parked { reply: None },
+                );
+                self.set_lease(entry, shared_entry);
+                let (ignored, _) = oneshot::channel();
+                self.park(entry, task, key, Reply::Oneshot(ignored), now);
+            }
+            Admit::Expire => {
+                self.settle_lease(shared_entry, Settlement::Done);
+                self.deliver_parts(
+                    &key,
+                    task.meta.id,
+                    task.meta.cost,
+                    Err(PoolError::Expired),
+                    now,
+                );
+                drop_contained(task);
+            }
+            Admit::Reject(rejection) => {
+                let error = PoolError::from(rejection);
+                self.settle_lease(shared_entry, Settlement::Failed(error.to_string()));
+                self.deliver_parts(&key, task.meta.id, task.meta.cost, Err(error), now);
+                drop_contained(task);
+            }
+        }
+    }
+
+    fn settle_lease(&self, shared_entry: EntryId, settlement: Settlement) {
+        if let Some(shared) = &self.shared {
+            shared.settle(shared_entry, settlement);
+        }
+    }
+
+    fn set_lease(&mut self, entry: EntryId, shared_entry: EntryId) {
+        if let Some(live) = self.live.get_mut(&entry) {
+            live.lease = Some(shared_entry);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
     // Cancel, time, failures
     // -----------------------------------------------------------------------------------
 
-    /// Cancels the live task `id` of exactly `key`.
-    pub fn cancel(&mut self, key: &MailboxKey, id: TaskId, now: u64) -> Result<(), PoolError> {
-        let entry = self
+    /// Cancels the live task `id` of exactly `key`, here or parked in the shared queue.
+    pub fn cancel(
+        &mut self,
+        key: MailboxKey,
+        id: TaskId,
+        reply: RpcReplyPort<Result<(), PoolError>>,
+        now: u64,
+    ) {
+        let local = self
             .by_caller
             .get(&(key.tenant.clone(), id))
             .copied()
-            .filter(|entry| self.live.get(entry).is_some_and(|live| &live.key == key))
-            .ok_or(PoolError::TaskNotFound(id))?;
+            .filter(|entry| self.live.get(entry).is_some_and(|live| live.key == key));
+        match (local, &self.shared) {
+            (Some(entry), _) => {
+                let _ = reply.send(self.cancel_local(entry, id, now));
+            }
+            (None, Some(shared)) => shared.remove_task(key, id, reply),
+            (None, None) => {
+                let _ = reply.send(Err(PoolError::TaskNotFound(id)));
+            }
+        }
+    }
+
+    fn cancel_local(&mut self, entry: EntryId, id: TaskId, now: u64) -> Result<(), PoolError> {
         match self.core.cancel(entry, now) {
             Ok(Cancel::Parked { started }) => {
                 self.end_parked(entry, PoolError::Cancelled, now);
@@ -659,6 +912,9 @@ where
         self.by_caller
             .remove(&(live.key.tenant.clone(), live.task_id));
         self.remove_from_queue(entry);
+        if let (Some(lease), Some(shared)) = (live.lease, &self.shared) {
+            shared.settle(lease, Settlement::Done);
+        }
         let live = answer_pending_park(live);
         self.deliver(&live, Err(outcome), now);
     }
@@ -956,4 +1212,34 @@ fn with_mailbox<P>(mut task: ScheduledTask<P>, key: &MailboxKey) -> ScheduledTas
         task.meta.mailbox = Some(key.clone());
     }
     task
+}
+
+/// Answers a batch: at once when every task's answer is in, else (a task whose park awaits a
+/// queue) once the last one arrives.
+fn answer_batch(
+    answers: Vec<oneshot::Receiver<Result<MailboxKey, PoolError>>>,
+    reply: oneshot::Sender<Vec<Result<MailboxKey, PoolError>>>,
+) {
+    let mut ready = Vec::with_capacity(answers.len());
+    let mut waiting = Vec::new();
+    for (index, mut answer) in answers.into_iter().enumerate() {
+        match answer.try_recv() {
+            Ok(answer) => ready.push(answer),
+            Err(oneshot::error::TryRecvError::Empty) => {
+                ready.push(Err(PoolError::Shutdown));
+                waiting.push((index, answer));
+            }
+            Err(oneshot::error::TryRecvError::Closed) => ready.push(Err(PoolError::Shutdown)),
+        }
+    }
+    if waiting.is_empty() {
+        let _ = reply.send(ready);
+        return;
+    }
+    tokio::spawn(async move {
+        for (index, answer) in waiting {
+            ready[index] = answer.await.unwrap_or(Err(PoolError::Shutdown));
+        }
+        let _ = reply.send(ready);
+    });
 }

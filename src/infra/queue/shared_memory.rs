@@ -41,7 +41,7 @@ use crate::core::scheduling::{CostIndex, FastMap, RankKey};
 use crate::core::{
     EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement, SharedQueue,
 };
-use crate::util::serde::ResourceKind;
+use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 
 /// A shared queue in memory, for the pools of one process. See the module docs.
 ///
@@ -283,6 +283,27 @@ where
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         Ok(self.lock().unpark(entry).map(|parked| parked.task))
+    }
+
+    /// Scans the parked entries: cancels are rare, and a database backend answers the same
+    /// question from an index on (tenant, task id).
+    async fn remove_task(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let mut lot = self.lock();
+        let found = lot
+            .parked
+            .iter()
+            .filter(|(_, parked)| {
+                parked.task.meta.id == id && parked.task.meta.mailbox.as_ref() == Some(key)
+            })
+            .map(|(&entry, _)| entry)
+            .min();
+        Ok(found
+            .and_then(|entry| lot.unpark(entry))
+            .map(|parked| parked.task))
     }
 
     async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {

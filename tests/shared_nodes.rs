@@ -1,0 +1,365 @@
+//! The scheduler's shared-queue mode, in one process: pools as nodes of one
+//! `InMemorySharedQueue`, with one mailbox between them. What a database backend adds (other
+//! processes, real crashes) is tested with that backend; these cases prove the driver: tasks
+//! that would park go to the shared queue, nodes claim them in rank order as they get room,
+//! every task runs exactly once, cancel and deadlines reach shared tasks, and a lease its
+//! holder stops renewing is rescued and run by another node.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
+use prometheus_parking_lot::core::{
+    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, ScheduledTask, SharedParking,
+    SharedQueue, SubmitOptions, TaskExecutor, TaskMetadata,
+};
+use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
+use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
+use prometheus_parking_lot::util::clock::now_ms;
+use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost, TaskId};
+use prometheus_parking_lot::RestartPolicy;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Sleeps `payload` milliseconds, records `(node, id)` and returns the id.
+#[derive(Clone)]
+struct Recorder {
+    node: &'static str,
+    runs: Arc<Mutex<Vec<(&'static str, TaskId)>>>,
+}
+
+#[async_trait::async_trait]
+impl TaskExecutor<u64, TaskId> for Recorder {
+    async fn execute(&self, payload: u64, meta: TaskMetadata) -> TaskId {
+        self.runs.lock().unwrap().push((self.node, meta.id));
+        tokio::time::sleep(Duration::from_millis(payload)).await;
+        meta.id
+    }
+}
+
+type Runs = Arc<Mutex<Vec<(&'static str, TaskId)>>>;
+
+struct Cluster {
+    queue: Arc<InMemorySharedQueue<u64>>,
+    mailbox: Arc<InMemoryMailbox<TaskId>>,
+    runs: Runs,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        Self {
+            queue: Arc::new(InMemorySharedQueue::new()),
+            mailbox: Arc::new(InMemoryMailbox::new()),
+            runs: Arc::default(),
+        }
+    }
+
+    /// A node of one worker and one unit, polling every 10 ms.
+    async fn node(&self, name: &'static str) -> PoolClient<u64, TaskId> {
+        let supervisor = spawn_supervisor().await.unwrap();
+        let shared = SharedParking::new(self.queue.clone(), name)
+            .with_lease(Duration::from_millis(300))
+            .with_poll(Duration::from_millis(10));
+        let spec = PoolSpec {
+            name: name.into(),
+            limits: PoolLimits::new(1, 1),
+            workers: WorkerSettings {
+                count: 1,
+                stack_size: None,
+                pin_to_cpus: false,
+            },
+            default_timeout: None,
+            restart: RestartPolicy::default(),
+            executor: Recorder {
+                node: name,
+                runs: self.runs.clone(),
+            },
+            queue: Box::new(InMemoryQueue::new()),
+            mailbox: self.mailbox.clone(),
+            notifiers: Vec::new(),
+            subscribers: Vec::new(),
+            retention: None,
+            shared: Some(shared),
+        };
+        start_pool(&supervisor, spec).await.unwrap()
+    }
+
+    fn runs(&self) -> Vec<(&'static str, TaskId)> {
+        self.runs.lock().unwrap().clone()
+    }
+
+    async fn counts(&self) -> (usize, usize) {
+        let counts = self.queue.counts().await.unwrap();
+        (counts.parked, counts.claimed)
+    }
+}
+
+fn now() -> u64 {
+    u64::try_from(now_ms()).expect("the clock fits u64")
+}
+
+fn job(id: TaskId, sleep_ms: u64, priority: Priority) -> ScheduledTask<u64> {
+    let meta = TaskMetadata::new(id, ResourceCost::cpu(1))
+        .with_priority(priority)
+        .with_mailbox(MailboxKey::new("acme").with_session(format!("s{id}")));
+    ScheduledTask::new(meta, sleep_ms)
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..1_000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_parked_on_one_node_runs_exactly_once_across_both() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let mut keys = Vec::new();
+    for id in 1..=40 {
+        keys.push(
+            a.submit(job(id, 15, Priority::Normal), SubmitOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    for (id, key) in (1..=40).zip(&keys) {
+        assert_eq!(a.retrieve(key, WAIT).await, Ok(id), "task {id}");
+    }
+    let runs = cluster.runs();
+    let mut ids: Vec<TaskId> = runs.iter().map(|&(_, id)| id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=40).collect::<Vec<_>>(),
+        "each task ran exactly once"
+    );
+    let on_b = runs.iter().filter(|&&(node, _)| node == "node-b").count();
+    assert!(on_b > 0, "node b took none of node a's parked work");
+    assert!(on_b < 40, "node a ran none of its own work");
+    eventually("every claim is settled", async || {
+        cluster.counts().await == (0, 0)
+    })
+    .await;
+    for node in [&a, &b] {
+        let stats = node.stats();
+        assert_eq!((stats.active_tasks, stats.queued_tasks), (0, 0));
+        assert_eq!(stats.used_units, 0);
+    }
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_claims_shared_work_in_rank_order() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let first = a
+        .submit(job(1, 200, Priority::Normal), SubmitOptions::default())
+        .await
+        .unwrap();
+    eventually("task 1 runs", async || a.stats().active_tasks == 1).await;
+    let order = [
+        (2, Priority::Low),
+        (3, Priority::Normal),
+        (4, Priority::Critical),
+        (5, Priority::High),
+        (6, Priority::Critical),
+    ];
+    let mut keys = Vec::new();
+    for (id, priority) in order {
+        keys.push(
+            a.submit(job(id, 0, priority), SubmitOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        cluster.counts().await,
+        (5, 0),
+        "all five wait in the shared queue"
+    );
+    assert_eq!(a.retrieve(&first, WAIT).await, Ok(1));
+    for key in &keys {
+        a.retrieve(key, WAIT).await.unwrap();
+    }
+    let started: Vec<TaskId> = cluster.runs().iter().map(|&(_, id)| id).collect();
+    assert_eq!(
+        started,
+        [1, 4, 6, 5, 3, 2],
+        "priority first, then admission order"
+    );
+    a.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_a_task_parked_in_the_shared_queue() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    for (node, id) in [(&a, 1), (&b, 2)] {
+        node.submit(job(id, 300, Priority::Normal), SubmitOptions::default())
+            .await
+            .unwrap();
+    }
+    eventually("both nodes are busy", async || {
+        a.stats().active_tasks == 1 && b.stats().active_tasks == 1
+    })
+    .await;
+    let key = a
+        .submit(job(3, 0, Priority::Normal), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        cluster.counts().await.0,
+        1,
+        "task 3 is parked in the shared queue"
+    );
+
+    let stranger = MailboxKey::new("mallory").with_session("s3");
+    assert_eq!(
+        b.cancel(&stranger, 3).await,
+        Err(PoolError::TaskNotFound(3))
+    );
+    // Node b never saw task 3, but it can cancel it by its key and id.
+    assert_eq!(b.cancel(&key, 3).await, Ok(()));
+    assert_eq!(a.retrieve(&key, WAIT).await, Err(PoolError::Cancelled));
+    assert_eq!(b.cancel(&key, 3).await, Err(PoolError::TaskNotFound(3)));
+    assert_eq!(cluster.counts().await.0, 0);
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+    assert!(
+        cluster.runs().iter().all(|&(_, id)| id != 3),
+        "the cancelled task never ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_task_past_its_deadline_ends_expired_when_claimed() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    a.submit(job(1, 200, Priority::Normal), SubmitOptions::default())
+        .await
+        .unwrap();
+    eventually("task 1 runs", async || a.stats().active_tasks == 1).await;
+    let mut late = job(2, 0, Priority::Critical);
+    late.meta = late.meta.with_deadline_ms(now_ms() + 50);
+    let key = a.submit(late, SubmitOptions::default()).await.unwrap();
+    assert_eq!(a.retrieve(&key, WAIT).await, Err(PoolError::Expired));
+    assert!(cluster.runs().iter().all(|&(_, id)| id != 2));
+    eventually("nothing left in the shared queue", async || {
+        cluster.counts().await == (0, 0)
+    })
+    .await;
+    a.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_its_holder_stopped_renewing_is_rescued_and_run_elsewhere() {
+    let cluster = Cluster::new();
+    // A node that claims a task and then dies: it never renews or settles.
+    let entry = 77;
+    cluster
+        .queue
+        .enqueue(entry, now(), job(9, 0, Priority::Normal))
+        .await
+        .unwrap();
+    let query = FitQuery {
+        free: Capacity::uniform(1),
+        bound: None,
+    };
+    let lease = cluster
+        .queue
+        .claim_best_fit("ghost", &query, Duration::from_millis(100), now())
+        .await
+        .unwrap()
+        .expect("the ghost claims task 9");
+    assert_eq!(lease.attempt, 1);
+
+    let a = cluster.node("node-a").await;
+    let key = MailboxKey::new("acme").with_session("s9");
+    assert_eq!(
+        a.retrieve(&key, WAIT).await,
+        Ok(9),
+        "node a ran the rescued task"
+    );
+    assert_eq!(cluster.runs(), [("node-a", 9)]);
+    eventually("the rescued claim is settled", async || {
+        cluster.counts().await == (0, 0)
+    })
+    .await;
+    a.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_overflows_into_the_shared_queue_gets_every_key() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let tasks = (1..=10).map(|id| job(id, 5, Priority::Normal)).collect();
+    let answers = a.submit_batch(tasks, SubmitOptions::default()).await;
+    assert_eq!(answers.len(), 10);
+    for (id, answer) in (1..=10).zip(answers) {
+        let key = answer.unwrap_or_else(|error| panic!("task {id} refused: {error}"));
+        assert_eq!(a.retrieve(&key, WAIT).await, Ok(id));
+    }
+    a.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unworkable_shared_settings_are_refused() {
+    let supervisor = spawn_supervisor().await.unwrap();
+    let queue: Arc<dyn SharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
+    let cases = [
+        (SharedParking::new(queue.clone(), " "), "node name is empty"),
+        (
+            SharedParking::new(queue.clone(), "n").with_lease(Duration::from_millis(5)),
+            "lease",
+        ),
+        (
+            SharedParking::new(queue.clone(), "n").with_poll(Duration::ZERO),
+            "poll",
+        ),
+        (
+            SharedParking::new(queue.clone(), "n")
+                .with_lease(Duration::from_secs(3))
+                .with_poll(Duration::from_secs(2)),
+            "at most a third of the lease",
+        ),
+    ];
+    for (shared, says) in cases {
+        let spec = PoolSpec {
+            name: "refused".into(),
+            limits: PoolLimits::new(1, 1),
+            workers: WorkerSettings {
+                count: 1,
+                stack_size: None,
+                pin_to_cpus: false,
+            },
+            default_timeout: None,
+            restart: RestartPolicy::default(),
+            executor: Recorder {
+                node: "refused",
+                runs: Arc::default(),
+            },
+            queue: Box::new(InMemoryQueue::new()),
+            mailbox: Arc::new(InMemoryMailbox::new()),
+            notifiers: Vec::new(),
+            subscribers: Vec::new(),
+            retention: None,
+            shared: Some(shared),
+        };
+        match start_pool(&supervisor, spec).await {
+            Err(PoolError::InvalidConfig(text)) => assert!(text.contains(says), "{text}"),
+            other => panic!(
+                "expected InvalidConfig naming {says:?}, got {:?}",
+                other.map(|_| ())
+            ),
+        }
+    }
+}
