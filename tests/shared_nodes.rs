@@ -161,7 +161,7 @@ async fn a_node_claims_shared_work_in_rank_order() {
     let cluster = Cluster::new();
     let a = cluster.node("node-a").await;
     let first = a
-        .submit(job(1, 200, Priority::Normal), SubmitOptions::default())
+        .submit(job(1, 500, Priority::Normal), SubmitOptions::default())
         .await
         .unwrap();
     eventually("task 1 runs", async || a.stats().active_tasks == 1).await;
@@ -204,7 +204,7 @@ async fn cancel_reaches_a_task_parked_in_the_shared_queue() {
     let a = cluster.node("node-a").await;
     let b = cluster.node("node-b").await;
     for (node, id) in [(&a, 1), (&b, 2)] {
-        node.submit(job(id, 300, Priority::Normal), SubmitOptions::default())
+        node.submit(job(id, 1_000, Priority::Normal), SubmitOptions::default())
             .await
             .unwrap();
     }

@@ -197,15 +197,21 @@ where
     }
 
     /// Hands a task to the shared queue; the answer goes to `reply` once it is stored.
+    ///
+    /// It ranks by its admission time `rank_time_ms`, then by its entry id, which must be
+    /// unique across nodes and, within one node and millisecond, increase in admission order:
+    /// `sequence` (the admission's count within its millisecond) in the high 16 bits, 48
+    /// random bits below.
     pub fn enqueue(
         &self,
         task: ScheduledTask<P>,
         key: MailboxKey,
-        rank_time_ms: u64,
+        (rank_time_ms, sequence): (u64, u16),
         reply: Reply,
     ) {
-        // Entry ids must be unique across nodes: draw them at random.
-        let entry = crate::random::random_u128() as u64;
+        const RANDOM_BITS: u32 = 48;
+        let random = (crate::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
+        let entry = (u64::from(sequence) << RANDOM_BITS) | random;
         let (task_id, cost) = (task.meta.id, task.meta.cost);
         self.spawn(move |queue, _| async move {
             let result = queue.enqueue(entry, rank_time_ms, task).await;

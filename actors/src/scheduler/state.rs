@@ -657,7 +657,11 @@ where
             self.start_parked(started, now);
         }
         match &self.shared {
-            Some(shared) => shared.enqueue(task, key, now, reply),
+            Some(shared) => {
+                let rank_time_ms = entry >> ENTRY_TIME_SHIFT;
+                let sequence = (entry & ((1 << ENTRY_TIME_SHIFT) - 1)) as u16;
+                shared.enqueue(task, key, (rank_time_ms, sequence), reply);
+            }
             None => {
                 drop_contained(task);
                 reply.send(Err(PoolError::Internal("no shared queue".into())));
