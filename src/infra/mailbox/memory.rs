@@ -154,9 +154,12 @@ impl<R> InMemoryMailbox<R> {
         if self.watched.load(Ordering::Acquire) == 0 {
             return;
         }
-        let notify = self.lock_watchers().get(key).and_then(Weak::upgrade);
-        if let Some(notify) = notify {
+        // The upgraded handle is dropped before the lock is released: a waiter leaving at the
+        // same time must never count it as another waiter, or its entry would stay behind.
+        let watchers = self.lock_watchers();
+        if let Some(notify) = watchers.get(key).and_then(Weak::upgrade) {
             notify.notify_waiters();
+            drop(notify);
         }
     }
 
