@@ -769,3 +769,32 @@ async fn a_durable_queue_keeps_parked_tasks_at_shutdown_and_the_next_pool_runs_t
     assert_eq!(stored.counts().await.unwrap(), QueueCounts::default());
     second.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_tasks_park_in_a_queue_that_awaits_gets_every_key() {
+    let pool = ResourcePool::with_settings(
+        settings("slow-batch", 1, 4),
+        Nap,
+        Box::new(SlowQueue::new()),
+        std::sync::Arc::new(InMemoryMailbox::new()),
+        &prometheus_parking_lot::TokioSpawner,
+    )
+    .unwrap();
+    // One task starts; the other five park through the queue actor, whose answers come after
+    // the scheduler has handled the whole batch.
+    let tasks = (1..=6)
+        .map(|id| ScheduledTask::new(gpu(id, Priority::Normal, 4), 5))
+        .collect();
+    let answers = pool
+        .client()
+        .submit_batch(
+            tasks,
+            prometheus_parking_lot::actors::SubmitOptions::default(),
+        )
+        .await;
+    assert_eq!(answers.len(), 6);
+    for (id, answer) in (1..=6).zip(answers) {
+        let key = answer.unwrap_or_else(|error| panic!("task {id} refused: {error}"));
+        assert_eq!(pool.retrieve(&key, WAIT).await, Ok(5), "task {id}");
+    }
+}
