@@ -273,14 +273,7 @@ where
         let entry = self.next_entry(now);
         match self.core.admit(ticket(entry, &task.meta), now) {
             Admit::Start => {
-                self.by_caller.insert(caller, entry);
-                self.insert_live(
-                    entry,
-                    &task,
-                    key.clone(),
-                    options,
-                    LiveState::Parked { reply: None },
-                );
+                self.track(caller, entry, &task, key.clone(), options, None);
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
                 reply.send(Ok(key.clone()));
@@ -290,15 +283,8 @@ where
                 self.park_shared(entry, with_mailbox(task, &key), key, reply, now);
             }
             Admit::Park => {
-                self.by_caller.insert(caller, entry);
                 let task = with_mailbox(task, &key);
-                self.insert_live(
-                    entry,
-                    &task,
-                    key.clone(),
-                    options,
-                    LiveState::Parked { reply: None },
-                );
+                self.track(caller, entry, &task, key.clone(), options, None);
                 self.park(entry, task, key, reply, now);
             }
             Admit::Expire => {
@@ -349,14 +335,17 @@ where
         self.last_entry
     }
 
-    fn insert_live(
+    /// Records an admitted task as live under its caller's (tenant, id), not yet running.
+    fn track(
         &mut self,
+        caller: (TenantId, TaskId),
         entry: EntryId,
         task: &ScheduledTask<P>,
         key: MailboxKey,
         options: SubmitOptions,
-        state: LiveState,
+        lease: Option<EntryId>,
     ) {
+        self.by_caller.insert(caller, entry);
         self.live.insert(
             entry,
             Live {
@@ -364,8 +353,8 @@ where
                 task_id: task.meta.id,
                 cost: task.meta.cost,
                 timeout: options.timeout.or(self.default_timeout),
-                lease: None,
-                state,
+                lease,
+                state: LiveState::Parked { reply: None },
             },
         );
     }
@@ -589,8 +578,8 @@ where
                 Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
                 _ => Settlement::Done,
             };
-            if let (Some(lease), Some(shared)) = (live.lease, &self.shared) {
-                shared.settle(lease, settlement.clone());
+            if let Some(lease) = live.lease {
+                self.settle_lease(lease, settlement.clone());
             }
             if from_queue {
                 self.settle(entry, settlement);
@@ -805,15 +794,15 @@ where
         let entry = self.next_entry(now);
         match self.core.admit(ticket(entry, &task.meta), now) {
             Admit::Start => {
-                self.by_caller.insert(caller, entry);
-                self.insert_live(
+                let options = SubmitOptions::default();
+                self.track(
+                    caller,
                     entry,
                     &task,
                     key.clone(),
-                    SubmitOptions::default(),
-                    LiveState::Parked { reply: None },
+                    options,
+                    Some(shared_entry),
                 );
-                self.set_lease(entry, shared_entry);
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
                 self.send_job(entry, task, now);
@@ -821,15 +810,15 @@ where
             Admit::Park => {
                 // Its capacity was taken while the claim was in flight: park it here, under
                 // its lease, where the core's ordering protects it.
-                self.by_caller.insert(caller, entry);
-                self.insert_live(
+                let options = SubmitOptions::default();
+                self.track(
+                    caller,
                     entry,
                     &task,
                     key.clone(),
-                    SubmitOptions::default(),
-                    LiveState::Parked { reply: None },
+                    options,
+                    Some(shared_entry),
                 );
-                self.set_lease(entry, shared_entry);
                 let (ignored, _) = oneshot::channel();
                 self.park(entry, task, key, Reply::Oneshot(ignored), now);
             }
@@ -856,12 +845,6 @@ where
     fn settle_lease(&self, shared_entry: EntryId, settlement: Settlement) {
         if let Some(shared) = &self.shared {
             shared.settle(shared_entry, settlement);
-        }
-    }
-
-    fn set_lease(&mut self, entry: EntryId, shared_entry: EntryId) {
-        if let Some(live) = self.live.get_mut(&entry) {
-            live.lease = Some(shared_entry);
         }
     }
 
@@ -916,8 +899,8 @@ where
         self.by_caller
             .remove(&(live.key.tenant.clone(), live.task_id));
         self.remove_from_queue(entry);
-        if let (Some(lease), Some(shared)) = (live.lease, &self.shared) {
-            shared.settle(lease, Settlement::Done);
+        if let Some(lease) = live.lease {
+            self.settle_lease(lease, Settlement::Done);
         }
         let live = answer_pending_park(live);
         self.deliver(&live, Err(outcome), now);
