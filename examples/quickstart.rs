@@ -31,16 +31,26 @@ use prometheus_parking_lot::{
 
 const REQUESTS: u64 = 1_500;
 
-/// One simulated inference request.
+/// One simulated inference request. Config-built pools may park payloads in a durable
+/// queue, so payloads and results serialise.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Request {
-    submitted: Instant,
+    submitted_at_us: u64,
     decode: Duration,
     panics: bool,
 }
 
 /// What a served request reports back.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Served {
     waited: Duration,
+}
+
+/// Wall-clock microseconds, which (unlike an `Instant`) survive serialisation.
+fn micros_since_epoch() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
 }
 
 /// Pretends to decode: sleeps for the request's decode time (as a GPU-bound call would keep
@@ -51,7 +61,8 @@ struct FakeModel;
 #[async_trait::async_trait]
 impl TaskExecutor<Request, Served> for FakeModel {
     async fn execute(&self, request: Request, meta: TaskMetadata) -> Served {
-        let waited = request.submitted.elapsed();
+        let waited =
+            Duration::from_micros(micros_since_epoch().saturating_sub(request.submitted_at_us));
         if request.panics {
             panic!("model crashed on request {}", meta.id);
         }
@@ -206,7 +217,7 @@ async fn run(args: Args) -> Result<(), PoolError> {
             meta = meta.with_deadline_ms(now_ms() + u128::from(in_ms));
         }
         let payload = Request {
-            submitted: Instant::now(),
+            submitted_at_us: micros_since_epoch(),
             decode,
             panics,
         };

@@ -7,6 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::config::{
     MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig, StorageSettings,
 };
@@ -37,6 +40,11 @@ pub struct BuiltPools<P, R, E> {
 /// `mailbox` overrides every pool's configured result storage with one shared mailbox (pass
 /// `None` to use each pool's own). `executor_for` makes each pool's executor from its name.
 /// Each pool's actor tree runs on `spawner`.
+///
+/// The config chooses backends at run time, and durable ones store payloads and results, so
+/// both serialise (`Serialize + DeserializeOwned`). Pools of types that do not (results
+/// holding channels, for example) are built in code with [`ResourcePool::new`] or
+/// [`ResourcePool::with_settings`] and in-memory backends.
 ///
 /// ```
 /// use prometheus_parking_lot::*;
@@ -72,8 +80,8 @@ pub fn build_pools_from_scheduler_config<P, R, E, S>(
     spawner: S,
 ) -> Result<BuiltPools<P, R, E>, PoolError>
 where
-    P: Send + 'static,
-    R: Send + 'static,
+    P: Serialize + DeserializeOwned + Send + 'static,
+    R: Serialize + DeserializeOwned + Send + 'static,
     E: TaskExecutor<P, R> + 'static,
     S: Spawn,
 {
