@@ -50,6 +50,7 @@ async fn main() -> Result<(), PoolError> {
             subscribers: Vec::new(),
             retention: None,
             shared: None,
+            durability: Default::default(),
         },
     )
     .await?;

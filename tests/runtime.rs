@@ -560,6 +560,7 @@ async fn the_actor_api_submits_with_a_reply_port() {
         subscribers: Vec::new(),
         retention: None,
         shared: None,
+        durability: Default::default(),
     };
     let pool = start_pool(&supervisor, spec).await.unwrap();
     let task = ScheduledTask::new(TaskMetadata::new(5, ResourceCost::cpu(1)), 21);

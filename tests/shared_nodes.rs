@@ -81,6 +81,7 @@ impl Cluster {
             subscribers: Vec::new(),
             retention: None,
             shared: Some(shared),
+            durability: Default::default(),
         };
         start_pool(&supervisor, spec).await.unwrap()
     }
@@ -353,6 +354,7 @@ async fn unworkable_shared_settings_are_refused() {
             subscribers: Vec::new(),
             retention: None,
             shared: Some(shared),
+            durability: Default::default(),
         };
         match start_pool(&supervisor, spec).await {
             Err(PoolError::InvalidConfig(text)) => assert!(text.contains(says), "{text}"),

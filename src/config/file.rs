@@ -30,7 +30,7 @@ use serde::{Deserialize, Deserializer};
 use super::secret::{expand_field, expand_secret, Secret};
 use super::validate::ConfigError;
 use super::{quote, strict_json, WorkerPoolConfig};
-use crate::core::{Capacity, StarvationGuard};
+use crate::core::{Capacity, Durability, StarvationGuard};
 
 /// Every pool of a deployment, by name.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -77,6 +77,23 @@ pub struct PoolSettings {
     /// Where results wait. Default: in memory, kept an hour.
     #[serde(default)]
     pub mailbox: MailboxSettings,
+    /// What a durable queue stores. Default `accepted`; only for durable queues.
+    #[serde(default)]
+    pub durability: Option<DurabilityMode>,
+    /// With `"durability": "parked"`: how long a task waits in memory before it is written,
+    /// ms. Default 0.
+    #[serde(default)]
+    pub spin_ms: Option<u64>,
+}
+
+/// The `durability` of a pool on a durable queue (see [`Durability`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityMode {
+    /// Every accepted task is stored before `submit` returns.
+    Accepted,
+    /// Only parked tasks are stored (after `spin_ms` in memory).
+    Parked,
 }
 
 /// A pool's capacity: a number of units, or `"auto"` (from the GPU's memory).
@@ -343,6 +360,7 @@ impl SchedulerConfig {
         if let Some(timeout) = pool.timeout() {
             settings.timeout = Some(timeout);
         }
+        settings = settings.with_durability(pool.durability_setting());
         if let Some(starvation) = pool.starvation {
             settings = settings.with_starvation(StarvationGuard {
                 max_park_ms: starvation.max_park_ms,
@@ -354,6 +372,16 @@ impl SchedulerConfig {
 }
 
 impl PoolSettings {
+    /// The durability these settings ask for.
+    pub fn durability_setting(&self) -> Durability {
+        match self.durability {
+            Some(DurabilityMode::Parked) => Durability::Parked {
+                spin: Duration::from_millis(self.spin_ms.unwrap_or(0)),
+            },
+            Some(DurabilityMode::Accepted) | None => Durability::Accepted,
+        }
+    }
+
     /// The default execution timeout, from whichever of the two fields is set.
     pub fn timeout(&self) -> Option<Duration> {
         self.default_timeout_ms

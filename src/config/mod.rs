@@ -14,8 +14,8 @@ mod strict_json;
 mod validate;
 
 pub use file::{
-    MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
-    StarvationSettings, StorageSettings,
+    DurabilityMode, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
+    SchedulerConfig, StarvationSettings, StorageSettings,
 };
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
 pub use secret::Secret;

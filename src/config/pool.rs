@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Capacity, PoolError, PoolLimits, StarvationGuard};
+use crate::core::{Capacity, Durability, PoolError, PoolLimits, StarvationGuard};
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings};
 
@@ -52,6 +52,8 @@ pub struct WorkerPoolConfig {
     pub max_messages: usize,
     /// How long a dropped pool lets running tasks finish (`Duration::MAX`: for ever).
     pub drain_on_drop: Duration,
+    /// What a durable queue stores (see [`Durability`]). Default: every accepted task.
+    pub durability: Durability,
 }
 
 impl Default for WorkerPoolConfig {
@@ -76,6 +78,7 @@ impl WorkerPoolConfig {
             retention: Some(Duration::from_secs(3_600)),
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
             drain_on_drop: DEFAULT_DRAIN,
+            durability: Durability::Accepted,
         }
     }
 
@@ -148,6 +151,12 @@ impl WorkerPoolConfig {
     /// The in-memory mailbox's bound (see [`max_messages`](Self::max_messages)).
     pub fn with_max_messages(mut self, max_messages: usize) -> Self {
         self.max_messages = max_messages;
+        self
+    }
+
+    /// What a durable queue stores.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
         self
     }
 

@@ -18,6 +18,8 @@
 //! | `queue.path` (yaque) | not empty |
 //! | `queue.stream` (yaque) | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (47 for pgmq queues, whose tables add a prefix) |
+//! | `durability` | `accepted` or `parked`, only with a durable queue |
+//! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"` |
 //! | `mailbox.retention_secs` | 1 s – 365 days |
 //! | `mailbox.storage.max_messages` | 1 – 100,000,000 |
 //! | `mailbox.notifier.base_url` | an `http://` or `https://` URL with a host, no spaces or control characters |
@@ -40,8 +42,8 @@ use std::fmt::Display;
 use thiserror::Error;
 
 use super::file::{
-    MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
-    StorageSettings,
+    DurabilityMode, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
+    SchedulerConfig, StorageSettings,
 };
 use super::quote;
 use super::secret::Secret;
@@ -115,6 +117,7 @@ const MAX_SKIPS: u32 = 1_000_000;
 const MAX_RETENTION_SECS: u64 = 365 * 24 * 3_600;
 const MAX_NOTIFY_TIMEOUT_MS: u64 = 5 * 60 * 1_000;
 const MAX_RETRIES: u32 = 100;
+const MAX_SPIN_MS: u64 = 60_000;
 const MAX_IDENTIFIER: usize = 63;
 const MAX_PGMQ_QUEUE: usize = 47;
 
@@ -244,7 +247,29 @@ impl PoolSettings {
             }
         }
         validate_queue(&format!("{path}.queue"), &self.queue)?;
+        self.validate_durability(path)?;
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
+    }
+
+    fn validate_durability(&self, path: &str) -> Result<(), ConfigError> {
+        if self.durability.is_some() && self.queue == QueueSettings::InMemory {
+            return Err(ConfigError::invalid(
+                format!("{path}.durability"),
+                "applies to durable queues only (yaque, postgres, postgres_pgmq); the \
+                 in_memory queue keeps nothing across a restart: remove the field or choose a \
+                 durable queue",
+            ));
+        }
+        if let Some(spin) = self.spin_ms {
+            if self.durability != Some(DurabilityMode::Parked) {
+                return Err(ConfigError::invalid(
+                    format!("{path}.spin_ms"),
+                    "applies only with \"durability\": \"parked\"; set that, or remove spin_ms",
+                ));
+            }
+            in_range(path, "spin_ms", spin, 0, MAX_SPIN_MS)?;
+        }
+        Ok(())
     }
 
     fn validate_timeout(&self, path: &str) -> Result<(), ConfigError> {

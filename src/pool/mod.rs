@@ -9,16 +9,41 @@ pub mod worker_pool;
 use std::sync::Arc;
 
 use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
+use prometheus_parking_lot_actors::mailbox::Notifier;
+use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{Mailbox, PoolError, Spawn, TaskExecutor, TaskQueue};
+
+/// What a pool stores into and reports to, beyond its settings.
+pub(crate) struct Backends<P, R> {
+    /// Where this node's parked (or, in shared mode, re-parked claimed) tasks wait.
+    pub queue: Box<dyn TaskQueue<P>>,
+    /// Where results wait.
+    pub mailbox: Arc<dyn Mailbox<R>>,
+    /// Who hears of terminal events once their result is stored.
+    pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// A queue shared with other nodes, if any.
+    pub shared: Option<SharedParking<P>>,
+}
+
+impl<P, R> Backends<P, R> {
+    /// A queue and a mailbox, nothing else.
+    pub fn local(queue: Box<dyn TaskQueue<P>>, mailbox: Arc<dyn Mailbox<R>>) -> Self {
+        Self {
+            queue,
+            mailbox,
+            notifiers: Vec::new(),
+            shared: None,
+        }
+    }
+}
 
 /// Builds the engine spec from the public settings and starts the pool on `spawner`.
 fn start<P, R, E>(
     config: &WorkerPoolConfig,
     executor: E,
-    queue: Box<dyn TaskQueue<P>>,
-    mailbox: Arc<dyn Mailbox<R>>,
+    backends: Backends<P, R>,
     spawner: &dyn Spawn,
 ) -> Result<PoolClient<P, R>, PoolError>
 where
@@ -26,6 +51,12 @@ where
     R: Send + 'static,
     E: TaskExecutor<P, R> + 'static,
 {
+    let Backends {
+        queue,
+        mailbox,
+        notifiers,
+        shared,
+    } = backends;
     let spec = PoolSpec {
         name: config.name.clone(),
         limits: config.limits(),
@@ -35,10 +66,11 @@ where
         executor,
         queue,
         mailbox,
-        notifiers: Vec::new(),
+        notifiers,
         subscribers: Vec::new(),
         retention: config.retention,
-        shared: None,
+        shared,
+        durability: config.durability,
     };
     start_pool_blocking(spawner, spec)
 }

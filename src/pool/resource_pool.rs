@@ -88,7 +88,22 @@ where
         mailbox: Arc<dyn Mailbox<R>>,
         spawner: &dyn Spawn,
     ) -> Result<Self, PoolError> {
-        let client = super::start(&settings, executor, queue, mailbox, spawner)?;
+        Self::with_backends(
+            settings,
+            executor,
+            super::Backends::local(queue, mailbox),
+            spawner,
+        )
+    }
+
+    /// Starts a pool over a full set of backends (notifiers, a shared queue).
+    pub(crate) fn with_backends(
+        settings: WorkerPoolConfig,
+        executor: E,
+        backends: super::Backends<P, R>,
+        spawner: &dyn Spawn,
+    ) -> Result<Self, PoolError> {
+        let client = super::start(&settings, executor, backends, spawner)?;
         Ok(Self {
             stop_on_drop: client.shutdown_on_drop(settings.drain_on_drop),
             client,

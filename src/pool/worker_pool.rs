@@ -98,8 +98,10 @@ where
         let client = super::start(
             &config,
             Worker(executor),
-            Box::new(InMemoryQueue::new()),
-            Arc::new(InMemoryMailbox::new().with_max_messages(config.max_messages)),
+            super::Backends::local(
+                Box::new(InMemoryQueue::new()),
+                Arc::new(InMemoryMailbox::new().with_max_messages(config.max_messages)),
+            ),
             &TokioSpawner,
         )?;
         Ok(Self {

@@ -2,6 +2,7 @@
 //! ends. These types cross every boundary (actors, queues, mailboxes, configuration), so
 //! they are plain data with serde support.
 
+mod durability;
 mod error;
 mod limits;
 mod mailbox_key;
@@ -9,6 +10,7 @@ mod resource;
 mod status;
 mod task;
 
+pub use durability::Durability;
 pub use error::PoolError;
 pub use limits::{Capacity, PoolLimits, StarvationGuard};
 pub use mailbox_key::{MailboxKey, TenantId};

@@ -10,7 +10,7 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::PoolClient;
-use crate::domain::{PoolError, PoolLimits};
+use crate::domain::{Durability, PoolError, PoolLimits};
 use crate::events::EventSubscriber;
 use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
@@ -64,6 +64,8 @@ pub struct PoolSpec<P, R, E> {
     /// [`SharedParking`](crate::scheduler::shared::SharedParking)). `queue` then only holds
     /// claimed tasks that found their capacity taken meanwhile.
     pub shared: Option<SharedParking<P>>,
+    /// What a durable queue (local or shared) stores, and so what a crash costs.
+    pub durability: Durability,
 }
 
 impl<P, R, E> PoolSpec<P, R, E> {
