@@ -2,3 +2,5 @@
 
 pub mod mailbox;
 pub mod queue;
+#[cfg(feature = "postgres")]
+pub mod postgres;

@@ -134,4 +134,11 @@ where
 
     /// How many entries are parked and claimed (by any node).
     async fn counts(&self) -> Result<QueueCounts, QueueError>;
+
+    /// A signal that changes whenever a task may have been parked by any node (a database's
+    /// LISTEN/NOTIFY), so an idle node claims at once instead of at its next poll. `None`
+    /// (the default): the node finds new work by polling.
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }

@@ -2,3 +2,5 @@
 
 pub mod memory;
 pub mod shared_memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;

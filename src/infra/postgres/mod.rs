@@ -1,0 +1,293 @@
+//! What the Postgres backends share: a [`PgDatabase`] handle (a SeaORM connection and the
+//! runtime its I/O runs on) and the schema, created at start under an advisory lock.
+//!
+//! Both backends speak plain SQL through SeaORM's raw statements; the tables are small and
+//! their hot queries are tuned by hand (`FOR UPDATE SKIP LOCKED`, partial indexes), which an
+//! entity layer would only hide. Table names come from configuration and are checked as SQL
+//! identifiers (see [`Identifier`]) before they are spliced into any statement.
+
+mod schema;
+
+pub use schema::Identifier;
+pub(crate) use schema::Table;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, Statement};
+use tokio::runtime::Handle;
+
+use crate::core::PoolError;
+
+/// How long connecting, or waiting for a free connection, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A handle on one PostgreSQL database, cheap to clone.
+///
+/// Every statement runs on the runtime the handle was made on: its own runtime thread when
+/// it connected itself ([`PgDatabase::connect`]), or the application's runtime when it wraps
+/// the application's connection ([`PgDatabase::from_connection`]). Pools call it from their
+/// own threads, so a connection's I/O never depends on which pool asks.
+#[derive(Clone)]
+pub struct PgDatabase {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: DatabaseConnection,
+    runtime: Handle,
+    /// Where a connection this handle made lives; stops with the last handle.
+    _own_runtime: Option<RuntimeThread>,
+}
+
+impl std::fmt::Debug for PgDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: never shown.
+        f.debug_struct("PgDatabase").finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for PgDatabase {
+    /// Two handles are equal when they share one connection pool.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for PgDatabase {}
+
+impl PgDatabase {
+    /// Connects to `url` (`postgres://user:password@host:port/database`) on a runtime thread
+    /// of its own. Works from synchronous code and from inside an async runtime.
+    ///
+    /// The error names the cause (refused, unknown database, authentication) but never the
+    /// URL, which may hold a password.
+    pub fn connect(url: &str) -> Result<Self, PoolError> {
+        let thread = RuntimeThread::start()?;
+        let mut options = ConnectOptions::new(url.to_owned());
+        options
+            .max_connections(16)
+            .min_connections(1)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .sqlx_logging(false);
+        let connection = thread
+            .block_on(Database::connect(options))?
+            .map_err(|error| {
+                PoolError::InvalidConfig(format!(
+                    "database_url: cannot connect to PostgreSQL: {}",
+                    describe(&error)
+                ))
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connection,
+                runtime: thread.handle.clone(),
+                _own_runtime: Some(thread),
+            }),
+        })
+    }
+
+    /// Wraps a connection the application made. Its statements run on the current tokio
+    /// runtime, which must outlive the pools (call this from inside it).
+    pub fn from_connection(connection: DatabaseConnection) -> Result<Self, PoolError> {
+        let runtime = Handle::try_current().map_err(|_| {
+            PoolError::InvalidConfig(
+                "a Postgres connection given to the pool builder needs a tokio runtime: build \
+                 the pools from inside the runtime the connection was made on"
+                    .into(),
+            )
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connection,
+                runtime,
+                _own_runtime: None,
+            }),
+        })
+    }
+
+    /// The SeaORM connection.
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.inner.connection
+    }
+
+    /// Runs `work` on the handle's runtime and waits for it.
+    pub(crate) async fn run<T, F, Fut>(&self, work: F) -> Result<T, DbErr>
+    where
+        T: Send + 'static,
+        F: FnOnce(DatabaseConnection) -> Fut,
+        Fut: Future<Output = Result<T, DbErr>> + Send + 'static,
+    {
+        let work = work(self.inner.connection.clone());
+        self.inner
+            .runtime
+            .spawn(work)
+            .await
+            .map_err(|error| DbErr::Custom(format!("database task ended early: {error}")))?
+    }
+
+    /// Runs `work` on the handle's runtime and blocks the calling thread until it is done.
+    /// For start-up only (connecting, creating tables): never from a pool's runtime.
+    pub(crate) fn block_on<T, F, Fut>(&self, work: F) -> Result<T, DbErr>
+    where
+        T: Send + 'static,
+        F: FnOnce(DatabaseConnection) -> Fut,
+        Fut: Future<Output = Result<T, DbErr>> + Send + 'static,
+    {
+        let (done, outcome) = std::sync::mpsc::channel();
+        let work = work(self.inner.connection.clone());
+        self.inner.runtime.spawn(async move {
+            let _ = done.send(work.await);
+        });
+        outcome
+            .recv()
+            .map_err(|_| DbErr::Custom("database runtime stopped".into()))?
+    }
+
+    /// Listens on `channel` (LISTEN/NOTIFY) on a connection of its own, calling `heard` with
+    /// each notification's payload until it returns `false`. A lost connection is opened
+    /// again (with a pause, so a database that is down is not hammered) and every listener
+    /// is then told once with an empty payload, since notifications may have been missed.
+    pub(crate) fn listen<F>(&self, channel: String, heard: F)
+    where
+        F: Fn(&str) -> bool + Send + 'static,
+    {
+        use sea_orm::sqlx::postgres::PgListener;
+
+        let pool = self.inner.connection.get_postgres_connection_pool().clone();
+        self.inner.runtime.spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                let listening = async {
+                    let mut listener = PgListener::connect_with(&pool).await?;
+                    listener.listen(&channel).await?;
+                    Ok::<_, sea_orm::sqlx::Error>(listener)
+                };
+                match listening.await {
+                    Ok(mut listener) => {
+                        pause = Duration::from_millis(100);
+                        if !heard("") {
+                            return;
+                        }
+                        loop {
+                            match listener.try_recv().await {
+                                Ok(Some(notification)) => {
+                                    if !heard(notification.payload()) {
+                                        return;
+                                    }
+                                }
+                                // The connection was lost and is re-opened by the next call;
+                                // whatever was sent meanwhile is lost: tell the listener.
+                                Ok(None) => {
+                                    if !heard("") {
+                                        return;
+                                    }
+                                }
+                                Err(error) => {
+                                    tracing::warn!(%channel, %error, "postgres LISTEN connection failed; reconnecting");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%channel, %error, "cannot LISTEN on postgres; retrying");
+                    }
+                }
+                if pool.is_closed() || !heard("") {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    /// A statement with `$n` parameters.
+    pub(crate) fn statement(
+        sql: impl Into<String>,
+        values: impl IntoIterator<Item = sea_orm::Value>,
+    ) -> Statement {
+        Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, sql, values)
+    }
+}
+
+/// Says what went wrong with a database call in words a user can act on, without the URL.
+pub(crate) fn describe(error: &DbErr) -> String {
+    let text = error.to_string();
+    if text.contains("Connection refused") || text.contains("connection refused") {
+        return "the server refused the connection (is PostgreSQL running, and on that host and \
+                port?)"
+            .into();
+    }
+    if text.contains("PoolTimedOut") || text.contains("pool timed out") {
+        return format!(
+            "no connection within {}s (the server is unreachable or overloaded)",
+            CONNECT_TIMEOUT.as_secs()
+        );
+    }
+    text
+}
+
+/// Turns a database error into the queue's and mailbox's backend error text.
+pub(crate) fn backend_error(what: &str, error: &DbErr) -> String {
+    format!("postgres {what} failed: {}", describe(error))
+}
+
+/// A current-thread tokio runtime on a thread of its own, for the connections a
+/// [`PgDatabase`] makes itself. It stops when dropped.
+struct RuntimeThread {
+    handle: Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl RuntimeThread {
+    fn start() -> Result<Self, PoolError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| {
+                PoolError::Internal(format!("could not build the database runtime: {error}"))
+            })?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("parking-lot-postgres".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(|error| {
+                PoolError::Internal(format!("could not start the database thread: {error}"))
+            })?;
+        Ok(Self {
+            handle,
+            stop: Some(stop),
+        })
+    }
+
+    fn block_on<F>(&self, work: F) -> Result<F::Output, PoolError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (done, outcome) = std::sync::mpsc::channel();
+        self.handle.spawn(async move {
+            let _ = done.send(work.await);
+        });
+        outcome.recv().map_err(|_| {
+            PoolError::Internal("the database runtime stopped while connecting".into())
+        })
+    }
+}
+
+impl Drop for RuntimeThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The tables of the Postgres backends, created idempotently at start.
+//!
+//! `CREATE ... IF NOT EXISTS` alone is not safe when several processes start at once (two
+//! concurrent creations of one table can both pass the check and one then fails on the
+//! catalog's unique index), so the creation runs in one transaction holding a transaction-level
+//! advisory lock: the processes take turns, and the later ones find everything in place.
+
+use sea_orm::{DbErr, TransactionTrait};
+
+use super::PgDatabase;
+use crate::core::PoolError;
+
+/// The advisory lock key every process of this crate takes while creating tables
+/// (`hashtext('prometheus_parking_lot.schema')` would do as well; a constant is simpler to
+/// find in `pg_locks`).
+const SCHEMA_LOCK: i64 = 0x706c_5f73_6368_656d; // "pl_schem"
+
+/// A table name checked to be a plain SQL identifier: a letter or `_`, then letters, digits
+/// or `_`, at most 63 bytes. Only such names are spliced into statements.
+///
+/// ```
+/// use prometheus_parking_lot::infra::postgres::Identifier;
+///
+/// assert_eq!(Identifier::new("pl_queue_jobs").unwrap().as_str(), "pl_queue_jobs");
+/// assert!(Identifier::new("jobs; DROP TABLE users").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identifier(String);
+
+impl Identifier {
+    /// Checks `name`.
+    pub fn new(name: &str) -> Result<Self, PoolError> {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if first_ok && rest_ok && name.len() <= 63 {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(PoolError::InvalidConfig(format!(
+                "{name:?} is not a safe SQL identifier; use a letter or '_' followed by \
+                 letters, digits or '_', at most 63 characters"
+            )))
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Identifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The queue table: the seed's columns plus what leases, retries and ranking need.
+///
+/// - `entry` is the engine's entry id (unique per queue), `rank_time_ms` its admission time;
+///   with `priority` they are the rank (`ORDER BY priority DESC, rank_time_ms, entry`).
+/// - `kind` and `units` are the task's cost, so a claim filters on what fits.
+/// - `state` is `parked`, `claimed` or `dead`; a settled task's row is deleted.
+/// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
+///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
+///   or dead-lettered.
+fn queue_table(table: &Identifier) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS {table} (
+    id               BIGSERIAL PRIMARY KEY,
+    queue_name       TEXT        NOT NULL,
+    entry            BIGINT      NOT NULL,
+    task_id          BIGINT      NOT NULL,
+    tenant           TEXT        NOT NULL,
+    user_id          TEXT        NULL,
+    session_id       TEXT        NULL,
+    priority         SMALLINT    NOT NULL,
+    kind             SMALLINT    NOT NULL,
+    units            BIGINT      NOT NULL,
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    created_at_ms    BIGINT      NOT NULL,
+    rank_time_ms     BIGINT      NOT NULL,
+    deadline_ms      BIGINT      NULL,
+    metadata         JSONB       NOT NULL,
+    payload          JSONB       NOT NULL,
+    state            TEXT        NOT NULL DEFAULT 'parked',
+    locked_by        TEXT        NULL,
+    locked_at        TIMESTAMPTZ NULL,
+    lease_expires_ms BIGINT      NULL,
+    attempts         INTEGER     NOT NULL DEFAULT 0,
+    not_before_ms    BIGINT      NOT NULL DEFAULT 0,
+    last_error       TEXT        NULL,
+    UNIQUE (queue_name, entry)
+);
+CREATE INDEX IF NOT EXISTS {table}_claim
+    ON {table} (queue_name, priority DESC, rank_time_ms, entry) WHERE state = 'parked';
+CREATE INDEX IF NOT EXISTS {table}_lease
+    ON {table} (queue_name, lease_expires_ms) WHERE state = 'claimed';
+CREATE INDEX IF NOT EXISTS {table}_task
+    ON {table} (queue_name, tenant, task_id) WHERE state = 'parked';
+"#
+    )
+}
+
+/// The mailbox table: the seed's columns plus the task's outcome and error text.
+fn mailbox_table(table: &Identifier) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS {table} (
+    id              BIGSERIAL PRIMARY KEY,
+    tenant          TEXT        NOT NULL,
+    user_id         TEXT        NULL,
+    session_id      TEXT        NULL,
+    task_id         BIGINT      NULL,
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    created_at_ms   BIGINT      NOT NULL,
+    status          TEXT        NOT NULL,
+    error           JSONB       NULL,
+    payload         JSONB       NULL
+);
+CREATE INDEX IF NOT EXISTS {table}_lookup
+    ON {table} (tenant, user_id, session_id, created_at_ms);
+CREATE INDEX IF NOT EXISTS {table}_stored
+    ON {table} (created_at_ms);
+"#
+    )
+}
+
+/// Which tables to create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table<'a> {
+    /// A queue table.
+    Queue(&'a Identifier),
+    /// A mailbox table.
+    Mailbox(&'a Identifier),
+}
+
+impl PgDatabase {
+    /// Creates `table` and its indexes unless they exist, under the schema lock. Safe to call
+    /// from any number of processes at once, and again.
+    pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
+        let sql = match table {
+            Table::Queue(name) => queue_table(name),
+            Table::Mailbox(name) => mailbox_table(name),
+        };
+        self.run(move |connection| async move {
+            let transaction = connection.begin().await?;
+            execute_batch_in(&transaction, &format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
+                .await?;
+            execute_batch_in(&transaction, &sql).await?;
+            transaction.commit().await
+        })
+        .await
+    }
+}
+
+async fn execute_batch_in(
+    transaction: &sea_orm::DatabaseTransaction,
+    sql: &str,
+) -> Result<(), DbErr> {
+    use sea_orm::ConnectionTrait;
+    transaction.execute_unprepared(sql).await.map(drop)
+}

@@ -1,0 +1,600 @@
+//! A queue in a PostgreSQL table that many nodes share: [`PostgresQueue`], a
+//! [`SharedQueue`] through SeaORM.
+//!
+//! # How nodes share it
+//!
+//! Every node (a process running pools, on any host) parks the tasks it cannot start to one
+//! table, and claims from it whenever it has room: one statement picks the best-ranked parked
+//! row whose cost fits the node's free units, locks it with `FOR UPDATE SKIP LOCKED` (so
+//! concurrent claims never wait for or take the same row) and marks it claimed under the
+//! node's lease:
+//!
+//! ```sql
+//! WITH pick AS (
+//!     SELECT id FROM pl_queue_jobs
+//!      WHERE queue_name = $1 AND state = 'parked' AND not_before_ms <= $now
+//!        AND units <= CASE kind WHEN 0 THEN $free_cpu WHEN 1 THEN $free_vram ... END
+//!        AND <ranked at or ahead of the starvation bound, if any>
+//!      ORDER BY priority DESC, rank_time_ms, entry
+//!      LIMIT 1 FOR UPDATE SKIP LOCKED)
+//! UPDATE pl_queue_jobs SET state = 'claimed', locked_by = $node, lease_expires_ms = ..,
+//!        attempts = attempts + 1
+//!   FROM pick WHERE pl_queue_jobs.id = pick.id RETURNING ..
+//! ```
+//!
+//! A partial index on `(queue_name, priority DESC, rank_time_ms, entry) WHERE state =
+//! 'parked'` serves it in rank order; rows that do not fit are skipped by the filter.
+//!
+//! # Leases, retries, dead letters
+//!
+//! The claiming node renews its lease while the task runs and deletes the row when the task
+//! ends ([`Settlement::Done`]). A node that dies stops renewing; any node's
+//! [`rescue_expired`](SharedQueue::rescue_expired) then parks the row again, not before an
+//! exponential backoff (`retry_base * 2^(attempts - 1)`, capped), with the reason in
+//! `last_error`. A row claimed `max_attempts` times whose lease runs out once more goes to the
+//! `dead` state instead, and so does a row settled as failed and a row whose payload no longer
+//! deserialises: dead rows stay in the table, with their last error, for an operator.
+//!
+//! # Wake-ups
+//!
+//! Each park (and each rescue) sends `NOTIFY` on the queue's channel; a listener connection
+//! wakes the pools of this process ([`SharedQueue::watch`]), so an idle node claims new work
+//! at once and otherwise polls only slowly, as a safety net.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::core::{
+    EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement, SharedQueue,
+    TaskMetadata,
+};
+use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
+use crate::util::serde::{MailboxKey, Priority, ResourceKind, TaskId};
+
+/// How lost runs are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Claims a task may have; a lease that runs out on the last one dead-letters the task.
+    pub max_attempts: u32,
+    /// The backoff before the first retry; it doubles with every further attempt.
+    pub base: Duration,
+    /// The longest backoff.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three attempts, one second doubling up to a minute.
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A [`SharedQueue`] in a PostgreSQL table. See the module docs.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use prometheus_parking_lot::infra::postgres::PgDatabase;
+/// use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
+///
+/// # fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+/// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
+/// let queue: Arc<PostgresQueue<String>> =
+///     Arc::new(PostgresQueue::open(&database, "pl_queue_jobs", "llm")?);
+/// # Ok(()) }
+/// ```
+pub struct PostgresQueue<P> {
+    database: PgDatabase,
+    table: Identifier,
+    queue: String,
+    retry: RetryPolicy,
+    /// Bumped when a task is parked or rescued anywhere (NOTIFY on the queue's channel).
+    wake: Arc<watch::Sender<u64>>,
+    _payload: PhantomData<fn() -> P>,
+}
+
+impl<P> std::fmt::Debug for PostgresQueue<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresQueue")
+            .field("table", &self.table)
+            .field("queue", &self.queue)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P> PostgresQueue<P> {
+    /// Opens queue `queue` in `table` (creating the table if needed; safe when many
+    /// processes start at once) and starts listening for its wake-ups. Blocks until done:
+    /// call it at start, not on a pool's runtime.
+    pub fn open(
+        database: &PgDatabase,
+        table: &str,
+        queue: &str,
+    ) -> Result<Self, crate::core::PoolError> {
+        let table = Identifier::new(table)?;
+        let database = database.clone();
+        let ensure = {
+            let database = database.clone();
+            let table = table.clone();
+            move |_| async move { database.ensure(Table::Queue(&table)).await }
+        };
+        database.block_on(ensure).map_err(|error| {
+            crate::core::PoolError::Internal(backend_error("creating the queue table", &error))
+        })?;
+        let wake = Arc::new(watch::Sender::new(0));
+        let heard = Arc::downgrade(&wake);
+        database.listen(channel(&table, queue), move |_| match heard.upgrade() {
+            Some(wake) => {
+                wake.send_modify(|count: &mut u64| *count = count.wrapping_add(1));
+                true
+            }
+            None => false,
+        });
+        Ok(Self {
+            database,
+            table,
+            queue: queue.to_owned(),
+            retry: RetryPolicy::default(),
+            wake,
+            _payload: PhantomData,
+        })
+    }
+
+    /// Sets how lost runs are retried.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The NOTIFY channel of this queue.
+    fn channel(&self) -> String {
+        channel(&self.table, &self.queue)
+    }
+
+    /// Moves a row that cannot be used to the dead state, with the reason.
+    async fn bury(&self, id: i64, reason: String) -> Result<(), DbErr> {
+        let sql = format!(
+            "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
+             last_error = $2 WHERE id = $1",
+            t = self.table
+        );
+        self.database
+            .run(move |db| async move {
+                db.execute_raw(PgDatabase::statement(sql, [id.into(), reason.into()]))
+                    .await
+                    .map(drop)
+            })
+            .await
+    }
+}
+
+/// The NOTIFY channel of `queue` in `table` (an identifier, quoted by `pg_notify`).
+fn channel(table: &Identifier, queue: &str) -> String {
+    format!("{table}.{queue}")
+}
+
+/// Entry ids are unsigned; the column is signed. Flipping the top bit keeps their order.
+fn entry_to_sql(entry: EntryId) -> i64 {
+    (entry ^ (1 << 63)) as i64
+}
+
+fn entry_from_sql(entry: i64) -> EntryId {
+    (entry as u64) ^ (1 << 63)
+}
+
+fn priority_to_sql(priority: Priority) -> i16 {
+    match priority {
+        Priority::Low => 0,
+        Priority::Normal => 1,
+        Priority::High => 2,
+        Priority::Critical => 3,
+    }
+}
+
+fn millis(value: u128) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn millis_u64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn duration_ms(value: Duration) -> i64 {
+    i64::try_from(value.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn db_error(what: &str) -> impl Fn(DbErr) -> QueueError + '_ {
+    move |error| QueueError::Backend(backend_error(what, &error))
+}
+
+/// Reads a task back from its metadata and payload columns.
+fn task_of<P: DeserializeOwned>(row: &QueryResult) -> Result<ScheduledTask<P>, String> {
+    let text = |column: &str| {
+        row.try_get::<String>("", column)
+            .map_err(|error| format!("column {column}: {error}"))
+    };
+    let meta: TaskMetadata = serde_json::from_str(&text("metadata")?)
+        .map_err(|error| format!("metadata does not deserialise: {error}"))?;
+    let payload: P = serde_json::from_str(&text("payload")?)
+        .map_err(|error| format!("payload does not deserialise: {error}"))?;
+    Ok(ScheduledTask { meta, payload })
+}
+
+fn column<T: sea_orm::TryGetable>(row: &QueryResult, name: &str) -> Result<T, QueueError> {
+    row.try_get::<T>("", name)
+        .map_err(|error| QueueError::Backend(format!("postgres queue row, column {name}: {error}")))
+}
+
+#[async_trait]
+impl<P> SharedQueue<P> for PostgresQueue<P>
+where
+    P: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn enqueue(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+    ) -> Result<(), QueueError> {
+        let encode = |what: &str, error: serde_json::Error| {
+            QueueError::Backend(format!("postgres queue: the task's {what} does not serialise: {error}"))
+        };
+        let metadata = serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?;
+        let payload = serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?;
+        let meta = &task.meta;
+        let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
+        let sql = format!(
+            "WITH parked AS ( \
+               INSERT INTO {t} (queue_name, entry, task_id, tenant, user_id, session_id, \
+                   priority, kind, units, created_at_ms, rank_time_ms, deadline_ms, \
+                   metadata, payload) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14::jsonb) \
+               ON CONFLICT (queue_name, entry) DO NOTHING RETURNING 1) \
+             SELECT count(*) AS stored, pg_notify($15, '') FROM parked",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            entry_to_sql(entry).into(),
+            (meta.id as i64).into(),
+            key.tenant.0.into(),
+            key.user_id.into(),
+            key.session_id.into(),
+            priority_to_sql(meta.priority).into(),
+            (meta.cost.kind.index() as i16).into(),
+            i64::from(meta.cost.units).into(),
+            millis(meta.created_at_ms).into(),
+            millis_u64(rank_time_ms).into(),
+            meta.deadline_ms.map(millis).into(),
+            metadata.into(),
+            payload.into(),
+            self.channel().into(),
+        ];
+        let row = self
+            .database
+            .run(move |db| async move {
+                db.query_one_raw(PgDatabase::statement(sql, values)).await
+            })
+            .await
+            .map_err(db_error("park"))?;
+        let stored: i64 = match row {
+            Some(row) => column(&row, "stored")?,
+            None => 0,
+        };
+        if stored == 0 {
+            return Err(QueueError::Duplicate(entry));
+        }
+        Ok(())
+    }
+
+    async fn claim_best_fit(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Option<Lease<P>>, QueueError> {
+        let expires_at_ms = now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        // A row whose payload does not deserialise is dead-lettered and the claim goes on to
+        // the next one; a bounded number of times, so a table full of bad rows cannot hold a
+        // node here.
+        for _ in 0..16 {
+            let free = |kind: ResourceKind| i64::from(query.free.get(kind));
+            let (unbounded, priority, time, entry) = match query.bound {
+                Some(bound) => (
+                    false,
+                    priority_to_sql(bound.priority),
+                    millis_u64(bound.rank_time_ms),
+                    entry_to_sql(bound.entry),
+                ),
+                None => (true, 0, 0, 0),
+            };
+            let sql = format!(
+                "WITH pick AS ( \
+                   SELECT id FROM {t} \
+                    WHERE queue_name = $1 AND state = 'parked' AND not_before_ms <= $2 \
+                      AND units <= CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END \
+                      AND ($7 OR priority > $8 OR (priority = $8 AND (rank_time_ms, entry) <= ($9, $10))) \
+                    ORDER BY priority DESC, rank_time_ms, entry \
+                    LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 UPDATE {t} AS job SET state = 'claimed', locked_by = $11, locked_at = NOW(), \
+                        lease_expires_ms = $12, attempts = job.attempts + 1 \
+                   FROM pick WHERE job.id = pick.id \
+                 RETURNING job.id, job.entry, job.attempts, job.metadata::text AS metadata, \
+                           job.payload::text AS payload",
+                t = self.table
+            );
+            let values: Vec<Value> = vec![
+                self.queue.clone().into(),
+                millis_u64(now_ms).into(),
+                free(ResourceKind::Cpu).into(),
+                free(ResourceKind::GpuVram).into(),
+                free(ResourceKind::Io).into(),
+                free(ResourceKind::Mixed).into(),
+                unbounded.into(),
+                priority.into(),
+                time.into(),
+                entry.into(),
+                node.to_owned().into(),
+                millis_u64(expires_at_ms).into(),
+            ];
+            let row = self
+                .database
+                .run(move |db| async move {
+                    db.query_one_raw(PgDatabase::statement(sql, values)).await
+                })
+                .await
+                .map_err(db_error("claim"))?;
+            let Some(row) = row else {
+                return Ok(None);
+            };
+            let id: i64 = column(&row, "id")?;
+            match task_of::<P>(&row) {
+                Ok(task) => {
+                    let attempts: i32 = column(&row, "attempts")?;
+                    return Ok(Some(Lease {
+                        entry: entry_from_sql(column(&row, "entry")?),
+                        task,
+                        attempt: u32::try_from(attempts).unwrap_or(0),
+                        expires_at_ms,
+                    }));
+                }
+                Err(reason) => {
+                    tracing::error!(queue = %self.queue, row = id, %reason, "dead-lettering a queued task that cannot be read");
+                    self.bury(id, reason).await.map_err(db_error("dead-letter"))?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn renew(
+        &self,
+        node: &str,
+        entry: EntryId,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<(), QueueError> {
+        let sql = format!(
+            "UPDATE {t} SET lease_expires_ms = $4 \
+              WHERE queue_name = $1 AND entry = $2 AND state = 'claimed' AND locked_by = $3",
+            t = self.table
+        );
+        let expires = millis_u64(now_ms).saturating_add(duration_ms(lease));
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            entry_to_sql(entry).into(),
+            node.to_owned().into(),
+            expires.into(),
+        ];
+        let done = self
+            .database
+            .run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
+            .await
+            .map_err(db_error("renew"))?;
+        if done.rows_affected() == 0 {
+            return Err(QueueError::NotClaimed(entry));
+        }
+        Ok(())
+    }
+
+    async fn settle(
+        &self,
+        node: &str,
+        entry: EntryId,
+        settlement: Settlement,
+    ) -> Result<(), QueueError> {
+        let (sql, values): (String, Vec<Value>) = match settlement {
+            Settlement::Done => (
+                format!(
+                    "DELETE FROM {t} WHERE queue_name = $1 AND entry = $2 AND state = 'claimed' \
+                     AND locked_by = $3",
+                    t = self.table
+                ),
+                vec![
+                    self.queue.clone().into(),
+                    entry_to_sql(entry).into(),
+                    node.to_owned().into(),
+                ],
+            ),
+            Settlement::Failed(reason) => (
+                format!(
+                    "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
+                     last_error = $4 \
+                     WHERE queue_name = $1 AND entry = $2 AND state = 'claimed' AND locked_by = $3",
+                    t = self.table
+                ),
+                vec![
+                    self.queue.clone().into(),
+                    entry_to_sql(entry).into(),
+                    node.to_owned().into(),
+                    reason.into(),
+                ],
+            ),
+        };
+        let done = self
+            .database
+            .run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
+            .await
+            .map_err(db_error("settle"))?;
+        if done.rows_affected() == 0 {
+            return Err(QueueError::NotClaimed(entry));
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let sql = format!(
+            "DELETE FROM {t} WHERE queue_name = $1 AND entry = $2 AND state = 'parked' \
+             RETURNING id, metadata::text AS metadata, payload::text AS payload",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![self.queue.clone().into(), entry_to_sql(entry).into()];
+        self.take_one(sql, values, "remove").await
+    }
+
+    async fn remove_task(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let sql = format!(
+            "DELETE FROM {t} WHERE id = ( \
+                SELECT id FROM {t} \
+                 WHERE queue_name = $1 AND tenant = $2 AND task_id = $3 AND state = 'parked' \
+                   AND user_id IS NOT DISTINCT FROM $4 AND session_id IS NOT DISTINCT FROM $5 \
+                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, metadata::text AS metadata, payload::text AS payload",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            key.tenant.0.clone().into(),
+            (id as i64).into(),
+            key.user_id.clone().into(),
+            key.session_id.clone().into(),
+        ];
+        self.take_one(sql, values, "cancel").await
+    }
+
+    async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
+        let sql = format!(
+            "WITH rescued AS ( \
+               UPDATE {t} SET \
+                   state = CASE WHEN attempts >= $3 THEN 'dead' ELSE 'parked' END, \
+                   last_error = 'the lease of node ' || coalesce(locked_by, '?') || \
+                                ' ran out (attempt ' || attempts || ')', \
+                   not_before_ms = $2 + LEAST($5::bigint, $4::bigint * (1::bigint << LEAST(attempts - 1, 40))), \
+                   locked_by = NULL, lease_expires_ms = NULL \
+                WHERE queue_name = $1 AND state = 'claimed' AND lease_expires_ms <= $2 \
+                RETURNING state) \
+             SELECT count(*) FILTER (WHERE state = 'parked') AS parked, \
+                    count(*) FILTER (WHERE state = 'dead') AS dead, \
+                    pg_notify($6, '') FROM rescued \
+             HAVING count(*) > 0",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            millis_u64(now_ms).into(),
+            i32::try_from(self.retry.max_attempts).unwrap_or(i32::MAX).into(),
+            duration_ms(self.retry.base).into(),
+            duration_ms(self.retry.max).into(),
+            self.channel().into(),
+        ];
+        let row = self
+            .database
+            .run(move |db| async move {
+                db.query_one_raw(PgDatabase::statement(sql, values)).await
+            })
+            .await
+            .map_err(db_error("rescue"))?;
+        let Some(row) = row else {
+            return Ok(0);
+        };
+        let parked: i64 = column(&row, "parked")?;
+        let dead: i64 = column(&row, "dead")?;
+        if dead > 0 {
+            tracing::warn!(queue = %self.queue, dead, "dead-lettered tasks whose every attempt lost its lease");
+        }
+        Ok(usize::try_from(parked + dead).unwrap_or(usize::MAX))
+    }
+
+    async fn counts(&self) -> Result<QueueCounts, QueueError> {
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE state = 'parked') AS parked, \
+                    count(*) FILTER (WHERE state = 'claimed') AS claimed \
+               FROM {t} WHERE queue_name = $1",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![self.queue.clone().into()];
+        let row = self
+            .database
+            .run(move |db| async move {
+                db.query_one_raw(PgDatabase::statement(sql, values)).await
+            })
+            .await
+            .map_err(db_error("count"))?;
+        let Some(row) = row else {
+            return Ok(QueueCounts::default());
+        };
+        let parked: i64 = column(&row, "parked")?;
+        let claimed: i64 = column(&row, "claimed")?;
+        Ok(QueueCounts {
+            parked: usize::try_from(parked).unwrap_or(0),
+            claimed: usize::try_from(claimed).unwrap_or(0),
+        })
+    }
+
+    fn watch(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.wake.subscribe())
+    }
+}
+
+impl<P> PostgresQueue<P>
+where
+    P: DeserializeOwned + Send + 'static,
+{
+    /// Runs a `DELETE .. RETURNING` of at most one row and reads its task; a row whose task
+    /// cannot be read is gone all the same (it was parked and is now removed): `None` and a
+    /// log line.
+    async fn take_one(
+        &self,
+        sql: String,
+        values: Vec<Value>,
+        what: &'static str,
+    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let row = self
+            .database
+            .run(move |db| async move {
+                db.query_one_raw(PgDatabase::statement(sql, values)).await
+            })
+            .await
+            .map_err(db_error(what))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        match task_of::<P>(&row) {
+            Ok(task) => Ok(Some(task)),
+            Err(reason) => {
+                tracing::error!(queue = %self.queue, %reason, "removed a queued task that cannot be read");
+                Ok(None)
+            }
+        }
+    }
+}
