@@ -6,11 +6,12 @@
 mod conformance;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use conformance::{shared_queue, Job};
-use prometheus_parking_lot::core::SharedQueue;
+use conformance::{mailbox, shared_queue, Job};
+use prometheus_parking_lot::core::{Mailbox, SharedQueue};
+use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
 use prometheus_parking_lot::infra::postgres::PgDatabase;
 use prometheus_parking_lot::infra::queue::postgres::{PostgresQueue, RetryPolicy};
 
@@ -66,6 +67,24 @@ async fn postgres_queue_conforms() {
             .await
             .expect("opening does not panic");
             Box::new(queue) as Box<dyn SharedQueue<Job>>
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_mailbox_conforms() {
+    let database = database();
+    mailbox::run_all(|| {
+        let database = database.clone();
+        async move {
+            let table = fresh_name("conformance_mailbox");
+            let mailbox = tokio::task::spawn_blocking(move || {
+                PostgresMailbox::<String>::open(&database, &table).expect("open the mailbox")
+            })
+            .await
+            .expect("opening does not panic");
+            Arc::new(mailbox) as Arc<dyn Mailbox<String>>
         }
     })
     .await;

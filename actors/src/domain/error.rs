@@ -1,11 +1,15 @@
 //! The error every public operation returns.
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{ResourceKind, TaskId};
 
 /// Why a pool operation failed, or why a task ended without a result.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+///
+/// It serialises (durable mailboxes store the errors tasks ended with) in serde's default
+/// externally tagged form: `"TimedOut"`, `{"Failed": "boom"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum PoolError {
     /// The parking lot holds `max_queue_depth` tasks already.
     #[error("queue full: the pool's parking lot is at its max_queue_depth")]

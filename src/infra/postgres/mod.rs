@@ -6,13 +6,14 @@
 //! entity layer would only hide. Table names come from configuration and are checked as SQL
 //! identifiers (see [`Identifier`]) before they are spliced into any statement.
 
+mod listen;
 mod schema;
 
 pub use schema::Identifier;
 pub(crate) use schema::Table;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, Statement};
@@ -36,6 +37,8 @@ pub struct PgDatabase {
 
 struct Inner {
     connection: DatabaseConnection,
+    /// Registers LISTEN callbacks with the listening task, once one is started.
+    listener: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<listen::Listener>>>,
     runtime: Handle,
     /// Where a connection this handle made lives; stops with the last handle.
     _own_runtime: Option<RuntimeThread>,
@@ -83,6 +86,7 @@ impl PgDatabase {
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,
+                listener: std::sync::Mutex::new(None),
                 runtime: thread.handle.clone(),
                 _own_runtime: Some(thread),
             }),
@@ -102,6 +106,7 @@ impl PgDatabase {
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,
+                listener: std::sync::Mutex::new(None),
                 runtime,
                 _own_runtime: None,
             }),
@@ -146,62 +151,39 @@ impl PgDatabase {
             .map_err(|_| DbErr::Custom("database runtime stopped".into()))?
     }
 
-    /// Listens on `channel` (LISTEN/NOTIFY) on a connection of its own, calling `heard` with
-    /// each notification's payload until it returns `false`. A lost connection is opened
-    /// again (with a pause, so a database that is down is not hammered) and every listener
-    /// is then told once with an empty payload, since notifications may have been missed.
-    pub(crate) fn listen<F>(&self, channel: String, heard: F)
+    /// Calls `heard(target, payload)` for every notification on `channel` (LISTEN/NOTIFY)
+    /// for as long as `target` lives. All channels of a handle share one listening
+    /// connection. When that connection is lost it is opened again (with a growing pause, so
+    /// a database that is down is not hammered) and every listener hears an empty payload
+    /// once, since notifications may have been missed meanwhile.
+    pub(crate) fn listen<T>(&self, channel: String, target: Weak<T>, heard: fn(&T, &str))
     where
-        F: Fn(&str) -> bool + Send + 'static,
+        T: Send + Sync + 'static,
     {
-        use sea_orm::sqlx::postgres::PgListener;
-
-        let pool = self.inner.connection.get_postgres_connection_pool().clone();
-        self.inner.runtime.spawn(async move {
-            let mut pause = Duration::from_millis(100);
-            loop {
-                let listening = async {
-                    let mut listener = PgListener::connect_with(&pool).await?;
-                    listener.listen(&channel).await?;
-                    Ok::<_, sea_orm::sqlx::Error>(listener)
-                };
-                match listening.await {
-                    Ok(mut listener) => {
-                        pause = Duration::from_millis(100);
-                        if !heard("") {
-                            return;
-                        }
-                        loop {
-                            match listener.try_recv().await {
-                                Ok(Some(notification)) => {
-                                    if !heard(notification.payload()) {
-                                        return;
-                                    }
-                                }
-                                // The connection was lost and is re-opened by the next call;
-                                // whatever was sent meanwhile is lost: tell the listener.
-                                Ok(None) => {
-                                    if !heard("") {
-                                        return;
-                                    }
-                                }
-                                Err(error) => {
-                                    tracing::warn!(%channel, %error, "postgres LISTEN connection failed; reconnecting");
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(%channel, %error, "cannot LISTEN on postgres; retrying");
-                    }
-                }
-                if pool.is_closed() || !heard("") {
-                    return;
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
+        let alive = {
+            let target = target.clone();
+            Box::new(move || target.strong_count() > 0) as Box<dyn Fn() -> bool + Send>
+        };
+        let call = Box::new(move |payload: &str| {
+            if let Some(target) = target.upgrade() {
+                heard(&target, payload);
             }
+        }) as Box<dyn Fn(&str) + Send>;
+        let mut sender = self
+            .inner
+            .listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sender = sender.get_or_insert_with(|| {
+            let (sender, commands) = tokio::sync::mpsc::unbounded_channel();
+            let pool = self.inner.connection.get_postgres_connection_pool().clone();
+            self.inner.runtime.spawn(listen::run(pool, commands));
+            sender
+        });
+        let _ = sender.send(listen::Listener {
+            channel,
+            alive,
+            call,
         });
     }
 

@@ -148,8 +148,11 @@ impl PgDatabase {
         };
         self.run(move |connection| async move {
             let transaction = connection.begin().await?;
-            execute_batch_in(&transaction, &format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
-                .await?;
+            execute_batch_in(
+                &transaction,
+                &format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
+            )
+            .await?;
             execute_batch_in(&transaction, &sql).await?;
             transaction.commit().await
         })

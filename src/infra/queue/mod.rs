@@ -1,6 +1,6 @@
 //! Queue backends implementing [`TaskQueue`](crate::core::TaskQueue).
 
 pub mod memory;
-pub mod shared_memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod shared_memory;

@@ -133,14 +133,13 @@ impl<P> PostgresQueue<P> {
             crate::core::PoolError::Internal(backend_error("creating the queue table", &error))
         })?;
         let wake = Arc::new(watch::Sender::new(0));
-        let heard = Arc::downgrade(&wake);
-        database.listen(channel(&table, queue), move |_| match heard.upgrade() {
-            Some(wake) => {
+        database.listen(
+            channel(&table, queue),
+            Arc::downgrade(&wake),
+            |wake: &watch::Sender<u64>, _| {
                 wake.send_modify(|count: &mut u64| *count = count.wrapping_add(1));
-                true
-            }
-            None => false,
-        });
+            },
+        );
         Ok(Self {
             database,
             table,
@@ -252,7 +251,9 @@ where
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
         let encode = |what: &str, error: serde_json::Error| {
-            QueueError::Backend(format!("postgres queue: the task's {what} does not serialise: {error}"))
+            QueueError::Backend(format!(
+                "postgres queue: the task's {what} does not serialise: {error}"
+            ))
         };
         let metadata = serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?;
         let payload = serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?;
@@ -287,9 +288,9 @@ where
         ];
         let row = self
             .database
-            .run(move |db| async move {
-                db.query_one_raw(PgDatabase::statement(sql, values)).await
-            })
+            .run(
+                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+            )
             .await
             .map_err(db_error("park"))?;
         let stored: i64 = match row {
@@ -309,7 +310,8 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError> {
-        let expires_at_ms = now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        let expires_at_ms =
+            now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
         // A row whose payload does not deserialise is dead-lettered and the claim goes on to
         // the next one; a bounded number of times, so a table full of bad rows cannot hold a
         // node here.
@@ -353,13 +355,13 @@ where
                 node.to_owned().into(),
                 millis_u64(expires_at_ms).into(),
             ];
-            let row = self
-                .database
-                .run(move |db| async move {
-                    db.query_one_raw(PgDatabase::statement(sql, values)).await
-                })
-                .await
-                .map_err(db_error("claim"))?;
+            let row =
+                self.database
+                    .run(move |db| async move {
+                        db.query_one_raw(PgDatabase::statement(sql, values)).await
+                    })
+                    .await
+                    .map_err(db_error("claim"))?;
             let Some(row) = row else {
                 return Ok(None);
             };
@@ -376,7 +378,9 @@ where
                 }
                 Err(reason) => {
                     tracing::error!(queue = %self.queue, row = id, %reason, "dead-lettering a queued task that cannot be read");
-                    self.bury(id, reason).await.map_err(db_error("dead-letter"))?;
+                    self.bury(id, reason)
+                        .await
+                        .map_err(db_error("dead-letter"))?;
                 }
             }
         }
@@ -512,16 +516,18 @@ where
         let values: Vec<Value> = vec![
             self.queue.clone().into(),
             millis_u64(now_ms).into(),
-            i32::try_from(self.retry.max_attempts).unwrap_or(i32::MAX).into(),
+            i32::try_from(self.retry.max_attempts)
+                .unwrap_or(i32::MAX)
+                .into(),
             duration_ms(self.retry.base).into(),
             duration_ms(self.retry.max).into(),
             self.channel().into(),
         ];
         let row = self
             .database
-            .run(move |db| async move {
-                db.query_one_raw(PgDatabase::statement(sql, values)).await
-            })
+            .run(
+                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+            )
             .await
             .map_err(db_error("rescue"))?;
         let Some(row) = row else {
@@ -545,9 +551,9 @@ where
         let values: Vec<Value> = vec![self.queue.clone().into()];
         let row = self
             .database
-            .run(move |db| async move {
-                db.query_one_raw(PgDatabase::statement(sql, values)).await
-            })
+            .run(
+                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+            )
             .await
             .map_err(db_error("count"))?;
         let Some(row) = row else {
@@ -581,9 +587,9 @@ where
     ) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let row = self
             .database
-            .run(move |db| async move {
-                db.query_one_raw(PgDatabase::statement(sql, values)).await
-            })
+            .run(
+                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+            )
             .await
             .map_err(db_error(what))?;
         let Some(row) = row else {
