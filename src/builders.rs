@@ -15,15 +15,23 @@ use crate::config::{
 };
 use crate::core::{Mailbox, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
 use crate::infra::mailbox::memory::InMemoryMailbox;
+#[cfg(feature = "postgres")]
+use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::memory::InMemoryQueue;
+use crate::pool::Backends;
 
 /// What the backends of built pools may use beyond their own settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum QueueBuilderContext {
-    /// Backends that need nothing from outside: in memory, embedded files.
+    /// Backends bring what they need: in memory, embedded files, and the Postgres backends
+    /// connect to the configuration's `database_url`.
     #[default]
     Embedded,
+    /// The Postgres backends use this database handle (an application's own connection,
+    /// through [`PgDatabase::from_connection`]) instead of connecting themselves.
+    #[cfg(feature = "postgres")]
+    Postgres(PgDatabase),
 }
 
 /// The pools a configuration describes, by name.
@@ -91,6 +99,7 @@ where
     for (name, pool) in &config.pools {
         check_available(name, pool, context, mailbox.is_some())?;
     }
+    let mut sources = Sources::new(config, context);
     let mut pools = HashMap::with_capacity(config.pools.len());
     for (name, pool) in &config.pools {
         let MaxUnits::Units(units) = pool.max_units else {
@@ -112,15 +121,11 @@ where
             .ok_or_else(|| PoolError::Internal(format!("pool {name} vanished from its config")))?;
         let results = match &mailbox {
             Some(shared) => shared.clone(),
-            None => in_memory_mailbox(&pool.mailbox.storage),
+            None => sources.mailbox(name, &pool.mailbox.storage)?,
         };
-        let built = ResourcePool::with_settings(
-            settings,
-            executor_for(name),
-            in_memory_queue(),
-            results,
-            &spawner,
-        )?;
+        let mut backends = Backends::local(in_memory_queue(), results);
+        sources.queue(name, pool, &mut backends)?;
+        let built = ResourcePool::with_backends(settings, executor_for(name), backends, &spawner)?;
         pools.insert(name.clone(), built);
     }
     Ok(BuiltPools { pools })
@@ -133,12 +138,15 @@ fn check_available(
     context: &QueueBuilderContext,
     mailbox_overridden: bool,
 ) -> Result<(), PoolError> {
-    let QueueBuilderContext::Embedded = context;
+    let _ = context;
     match &pool.queue {
         QueueSettings::InMemory => {}
         QueueSettings::Yaque { .. } => {
             return Err(unavailable(name, "queue.type", "the yaque queue", "yaque"))
         }
+        #[cfg(feature = "postgres")]
+        QueueSettings::Postgres { .. } => {}
+        #[cfg(not(feature = "postgres"))]
         QueueSettings::Postgres { .. } => {
             return Err(unavailable(
                 name,
@@ -156,7 +164,11 @@ fn check_available(
             ))
         }
     }
-    if let (StorageSettings::Postgres { .. }, false) = (&pool.mailbox.storage, mailbox_overridden) {
+    if let (StorageSettings::Postgres { .. }, false, false) = (
+        &pool.mailbox.storage,
+        mailbox_overridden,
+        cfg!(feature = "postgres"),
+    ) {
         return Err(unavailable(
             name,
             "mailbox.storage.type",
@@ -195,12 +207,157 @@ fn in_memory_queue<P: Send + 'static>() -> Box<dyn TaskQueue<P>> {
     Box::new(InMemoryQueue::new())
 }
 
-fn in_memory_mailbox<R: Send + 'static>(storage: &StorageSettings) -> Arc<dyn Mailbox<R>> {
-    let mailbox = InMemoryMailbox::new();
-    match storage {
-        StorageSettings::InMemory {
-            max_messages: Some(max),
-        } => Arc::new(mailbox.with_max_messages(*max)),
-        _ => Arc::new(mailbox),
+/// Where built pools' backends come from: the database, connected once for every pool that
+/// needs it.
+struct Sources<'a> {
+    config: &'a SchedulerConfig,
+    #[cfg(feature = "postgres")]
+    database: Option<PgDatabase>,
+    #[cfg(not(feature = "postgres"))]
+    _context: &'a QueueBuilderContext,
+}
+
+impl<'a> Sources<'a> {
+    fn new(config: &'a SchedulerConfig, context: &'a QueueBuilderContext) -> Self {
+        Self {
+            config,
+            #[cfg(feature = "postgres")]
+            database: match context {
+                QueueBuilderContext::Postgres(database) => Some(database.clone()),
+                QueueBuilderContext::Embedded => None,
+            },
+            #[cfg(not(feature = "postgres"))]
+            _context: context,
+        }
     }
+
+    /// The mailbox `storage` describes.
+    fn mailbox<R>(&mut self, pool: &str, storage: &StorageSettings) -> Result<Arc<dyn Mailbox<R>>, PoolError>
+    where
+        R: Serialize + DeserializeOwned + Send + 'static,
+    {
+        match storage {
+            StorageSettings::InMemory { max_messages } => {
+                let mailbox = InMemoryMailbox::new();
+                Ok(match max_messages {
+                    Some(max) => Arc::new(mailbox.with_max_messages(*max)),
+                    None => Arc::new(mailbox),
+                })
+            }
+            #[cfg(feature = "postgres")]
+            StorageSettings::Postgres { table } => {
+                let database = self.database(pool, "mailbox.storage.type")?;
+                let mailbox =
+                    crate::infra::mailbox::postgres::PostgresMailbox::open(&database, table)
+                        .map_err(|error| in_pool(pool, "mailbox.storage", error))?;
+                Ok(Arc::new(mailbox))
+            }
+            #[cfg(not(feature = "postgres"))]
+            StorageSettings::Postgres { .. } => Err(unavailable(
+                pool,
+                "mailbox.storage.type",
+                "the postgres mailbox",
+                "postgres",
+            )),
+        }
+    }
+
+    /// Sets up the queue `settings` describe in `backends`: the local queue, or a shared one.
+    fn queue<P, R>(
+        &mut self,
+        pool: &str,
+        settings: &PoolSettings,
+        backends: &mut Backends<P, R>,
+    ) -> Result<(), PoolError>
+    where
+        P: Serialize + DeserializeOwned + Send + 'static,
+    {
+        let _ = (&self.config, &backends);
+        match &settings.queue {
+            QueueSettings::InMemory => Ok(()),
+            #[cfg(feature = "postgres")]
+            QueueSettings::Postgres {
+                table,
+                queue_name,
+                lease_ms,
+                max_attempts,
+            } => {
+                use crate::infra::queue::postgres::{PostgresQueue, RetryPolicy};
+                use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
+                use std::time::Duration;
+
+                let database = self.database(pool, "queue.type")?;
+                let retry = RetryPolicy {
+                    max_attempts: max_attempts.unwrap_or(RetryPolicy::default().max_attempts),
+                    ..RetryPolicy::default()
+                };
+                let queue = PostgresQueue::<P>::open(
+                    &database,
+                    table,
+                    queue_name.as_deref().unwrap_or(pool),
+                )
+                .map_err(|error| in_pool(pool, "queue", error))?
+                .with_retry(retry);
+                let lease = Duration::from_millis(lease_ms.unwrap_or(30_000));
+                // Claims follow NOTIFY at once; the poll is a safety net, and the clock of
+                // lease renewals and rescues.
+                let poll = (lease / 3).min(Duration::from_secs(1));
+                backends.shared = Some(
+                    SharedParking::new(Arc::new(queue), node_name(pool))
+                        .with_lease(lease)
+                        .with_poll(poll),
+                );
+                Ok(())
+            }
+            other => Err(PoolError::Internal(format!(
+                "pools.{pool}.queue: {other:?} passed the availability check but cannot be built"
+            ))),
+        }
+    }
+
+    /// The database: the context's, or one connection to `database_url` for every pool.
+    #[cfg(feature = "postgres")]
+    fn database(&mut self, pool: &str, field: &str) -> Result<PgDatabase, PoolError> {
+        if let Some(database) = &self.database {
+            return Ok(database.clone());
+        }
+        let Some(url) = &self.config.database_url else {
+            return Err(PoolError::InvalidConfig(format!(
+                "pools.{pool}.{field}: a postgres backend needs a database; set database_url \
+                 (for example \"${{DATABASE_URL}}\") at the top of the configuration, or pass \
+                 QueueBuilderContext::Postgres"
+            )));
+        };
+        let database = PgDatabase::connect(url.expose())?;
+        self.database = Some(database.clone());
+        Ok(database)
+    }
+}
+
+/// Says which pool and field an error of a backend belongs to.
+#[cfg(feature = "postgres")]
+fn in_pool(pool: &str, field: &str, error: PoolError) -> PoolError {
+    match error {
+        PoolError::InvalidConfig(text) => {
+            PoolError::InvalidConfig(format!("pools.{pool}.{field}: {text}"))
+        }
+        PoolError::Internal(text) => PoolError::Internal(format!("pools.{pool}.{field}: {text}")),
+        other => other,
+    }
+}
+
+/// This process's name in a shared queue's leases: host, process and pool, plus random bits
+/// so two pools of one name on one host (a restarted process reusing a pid) never share one.
+#[cfg(feature = "postgres")]
+fn node_name(pool: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "node".into());
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_nanos());
+    format!("{host}:{}:{pool}:{nonce:08x}", std::process::id())
 }

@@ -3,6 +3,7 @@
 //! do: tables created by many processes at once, rows that cannot be read, dead letters.
 #![cfg(feature = "postgres")]
 
+#[allow(dead_code)]
 mod conformance;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -172,6 +172,12 @@ pub enum QueueSettings {
         /// The queue within the table. Default: the pool's name.
         #[serde(default)]
         queue_name: Option<String>,
+        /// How long a node's claim on a task lasts without renewal, ms. Default 30,000.
+        #[serde(default)]
+        lease_ms: Option<u64>,
+        /// Claims a task may have before a lost run dead-letters it. Default 3.
+        #[serde(default)]
+        max_attempts: Option<u32>,
     },
     /// PGMQ queues (one per priority level).
     PostgresPgmq {

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `pools` | at least one pool |
 //! | pool names | 1–64 of `a-z A-Z 0-9 _ -` |
-//! | `worker_threads` | 1 – 1,024 |
+//! | `worker_threads` | 1 – 1,024; 0 on a shared queue (a producer-only node) |
 //! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs) |
 //! | `thread_stack_size` | 64 KiB – 1 GiB |
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
@@ -17,6 +17,8 @@
 //! | `starvation.max_skips` | 1 – 1,000,000 |
 //! | `queue.path` (yaque) | not empty |
 //! | `queue.stream` (yaque) | 1–64 of `a-z A-Z 0-9 _ -` |
+//! | `queue.lease_ms` (postgres) | 300 ms – 1 day |
+//! | `queue.max_attempts` (postgres) | 1 – 1,000 |
 //! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (47 for pgmq queues, whose tables add a prefix) |
 //! | `durability` | `accepted` or `parked`, only with a durable queue |
 //! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"` |
@@ -118,6 +120,9 @@ const MAX_RETENTION_SECS: u64 = 365 * 24 * 3_600;
 const MAX_NOTIFY_TIMEOUT_MS: u64 = 5 * 60 * 1_000;
 const MAX_RETRIES: u32 = 100;
 const MAX_SPIN_MS: u64 = 60_000;
+const MIN_LEASE_MS: u64 = 300;
+const MAX_LEASE_MS: u64 = 24 * 3_600 * 1_000;
+const MAX_ATTEMPTS: u32 = 1_000;
 const MAX_IDENTIFIER: usize = 63;
 const MAX_PGMQ_QUEUE: usize = 47;
 
@@ -170,7 +175,9 @@ impl SchedulerConfig {
             let key = match &pool.queue {
                 QueueSettings::InMemory => continue,
                 QueueSettings::Yaque { path, stream } => ("yaque", path.as_str(), stream.as_str()),
-                QueueSettings::Postgres { table, queue_name } => (
+                QueueSettings::Postgres {
+                    table, queue_name, ..
+                } => (
                     "postgres",
                     table.as_str(),
                     queue_name.as_deref().unwrap_or(name),
@@ -202,7 +209,9 @@ impl QueueSettings {
                 quote::name(stream),
                 quote::name(path)
             ),
-            QueueSettings::Postgres { table, queue_name } => format!(
+            QueueSettings::Postgres {
+                table, queue_name, ..
+            } => format!(
                 "Postgres queue {} in table {}",
                 quote::name(queue_name.as_deref().unwrap_or(pool)),
                 quote::name(table)
@@ -218,7 +227,20 @@ impl PoolSettings {
     /// Checks this pool; `written` is the same pool before `${NAME}` replacement.
     fn validate(&self, path: &str, written: &PoolSettings) -> Result<(), ConfigError> {
         if let Some(workers) = self.worker_threads {
-            in_range(path, "worker_threads", workers, 1, MAX_WORKERS)?;
+            let shared = matches!(
+                self.queue,
+                QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
+            );
+            if workers == 0 && !shared {
+                return Err(ConfigError::invalid(
+                    format!("{path}.worker_threads"),
+                    format!(
+                        "0 is allowed only on a shared queue (postgres, postgres_pgmq), for a \
+                         producer-only node; use 1 to {MAX_WORKERS}"
+                    ),
+                ));
+            }
+            in_range(path, "worker_threads", workers, 0, MAX_WORKERS)?;
         }
         if let Some(stack) = self.thread_stack_size {
             in_range(path, "thread_stack_size", stack, MIN_STACK, MAX_STACK)?;
@@ -303,8 +325,19 @@ fn validate_queue(path: &str, queue: &QueueSettings) -> Result<(), ConfigError> 
             }
             check_name(&format!("{path}.stream"), "stream names", stream)
         }
-        QueueSettings::Postgres { table, queue_name } => {
+        QueueSettings::Postgres {
+            table,
+            queue_name,
+            lease_ms,
+            max_attempts,
+        } => {
             check_identifier(&format!("{path}.table"), table, MAX_IDENTIFIER)?;
+            if let Some(lease) = *lease_ms {
+                in_range(path, "lease_ms", lease, MIN_LEASE_MS, MAX_LEASE_MS)?;
+            }
+            if let Some(attempts) = *max_attempts {
+                in_range(path, "max_attempts", attempts, 1, MAX_ATTEMPTS)?;
+            }
             match queue_name {
                 Some(queue_name) => {
                     check_identifier(&format!("{path}.queue_name"), queue_name, MAX_IDENTIFIER)

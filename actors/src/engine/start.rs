@@ -80,9 +80,11 @@ impl<P, R, E> PoolSpec<P, R, E> {
                 "pool name contains a NUL character; thread names cannot hold one".into(),
             ));
         }
-        if self.workers.count == 0 {
+        if self.workers.count == 0 && self.shared.is_none() {
             return Err(PoolError::InvalidConfig(
-                "worker_threads is 0; a pool needs at least 1 worker thread".into(),
+                "worker_threads is 0; a pool needs at least 1 worker thread (only a node of a \
+                 shared queue, such as postgres, may run none: a producer-only node)"
+                    .into(),
             ));
         }
         if let Some(size) = self.workers.stack_size {
@@ -102,6 +104,9 @@ impl<P, R, E> PoolSpec<P, R, E> {
         self.limits.worker_slots = self.workers.count;
         if let Some(shared) = &self.shared {
             shared.validate()?;
+        }
+        if self.workers.count == 0 {
+            return ParkingLot::without_workers(self.limits);
         }
         ParkingLot::new(self.limits)
     }

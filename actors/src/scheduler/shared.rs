@@ -119,6 +119,8 @@ impl<P> SharedParking<P> {
 pub(crate) enum SharedReport<P> {
     /// The poll interval passed.
     Poll,
+    /// The queue says a task may have been parked (a database notification).
+    Wake,
     /// A task this node handed to the shared queue is stored (or not).
     Enqueued {
         task_id: TaskId,
@@ -174,6 +176,17 @@ where
         scheduler.send_interval(self.poll, || {
             SchedulerMsg(Internal::Shared(SharedReport::Poll))
         });
+        if let Some(mut parked) = self.queue.watch() {
+            let wake = scheduler.clone();
+            tokio::spawn(async move {
+                while parked.changed().await.is_ok() {
+                    let report = SchedulerMsg(Internal::Shared(SharedReport::Wake));
+                    if wake.send_message(report).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         self.scheduler = Some(scheduler);
     }
 

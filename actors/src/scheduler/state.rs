@@ -668,6 +668,7 @@ where
                 }
                 self.maybe_claim(now);
             }
+            SharedReport::Wake => self.maybe_claim(now),
             SharedReport::Enqueued {
                 task_id,
                 key,

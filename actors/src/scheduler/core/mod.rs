@@ -205,6 +205,19 @@ impl ParkingLot {
         })
     }
 
+    /// A lot with no worker slots, for a producer-only node of a shared queue: it starts
+    /// nothing, so every admitted task parks (and the node hands it to the shared queue).
+    /// `limits.worker_slots` is ignored; the rest is checked as by [`ParkingLot::new`].
+    pub fn without_workers(mut limits: PoolLimits) -> Result<Self, PoolError> {
+        limits.worker_slots = 1;
+        let mut lot = Self::new(limits)?;
+        lot.limits.worker_slots = 0;
+        lot.worker_slots = 0;
+        lot.idle_workers.clear();
+        lot.retired.clear();
+        Ok(lot)
+    }
+
     /// The limits this lot enforces.
     pub fn limits(&self) -> &PoolLimits {
         &self.limits
