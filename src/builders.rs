@@ -232,7 +232,11 @@ impl<'a> Sources<'a> {
     }
 
     /// The mailbox `storage` describes.
-    fn mailbox<R>(&mut self, pool: &str, storage: &StorageSettings) -> Result<Arc<dyn Mailbox<R>>, PoolError>
+    fn mailbox<R>(
+        &mut self,
+        pool: &str,
+        storage: &StorageSettings,
+    ) -> Result<Arc<dyn Mailbox<R>>, PoolError>
     where
         R: Serialize + DeserializeOwned + Send + 'static,
     {

@@ -420,11 +420,14 @@ fn a_lot_without_workers_parks_every_task_it_admits() {
     let mut lot = ParkingLot::without_workers(PoolLimits::new(10, 0)).unwrap();
     assert_eq!(lot.live_workers(), 0);
     assert_eq!(lot.admit(normal(1, 1), 0), Admit::Park);
-    assert_eq!(lot.admit(normal(2, 11), 0), Admit::Reject(Rejection::InsufficientResources {
-        kind: ResourceKind::GpuVram,
-        needed: 11,
-        capacity: 10,
-    }));
+    assert_eq!(
+        lot.admit(normal(2, 11), 0),
+        Admit::Reject(Rejection::InsufficientResources {
+            kind: ResourceKind::GpuVram,
+            needed: 11,
+            capacity: 10,
+        })
+    );
     assert_eq!(lot.parked_len(), 1);
     assert_eq!(lot.used(ResourceKind::GpuVram), 0);
 }
