@@ -58,6 +58,8 @@ where
         best_fit_skips_ahead_to_a_smaller_task,
         best_fit_returns_none_when_nothing_fits,
         rank_bound_excludes_tasks_ranked_behind_it,
+        a_batch_claim_takes_the_best_tasks_that_fit_together,
+        a_batch_claim_takes_no_more_than_the_sequential_claims_would,
         only_the_holder_renews_or_settles,
         renew_extends_the_lease,
         an_expired_lease_is_the_holders_until_rescued,
@@ -239,6 +241,82 @@ pub async fn best_fit_claims_in_rank_order(queue: &dyn SharedQueue<Job>) {
     }
     assert_eq!(claimed, [40, 30, 11, 12, 5, 3, 2, 99]);
     assert_counts(queue, 0, parked.len(), "claiming everything").await;
+}
+
+/// A batch claim with room for all takes the `max` best-ranked tasks, best first, each under
+/// its own lease of the batch's expiry; the rest stay parked.
+pub async fn a_batch_claim_takes_the_best_tasks_that_fit_together(queue: &dyn SharedQueue<Job>) {
+    let tasks = [
+        cpu(1, Normal, 0, 1),
+        cpu(2, Critical, 5, 1),
+        cpu(3, High, 1, 1),
+        cpu(4, Low, 0, 1),
+    ];
+    enqueue_all(
+        queue,
+        &[
+            (1, &tasks[0]),
+            (2, &tasks[1]),
+            (3, &tasks[2]),
+            (4, &tasks[3]),
+        ],
+    )
+    .await;
+
+    let leases = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 10)), 3, LEASE, at(0))
+        .await
+        .expect("claim_batch");
+    let taken: Vec<_> = leases
+        .iter()
+        .map(|lease| (lease.entry, lease.attempt))
+        .collect();
+    assert_eq!(taken, [(2, 1), (3, 1), (1, 1)]);
+    assert!(leases
+        .iter()
+        .all(|lease| lease.expires_at_ms == at(LEASE_MS)));
+    assert_eq!(leases[0].task, tasks[1], "the task comes back as enqueued");
+    assert_counts(queue, 1, 3, "a batch claim").await;
+    let none = queue
+        .claim_batch(NODE_B, &within(only(Cpu, 10)), 0, LEASE, at(0))
+        .await
+        .expect("claim_batch of none");
+    assert!(none.is_empty(), "max 0 claims nothing");
+}
+
+/// A batch never takes more than the free units hold together, nor a task the same number of
+/// one-by-one claims would not have taken; it always takes the best task that fits alone.
+pub async fn a_batch_claim_takes_no_more_than_the_sequential_claims_would(
+    queue: &dyn SharedQueue<Job>,
+) {
+    // One by one, 5 free cpu units take 1 (2 units), skip 2 (4 > 3 left), take 3 and 4.
+    let tasks = [
+        cpu(1, Critical, 0, 2),
+        cpu(2, High, 0, 4),
+        cpu(3, Normal, 0, 1),
+        cpu(4, Normal, 1, 2),
+        task(5, Critical, 0, GpuVram, 1, None),
+    ];
+    let entries: Vec<_> = (1..).zip(&tasks).collect();
+    enqueue_all(queue, &entries).await;
+
+    let leases = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 5)), 3, LEASE, at(0))
+        .await
+        .expect("claim_batch");
+    let taken: Vec<EntryId> = leases.iter().map(|lease| lease.entry).collect();
+    assert_eq!(
+        taken.first(),
+        Some(&1),
+        "the best task that fits alone comes first"
+    );
+    assert!(
+        taken.iter().all(|entry| [1, 3, 4].contains(entry)),
+        "only tasks the one-by-one claims take: {taken:?}"
+    );
+    let units: u32 = leases.iter().map(|lease| lease.task.meta.cost.units).sum();
+    assert!(units <= 5, "{units} units claimed of 5 free");
+    assert_counts(queue, 5 - taken.len(), taken.len(), "a bounded batch claim").await;
 }
 
 /// A task is claimed only against free units of its own kind; kinds with 0 free never come

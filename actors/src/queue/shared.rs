@@ -99,6 +99,32 @@ where
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError>;
 
+    /// Claims up to `max` tasks at once, best-ranked first, whose costs fit `query.free`
+    /// together: as many calls of [`claim_best_fit`](Self::claim_best_fit), each within what
+    /// the earlier claims left free, would take (a backend may take fewer, never more or
+    /// worse-ranked ones). The default does exactly that; a database answers in one statement.
+    async fn claim_batch(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        max: usize,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Vec<Lease<P>>, QueueError> {
+        let mut query = *query;
+        let mut leases = Vec::new();
+        while leases.len() < max {
+            let Some(leased) = self.claim_best_fit(node, &query, lease, now_ms).await? else {
+                break;
+            };
+            let cost = leased.task.meta.cost;
+            let left = query.free.get(cost.kind).saturating_sub(cost.units);
+            query.free = query.free.with(cost.kind, left);
+            leases.push(leased);
+        }
+        Ok(leases)
+    }
+
     /// Extends `node`'s lease on `entry` to `now_ms + lease`; `NotClaimed` if the lease was
     /// lost (expired and rescued, or never held).
     async fn renew(

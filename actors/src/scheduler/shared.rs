@@ -129,8 +129,8 @@ pub(crate) enum SharedReport<P> {
         reply: Reply,
         result: Result<(), QueueError>,
     },
-    /// A claim's answer.
-    Claimed(Result<Option<Lease<P>>, QueueError>),
+    /// A claim's answer: the leases it took, best-ranked first.
+    Claimed(Result<Vec<Lease<P>>, QueueError>),
     /// A cancel's removal from the shared queue.
     Removed {
         key: MailboxKey,
@@ -238,16 +238,17 @@ where
         });
     }
 
-    /// Claims the best shared task that fits `free`, unless a claim is in flight.
-    pub fn claim(&mut self, free: Capacity, now: u64) {
-        if self.claiming {
+    /// Claims the best shared tasks that fit `free` together, at most `max` (the node's idle
+    /// workers: what it can start now), unless a claim is in flight.
+    pub fn claim(&mut self, free: Capacity, max: usize, now: u64) {
+        if self.claiming || max == 0 {
             return;
         }
         self.claiming = true;
         let lease = self.lease;
         self.spawn(move |queue, node| async move {
             let query = FitQuery { free, bound: None };
-            let claimed = queue.claim_best_fit(&node, &query, lease, now).await;
+            let claimed = queue.claim_batch(&node, &query, max, lease, now).await;
             Some(SharedReport::Claimed(claimed))
         });
     }

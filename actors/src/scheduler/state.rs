@@ -694,11 +694,13 @@ where
                     shared.claimed();
                 }
                 match claimed {
-                    Ok(Some(lease)) => {
-                        self.run_leased(lease, now);
+                    Ok(leases) if leases.is_empty() => {}
+                    Ok(leases) => {
+                        for lease in leases {
+                            self.run_leased(lease, now);
+                        }
                         self.maybe_claim(now);
                     }
-                    Ok(None) => {}
                     Err(error) => {
                         tracing::warn!(pool = %self.pool, %error, "shared queue claim failed; retrying at the next poll");
                     }
@@ -751,7 +753,8 @@ where
                 free.with(kind, self.core.free(kind))
             });
         if !free.is_empty() {
-            shared.claim(free, now);
+            let idle = self.core.live_workers() - self.core.busy_workers();
+            shared.claim(free, idle, now);
         }
     }
 

@@ -310,81 +310,30 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError> {
-        let expires_at_ms =
-            now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
         // A row whose payload does not deserialise is dead-lettered and the claim goes on to
         // the next one; a bounded number of times, so a table full of bad rows cannot hold a
         // node here.
         for _ in 0..16 {
-            let free = |kind: ResourceKind| i64::from(query.free.get(kind));
-            let (unbounded, priority, time, entry) = match query.bound {
-                Some(bound) => (
-                    false,
-                    priority_to_sql(bound.priority),
-                    millis_u64(bound.rank_time_ms),
-                    entry_to_sql(bound.entry),
-                ),
-                None => (true, 0, 0, 0),
-            };
-            let sql = format!(
-                "WITH pick AS ( \
-                   SELECT id FROM {t} \
-                    WHERE queue_name = $1 AND state = 'parked' AND not_before_ms <= $2 \
-                      AND units <= CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END \
-                      AND ($7 OR priority > $8 OR (priority = $8 AND (rank_time_ms, entry) <= ($9, $10))) \
-                    ORDER BY priority DESC, rank_time_ms, entry \
-                    LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                 UPDATE {t} AS job SET state = 'claimed', locked_by = $11, locked_at = NOW(), \
-                        lease_expires_ms = $12, attempts = job.attempts + 1 \
-                   FROM pick WHERE job.id = pick.id \
-                 RETURNING job.id, job.entry, job.attempts, job.metadata::text AS metadata, \
-                           job.payload::text AS payload",
-                t = self.table
-            );
-            let values: Vec<Value> = vec![
-                self.queue.clone().into(),
-                millis_u64(now_ms).into(),
-                free(ResourceKind::Cpu).into(),
-                free(ResourceKind::GpuVram).into(),
-                free(ResourceKind::Io).into(),
-                free(ResourceKind::Mixed).into(),
-                unbounded.into(),
-                priority.into(),
-                time.into(),
-                entry.into(),
-                node.to_owned().into(),
-                millis_u64(expires_at_ms).into(),
-            ];
-            let row =
-                self.database
-                    .run(move |db| async move {
-                        db.query_one_raw(PgDatabase::statement(sql, values)).await
-                    })
-                    .await
-                    .map_err(db_error("claim"))?;
-            let Some(row) = row else {
-                return Ok(None);
-            };
-            let id: i64 = column(&row, "id")?;
-            match task_of::<P>(&row) {
-                Ok(task) => {
-                    let attempts: i32 = column(&row, "attempts")?;
-                    return Ok(Some(Lease {
-                        entry: entry_from_sql(column(&row, "entry")?),
-                        task,
-                        attempt: u32::try_from(attempts).unwrap_or(0),
-                        expires_at_ms,
-                    }));
-                }
-                Err(reason) => {
-                    tracing::error!(queue = %self.queue, row = id, %reason, "dead-lettering a queued task that cannot be read");
-                    self.bury(id, reason)
-                        .await
-                        .map_err(db_error("dead-letter"))?;
-                }
+            match self.claim_rows(node, query, 1, lease, now_ms).await? {
+                Claimed::Leases(mut leases) => return Ok(leases.pop()),
+                Claimed::OnlyBuried => continue,
             }
         }
         Ok(None)
+    }
+
+    async fn claim_batch(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        max: usize,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Vec<Lease<P>>, QueueError> {
+        match self.claim_rows(node, query, max, lease, now_ms).await? {
+            Claimed::Leases(leases) => Ok(leases),
+            Claimed::OnlyBuried => Ok(Vec::new()),
+        }
     }
 
     async fn renew(
@@ -572,10 +521,119 @@ where
     }
 }
 
+/// What one claim statement took.
+enum Claimed<P> {
+    /// These leases, best-ranked first (none: nothing fits).
+    Leases(Vec<Lease<P>>),
+    /// Rows were claimed, but none could be read: each was dead-lettered.
+    OnlyBuried,
+}
+
 impl<P> PostgresQueue<P>
 where
     P: DeserializeOwned + Send + 'static,
 {
+    /// Claims up to `max` parked rows that fit `query` together, in one statement: the best
+    /// `max` rows that fit one by one are locked (`SKIP LOCKED`), and of those the rank-order
+    /// prefix whose running cost per kind stays within the free units is claimed.
+    async fn claim_rows(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        max: usize,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Claimed<P>, QueueError> {
+        let expires_at_ms =
+            now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        let free = |kind: ResourceKind| i64::from(query.free.get(kind));
+        let (unbounded, priority, time, entry) = match query.bound {
+            Some(bound) => (
+                false,
+                priority_to_sql(bound.priority),
+                millis_u64(bound.rank_time_ms),
+                entry_to_sql(bound.entry),
+            ),
+            None => (true, 0, 0, 0),
+        };
+        let fits = "CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END";
+        let sql = format!(
+            "WITH candidates AS ( \
+               SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} \
+                WHERE queue_name = $1 AND state = 'parked' AND not_before_ms <= $2 \
+                  AND units <= {fits} \
+                  AND ($7 OR priority > $8 OR (priority = $8 AND (rank_time_ms, entry) <= ($9, $10))) \
+                ORDER BY priority DESC, rank_time_ms, entry \
+                LIMIT $13 FOR UPDATE SKIP LOCKED), \
+             running AS ( \
+               SELECT id, kind, sum(units) OVER (PARTITION BY kind \
+                   ORDER BY priority DESC, rank_time_ms, entry) AS held \
+               FROM candidates), \
+             pick AS (SELECT id FROM running WHERE held <= {fits}) \
+             UPDATE {t} AS job SET state = 'claimed', locked_by = $11, locked_at = NOW(), \
+                    lease_expires_ms = $12, attempts = job.attempts + 1 \
+               FROM pick WHERE job.id = pick.id \
+             RETURNING job.id, job.entry, job.attempts, job.priority, job.rank_time_ms, \
+                       job.metadata::text AS metadata, job.payload::text AS payload",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            millis_u64(now_ms).into(),
+            free(ResourceKind::Cpu).into(),
+            free(ResourceKind::GpuVram).into(),
+            free(ResourceKind::Io).into(),
+            free(ResourceKind::Mixed).into(),
+            unbounded.into(),
+            priority.into(),
+            time.into(),
+            entry.into(),
+            node.to_owned().into(),
+            millis_u64(expires_at_ms).into(),
+            i64::try_from(max).unwrap_or(i64::MAX).into(),
+        ];
+        let rows = self
+            .database
+            .run(
+                move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
+            )
+            .await
+            .map_err(db_error("claim"))?;
+        let mut ranked = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let priority: i16 = column(row, "priority")?;
+            let rank_time: i64 = column(row, "rank_time_ms")?;
+            let entry: i64 = column(row, "entry")?;
+            ranked.push((std::cmp::Reverse(priority), rank_time, entry, row));
+        }
+        ranked.sort_by_key(|(priority, time, entry, _)| (*priority, *time, *entry));
+        let mut leases = Vec::with_capacity(ranked.len());
+        for (_, _, entry, row) in ranked {
+            let id: i64 = column(row, "id")?;
+            match task_of::<P>(row) {
+                Ok(task) => {
+                    let attempts: i32 = column(row, "attempts")?;
+                    leases.push(Lease {
+                        entry: entry_from_sql(entry),
+                        task,
+                        attempt: u32::try_from(attempts).unwrap_or(0),
+                        expires_at_ms,
+                    });
+                }
+                Err(reason) => {
+                    tracing::error!(queue = %self.queue, row = id, %reason, "dead-lettering a queued task that cannot be read");
+                    self.bury(id, reason)
+                        .await
+                        .map_err(db_error("dead-letter"))?;
+                }
+            }
+        }
+        if leases.is_empty() && !rows.is_empty() {
+            return Ok(Claimed::OnlyBuried);
+        }
+        Ok(Claimed::Leases(leases))
+    }
+
     /// Runs a `DELETE .. RETURNING` of at most one row and reads its task; a row whose task
     /// cannot be read is gone all the same (it was parked and is now removed): `None` and a
     /// log line.
