@@ -1,0 +1,337 @@
+//! Jobs per second through the Postgres backends on the local server, beside a plain SQL
+//! `SKIP LOCKED` job loop in the same run.
+//!
+//! Every path does the same work per job: enqueue it, claim it, run a no-op, store its result,
+//! settle the claim, and hand the result to the client that submitted it.
+//!
+//! - *pool, batched*: a producer-only pool (`worker_threads: 0`) submits all N jobs with
+//!   `submit_batch` (1,000 per call); a worker pool (W workers) on the same queue claims and
+//!   runs them; the producer then retrieves every result from the Postgres mailbox. Both pools
+//!   are built from one config, as users build them.
+//! - *pool, single*: the same, with one `submit` per job (C concurrent submitters).
+//! - *plain SQL loop*: the job loop people write by hand: multi-row `INSERT`s of 1,000 jobs;
+//!   W loops that each `DELETE .. WHERE id = (SELECT .. ORDER BY priority DESC, id LIMIT 1
+//!   FOR UPDATE SKIP LOCKED) RETURNING` a job and `INSERT` its result; the client `DELETE ..
+//!   RETURNING`s each result by task id.
+//!
+//! `cargo bench --bench postgres_queue --features postgres` runs N = 20,000, W = 2, C = 64,
+//! R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`, `PG_ROUNDS`); it reports each path's
+//! median and best jobs/s and the ratio of medians to the plain loop. Under `cargo test` it
+//! runs a few hundred jobs once, checking every result, as a smoke test.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_parking_lot::core::{ScheduledTask, SubmitOptions, TaskMetadata};
+use prometheus_parking_lot::infra::postgres::PgDatabase;
+use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost};
+use prometheus_parking_lot::{
+    build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TaskExecutor,
+    TokioSpawner,
+};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+struct Scale {
+    jobs: u64,
+    workers: usize,
+    clients: usize,
+    rounds: usize,
+}
+
+impl Scale {
+    fn from_args() -> Self {
+        let bench = std::env::args().any(|arg| arg == "--bench");
+        let var = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(default)
+        };
+        if bench {
+            Self {
+                jobs: var("PG_JOBS", 20_000),
+                workers: var("PG_WORKERS", 2) as usize,
+                clients: var("PG_CLIENTS", 64) as usize,
+                rounds: var("PG_ROUNDS", 3) as usize,
+            }
+        } else {
+            Self {
+                jobs: 300,
+                workers: 2,
+                clients: 8,
+                rounds: 1,
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Double;
+
+#[async_trait::async_trait]
+impl TaskExecutor<u64, u64> for Double {
+    async fn execute(&self, payload: u64, _meta: TaskMetadata) -> u64 {
+        payload * 2
+    }
+}
+
+fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}_{}_{nanos}", std::process::id())
+}
+
+/// The pools of one round, on a fresh queue and mailbox table: a producer-only node and a
+/// worker node, each from a config of its own, as two processes would build them.
+struct Round {
+    producer: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
+    _worker: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
+    mailbox: String,
+}
+
+fn pools(database: &PgDatabase, workers: usize) -> Round {
+    let queue = unique("bench");
+    let mailbox = format!("{queue}_results");
+    let node = |threads: usize| {
+        let config = serde_json::json!({ "pools": { "node": {
+            "worker_threads": threads,
+            "max_units": 1_000_000,
+            "max_queue_depth": 10_000_000,
+            "queue": { "type": "postgres", "queue_name": queue },
+            "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
+        } } });
+        let config = SchedulerConfig::from_json_str(&config.to_string()).expect("bench config");
+        build_pools_from_scheduler_config::<u64, u64, Double, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Postgres(database.clone()),
+            None,
+            |_| Double,
+            TokioSpawner,
+        )
+        .expect("bench pools")
+    };
+    Round {
+        producer: node(0),
+        _worker: node(workers),
+        mailbox,
+    }
+}
+
+async fn drop_table(connection: &DatabaseConnection, table: &str) {
+    let _ = connection
+        .execute_unprepared(&format!("DROP TABLE IF EXISTS {table}"))
+        .await;
+}
+
+/// Submits and retrieves `jobs` through the pools; `batched` picks `submit_batch`.
+async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Duration {
+    let round = pools(database, scale.workers);
+    let producer = Arc::new(round.producer.pools["node"].client().clone());
+    let key = MailboxKey::new("bench").with_session(unique("s"));
+    let task = |id: u64| {
+        ScheduledTask::new(
+            TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key.clone()),
+            id,
+        )
+    };
+    let started = Instant::now();
+    if batched {
+        let ids: Vec<u64> = (1..=scale.jobs).collect();
+        for chunk in ids.chunks(1_000) {
+            let answers = producer
+                .submit_batch(chunk.iter().map(|&id| task(id)).collect(), SubmitOptions::default())
+                .await;
+            assert!(answers.iter().all(Result::is_ok), "every batch submit is accepted");
+        }
+    } else {
+        let mut submitters = tokio::task::JoinSet::new();
+        for client in 0..scale.clients as u64 {
+            let producer = Arc::clone(&producer);
+            let ids: Vec<u64> = (1..=scale.jobs).filter(|id| id % scale.clients as u64 == client).collect();
+            let tasks: Vec<_> = ids.into_iter().map(task).collect();
+            submitters.spawn(async move {
+                for task in tasks {
+                    producer
+                        .submit(task, SubmitOptions::default())
+                        .await
+                        .expect("submit is accepted");
+                }
+            });
+        }
+        while let Some(done) = submitters.join_next().await {
+            done.expect("a submitter");
+        }
+    }
+    let mut takers = tokio::task::JoinSet::new();
+    let clients = scale.clients as u64;
+    for client in 0..clients {
+        let producer = Arc::clone(&producer);
+        let key = key.clone();
+        let jobs = scale.jobs;
+        takers.spawn(async move {
+            for id in (1..=jobs).filter(|id| id % clients == client) {
+                let result = producer
+                    .retrieve_task(&key, id, Duration::from_secs(60))
+                    .await
+                    .expect("every result is retrieved");
+                assert_eq!(result, id * 2);
+            }
+        });
+    }
+    while let Some(done) = takers.join_next().await {
+        done.expect("a taker");
+    }
+    let elapsed = started.elapsed();
+    let mailbox = round.mailbox.clone();
+    drop(round);
+    drop_table(database.connection(), &mailbox).await;
+    elapsed
+}
+
+/// The hand-written loop: see the module docs.
+async fn plain_round(database: &PgDatabase, scale: &Scale) -> Duration {
+    let connection = database.connection().clone();
+    let jobs_table = unique("plain_jobs");
+    let results_table = format!("{jobs_table}_results");
+    connection
+        .execute_unprepared(&format!(
+            "CREATE TABLE {jobs_table} (id BIGSERIAL PRIMARY KEY, priority SMALLINT NOT NULL, \
+             task_id BIGINT NOT NULL, payload JSONB NOT NULL); \
+             CREATE INDEX ON {jobs_table} (priority DESC, id); \
+             CREATE TABLE {results_table} (id BIGSERIAL PRIMARY KEY, task_id BIGINT NOT NULL, \
+             payload JSONB NOT NULL); CREATE INDEX ON {results_table} (task_id);"
+        ))
+        .await
+        .expect("plain tables");
+    let started = Instant::now();
+    let ids: Vec<u64> = (1..=scale.jobs).collect();
+    for chunk in ids.chunks(1_000) {
+        let rows: Vec<String> = chunk
+            .iter()
+            .map(|id| format!("(1, {id}, '{id}'::jsonb)"))
+            .collect();
+        connection
+            .execute_unprepared(&format!(
+                "INSERT INTO {jobs_table} (priority, task_id, payload) VALUES {}",
+                rows.join(",")
+            ))
+            .await
+            .expect("insert jobs");
+    }
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..scale.workers {
+        let connection = connection.clone();
+        let (jobs_table, results_table) = (jobs_table.clone(), results_table.clone());
+        workers.spawn(async move {
+            let claim = format!(
+                "DELETE FROM {jobs_table} WHERE id = (SELECT id FROM {jobs_table} \
+                 ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 RETURNING task_id, payload::text AS payload"
+            );
+            loop {
+                let row = connection
+                    .query_one_raw(Statement::from_string(DbBackend::Postgres, claim.clone()))
+                    .await
+                    .expect("claim");
+                let Some(row) = row else { break };
+                let task_id: i64 = row.try_get("", "task_id").expect("task_id");
+                let payload: String = row.try_get("", "payload").expect("payload");
+                let doubled = payload.parse::<u64>().expect("payload") * 2;
+                connection
+                    .execute_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        format!("INSERT INTO {results_table} (task_id, payload) VALUES ($1, $2::jsonb)"),
+                        [task_id.into(), doubled.to_string().into()],
+                    ))
+                    .await
+                    .expect("store the result");
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.expect("a plain worker");
+    }
+    let mut takers = tokio::task::JoinSet::new();
+    for client in 0..scale.clients.min(16) as u64 {
+        let connection = connection.clone();
+        let results_table = results_table.clone();
+        let (jobs, clients) = (scale.jobs, scale.clients.min(16) as u64);
+        takers.spawn(async move {
+            for id in (1..=jobs).filter(|id| id % clients == client) {
+                let row = connection
+                    .query_one_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        format!("DELETE FROM {results_table} WHERE task_id = $1 RETURNING payload::text AS payload"),
+                        [(id as i64).into()],
+                    ))
+                    .await
+                    .expect("take")
+                    .expect("the result is there");
+                let payload: String = row.try_get("", "payload").expect("payload");
+                assert_eq!(payload.parse::<u64>().expect("payload"), id * 2);
+            }
+        });
+    }
+    while let Some(done) = takers.join_next().await {
+        done.expect("a plain taker");
+    }
+    let elapsed = started.elapsed();
+    drop_table(&connection, &jobs_table).await;
+    drop_table(&connection, &results_table).await;
+    elapsed
+}
+
+fn rate(jobs: u64, elapsed: Duration) -> f64 {
+    jobs as f64 / elapsed.as_secs_f64()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let scale = Scale::from_args();
+    let database = PgDatabase::connect(&database_url()).unwrap_or_else(|error| {
+        panic!("the Postgres benchmark needs a server at DATABASE_URL or 127.0.0.1:5432: {error}")
+    });
+    let client = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    let names = ["plain SQL SKIP LOCKED loop", "pool, submit_batch", "pool, submit"];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    for round in 0..scale.rounds {
+        for path in 0..names.len() {
+            let path = (path + round) % names.len();
+            let elapsed = client.block_on(async {
+                match path {
+                    0 => plain_round(&database, &scale).await,
+                    1 => pool_round(&database, &scale, true).await,
+                    _ => pool_round(&database, &scale, false).await,
+                }
+            });
+            rates[path].push(rate(scale.jobs, elapsed));
+        }
+    }
+    println!(
+        "postgres_queue: {} jobs per run, {} workers, {} clients, {} rounds",
+        scale.jobs, scale.workers, scale.clients, scale.rounds
+    );
+    let baseline = median(rates[0].clone());
+    for (name, rates) in names.iter().zip(rates) {
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        let middle = median(rates);
+        println!(
+            "  {name:<28} median {middle:>9.0} jobs/s  best {best:>9.0} jobs/s  {:.2}x the plain loop",
+            middle / baseline
+        );
+    }
+}
