@@ -76,7 +76,8 @@ impl TaskExecutor<u64, u64> for Double {
 }
 
 fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 fn unique(prefix: &str) -> String {
@@ -145,15 +146,23 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Dura
         let ids: Vec<u64> = (1..=scale.jobs).collect();
         for chunk in ids.chunks(1_000) {
             let answers = producer
-                .submit_batch(chunk.iter().map(|&id| task(id)).collect(), SubmitOptions::default())
+                .submit_batch(
+                    chunk.iter().map(|&id| task(id)).collect(),
+                    SubmitOptions::default(),
+                )
                 .await;
-            assert!(answers.iter().all(Result::is_ok), "every batch submit is accepted");
+            assert!(
+                answers.iter().all(Result::is_ok),
+                "every batch submit is accepted"
+            );
         }
     } else {
         let mut submitters = tokio::task::JoinSet::new();
         for client in 0..scale.clients as u64 {
             let producer = Arc::clone(&producer);
-            let ids: Vec<u64> = (1..=scale.jobs).filter(|id| id % scale.clients as u64 == client).collect();
+            let ids: Vec<u64> = (1..=scale.jobs)
+                .filter(|id| id % scale.clients as u64 == client)
+                .collect();
             let tasks: Vec<_> = ids.into_iter().map(task).collect();
             submitters.spawn(async move {
                 for task in tasks {
@@ -246,7 +255,9 @@ async fn plain_round(database: &PgDatabase, scale: &Scale) -> Duration {
                 connection
                     .execute_raw(Statement::from_sql_and_values(
                         DbBackend::Postgres,
-                        format!("INSERT INTO {results_table} (task_id, payload) VALUES ($1, $2::jsonb)"),
+                        format!(
+                            "INSERT INTO {results_table} (task_id, payload) VALUES ($1, $2::jsonb)"
+                        ),
                         [task_id.into(), doubled.to_string().into()],
                     ))
                     .await
@@ -306,7 +317,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("client runtime");
-    let names = ["plain SQL SKIP LOCKED loop", "pool, submit_batch", "pool, submit"];
+    let names = [
+        "plain SQL SKIP LOCKED loop",
+        "pool, submit_batch",
+        "pool, submit",
+    ];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..scale.rounds {
         for path in 0..names.len() {

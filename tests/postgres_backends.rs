@@ -7,14 +7,22 @@
 mod conformance;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use conformance::{mailbox, shared_queue, Job};
-use prometheus_parking_lot::core::{Mailbox, SharedQueue};
+use prometheus_parking_lot::core::{
+    Mailbox, PoolError, QueueCounts, ScheduledTask, SharedQueue, TaskMetadata,
+};
 use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
 use prometheus_parking_lot::infra::postgres::PgDatabase;
 use prometheus_parking_lot::infra::queue::postgres::{PostgresQueue, RetryPolicy};
+use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost, TaskId};
+use prometheus_parking_lot::{
+    build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext, SchedulerConfig,
+    TaskExecutor, TokioSpawner,
+};
+use serde::{Deserialize, Serialize};
 
 /// The database every test uses; the tests fail (never skip) when it cannot be reached.
 fn database() -> PgDatabase {
@@ -89,4 +97,237 @@ async fn postgres_mailbox_conforms() {
         }
     })
     .await;
+}
+
+// -------------------------------------------------------------------------------------------
+// Through pools built from a config
+// -------------------------------------------------------------------------------------------
+
+/// Doubles the job's number after `ms` milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Work {
+    n: u64,
+    ms: u64,
+}
+
+#[derive(Clone)]
+struct Doubler;
+
+#[async_trait::async_trait]
+impl TaskExecutor<Work, u64> for Doubler {
+    async fn execute(&self, work: Work, _meta: TaskMetadata) -> u64 {
+        tokio::time::sleep(Duration::from_millis(work.ms)).await;
+        work.n * 2
+    }
+}
+
+/// One pool on a fresh Postgres queue (and optionally a Postgres mailbox), built from config.
+fn postgres_pool(
+    context: &QueueBuilderContext,
+    database_url: Option<&str>,
+    queue: &str,
+    mailbox: Option<&str>,
+) -> BuiltPools<Work, u64, Doubler> {
+    let storage = match mailbox {
+        Some(table) => serde_json::json!({ "type": "postgres", "table": table }),
+        None => serde_json::json!({ "type": "in_memory" }),
+    };
+    let mut config = serde_json::json!({ "pools": { "gpu": {
+        "worker_threads": 1,
+        "max_units": 1,
+        "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 3_000 },
+        "mailbox": { "storage": storage }
+    } } });
+    if let Some(url) = database_url {
+        config["database_url"] = url.into();
+    }
+    let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+    build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
+        &config,
+        context,
+        None,
+        |_| Doubler,
+        TokioSpawner,
+    )
+    .expect("the pool starts")
+}
+
+fn work(id: TaskId, n: u64, ms: u64, key: &MailboxKey) -> ScheduledTask<Work> {
+    ScheduledTask::new(
+        TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key.clone()),
+        Work { n, ms },
+    )
+}
+
+async fn one_row(sql: String) -> Option<sea_orm::QueryResult> {
+    use sea_orm::ConnectionTrait;
+    database()
+        .connection()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            sql,
+        ))
+        .await
+        .expect("query")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_whose_payload_cannot_be_read_is_dead_lettered_and_the_pool_runs_on() {
+    let name = fresh_name("bad_rows");
+    let context = QueueBuilderContext::Postgres(database());
+    let built = {
+        let (context, name) = (context.clone(), name.clone());
+        tokio::task::spawn_blocking(move || postgres_pool(&context, None, &name, None))
+            .await
+            .unwrap()
+    };
+    let pool = &built.pools["gpu"];
+    // Another producer (an older version, say) parks a payload this pool cannot read, ahead
+    // of a good one.
+    let (writer, good_writer) = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            (
+                PostgresQueue::<serde_json::Value>::open(&database(), "pl_queue_jobs", &name)
+                    .unwrap(),
+                PostgresQueue::<Work>::open(&database(), "pl_queue_jobs", &name).unwrap(),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let key = MailboxKey::new("acme").with_session("bad-rows");
+    let mut bad = work(1, 0, 0, &key).meta;
+    bad.priority = Priority::Critical;
+    writer
+        .enqueue(
+            1,
+            1,
+            ScheduledTask::new(bad, serde_json::json!("not a job")),
+        )
+        .await
+        .unwrap();
+    good_writer
+        .enqueue(2, 2, work(2, 21, 0, &key))
+        .await
+        .unwrap();
+
+    let result = pool.retrieve_task(&key, 2, Duration::from_secs(10)).await;
+    assert_eq!(result, Ok(42), "the good job runs after the bad one");
+    let row = one_row(format!(
+        "SELECT state, last_error FROM pl_queue_jobs WHERE queue_name = '{name}' AND task_id = 1"
+    ))
+    .await
+    .expect("the bad row is kept");
+    let state: String = row.try_get("", "state").unwrap();
+    let error: String = row.try_get("", "last_error").unwrap();
+    assert_eq!(state, "dead");
+    assert!(
+        error.contains("payload does not deserialise"),
+        "the dead letter says why: {error}"
+    );
+    // The claim is settled just after the result is stored.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while good_writer.counts().await.unwrap() != QueueCounts::default() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "something is left parked or claimed: {:?}",
+            good_writer.counts().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A TCP proxy to the database that can be cut (every connection dropped, new ones refused)
+/// and restored.
+struct Proxy {
+    port: u16,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = Arc::new(Mutex::new(Vec::new()));
+        let (accepting, tracked) = (Arc::clone(&up), Arc::clone(&connections));
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !accepting.load(Ordering::SeqCst) {
+                    continue; // dropped: refused
+                }
+                let upstream = upstream.clone();
+                let copy = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                tracked.lock().unwrap().push(copy.abort_handle());
+            }
+        });
+        Self {
+            port,
+            up,
+            connections,
+        }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_away_fails_submits_clearly_and_the_pool_recovers() {
+    let proxy = Proxy::start("127.0.0.1:5432".into()).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/test", proxy.port);
+    let (name, table) = (fresh_name("outage"), fresh_name("outage_results"));
+    let built = {
+        let (url, name, table) = (url.clone(), name.clone(), table.clone());
+        tokio::task::spawn_blocking(move || {
+            postgres_pool(
+                &QueueBuilderContext::Embedded,
+                Some(&url),
+                &name,
+                Some(&table),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let pool = &built.pools["gpu"];
+    let key = MailboxKey::new("acme").with_session("outage");
+    // Task 1 holds the only unit for a while; task 2 parks in the table.
+    pool.submit(work(1, 1, 1_500, &key)).await.unwrap();
+    pool.submit(work(2, 2, 0, &key)).await.unwrap();
+
+    proxy.cut();
+    let refused = pool.submit(work(3, 3, 0, &key)).await;
+    match refused {
+        Err(PoolError::Internal(text)) => assert!(
+            text.contains("could not park the task") && text.contains("postgres"),
+            "the error says what failed: {text}"
+        ),
+        other => panic!("a submit while the database is away must fail: {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.restore();
+
+    pool.submit(work(4, 4, 0, &key))
+        .await
+        .expect("submits work again");
+    for (id, doubled) in [(1, 2), (2, 4), (4, 8)] {
+        let result = pool.retrieve_task(&key, id, Duration::from_secs(30)).await;
+        assert_eq!(result, Ok(doubled), "task {id}: nothing stored was lost");
+    }
+    let _ = one_row(format!("DROP TABLE IF EXISTS {table}")).await;
 }

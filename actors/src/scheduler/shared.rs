@@ -258,11 +258,29 @@ where
         self.claiming = false;
     }
 
-    /// Ends this node's claim on `entry`.
+    /// Ends this node's claim on `entry`. A backend error (a database that is away) is
+    /// retried for up to half the lease; after that the lease runs out and the task runs
+    /// again elsewhere (at-least-once).
     pub fn settle(&self, entry: EntryId, settlement: Settlement) {
+        let patience = self.lease / 2;
         self.spawn(move |queue, node| async move {
-            if let Err(error) = queue.settle(&node, entry, settlement).await {
-                tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
+            let give_up = tokio::time::Instant::now() + patience;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match queue.settle(&node, entry, settlement.clone()).await {
+                    Ok(()) => break,
+                    Err(QueueError::Backend(error))
+                        if tokio::time::Instant::now() + pause < give_up =>
+                    {
+                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                    Err(error) => {
+                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
+                        break;
+                    }
+                }
             }
             None
         });

@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
@@ -214,6 +215,9 @@ fn delivery_of<R: DeserializeOwned>(row: &QueryResult) -> Result<Delivery<R>, Ma
     })
 }
 
+/// How long a store keeps retrying while the database cannot be reached.
+const STORE_PATIENCE: Duration = Duration::from_secs(60);
+
 const RETURNED: &str = "task_id, created_at_ms, payload::text AS payload, error::text AS error";
 
 #[async_trait]
@@ -264,7 +268,22 @@ where
             self.table.to_string().into(),
             format!("{hash:x}").into(),
         ];
-        self.query_all(sql, values).await.map_err(failed("store"))?;
+        // A result is stored once or not at all (one statement), so a failed attempt can be
+        // repeated: while the database is away the result waits here (and the mailbox
+        // actor's queue behind it) instead of being dropped.
+        let mut pause = Duration::from_millis(50);
+        let give_up = Instant::now() + STORE_PATIENCE;
+        loop {
+            match self.query_all(sql.clone(), values.clone()).await {
+                Ok(_) => break,
+                Err(error) if Instant::now() + pause < give_up => {
+                    tracing::warn!(table = %self.table, task_id = delivery.task_id, error = %backend_error("store", &error), "retrying a result store");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => return Err(failed("store")(error)),
+            }
+        }
         self.waiters.wake_hash(hash);
         Ok(())
     }
