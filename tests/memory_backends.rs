@@ -115,10 +115,7 @@ async fn two_nodes_claim_every_shared_entry_exactly_once() {
     let node = |name: &'static str| {
         let lot = Arc::clone(&lot);
         tokio::spawn(async move {
-            let free = FitQuery {
-                free: Capacity::uniform(1),
-                bound: None,
-            };
+            let free = FitQuery::within(Capacity::uniform(1));
             let lease = Duration::from_secs(30);
             let mut claimed = Vec::new();
             while let Some(leased) = lot.claim_best_fit(name, &free, lease, 0).await.unwrap() {

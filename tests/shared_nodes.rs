@@ -271,10 +271,7 @@ async fn a_lease_its_holder_stopped_renewing_is_rescued_and_run_elsewhere() {
         .enqueue(entry, now(), job(9, 0, Priority::Normal))
         .await
         .unwrap();
-    let query = FitQuery {
-        free: Capacity::uniform(1),
-        bound: None,
-    };
+    let query = FitQuery::within(Capacity::uniform(1));
     let lease = cluster
         .queue
         .claim_best_fit("ghost", &query, Duration::from_millis(100), now())

@@ -15,7 +15,7 @@ pub use prometheus_parking_lot_actors::mailbox::{
 };
 pub use prometheus_parking_lot_actors::queue::{
     EntryId, FitQuery, InlineQueue, Lease, QueueCounts, QueueError, RankBound, Settlement,
-    SharedQueue, StoredEntry, TaskQueue,
+    SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{
     SchedulerRequest, ShutdownReport, SubmitOptions,

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot::core::{
     Capacity, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask,
-    Settlement, SharedQueue,
+    Settlement, SharedQueue, StarvationRule,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
@@ -58,6 +58,7 @@ where
         best_fit_skips_ahead_to_a_smaller_task,
         best_fit_returns_none_when_nothing_fits,
         rank_bound_excludes_tasks_ranked_behind_it,
+        an_aged_task_that_does_not_fit_bounds_the_claim,
         a_batch_claim_takes_the_best_tasks_that_fit_together,
         a_batch_claim_takes_no_more_than_the_sequential_claims_would,
         only_the_holder_renews_or_settles,
@@ -83,14 +84,14 @@ fn only(kind: ResourceKind, units: u32) -> Capacity {
 
 /// A fit query without rank bound.
 fn within(free: Capacity) -> FitQuery {
-    FitQuery { free, bound: None }
+    FitQuery::within(free)
 }
 
 /// A fit query bounded to tasks ranked at or ahead of `bound`.
 fn within_bound(free: Capacity, bound: RankBound) -> FitQuery {
     FitQuery {
-        free,
         bound: Some(bound),
+        ..FitQuery::within(free)
     }
 }
 
@@ -241,6 +242,72 @@ pub async fn best_fit_claims_in_rank_order(queue: &dyn SharedQueue<Job>) {
     }
     assert_eq!(claimed, [40, 30, 11, 12, 5, 3, 2, 99]);
     assert_counts(queue, 0, parked.len(), "claiming everything").await;
+}
+
+/// The node's starvation rule: the best-ranked task parked long enough that the node could
+/// run on its whole capacity is reserved. While it does not fit the free units, only tasks
+/// ranked at or ahead of it are claimed (the node drains for it); once it fits, it is
+/// claimed. Tasks not yet aged, or too big for the node, reserve nothing.
+pub async fn an_aged_task_that_does_not_fit_bounds_the_claim(queue: &dyn SharedQueue<Job>) {
+    let big_old = cpu(1, Normal, 0, 8);
+    let small_new = cpu(2, Normal, 100, 1);
+    let urgent = cpu(3, High, 200, 1);
+    let too_big = cpu(4, Critical, 0, 50);
+    enqueue_all(
+        queue,
+        &[(1, &big_old), (2, &small_new), (3, &urgent), (4, &too_big)],
+    )
+    .await;
+    let rule = |aged_at: u64, free: u32| FitQuery {
+        starvation: Some(StarvationRule {
+            capacity: only(Cpu, 8),
+            parked_before_ms: at(aged_at),
+        }),
+        ..within(only(Cpu, free))
+    };
+
+    // Nothing has aged at 0 - 1: the small task skips ahead as usual.
+    let young = queue
+        .claim_best_fit(NODE_A, &rule(0, 4), LEASE, at(0))
+        .await;
+    assert_eq!(
+        young.expect("claim").map(|lease| lease.entry),
+        Some(3),
+        "urgent first"
+    );
+    let skip = queue
+        .claim_best_fit(NODE_A, &rule(0, 4), LEASE, at(0))
+        .await;
+    assert_eq!(
+        skip.expect("claim").map(|lease| lease.entry),
+        None,
+        "task 1 aged at 0 reserves"
+    );
+    assert_counts(queue, 3, 1, "a reserved claim").await;
+
+    let unaged = FitQuery {
+        starvation: Some(StarvationRule {
+            capacity: only(Cpu, 8),
+            parked_before_ms: at(0) - 1,
+        }),
+        ..within(only(Cpu, 4))
+    };
+    let small = queue.claim_best_fit(NODE_A, &unaged, LEASE, at(0)).await;
+    assert_eq!(
+        small.expect("claim").map(|lease| lease.entry),
+        Some(2),
+        "no task aged yet"
+    );
+
+    let fits_now = queue
+        .claim_best_fit(NODE_B, &rule(0, 8), LEASE, at(0))
+        .await;
+    assert_eq!(
+        fits_now.expect("claim").map(|lease| lease.entry),
+        Some(1),
+        "it fits: claimed"
+    );
+    assert_counts(queue, 1, 3, "the reserved task claimed").await;
 }
 
 /// A batch claim with room for all takes the `max` best-ranked tasks, best first, each under

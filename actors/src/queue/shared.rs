@@ -10,6 +10,7 @@
 //! SELECT ... FROM jobs
 //!  WHERE state = 'parked' AND (kind, units) fits the free capacity
 //!    AND (priority, rank_time_ms, entry) ranks at or ahead of the bound, if any
+//!    AND it ranks at or ahead of the node's reserved task, if that does not fit now
 //!  ORDER BY priority DESC, rank_time_ms, entry
 //!  LIMIT 1 FOR UPDATE SKIP LOCKED
 //! ```
@@ -49,13 +50,42 @@ impl RankBound {
     }
 }
 
-/// What a claim may take: free units per kind, and optionally a rank bound.
+/// What a claim may take: free units per kind, and optionally a rank bound and the node's
+/// starvation rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FitQuery {
     /// Units free per resource kind on the claiming node.
     pub free: Capacity,
     /// Claim only tasks ranked at or ahead of this bound.
     pub bound: Option<RankBound>,
+    /// The claiming node's starvation guard, if it has one.
+    pub starvation: Option<StarvationRule>,
+}
+
+impl FitQuery {
+    /// Tasks that fit `free`, with no bound and no starvation rule.
+    pub fn within(free: Capacity) -> Self {
+        Self {
+            free,
+            bound: None,
+            starvation: None,
+        }
+    }
+}
+
+/// The starvation guard of a node, as a shared queue applies it to one claim.
+///
+/// The *reserved* task is the best-ranked parked task that was admitted at or before
+/// `parked_before_ms` (it has waited the guard's age) and that the node could run on its whole
+/// `capacity`. If the reserved task does not fit the free units now, the node claims only
+/// tasks ranked at or ahead of it: it drains for it instead of letting smaller, later tasks
+/// overtake it for ever. If it fits, it is claimed like any other task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StarvationRule {
+    /// The node's total units per kind.
+    pub capacity: Capacity,
+    /// Tasks admitted at or before this time (ms since the Unix epoch) have waited long enough.
+    pub parked_before_ms: u64,
 }
 
 /// A task claimed under a lease.

@@ -33,7 +33,7 @@ use std::time::Duration;
 use ractor::{ActorRef, RpcReplyPort};
 
 use super::protocol::{Internal, Reply, SchedulerMsg};
-use crate::domain::{Capacity, MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
+use crate::domain::{MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
 use crate::queue::{EntryId, FitQuery, Lease, QueueError, Settlement, SharedQueue};
 
 /// How a pool takes part in a shared queue. See the module docs.
@@ -238,16 +238,15 @@ where
         });
     }
 
-    /// Claims the best shared tasks that fit `free` together, at most `max` (the node's idle
+    /// Claims the best shared tasks that fit `query` together, at most `max` (the node's idle
     /// workers: what it can start now), unless a claim is in flight.
-    pub fn claim(&mut self, free: Capacity, max: usize, now: u64) {
+    pub fn claim(&mut self, query: FitQuery, max: usize, now: u64) {
         if self.claiming || max == 0 {
             return;
         }
         self.claiming = true;
         let lease = self.lease;
         self.spawn(move |queue, node| async move {
-            let query = FitQuery { free, bound: None };
             let claimed = queue.claim_batch(&node, &query, max, lease, now).await;
             Some(SharedReport::Claimed(claimed))
         });

@@ -34,7 +34,7 @@ use crate::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::mailbox::actor::MailboxMsg;
 use crate::mailbox::{status_of, Delivery, Mailbox, Notifier, TerminalEvent};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{EntryId, Lease, Settlement, StoredEntry, TaskQueue};
+use crate::queue::{EntryId, FitQuery, Lease, Settlement, StarvationRule, StoredEntry, TaskQueue};
 use crate::stats::PoolCounters;
 use crate::worker::{Job, JobSenders};
 use ractor::{ActorRef, RpcReplyPort};
@@ -754,7 +754,16 @@ where
             });
         if !free.is_empty() {
             let idle = self.core.live_workers() - self.core.busy_workers();
-            shared.claim(free, idle, now);
+            let limits = self.core.limits();
+            let starvation = limits.starvation.max_park_ms.map(|age| StarvationRule {
+                capacity: limits.capacity,
+                parked_before_ms: now.saturating_sub(age),
+            });
+            let query = FitQuery {
+                starvation,
+                ..FitQuery::within(free)
+            };
+            shared.claim(query, idle, now);
         }
     }
 

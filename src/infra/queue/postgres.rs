@@ -557,12 +557,29 @@ where
             None => (true, 0, 0, 0),
         };
         let fits = "CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END";
+        // The node's reserved task (see `StarvationRule`): the best-ranked aged task its
+        // whole capacity could run. When it does not fit now, only tasks ranked at or ahead
+        // of it may be claimed.
+        let (aged_before, whole) = match query.starvation {
+            Some(rule) => (millis_u64(rule.parked_before_ms), rule.capacity),
+            None => (-1, crate::core::Capacity::uniform(0)),
+        };
+        let whole = |kind: ResourceKind| i64::from(whole.get(kind));
         let sql = format!(
-            "WITH candidates AS ( \
-               SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} \
+            "WITH reserved AS ( \
+               SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
+                WHERE queue_name = $1 AND state = 'parked' AND rank_time_ms <= $14 \
+                  AND units <= CASE kind WHEN 0 THEN $15 WHEN 1 THEN $16 WHEN 2 THEN $17 ELSE $18 END \
+                ORDER BY priority DESC, rank_time_ms, entry LIMIT 1), \
+             candidates AS ( \
+               SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} AS c \
                 WHERE queue_name = $1 AND state = 'parked' AND not_before_ms <= $2 \
                   AND units <= {fits} \
                   AND ($7 OR priority > $8 OR (priority = $8 AND (rank_time_ms, entry) <= ($9, $10))) \
+                  AND NOT EXISTS (SELECT 1 FROM reserved r \
+                      WHERE r.units > CASE r.kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END \
+                        AND (c.priority < r.priority OR (c.priority = r.priority \
+                             AND (c.rank_time_ms, c.entry) > (r.rank_time_ms, r.entry)))) \
                 ORDER BY priority DESC, rank_time_ms, entry \
                 LIMIT $13 FOR UPDATE SKIP LOCKED), \
              running AS ( \
@@ -591,6 +608,11 @@ where
             node.to_owned().into(),
             millis_u64(expires_at_ms).into(),
             i64::try_from(max).unwrap_or(i64::MAX).into(),
+            aged_before.into(),
+            whole(ResourceKind::Cpu).into(),
+            whole(ResourceKind::GpuVram).into(),
+            whole(ResourceKind::Io).into(),
+            whole(ResourceKind::Mixed).into(),
         ];
         let rows = self
             .database

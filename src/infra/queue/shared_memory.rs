@@ -39,7 +39,8 @@ use async_trait::async_trait;
 
 use crate::core::scheduling::{CostIndex, FastMap, RankKey};
 use crate::core::{
-    EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement, SharedQueue,
+    EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask, Settlement,
+    SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 
@@ -64,7 +65,7 @@ use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 /// node_a.enqueue(1, 1_000, task).await?;
 ///
 /// // Node b has 24 free units of GPU memory: it claims the task under a 30 s lease.
-/// let free = FitQuery { free: Capacity::uniform(24), bound: None };
+/// let free = FitQuery::within(Capacity::uniform(24));
 /// let lease = Duration::from_secs(30);
 /// let claimed = node_b.claim_best_fit("b", &free, lease, 2_000).await?.expect("it fits");
 /// assert_eq!((claimed.entry, claimed.attempt, claimed.expires_at_ms), (1, 1, 32_000));
@@ -138,22 +139,47 @@ impl<P> Lot<P> {
 
     /// The best-ranked parked entry that fits `query`, across kinds.
     fn best_fit(&self, query: &FitQuery) -> Option<EntryId> {
+        let reserved = self.reserved_bound(query);
         ResourceKind::ALL
             .into_iter()
             .filter_map(|kind| self.by_kind[kind.index()].best_within(query.free.get(kind)))
-            .filter(|rank| self.admitted_by_bound(query, rank.id()))
+            .filter(|rank| {
+                [query.bound, reserved]
+                    .into_iter()
+                    .flatten()
+                    .all(|bound| self.admitted_by(bound, rank.id()))
+            })
             .min()
             .map(|rank| rank.id())
     }
 
-    /// Whether the rank bound of `query`, if any, admits the parked `entry`. The best entry
-    /// of a kind that fits is enough to ask: every other one that fits ranks behind it.
-    fn admitted_by_bound(&self, query: &FitQuery, entry: EntryId) -> bool {
-        let Some(bound) = query.bound else {
-            return true;
-        };
+    /// Whether `bound` admits the parked `entry`. The best entry of a kind that fits is
+    /// enough to ask: every other one that fits ranks behind it.
+    fn admitted_by(&self, bound: RankBound, entry: EntryId) -> bool {
         self.parked.get(&entry).is_some_and(|parked| {
             bound.admits(parked.task.meta.priority, parked.rank_time_ms, entry)
+        })
+    }
+
+    /// The rank of the task the node's starvation rule reserves, when it does not fit the
+    /// free units now (see [`StarvationRule`](crate::core::StarvationRule)). A scan of the parked entries: this queue
+    /// serves tests and one process, where a linear pass is cheap next to a claim.
+    fn reserved_bound(&self, query: &FitQuery) -> Option<RankBound> {
+        let rule = query.starvation?;
+        let (entry, parked) = self
+            .parked
+            .iter()
+            .filter(|(_, parked)| {
+                let cost = parked.task.meta.cost;
+                parked.rank_time_ms <= rule.parked_before_ms
+                    && cost.units <= rule.capacity.get(cost.kind)
+            })
+            .min_by_key(|(entry, parked)| parked.rank(**entry))?;
+        let cost = parked.task.meta.cost;
+        (cost.units > query.free.get(cost.kind)).then_some(RankBound {
+            priority: parked.task.meta.priority,
+            rank_time_ms: parked.rank_time_ms,
+            entry: *entry,
         })
     }
 
