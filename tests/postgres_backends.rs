@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use conformance::{mailbox, shared_queue, Job};
 use prometheus_parking_lot::core::{
-    Mailbox, PoolError, QueueCounts, ScheduledTask, SharedQueue, TaskMetadata,
+    Capacity, FitQuery, Mailbox, PoolError, QueueCounts, ScheduledTask, SharedQueue, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
 use prometheus_parking_lot::infra::postgres::PgDatabase;
@@ -214,6 +214,14 @@ async fn a_row_whose_payload_cannot_be_read_is_dead_lettered_and_the_pool_runs_o
 
     let result = pool.retrieve_task(&key, 2, Duration::from_secs(10)).await;
     assert_eq!(result, Ok(42), "the good job runs after the bad one");
+    // The bad one's submitter learns why at the node's next poll.
+    match pool.retrieve_task(&key, 1, Duration::from_secs(10)).await {
+        Err(PoolError::Failed(reason)) => assert!(
+            reason.contains("payload does not deserialise"),
+            "the failure says why: {reason}"
+        ),
+        other => panic!("the dead-lettered task must end failed: {other:?}"),
+    }
     let row = one_row(format!(
         "SELECT state, last_error FROM pl_queue_jobs WHERE queue_name = '{name}' AND task_id = 1"
     ))
@@ -330,4 +338,78 @@ async fn a_database_that_goes_away_fails_submits_clearly_and_the_pool_recovers()
         assert_eq!(result, Ok(doubled), "task {id}: nothing stored was lost");
     }
     let _ = one_row(format!("DROP TABLE IF EXISTS {table}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_runs_are_retried_after_a_backoff_then_dead_lettered_and_reported_once() {
+    let name = fresh_name("retries");
+    let queue = tokio::task::spawn_blocking(move || {
+        PostgresQueue::<Job>::open(&database(), "pl_queue_jobs", &name)
+            .unwrap()
+            .with_retry(RetryPolicy {
+                max_attempts: 2,
+                base: Duration::from_millis(1_000),
+                max: Duration::from_secs(60),
+            })
+    })
+    .await
+    .unwrap();
+    let key = MailboxKey::new("acme").with_user("ada");
+    let task = ScheduledTask::new(
+        TaskMetadata::new(7, ResourceCost::cpu(2)).with_mailbox(key.clone()),
+        Job {
+            name: "retry me".into(),
+            inputs: vec![1],
+        },
+    );
+    queue.enqueue(1, 1_000, task).await.unwrap();
+    let lease = Duration::from_millis(500);
+    let any = FitQuery::within(Capacity::uniform(4));
+
+    let first = queue
+        .claim_best_fit("ghost", &any, lease, 10_000)
+        .await
+        .unwrap();
+    assert_eq!(first.map(|lease| lease.attempt), Some(1));
+    assert_eq!(
+        queue.rescue_expired(10_500).await,
+        Ok(1),
+        "the lease ran out"
+    );
+    let early = queue
+        .claim_best_fit("b", &any, lease, 11_499)
+        .await
+        .unwrap();
+    assert!(early.is_none(), "retried only after the backoff of 1 s");
+    let second = queue
+        .claim_best_fit("b", &any, lease, 11_500)
+        .await
+        .unwrap();
+    assert_eq!(second.map(|lease| lease.attempt), Some(2));
+
+    assert_eq!(
+        queue.rescue_expired(12_000).await,
+        Ok(1),
+        "the last attempt ran out"
+    );
+    assert_eq!(
+        queue.counts().await.unwrap(),
+        QueueCounts::default(),
+        "dead, not parked"
+    );
+    let dead = queue.take_dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (&dead[0].key, dead[0].task_id, dead[0].cost),
+        (&key, 7, ResourceCost::cpu(2))
+    );
+    assert!(
+        dead[0].reason.contains("ran out (attempt 2)"),
+        "{}",
+        dead[0].reason
+    );
+    assert!(
+        queue.take_dead_letters(10).await.unwrap().is_empty(),
+        "reported once"
+    );
 }

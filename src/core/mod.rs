@@ -14,8 +14,8 @@ pub use prometheus_parking_lot_actors::mailbox::{
     Delivery, InlineMailbox, Mailbox, MailboxError, Notifier, TerminalEvent,
 };
 pub use prometheus_parking_lot_actors::queue::{
-    EntryId, FitQuery, InlineQueue, Lease, QueueCounts, QueueError, RankBound, Settlement,
-    SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    DeadLetter, EntryId, FitQuery, InlineQueue, Lease, QueueCounts, QueueError, RankBound,
+    Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{
     SchedulerRequest, ShutdownReport, SubmitOptions,

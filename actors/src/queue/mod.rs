@@ -30,7 +30,7 @@ use thiserror::Error;
 
 use crate::domain::{ScheduledTask, TaskMetadata};
 
-pub use shared::{FitQuery, Lease, RankBound, SharedQueue, StarvationRule};
+pub use shared::{DeadLetter, FitQuery, Lease, RankBound, SharedQueue, StarvationRule};
 
 /// The pool's own id of an admitted task. See the module docs.
 pub type EntryId = u64;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{EntryId, QueueCounts, QueueError, Settlement};
-use crate::domain::{Capacity, MailboxKey, Priority, ScheduledTask, TaskId};
+use crate::domain::{Capacity, MailboxKey, Priority, ResourceCost, ScheduledTask, TaskId};
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
 /// ahead of it, so the pool drains for it.
@@ -99,6 +99,19 @@ pub struct Lease<P> {
     pub attempt: u32,
     /// When the lease runs out unless renewed, milliseconds since the Unix epoch.
     pub expires_at_ms: u64,
+}
+
+/// A task a shared queue gave up on, to be reported to its submitter as failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Where its result goes.
+    pub key: MailboxKey,
+    /// The task.
+    pub task_id: TaskId,
+    /// What it cost (for the event stream).
+    pub cost: ResourceCost,
+    /// Why it was given up.
+    pub reason: String,
 }
 
 /// The shared queue contract. See the module docs; the conformance suite in
@@ -190,6 +203,16 @@ where
 
     /// How many entries are parked and claimed (by any node).
     async fn counts(&self) -> Result<QueueCounts, QueueError>;
+
+    /// Takes up to `max` dead letters no node has reported yet: tasks the queue gave up on by
+    /// itself (every attempt lost its lease, or the stored task could not be read), so the
+    /// node stores a failure for each in its mailbox and their submitters learn how they
+    /// ended. Each dead letter is returned once. The default: none (a queue that never gives
+    /// up on a task).
+    async fn take_dead_letters(&self, max: usize) -> Result<Vec<DeadLetter>, QueueError> {
+        let _ = max;
+        Ok(Vec::new())
+    }
 
     /// A signal that changes whenever a task may have been parked by any node (a database's
     /// LISTEN/NOTIFY), so an idle node claims at once instead of at its next poll. `None`

@@ -34,7 +34,10 @@ use ractor::{ActorRef, RpcReplyPort};
 
 use super::protocol::{Internal, Reply, SchedulerMsg};
 use crate::domain::{MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
-use crate::queue::{EntryId, FitQuery, Lease, QueueError, Settlement, SharedQueue};
+use crate::queue::{DeadLetter, EntryId, FitQuery, Lease, QueueError, Settlement, SharedQueue};
+
+/// Dead letters one poll reports at most (the next poll takes the rest).
+const DEAD_LETTERS_PER_POLL: usize = 256;
 
 /// How a pool takes part in a shared queue. See the module docs.
 ///
@@ -140,6 +143,8 @@ pub(crate) enum SharedReport<P> {
     },
     /// Leases a renewal found lost (expired and rescued by another node).
     Lost(Vec<EntryId>),
+    /// Tasks the queue gave up on: their submitters get a failure.
+    Dead(Vec<DeadLetter>),
 }
 
 /// The scheduler's handle on the shared queue.
@@ -329,7 +334,17 @@ where
                 Ok(rescued) => tracing::info!(node = %node, rescued, "parked expired shared leases again"),
                 Err(error) => tracing::warn!(node = %node, %error, "shared queue rescue failed"),
             }
-            (!lost.is_empty()).then_some(SharedReport::Lost(lost))
+            if !lost.is_empty() {
+                return Some(SharedReport::Lost(lost));
+            }
+            match queue.take_dead_letters(DEAD_LETTERS_PER_POLL).await {
+                Ok(dead) if !dead.is_empty() => Some(SharedReport::Dead(dead)),
+                Ok(_) => None,
+                Err(error) => {
+                    tracing::warn!(node = %node, %error, "shared queue dead letters unread");
+                    None
+                }
+            }
         });
     }
 }

@@ -726,6 +726,13 @@ where
                 };
                 let _ = reply.send(answer);
             }
+            SharedReport::Dead(letters) => {
+                for letter in letters {
+                    tracing::warn!(pool = %self.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
+                    let outcome = Err(PoolError::Failed(letter.reason));
+                    self.deliver_parts(&letter.key, letter.task_id, letter.cost, outcome, now);
+                }
+            }
             SharedReport::Lost(entries) => {
                 let held: Vec<EntryId> = self.live.values().filter_map(|live| live.lease).collect();
                 for entry in entries.into_iter().filter(|entry| held.contains(entry)) {

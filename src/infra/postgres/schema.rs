@@ -62,7 +62,10 @@ impl std::fmt::Display for Identifier {
 /// - `entry` is the engine's entry id (unique per queue), `rank_time_ms` its admission time;
 ///   with `priority` they are the rank (`ORDER BY priority DESC, rank_time_ms, entry`).
 /// - `kind` and `units` are the task's cost, so a claim filters on what fits.
-/// - `state` is `parked`, `claimed` or `dead`; a settled task's row is deleted.
+/// - `state` is `parked`, `claimed` or `dead`; a settled task's row is deleted. `reported`
+///   says whether a dead task's submitter was told (a node stores a failure for it).
+/// - Later versions add columns with `ALTER TABLE .. ADD COLUMN IF NOT EXISTS`, so a table
+///   made by an earlier version is brought up to date in place.
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
 ///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
 ///   or dead-lettered.
@@ -101,6 +104,9 @@ CREATE INDEX IF NOT EXISTS {table}_lease
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'claimed';
 CREATE INDEX IF NOT EXISTS {table}_task
     ON {table} (queue_name, tenant, task_id) WHERE state = 'parked';
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS reported BOOLEAN NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS {table}_dead
+    ON {table} (queue_name, id) WHERE state = 'dead' AND NOT reported;
 "#
     )
 }

@@ -52,11 +52,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::core::{
-    EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement, SharedQueue,
-    TaskMetadata,
+    DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement,
+    SharedQueue, TaskMetadata,
 };
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
-use crate::util::serde::{MailboxKey, Priority, ResourceKind, TaskId};
+use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId};
 
 /// How lost runs are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,7 +388,7 @@ where
             Settlement::Failed(reason) => (
                 format!(
                     "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
-                     last_error = $4 \
+                     last_error = $4, reported = true \
                      WHERE queue_name = $1 AND entry = $2 AND state = 'claimed' AND locked_by = $3",
                     t = self.table
                 ),
@@ -514,6 +514,51 @@ where
             parked: usize::try_from(parked).unwrap_or(0),
             claimed: usize::try_from(claimed).unwrap_or(0),
         })
+    }
+
+    async fn take_dead_letters(&self, max: usize) -> Result<Vec<DeadLetter>, QueueError> {
+        let sql = format!(
+            "UPDATE {t} SET reported = true WHERE id IN ( \
+                SELECT id FROM {t} WHERE queue_name = $1 AND state = 'dead' AND NOT reported \
+                 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             RETURNING tenant, user_id, session_id, task_id, kind, units, last_error",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            i64::try_from(max).unwrap_or(i64::MAX).into(),
+        ];
+        let rows = self
+            .database
+            .run(
+                move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
+            )
+            .await
+            .map_err(db_error("dead letters"))?;
+        rows.iter()
+            .map(|row| {
+                let kind: i16 = column(row, "kind")?;
+                let units: i64 = column(row, "units")?;
+                let kind = ResourceKind::ALL
+                    .into_iter()
+                    .find(|known| known.index() as i16 == kind)
+                    .unwrap_or(ResourceKind::Cpu);
+                let mut key = MailboxKey::new(column::<String>(row, "tenant")?);
+                key.user_id = column(row, "user_id")?;
+                key.session_id = column(row, "session_id")?;
+                let task_id: i64 = column(row, "task_id")?;
+                let reason: Option<String> = column(row, "last_error")?;
+                Ok(DeadLetter {
+                    key,
+                    task_id: task_id as u64,
+                    cost: ResourceCost::new(kind, u32::try_from(units).unwrap_or(u32::MAX)),
+                    reason: format!(
+                        "the shared queue gave up on the task: {}",
+                        reason.unwrap_or_else(|| "no reason recorded".into())
+                    ),
+                })
+            })
+            .collect()
     }
 
     fn watch(&self) -> Option<watch::Receiver<u64>> {
