@@ -92,7 +92,10 @@ async fn another_process_demo(
     let start = Instant::now();
     let big = submit(pool, 1, 6_000, "summarise the report").await?;
     let small = submit(pool, 2, 1_500, "translate a sentence").await?;
-    println!("  {}", pool.retrieve(&small, Duration::from_secs(10)).await?);
+    println!(
+        "  {}",
+        pool.retrieve(&small, Duration::from_secs(10)).await?
+    );
     let stats = pool.stats();
     println!(
         "  after {:?}: {} task parked (6,000 MiB fits the pool's {} MiB, not the card's free memory)",

@@ -191,7 +191,9 @@ where
         for instance in instances {
             let settings = config
                 .worker_pool_config(name, instance.units)
-                .ok_or_else(|| PoolError::Internal(format!("pool {name} vanished from its config")))?
+                .ok_or_else(|| {
+                    PoolError::Internal(format!("pool {name} vanished from its config"))
+                })?
                 .with_name(&instance.name);
             let results = match &mailbox {
                 Some(shared) => shared.clone(),

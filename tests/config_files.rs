@@ -140,7 +140,10 @@ fn formats_are_chosen_by_extension_and_unreadable_files_named() {
     let yaml = SchedulerConfig::from_yaml_str("pools:\n  p:\n    max_units: auto\n").unwrap();
     assert_eq!(yaml.pools["p"].max_units, MaxUnits::Auto);
     let gpu = yaml.pools["p"].gpu_settings().expect("auto implies a GPU");
-    assert_eq!((gpu.device_indexes(), gpu.reserve(), gpu.live_guard), (vec![0], 0.1, false));
+    assert_eq!(
+        (gpu.device_indexes(), gpu.reserve(), gpu.live_guard),
+        (vec![0], 0.1, false)
+    );
 }
 
 /// Every rule, with the exact error it gives.

@@ -227,7 +227,9 @@ impl Model {
             }
             Op::Headroom(headroom) => {
                 self.headroom = headroom;
-                started = self.lot.set_headroom(ResourceKind::GpuVram, headroom, self.now);
+                started = self
+                    .lot
+                    .set_headroom(ResourceKind::GpuVram, headroom, self.now);
                 self.started(&started);
             }
         }

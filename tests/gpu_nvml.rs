@@ -61,14 +61,21 @@ async fn with_a_driver(nvml: &NvmlProbe) {
         );
         assert_eq!(gpu.index, index);
         assert!(!gpu.name.trim().is_empty(), "GPU {index} has no name");
-        assert!(gpu.total_mib() >= 256, "GPU {index}: {} MiB", gpu.total_mib());
+        assert!(
+            gpu.total_mib() >= 256,
+            "GPU {index}: {} MiB",
+            gpu.total_mib()
+        );
         assert!(gpu.free_bytes <= gpu.total_bytes, "GPU {index}: {gpu:?}");
         let free = nvml.free_bytes(index).expect("free memory");
         assert!(free <= gpu.total_bytes);
     }
     assert_eq!(
         nvml.device(count).unwrap_err(),
-        GpuError::NoDevice { index: count, count }
+        GpuError::NoDevice {
+            index: count,
+            count
+        }
     );
     if count == 0 {
         println!("  no GPU to build an \"auto\" pool on");

@@ -44,7 +44,11 @@ fn vram_task(id: TaskId, mib: u32) -> ScheduledTask<String> {
 }
 
 /// Waits (bounded) until `stats` says so; panics with the last stats otherwise.
-async fn eventually(pool: &ResourcePool<String, String, Named>, what: &str, ok: impl Fn(&PoolStats) -> bool) {
+async fn eventually(
+    pool: &ResourcePool<String, String, Named>,
+    what: &str,
+    ok: impl Fn(&PoolStats) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let stats = pool.stats();
@@ -122,7 +126,11 @@ async fn devices_make_one_pool_per_gpu_named_after_it() {
     let small = built.pools["llm.gpu2"].stats();
     assert_eq!(small.total_by_kind[ResourceKind::GpuVram.index()], 18_000);
     assert_eq!(small.gpu.map(|gpu| gpu.index), Some(2));
-    assert_eq!(built.pools["embed"].stats().gpu, None, "a pool without a GPU");
+    assert_eq!(
+        built.pools["embed"].stats().gpu,
+        None,
+        "a pool without a GPU"
+    );
     // Each device's pool got an executor made for its own name.
     let pool = &built.pools["llm.gpu2"];
     let key = pool.submit(vram_task(1, 100)).await.unwrap();
@@ -186,7 +194,11 @@ async fn the_live_guard_parks_a_task_until_another_process_frees_memory() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let stats = pool.stats();
     assert_eq!(
-        (stats.queued_tasks, stats.active_tasks, stats.completed_tasks),
+        (
+            stats.queued_tasks,
+            stats.active_tasks,
+            stats.completed_tasks
+        ),
         (1, 0, 1),
         "{stats:?}"
     );
@@ -227,7 +239,10 @@ async fn without_the_live_guard_the_pool_budget_alone_decides() {
     // The stats still follow the card.
     gpu.set_free_mib(0, 9_000);
     eventually(pool, "showing the new free memory", |stats| {
-        stats.gpu.as_ref().is_some_and(|gpu| gpu.free_mib == 9_000 && !gpu.live_guard)
+        stats
+            .gpu
+            .as_ref()
+            .is_some_and(|gpu| gpu.free_mib == 9_000 && !gpu.live_guard)
     })
     .await;
 }
@@ -245,7 +260,11 @@ async fn a_failing_sample_lifts_the_guard_instead_of_parking_for_ever() {
     let pool = &built.pools["llm"];
     let key = pool.submit(vram_task(1, 1_000)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(pool.stats().queued_tasks, 1, "2,000 free less 1,600 reserved");
+    assert_eq!(
+        pool.stats().queued_tasks,
+        1,
+        "2,000 free less 1,600 reserved"
+    );
     gpu.set_failure(Some(GpuError::Nvml {
         detail: "GPU is lost".into(),
     }));
@@ -260,7 +279,9 @@ fn auto_without_a_driver_names_the_field_the_cause_and_what_to_configure() {
     let cases = [
         (
             FakeGpu::failing(GpuError::LibraryNotFound {
-                detail: "libnvidia-ml.so.1: cannot open shared object file: No such file or directory".into(),
+                detail:
+                    "libnvidia-ml.so.1: cannot open shared object file: No such file or directory"
+                        .into(),
             }),
             r#"{ "pools": { "llm": { "max_units": "auto" } } }"#,
             "pools.llm.max_units: \"auto\" sizes the pool from GPU 0, but the NVIDIA management \
@@ -291,7 +312,11 @@ fn auto_without_a_driver_names_the_field_the_cause_and_what_to_configure() {
     ];
     for (gpu, json, expected) in cases {
         let error = build(json, &Arc::new(gpu)).err().expect(json);
-        assert_eq!(error, PoolError::InvalidConfig(expected.into()), "for {json}");
+        assert_eq!(
+            error,
+            PoolError::InvalidConfig(expected.into()),
+            "for {json}"
+        );
     }
 }
 

@@ -79,7 +79,9 @@ impl FakeGpu {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn with_device_at<T>(

@@ -119,7 +119,11 @@ struct Sizing<'a> {
 
 impl Sizing<'_> {
     /// The pool on `device`.
-    fn pool_on(&self, device: GpuDevice, probe: Arc<dyn GpuProbe>) -> Result<PlannedPool, PoolError> {
+    fn pool_on(
+        &self,
+        device: GpuDevice,
+        probe: Arc<dyn GpuProbe>,
+    ) -> Result<PlannedPool, PoolError> {
         let total_mib = device.total_mib();
         let reserve_mib = (total_mib as f64 * self.settings.reserve()).ceil() as u64;
         let usable_mib = total_mib.saturating_sub(reserve_mib);

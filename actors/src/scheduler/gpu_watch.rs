@@ -323,7 +323,11 @@ mod tests {
         assert_eq!(sampler.sample(), Some(0), "less free than the reserve");
         assert_eq!(sampler.sample(), None);
         assert!(sampler.failing);
-        assert_eq!(counters.gpu_free_mib.load(Relaxed), 500, "the last good sample");
+        assert_eq!(
+            counters.gpu_free_mib.load(Relaxed),
+            500,
+            "the last good sample"
+        );
         assert_eq!(sampler.sample(), Some(u32::MAX));
         assert!(!sampler.failing);
     }
@@ -334,6 +338,10 @@ mod tests {
         let full = GpuWatch::new(0, "card", 100, script.clone()).with_reserve_mib(100);
         assert!(full.validate().unwrap_err().to_string().contains("reserve"));
         let busy = GpuWatch::new(0, "card", 100, script).with_interval(Duration::ZERO);
-        assert!(busy.validate().unwrap_err().to_string().contains("interval"));
+        assert!(busy
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("interval"));
     }
 }

@@ -418,11 +418,21 @@ fn times_past_u64_are_clamped_not_wrapped() {
 #[test]
 fn a_headroom_below_the_free_budget_parks_a_task_that_fits_the_budget() {
     let mut lot = lot();
-    assert!(lot.set_headroom(ResourceKind::GpuVram, Some(3), 0).is_empty());
+    assert!(lot
+        .set_headroom(ResourceKind::GpuVram, Some(3), 0)
+        .is_empty());
     assert_eq!(lot.free(ResourceKind::GpuVram), 3);
     assert_eq!(lot.admit(normal(1, 4), 0), Admit::Park);
-    assert_eq!(lot.admit(normal(2, 2), 0), Admit::Start, "skip-ahead within the headroom");
-    assert_eq!(lot.admit(normal(3, 2), 0), Admit::Park, "1 unit of headroom left");
+    assert_eq!(
+        lot.admit(normal(2, 2), 0),
+        Admit::Start,
+        "skip-ahead within the headroom"
+    );
+    assert_eq!(
+        lot.admit(normal(3, 2), 0),
+        Admit::Park,
+        "1 unit of headroom left"
+    );
     lot.check_invariants().expect("invariants");
     // The outside world frees memory: the headroom grows and both start, in rank order.
     assert_eq!(
@@ -460,7 +470,11 @@ fn a_headroom_never_raises_free_units_above_the_budget_and_none_lifts_it() {
     assert_eq!(lot.admit(normal(2, 4), 0), Admit::Park);
     lot.set_headroom(ResourceKind::GpuVram, Some(0), 0);
     assert_eq!(lot.admit(normal(3, 1), 0), Admit::Park);
-    assert_eq!(lot.headroom(ResourceKind::Cpu), None, "other kinds keep no headroom");
+    assert_eq!(
+        lot.headroom(ResourceKind::Cpu),
+        None,
+        "other kinds keep no headroom"
+    );
     assert_eq!(lot.set_headroom(ResourceKind::GpuVram, None, 1), vec![3]);
     assert_eq!(lot.headroom(ResourceKind::GpuVram), None);
     assert_eq!(lot.free(ResourceKind::GpuVram), 2);
