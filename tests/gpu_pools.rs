@@ -9,13 +9,16 @@ use std::time::{Duration, Instant};
 use prometheus_parking_lot::gpu::{FakeGpu, GpuError, GpuStats};
 use prometheus_parking_lot::*;
 
-/// Says which pool ran the task.
+/// Says which pool ran the task; a task whose payload is `slow` takes half a second.
 #[derive(Clone)]
 struct Named(String);
 
 #[async_trait::async_trait]
 impl TaskExecutor<String, String> for Named {
     async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+        if payload == "slow" {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         format!("{}:{payload}", self.0)
     }
 }
@@ -387,5 +390,37 @@ fn without_the_gpu_feature_the_plain_builder_refuses_auto_naming_the_feature() {
         "invalid configuration: pools.llm.max_units: \"auto\" (GPU sizing) is not available in \
          this build of prometheus_parking_lot (it needs the cargo feature `gpu`); available \
          here: the in_memory queue and mailbox and a number for max_units"
+    );
+}
+
+/// A finished task's memory counts at once: the scheduler asks for a sample when a task
+/// ends while others wait, instead of waiting out the interval (a minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_task_wakes_the_sampler_for_the_tasks_waiting_on_memory() {
+    let gpu = card(16_000);
+    gpu.set_free_mib(0, 4_000); // 2,400 MiB past the reserve
+    let built = build(
+        r#"{ "pools": { "llm": { "max_units": "auto", "worker_threads": 2,
+              "gpu": { "live_guard": true, "sample_ms": 60000 } } } }"#,
+        &gpu,
+    )
+    .unwrap();
+    let pool = &built.pools["llm"];
+    // The first start takes 2,000 MiB off the sampled headroom: the second task waits for
+    // the next sample, which comes when the first one finishes.
+    let slow = ScheduledTask {
+        payload: "slow".into(),
+        ..vram_task(1, 2_000)
+    };
+    let first = pool.submit(slow).await.unwrap();
+    let second = pool.submit(vram_task(2, 2_000)).await.unwrap();
+    assert_eq!(pool.stats().queued_tasks, 1, "the second task waits");
+    assert_eq!(
+        pool.retrieve(&first, Duration::from_secs(5)).await.unwrap(),
+        "llm:slow"
+    );
+    assert_eq!(
+        pool.retrieve(&second, Duration::from_secs(5)).await.unwrap(),
+        "llm:task2"
     );
 }

@@ -607,8 +607,10 @@ where
         self.start_parked(started, now);
         self.finish_drain_if_idle();
         self.maybe_claim(now);
-        if let (Some(gpu), true) = (&self.gpu, self.core.parked_len() > 0) {
-            gpu.wake();
+        if self.core.parked_len() > 0 {
+            if let Some(gpu) = &self.gpu {
+                gpu.wake();
+            }
         }
     }
 
