@@ -332,12 +332,16 @@ impl Model {
             }
         }
         // The drain bound: a starving task cannot outlast the tasks running ahead of it
-        // (while any slot is left to run it: a pool whose slots are all retired escalates).
+        // (while any slot is left to run it: a pool whose slots are all retired escalates),
+        // unless the world outside the pool holds the memory the reservation needs (the live
+        // guard): then it, and every starving task behind it, waits for the next sample.
         if self.running.is_empty() && self.lot.live_workers() > 0 {
-            assert!(
-                self.starving().is_empty(),
-                "pool idle while a reserved task waits"
-            );
+            if let Some(id) = self.lot.reservation() {
+                let cost = self.costs[&id];
+                let held_outside = cost.kind == ResourceKind::GpuVram
+                    && self.headroom.is_some_and(|headroom| cost.units > headroom);
+                assert!(held_outside, "pool idle while reserved task {id} waits");
+            }
         }
     }
 
