@@ -420,7 +420,9 @@ async fn a_finished_task_wakes_the_sampler_for_the_tasks_waiting_on_memory() {
         "llm:slow"
     );
     assert_eq!(
-        pool.retrieve(&second, Duration::from_secs(5)).await.unwrap(),
+        pool.retrieve(&second, Duration::from_secs(5))
+            .await
+            .unwrap(),
         "llm:task2"
     );
 }

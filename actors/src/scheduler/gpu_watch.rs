@@ -20,6 +20,7 @@
 //! After a task finishes while tasks are parked, the scheduler wakes the sampler for an
 //! immediate sample, so memory the task gave back is seen without waiting a whole interval.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -164,8 +165,12 @@ struct Sampler {
 
 impl Sampler {
     /// One sample: the VRAM headroom it leaves (`None` when the sample failed: no cap).
+    /// A probe that panics counts as a failed sample, so the sampler never dies with the
+    /// guard frozen at an old value.
     fn sample(&mut self) -> Option<u32> {
-        match self.watch.free.free_mib() {
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| self.watch.free.free_mib()))
+            .unwrap_or_else(|_| Err("the GPU probe panicked".into()));
+        match read {
             Ok(free_mib) => {
                 if std::mem::take(&mut self.failing) {
                     tracing::info!(pool = %self.pool, gpu = self.watch.index, "GPU memory samples work again; the live guard is back");
@@ -330,6 +335,26 @@ mod tests {
         );
         assert_eq!(sampler.sample(), Some(u32::MAX));
         assert!(!sampler.failing);
+    }
+
+    #[test]
+    fn a_probe_that_panics_is_a_failed_sample() {
+        struct Broken;
+
+        impl FreeMemory for Broken {
+            fn free_mib(&self) -> Result<u64, String> {
+                panic!("driver bug");
+            }
+        }
+
+        let mut sampler = Sampler {
+            pool: Arc::from("p"),
+            watch: GpuWatch::new(0, "card", 100, Arc::new(Broken)),
+            counters: Arc::new(PoolCounters::default()),
+            failing: false,
+        };
+        assert_eq!(sampler.sample(), None);
+        assert!(sampler.failing);
     }
 
     #[test]
