@@ -414,7 +414,10 @@ async fn a_finished_task_wakes_the_sampler_for_the_tasks_waiting_on_memory() {
     };
     let first = pool.submit(slow).await.unwrap();
     let second = pool.submit(vram_task(2, 2_000)).await.unwrap();
-    assert_eq!(pool.stats().queued_tasks, 1, "the second task waits");
+    eventually(pool, "parking the second task", |stats| {
+        stats.queued_tasks == 1
+    })
+    .await;
     assert_eq!(
         pool.retrieve(&first, Duration::from_secs(5)).await.unwrap(),
         "llm:slow"
