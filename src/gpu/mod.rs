@@ -2,7 +2,7 @@
 //!
 //! A [`GpuProbe`] answers those questions. Two come with the crate:
 //!
-//! - [`NvmlProbe`] (cargo feature `gpu`) asks the NVIDIA driver through NVML. It loads
+//! - `NvmlProbe` (cargo feature `gpu`) asks the NVIDIA driver through NVML. It loads
 //!   `libnvidia-ml` when it is created, so the crate builds and runs on machines without a
 //!   driver; there, creating it fails with a [`GpuError`] that says what is missing.
 //! - [`FakeGpu`] is a machine in memory whose free memory a test (or a demo) sets, for
