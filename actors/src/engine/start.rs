@@ -69,7 +69,7 @@ pub struct PoolSpec<P, R, E> {
     pub durability: Durability,
     /// The GPU the pool's `GpuVram` units (MiB) live on, if any: sampled for stats and,
     /// with its live guard on, for admission (see
-    /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)).
+    /// [`GpuWatch`]).
     pub gpu: Option<GpuWatch>,
 }
 
