@@ -3,7 +3,8 @@
 //! same run. Both make the same decisions; the run checks that they do.
 //!
 //! `cargo bench --bench core_decisions` measures 1,000,000 parked tasks of 1,000 distinct
-//! costs. Under `cargo test` (no `--bench` argument) it runs the same code on a small lot as
+//! costs. A second table times the same decisions with a live-guard headroom set (high
+//! enough never to bind, so the decisions are the same) beside a lot without one. Under `cargo test` (no `--bench` argument) it runs the same code on a small lot as
 //! a smoke test.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -12,7 +13,9 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, RankKey, Ticket};
-use prometheus_parking_lot::{PoolLimits, Priority, ResourceCost, StarvationGuard, TaskId};
+use prometheus_parking_lot::{
+    PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId,
+};
 
 /// Counts live heap bytes so memory per parked task is measured, not estimated.
 struct CountingAllocator;
@@ -333,6 +336,63 @@ fn main() {
         core_run.starts.len(),
         scale.completes
     );
+    drop(lot);
+    live_guard_table(&scale, limits);
+}
+
+/// What the live guard's bookkeeping costs a decision: the core's timed steps on fresh lots
+/// with the same tasks, without a headroom and with one that never binds, interleaved over
+/// rounds (best of each).
+fn live_guard_table(scale: &Scale, limits: PoolLimits) {
+    const ROUNDS: usize = 3;
+    let (mut plain, mut guarded) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        plain.push(core_again(scale, limits, None));
+        guarded.push(core_again(scale, limits, Some(u32::MAX - 1)));
+    }
+    assert_eq!(
+        plain[0].starts, guarded[0].starts,
+        "a headroom that never binds changes no decision"
+    );
+    let best =
+        |runs: &[Run], time: fn(&Run) -> f64| runs.iter().map(time).fold(f64::INFINITY, f64::min);
+    println!();
+    println!("| measure (best of {ROUNDS}) | no headroom | headroom set, never binding | ratio (headroom / none) |");
+    println!("|---|---:|---:|---:|");
+    for (name, time) in [
+        (
+            "admit (park) decision, ns",
+            (|run: &Run| run.admit_ns) as fn(&Run) -> f64,
+        ),
+        ("unpark decision, ns", |run: &Run| run.unpark_ns),
+    ] {
+        let (none, set) = (best(&plain, time), best(&guarded, time));
+        println!("| {name} | {none:.1} | {set:.1} | {:.2}x |", set / none);
+    }
+}
+
+/// The core's timed steps on a fresh lot: the blocker, `scale.parked` parked tasks, then
+/// the timed admits and completes, with `headroom` set on VRAM first.
+fn core_again(scale: &Scale, limits: PoolLimits, headroom: Option<u32>) -> Run {
+    let mut tickets = Tickets::new();
+    let blocker = Ticket {
+        cost: ResourceCost::gpu_vram(CAPACITY),
+        ..tickets.next()
+    };
+    let mut lot = ParkingLot::new(limits).expect("limits");
+    lot.set_headroom(ResourceKind::GpuVram, headroom, 0);
+    assert_eq!(lot.admit(blocker, 0), Admit::Start);
+    for _ in 0..scale.parked {
+        assert_eq!(lot.admit(tickets.next(), 0), Admit::Park);
+    }
+    let mut running = VecDeque::from([blocker.id]);
+    drive(
+        &mut lot,
+        &mut tickets,
+        &mut running,
+        scale.admits,
+        scale.completes,
+    )
 }
 
 fn row(name: &str, core: f64, naive: f64) {

@@ -51,6 +51,7 @@ async fn main() -> Result<(), PoolError> {
             retention: None,
             shared: None,
             durability: Default::default(),
+            gpu: None,
         },
     )
     .await?;

@@ -34,6 +34,9 @@ fi
 cargo test --workspace --all-features --all-targets
 cargo test --workspace --all-features --doc
 
+# The real-NVML test again, with its report shown: the GPUs it found, or why it could not look.
+cargo test --all-features --test gpu_nvml -- --nocapture
+
 # The parker's loom models (actors/tests/loom_parker.rs), in their own target directory so the
 # cfg(loom) build does not throw away the main build cache.
 CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" \

@@ -15,6 +15,7 @@ pub use prometheus_parking_lot_actors::engine::{
     spawn_supervisor, start_pool, PoolClient, PoolSpec,
 };
 pub use prometheus_parking_lot_actors::scheduler::actor::SchedulerActor;
+pub use prometheus_parking_lot_actors::scheduler::gpu_watch::{FreeMemory, GpuWatch};
 pub use prometheus_parking_lot_actors::scheduler::protocol::{
     SchedulerMsg, SchedulerRequest, ShutdownReport, SubmitOptions,
 };

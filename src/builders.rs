@@ -14,6 +14,8 @@ use crate::config::{
     MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig, StorageSettings,
 };
 use crate::core::{Mailbox, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
+use crate::gpu::plan::{plan, GpuSource};
+use crate::gpu::GpuProbe;
 use crate::infra::mailbox::memory::InMemoryMailbox;
 #[cfg(feature = "postgres")]
 use crate::infra::postgres::PgDatabase;
@@ -46,8 +48,12 @@ pub struct BuiltPools<P, R, E> {
 /// once, when it was loaded (see [`SchedulerConfig::from_value`]).
 ///
 /// `mailbox` overrides every pool's configured result storage with one shared mailbox (pass
-/// `None` to use each pool's own). `executor_for` makes each pool's executor from its name.
-/// Each pool's actor tree runs on `spawner`.
+/// `None` to use each pool's own). `executor_for` makes each pool's executor from its name
+/// (for a pool per GPU, `<pool>.gpu<N>`). Each pool's actor tree runs on `spawner`.
+///
+/// Pools that use a GPU (`"max_units": "auto"` or a `gpu` section) are sized through NVML
+/// (cargo feature `gpu`), loaded only when such a pool exists; see
+/// [`build_pools_with_gpu_probe`] to answer with another probe.
 ///
 /// The config chooses backends at run time, and durable ones store payloads and results, so
 /// both serialise (`Serialize + DeserializeOwned`). Pools of types that do not (results
@@ -84,8 +90,92 @@ pub fn build_pools_from_scheduler_config<P, R, E, S>(
     config: &SchedulerConfig,
     context: &QueueBuilderContext,
     mailbox: Option<Arc<dyn Mailbox<R>>>,
+    executor_for: impl FnMut(&str) -> E,
+    spawner: S,
+) -> Result<BuiltPools<P, R, E>, PoolError>
+where
+    P: Serialize + DeserializeOwned + Send + 'static,
+    R: Serialize + DeserializeOwned + Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+    S: Spawn,
+{
+    build_pools(
+        config,
+        context,
+        mailbox,
+        executor_for,
+        spawner,
+        &GpuSource::nvml(),
+    )
+}
+
+/// [`build_pools_from_scheduler_config`] with GPU questions answered by `probe` instead of
+/// NVML: a [`FakeGpu`](crate::gpu::FakeGpu) in tests and demos, or a probe of your own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use prometheus_parking_lot::gpu::FakeGpu;
+/// use prometheus_parking_lot::*;
+///
+/// #[derive(Clone)]
+/// struct Echo;
+///
+/// #[async_trait::async_trait]
+/// impl TaskExecutor<String, String> for Echo {
+///     async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+///         payload
+///     }
+/// }
+///
+/// let config = SchedulerConfig::from_json_str(
+///     r#"{ "pools": { "llm": { "max_units": "auto", "worker_threads": 2,
+///                              "gpu": { "devices": [0, 1], "reserve_fraction": 0.25 } } } }"#,
+/// )?;
+/// let gpus = FakeGpu::new().with_device("NVIDIA L4", 24_000).with_device("NVIDIA L4", 24_000);
+/// let built = build_pools_with_gpu_probe::<String, String, Echo, TokioSpawner>(
+///     &config,
+///     &QueueBuilderContext::Embedded,
+///     None,
+///     |_name| Echo,
+///     TokioSpawner,
+///     Arc::new(gpus),
+/// )?;
+/// let stats = built.pools["llm.gpu1"].stats();
+/// assert_eq!(stats.total_units, 18_000); // MiB: 24,000 less a quarter
+/// assert_eq!(stats.gpu.expect("a GPU pool").name, "NVIDIA L4");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn build_pools_with_gpu_probe<P, R, E, S>(
+    config: &SchedulerConfig,
+    context: &QueueBuilderContext,
+    mailbox: Option<Arc<dyn Mailbox<R>>>,
+    executor_for: impl FnMut(&str) -> E,
+    spawner: S,
+    probe: Arc<dyn GpuProbe>,
+) -> Result<BuiltPools<P, R, E>, PoolError>
+where
+    P: Serialize + DeserializeOwned + Send + 'static,
+    R: Serialize + DeserializeOwned + Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+    S: Spawn,
+{
+    build_pools(
+        config,
+        context,
+        mailbox,
+        executor_for,
+        spawner,
+        &GpuSource::Given(probe),
+    )
+}
+
+fn build_pools<P, R, E, S>(
+    config: &SchedulerConfig,
+    context: &QueueBuilderContext,
+    mailbox: Option<Arc<dyn Mailbox<R>>>,
     mut executor_for: impl FnMut(&str) -> E,
     spawner: S,
+    gpus: &GpuSource,
 ) -> Result<BuiltPools<P, R, E>, PoolError>
 where
     P: Serialize + DeserializeOwned + Send + 'static,
@@ -97,36 +187,39 @@ where
     // the environment and is kept as it is. Validating again catches a config built in code.
     config.validate()?;
     for (name, pool) in &config.pools {
-        check_available(name, pool, context, mailbox.is_some())?;
+        check_available(name, pool, context, mailbox.is_some(), gpus)?;
+    }
+    let mut planned = Vec::with_capacity(config.pools.len());
+    for (name, pool) in &config.pools {
+        planned.push((name, pool, plan(name, pool, gpus)?));
     }
     let mut sources = Sources::new(config, context);
-    let mut pools = HashMap::with_capacity(config.pools.len());
-    for (name, pool) in &config.pools {
-        let MaxUnits::Units(units) = pool.max_units else {
-            return Err(unavailable(
-                name,
-                "max_units",
-                "\"auto\" (GPU sizing)",
-                "gpu",
-            ));
-        };
-        let units = u32::try_from(units).map_err(|_| {
-            PoolError::InvalidConfig(format!(
-                "pools.{name}.max_units: {units} exceeds {}",
-                u32::MAX
-            ))
-        })?;
-        let settings = config
-            .worker_pool_config(name, units)
-            .ok_or_else(|| PoolError::Internal(format!("pool {name} vanished from its config")))?;
-        let results = match &mailbox {
-            Some(shared) => shared.clone(),
-            None => sources.mailbox(name, &pool.mailbox.storage)?,
-        };
-        let mut backends = Backends::local(in_memory_queue(), results);
-        sources.queue(name, pool, &mut backends)?;
-        let built = ResourcePool::with_backends(settings, executor_for(name), backends, &spawner)?;
-        pools.insert(name.clone(), built);
+    let mut pools = HashMap::with_capacity(planned.len());
+    for (name, pool, instances) in planned {
+        for instance in instances {
+            let settings = config
+                .worker_pool_config(name, instance.units)
+                .ok_or_else(|| {
+                    PoolError::Internal(format!("pool {name} vanished from its config"))
+                })?
+                .with_name(&instance.name);
+            let results = match &mailbox {
+                Some(shared) => shared.clone(),
+                None => sources.mailbox(name, &pool.mailbox.storage)?,
+            };
+            let mut backends = Backends {
+                gpu: instance.gpu,
+                ..Backends::local(in_memory_queue(), results)
+            };
+            sources.queue(name, pool, &mut backends)?;
+            let built = ResourcePool::with_backends(
+                settings,
+                executor_for(&instance.name),
+                backends,
+                &spawner,
+            )?;
+            pools.insert(instance.name, built);
+        }
     }
     Ok(BuiltPools { pools })
 }
@@ -137,6 +230,7 @@ fn check_available(
     pool: &PoolSettings,
     context: &QueueBuilderContext,
     mailbox_overridden: bool,
+    gpus: &GpuSource,
 ) -> Result<(), PoolError> {
     let _ = context;
     match &pool.queue {
@@ -184,13 +278,11 @@ fn check_available(
             "webhook",
         ));
     }
-    if pool.max_units == MaxUnits::Auto {
-        return Err(unavailable(
-            name,
-            "max_units",
-            "\"auto\" (GPU sizing)",
-            "gpu",
-        ));
+    if pool.gpu_settings().is_some() && !gpus.available() {
+        return Err(match pool.max_units {
+            MaxUnits::Auto => unavailable(name, "max_units", "\"auto\" (GPU sizing)", "gpu"),
+            MaxUnits::Units(_) => unavailable(name, "gpu", "GPU sizing", "gpu"),
+        });
     }
     Ok(())
 }

@@ -11,8 +11,9 @@
 //!
 //! - [`core`]: pools ([`WorkerPool`], [`ResourcePool`]), executors, backend traits, limits,
 //!   statuses, errors and the pure scheduling core;
-//! - [`config`]: pool settings; [`infra`]: queue and mailbox backends; [`runtime`]: where a
-//!   pool's actors run; [`actors`]: the actor tree itself, for callers that send messages;
+//! - [`config`]: pool settings; [`infra`]: queue and mailbox backends; [`gpu`]: GPU probes
+//!   (NVML with the cargo feature `gpu`, and a fake); [`runtime`]: where a pool's actors
+//!   run; [`actors`]: the actor tree itself, for callers that send messages;
 //! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`].
 //!
 //! ```
@@ -37,12 +38,15 @@ pub mod actors;
 pub mod builders;
 pub mod config;
 pub mod core;
+pub mod gpu;
 pub mod infra;
 mod pool;
 pub mod runtime;
 pub mod util;
 
-pub use crate::builders::{build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext};
+pub use crate::builders::{
+    build_pools_from_scheduler_config, build_pools_with_gpu_probe, BuiltPools, QueueBuilderContext,
+};
 pub use crate::config::{ConfigError, PoolConfig, SchedulerConfig, WorkerPoolConfig};
 pub use crate::core::scheduling::{ParkingLot, Ticket};
 pub use crate::core::{

@@ -139,6 +139,11 @@ fn formats_are_chosen_by_extension_and_unreadable_files_named() {
     );
     let yaml = SchedulerConfig::from_yaml_str("pools:\n  p:\n    max_units: auto\n").unwrap();
     assert_eq!(yaml.pools["p"].max_units, MaxUnits::Auto);
+    let gpu = yaml.pools["p"].gpu_settings().expect("auto implies a GPU");
+    assert_eq!(
+        (gpu.device_indexes(), gpu.reserve(), gpu.live_guard),
+        (vec![0], 0.1, false)
+    );
 }
 
 /// Every rule, with the exact error it gives.
@@ -148,7 +153,7 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (r#"{ "pools": {} }"#, "pools: no pool is defined; define at least one"),
         (r#"{ "pools": { "": {} } }"#, r#"pools.: "" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
-        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `queue`, `mailbox`, `durability`, `spin_ms`"),
+        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
         (r#"{ "pool": {} }"#, "pool: unknown field `pool`, expected `pools` or `database_url`"),
         (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is allowed only on a shared queue (postgres, postgres_pgmq), for a producer-only node; use 1 to 1024"),
         (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 0 to 1024"),
@@ -183,6 +188,19 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "durability": "parked", "spin_ms": 600000, "queue": { "type": "yaque", "path": "./q", "stream": "s" } }"#), "pools.p.spin_ms: 600000 is out of range; use 0 to 60000"),
         (r#"{ "pools": { "a": { "queue": { "type": "postgres_pgmq", "queue_name": "q" } }, "b": { "queue": { "type": "postgres_pgmq", "queue_name": "q" } } } }"#, "pools.b.queue: pool a uses the pgmq queue q already; give each pool its own queue"),
         (r#"{ "pools": { "a": { "queue": { "type": "yaque", "path": "./q", "stream": "s" } }, "b": { "queue": { "type": "yaque", "path": "./q", "stream": "s" } } } }"#, "pools.b.queue: pool a uses the yaque stream s in ./q already; give each pool its own queue"),
+        (&one_pool(r#"{ "gpu": { "devcie": 1 } }"#), "pools.p.gpu.devcie: unknown field `devcie`, expected one of `device`, `devices`, `reserve_fraction`, `live_guard`, `sample_ms`"),
+        (&one_pool(r#"{ "gpu": { "device": 300 } }"#), "pools.p.gpu.device: 300 is out of range; use 0 to 255"),
+        (&one_pool(r#"{ "gpu": { "device": -1 } }"#), "pools.p.gpu.device: invalid value: integer `-1`, expected u32"),
+        (&one_pool(r#"{ "gpu": { "device": 0, "devices": [1] } }"#), "pools.p.gpu.devices: gpu.device is set too; set one of the two (device: this pool on one GPU; devices: one pool per GPU)"),
+        (&one_pool(r#"{ "gpu": { "devices": [] } }"#), "pools.p.gpu.devices: is empty; list at least one device index"),
+        (&one_pool(r#"{ "gpu": { "devices": [0, 1, 0] } }"#), "pools.p.gpu.devices: device 0 is listed twice; list each device once"),
+        (&one_pool(r#"{ "gpu": { "devices": [0, 256] } }"#), "pools.p.gpu.devices[1]: 256 is out of range; use 0 to 255"),
+        (&one_pool(r#"{ "gpu": { "devices": [0, 1] }, "queue": { "type": "yaque", "path": "./q", "stream": "s" } }"#), r#"pools.p.gpu.devices: one pool per device needs the in_memory queue: each pool owns its queue, and this one names a single durable queue; define one pool per device instead, each with "gpu": {"device": N} and its own queue"#),
+        (&one_pool(r#"{ "gpu": { "reserve_fraction": 0.95 } }"#), "pools.p.gpu.reserve_fraction: 0.95 is out of range; use 0 to 0.9"),
+        (&one_pool(r#"{ "gpu": { "reserve_fraction": -0.1 } }"#), "pools.p.gpu.reserve_fraction: -0.1 is out of range; use 0 to 0.9"),
+        (&one_pool(r#"{ "gpu": { "sample_ms": 0 } }"#), "pools.p.gpu.sample_ms: 0 is out of range; use 1 to 60000"),
+        (&one_pool(r#"{ "gpu": { "live_guard": "yes" } }"#), r#"pools.p.gpu.live_guard: invalid type: string "yes", expected a boolean"#),
+        (&one_pool(r#"{ "worker_threads": 1024, "gpu": { "devices": [0, 1, 2, 3, 4] } }"#), "pools: 5120 worker threads in total across pools; at most 4096 are allowed"),
     ];
     for (text, expected) in cases {
         let error = SchedulerConfig::from_json_str(text)

@@ -28,6 +28,8 @@ enum Op {
     Watch(usize, u64),
     /// Retire worker slot `n` (modulo the slots).
     Retire(usize),
+    /// A live-guard sample: cap free VRAM at this headroom (`None`: lift the cap).
+    Headroom(Option<u32>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -41,6 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1..30u64).prop_map(Op::Tick),
         1 => (any::<usize>(), 0..40u64).prop_map(|(pick, in_ms)| Op::Watch(pick, in_ms)),
         1 => (0..8usize).prop_map(Op::Retire),
+        1 => prop::option::weighted(0.8, 0..=14u32).prop_map(Op::Headroom),
     ]
 }
 
@@ -70,6 +73,10 @@ struct Model {
     overdue: BTreeSet<TaskId>,
     /// Retired slots, and the task each held when retired (it keeps the slot until done).
     retired: HashMap<usize, Option<TaskId>>,
+    /// Each task's cost.
+    costs: HashMap<TaskId, ResourceCost>,
+    /// The VRAM headroom left: the last sample less the VRAM tasks started since.
+    headroom: Option<u32>,
 }
 
 impl Model {
@@ -92,6 +99,8 @@ impl Model {
             watched: HashMap::new(),
             overdue: BTreeSet::new(),
             retired: HashMap::new(),
+            costs: HashMap::new(),
+            headroom: None,
         }
     }
 
@@ -137,6 +146,7 @@ impl Model {
                 };
                 self.ranks
                     .insert(id, RankKey::new(priority, ticket.created_at_ms, id));
+                self.costs.insert(id, ticket.cost);
                 match self.lot.admit(ticket, self.now) {
                     Admit::Start => started.push(id),
                     Admit::Park => {
@@ -215,12 +225,41 @@ impl Model {
                     self.retired.insert(worker, holder);
                 }
             }
+            Op::Headroom(headroom) => {
+                self.headroom = headroom;
+                started = self
+                    .lot
+                    .set_headroom(ResourceKind::GpuVram, headroom, self.now);
+                self.started(&started);
+            }
         }
+        self.charge_headroom(&started);
         if let Op::Complete(_) | Op::Cancel(_) = op {
             self.watched.retain(|id, _| self.running.contains(id));
         }
         self.check(&starving_before, &started);
         self.check_workers();
+    }
+
+    /// Live guard: every VRAM task that started fitted the headroom left, and took its cost
+    /// off it.
+    fn charge_headroom(&mut self, started: &[TaskId]) {
+        for id in started {
+            let cost = self.costs[id];
+            let Some(left) = self.headroom.as_mut() else {
+                continue;
+            };
+            if cost.kind != ResourceKind::GpuVram {
+                continue;
+            }
+            assert!(
+                cost.units <= *left,
+                "task {id} of {} units started with {left} units of headroom",
+                cost.units
+            );
+            *left -= cost.units;
+        }
+        assert_eq!(self.lot.headroom(ResourceKind::GpuVram), self.headroom);
     }
 
     /// Every running task holds a distinct slot; a retired slot holds at most the task it
@@ -293,17 +332,23 @@ impl Model {
             }
         }
         // The drain bound: a starving task cannot outlast the tasks running ahead of it
-        // (while any slot is left to run it: a pool whose slots are all retired escalates).
+        // (while any slot is left to run it: a pool whose slots are all retired escalates),
+        // unless the world outside the pool holds the memory the reservation needs (the live
+        // guard): then it, and every starving task behind it, waits for the next sample.
         if self.running.is_empty() && self.lot.live_workers() > 0 {
-            assert!(
-                self.starving().is_empty(),
-                "pool idle while a reserved task waits"
-            );
+            if let Some(id) = self.lot.reservation() {
+                let cost = self.costs[&id];
+                let held_outside = cost.kind == ResourceKind::GpuVram
+                    && self.headroom.is_some_and(|headroom| cost.units > headroom);
+                assert!(held_outside, "pool idle while reserved task {id} waits");
+            }
         }
     }
 
     /// Ends everything still live and checks each admitted task ended exactly once.
     fn finish(mut self) {
+        let started = self.lot.set_headroom(ResourceKind::GpuVram, None, self.now);
+        self.started(&started);
         while let Some(&id) = self.running.first() {
             let started = self.lot.complete(id, self.now).unwrap();
             self.running.remove(&id);

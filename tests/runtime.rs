@@ -561,6 +561,7 @@ async fn the_actor_api_submits_with_a_reply_port() {
         retention: None,
         shared: None,
         durability: Default::default(),
+        gpu: None,
     };
     let pool = start_pool(&supervisor, spec).await.unwrap();
     let task = ScheduledTask::new(TaskMetadata::new(5, ResourceCost::cpu(1)), 21);

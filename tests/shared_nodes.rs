@@ -82,6 +82,7 @@ impl Cluster {
             retention: None,
             shared: Some(shared),
             durability: Default::default(),
+            gpu: None,
         };
         start_pool(&supervisor, spec).await.unwrap()
     }
@@ -352,6 +353,7 @@ async fn unworkable_shared_settings_are_refused() {
             retention: None,
             shared: Some(shared),
             durability: Default::default(),
+            gpu: None,
         };
         match start_pool(&supervisor, spec).await {
             Err(PoolError::InvalidConfig(text)) => assert!(text.contains(says), "{text}"),

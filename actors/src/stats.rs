@@ -3,7 +3,7 @@
 //! publishes from its core after each batch.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::domain::{ResourceKind, TaskStatus};
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
@@ -51,6 +51,26 @@ pub struct PoolStats {
     pub worker_restarts: u64,
     /// Worker threads alive right now.
     pub live_worker_threads: usize,
+    /// The GPU the pool's VRAM units live on, for a pool sized from one (see
+    /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
+    pub gpu: Option<GpuStats>,
+}
+
+/// The GPU part of [`PoolStats`]: which device, and its memory as last sampled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// The device's index.
+    pub index: u32,
+    /// The device's name, like `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// The device's total memory, MiB.
+    pub total_mib: u64,
+    /// Its free memory at the last sample, MiB (all processes' use counted).
+    pub free_mib: u64,
+    /// Memory the pool leaves free, MiB.
+    pub reserve_mib: u64,
+    /// Whether the live guard holds VRAM tasks back while free memory is short.
+    pub live_guard: bool,
 }
 
 /// The shared counters behind [`PoolStats`]. Task counters follow the scheduler's event
@@ -74,6 +94,10 @@ pub struct PoolCounters {
     /// Shared with the supervisor, which counts the pool's restarts.
     pub(crate) worker_restarts: Arc<AtomicU64>,
     pub(crate) live_threads: AtomicUsize,
+    /// The pool's GPU, set once at start (its `free_mib` is read from `gpu_free_mib`).
+    pub(crate) gpu: OnceLock<GpuStats>,
+    /// The GPU's free memory at the last sample, MiB.
+    pub(crate) gpu_free_mib: AtomicU64,
 }
 
 impl PoolCounters {
@@ -101,6 +125,10 @@ impl PoolCounters {
             expired_results: read(&self.expired_results),
             worker_restarts: read(&self.worker_restarts),
             live_worker_threads: self.live_threads.load(Relaxed),
+            gpu: self.gpu.get().map(|gpu| GpuStats {
+                free_mib: read(&self.gpu_free_mib),
+                ..gpu.clone()
+            }),
         }
     }
 

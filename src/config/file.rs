@@ -27,6 +27,7 @@ use std::time::Duration;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::gpu::GpuSettings;
 use super::secret::{expand_field, expand_secret, Secret};
 use super::validate::ConfigError;
 use super::{quote, strict_json, WorkerPoolConfig};
@@ -84,6 +85,9 @@ pub struct PoolSettings {
     /// ms. Default 0.
     #[serde(default)]
     pub spin_ms: Option<u64>,
+    /// The GPU the pool's VRAM units (MiB) live on; implied by `"max_units": "auto"`.
+    #[serde(default)]
+    pub gpu: Option<GpuSettings>,
 }
 
 /// The `durability` of a pool on a durable queue (see [`Durability`]).
@@ -378,6 +382,16 @@ impl SchedulerConfig {
 }
 
 impl PoolSettings {
+    /// The pool's GPU settings: its `gpu` section, or the defaults when `max_units` is
+    /// `"auto"` without one; `None` for a pool that uses no GPU.
+    pub fn gpu_settings(&self) -> Option<GpuSettings> {
+        match (&self.gpu, self.max_units) {
+            (Some(gpu), _) => Some(gpu.clone()),
+            (None, MaxUnits::Auto) => Some(GpuSettings::default()),
+            (None, MaxUnits::Units(_)) => None,
+        }
+    }
+
     /// The durability these settings ask for.
     pub fn durability_setting(&self) -> Durability {
         match self.durability {

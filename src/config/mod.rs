@@ -7,6 +7,7 @@
 //!   running pools.
 
 mod file;
+mod gpu;
 mod pool;
 mod quote;
 mod secret;
@@ -17,6 +18,7 @@ pub use file::{
     DurabilityMode, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
     SchedulerConfig, StarvationSettings, StorageSettings,
 };
+pub use gpu::GpuSettings;
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
 pub use secret::Secret;
 pub use validate::ConfigError;

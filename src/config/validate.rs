@@ -8,7 +8,7 @@
 //! | `pools` | at least one pool |
 //! | pool names | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `worker_threads` | 1 – 1,024; 0 on a shared queue (a producer-only node) |
-//! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs) |
+//! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs; a pool with `gpu.devices` counts once per device) |
 //! | `thread_stack_size` | 64 KiB – 1 GiB |
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
 //! | `max_queue_depth` | 1 – 100,000,000 |
@@ -28,6 +28,10 @@
 //! | `mailbox.notifier.auth_header` | visible ASCII characters, spaces and tabs (an HTTP header value) |
 //! | `mailbox.notifier.timeout_ms` | 1 ms – 5 min |
 //! | `mailbox.notifier.max_retries` | 0 – 100 |
+//! | `gpu.device` | 0 – 255 |
+//! | `gpu.devices` | 1 or more distinct indexes 0 – 255, not with `gpu.device`, only with the in_memory queue (each device's pool, `<pool>.gpu<N>`, owns its queue) |
+//! | `gpu.reserve_fraction` | 0 – 0.9 |
+//! | `gpu.sample_ms` | 1 ms – 60 s |
 //! | across pools | no two pools share a yaque stream, a Postgres queue or a pgmq queue |
 //!
 //! Unknown fields, wrong types, unknown `type` values and keys given twice are reported while
@@ -155,7 +159,10 @@ impl SchedulerConfig {
         let total: usize = self
             .pools
             .values()
-            .map(|pool| pool.worker_threads.unwrap_or_else(default_worker_count))
+            .map(|pool| {
+                let per_pool = pool.worker_threads.unwrap_or_else(default_worker_count);
+                per_pool * pool.gpu.as_ref().map_or(1, |gpu| gpu.pool_count())
+            })
             .sum();
         if total <= MAX_TOTAL_WORKERS {
             return Ok(());
@@ -269,6 +276,9 @@ impl PoolSettings {
             }
         }
         validate_queue(&format!("{path}.queue"), &self.queue)?;
+        if let Some(gpu) = &self.gpu {
+            gpu.validate(path, &self.queue)?;
+        }
         self.validate_durability(path)?;
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
     }
@@ -403,7 +413,7 @@ fn validate_mailbox(
     Ok(())
 }
 
-fn in_range<T: PartialOrd + Display>(
+pub(super) fn in_range<T: PartialOrd + Display>(
     path: &str,
     field: &str,
     value: T,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
 use prometheus_parking_lot_actors::mailbox::Notifier;
+use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
 use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
 use crate::config::WorkerPoolConfig;
@@ -25,6 +26,8 @@ pub(crate) struct Backends<P, R> {
     pub notifiers: Vec<Arc<dyn Notifier>>,
     /// A queue shared with other nodes, if any.
     pub shared: Option<SharedParking<P>>,
+    /// The GPU the pool's VRAM units live on, if any.
+    pub gpu: Option<GpuWatch>,
 }
 
 impl<P, R> Backends<P, R> {
@@ -35,6 +38,7 @@ impl<P, R> Backends<P, R> {
             mailbox,
             notifiers: Vec::new(),
             shared: None,
+            gpu: None,
         }
     }
 }
@@ -56,6 +60,7 @@ where
         mailbox,
         notifiers,
         shared,
+        gpu,
     } = backends;
     let spec = PoolSpec {
         name: config.name.clone(),
@@ -71,6 +76,7 @@ where
         retention: config.retention,
         shared,
         durability: config.durability,
+        gpu,
     };
     start_pool_blocking(spawner, spec)
 }

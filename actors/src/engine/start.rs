@@ -19,6 +19,7 @@ use crate::queue::actor::{QueueActor, QueueMsg, QueueState};
 use crate::queue::TaskQueue;
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
 use crate::scheduler::core::ParkingLot;
+use crate::scheduler::gpu_watch::GpuWatch;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
 use crate::scheduler::shared::{SharedLink, SharedParking};
@@ -66,6 +67,10 @@ pub struct PoolSpec<P, R, E> {
     pub shared: Option<SharedParking<P>>,
     /// What a durable queue (local or shared) stores, and so what a crash costs.
     pub durability: Durability,
+    /// The GPU the pool's `GpuVram` units (MiB) live on, if any: sampled for stats and,
+    /// with its live guard on, for admission (see
+    /// [`GpuWatch`]).
+    pub gpu: Option<GpuWatch>,
 }
 
 impl<P, R, E> PoolSpec<P, R, E> {
@@ -104,6 +109,9 @@ impl<P, R, E> PoolSpec<P, R, E> {
         self.limits.worker_slots = self.workers.count;
         if let Some(shared) = &self.shared {
             shared.validate()?;
+        }
+        if let Some(gpu) = &self.gpu {
+            gpu.validate()?;
         }
         if self.workers.count == 0 {
             return ParkingLot::without_workers(self.limits);
@@ -237,6 +245,7 @@ where
         subscribers,
         stored,
         shared,
+        gpu: spec.gpu,
     };
     let scheduler: ActorRef<SchedulerMsg<P>> = once(
         "scheduler",

@@ -60,6 +60,9 @@ where
         if let Some(shared) = &mut scheduler.shared {
             shared.connect(myself.clone());
         }
+        if let Some(gpu) = &mut scheduler.gpu {
+            gpu.connect(myself.clone())?;
+        }
         inbox.connect(myself);
         Ok(SchedulerState(scheduler))
     }
@@ -102,6 +105,7 @@ where
                 scheduler.drain_inbox(now);
                 scheduler.shared_report(report, now);
             }
+            Internal::Headroom(headroom) => scheduler.headroom(headroom, now),
         }
         scheduler.publish();
         arm_timer(&myself, scheduler, now);

@@ -94,6 +94,8 @@ pub(crate) enum Internal<P> {
     Queue(QueueReport<P>),
     /// A shared-queue call answered, or its poll interval passed.
     Shared(super::shared::SharedReport<P>),
+    /// The GPU sampler's latest headroom for the live guard.
+    Headroom(super::gpu_watch::Headroom),
 }
 
 /// What the queue actor reports back.

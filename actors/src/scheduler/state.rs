@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::core::{Admit, Cancel, FastMap, ParkingLot, Ticket};
+use super::gpu_watch::{GpuLink, GpuWatch, Headroom};
 use super::inbox::{Finish, Inbox};
 use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
 use super::shared::{SharedLink, SharedReport};
@@ -115,6 +116,7 @@ pub(crate) struct SchedulerArgs<P, R> {
     pub subscribers: Vec<Arc<dyn EventSubscriber>>,
     pub stored: Vec<StoredEntry>,
     pub shared: Option<SharedLink<P>>,
+    pub gpu: Option<GpuWatch>,
 }
 
 /// The scheduler's state. See the module docs.
@@ -135,6 +137,7 @@ pub(crate) struct Scheduler<P, R> {
     mode: Mode,
     pub(super) armed_tick: Option<u64>,
     pub(super) shared: Option<SharedLink<P>>,
+    pub(super) gpu: Option<GpuLink>,
 }
 
 impl<P, R> Scheduler<P, R>
@@ -151,9 +154,16 @@ where
         args.counters
             .worker_count
             .store(limits.worker_slots, std::sync::atomic::Ordering::Relaxed);
+        let mut gpu = args
+            .gpu
+            .map(|watch| GpuLink::new(watch, args.pool.clone(), args.counters.clone()));
+        let mut core = args.core;
+        if let Some(first) = gpu.as_mut().and_then(GpuLink::first_sample) {
+            core.set_headroom(first.kind, first.units, now);
+        }
         let mut scheduler = Self {
             pool: args.pool,
-            core: args.core,
+            core,
             default_timeout: args.default_timeout,
             jobs: args.jobs,
             parking: args.parking,
@@ -168,6 +178,7 @@ where
             mode: Mode::Open,
             armed_tick: None,
             shared: args.shared,
+            gpu,
         };
         scheduler.restore(args.stored, now);
         scheduler
@@ -595,6 +606,18 @@ where
         }
         self.start_parked(started, now);
         self.finish_drain_if_idle();
+        self.maybe_claim(now);
+        if self.core.parked_len() > 0 {
+            if let Some(gpu) = &self.gpu {
+                gpu.wake();
+            }
+        }
+    }
+
+    /// A new headroom from the GPU sampler (the live guard): start what it lets through.
+    pub fn headroom(&mut self, headroom: Headroom, now: u64) {
+        let started = self.core.set_headroom(headroom.kind, headroom.units, now);
+        self.start_parked(started, now);
         self.maybe_claim(now);
     }
 

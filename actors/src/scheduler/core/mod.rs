@@ -49,6 +49,14 @@
 //!     have finished ([`ParkingLot::watch`]); `tick` reports it *overdue* once, at that time.
 //!     Its capacity and slot stay held until `complete`, because a thread blocked in
 //!     synchronous code still holds the memory.
+//! 11. **Headroom (the live guard).** The driver may cap a kind's free units with what the
+//!     world outside the pool leaves it ([`ParkingLot::set_headroom`]: a GPU's sampled free
+//!     memory less a reserve, when other processes share the card). The free units of that
+//!     kind are then `min(capacity - used, headroom)`, so a task that fits the pool's budget
+//!     but not the headroom parks until a new headroom lets it start. A sample is a
+//!     snapshot, and tasks started after it have not shown up in it yet, so each start takes
+//!     its cost off the headroom until the next sample replaces it. Without a headroom
+//!     (the default) the rule is off and costs one comparison with `u32::MAX`.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -136,6 +144,9 @@ impl Parked {
     }
 }
 
+/// The headroom of a kind that has none: its free units are its budget's.
+const UNLIMITED: u32 = u32::MAX;
+
 /// What a running task holds.
 #[derive(Debug, Clone, Copy)]
 struct Claim {
@@ -170,6 +181,9 @@ pub struct ParkingLot {
     limits: PoolLimits,
     worker_slots: u32,
     used: [u32; KINDS],
+    /// Free units the world outside the pool leaves per kind (rule 11); `UNLIMITED` when
+    /// the kind has no headroom set.
+    headroom: [u32; KINDS],
     /// Idle worker slots; the most recently freed last, so it is reused first.
     idle_workers: Vec<u32>,
     /// `retired[w]`: slot `w`'s thread is gone for good; it is never handed out again.
@@ -193,6 +207,7 @@ impl ParkingLot {
             limits,
             worker_slots,
             used: [0; KINDS],
+            headroom: [UNLIMITED; KINDS],
             idle_workers: (0..worker_slots).rev().collect(),
             retired: vec![false; limits.worker_slots],
             parked: FastMap::default(),
@@ -228,9 +243,52 @@ impl ParkingLot {
         self.used[kind.index()]
     }
 
-    /// Units of `kind` not held by anyone.
+    /// Units of `kind` a task may start with: those not held by anyone, at most the
+    /// kind's headroom (rule 11).
     pub fn free(&self, kind: ResourceKind) -> u32 {
-        self.limits.capacity.get(kind) - self.used[kind.index()]
+        (self.limits.capacity.get(kind) - self.used[kind.index()]).min(self.headroom[kind.index()])
+    }
+
+    /// The headroom of `kind` left after the starts since it was set, or `None` when it has
+    /// none (rule 11).
+    pub fn headroom(&self, kind: ResourceKind) -> Option<u32> {
+        let headroom = self.headroom[kind.index()];
+        (headroom != UNLIMITED).then_some(headroom)
+    }
+
+    /// Caps the free units of `kind` at `headroom` until the next call (rule 11); `None`
+    /// lifts the cap. A larger headroom may let parked tasks start: returns their ids, in
+    /// the order they started.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost, ResourceKind};
+    /// use prometheus_parking_lot_actors::scheduler::core::{Admit, ParkingLot, Ticket};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(80, 4)).unwrap();
+    /// let ticket = |id, units| Ticket {
+    ///     id,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(units),
+    ///     created_at_ms: id,
+    ///     deadline_ms: None,
+    /// };
+    /// // Another process holds most of the card: 20 units are free outside the pool.
+    /// assert!(lot.set_headroom(ResourceKind::GpuVram, Some(20), 0).is_empty());
+    /// assert_eq!(lot.admit(ticket(1, 30), 0), Admit::Park); // fits 80, not 20
+    /// // The other process exits: the next sample lets it start.
+    /// assert_eq!(lot.set_headroom(ResourceKind::GpuVram, Some(70), 5), vec![1]);
+    /// assert_eq!(lot.headroom(ResourceKind::GpuVram), Some(40)); // 70 less its 30
+    /// ```
+    pub fn set_headroom(
+        &mut self,
+        kind: ResourceKind,
+        headroom: Option<u32>,
+        now: u64,
+    ) -> Vec<TaskId> {
+        self.headroom[kind.index()] = headroom.map_or(UNLIMITED, |units| units.min(UNLIMITED - 1));
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        started
     }
 
     /// Units held by running tasks, summed over kinds.
@@ -555,13 +613,16 @@ impl ParkingLot {
         let Some(used) = self.used[kind].checked_add(cost.units) else {
             return false;
         };
-        if used > self.limits.capacity.get(cost.kind) {
+        if used > self.limits.capacity.get(cost.kind) || cost.units > self.headroom[kind] {
             return false;
         }
         let Some(worker) = self.idle_workers.pop() else {
             return false;
         };
         self.used[kind] = used;
+        if self.headroom[kind] != UNLIMITED {
+            self.headroom[kind] -= cost.units;
+        }
         self.running.insert(
             id,
             Claim {

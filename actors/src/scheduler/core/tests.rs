@@ -431,3 +431,79 @@ fn a_lot_without_workers_parks_every_task_it_admits() {
     assert_eq!(lot.parked_len(), 1);
     assert_eq!(lot.used(ResourceKind::GpuVram), 0);
 }
+
+#[test]
+fn a_headroom_below_the_free_budget_parks_a_task_that_fits_the_budget() {
+    let mut lot = lot();
+    assert!(lot
+        .set_headroom(ResourceKind::GpuVram, Some(3), 0)
+        .is_empty());
+    assert_eq!(lot.free(ResourceKind::GpuVram), 3);
+    assert_eq!(lot.admit(normal(1, 4), 0), Admit::Park);
+    assert_eq!(
+        lot.admit(normal(2, 2), 0),
+        Admit::Start,
+        "skip-ahead within the headroom"
+    );
+    assert_eq!(
+        lot.admit(normal(3, 2), 0),
+        Admit::Park,
+        "1 unit of headroom left"
+    );
+    lot.check_invariants().expect("invariants");
+    // The outside world frees memory: the headroom grows and both start, in rank order.
+    assert_eq!(
+        lot.set_headroom(ResourceKind::GpuVram, Some(8), 5),
+        vec![1, 3]
+    );
+    assert_eq!(lot.used(ResourceKind::GpuVram), 8);
+    assert_eq!(lot.headroom(ResourceKind::GpuVram), Some(2));
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
+fn each_start_takes_its_cost_off_the_headroom_until_the_next_sample() {
+    let mut lot = lot();
+    lot.set_headroom(ResourceKind::GpuVram, Some(6), 0);
+    assert_eq!(lot.admit(normal(1, 4), 0), Admit::Start);
+    assert_eq!(lot.headroom(ResourceKind::GpuVram), Some(2));
+    // The budget has 6 units free, the sample only 2 left.
+    assert_eq!(lot.admit(normal(2, 3), 0), Admit::Park);
+    // Completing task 1 frees budget, not headroom: the sample still says 2.
+    assert_eq!(lot.complete(1, 1).unwrap(), Vec::<TaskId>::new());
+    assert_eq!(lot.state(2), Some(WakeState::Parked));
+    // A new sample replaces the headroom: task 2 starts.
+    assert_eq!(lot.set_headroom(ResourceKind::GpuVram, Some(6), 2), vec![2]);
+    assert_eq!(lot.headroom(ResourceKind::GpuVram), Some(3));
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_headroom_never_raises_free_units_above_the_budget_and_none_lifts_it() {
+    let mut lot = lot();
+    assert_eq!(lot.admit(normal(1, 7), 0), Admit::Start);
+    lot.set_headroom(ResourceKind::GpuVram, Some(1_000), 0);
+    assert_eq!(lot.free(ResourceKind::GpuVram), 3);
+    assert_eq!(lot.admit(normal(2, 4), 0), Admit::Park);
+    lot.set_headroom(ResourceKind::GpuVram, Some(0), 0);
+    assert_eq!(lot.admit(normal(3, 1), 0), Admit::Park);
+    assert_eq!(
+        lot.headroom(ResourceKind::Cpu),
+        None,
+        "other kinds keep no headroom"
+    );
+    assert_eq!(lot.set_headroom(ResourceKind::GpuVram, None, 1), vec![3]);
+    assert_eq!(lot.headroom(ResourceKind::GpuVram), None);
+    assert_eq!(lot.free(ResourceKind::GpuVram), 2);
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_cost_above_the_budget_is_still_rejected_under_a_headroom() {
+    let mut lot = lot();
+    lot.set_headroom(ResourceKind::GpuVram, Some(2), 0);
+    assert!(matches!(
+        lot.admit(normal(1, 11), 0),
+        Admit::Reject(Rejection::InsufficientResources { .. })
+    ));
+}
