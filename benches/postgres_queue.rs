@@ -14,6 +14,8 @@
 //!   FOR UPDATE SKIP LOCKED) RETURNING` a job and `INSERT` its result; the client `DELETE ..
 //!   RETURNING`s each result by task id.
 //!
+//! Each client submits and retrieves under a mailbox key of its own (a session).
+//!
 //! `cargo bench --bench postgres_queue --features postgres` runs N = 20,000, W = 2, C = 64,
 //! R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`, `PG_ROUNDS`); it reports each path's
 //! median and best jobs/s and the ratio of medians to the plain loop. Under `cargo test` it
@@ -130,40 +132,38 @@ async fn drop_table(connection: &DatabaseConnection, table: &str) {
         .await;
 }
 
-/// Submits and retrieves `jobs` through the pools; `batched` picks `submit_batch`.
+/// Submits and retrieves `jobs` through the pools; `batched` picks `submit_batch`. Client
+/// `c` of C submits and retrieves the jobs with `id % C == c`, under a key of its own (a
+/// session, as an API server's callers have).
 async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Duration {
     let round = pools(database, scale.workers);
     let producer = Arc::new(round.producer.pools["node"].client().clone());
-    let key = MailboxKey::new("bench").with_session(unique("s"));
-    let task = |id: u64| {
-        ScheduledTask::new(
-            TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key.clone()),
-            id,
-        )
+    let clients = scale.clients as u64;
+    let session = unique("s");
+    let key_of = move |client: u64| MailboxKey::new("bench").with_session(format!("{session}-{client}"));
+    let task = {
+        let key_of = key_of.clone();
+        move |id: u64| {
+            ScheduledTask::new(
+                TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key_of(id % clients)),
+                id,
+            )
+        }
     };
     let started = Instant::now();
     if batched {
         let ids: Vec<u64> = (1..=scale.jobs).collect();
         for chunk in ids.chunks(1_000) {
             let answers = producer
-                .submit_batch(
-                    chunk.iter().map(|&id| task(id)).collect(),
-                    SubmitOptions::default(),
-                )
+                .submit_batch(chunk.iter().map(|&id| task(id)).collect(), SubmitOptions::default())
                 .await;
-            assert!(
-                answers.iter().all(Result::is_ok),
-                "every batch submit is accepted"
-            );
+            assert!(answers.iter().all(Result::is_ok), "every batch submit is accepted");
         }
     } else {
         let mut submitters = tokio::task::JoinSet::new();
-        for client in 0..scale.clients as u64 {
+        for client in 0..clients {
             let producer = Arc::clone(&producer);
-            let ids: Vec<u64> = (1..=scale.jobs)
-                .filter(|id| id % scale.clients as u64 == client)
-                .collect();
-            let tasks: Vec<_> = ids.into_iter().map(task).collect();
+            let tasks: Vec<_> = (1..=scale.jobs).filter(|id| id % clients == client).map(&task).collect();
             submitters.spawn(async move {
                 for task in tasks {
                     producer
@@ -178,10 +178,9 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Dura
         }
     }
     let mut takers = tokio::task::JoinSet::new();
-    let clients = scale.clients as u64;
     for client in 0..clients {
         let producer = Arc::clone(&producer);
-        let key = key.clone();
+        let key = key_of(client);
         let jobs = scale.jobs;
         takers.spawn(async move {
             for id in (1..=jobs).filter(|id| id % clients == client) {

@@ -611,7 +611,7 @@ where
         };
         let whole = |kind: ResourceKind| i64::from(whole.get(kind));
         let sql = format!(
-            "WITH reserved AS ( \
+            "WITH reserved AS MATERIALIZED ( \
                SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
                 WHERE queue_name = $1 AND state = 'parked' AND rank_time_ms <= $14 \
                   AND units <= CASE kind WHEN 0 THEN $15 WHEN 1 THEN $16 WHEN 2 THEN $17 ELSE $18 END \
