@@ -140,7 +140,8 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Dura
     let producer = Arc::new(round.producer.pools["node"].client().clone());
     let clients = scale.clients as u64;
     let session = unique("s");
-    let key_of = move |client: u64| MailboxKey::new("bench").with_session(format!("{session}-{client}"));
+    let key_of =
+        move |client: u64| MailboxKey::new("bench").with_session(format!("{session}-{client}"));
     let task = {
         let key_of = key_of.clone();
         move |id: u64| {
@@ -155,15 +156,24 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Dura
         let ids: Vec<u64> = (1..=scale.jobs).collect();
         for chunk in ids.chunks(1_000) {
             let answers = producer
-                .submit_batch(chunk.iter().map(|&id| task(id)).collect(), SubmitOptions::default())
+                .submit_batch(
+                    chunk.iter().map(|&id| task(id)).collect(),
+                    SubmitOptions::default(),
+                )
                 .await;
-            assert!(answers.iter().all(Result::is_ok), "every batch submit is accepted");
+            assert!(
+                answers.iter().all(Result::is_ok),
+                "every batch submit is accepted"
+            );
         }
     } else {
         let mut submitters = tokio::task::JoinSet::new();
         for client in 0..clients {
             let producer = Arc::clone(&producer);
-            let tasks: Vec<_> = (1..=scale.jobs).filter(|id| id % clients == client).map(&task).collect();
+            let tasks: Vec<_> = (1..=scale.jobs)
+                .filter(|id| id % clients == client)
+                .map(&task)
+                .collect();
             submitters.spawn(async move {
                 for task in tasks {
                     producer

@@ -42,6 +42,10 @@ struct NodeSpec {
     workers: usize,
     capacity: u32,
     runs: PathBuf,
+    /// Jobs the node submits to itself once it is up (`(count, ms)`), as an API server
+    /// colocated with a GPU would; each is recorded as `accepted ID` once its submit returns.
+    #[serde(default)]
+    own_jobs: Option<(u64, u64)>,
 }
 
 fn database_url() -> String {
@@ -120,10 +124,32 @@ fn cluster_node() {
     )
     .expect("the node starts");
     recorder.line("ready".into());
+    if let Some((count, ms)) = spec.own_jobs {
+        let pool = &built.pools["work"];
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for id in 1..=count {
+                let meta =
+                    TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(own_key(&spec.queue));
+                pool.submit(ScheduledTask::new(meta, Job { ms, units: 1 }))
+                    .await
+                    .expect("the node accepts its own job");
+                recorder.line(format!("accepted {id}"));
+            }
+        });
+    }
     // Stop when the parent test closes our stdin (it ended, or failed).
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     drop(built);
+}
+
+/// The key a node's own jobs are submitted under.
+fn own_key(queue: &str) -> MailboxKey {
+    MailboxKey::new("cluster").with_session(format!("{queue}-own"))
 }
 
 /// A worker node process; killed when dropped, so a failing test leaves none behind.
@@ -243,6 +269,7 @@ fn node_spec(
         workers,
         capacity,
         runs: dir.join(format!("{name}.runs")),
+        own_jobs: None,
     }
 }
 
@@ -434,5 +461,86 @@ async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others() {
         unfinished_on_b.is_subset(&twice),
         "every job b left unfinished ran again elsewhere"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere() {
+    let (queue, mailbox, dir) = fresh("cluster_accepted");
+    // The node accepts 6 jobs of its own: 2 start at once on its 2 workers (stored as its
+    // claims: the default durability, accepted), 4 park in the shared queue.
+    let mut spec = node_spec("a", &queue, &mailbox, &dir, 2, 2);
+    spec.own_jobs = Some((6, 60_000));
+    let mut node = Node::start(&spec);
+    node.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lines = read_lines(&node.runs);
+        let accepted = lines.iter().filter(|l| l.starts_with("accepted")).count();
+        let started = lines.iter().filter(|l| l.starts_with("start")).count();
+        if accepted == 6 && started == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node a did not accept its jobs: {lines:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node.kill();
+
+    // A second node, in this process, finds every accepted job: the 4 parked ones, and the
+    // 2 that were running on node a once their leases run out.
+    let recorder = Recorder {
+        runs: Arc::new(Mutex::new(
+            std::fs::File::create(dir.join("b.runs")).unwrap(),
+        )),
+        in_flight: Arc::new(AtomicU32::new(0)),
+        capacity: 8,
+    };
+    let built = {
+        let (queue, mailbox, recorder) = (queue.clone(), mailbox.clone(), recorder.clone());
+        tokio::task::spawn_blocking(move || {
+            build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
+                &config(&queue, &mailbox, 8, 8),
+                &QueueBuilderContext::Embedded,
+                None,
+                |_| recorder.clone(),
+                TokioSpawner,
+            )
+            .expect("node b starts")
+        })
+        .await
+        .unwrap()
+    };
+    let pool = &built.pools["work"];
+    let runs_b = || read_lines(&dir.join("b.runs"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while runs_b().iter().filter(|l| l.starts_with("start")).count() < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "node b did not start every accepted job: {:?}",
+            runs_b()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started: BTreeSet<TaskId> = runs_b()
+        .iter()
+        .filter_map(|l| l.strip_prefix("start ").and_then(|id| id.parse().ok()))
+        .collect();
+    assert_eq!(
+        started,
+        (1..=6).collect(),
+        "every accepted job runs on node b"
+    );
+    let on_a: BTreeSet<TaskId> = read_lines(&node.runs)
+        .iter()
+        .filter_map(|l| l.strip_prefix("start ").and_then(|id| id.parse().ok()))
+        .collect();
+    assert_eq!(on_a.len(), 2, "node a ran 2 at once before it died");
+    assert_eq!(pool.stats().active_tasks, 6);
+    pool.shutdown(Duration::from_millis(10))
+        .await
+        .expect("node b stops");
     let _ = std::fs::remove_dir_all(&dir);
 }

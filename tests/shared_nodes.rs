@@ -184,8 +184,9 @@ async fn a_node_claims_shared_work_in_rank_order() {
     }
     assert_eq!(
         cluster.counts().await,
-        (5, 0),
-        "all five wait in the shared queue"
+        (5, 1),
+        "all five wait in the shared queue; task 1, started at once, is stored as node a's \
+         claim (the default durability, accepted)"
     );
     assert_eq!(a.retrieve(&first, WAIT).await, Ok(1));
     for key in &keys {

@@ -59,6 +59,7 @@ where
         best_fit_returns_none_when_nothing_fits,
         rank_bound_excludes_tasks_ranked_behind_it,
         an_aged_task_that_does_not_fit_bounds_the_claim,
+        a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out,
         a_batch_claim_takes_the_best_tasks_that_fit_together,
         a_batch_claim_takes_no_more_than_the_sequential_claims_would,
         only_the_holder_renews_or_settles,
@@ -308,6 +309,68 @@ pub async fn an_aged_task_that_does_not_fit_bounds_the_claim(queue: &dyn SharedQ
         "it fits: claimed"
     );
     assert_counts(queue, 1, 3, "the reserved task claimed").await;
+}
+
+/// `enqueue_claimed` stores a task its node starts at once: it comes back as attempt 1 under
+/// the node's lease, no other node can claim it, only its node renews and settles it, an
+/// entry id stored already is refused, and when the lease runs out it is rescued and claimed
+/// elsewhere as attempt 2.
+pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let started = cpu(1, High, 0, 2);
+    let lease = queue
+        .enqueue_claimed(
+            NODE_A,
+            1,
+            rank_time(&started),
+            started.clone(),
+            LEASE,
+            at(0),
+        )
+        .await
+        .expect("enqueue_claimed");
+    let expected = Lease {
+        entry: 1,
+        task: started.clone(),
+        attempt: 1,
+        expires_at_ms: at(LEASE_MS),
+    };
+    assert_eq!(lease, expected);
+    assert_counts(queue, 0, 1, "a task stored as claimed").await;
+    assert_eq!(
+        best_fit(queue, within(only(Cpu, 8))).await,
+        None,
+        "not parked"
+    );
+    let again = queue
+        .enqueue_claimed(
+            NODE_B,
+            1,
+            rank_time(&started),
+            started.clone(),
+            LEASE,
+            at(0),
+        )
+        .await;
+    assert_eq!(
+        again.map(|lease| lease.entry),
+        Err(QueueError::Duplicate(1))
+    );
+    assert_eq!(
+        queue.settle(NODE_B, 1, Settlement::Done).await,
+        Err(QueueError::NotClaimed(1))
+    );
+    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(1_000)).await, Ok(()));
+
+    assert_eq!(rescue(queue, 1_000 + LEASE_MS).await, 1, "its node died");
+    let rescued = claim(queue, NODE_B, within(only(Cpu, 8)), 40_000).await;
+    assert_eq!(
+        rescued.map(|lease| (lease.entry, lease.attempt, lease.task)),
+        Some((1, 2, started))
+    );
+    assert_eq!(queue.settle(NODE_B, 1, Settlement::Done).await, Ok(()));
+    assert_counts(queue, 0, 0, "settled").await;
 }
 
 /// A batch claim with room for all takes the `max` best-ranked tasks, best first, each under

@@ -109,6 +109,15 @@ impl<P, R, E> PoolSpec<P, R, E> {
         self.limits.worker_slots = self.workers.count;
         if let Some(shared) = &self.shared {
             shared.validate()?;
+            if let Durability::Parked { spin } = self.durability {
+                if !spin.is_zero() {
+                    return Err(PoolError::InvalidConfig(format!(
+                        "spin_ms is {}; a shared queue parks a task at once (the spin applies \
+                         to local durable queues): set spin_ms to 0 or remove it",
+                        spin.as_millis()
+                    )));
+                }
+            }
         }
         if let Some(gpu) = &self.gpu {
             gpu.validate()?;
@@ -215,7 +224,11 @@ where
     // A shared queue keeps what is parked in it; claimed tasks parked here are kept too (their
     // leases run out and another node runs them).
     let durable = spec.queue.is_durable() || spec.shared.is_some();
-    let shared = spec.shared.take().map(SharedLink::new);
+    let durability = spec.durability;
+    let shared = spec
+        .shared
+        .take()
+        .map(|parking| SharedLink::new(parking, durability));
     let parking = if spec.queue.inline().is_some() {
         Parking::Inline(spec.queue)
     } else {

@@ -33,7 +33,7 @@ use std::time::Duration;
 use ractor::{ActorRef, RpcReplyPort};
 
 use super::protocol::{Internal, Reply, SchedulerMsg};
-use crate::domain::{MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
+use crate::domain::{Durability, MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
 use crate::queue::{DeadLetter, EntryId, FitQuery, Lease, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one poll reports at most (the next poll takes the rest).
@@ -141,6 +141,13 @@ pub(crate) enum SharedReport<P> {
         reply: RpcReplyPort<Result<(), PoolError>>,
         result: Result<Option<ScheduledTask<P>>, QueueError>,
     },
+    /// A task started at once is stored as this node's claim (or not).
+    Recorded {
+        entry: EntryId,
+        key: MailboxKey,
+        reply: Reply,
+        result: Result<Lease<P>, QueueError>,
+    },
     /// Leases a renewal found lost (expired and rescued by another node).
     Lost(Vec<EntryId>),
     /// Tasks the queue gave up on: their submitters get a failure.
@@ -158,14 +165,17 @@ pub(crate) struct SharedLink<P> {
     claiming: bool,
     /// When leases were last renewed.
     renewed_at: u64,
+    /// Whether tasks started at once are stored too (`Durability::Accepted`).
+    records_starts: bool,
 }
 
 impl<P> SharedLink<P>
 where
     P: Send + 'static,
 {
-    pub fn new(parking: SharedParking<P>) -> Self {
+    pub fn new(parking: SharedParking<P>, durability: Durability) -> Self {
         Self {
+            records_starts: durability.writes_started_tasks(),
             queue: parking.queue,
             node: Arc::from(parking.node),
             lease: parking.lease,
@@ -199,6 +209,45 @@ where
         self.queue.backend()
     }
 
+    /// Whether a task this node starts at once is stored before it runs.
+    pub fn records_starts(&self) -> bool {
+        self.records_starts
+    }
+
+    /// The shared queue's entry id of a task admitted here: unique across nodes and, within
+    /// one node and millisecond, increasing in admission order: `sequence` (the admission's
+    /// count within its millisecond) in the high 16 bits, 48 random bits below.
+    pub fn entry_for(sequence: u16) -> EntryId {
+        const RANDOM_BITS: u32 = 48;
+        let random = (crate::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
+        (u64::from(sequence) << RANDOM_BITS) | random
+    }
+
+    /// Stores a task this node starts at once as its claim; the answer comes back as
+    /// [`SharedReport::Recorded`] with the task to run.
+    pub fn record_start(
+        &self,
+        (entry, shared_entry): (EntryId, EntryId),
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+        now: u64,
+    ) {
+        let lease = self.lease;
+        self.spawn(move |queue, node| async move {
+            let result = queue
+                .enqueue_claimed(&node, shared_entry, rank_time_ms, task, lease, now)
+                .await;
+            Some(SharedReport::Recorded {
+                entry,
+                key,
+                reply,
+                result,
+            })
+        });
+    }
+
     /// Runs `call` on the queue in a task of its own and reports its answer.
     fn spawn<F, Fut>(&self, call: F)
     where
@@ -214,12 +263,9 @@ where
         });
     }
 
-    /// Hands a task to the shared queue; the answer goes to `reply` once it is stored.
-    ///
-    /// It ranks by its admission time `rank_time_ms`, then by its entry id, which must be
-    /// unique across nodes and, within one node and millisecond, increase in admission order:
-    /// `sequence` (the admission's count within its millisecond) in the high 16 bits, 48
-    /// random bits below.
+    /// Hands a task to the shared queue; the answer goes to `reply` once it is stored. It
+    /// ranks by its admission time `rank_time_ms`, then by its entry id (see
+    /// [`entry_for`](Self::entry_for)).
     pub fn enqueue(
         &self,
         task: ScheduledTask<P>,
@@ -227,9 +273,7 @@ where
         (rank_time_ms, sequence): (u64, u16),
         reply: Reply,
     ) {
-        const RANDOM_BITS: u32 = 48;
-        let random = (crate::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
-        let entry = (u64::from(sequence) << RANDOM_BITS) | random;
+        let entry = Self::entry_for(sequence);
         let (task_id, cost) = (task.meta.id, task.meta.cost);
         self.spawn(move |queue, _| async move {
             let result = queue.enqueue(entry, rank_time_ms, task).await;

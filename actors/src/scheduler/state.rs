@@ -283,6 +283,17 @@ where
         }
         let entry = self.next_entry(now);
         match self.core.admit(ticket(entry, &task.meta), now) {
+            Admit::Start if self.shared.as_ref().is_some_and(SharedLink::records_starts) => {
+                self.start_recorded(
+                    caller,
+                    entry,
+                    with_mailbox(task, &key),
+                    key,
+                    options,
+                    reply,
+                    now,
+                );
+            }
             Admit::Start => {
                 self.track(caller, entry, &task, key.clone(), options, None);
                 self.emit(entry, TaskStep::Admitted, now);
@@ -681,6 +692,85 @@ where
         }
     }
 
+    /// Starts a task on the fast path with `accepted` durability on a shared queue: its
+    /// capacity is taken now, and it runs, and its submitter hears, once the queue has stored
+    /// it as this node's claim (see [`SharedReport::Recorded`]).
+    #[allow(clippy::too_many_arguments)]
+    fn start_recorded(
+        &mut self,
+        caller: (TenantId, TaskId),
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        key: MailboxKey,
+        options: SubmitOptions,
+        reply: Reply,
+        now: u64,
+    ) {
+        let rank_time_ms = entry >> ENTRY_TIME_SHIFT;
+        let sequence = (entry & ((1 << ENTRY_TIME_SHIFT) - 1)) as u16;
+        let shared_entry = SharedLink::<P>::entry_for(sequence);
+        self.track(
+            caller,
+            entry,
+            &task,
+            key.clone(),
+            options,
+            Some(shared_entry),
+        );
+        self.emit(entry, TaskStep::Admitted, now);
+        self.begin_run(entry, false, now);
+        if let Some(shared) = &self.shared {
+            shared.record_start((entry, shared_entry), rank_time_ms, task, key, reply, now);
+        }
+    }
+
+    /// A task started at once was stored as this node's claim, or could not be.
+    fn recorded(
+        &mut self,
+        entry: EntryId,
+        key: MailboxKey,
+        reply: Reply,
+        result: Result<Lease<P>, crate::queue::QueueError>,
+        now: u64,
+    ) {
+        match result {
+            Ok(lease) => {
+                reply.send(Ok(key));
+                let ended = self.live.get(&entry).map(|live| match &live.state {
+                    LiveState::Running(running) => running.ended,
+                    LiveState::Parked { .. } => true,
+                });
+                match ended {
+                    Some(false) => self.send_job(entry, lease.task, now),
+                    // Cancelled (or timed out) while it was being stored: its outcome is
+                    // delivered, and no worker will report it, so it ends here (which
+                    // releases its capacity and settles its claim).
+                    Some(true) => {
+                        drop_contained(lease.task);
+                        self.finish(entry, Err(PoolError::Cancelled), now);
+                    }
+                    None => {
+                        drop_contained(lease.task);
+                        self.settle_lease(lease.entry, Settlement::Done);
+                    }
+                }
+            }
+            Err(error) => {
+                let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
+                let text = format!("could not store the task: {backend} queue: {error}");
+                if let Some(live) = self.live.get_mut(&entry) {
+                    // Its submitter hears the error; nothing goes to the mailbox.
+                    live.lease = None;
+                    if let LiveState::Running(running) = &mut live.state {
+                        running.ended = true;
+                    }
+                }
+                self.finish(entry, Err(PoolError::Internal(text.clone())), now);
+                reply.send(Err(PoolError::Internal(text)));
+            }
+        }
+    }
+
     /// What a shared-queue call answered.
     pub fn shared_report(&mut self, report: SharedReport<P>, now: u64) {
         match report {
@@ -749,6 +839,12 @@ where
                 };
                 let _ = reply.send(answer);
             }
+            SharedReport::Recorded {
+                entry,
+                key,
+                reply,
+                result,
+            } => self.recorded(entry, key, reply, result, now),
             SharedReport::Dead(letters) => {
                 for letter in letters {
                     tracing::warn!(pool = %self.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");

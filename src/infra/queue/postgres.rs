@@ -250,57 +250,31 @@ where
         rank_time_ms: u64,
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        let encode = |what: &str, error: serde_json::Error| {
-            QueueError::Backend(format!(
-                "postgres queue: the task's {what} does not serialise: {error}"
-            ))
-        };
-        let metadata = serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?;
-        let payload = serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?;
-        let meta = &task.meta;
-        let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
-        let sql = format!(
-            "WITH parked AS ( \
-               INSERT INTO {t} (queue_name, entry, task_id, tenant, user_id, session_id, \
-                   priority, kind, units, created_at_ms, rank_time_ms, deadline_ms, \
-                   metadata, payload) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14::jsonb) \
-               ON CONFLICT (queue_name, entry) DO NOTHING RETURNING 1) \
-             SELECT count(*) AS stored, pg_notify($15, '') FROM parked",
-            t = self.table
-        );
-        let values: Vec<Value> = vec![
-            self.queue.clone().into(),
-            entry_to_sql(entry).into(),
-            (meta.id as i64).into(),
-            key.tenant.0.into(),
-            key.user_id.into(),
-            key.session_id.into(),
-            priority_to_sql(meta.priority).into(),
-            (meta.cost.kind.index() as i16).into(),
-            i64::from(meta.cost.units).into(),
-            millis(meta.created_at_ms).into(),
-            millis_u64(rank_time_ms).into(),
-            meta.deadline_ms.map(millis).into(),
-            metadata.into(),
-            payload.into(),
-            self.channel().into(),
-        ];
-        let row = self
-            .database
-            .run(
-                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error("park"))?;
-        let stored: i64 = match row {
-            Some(row) => column(&row, "stored")?,
-            None => 0,
-        };
-        if stored == 0 {
-            return Err(QueueError::Duplicate(entry));
-        }
-        Ok(())
+        let row = Encoded::new(&task)?;
+        drop(task);
+        self.insert(entry, rank_time_ms, row, None).await
+    }
+
+    async fn enqueue_claimed(
+        &self,
+        node: &str,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Lease<P>, QueueError> {
+        let expires_at_ms =
+            now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        let claim = Some((node, millis_u64(expires_at_ms)));
+        let row = Encoded::new(&task)?;
+        self.insert(entry, rank_time_ms, row, claim).await?;
+        Ok(Lease {
+            entry,
+            task,
+            attempt: 1,
+            expires_at_ms,
+        })
     }
 
     async fn claim_best_fit(
@@ -563,6 +537,103 @@ where
 
     fn watch(&self) -> Option<watch::Receiver<u64>> {
         Some(self.wake.subscribe())
+    }
+}
+
+/// A task as its row stores it, encoded before any await (payloads need not be `Sync`).
+struct Encoded {
+    meta: TaskMetadata,
+    metadata: String,
+    payload: String,
+}
+
+impl Encoded {
+    fn new<P: Serialize>(task: &ScheduledTask<P>) -> Result<Self, QueueError> {
+        let encode = |what: &str, error: serde_json::Error| {
+            QueueError::Backend(format!(
+                "postgres queue: the task's {what} does not serialise: {error}"
+            ))
+        };
+        Ok(Self {
+            meta: task.meta.clone(),
+            metadata: serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?,
+            payload: serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?,
+        })
+    }
+}
+
+impl<P> PostgresQueue<P> {
+    /// Inserts a task, parked (and announced with NOTIFY), or already claimed by
+    /// `claim = (node, lease expiry)`.
+    async fn insert(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        row: Encoded,
+        claim: Option<(&str, i64)>,
+    ) -> Result<(), QueueError> {
+        let Encoded {
+            meta,
+            metadata,
+            payload,
+        } = row;
+        let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
+        let (state, node, expires, attempts) = match claim {
+            Some((node, expires)) => ("claimed", Some(node.to_owned()), Some(expires), 1),
+            None => ("parked", None, None, 0),
+        };
+        // Only a parked task is news for other nodes; the channel is '' otherwise, which
+        // pg_notify refuses, so it is skipped with a CASE.
+        let sql = format!(
+            "WITH stored AS ( \
+               INSERT INTO {t} (queue_name, entry, task_id, tenant, user_id, session_id, \
+                   priority, kind, units, created_at_ms, rank_time_ms, deadline_ms, \
+                   metadata, payload, state, locked_by, locked_at, lease_expires_ms, attempts) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, \
+                       $14::jsonb, $16, $17, CASE WHEN $17::text IS NULL THEN NULL ELSE NOW() END, \
+                       $18, $19) \
+               ON CONFLICT (queue_name, entry) DO NOTHING RETURNING 1) \
+             SELECT count(*) AS stored, \
+                    CASE WHEN $16 = 'parked' AND count(*) > 0 THEN pg_notify($15, '') END \
+               FROM stored",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            entry_to_sql(entry).into(),
+            (meta.id as i64).into(),
+            key.tenant.0.into(),
+            key.user_id.into(),
+            key.session_id.into(),
+            priority_to_sql(meta.priority).into(),
+            (meta.cost.kind.index() as i16).into(),
+            i64::from(meta.cost.units).into(),
+            millis(meta.created_at_ms).into(),
+            millis_u64(rank_time_ms).into(),
+            meta.deadline_ms.map(millis).into(),
+            metadata.into(),
+            payload.into(),
+            self.channel().into(),
+            state.to_owned().into(),
+            node.into(),
+            expires.into(),
+            attempts.into(),
+        ];
+        let row = self
+            .database
+            .run(
+                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+            )
+            .await
+            .map_err(db_error("park"))?;
+        let stored: i64 = match row {
+            Some(row) => column(&row, "stored")?,
+            None => 0,
+        };
+        if stored == 0 {
+            return Err(QueueError::Duplicate(entry));
+        }
+        Ok(())
     }
 }
 

@@ -251,6 +251,38 @@ where
         Ok(())
     }
 
+    async fn enqueue_claimed(
+        &self,
+        node: &str,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Lease<P>, QueueError> {
+        let mut lot = self.lock();
+        if lot.parked.contains_key(&entry) || lot.claimed.contains_key(&entry) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        let leased = Lease {
+            entry,
+            task: task.clone(),
+            attempt: 1,
+            expires_at_ms: expiry(now_ms, lease),
+        };
+        let claim = Claim {
+            parked: Parked {
+                task,
+                rank_time_ms,
+                claims: 1,
+            },
+            node: node.to_owned(),
+            expires_at_ms: leased.expires_at_ms,
+        };
+        lot.claimed.insert(entry, claim);
+        Ok(leased)
+    }
+
     async fn claim_best_fit(
         &self,
         node: &str,
