@@ -91,6 +91,11 @@ where
     for (name, pool) in &config.pools {
         check_available(name, pool, context, mailbox.is_some())?;
     }
+    // Queues that open files are opened before any pool starts, for the same reason.
+    let mut queues = HashMap::with_capacity(config.pools.len());
+    for (name, pool) in &config.pools {
+        queues.insert(name.as_str(), queue_for::<P>(name, &pool.queue)?);
+    }
     let mut pools = HashMap::with_capacity(config.pools.len());
     for (name, pool) in &config.pools {
         let MaxUnits::Units(units) = pool.max_units else {
@@ -117,7 +122,9 @@ where
         let built = ResourcePool::with_settings(
             settings,
             executor_for(name),
-            in_memory_queue(),
+            queues
+                .remove(name.as_str())
+                .ok_or_else(|| PoolError::Internal(format!("pool {name} lost its queue")))?,
             results,
             &spawner,
         )?;
@@ -136,6 +143,9 @@ fn check_available(
     let QueueBuilderContext::Embedded = context;
     match &pool.queue {
         QueueSettings::InMemory => {}
+        #[cfg(feature = "yaque")]
+        QueueSettings::Yaque { .. } => {}
+        #[cfg(not(feature = "yaque"))]
         QueueSettings::Yaque { .. } => {
             return Err(unavailable(name, "queue.type", "the yaque queue", "yaque"))
         }
@@ -186,13 +196,34 @@ fn check_available(
 fn unavailable(pool: &str, field: &str, what: &str, feature: &str) -> PoolError {
     PoolError::InvalidConfig(format!(
         "pools.{pool}.{field}: {what} is not available in this build of prometheus_parking_lot \
-         (it needs the cargo feature `{feature}`); available here: the in_memory queue and mailbox \
-         and a number for max_units"
+         (it needs the cargo feature `{feature}`); available here: {AVAILABLE}"
     ))
 }
 
-fn in_memory_queue<P: Send + 'static>() -> Box<dyn TaskQueue<P>> {
-    Box::new(InMemoryQueue::new())
+/// The backends this build has, for `unavailable`.
+#[cfg(not(feature = "yaque"))]
+const AVAILABLE: &str = "the in_memory queue and mailbox and a number for max_units";
+#[cfg(feature = "yaque")]
+const AVAILABLE: &str =
+    "the in_memory and yaque queues, the in_memory mailbox and a number for max_units";
+
+/// The queue a pool's settings name (`check_available` refused the ones this build lacks).
+fn queue_for<P>(name: &str, settings: &QueueSettings) -> Result<Box<dyn TaskQueue<P>>, PoolError>
+where
+    P: Serialize + DeserializeOwned + Send + 'static,
+{
+    match settings {
+        #[cfg(feature = "yaque")]
+        QueueSettings::Yaque { path, stream } => {
+            let queue = crate::infra::queue::yaque::YaqueQueue::open(path, stream)
+                .map_err(|error| PoolError::Internal(format!("pools.{name}.queue: {error}")))?;
+            Ok(Box::new(queue))
+        }
+        QueueSettings::InMemory => Ok(Box::new(InMemoryQueue::new())),
+        _ => Err(PoolError::Internal(format!(
+            "pools.{name}.queue: this build has no such queue"
+        ))),
+    }
 }
 
 fn in_memory_mailbox<R: Send + 'static>(storage: &StorageSettings) -> Arc<dyn Mailbox<R>> {

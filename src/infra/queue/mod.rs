@@ -2,3 +2,5 @@
 
 pub mod memory;
 pub mod shared_memory;
+#[cfg(feature = "yaque")]
+pub mod yaque;
