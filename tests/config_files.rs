@@ -273,13 +273,18 @@ fn a_backend_missing_from_this_build_is_named_with_its_feature() {
     )
     .err()
     .expect("no durable backends in this build");
+    // The seed's other pool (`tauri_local_llm`, a yaque queue) is built in builds with the
+    // `yaque` feature, which the list of what is available then names.
+    #[cfg(not(feature = "yaque"))]
+    let available = "the in_memory queue and mailbox and a number for max_units";
+    #[cfg(feature = "yaque")]
+    let available =
+        "the in_memory and yaque queues, the in_memory mailbox and a number for max_units";
     assert_eq!(
         error,
-        PoolError::InvalidConfig(
+        PoolError::InvalidConfig(format!(
             "pools.llm_inference.queue.type: the postgres_pgmq queue is not available in this build of \
-             prometheus_parking_lot (it needs the cargo feature `pgmq`); available here: the in_memory \
-             queue and mailbox and a number for max_units"
-                .into()
-        )
+             prometheus_parking_lot (it needs the cargo feature `pgmq`); available here: {available}"
+        ))
     );
 }

@@ -202,6 +202,12 @@ where
     // A shared queue keeps what is parked in it; claimed tasks parked here are kept too (their
     // leases run out and another node runs them).
     let durable = spec.queue.is_durable() || spec.shared.is_some();
+    // The durability setting applies to a durable local queue that awaits (the queue actor
+    // drives it); a pool sharing a queue with other nodes parks there instead.
+    let durability = (spec.queue.is_durable()
+        && spec.queue.inline().is_none()
+        && spec.shared.is_none())
+    .then_some(spec.durability);
     let shared = spec.shared.take().map(SharedLink::new);
     let parking = if spec.queue.inline().is_some() {
         Parking::Inline(spec.queue)
@@ -232,6 +238,8 @@ where
         subscribers,
         stored,
         shared,
+        durability,
+        scheduler_slot: scheduler_slot.clone(),
     };
     let scheduler: ActorRef<SchedulerMsg<P>> = once(
         "scheduler",

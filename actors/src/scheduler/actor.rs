@@ -54,6 +54,8 @@ where
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let inbox = args.0.inbox.clone();
+        // Before restoring: the claims of restored tasks are answered to this actor.
+        let _ = args.0.scheduler_slot.set(myself.clone());
         let mut scheduler = Scheduler::new(args.0, now());
         scheduler.publish();
         arm_timer(&myself, &mut scheduler, now());
