@@ -414,6 +414,8 @@ impl Lab {
 struct Spy {
     inner: YaqueQueue<u64>,
     ops: Arc<Mutex<Vec<(&'static str, EntryId)>>>,
+    /// How long each park takes on top of the write (a slow disk).
+    park_delay: Duration,
 }
 
 impl Spy {
@@ -422,8 +424,17 @@ impl Spy {
         let spy = Spy {
             inner: YaqueQueue::open(dir.path(), "stream").expect("opens"),
             ops: ops.clone(),
+            park_delay: Duration::ZERO,
         };
         (Box::new(spy), ops)
+    }
+
+    fn slow(dir: &TempDir, park_delay: Duration) -> Box<dyn TaskQueue<u64>> {
+        Box::new(Spy {
+            inner: YaqueQueue::open(dir.path(), "stream").expect("opens"),
+            ops: Arc::default(),
+            park_delay,
+        })
     }
 
     fn record(&self, op: &'static str, entry: EntryId) {
@@ -440,6 +451,7 @@ impl TaskQueue<u64> for Spy {
         true
     }
     async fn park(&self, entry: EntryId, task: ScheduledTask<u64>) -> Result<(), QueueError> {
+        tokio::time::sleep(self.park_delay).await;
         self.inner.park(entry, task).await?;
         self.record("park", entry);
         Ok(())
@@ -555,6 +567,30 @@ async fn parked_mode_writes_a_task_still_parked_after_its_spin() {
         ops_of(&ops) == ["park", "claim", "settle"]
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_before_its_park_is_stored_still_gets_its_answer() {
+    let dir = TempDir::new("slow-park");
+    let queue = Spy::slow(&dir, Duration::from_millis(300));
+    let parked = Durability::Parked {
+        spin: Duration::ZERO,
+    };
+    let mut lab = Lab::new(queue, parked, false);
+    lab.submit(1, Normal).await;
+    assert_eq!(lab.next_start().await, 1);
+    let pool = lab.pool.client().clone();
+    let second = tokio::spawn(async move {
+        let meta = TaskMetadata::new(2, ResourceCost::gpu_vram(1));
+        pool.submit(ScheduledTask::new(meta, 2), Default::default())
+            .await
+    });
+    // Task 1 ends while task 2's park is still being written: task 2 starts at once.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    lab.gate.send(true).unwrap();
+    let key = second.await.unwrap().expect("admitted once its park is stored");
+    assert_eq!(lab.next_start().await, 2);
+    assert_eq!(lab.pool.retrieve(&key, Duration::from_secs(10)).await, Ok(20));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

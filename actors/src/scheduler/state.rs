@@ -552,12 +552,19 @@ where
             return;
         };
         let (cancel, cancelled) = oneshot::channel();
+        // Started before the queue actor confirmed its park: its submitter keeps waiting for
+        // that confirmation (the claim follows the park), now as a running task's.
+        let pending = match &mut live.state {
+            LiveState::Parked { reply } => reply.take(),
+            LiveState::Running(_) => None,
+        };
+        let announce = pending.is_some();
         live.state = LiveState::Running(Running {
             cancel: Some(cancel),
             cancelled: Some(cancelled),
             ended: false,
             from_queue,
-            stored_reply: None,
+            stored_reply: pending,
         });
         if let Some(limit) = live.timeout {
             let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
@@ -565,6 +572,10 @@ where
             if at < u64::MAX {
                 self.core.watch(entry, at);
             }
+        }
+        if announce {
+            self.emit(entry, TaskStep::Admitted, now);
+            self.emit(entry, TaskStep::Parked, now);
         }
         self.emit(entry, TaskStep::Started, now);
     }
