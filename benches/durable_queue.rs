@@ -70,10 +70,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(label: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "pl-bench-durable-{label}-{}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("pl-bench-durable-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         Self(path)
     }
@@ -94,7 +92,10 @@ fn payload(id: u64) -> String {
 }
 
 fn task(id: u64) -> ScheduledTask<String> {
-    ScheduledTask::new(TaskMetadata::new(id, ResourceCost::gpu_vram(1)), payload(id))
+    ScheduledTask::new(
+        TaskMetadata::new(id, ResourceCost::gpu_vram(1)),
+        payload(id),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,7 +179,11 @@ async fn through_pool(path: Path_, tasks: u64, scratch: &Scratch) -> f64 {
     let started = Instant::now();
     let mut keys = Vec::with_capacity(tasks as usize);
     for id in 0..tasks {
-        keys.push(pool.submit(task(id)).await.unwrap_or_else(|error| panic!("{}: task {id}: {error}", path.name())));
+        keys.push(
+            pool.submit(task(id))
+                .await
+                .unwrap_or_else(|error| panic!("{}: task {id}: {error}", path.name())),
+        );
     }
     for key in &keys {
         let length = pool
@@ -188,7 +193,9 @@ async fn through_pool(path: Path_, tasks: u64, scratch: &Scratch) -> f64 {
         assert_eq!(length, 200);
     }
     let elapsed = started.elapsed();
-    pool.shutdown(Duration::from_secs(10)).await.expect("shutdown");
+    pool.shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
     drop(pool);
     rate(tasks, elapsed)
 }

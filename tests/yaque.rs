@@ -43,10 +43,8 @@ impl TempDir {
     fn new(label: &str) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "pl-yaque-{label}-{}-{n}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("pl-yaque-{label}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("temp dir");
         Self(path)
@@ -148,7 +146,10 @@ async fn reopening_keeps_parked_entries_and_parks_left_over_claims_again() {
         })
     );
     assert_eq!(queue.claim(102).await, Ok(Some(tasks[2].clone())));
-    assert_eq!(queue.settle(101, Settlement::Done).await, Err(QueueError::NotClaimed(101)));
+    assert_eq!(
+        queue.settle(101, Settlement::Done).await,
+        Err(QueueError::NotClaimed(101))
+    );
     assert!(queue.quarantined().is_empty());
 }
 
@@ -178,18 +179,30 @@ async fn stale_locks_of_a_dead_process_are_recovered() {
     let stream = dir.path().join("stream");
 
     // A process that has exited (and been reaped) left its sender lock behind.
-    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
     let dead_pid = child.id();
     child.wait().expect("reap");
-    std::fs::write(stream.join("send.lock"), format!("pid={dead_pid}\ntoken=42\n")).unwrap();
+    std::fs::write(
+        stream.join("send.lock"),
+        format!("pid={dead_pid}\ntoken=42\n"),
+    )
+    .unwrap();
     // A kill between creating a lock file and writing it leaves it empty.
     std::fs::create_dir_all(stream.join("version")).unwrap();
     std::fs::write(stream.join("version").join("lock"), "").unwrap();
 
     let queue = open(&dir);
-    queue.park(1, job(1)).await.expect("the recovered queue takes parks");
+    queue
+        .park(1, job(1))
+        .await
+        .expect("the recovered queue takes parks");
     drop(queue);
-    assert_eq!(parked(&open(&dir).load_parked().await.unwrap()), vec![(1, 1)]);
+    assert_eq!(
+        parked(&open(&dir).load_parked().await.unwrap()),
+        vec![(1, 1)]
+    );
 }
 
 #[tokio::test]
@@ -236,7 +249,10 @@ async fn the_log_is_compacted_and_stays_small() {
         "the log holds {bytes} bytes for one live task"
     );
     drop(queue);
-    assert_eq!(parked(&open(&dir).load_parked().await.unwrap()), vec![(5_000, 9)]);
+    assert_eq!(
+        parked(&open(&dir).load_parked().await.unwrap()),
+        vec![(5_000, 9)]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,7 +304,9 @@ async fn a_corrupt_record_and_a_truncated_tail_are_quarantined_and_the_rest_kept
     for bad in quarantined {
         let saved = std::fs::read(&bad.saved_as).expect("quarantined bytes are kept");
         assert_eq!(saved.len() as u64, bad.len);
-        assert!(bad.saved_as.starts_with(dir.path().join("stream.quarantine")));
+        assert!(bad
+            .saved_as
+            .starts_with(dir.path().join("stream.quarantine")));
     }
     queue.park(6, job(6)).await.expect("the queue works on");
     drop(queue);
@@ -419,7 +437,12 @@ struct Spy {
 }
 
 impl Spy {
-    fn new(dir: &TempDir) -> (Box<dyn TaskQueue<u64>>, Arc<Mutex<Vec<(&'static str, EntryId)>>>) {
+    fn new(
+        dir: &TempDir,
+    ) -> (
+        Box<dyn TaskQueue<u64>>,
+        Arc<Mutex<Vec<(&'static str, EntryId)>>>,
+    ) {
         let ops = Arc::new(Mutex::new(Vec::new()));
         let spy = Spy {
             inner: YaqueQueue::open(dir.path(), "stream").expect("opens"),
@@ -506,18 +529,34 @@ async fn accepted_mode_stores_a_started_task_before_answering_and_settles_it() {
         "a task that starts at once is stored before its submit is answered"
     );
     assert_eq!(lab.next_start().await, 1);
-    assert_eq!(ops_of(&ops), ["park", "claim"], "it runs as a claimed entry");
+    assert_eq!(
+        ops_of(&ops),
+        ["park", "claim"],
+        "it runs as a claimed entry"
+    );
 
     lab.submit(2, Normal).await;
-    assert_eq!(ops_of(&ops), ["park", "claim", "park"], "a parked task is stored");
+    assert_eq!(
+        ops_of(&ops),
+        ["park", "claim", "park"],
+        "a parked task is stored"
+    );
     lab.gate.send(true).unwrap();
-    assert_eq!(lab.pool.retrieve(&key, Duration::from_secs(10)).await, Ok(10));
+    assert_eq!(
+        lab.pool.retrieve(&key, Duration::from_secs(10)).await,
+        Ok(10)
+    );
     assert_eq!(lab.next_start().await, 2);
     eventually("both tasks settled", || {
         ops_of(&ops) == ["park", "claim", "park", "settle", "claim", "settle"]
     })
     .await;
-    let entries: Vec<EntryId> = ops.lock().unwrap().iter().map(|(_, entry)| *entry).collect();
+    let entries: Vec<EntryId> = ops
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, entry)| *entry)
+        .collect();
     assert_eq!(entries[0], entries[1]);
     assert_eq!(entries[0], entries[3]);
     assert_eq!(entries[2], entries[4]);
@@ -539,11 +578,21 @@ async fn parked_mode_never_writes_a_burst_that_clears_within_the_spin() {
     let third = lab.submit(3, High).await;
     lab.gate.send(true).unwrap();
     for (key, result) in [(first, 10), (third, 30), (second, 20)] {
-        assert_eq!(lab.pool.retrieve(&key, Duration::from_secs(10)).await, Ok(result));
+        assert_eq!(
+            lab.pool.retrieve(&key, Duration::from_secs(10)).await,
+            Ok(result)
+        );
     }
-    assert_eq!(lab.next_start().await, 3, "the spinning tasks keep their ranks");
+    assert_eq!(
+        lab.next_start().await,
+        3,
+        "the spinning tasks keep their ranks"
+    );
     assert_eq!(lab.next_start().await, 2);
-    assert!(ops_of(&ops).is_empty(), "nothing touched the queue: {ops:?}");
+    assert!(
+        ops_of(&ops).is_empty(),
+        "nothing touched the queue: {ops:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,7 +611,10 @@ async fn parked_mode_writes_a_task_still_parked_after_its_spin() {
     })
     .await;
     lab.gate.send(true).unwrap();
-    assert_eq!(lab.pool.retrieve(&second, Duration::from_secs(10)).await, Ok(20));
+    assert_eq!(
+        lab.pool.retrieve(&second, Duration::from_secs(10)).await,
+        Ok(20)
+    );
     eventually("claimed from the queue and settled", || {
         ops_of(&ops) == ["park", "claim", "settle"]
     })
@@ -588,9 +640,15 @@ async fn a_task_started_before_its_park_is_stored_still_gets_its_answer() {
     // Task 1 ends while task 2's park is still being written: task 2 starts at once.
     tokio::time::sleep(Duration::from_millis(50)).await;
     lab.gate.send(true).unwrap();
-    let key = second.await.unwrap().expect("admitted once its park is stored");
+    let key = second
+        .await
+        .unwrap()
+        .expect("admitted once its park is stored");
     assert_eq!(lab.next_start().await, 2);
-    assert_eq!(lab.pool.retrieve(&key, Duration::from_secs(10)).await, Ok(20));
+    assert_eq!(
+        lab.pool.retrieve(&key, Duration::from_secs(10)).await,
+        Ok(20)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,7 +664,11 @@ async fn shutdown_stores_spinning_tasks_and_a_restarted_pool_runs_them() {
     lab.submit(2, Normal).await;
     let report = lab.pool.shutdown(Duration::from_millis(20)).await.unwrap();
     assert_eq!(report.kept_parked, 1);
-    assert_eq!(ops_of(&ops), ["park"], "the spinning task was written at shutdown");
+    assert_eq!(
+        ops_of(&ops),
+        ["park"],
+        "the spinning task was written at shutdown"
+    );
     drop(lab);
 
     let mut lab = Lab::new(
@@ -624,7 +686,14 @@ async fn a_restarted_pool_runs_what_was_parked_by_priority_then_admission() {
     let mut lab = Lab::new(queue, Durability::Accepted, false);
     lab.submit(1, Normal).await;
     assert_eq!(lab.next_start().await, 1);
-    for (id, priority) in [(2, Low), (3, High), (4, Normal), (5, Critical), (6, High), (7, Low)] {
+    for (id, priority) in [
+        (2, Low),
+        (3, High),
+        (4, Normal),
+        (5, Critical),
+        (6, High),
+        (7, Low),
+    ] {
         lab.submit(id, priority).await;
     }
     let report = lab.pool.shutdown(Duration::from_millis(20)).await.unwrap();
@@ -697,13 +766,19 @@ async fn the_seed_tauri_pool_builds_from_its_config_and_its_queue_survives() {
         pool.retrieve(&key, Duration::from_secs(10)).await,
         Ok("HELLO".to_owned())
     );
-    assert!(dir.path().join("llm_tasks").is_dir(), "the stream's files are in the configured path");
+    assert!(
+        dir.path().join("llm_tasks").is_dir(),
+        "the stream's files are in the configured path"
+    );
 
     // While it runs, the stream is its own: a second build is refused, naming the pool.
     let Err(error) = build(&config) else {
         panic!("a stream in use must not be opened twice");
     };
-    assert!(error.to_string().contains("pools.tauri_local_llm.queue"), "{error}");
+    assert!(
+        error.to_string().contains("pools.tauri_local_llm.queue"),
+        "{error}"
+    );
     drop(built);
 }
 
@@ -735,4 +810,3 @@ async fn the_shipped_desktop_config_builds_a_durable_pool() {
     );
     drop(built);
 }
-

@@ -29,8 +29,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use prometheus_parking_lot::config::WorkerPoolConfig;
 use prometheus_parking_lot::core::{
-    Durability, ResourcePool, ScheduledTask, StarvationGuard, TaskExecutor, TaskMetadata,
-    TaskQueue,
+    Durability, ResourcePool, ScheduledTask, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
@@ -143,7 +142,9 @@ fn crash_child() {
                     };
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                pool.shutdown(Duration::from_secs(10)).await.expect("shutdown");
+                pool.shutdown(Duration::from_secs(10))
+                    .await
+                    .expect("shutdown");
                 drop(pool);
                 let queue = YaqueQueue::<u64>::open(&dir, STREAM).expect("reopens");
                 let left = queue.load_parked().await.expect("load");
@@ -174,7 +175,13 @@ struct ChildGuard(Child);
 impl ChildGuard {
     fn spawn(dir: &Path, phase: &str) -> Self {
         let child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(DIR_ENV, dir)
             .env(PHASE_ENV, phase)
             .spawn()
@@ -188,7 +195,10 @@ impl ChildGuard {
         let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
         assert_eq!(sent, 0, "SIGKILL sent");
         let status = self.0.wait().expect("reaped");
-        assert!(!status.success(), "the child died of the signal: {status:?}");
+        assert!(
+            !status.success(),
+            "the child died of the signal: {status:?}"
+        );
     }
 
     fn wait_success(&mut self, limit: Duration) {
@@ -198,7 +208,10 @@ impl ChildGuard {
                 assert!(status.success(), "the resume child failed: {status:?}");
                 return;
             }
-            assert!(Instant::now() < deadline, "the resume child did not finish in {limit:?}");
+            assert!(
+                Instant::now() < deadline,
+                "the resume child did not finish in {limit:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -253,7 +266,10 @@ fn kill_9_mid_load_loses_no_accepted_task() {
         if let Some(status) = load.0.try_wait().expect("try_wait") {
             panic!("the load child exited early: {status:?}");
         }
-        assert!(Instant::now() < deadline, "the load child did not get going: {log:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the load child did not get going: {log:?}"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     load.sigkill();
@@ -323,4 +339,3 @@ fn kill_9_mid_load_loses_no_accepted_task() {
         twice.len()
     );
 }
-

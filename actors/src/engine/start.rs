@@ -204,10 +204,9 @@ where
     let durable = spec.queue.is_durable() || spec.shared.is_some();
     // The durability setting applies to a durable local queue that awaits (the queue actor
     // drives it); a pool sharing a queue with other nodes parks there instead.
-    let durability = (spec.queue.is_durable()
-        && spec.queue.inline().is_none()
-        && spec.shared.is_none())
-    .then_some(spec.durability);
+    let durability =
+        (spec.queue.is_durable() && spec.queue.inline().is_none() && spec.shared.is_none())
+            .then_some(spec.durability);
     let shared = spec.shared.take().map(SharedLink::new);
     let parking = if spec.queue.inline().is_some() {
         Parking::Inline(spec.queue)

@@ -38,8 +38,8 @@ use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOpti
 use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
-    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
-    TenantId,
+    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+    TaskStatus, TenantId,
 };
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::mailbox::actor::MailboxMsg;
@@ -160,6 +160,8 @@ pub(crate) struct Scheduler<P, R> {
     /// When each spinning task is due to be written, in that order (entries that left
     /// `spinning` meanwhile are skipped).
     spin_due: VecDeque<(u64, EntryId)>,
+    /// Parks and claims sent to the queue actor and not yet answered.
+    queue_waits: usize,
 }
 
 impl<P, R> Scheduler<P, R>
@@ -196,6 +198,7 @@ where
             durability: args.durability,
             spinning: FastMap::default(),
             spin_due: VecDeque::new(),
+            queue_waits: 0,
         };
         scheduler.restore(args.stored, now);
         scheduler
@@ -439,7 +442,9 @@ where
                 if let Some(live) = self.live.get_mut(&entry) {
                     live.state = LiveState::Parked { reply: Some(reply) };
                 }
-                if queue.send_message(QueueMsg::Park { entry, task }).is_err() {
+                if queue.send_message(QueueMsg::Park { entry, task }).is_ok() {
+                    self.queue_waits += 1;
+                } else {
                     self.park_failed(entry, "the queue actor is gone".into(), None, now);
                 }
             }
@@ -463,7 +468,9 @@ where
         };
         let sent = queue.send_message(QueueMsg::Park { entry, task }).is_ok()
             && queue.send_message(QueueMsg::Claim { entry }).is_ok();
-        if !sent {
+        if sent {
+            self.queue_waits += 2;
+        } else {
             if let Some(LiveState::Running(running)) =
                 self.live.get_mut(&entry).map(|live| &mut live.state)
             {
@@ -482,12 +489,16 @@ where
     fn spin(&mut self, entry: EntryId, task: ScheduledTask<P>, spin: Duration, now: u64) {
         let spin_ms = u64::try_from(spin.as_millis()).unwrap_or(u64::MAX);
         self.spinning.insert(entry, std::sync::Mutex::new(task));
-        self.spin_due.push_back((now.saturating_add(spin_ms), entry));
+        self.spin_due
+            .push_back((now.saturating_add(spin_ms), entry));
     }
 
     fn take_spinning(&mut self, entry: EntryId) -> Option<ScheduledTask<P>> {
         let task = self.spinning.remove(&entry)?;
-        Some(task.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+        Some(
+            task.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Sends the parked tasks whose spin is over (`all`: every spinning task) to the queue.
@@ -507,7 +518,9 @@ where
                     false
                 }
             };
-            if !sent {
+            if sent {
+                self.queue_waits += 1;
+            } else {
                 self.park_failed(entry, "the queue actor is gone".into(), None, now);
             }
         }
@@ -638,7 +651,9 @@ where
                     }
                 }
                 Parking::Actor(queue) => {
-                    if queue.send_message(QueueMsg::Claim { entry }).is_err() {
+                    if queue.send_message(QueueMsg::Claim { entry }).is_ok() {
+                        self.queue_waits += 1;
+                    } else {
                         self.claim_failed(entry, "the queue actor is gone".into(), now);
                     }
                 }
@@ -660,6 +675,7 @@ where
 
     /// What the queue actor reported.
     pub fn queue_report(&mut self, report: QueueReport<P>, now: u64) {
+        self.queue_waits = self.queue_waits.saturating_sub(1);
         match report {
             QueueReport::Parked { entry } => {
                 let Some(live) = self.live.get_mut(&entry) else {
@@ -686,10 +702,13 @@ where
                 }
             }
             QueueReport::ParkFailed { entry, reason } => {
-                let running = self.live.get_mut(&entry).and_then(|live| match &mut live.state {
-                    LiveState::Running(running) => Some(running),
-                    LiveState::Parked { .. } => None,
-                });
+                let running = self
+                    .live
+                    .get_mut(&entry)
+                    .and_then(|live| match &mut live.state {
+                        LiveState::Running(running) => Some(running),
+                        LiveState::Parked { .. } => None,
+                    });
                 match running {
                     Some(running) => {
                         // A started task that could not be stored: refused. Its claim (sent
@@ -1325,6 +1344,12 @@ where
         let used = ResourceKind::ALL.map(|kind| self.core.used(kind));
         self.counters
             .publish_gauges(self.core.running_len(), self.core.parked_len(), used);
+    }
+
+    /// Whether the queue actor owes answers: the scheduler then should not spin on its
+    /// inbox, since those answers arrive as actor messages the spin would keep waiting.
+    pub fn awaiting_queue(&self) -> bool {
+        self.queue_waits > 0
     }
 
     /// When the next tick has work to do.

@@ -199,7 +199,9 @@ impl<P> YaqueQueue<P> {
 impl<P: DeserializeOwned> YaqueQueue<P> {
     fn decode(&self, entry: EntryId, bytes: &[u8]) -> Result<ScheduledTask<P>, QueueError> {
         serde_json::from_slice(bytes).map_err(|error| {
-            QueueError::Backend(format!("entry {entry}: its stored task does not decode: {error}"))
+            QueueError::Backend(format!(
+                "entry {entry}: its stored task does not decode: {error}"
+            ))
         })
     }
 }
@@ -219,7 +221,9 @@ where
 
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
         let bytes = serde_json::to_vec(&task).map_err(|error| {
-            QueueError::Backend(format!("entry {entry}: the task does not serialise: {error}"))
+            QueueError::Backend(format!(
+                "entry {entry}: the task does not serialise: {error}"
+            ))
         })?;
         let mut store = self.lock();
         if store.entries.contains_key(&entry) {
@@ -286,7 +290,9 @@ where
             .filter(|(_, kept)| !kept.claimed)
             .map(|(&entry, kept)| {
                 let MetaOnly { meta } = serde_json::from_slice(&kept.task).map_err(|error| {
-                    QueueError::Backend(format!("entry {entry}: its metadata does not decode: {error}"))
+                    QueueError::Backend(format!(
+                        "entry {entry}: its metadata does not decode: {error}"
+                    ))
                 })?;
                 Ok(StoredEntry { entry, meta })
             })
@@ -432,9 +438,10 @@ fn clear_stale_lock(lock: &Path) -> io::Result<()> {
         Err(error) => return Err(error),
     };
     let field = |name: &str| {
-        contents.split(name).nth(1).is_some_and(|rest| {
-            rest.chars().next().is_some_and(|c| c.is_ascii_digit())
-        })
+        contents
+            .split(name)
+            .nth(1)
+            .is_some_and(|rest| rest.chars().next().is_some_and(|c| c.is_ascii_digit()))
     };
     if !(field("pid=") && field("token=")) {
         tracing::warn!(lock = %lock.display(), "removing a torn lock file left by a killed process");
@@ -465,7 +472,10 @@ fn segments(
         if path.extension().is_none_or(|ext| ext != "q") {
             continue;
         }
-        match path.file_stem().and_then(|stem| stem.to_str()?.parse::<u64>().ok()) {
+        match path
+            .file_stem()
+            .and_then(|stem| stem.to_str()?.parse::<u64>().ok())
+        {
             Some(number) => segments.push((number, path)),
             None if !quarantine.as_os_str().is_empty() => {
                 let len = fs::metadata(&path)?.len();
@@ -580,7 +590,12 @@ impl Replay {
                 .and_then(|MetaOnly { meta }| Some((meta.mailbox?.tenant.to_string(), meta.id)));
             if let Some(caller) = caller {
                 if let Some(first) = seen.get(&caller) {
-                    tracing::warn!(entry, first, task_id = caller.1, "a task id stored twice for one tenant is kept once");
+                    tracing::warn!(
+                        entry,
+                        first,
+                        task_id = caller.1,
+                        "a task id stored twice for one tenant is kept once"
+                    );
                     duplicates.push(entry);
                 } else {
                     seen.insert(caller, entry);
@@ -658,7 +673,11 @@ mod tests {
         for index in 0..record.len() {
             let mut damaged = record.clone();
             damaged[index] ^= 0x10;
-            assert_eq!(decode(&damaged), None, "a flipped bit at {index} is noticed");
+            assert_eq!(
+                decode(&damaged),
+                None,
+                "a flipped bit at {index} is noticed"
+            );
         }
         assert_eq!(decode(&record[..record.len() - 1]), None, "truncated");
     }
