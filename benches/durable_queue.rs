@@ -136,27 +136,27 @@ impl TaskExecutor<String, usize> for Length {
 }
 
 #[derive(Clone, Copy)]
-enum Path_ {
+enum Route {
     Memory,
     Yaque(Durability),
 }
 
-impl Path_ {
+impl Route {
     fn name(self) -> &'static str {
         match self {
-            Path_::Memory => "in-memory queue",
-            Path_::Yaque(Durability::Accepted) => "yaque, accepted",
-            Path_::Yaque(Durability::Parked { spin }) if spin.is_zero() => "yaque, parked",
-            Path_::Yaque(Durability::Parked { .. }) => "yaque, parked, spin 5 ms",
+            Route::Memory => "in-memory queue",
+            Route::Yaque(Durability::Accepted) => "yaque, accepted",
+            Route::Yaque(Durability::Parked { spin }) if spin.is_zero() => "yaque, parked",
+            Route::Yaque(Durability::Parked { .. }) => "yaque, parked, spin 5 ms",
         }
     }
 }
 
 /// Tasks per second through a fresh pool.
-async fn through_pool(path: Path_, tasks: u64, scratch: &Scratch) -> f64 {
+async fn through_pool(path: Route, tasks: u64, scratch: &Scratch) -> f64 {
     let (queue, durability): (Box<dyn TaskQueue<String>>, Durability) = match path {
-        Path_::Memory => (Box::new(InMemoryQueue::new()), Durability::Accepted),
-        Path_::Yaque(durability) => (
+        Route::Memory => (Box::new(InMemoryQueue::new()), Durability::Accepted),
+        Route::Yaque(durability) => (
             Box::new(YaqueQueue::open(scratch.path(), "bench").expect("queue")),
             durability,
         ),
@@ -244,12 +244,12 @@ fn main() {
     let mut memory_alone = (Vec::new(), Vec::new());
     let mut yaque_alone = (Vec::new(), Vec::new());
     let paths = [
-        Path_::Memory,
-        Path_::Yaque(Durability::Accepted),
-        Path_::Yaque(Durability::Parked {
+        Route::Memory,
+        Route::Yaque(Durability::Accepted),
+        Route::Yaque(Durability::Parked {
             spin: Duration::ZERO,
         }),
-        Path_::Yaque(Durability::Parked {
+        Route::Yaque(Durability::Parked {
             spin: Duration::from_millis(5),
         }),
     ];

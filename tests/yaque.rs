@@ -354,6 +354,41 @@ async fn garbage_files_in_the_stream_do_not_stop_the_queue() {
     );
 }
 
+#[tokio::test]
+async fn a_task_this_build_cannot_decode_is_set_aside_not_retried_for_ever() {
+    let dir = TempDir::new("undecodable");
+    let queue = open(&dir);
+    queue.park(1, job(1)).await.unwrap();
+    queue.park(2, job(2)).await.unwrap();
+    drop(queue);
+
+    // The same stream opened with another payload type: the metadata still reads.
+    let queue = YaqueQueue::<u64>::open(dir.path(), "stream").expect("opens");
+    assert_eq!(
+        parked(&queue.load_parked().await.unwrap()),
+        vec![(1, 1), (2, 2)]
+    );
+    let claimed = queue.claim(1).await;
+    assert!(
+        matches!(&claimed, Err(QueueError::Backend(m)) if m.contains("entry 1") && m.contains("does not decode")),
+        "{claimed:?}"
+    );
+    let removed = queue.remove(2).await;
+    assert!(
+        matches!(removed, Err(QueueError::Backend(_))),
+        "{removed:?}"
+    );
+    assert_eq!(queue.counts().await, Ok(QueueCounts::default()));
+    let quarantine = dir.path().join("stream.quarantine");
+    for entry in [1, 2] {
+        let saved = std::fs::read(quarantine.join(format!("entry-{entry}.json"))).unwrap();
+        let task: ScheduledTask<Job> = serde_json::from_slice(&saved).expect("kept whole");
+        assert_eq!(task, job(entry));
+    }
+    drop(queue);
+    assert!(open(&dir).load_parked().await.unwrap().is_empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through a pool: durability modes, restart
 // ---------------------------------------------------------------------------------------------
@@ -428,21 +463,19 @@ impl Lab {
     }
 }
 
+/// The operations a [`Spy`] saw, in order.
+type Ops = Arc<Mutex<Vec<(&'static str, EntryId)>>>;
+
 /// A yaque queue that records each operation once it succeeded.
 struct Spy {
     inner: YaqueQueue<u64>,
-    ops: Arc<Mutex<Vec<(&'static str, EntryId)>>>,
+    ops: Ops,
     /// How long each park takes on top of the write (a slow disk).
     park_delay: Duration,
 }
 
 impl Spy {
-    fn new(
-        dir: &TempDir,
-    ) -> (
-        Box<dyn TaskQueue<u64>>,
-        Arc<Mutex<Vec<(&'static str, EntryId)>>>,
-    ) {
+    fn recording(dir: &TempDir) -> (Box<dyn TaskQueue<u64>>, Ops) {
         let ops = Arc::new(Mutex::new(Vec::new()));
         let spy = Spy {
             inner: YaqueQueue::open(dir.path(), "stream").expect("opens"),
@@ -502,7 +535,7 @@ impl TaskQueue<u64> for Spy {
     }
 }
 
-fn ops_of(ops: &Mutex<Vec<(&'static str, EntryId)>>) -> Vec<&'static str> {
+fn ops_of(ops: &Ops) -> Vec<&'static str> {
     ops.lock().unwrap().iter().map(|(op, _)| *op).collect()
 }
 
@@ -519,7 +552,7 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_mode_stores_a_started_task_before_answering_and_settles_it() {
     let dir = TempDir::new("accepted");
-    let (queue, ops) = Spy::new(&dir);
+    let (queue, ops) = Spy::recording(&dir);
     let mut lab = Lab::new(queue, Durability::Accepted, false);
 
     let key = lab.submit(1, Normal).await;
@@ -565,7 +598,7 @@ async fn accepted_mode_stores_a_started_task_before_answering_and_settles_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_mode_never_writes_a_burst_that_clears_within_the_spin() {
     let dir = TempDir::new("spin-burst");
-    let (queue, ops) = Spy::new(&dir);
+    let (queue, ops) = Spy::recording(&dir);
     let spin = Durability::Parked {
         spin: Duration::from_secs(60),
     };
@@ -598,7 +631,7 @@ async fn parked_mode_never_writes_a_burst_that_clears_within_the_spin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_mode_writes_a_task_still_parked_after_its_spin() {
     let dir = TempDir::new("spin-write");
-    let (queue, ops) = Spy::new(&dir);
+    let (queue, ops) = Spy::recording(&dir);
     let spin = Durability::Parked {
         spin: Duration::from_millis(100),
     };
@@ -654,7 +687,7 @@ async fn a_task_started_before_its_park_is_stored_still_gets_its_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stores_spinning_tasks_and_a_restarted_pool_runs_them() {
     let dir = TempDir::new("spin-shutdown");
-    let (queue, ops) = Spy::new(&dir);
+    let (queue, ops) = Spy::recording(&dir);
     let spin = Durability::Parked {
         spin: Duration::from_secs(60),
     };

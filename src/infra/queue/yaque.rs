@@ -96,9 +96,10 @@ const GONE: u8 = 3;
 /// A truncated or corrupt stretch of a segment file, set aside at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quarantined {
-    /// The segment file it was found in.
+    /// The segment file it was found in (the stream's directory, for a whole record whose
+    /// task's metadata does not decode).
     pub file: PathBuf,
-    /// Its byte offset in that file.
+    /// Its byte offset in that file (0 for a task that does not decode).
     pub offset: u64,
     /// How many bytes were set aside.
     pub len: u64,
@@ -129,6 +130,8 @@ pub struct YaqueQueue<P> {
 /// The log's writer and the index it rebuilds.
 struct Store {
     dir: PathBuf,
+    /// Where damaged records and undecodable tasks are set aside.
+    quarantine: PathBuf,
     /// `None` only after a compaction could not reopen the writer: every call then fails.
     sender: Option<Sender>,
     /// Live entries, in entry order.
@@ -247,7 +250,13 @@ where
         let Some(kept) = store.entries.get(&entry).filter(|kept| !kept.claimed) else {
             return Ok(None);
         };
-        let task = self.decode(entry, &kept.task)?;
+        let task = match self.decode(entry, &kept.task) {
+            Ok(task) => task,
+            Err(error) => {
+                store.set_aside(entry)?;
+                return Err(error);
+            }
+        };
         store.append(CLAIM, entry, &[])?;
         if let Some(kept) = store.entries.get_mut(&entry) {
             kept.claimed = true;
@@ -273,11 +282,17 @@ where
         let Some(kept) = store.entries.get(&entry).filter(|kept| !kept.claimed) else {
             return Ok(None);
         };
-        let task = self.decode(entry, &kept.task);
+        let task = match self.decode(entry, &kept.task) {
+            Ok(task) => task,
+            Err(error) => {
+                store.set_aside(entry)?;
+                return Err(error);
+            }
+        };
         store.append(GONE, entry, &[])?;
         store.forget(entry);
         store.maybe_compact();
-        task.map(Some)
+        Ok(Some(task))
     }
 
     /// The parked entries, in entry order. Entries a dead process had claimed were parked
@@ -319,14 +334,15 @@ impl Store {
         let mut replay = Replay::default();
         let mut quarantined = Vec::new();
         let segments = segments(&dir, quarantine, &mut quarantined)?;
-        for &(_, ref file) in &segments {
+        for (_, file) in &segments {
             let bytes = fs::read(file)?;
             replay.segment(file, &bytes, quarantine, &mut quarantined)?;
         }
-        let entries = replay.finish();
+        let entries = replay.finish(&dir, quarantine, &mut quarantined)?;
         let next = segments.last().map_or(0, |&(number, _)| number + 1);
         let mut store = Store {
             dir,
+            quarantine: quarantine.to_path_buf(),
             sender: None,
             entries,
             claimed: 0,
@@ -358,6 +374,23 @@ impl Store {
             QueueError::Backend(format!("writing to {}: {error}", self.dir.display()))
         })?;
         self.appended += (FRAME_HEADER + record.len()) as u64;
+        Ok(())
+    }
+
+    /// Moves a task this build cannot decode out of the queue, into the quarantine.
+    fn set_aside(&mut self, entry: EntryId) -> Result<(), QueueError> {
+        let Some(kept) = self.entries.get(&entry) else {
+            return Ok(());
+        };
+        let saved_as = self.quarantine.join(format!("entry-{entry}.json"));
+        fs::create_dir_all(&self.quarantine)
+            .and_then(|()| fs::write(&saved_as, &kept.task))
+            .map_err(|error| {
+                QueueError::Backend(format!("could not quarantine entry {entry}: {error}"))
+            })?;
+        tracing::error!(entry, saved_as = %saved_as.display(), "a stored task does not decode; it was set aside");
+        self.append(GONE, entry, &[])?;
+        self.forget(entry);
         Ok(())
     }
 
@@ -575,20 +608,40 @@ impl Replay {
     }
 
     /// The live entries: left-over claims parked again, one entry per caller's task id.
-    fn finish(self) -> BTreeMap<EntryId, Kept> {
+    /// An entry whose metadata does not decode is quarantined.
+    fn finish(
+        self,
+        dir: &Path,
+        quarantine: &Path,
+        quarantined: &mut Vec<Quarantined>,
+    ) -> io::Result<BTreeMap<EntryId, Kept>> {
         let mut entries = self.entries;
         let mut seen: HashMap<(String, u64), EntryId> = HashMap::new();
-        let mut duplicates = Vec::new();
+        let mut dropped = Vec::new();
         let mut rerun = 0;
         for (&entry, kept) in entries.iter_mut() {
             if kept.claimed {
                 kept.claimed = false;
                 rerun += 1;
             }
-            let caller = serde_json::from_slice::<MetaOnly>(&kept.task)
-                .ok()
-                .and_then(|MetaOnly { meta }| Some((meta.mailbox?.tenant.to_string(), meta.id)));
-            if let Some(caller) = caller {
+            let meta = match serde_json::from_slice::<MetaOnly>(&kept.task) {
+                Ok(MetaOnly { meta }) => meta,
+                Err(error) => {
+                    fs::create_dir_all(quarantine)?;
+                    let saved_as = quarantine.join(format!("entry-{entry}.json"));
+                    fs::write(&saved_as, &kept.task)?;
+                    tracing::warn!(entry, %error, saved_as = %saved_as.display(), "a stored task's metadata does not decode; it was quarantined");
+                    quarantined.push(Quarantined {
+                        file: dir.to_path_buf(),
+                        offset: 0,
+                        len: kept.task.len() as u64,
+                        saved_as,
+                    });
+                    dropped.push(entry);
+                    continue;
+                }
+            };
+            if let Some(caller) = meta.mailbox.map(|key| (key.tenant.to_string(), meta.id)) {
                 if let Some(first) = seen.get(&caller) {
                     tracing::warn!(
                         entry,
@@ -596,19 +649,19 @@ impl Replay {
                         task_id = caller.1,
                         "a task id stored twice for one tenant is kept once"
                     );
-                    duplicates.push(entry);
+                    dropped.push(entry);
                 } else {
                     seen.insert(caller, entry);
                 }
             }
         }
-        for entry in duplicates {
+        for entry in dropped {
             entries.remove(&entry);
         }
         if rerun > 0 {
             tracing::warn!(tasks = rerun, "tasks that were running when the process stopped are parked again and will run again");
         }
-        entries
+        Ok(entries)
     }
 }
 
