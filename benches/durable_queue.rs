@@ -5,9 +5,11 @@
 //! claim + settle together (one task's trip out of the queue).
 //!
 //! **Through a pool** (`ResourcePool`, W = 2 workers, 2 units, every task costs 1 unit): one
-//! client submits N no-op tasks (so all but two park) and retrieves every result; tasks per
-//! second from the first submit to the last retrieve. Paths, all in the same run, rounds
-//! interleaved:
+//! client submits N no-op tasks and retrieves every result; tasks per second from the first
+//! submit to the last retrieve. Two shapes: *one at a time* (each submit waits for its answer,
+//! so most tasks find a free worker and start at once) and *one batch* (all N in one
+//! `submit_batch`, so all but two park: each is parked, claimed and settled). Paths, all in
+//! the same run, rounds interleaved:
 //!
 //! - *in-memory queue* (the baseline);
 //! - *yaque, accepted*: every task stored before its submit returns, started ones too;
@@ -152,8 +154,8 @@ impl Route {
     }
 }
 
-/// Tasks per second through a fresh pool.
-async fn through_pool(path: Route, tasks: u64, scratch: &Scratch) -> f64 {
+/// Tasks per second through a fresh pool; `batch`: all tasks in one `submit_batch`.
+async fn through_pool(path: Route, batch: bool, tasks: u64, scratch: &Scratch) -> f64 {
     let (queue, durability): (Box<dyn TaskQueue<String>>, Durability) = match path {
         Route::Memory => (Box::new(InMemoryQueue::new()), Durability::Accepted),
         Route::Yaque(durability) => (
@@ -178,7 +180,16 @@ async fn through_pool(path: Route, tasks: u64, scratch: &Scratch) -> f64 {
     .expect("pool");
     let started = Instant::now();
     let mut keys = Vec::with_capacity(tasks as usize);
-    for id in 0..tasks {
+    if batch {
+        let answers = pool
+            .client()
+            .submit_batch((0..tasks).map(task).collect(), Default::default())
+            .await;
+        for (id, answer) in answers.into_iter().enumerate() {
+            keys.push(answer.unwrap_or_else(|error| panic!("{}: task {id}: {error}", path.name())));
+        }
+    }
+    for id in (0..tasks).filter(|_| !batch) {
         keys.push(
             pool.submit(task(id))
                 .await
@@ -253,7 +264,8 @@ fn main() {
             spin: Duration::from_millis(5),
         }),
     ];
-    let mut pooled: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+    let shapes = [(false, "one at a time"), (true, "one batch")];
+    let mut pooled: Vec<Vec<f64>> = vec![Vec::new(); paths.len() * shapes.len()];
     runtime.block_on(async {
         for round in 0..scale.rounds {
             let memory = InMemoryQueue::new();
@@ -266,10 +278,11 @@ fn main() {
             drop(yaque);
             yaque_alone.0.push(park);
             yaque_alone.1.push(trip);
-            for offset in 0..paths.len() {
-                let index = (offset + round) % paths.len();
+            for offset in 0..pooled.len() {
+                let index = (offset + round) % pooled.len();
+                let (path, (batch, _)) = (paths[index % paths.len()], shapes[index / paths.len()]);
                 let scratch = Scratch::new("pool");
-                pooled[index].push(through_pool(paths[index], scale.tasks, &scratch).await);
+                pooled[index].push(through_pool(path, batch, scale.tasks, &scratch).await);
             }
         }
     });
@@ -296,18 +309,21 @@ fn main() {
     );
     println!();
     println!("through a pool (submit N, retrieve N; tasks per second):");
-    println!("| path | best | median | median / in-memory |");
-    println!("|---|---:|---:|---:|");
-    let baseline = median(&mut pooled[0].clone());
-    for (path, rates) in paths.iter().zip(&mut pooled) {
-        let best = rates.iter().copied().fold(0.0, f64::max);
-        let median = median(rates);
-        println!(
-            "| {} | {} | {} | {:.3}x |",
-            path.name(),
-            thousands(best),
-            thousands(median),
-            median / baseline
-        );
+    println!("| shape | path | best | median | median / in-memory |");
+    println!("|---|---|---:|---:|---:|");
+    for (shape, (_, shape_name)) in shapes.iter().enumerate() {
+        let rows = &mut pooled[shape * paths.len()..(shape + 1) * paths.len()];
+        let baseline = median(&mut rows[0].clone());
+        for (path, rates) in paths.iter().zip(rows.iter_mut()) {
+            let best = rates.iter().copied().fold(0.0, f64::max);
+            let median = median(rates);
+            println!(
+                "| {shape_name} | {} | {} | {} | {:.3}x |",
+                path.name(),
+                thousands(best),
+                thousands(median),
+                median / baseline
+            );
+        }
     }
 }

@@ -292,8 +292,8 @@ fn a_backend_missing_from_this_build_is_named_with_its_feature() {
 #[cfg(not(feature = "yaque"))]
 #[test]
 fn without_the_yaque_feature_a_yaque_pool_is_refused_with_the_feature_named() {
-    let config = SchedulerConfig::from_json_str(&one_pool(&fixture("seed_tauri_snippet.json")))
-        .unwrap();
+    let config =
+        SchedulerConfig::from_json_str(&one_pool(&fixture("seed_tauri_snippet.json"))).unwrap();
     let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
         &config,
         &QueueBuilderContext::Embedded,

@@ -17,6 +17,10 @@
 //!
 //! Children are killed and reaped by a guard, and the directory removed, also when the test
 //! fails.
+//!
+//! The same way, [`the_seed_tauri_config_works_as_written`] runs a child in a fresh working
+//! directory that builds the seed's Tauri pool from its configuration exactly as written
+//! (`"path": "./data/queues"`, relative to the working directory).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
@@ -34,7 +38,9 @@ use prometheus_parking_lot::core::{
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
 use prometheus_parking_lot::util::serde::ResourceCost;
-use prometheus_parking_lot::TokioSpawner;
+use prometheus_parking_lot::{
+    build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
+};
 
 /// The directory the child works in; set only for a child.
 const DIR_ENV: &str = "PL_YAQUE_CRASH_DIR";
@@ -205,12 +211,12 @@ impl ChildGuard {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.0.try_wait().expect("try_wait") {
-                assert!(status.success(), "the resume child failed: {status:?}");
+                assert!(status.success(), "the child failed: {status:?}");
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "the resume child did not finish in {limit:?}"
+                "the child did not finish in {limit:?}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -338,4 +344,69 @@ fn kill_9_mid_load_loses_no_accepted_task() {
         done.len(),
         twice.len()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seed's Tauri configuration, as written
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone)]
+struct Echo;
+
+#[async_trait]
+impl TaskExecutor<String, String> for Echo {
+    async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+        payload.to_uppercase()
+    }
+}
+
+/// The child's role: build the seed's Tauri pool in the working directory the parent chose,
+/// run a task through it, and check where its queue lives.
+#[test]
+#[ignore = "a child process of the_seed_tauri_config_works_as_written"]
+fn seed_child() {
+    let snippet = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seed_tauri_snippet.json"),
+    )
+    .expect("fixture");
+    let config =
+        SchedulerConfig::from_json_str(&format!(r#"{{ "pools": {{ "tauri": {snippet} }} }}"#))
+            .expect("the seed's configuration parses");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let built = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_name| Echo,
+            TokioSpawner,
+        )
+        .expect("the seed's Tauri pool builds as written");
+        let pool = &built.pools["tauri"];
+        let meta = TaskMetadata::new(1, ResourceCost::gpu_vram(1));
+        let key = pool
+            .submit(ScheduledTask::new(meta, "tauri".to_owned()))
+            .await
+            .expect("admitted");
+        let answer = pool.retrieve(&key, Duration::from_secs(10)).await;
+        assert_eq!(answer, Ok("TAURI".to_owned()));
+    });
+    assert!(
+        Path::new("./data/queues/llm_tasks").is_dir(),
+        "the queue lives where the configuration says"
+    );
+}
+
+#[test]
+fn the_seed_tauri_config_works_as_written() {
+    let dir = TempDir(std::env::temp_dir().join(format!("pl-yaque-seed-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let mut child = ChildGuard::run("seed_child", &dir.0, "seed");
+    child.wait_success(Duration::from_secs(60));
+    assert!(dir.0.join("data/queues/llm_tasks").is_dir());
 }

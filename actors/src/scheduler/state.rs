@@ -495,6 +495,10 @@ where
 
     fn take_spinning(&mut self, entry: EntryId) -> Option<ScheduledTask<P>> {
         let task = self.spinning.remove(&entry)?;
+        if self.spinning.is_empty() {
+            // Every due time left belongs to a task that left the spin: none is needed.
+            self.spin_due.clear();
+        }
         Some(
             task.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
