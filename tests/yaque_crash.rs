@@ -180,14 +180,20 @@ struct ChildGuard(Child);
 
 impl ChildGuard {
     fn spawn(dir: &Path, phase: &str) -> Self {
+        Self::run("crash_child", dir, phase)
+    }
+
+    /// Runs the ignored test `role` of this binary in a child, working in `dir`.
+    fn run(role: &str, dir: &Path, phase: &str) -> Self {
         let child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
-                "crash_child",
+                role,
                 "--exact",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
+            .current_dir(dir)
             .env(DIR_ENV, dir)
             .env(PHASE_ENV, phase)
             .spawn()
