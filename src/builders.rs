@@ -193,6 +193,11 @@ where
     for (name, pool) in &config.pools {
         planned.push((name, pool, plan(name, pool, gpus)?));
     }
+    // Queues that open files are opened before any pool starts, for the same reason.
+    let mut queues = HashMap::with_capacity(config.pools.len());
+    for (name, pool) in &config.pools {
+        queues.insert(name.as_str(), queue_for::<P>(name, &pool.queue)?);
+    }
     let mut sources = Sources::new(config, context);
     let mut pools = HashMap::with_capacity(planned.len());
     for (name, pool, instances) in planned {
@@ -207,9 +212,13 @@ where
                 Some(shared) => shared.clone(),
                 None => sources.mailbox(name, &pool.mailbox.storage)?,
             };
+            // One pool per GPU is allowed only on the in-memory queue: each gets its own.
+            let local = queues
+                .remove(name.as_str())
+                .unwrap_or_else(|| Box::new(InMemoryQueue::new()));
             let mut backends = Backends {
                 gpu: instance.gpu,
-                ..Backends::local(in_memory_queue(), results)
+                ..Backends::local(local, results)
             };
             sources.queue(name, pool, &mut backends)?;
             let built = ResourcePool::with_backends(
@@ -235,6 +244,9 @@ fn check_available(
     let _ = context;
     match &pool.queue {
         QueueSettings::InMemory => {}
+        #[cfg(feature = "yaque")]
+        QueueSettings::Yaque { .. } => {}
+        #[cfg(not(feature = "yaque"))]
         QueueSettings::Yaque { .. } => {
             return Err(unavailable(name, "queue.type", "the yaque queue", "yaque"))
         }
@@ -250,12 +262,13 @@ fn check_available(
             ))
         }
         QueueSettings::PostgresPgmq { .. } => {
-            return Err(unavailable(
-                name,
-                "queue.type",
-                "the postgres_pgmq queue",
-                "pgmq",
-            ))
+            return Err(PoolError::InvalidConfig(format!(
+                "pools.{name}.queue.type: the postgres_pgmq queue is not part of this release of \
+                 prometheus_parking_lot; the postgres queue (\"type\": \"postgres\", cargo \
+                 feature `postgres`) shares one queue between nodes the same way; available \
+                 here: {}",
+                available()
+            )))
         }
     }
     if let (StorageSettings::Postgres { .. }, false, false) = (
@@ -290,13 +303,66 @@ fn check_available(
 fn unavailable(pool: &str, field: &str, what: &str, feature: &str) -> PoolError {
     PoolError::InvalidConfig(format!(
         "pools.{pool}.{field}: {what} is not available in this build of prometheus_parking_lot \
-         (it needs the cargo feature `{feature}`); available here: the in_memory queue and mailbox \
-         and a number for max_units"
+         (it needs the cargo feature `{feature}`); available here: {}",
+        available()
     ))
 }
 
-fn in_memory_queue<P: Send + 'static>() -> Box<dyn TaskQueue<P>> {
-    Box::new(InMemoryQueue::new())
+/// The backends this build has, for `unavailable`: queues, mailboxes, notifiers, capacity.
+fn available() -> String {
+    let queues: Vec<&str> = [
+        Some("in_memory"),
+        cfg!(feature = "yaque").then_some("yaque"),
+        cfg!(feature = "postgres").then_some("postgres"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mailboxes: Vec<&str> = [
+        Some("in_memory"),
+        cfg!(feature = "postgres").then_some("postgres"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut text = format!(
+        "the {} queue{}, the {} mailbox{}",
+        queues.join(", "),
+        if queues.len() > 1 { "s" } else { "" },
+        mailboxes.join(" and "),
+        if mailboxes.len() > 1 { "es" } else { "" },
+    );
+    if cfg!(feature = "webhook") {
+        text.push_str(", the http notifier");
+    }
+    text.push_str(if cfg!(feature = "gpu") {
+        " and a number or \"auto\" for max_units"
+    } else {
+        " and a number for max_units"
+    });
+    text
+}
+
+/// The queue a pool's settings name (`check_available` refused the ones this build lacks).
+fn queue_for<P>(name: &str, settings: &QueueSettings) -> Result<Box<dyn TaskQueue<P>>, PoolError>
+where
+    P: Serialize + DeserializeOwned + Send + 'static,
+{
+    match settings {
+        #[cfg(feature = "yaque")]
+        QueueSettings::Yaque { path, stream } => {
+            let queue = crate::infra::queue::yaque::YaqueQueue::open(path, stream)
+                .map_err(|error| PoolError::Internal(format!("pools.{name}.queue: {error}")))?;
+            Ok(Box::new(queue))
+        }
+        QueueSettings::InMemory => Ok(Box::new(InMemoryQueue::new())),
+        // A node of a shared queue keeps only claims it had to park again, in memory.
+        #[cfg(feature = "postgres")]
+        QueueSettings::Postgres { .. } => Ok(Box::new(InMemoryQueue::new())),
+        _ => Err(PoolError::Internal(format!(
+            "pools.{name}.queue: this build has no such queue"
+        ))),
+    }
 }
 
 /// Where built pools' backends come from: the database, connected once for every pool that
@@ -370,7 +436,10 @@ impl<'a> Sources<'a> {
     {
         let _ = (&self.config, &backends);
         match &settings.queue {
+            // Local queues are opened by `queue_for`.
             QueueSettings::InMemory => Ok(()),
+            #[cfg(feature = "yaque")]
+            QueueSettings::Yaque { .. } => Ok(()),
             #[cfg(feature = "postgres")]
             QueueSettings::Postgres {
                 table,

@@ -291,12 +291,69 @@ fn a_backend_missing_from_this_build_is_named_with_its_feature() {
     )
     .err()
     .expect("no durable backends in this build");
+    let text = error.to_string();
+    assert!(
+        text.starts_with(
+            "invalid configuration: pools.llm_inference.queue.type: the postgres_pgmq queue is \
+             not part of this release of prometheus_parking_lot; the postgres queue (\"type\": \
+             \"postgres\", cargo feature `postgres`) shares one queue between nodes the same \
+             way; available here: the in_memory"
+        ),
+        "{text}"
+    );
+    // The list of what is available names what this build has; CI builds every feature.
+    #[cfg(all(
+        feature = "yaque",
+        feature = "postgres",
+        feature = "webhook",
+        feature = "gpu"
+    ))]
+    assert!(
+        text.ends_with(
+            "available here: the in_memory, yaque, postgres queues, the in_memory and postgres \
+             mailboxes, the http notifier and a number or \"auto\" for max_units"
+        ),
+        "{text}"
+    );
+    #[cfg(not(any(
+        feature = "yaque",
+        feature = "postgres",
+        feature = "webhook",
+        feature = "gpu"
+    )))]
+    assert!(
+        text.ends_with(
+            "available here: the in_memory queue, the in_memory mailbox and a number for max_units"
+        ),
+        "{text}"
+    );
+}
+
+#[cfg(not(any(
+    feature = "yaque",
+    feature = "postgres",
+    feature = "webhook",
+    feature = "gpu"
+)))]
+#[test]
+fn without_the_yaque_feature_a_yaque_pool_is_refused_with_the_feature_named() {
+    let config =
+        SchedulerConfig::from_json_str(&one_pool(&fixture("seed_tauri_snippet.json"))).unwrap();
+    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| Echo,
+        TokioSpawner,
+    )
+    .err()
+    .expect("no yaque queue in this build");
     assert_eq!(
         error,
         PoolError::InvalidConfig(
-            "pools.llm_inference.queue.type: the postgres_pgmq queue is not available in this build of \
-             prometheus_parking_lot (it needs the cargo feature `pgmq`); available here: the in_memory \
-             queue and mailbox and a number for max_units"
+            "pools.p.queue.type: the yaque queue is not available in this build of \
+             prometheus_parking_lot (it needs the cargo feature `yaque`); available here: the \
+             in_memory queue, the in_memory mailbox and a number for max_units"
                 .into()
         )
     );

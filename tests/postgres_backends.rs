@@ -161,14 +161,20 @@ fn work(id: TaskId, n: u64, ms: u64, key: &MailboxKey) -> ScheduledTask<Work> {
 
 async fn one_row(sql: String) -> Option<sea_orm::QueryResult> {
     use sea_orm::ConnectionTrait;
-    database()
-        .connection()
+    // A connection of this test's own: the shared handle's pool belongs to its runtime
+    // thread, and a connection opened from a test's runtime dies with that runtime.
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let connection = sea_orm::Database::connect(url).await.expect("connect");
+    let row = connection
         .query_one_raw(sea_orm::Statement::from_string(
             sea_orm::DbBackend::Postgres,
             sql,
         ))
         .await
-        .expect("query")
+        .expect("query");
+    let _ = connection.close().await;
+    row
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

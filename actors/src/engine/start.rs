@@ -224,7 +224,12 @@ where
     // A shared queue keeps what is parked in it; claimed tasks parked here are kept too (their
     // leases run out and another node runs them).
     let durable = spec.queue.is_durable() || spec.shared.is_some();
+    // The durability setting of a local queue applies to a durable one that awaits (the
+    // queue actor drives it); a pool sharing a queue with other nodes applies it there.
     let durability = spec.durability;
+    let local_durability =
+        (spec.queue.is_durable() && spec.queue.inline().is_none() && spec.shared.is_none())
+            .then_some(durability);
     let shared = spec
         .shared
         .take()
@@ -259,6 +264,8 @@ where
         stored,
         shared,
         gpu: spec.gpu,
+        durability: local_durability,
+        scheduler_slot: scheduler_slot.clone(),
     };
     let scheduler: ActorRef<SchedulerMsg<P>> = once(
         "scheduler",

@@ -4,8 +4,8 @@
 //! an actor: it receives requests and the engine's events, drains the [inbox](super::inbox)
 //! when rung, and keeps a timer armed for the core's next time-driven event.
 //!
-//! Wait strategy: after draining the inbox the actor keeps checking it for a short, bounded
-//! while, yielding the CPU (`sched_yield`) and its runtime between checks, because under
+//! Wait strategy: after draining the inbox the actor (unless the queue actor owes it an
+//! answer, which arrives as a message) keeps checking it for a short, bounded while, yielding the CPU (`sched_yield`) and its runtime between checks, because under
 //! load the next finish or submission usually arrives within microseconds and catching it
 //! awake spares every producer a thread wake-up. Then it marks the inbox idle and sleeps;
 //! an idle pool burns no CPU.
@@ -54,6 +54,8 @@ where
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let inbox = args.0.inbox.clone();
+        // Before restoring: the claims of restored tasks are answered to this actor.
+        let _ = args.0.scheduler_slot.set(myself.clone());
         let mut scheduler = Scheduler::new(args.0, now());
         scheduler.publish();
         arm_timer(&myself, &mut scheduler, now());
@@ -149,7 +151,9 @@ where
     loop {
         scheduler.drain_inbox(now());
         scheduler.publish();
-        if spin_until_busy(scheduler).await {
+        // The queue actor's answers come as messages: let the actor take them rather than
+        // spin on the inbox while they wait.
+        if !scheduler.awaiting_queue() && spin_until_busy(scheduler).await {
             continue;
         }
         if !scheduler.inbox.try_idle() {

@@ -15,7 +15,18 @@
 //!   over or the job provably never reached a worker, because until then its memory may be in
 //!   use; the gauges are published before the outcome becomes retrievable;
 //! - queue calls for one entry are made in order: park, then claim or remove, then settle.
+//!
+//! Durability (a durable local queue driven through the queue actor, see [`Durability`]):
+//! - `Accepted`: a task that starts at once takes its capacity in the core at once, is
+//!   parked and claimed through the queue (so it is stored as running), and its submitter is
+//!   answered and its job sent only once the queue confirmed the park and handed the task
+//!   back; it is settled when it ends, like any task claimed from the queue;
+//! - `Parked { spin }` with a non-zero spin: a task that starts at once touches no file; a task
+//!   that would park is answered at once and waits `spin` in memory (`spinning`), and is sent
+//!   to the queue only if still parked then; one that starts, is cancelled or expires within
+//!   the spin never touches the queue. Shutdown and escalation store the spinning tasks.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +39,8 @@ use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOpti
 use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
-    Capacity, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
-    TenantId,
+    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+    TaskStatus, TenantId,
 };
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::mailbox::actor::MailboxMsg;
@@ -89,6 +100,8 @@ struct Running {
     ended: bool,
     /// Its payload came from the queue, which must hear how it ended.
     from_queue: bool,
+    /// Its submitter, waiting until the queue has stored the task (`Durability::Accepted`).
+    stored_reply: Option<Reply>,
 }
 
 /// The pool's admission state.
@@ -117,6 +130,11 @@ pub(crate) struct SchedulerArgs<P, R> {
     pub stored: Vec<StoredEntry>,
     pub shared: Option<SharedLink<P>>,
     pub gpu: Option<GpuWatch>,
+    /// What the local queue stores, when it is durable and driven through the queue actor.
+    pub durability: Option<Durability>,
+    /// Where the queue actor (and escalation) find the scheduler: filled in before the
+    /// scheduler restores stored tasks, whose claims the queue actor answers.
+    pub scheduler_slot: Arc<std::sync::OnceLock<ActorRef<super::protocol::SchedulerMsg<P>>>>,
 }
 
 /// The scheduler's state. See the module docs.
@@ -138,6 +156,15 @@ pub(crate) struct Scheduler<P, R> {
     pub(super) armed_tick: Option<u64>,
     pub(super) shared: Option<SharedLink<P>>,
     pub(super) gpu: Option<GpuLink>,
+    durability: Option<Durability>,
+    /// Parked tasks waiting out their spin in memory (`Durability::Parked`), by entry. (The
+    /// mutex, never contended, makes the scheduler `Sync` for any `Send` payload.)
+    spinning: FastMap<EntryId, std::sync::Mutex<ScheduledTask<P>>>,
+    /// When each spinning task is due to be written, in that order (entries that left
+    /// `spinning` meanwhile are skipped).
+    spin_due: VecDeque<(u64, EntryId)>,
+    /// Parks and claims sent to the queue actor and not yet answered.
+    queue_waits: usize,
 }
 
 impl<P, R> Scheduler<P, R>
@@ -179,6 +206,10 @@ where
             armed_tick: None,
             shared: args.shared,
             gpu,
+            durability: args.durability,
+            spinning: FastMap::default(),
+            spin_due: VecDeque::new(),
+            queue_waits: 0,
         };
         scheduler.restore(args.stored, now);
         scheduler
@@ -294,6 +325,13 @@ where
                     now,
                 );
             }
+            Admit::Start if self.durability == Some(Durability::Accepted) => {
+                let task = with_mailbox(task, &key);
+                self.track(caller, entry, &task, key, options, None);
+                self.emit(entry, TaskStep::Admitted, now);
+                self.begin_run(entry, true, now);
+                self.store_started(entry, task, reply, now);
+            }
             Admit::Start => {
                 self.track(caller, entry, &task, key.clone(), options, None);
                 self.emit(entry, TaskStep::Admitted, now);
@@ -307,7 +345,15 @@ where
             Admit::Park => {
                 let task = with_mailbox(task, &key);
                 self.track(caller, entry, &task, key.clone(), options, None);
-                self.park(entry, task, key, reply, now);
+                match self.durability {
+                    Some(Durability::Parked { spin }) if !spin.is_zero() => {
+                        self.spin(entry, task, spin, now);
+                        self.emit(entry, TaskStep::Admitted, now);
+                        self.emit(entry, TaskStep::Parked, now);
+                        reply.send(Ok(key));
+                    }
+                    _ => self.park(entry, task, key, reply, now),
+                }
             }
             Admit::Expire => {
                 self.emit_for(&task, &key, &TaskStep::Ended(TaskStatus::Expired), now);
@@ -418,9 +464,90 @@ where
                 if let Some(live) = self.live.get_mut(&entry) {
                     live.state = LiveState::Parked { reply: Some(reply) };
                 }
-                if queue.send_message(QueueMsg::Park { entry, task }).is_err() {
+                if queue.send_message(QueueMsg::Park { entry, task }).is_ok() {
+                    self.queue_waits += 1;
+                } else {
                     self.park_failed(entry, "the queue actor is gone".into(), None, now);
                 }
+            }
+        }
+    }
+
+    /// Stores a task that started at once as running (`Durability::Accepted`): parked, then
+    /// claimed, through the queue actor. Its submitter is answered once the park is stored;
+    /// its job is sent once the claim hands the task back.
+    fn store_started(&mut self, entry: EntryId, task: ScheduledTask<P>, reply: Reply, now: u64) {
+        if let Some(LiveState::Running(running)) =
+            self.live.get_mut(&entry).map(|live| &mut live.state)
+        {
+            running.stored_reply = Some(reply);
+        }
+        let Parking::Actor(queue) = &self.parking else {
+            tracing::error!(pool = %self.pool, entry, "bug: a stored start without a queue actor");
+            drop_contained(task);
+            self.claim_failed(entry, "the queue has no actor".into(), now);
+            return;
+        };
+        let sent = queue.send_message(QueueMsg::Park { entry, task }).is_ok()
+            && queue.send_message(QueueMsg::Claim { entry }).is_ok();
+        if sent {
+            self.queue_waits += 2;
+        } else {
+            if let Some(LiveState::Running(running)) =
+                self.live.get_mut(&entry).map(|live| &mut live.state)
+            {
+                running.ended = true;
+                if let Some(reply) = running.stored_reply.take() {
+                    reply.send(Err(PoolError::Internal(
+                        "could not store the task: the queue actor is gone".into(),
+                    )));
+                }
+            }
+            self.claim_failed(entry, "the queue actor is gone".into(), now);
+        }
+    }
+
+    /// Keeps a parked task in memory for `spin` before it is written (`Durability::Parked`).
+    fn spin(&mut self, entry: EntryId, task: ScheduledTask<P>, spin: Duration, now: u64) {
+        let spin_ms = u64::try_from(spin.as_millis()).unwrap_or(u64::MAX);
+        self.spinning.insert(entry, std::sync::Mutex::new(task));
+        self.spin_due
+            .push_back((now.saturating_add(spin_ms), entry));
+    }
+
+    fn take_spinning(&mut self, entry: EntryId) -> Option<ScheduledTask<P>> {
+        let task = self.spinning.remove(&entry)?;
+        if self.spinning.is_empty() {
+            // Every due time left belongs to a task that left the spin: none is needed.
+            self.spin_due.clear();
+        }
+        Some(
+            task.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Sends the parked tasks whose spin is over (`all`: every spinning task) to the queue.
+    fn write_spun(&mut self, now: u64, all: bool) {
+        while let Some(&(due, entry)) = self.spin_due.front() {
+            if !all && due > now {
+                return;
+            }
+            self.spin_due.pop_front();
+            let Some(task) = self.take_spinning(entry) else {
+                continue;
+            };
+            let sent = match &self.parking {
+                Parking::Actor(queue) => queue.send_message(QueueMsg::Park { entry, task }).is_ok(),
+                Parking::Inline(_) => {
+                    drop_contained(task);
+                    false
+                }
+            };
+            if sent {
+                self.queue_waits += 1;
+            } else {
+                self.park_failed(entry, "the queue actor is gone".into(), None, now);
             }
         }
     }
@@ -441,11 +568,15 @@ where
             Ok(Cancel::Parked { started }) => started,
             _ => Vec::new(),
         };
-        self.emit_live(&live, &TaskStep::Refused, now);
-        if let Some(reply) = reply {
-            reply.send(Err(PoolError::Internal(format!(
-                "could not park the task: {reason}"
-            ))));
+        let error = PoolError::Internal(format!("could not park the task: {reason}"));
+        match reply {
+            Some(reply) => {
+                self.emit_live(&live, &TaskStep::Refused, now);
+                reply.send(Err(error));
+            }
+            // Its submitter was told it is admitted (a spun task, or one kept at shutdown):
+            // it ends with the failure, so the submitter's wait for a result ends too.
+            None => self.deliver(&live, Err(error), now),
         }
         self.start_parked(started, now);
     }
@@ -460,11 +591,19 @@ where
             return;
         };
         let (cancel, cancelled) = oneshot::channel();
+        // Started before the queue actor confirmed its park: its submitter keeps waiting for
+        // that confirmation (the claim follows the park), now as a running task's.
+        let pending = match &mut live.state {
+            LiveState::Parked { reply } => reply.take(),
+            LiveState::Running(_) => None,
+        };
+        let announce = pending.is_some();
         live.state = LiveState::Running(Running {
             cancel: Some(cancel),
             cancelled: Some(cancelled),
             ended: false,
             from_queue,
+            stored_reply: pending,
         });
         if let Some(limit) = live.timeout {
             let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
@@ -472,6 +611,10 @@ where
             if at < u64::MAX {
                 self.core.watch(entry, at);
             }
+        }
+        if announce {
+            self.emit(entry, TaskStep::Admitted, now);
+            self.emit(entry, TaskStep::Parked, now);
         }
         self.emit(entry, TaskStep::Started, now);
     }
@@ -512,6 +655,12 @@ where
     /// Starts parked tasks the core chose, in order.
     fn start_parked(&mut self, started: Vec<EntryId>, now: u64) {
         for entry in started {
+            if let Some(task) = self.take_spinning(entry) {
+                // Started within its spin: it never touched the queue.
+                self.begin_run(entry, false, now);
+                self.send_job(entry, task, now);
+                continue;
+            }
             self.begin_run(entry, true, now);
             match &self.parking {
                 Parking::Inline(queue) => {
@@ -528,7 +677,9 @@ where
                     }
                 }
                 Parking::Actor(queue) => {
-                    if queue.send_message(QueueMsg::Claim { entry }).is_err() {
+                    if queue.send_message(QueueMsg::Claim { entry }).is_ok() {
+                        self.queue_waits += 1;
+                    } else {
                         self.claim_failed(entry, "the queue actor is gone".into(), now);
                     }
                 }
@@ -550,23 +701,57 @@ where
 
     /// What the queue actor reported.
     pub fn queue_report(&mut self, report: QueueReport<P>, now: u64) {
+        self.queue_waits = self.queue_waits.saturating_sub(1);
         match report {
             QueueReport::Parked { entry } => {
                 let Some(live) = self.live.get_mut(&entry) else {
                     return;
                 };
-                let reply = match &mut live.state {
-                    LiveState::Parked { reply } => reply.take(),
-                    LiveState::Running(_) => None,
-                };
                 let key = live.key.clone();
-                self.emit(entry, TaskStep::Admitted, now);
-                self.emit(entry, TaskStep::Parked, now);
-                if let Some(reply) = reply {
-                    reply.send(Ok(key));
+                match &mut live.state {
+                    // Answered and announced already when it was admitted (a spun task).
+                    LiveState::Parked { reply: None } => {}
+                    LiveState::Parked { reply } => {
+                        let reply = reply.take();
+                        self.emit(entry, TaskStep::Admitted, now);
+                        self.emit(entry, TaskStep::Parked, now);
+                        if let Some(reply) = reply {
+                            reply.send(Ok(key));
+                        }
+                    }
+                    // A started task stored as running (`Durability::Accepted`).
+                    LiveState::Running(running) => {
+                        if let Some(reply) = running.stored_reply.take() {
+                            reply.send(Ok(key));
+                        }
+                    }
                 }
             }
-            QueueReport::ParkFailed { entry, reason } => self.park_failed(entry, reason, None, now),
+            QueueReport::ParkFailed { entry, reason } => {
+                let running = self
+                    .live
+                    .get_mut(&entry)
+                    .and_then(|live| match &mut live.state {
+                        LiveState::Running(running) => Some(running),
+                        LiveState::Parked { .. } => None,
+                    });
+                match running {
+                    Some(running) => {
+                        // A started task that could not be stored: refused. Its claim (sent
+                        // after the park) fails next and releases its capacity.
+                        running.ended = true;
+                        running.from_queue = false;
+                        let reply = running.stored_reply.take();
+                        self.emit(entry, TaskStep::Refused, now);
+                        if let Some(reply) = reply {
+                            reply.send(Err(PoolError::Internal(format!(
+                                "could not store the task: {reason}"
+                            ))));
+                        }
+                    }
+                    None => self.park_failed(entry, reason, None, now),
+                }
+            }
             QueueReport::Claimed { entry, task } => self.send_job(entry, task, now),
             QueueReport::ClaimFailed { entry, reason } => self.claim_failed(entry, reason, now),
         }
@@ -648,7 +833,11 @@ where
         }
     }
 
-    fn remove_from_queue(&self, entry: EntryId) {
+    fn remove_from_queue(&mut self, entry: EntryId) {
+        if let Some(task) = self.take_spinning(entry) {
+            drop_contained(task);
+            return;
+        }
         match &self.parking {
             Parking::Inline(queue) => {
                 if let Some(Ok(Some(task))) = queue.inline().map(|inline| inline.remove_now(entry))
@@ -1057,6 +1246,7 @@ where
 
     /// Time-driven work: deadlines, the watchdog, starvation aging.
     pub fn tick(&mut self, now: u64) {
+        self.write_spun(now, false);
         let tick = self.core.tick(now);
         for entry in tick.expired {
             self.end_parked(entry, PoolError::Expired, now);
@@ -1118,6 +1308,7 @@ where
         let parked = self.core.take_parked();
         let count = parked.len();
         if self.durable {
+            self.write_spun(now, true);
             for entry in parked {
                 if let Some(live) = self.live.remove(&entry) {
                     self.by_caller
@@ -1298,9 +1489,19 @@ where
             .publish_gauges(self.core.running_len(), self.core.parked_len(), used);
     }
 
+    /// Whether the queue actor owes answers: the scheduler then should not spin on its
+    /// inbox, since those answers arrive as actor messages the spin would keep waiting.
+    pub fn awaiting_queue(&self) -> bool {
+        self.queue_waits > 0
+    }
+
     /// When the next tick has work to do.
     pub fn next_wakeup(&self) -> Option<u64> {
-        self.core.next_wakeup()
+        let spin = self.spin_due.front().map(|&(due, _)| due);
+        match (self.core.next_wakeup(), spin) {
+            (Some(core), Some(spin)) => Some(core.min(spin)),
+            (core, spin) => core.or(spin),
+        }
     }
 
     /// A snapshot of the counters.

@@ -113,7 +113,9 @@ impl PgDatabase {
         })
     }
 
-    /// The SeaORM connection.
+    /// The SeaORM connection. Its pool opens connections on the runtime that asks for them:
+    /// use it from a runtime that lives as long as the handle (the backends themselves run
+    /// every statement on the handle's own runtime).
     pub fn connection(&self) -> &DatabaseConnection {
         &self.inner.connection
     }

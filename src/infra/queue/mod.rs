@@ -4,3 +4,5 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod shared_memory;
+#[cfg(feature = "yaque")]
+pub mod yaque;
