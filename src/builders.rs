@@ -10,12 +10,16 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use prometheus_parking_lot_actors::mailbox::json_result;
+
 use crate::config::{
-    MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig, StorageSettings,
+    MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
+    StorageSettings,
 };
-use crate::core::{Mailbox, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
+use crate::core::{Mailbox, Notifier, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
 use crate::infra::mailbox::memory::InMemoryMailbox;
 use crate::infra::queue::memory::InMemoryQueue;
+use crate::pool::Backends;
 
 /// What the backends of built pools may use beyond their own settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +95,10 @@ where
     for (name, pool) in &config.pools {
         check_available(name, pool, context, mailbox.is_some())?;
     }
+    let mut notifiers = HashMap::with_capacity(config.pools.len());
+    for (name, pool) in &config.pools {
+        notifiers.insert(name.as_str(), notifiers_for(name, &pool.mailbox)?);
+    }
     let mut pools = HashMap::with_capacity(config.pools.len());
     for (name, pool) in &config.pools {
         let MaxUnits::Units(units) = pool.max_units else {
@@ -114,13 +122,12 @@ where
             Some(shared) => shared.clone(),
             None => in_memory_mailbox(&pool.mailbox.storage),
         };
-        let built = ResourcePool::with_settings(
-            settings,
-            executor_for(name),
-            in_memory_queue(),
-            results,
-            &spawner,
-        )?;
+        let backends = Backends {
+            notifiers: notifiers.remove(name.as_str()).unwrap_or_default(),
+            result_encoder: Some(json_result::<R>),
+            ..Backends::local(in_memory_queue(), results)
+        };
+        let built = ResourcePool::with_backends(settings, executor_for(name), backends, &spawner)?;
         pools.insert(name.clone(), built);
     }
     Ok(BuiltPools { pools })
@@ -164,14 +171,6 @@ fn check_available(
             "postgres",
         ));
     }
-    if let Some(NotifierSettings::Http { .. }) = &pool.mailbox.notifier {
-        return Err(unavailable(
-            name,
-            "mailbox.notifier.type",
-            "the http notifier",
-            "webhook",
-        ));
-    }
     if pool.max_units == MaxUnits::Auto {
         return Err(unavailable(
             name,
@@ -188,6 +187,41 @@ fn unavailable(pool: &str, field: &str, what: &str, feature: &str) -> PoolError 
         "pools.{pool}.{field}: {what} is not available in this build of prometheus_parking_lot \
          (it needs the cargo feature `{feature}`); available here: the in_memory queue and mailbox \
          and a number for max_units"
+    ))
+}
+
+/// The notifiers a pool's `mailbox.notifier` names (started, so a bad one fails the build
+/// before any pool starts).
+fn notifiers_for(
+    pool: &str,
+    mailbox: &MailboxSettings,
+) -> Result<Vec<Arc<dyn Notifier>>, PoolError> {
+    let Some(settings) = &mailbox.notifier else {
+        return Ok(Vec::new());
+    };
+    http_notifier(pool, settings).map(|notifier| vec![notifier])
+}
+
+#[cfg(feature = "webhook")]
+fn http_notifier(pool: &str, settings: &NotifierSettings) -> Result<Arc<dyn Notifier>, PoolError> {
+    use crate::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
+    let notifier = HttpNotifier::new(HttpNotifierSettings::from_config(pool, settings))
+        .map_err(|error| match error {
+            PoolError::InvalidConfig(problem) => {
+                PoolError::InvalidConfig(format!("pools.{pool}.mailbox.notifier: {problem}"))
+            }
+            other => other,
+        })?;
+    Ok(Arc::new(notifier))
+}
+
+#[cfg(not(feature = "webhook"))]
+fn http_notifier(pool: &str, _settings: &NotifierSettings) -> Result<Arc<dyn Notifier>, PoolError> {
+    Err(unavailable(
+        pool,
+        "mailbox.notifier.type",
+        "the http notifier",
+        "webhook",
     ))
 }
 

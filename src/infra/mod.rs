@@ -1,4 +1,6 @@
-//! Backends: where parked tasks and results are stored.
+//! Backends: where parked tasks and results are stored, and who hears of results.
 
 pub mod mailbox;
+#[cfg(feature = "webhook")]
+pub mod notify;
 pub mod queue;

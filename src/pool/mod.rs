@@ -9,7 +9,7 @@ pub mod worker_pool;
 use std::sync::Arc;
 
 use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
-use prometheus_parking_lot_actors::mailbox::Notifier;
+use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
 use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
 use crate::config::WorkerPoolConfig;
@@ -23,6 +23,8 @@ pub(crate) struct Backends<P, R> {
     pub mailbox: Arc<dyn Mailbox<R>>,
     /// Who hears of terminal events once their result is stored.
     pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// How results become JSON for the notifiers (`None`: events carry no result).
+    pub result_encoder: Option<ResultEncoder<R>>,
     /// A queue shared with other nodes, if any.
     pub shared: Option<SharedParking<P>>,
 }
@@ -34,6 +36,7 @@ impl<P, R> Backends<P, R> {
             queue,
             mailbox,
             notifiers: Vec::new(),
+            result_encoder: None,
             shared: None,
         }
     }
@@ -55,6 +58,7 @@ where
         queue,
         mailbox,
         notifiers,
+        result_encoder,
         shared,
     } = backends;
     let spec = PoolSpec {
@@ -67,6 +71,7 @@ where
         queue,
         mailbox,
         notifiers,
+        result_encoder,
         subscribers: Vec::new(),
         retention: config.retention,
         shared,

@@ -14,7 +14,7 @@ use ractor::{ActorRef, DerivedActorRef};
 use tokio::sync::{oneshot, Notify, OnceCell};
 
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
-use crate::mailbox::{Delivery, Mailbox};
+use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
@@ -64,6 +64,8 @@ struct ClientInner<P, R> {
     scheduler: ActorRef<SchedulerMsg<P>>,
     inbox: Arc<Inbox<P, R>>,
     mailbox: Arc<dyn Mailbox<R>>,
+    /// Flushed at shutdown, once the mailbox has handed them every event.
+    notifiers: Vec<Arc<dyn Notifier>>,
     counters: Arc<PoolCounters>,
     supervisor: ActorRef<SupervisorMsg>,
     owns_supervisor: bool,
@@ -86,6 +88,7 @@ where
         scheduler: ActorRef<SchedulerMsg<P>>,
         inbox: Arc<Inbox<P, R>>,
         mailbox: Arc<dyn Mailbox<R>>,
+        notifiers: Vec<Arc<dyn Notifier>>,
         counters: Arc<PoolCounters>,
         supervisor: ActorRef<SupervisorMsg>,
         owns_supervisor: bool,
@@ -96,6 +99,7 @@ where
                 scheduler,
                 inbox,
                 mailbox,
+                notifiers,
                 counters,
                 supervisor,
                 owns_supervisor,
@@ -296,8 +300,9 @@ where
     /// Stops admitting, lets running tasks finish for up to `drain` (`Duration::MAX`: for
     /// ever), then stops the pool's actors. Parked tasks of an in-memory queue end
     /// `Cancelled`; a durable queue keeps them. Running tasks still running at the deadline
-    /// end `Cancelled`. Every caller, concurrent or later, waits for the same drain and gets
-    /// the same report.
+    /// end `Cancelled`. Notifiers then get until the same deadline to deliver what they
+    /// hold. Every caller, concurrent or later, waits for the same drain and gets the same
+    /// report.
     pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
         self.inner
             .shutdown
@@ -307,6 +312,7 @@ where
     }
 
     async fn tear_down(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        let deadline = deadline_after(drain);
         let limit = drain.checked_add(ACTOR_DRAIN_TIMEOUT);
         let report = match self
             .inner
@@ -342,6 +348,11 @@ where
             .await;
         for child in &children {
             let _ = child.drain_and_wait(Some(ACTOR_DRAIN_TIMEOUT)).await;
+        }
+        // Every outcome is stored and every event handed over: what notifiers still hold
+        // gets the rest of the drain time.
+        for notifier in &self.inner.notifiers {
+            notifier.flush(deadline).await;
         }
         if self.inner.owns_supervisor {
             let _ = self

@@ -32,7 +32,8 @@ use crate::domain::{
 };
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::mailbox::actor::MailboxMsg;
-use crate::mailbox::{status_of, Delivery, Mailbox, Notifier, TerminalEvent};
+use crate::mailbox::notify::Notifiers;
+use crate::mailbox::{status_of, Delivery, Mailbox};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, Lease, Settlement, StoredEntry, TaskQueue};
 use crate::stats::PoolCounters;
@@ -57,7 +58,7 @@ pub(crate) enum Parking<P> {
 pub(crate) enum Results<R> {
     Inline {
         mailbox: Arc<dyn Mailbox<R>>,
-        notifiers: Vec<Arc<dyn Notifier>>,
+        notifiers: Notifiers<R>,
     },
     Actor(ActorRef<MailboxMsg<R>>),
 }
@@ -70,6 +71,8 @@ struct Live {
     timeout: Option<Duration>,
     /// The shared queue's entry, for a task this node claimed from it under a lease.
     lease: Option<EntryId>,
+    /// Which run of the task this is: 1, or the lease's claim count.
+    attempt: u32,
     state: LiveState,
 }
 
@@ -192,6 +195,7 @@ where
                     cost: meta.cost,
                     timeout: self.default_timeout,
                     lease: None,
+                    attempt: 1,
                     state: LiveState::Parked { reply: None },
                 },
             );
@@ -336,6 +340,7 @@ where
     }
 
     /// Records an admitted task as live under its caller's (tenant, id), not yet running.
+    /// `lease` is the shared queue's entry and claim count of a task claimed from it.
     fn track(
         &mut self,
         caller: (TenantId, TaskId),
@@ -343,7 +348,7 @@ where
         task: &ScheduledTask<P>,
         key: MailboxKey,
         options: SubmitOptions,
-        lease: Option<EntryId>,
+        lease: Option<(EntryId, u32)>,
     ) {
         self.by_caller.insert(caller, entry);
         self.live.insert(
@@ -353,7 +358,8 @@ where
                 task_id: task.meta.id,
                 cost: task.meta.cost,
                 timeout: options.timeout.or(self.default_timeout),
-                lease,
+                lease: lease.map(|(shared_entry, _)| shared_entry),
+                attempt: lease.map_or(1, |(_, attempt)| attempt),
                 state: LiveState::Parked { reply: None },
             },
         );
@@ -713,7 +719,7 @@ where
                     Ok(Some(task)) => {
                         let cost = task.meta.cost;
                         drop_contained(task);
-                        self.deliver_parts(&key, id, cost, Err(PoolError::Cancelled), now);
+                        self.deliver_parts(&key, id, cost, 1, Err(PoolError::Cancelled), now);
                         Ok(())
                     }
                     Ok(None) => Err(PoolError::TaskNotFound(id)),
@@ -759,6 +765,7 @@ where
         let Lease {
             entry: shared_entry,
             task,
+            attempt,
             ..
         } = lease;
         if self.shared.is_none() {
@@ -785,6 +792,7 @@ where
                 &key,
                 id,
                 task.meta.cost,
+                attempt,
                 Err(PoolError::DuplicateTask(id)),
                 now,
             );
@@ -801,7 +809,7 @@ where
                     &task,
                     key.clone(),
                     options,
-                    Some(shared_entry),
+                    Some((shared_entry, attempt)),
                 );
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
@@ -817,7 +825,7 @@ where
                     &task,
                     key.clone(),
                     options,
-                    Some(shared_entry),
+                    Some((shared_entry, attempt)),
                 );
                 let (ignored, _) = oneshot::channel();
                 self.park(entry, task, key, Reply::Oneshot(ignored), now);
@@ -828,6 +836,7 @@ where
                     &key,
                     task.meta.id,
                     task.meta.cost,
+                    attempt,
                     Err(PoolError::Expired),
                     now,
                 );
@@ -836,7 +845,7 @@ where
             Admit::Reject(rejection) => {
                 let error = PoolError::from(rejection);
                 self.settle_lease(shared_entry, Settlement::Failed(error.to_string()));
-                self.deliver_parts(&key, task.meta.id, task.meta.cost, Err(error), now);
+                self.deliver_parts(&key, task.meta.id, task.meta.cost, attempt, Err(error), now);
                 drop_contained(task);
             }
         }
@@ -947,9 +956,9 @@ where
         let live = self
             .live
             .get(&entry)
-            .map(|live| (live.key.clone(), live.task_id, live.cost));
-        if let Some((key, task_id, cost)) = live {
-            self.deliver_parts(&key, task_id, cost, Err(outcome), now);
+            .map(|live| (live.key.clone(), live.task_id, live.cost, live.attempt));
+        if let Some((key, task_id, cost, attempt)) = live {
+            self.deliver_parts(&key, task_id, cost, attempt, Err(outcome), now);
         }
         true
     }
@@ -1063,7 +1072,8 @@ where
     // -----------------------------------------------------------------------------------
 
     fn deliver(&mut self, live: &Live, outcome: Result<R, PoolError>, now: u64) {
-        self.deliver_parts(&live.key, live.task_id, live.cost, outcome, now);
+        let attempt = live.attempt;
+        self.deliver_parts(&live.key, live.task_id, live.cost, attempt, outcome, now);
     }
 
     fn deliver_parts(
@@ -1071,11 +1081,11 @@ where
         key: &MailboxKey,
         task_id: TaskId,
         cost: ResourceCost,
+        attempt: u32,
         outcome: Result<R, PoolError>,
         now: u64,
     ) {
-        let status = status_of(&outcome);
-        let step = TaskStep::Ended(status.clone());
+        let step = TaskStep::Ended(status_of(&outcome));
         self.emit_parts(task_id, key, cost, &step, now);
         let delivery = Delivery {
             task_id,
@@ -1084,6 +1094,7 @@ where
         };
         match &self.results {
             Results::Inline { mailbox, notifiers } => {
+                let event = notifiers.event_for(&self.pool, key, &delivery, attempt);
                 let stored = match mailbox.inline() {
                     Some(inline) => inline.store_now(key, delivery),
                     None => Err(crate::mailbox::MailboxError::Backend(
@@ -1094,22 +1105,15 @@ where
                     tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
                     return;
                 }
-                if !notifiers.is_empty() {
-                    let event = TerminalEvent {
-                        pool: self.pool.clone(),
-                        key: key.clone(),
-                        task_id,
-                        status,
-                    };
-                    for notifier in notifiers {
-                        notifier.notify(&event);
-                    }
+                if let Some(event) = event {
+                    notifiers.notify(&event);
                 }
             }
             Results::Actor(mailbox) => {
                 let message = MailboxMsg::Deliver {
                     key: key.clone(),
                     delivery,
+                    attempt,
                 };
                 if let Err(error) = mailbox.send_message(message) {
                     tracing::error!(pool = %self.pool, task_id, %error, "the mailbox actor is gone; outcome dropped");
