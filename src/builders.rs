@@ -205,12 +205,14 @@ fn notifiers_for(
 #[cfg(feature = "webhook")]
 fn http_notifier(pool: &str, settings: &NotifierSettings) -> Result<Arc<dyn Notifier>, PoolError> {
     use crate::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
-    let notifier = HttpNotifier::new(HttpNotifierSettings::from_config(pool, settings))
-        .map_err(|error| match error {
-            PoolError::InvalidConfig(problem) => {
-                PoolError::InvalidConfig(format!("pools.{pool}.mailbox.notifier: {problem}"))
+    let notifier =
+        HttpNotifier::new(HttpNotifierSettings::from_config(pool, settings)).map_err(|error| {
+            match error {
+                PoolError::InvalidConfig(problem) => {
+                    PoolError::InvalidConfig(format!("pools.{pool}.mailbox.notifier: {problem}"))
+                }
+                other => other,
             }
-            other => other,
         })?;
     Ok(Arc::new(notifier))
 }

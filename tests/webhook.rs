@@ -19,7 +19,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::config::Secret;
 use prometheus_parking_lot::core::{
-    json_result, Notifier, PoolClient, PoolLimits, SharedParking, SharedQueue, SubmitOptions, TerminalEvent,
+    json_result, Notifier, PoolClient, PoolLimits, SharedParking, SharedQueue, SubmitOptions,
+    TerminalEvent,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
@@ -51,7 +52,9 @@ struct Answer {
 impl Serialize for Answer {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if self.text == "unserialisable" {
-            return Err(serde::ser::Error::custom("this answer refuses to serialise"));
+            return Err(serde::ser::Error::custom(
+                "this answer refuses to serialise",
+            ));
         }
         let mut fields = BTreeMap::new();
         fields.insert("text", &self.text);
@@ -191,7 +194,10 @@ fn event(task_id: TaskId) -> TerminalEvent {
 async fn eventually(what: &str, check: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + WAIT;
     while !check() {
-        assert!(std::time::Instant::now() < deadline, "not within {WAIT:?}: {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -229,7 +235,10 @@ fn signature_verifies(request: &Request, secret: &str) -> bool {
 /// Every request is a signed, authorised JSON POST to the hook's path.
 fn assert_well_formed(requests: &[Request]) {
     for request in requests {
-        assert_eq!((request.method.as_str(), request.path.as_str()), ("POST", "/hooks/done"));
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("POST", "/hooks/done")
+        );
         assert_eq!(request.header("content-type"), Some("application/json"));
         assert_eq!(request.header("authorization"), Some(AUTH));
         assert!(signature_verifies(request, HMAC_KEY), "{request:?}");
@@ -344,7 +353,11 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
         (2, "completed", None),
         (3, "failed", None),
         (4, "timed_out", None),
-        (5, "completed", Some(json!({ "text": "answer to sleep:500" }))),
+        (
+            5,
+            "completed",
+            Some(json!({ "text": "answer to sleep:500" })),
+        ),
         (6, "expired", None),
         (7, "cancelled", None),
     ];
@@ -359,7 +372,10 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
         assert_eq!(body["session_id"], format!("s{id}"));
         assert_eq!(body["attempt"], 1);
         let stored_at = body["stored_at_ms"].as_u64().unwrap();
-        assert!((started..=now_ms()).contains(&stored_at), "task {id}: {body}");
+        assert!(
+            (started..=now_ms()).contains(&stored_at),
+            "task {id}: {body}"
+        );
         assert_eq!(body.get("error").is_some(), status == "failed", "task {id}");
     }
     assert!(bodies[&3]["error"]
@@ -409,18 +425,22 @@ async fn a_shared_queue_node_posts_a_rejected_task_and_a_coded_pool_sends_no_res
         .unwrap();
     // Another node parked a task with the same tenant and id: this node claims it and must
     // refuse it, since task 7 of acme is live here.
-    queue
-        .enqueue(1, now_ms(), task(7, "again"))
-        .await
-        .unwrap();
+    queue.enqueue(1, now_ms(), task(7, "again")).await.unwrap();
 
     let requests = receiver.wait_for_deliveries(2, WAIT).await;
     assert_well_formed(&requests);
-    let statuses: Vec<Value> = requests.iter().map(|r| r.json()["status"].clone()).collect();
+    let statuses: Vec<Value> = requests
+        .iter()
+        .map(|r| r.json()["status"].clone())
+        .collect();
     assert_eq!(statuses, [json!("rejected"), json!("completed")]);
     let rejected = requests[0].json();
     assert_eq!(
-        (&rejected["task_id"], &rejected["attempt"], &rejected["pool"]),
+        (
+            &rejected["task_id"],
+            &rejected["attempt"],
+            &rejected["pool"]
+        ),
         (&json!(7), &json!(1), &json!("node-a"))
     );
     assert!(rejected["error"]
@@ -453,10 +473,18 @@ async fn answers_of_500_are_retried_with_the_same_delivery_id_and_body() {
     assert_well_formed(&requests);
     let attempts = attempts_by_delivery(&requests);
     assert_eq!(attempts.len(), 3, "{attempts:?}");
-    assert!(attempts.values().all(|&(count, same)| count == 3 && same), "{attempts:?}");
+    assert!(
+        attempts.values().all(|&(count, same)| count == 3 && same),
+        "{attempts:?}"
+    );
     let stats = notifier.stats();
     assert_eq!(
-        (stats.delivered, stats.retries, stats.abandoned, stats.pending),
+        (
+            stats.delivered,
+            stats.retries,
+            stats.abandoned,
+            stats.pending
+        ),
         (3, 6, 0, 0)
     );
 }
@@ -468,7 +496,11 @@ async fn retries_stop_at_max_retries_and_at_a_final_answer() {
     let exhausted = notifier(settings(&failing).with_max_retries(2));
     exhausted.notify(&event(1));
     eventually("given up", || exhausted.stats().abandoned == 1).await;
-    assert_eq!(failing.requests().len(), 3, "the first attempt and 2 retries");
+    assert_eq!(
+        failing.requests().len(),
+        3,
+        "the first attempt and 2 retries"
+    );
 
     let refusing = Receiver::start(Arc::new(|_, _| Reply::status(401))).await;
     let refused = notifier(settings(&refusing));
@@ -500,7 +532,10 @@ async fn a_slow_endpoint_times_out_then_gets_every_notification() {
     assert_eq!(attempts.len(), 3);
     // The receiver saw each twice (the first attempt timed out after it arrived): the same
     // delivery id and body let it de-duplicate.
-    assert!(attempts.values().all(|&(count, same)| count == 2 && same), "{attempts:?}");
+    assert!(
+        attempts.values().all(|&(count, same)| count == 2 && same),
+        "{attempts:?}"
+    );
     assert_eq!(notifier.stats().retries, 3);
 }
 
@@ -550,7 +585,10 @@ async fn a_hanging_endpoint_blocks_neither_its_pool_nor_another_pool() {
     let (stuck, fine) = (&built.pools["stuck"], &built.pools["fine"]);
     for id in 1..=50 {
         let key = stuck.submit(task(id, "hi")).await.unwrap();
-        assert_eq!(stuck.retrieve(&key, WAIT).await.unwrap().text, "answer to hi");
+        assert_eq!(
+            stuck.retrieve(&key, WAIT).await.unwrap().text,
+            "answer to hi"
+        );
     }
     for id in 1..=5 {
         fine.submit(task(id, "hi")).await.unwrap();
@@ -583,10 +621,17 @@ async fn shutdown_delivers_what_the_outbox_holds_before_it_returns() {
         pool.retrieve(&key, WAIT).await.unwrap();
     }
     let before = distinct_deliveries(&receiver.requests());
-    assert!(before < 24, "the outbox still held notifications ({before} arrived)");
+    assert!(
+        before < 24,
+        "the outbox still held notifications ({before} arrived)"
+    );
     pool.shutdown(Duration::from_secs(5)).await.unwrap();
     let after = receiver.requests();
-    assert_eq!(distinct_deliveries(&after), 24, "flushed before shutdown returned");
+    assert_eq!(
+        distinct_deliveries(&after),
+        24,
+        "flushed before shutdown returned"
+    );
     assert_eq!(bodies_by_task(&after).len(), 24);
 }
 
@@ -640,7 +685,11 @@ async fn a_full_outbox_drops_its_oldest_notifications_never_a_result() {
     eventually("the rest delivered", || notifier.stats().delivered == 3).await;
     let tasks: std::collections::BTreeSet<u64> =
         bodies_by_task(&receiver.requests()).into_keys().collect();
-    assert_eq!(tasks, [1, 9, 10].into(), "the newest notifications were kept");
+    assert_eq!(
+        tasks,
+        [1, 9, 10].into(),
+        "the newest notifications were kept"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -696,7 +745,10 @@ async fn no_secret_reaches_logs_debug_output_or_errors() {
         "drain deadline passed",
         "notifier was dropped",
     ] {
-        assert!(logged.contains(expected), "no {expected:?} in the logs:\n{logged}");
+        assert!(
+            logged.contains(expected),
+            "no {expected:?} in the logs:\n{logged}"
+        );
     }
     for text in [&logged, &debug, &format!("{config:?}"), &bad] {
         for mark in SECRET_MARKS {

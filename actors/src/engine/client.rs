@@ -59,6 +59,19 @@ impl<P, R> Clone for PoolClient<P, R> {
     }
 }
 
+/// What a client is made of, as [`start_pool`](super::start_pool) wired it.
+pub(crate) struct ClientParts<P, R> {
+    pub name: Arc<str>,
+    pub scheduler: ActorRef<SchedulerMsg<P>>,
+    pub inbox: Arc<Inbox<P, R>>,
+    pub mailbox: Arc<dyn Mailbox<R>>,
+    pub notifiers: Vec<Arc<dyn Notifier>>,
+    pub counters: Arc<PoolCounters>,
+    pub supervisor: ActorRef<SupervisorMsg>,
+    /// Whether shutdown stops the supervisor too (a pool started with its own).
+    pub owns_supervisor: bool,
+}
+
 struct ClientInner<P, R> {
     name: Arc<str>,
     scheduler: ActorRef<SchedulerMsg<P>>,
@@ -83,16 +96,17 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
-    pub(crate) fn new(
-        name: Arc<str>,
-        scheduler: ActorRef<SchedulerMsg<P>>,
-        inbox: Arc<Inbox<P, R>>,
-        mailbox: Arc<dyn Mailbox<R>>,
-        notifiers: Vec<Arc<dyn Notifier>>,
-        counters: Arc<PoolCounters>,
-        supervisor: ActorRef<SupervisorMsg>,
-        owns_supervisor: bool,
-    ) -> Self {
+    pub(crate) fn new(parts: ClientParts<P, R>) -> Self {
+        let ClientParts {
+            name,
+            scheduler,
+            inbox,
+            mailbox,
+            notifiers,
+            counters,
+            supervisor,
+            owns_supervisor,
+        } = parts;
         Self {
             inner: Arc::new(ClientInner {
                 name,

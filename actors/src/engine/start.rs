@@ -9,7 +9,7 @@ use std::time::Duration;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
-use super::client::PoolClient;
+use super::client::{ClientParts, PoolClient};
 use crate::domain::{Durability, PoolError, PoolLimits};
 use crate::events::EventSubscriber;
 use crate::executor::TaskExecutor;
@@ -284,16 +284,16 @@ where
         supervise(supervisor, worker).await?;
     }
 
-    Ok(PoolClient::new(
-        pool,
+    Ok(PoolClient::new(ClientParts {
+        name: pool,
         scheduler,
         inbox,
-        spec.mailbox,
-        spec.notifiers,
+        mailbox: spec.mailbox,
+        notifiers: spec.notifiers,
         counters,
-        supervisor.clone(),
+        supervisor: supervisor.clone(),
         owns_supervisor,
-    ))
+    }))
 }
 
 /// A start function for a child that is started once (not restartable): its arguments are

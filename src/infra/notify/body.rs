@@ -96,7 +96,10 @@ mod tests {
     #[test]
     fn failures_and_rejections_carry_their_reason_and_no_result() {
         let failed = decoded(&event(TaskStatus::Failed("boom".into()), None));
-        assert_eq!((&failed["status"], &failed["error"]), (&json!("failed"), &json!("boom")));
+        assert_eq!(
+            (&failed["status"], &failed["error"]),
+            (&json!("failed"), &json!("boom"))
+        );
         assert!(failed.get("result").is_none());
         let rejected = decoded(&event(TaskStatus::Rejected("queue full".into()), None));
         assert_eq!(
@@ -117,7 +120,10 @@ mod tests {
         ] {
             let body = decoded(&event(status, None));
             assert_eq!(body["status"], name);
-            assert_eq!(body.get("error").is_some(), matches!(name, "failed" | "rejected"));
+            assert_eq!(
+                body.get("error").is_some(),
+                matches!(name, "failed" | "rejected")
+            );
         }
     }
 }

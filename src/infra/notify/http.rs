@@ -296,7 +296,10 @@ impl Notifier for HttpNotifier {
         let Some(deadline) = deadline else {
             return idle.await;
         };
-        if tokio::time::timeout_at(deadline.into(), idle).await.is_err() {
+        if tokio::time::timeout_at(deadline.into(), idle)
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 pool = %self.shared.name,
                 pending = self.shared.unfinished.load(Ordering::Acquire),
@@ -391,16 +394,14 @@ impl Shared {
     }
 
     /// Resolves once nothing is waiting or under way.
-    fn idle(&self) -> impl std::future::Future<Output = ()> + '_ {
-        async move {
-            loop {
-                let mut idle = pin!(self.idle.notified());
-                idle.as_mut().enable();
-                if self.unfinished.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                idle.await;
+    async fn idle(&self) {
+        loop {
+            let mut idle = pin!(self.idle.notified());
+            idle.as_mut().enable();
+            if self.unfinished.load(Ordering::Acquire) == 0 {
+                return;
             }
+            idle.await;
         }
     }
 
@@ -504,7 +505,10 @@ impl Sender {
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("prometheus_parking_lot/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!(
+                "prometheus_parking_lot/",
+                env!("CARGO_PKG_VERSION")
+            ))
             .build()
             .map_err(|error| {
                 PoolError::Internal(format!(
@@ -647,13 +651,19 @@ mod tests {
             };
             for _ in 0..50 {
                 let delay = full_jitter(base, cap, attempt);
-                assert!(delay <= Duration::from_millis(ceiling), "{attempt}: {delay:?}");
+                assert!(
+                    delay <= Duration::from_millis(ceiling),
+                    "{attempt}: {delay:?}"
+                );
             }
         }
         assert_eq!(full_jitter(Duration::ZERO, cap, 3), Duration::ZERO);
         let spread: std::collections::HashSet<Duration> =
             (0..20).map(|_| full_jitter(base, cap, 5)).collect();
-        assert!(spread.len() > 10, "jitter should spread retries: {spread:?}");
+        assert!(
+            spread.len() > 10,
+            "jitter should spread retries: {spread:?}"
+        );
     }
 
     #[test]
@@ -686,16 +696,24 @@ mod tests {
             other => panic!("accepted: {other:?}"),
         };
         assert!(refused(HttpNotifierSettings::new("ftp://h/x")).contains("base_url"));
-        assert!(refused(HttpNotifierSettings::new("http://h/x").with_timeout(Duration::ZERO))
-            .contains("timeout"));
-        assert!(refused(HttpNotifierSettings::new("http://h/x").with_outbox_capacity(0))
-            .contains("outbox"));
-        assert!(refused(HttpNotifierSettings::new("http://h/x").with_max_in_flight(0))
-            .contains("max_in_flight"));
-        let secret = "Bearer s3cr3t\r\nX-Injected: 1";
-        let problem = refused(
-            HttpNotifierSettings::new("http://h/x").with_auth_header(Secret::new(secret)),
+        assert!(
+            refused(HttpNotifierSettings::new("http://h/x").with_timeout(Duration::ZERO))
+                .contains("timeout")
         );
-        assert!(problem.contains("auth_header") && !problem.contains("s3cr3t"), "{problem}");
+        assert!(
+            refused(HttpNotifierSettings::new("http://h/x").with_outbox_capacity(0))
+                .contains("outbox")
+        );
+        assert!(
+            refused(HttpNotifierSettings::new("http://h/x").with_max_in_flight(0))
+                .contains("max_in_flight")
+        );
+        let secret = "Bearer s3cr3t\r\nX-Injected: 1";
+        let problem =
+            refused(HttpNotifierSettings::new("http://h/x").with_auth_header(Secret::new(secret)));
+        assert!(
+            problem.contains("auth_header") && !problem.contains("s3cr3t"),
+            "{problem}"
+        );
     }
 }

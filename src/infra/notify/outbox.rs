@@ -77,7 +77,10 @@ mod tests {
             assert_eq!(outbox.push(n), None);
         }
         assert_eq!(outbox.len(), 3);
-        assert_eq!([outbox.pop(), outbox.pop(), outbox.pop()], [Some(1), Some(2), Some(3)]);
+        assert_eq!(
+            [outbox.pop(), outbox.pop(), outbox.pop()],
+            [Some(1), Some(2), Some(3)]
+        );
         assert_eq!(outbox.pop(), None);
     }
 
