@@ -72,8 +72,15 @@ impl Reply {
 pub type Script = Arc<dyn Fn(&Request, usize) -> Reply + Send + Sync>;
 
 struct Log {
-    requests: Mutex<Vec<Request>>,
+    requests: Mutex<Requests>,
     arrived: Notify,
+}
+
+#[derive(Default)]
+struct Requests {
+    all: Vec<Request>,
+    /// How many requests each delivery id came in.
+    attempts: HashMap<String, usize>,
 }
 
 /// See the module docs.
@@ -94,7 +101,7 @@ impl Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
         let log = Arc::new(Log {
-            requests: Mutex::new(Vec::new()),
+            requests: Mutex::new(Requests::default()),
             arrived: Notify::new(),
         });
         let server = Some(serve(listener, log.clone(), script.clone()));
@@ -137,7 +144,13 @@ impl Receiver {
 
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
-        self.log.requests.lock().unwrap().clone()
+        self.log.requests.lock().unwrap().all.clone()
+    }
+
+    /// How many requests arrived, and with how many distinct delivery ids.
+    pub fn counts(&self) -> (usize, usize) {
+        let requests = self.log.requests.lock().unwrap();
+        (requests.all.len(), requests.attempts.len())
     }
 
     /// Waits until `check` holds for the requests so far; panics after `limit`.
@@ -211,9 +224,10 @@ async fn connection(stream: TcpStream, log: Arc<Log>, script: Script) {
     while let Some(request) = read_request(&mut read).await {
         let reply = {
             let mut requests = log.requests.lock().unwrap();
-            let id = request.delivery_id();
-            let earlier = requests.iter().filter(|r| r.delivery_id() == id).count();
-            requests.push(request.clone());
+            let attempts = requests.attempts.entry(request.delivery_id()).or_default();
+            let earlier = *attempts;
+            *attempts += 1;
+            requests.all.push(request.clone());
             script(&request, earlier)
         };
         log.arrived.notify_waiters();

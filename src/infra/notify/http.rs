@@ -216,8 +216,31 @@ pub struct WebhookStats {
 
 /// A webhook [`Notifier`]. See the module docs.
 ///
+/// A config naming an `http` notifier gets one from
+/// [`build_pools_from_scheduler_config`](crate::build_pools_from_scheduler_config); on the
+/// actor API, put it in [`PoolSpec::notifiers`](crate::actors::PoolSpec::notifiers).
 /// Dropping it stops its thread; whatever is still pending then is abandoned with a warning
 /// (a pool's shutdown [flushes](Notifier::flush) it first, up to the drain deadline).
+///
+/// ```
+/// use std::sync::Arc;
+/// use prometheus_parking_lot::core::{Notifier, TaskStatus, TerminalEvent};
+/// use prometheus_parking_lot::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
+/// use prometheus_parking_lot::MailboxKey;
+///
+/// let notifier = HttpNotifier::new(HttpNotifierSettings::new("http://127.0.0.1:9/hook"))?;
+/// notifier.notify(&TerminalEvent {
+///     pool: Arc::from("chat"),
+///     key: MailboxKey::new("acme"),
+///     task_id: 7,
+///     status: TaskStatus::Completed,
+///     stored_at_ms: 1_700_000_000_000,
+///     attempt: 1,
+///     result: None,
+/// }); // returns at once; the POST happens on the notifier's thread
+/// assert_eq!(notifier.stats().delivered + notifier.stats().dropped, 0);
+/// # Ok::<(), prometheus_parking_lot::PoolError>(())
+/// ```
 pub struct HttpNotifier {
     shared: Arc<Shared>,
 }
@@ -235,6 +258,8 @@ impl HttpNotifier {
             idle: Notify::new(),
             unfinished: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            delivery_prefix: u64::try_from(random_u128() >> 64).unwrap_or_default(),
+            deliveries: AtomicU64::new(0),
             counters: Counters::default(),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -275,7 +300,7 @@ impl fmt::Debug for HttpNotifier {
 #[async_trait]
 impl Notifier for HttpNotifier {
     fn notify(&self, event: &TerminalEvent) {
-        let delivery_id = format!("{:032x}", random_u128());
+        let delivery_id = self.shared.next_delivery_id();
         match body::encode(event, &delivery_id) {
             Ok(body) => self.shared.push(Pending {
                 delivery_id,
@@ -337,10 +362,21 @@ struct Shared {
     /// Notifications waiting or under way.
     unfinished: AtomicUsize,
     closed: AtomicBool,
+    /// Random per notifier: delivery ids of different notifiers and processes differ.
+    delivery_prefix: u64,
+    /// Notifications numbered so far: delivery ids within this notifier differ.
+    deliveries: AtomicU64,
     counters: Counters,
 }
 
 impl Shared {
+    /// A fresh delivery id: 32 hex digits, the notifier's random prefix and a sequence
+    /// number (no system call on the caller's thread).
+    fn next_delivery_id(&self) -> String {
+        let sequence = self.deliveries.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}{sequence:016x}", self.delivery_prefix)
+    }
+
     fn push(&self, pending: Pending) {
         self.unfinished.fetch_add(1, Ordering::AcqRel);
         let overflow = match self.outbox.lock() {
@@ -687,6 +723,17 @@ mod tests {
         ] {
             assert_eq!(kind(code), expected, "HTTP {code}");
         }
+    }
+
+    #[test]
+    fn delivery_ids_differ_within_and_across_notifiers() {
+        let start = || HttpNotifier::new(HttpNotifierSettings::new("http://127.0.0.1:9/x"));
+        let (one, two) = (start().unwrap(), start().unwrap());
+        let ids: std::collections::HashSet<String> = (0..100)
+            .flat_map(|_| [one.shared.next_delivery_id(), two.shared.next_delivery_id()])
+            .collect();
+        assert_eq!(ids.len(), 200);
+        assert!(ids.iter().all(|id| id.len() == 32));
     }
 
     #[test]
