@@ -5,8 +5,10 @@
 //!
 //! - *no notifier*: the baseline;
 //! - *webhook, healthy endpoint*: an http notifier (signed, authorised) POSTs every result to
-//!   a receiver on 127.0.0.1 that answers 204 at once; also reported: how long after the
-//!   burst the last notification arrived, and notifications per second over the whole run;
+//!   a receiver on 127.0.0.1 that answers 204 at once; also reported: how many notifications
+//!   arrived (a pool that outruns its endpoint by more than the outbox holds drops the
+//!   oldest), how long after the burst the last one arrived, and notifications per second
+//!   over the whole run;
 //! - *webhook, hanging endpoint*: the receiver never answers, so deliveries hang and the
 //!   outbox fills and drops its oldest notifications, the worst case for the pool.
 //!
@@ -107,7 +109,7 @@ fn pool(scale: &Scale, notifier: Option<String>) -> Pool {
 fn notifier_json(url: &str) -> String {
     format!(
         r#"{{ "type": "http", "base_url": "{url}", "auth_header": "Bearer bench",
-             "hmac_secret": "bench-key", "timeout_ms": 60000, "max_retries": 0 }}"#
+             "hmac_secret": "bench-key", "timeout_ms": 60000, "max_retries": 3 }}"#
     )
 }
 
@@ -131,6 +133,24 @@ async fn burst(pool: &Pool, first_id: u64, tasks: u64) -> f64 {
         assert_eq!(result, id.wrapping_mul(3));
     }
     tasks as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Waits until `expected` distinct notifications arrived, or none arrived for 2 s;
+/// returns how many did.
+fn wait_while_arriving(receiver: &Receiver, expected: usize) -> usize {
+    let mut last = (receiver.counts().1, Instant::now());
+    loop {
+        let arrived = receiver.counts().1;
+        if arrived >= expected {
+            return arrived;
+        }
+        if arrived != last.0 {
+            last = (arrived, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(2) {
+            return arrived;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn median(samples: &mut [f64]) -> f64 {
@@ -215,17 +235,10 @@ fn main() {
             }
         }
     }
-    let expected = scale.tasks * scale.rounds as u64;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while healthy.counts().1 < expected as usize {
-        assert!(
-            Instant::now() < deadline,
-            "the healthy endpoint got every notification"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let expected = scale.tasks as usize * scale.rounds;
+    let arrived = wait_while_arriving(&healthy, expected);
     let lag = last_healthy_burst_end.elapsed();
-    let delivered_per_s = expected as f64 / run_started.elapsed().as_secs_f64();
+    let delivered_per_s = arrived as f64 / run_started.elapsed().as_secs_f64();
     let notify_ns = notify_cost(&runtime, if scale.bench { 200_000 } else { 2_000 });
 
     let baseline = median(&mut samples[0].clone());
@@ -241,9 +254,14 @@ fn main() {
         );
     }
     println!();
+    let dropped = if arrived < expected {
+        " (the others were dropped from the full outbox)"
+    } else {
+        ""
+    };
     println!(
-        "| healthy endpoint: all {expected} notifications arrived {:.0} ms after its last burst; \
-         {delivered_per_s:.0} notifications/s over the whole run |",
+        "| healthy endpoint: {arrived} of {expected} notifications arrived{dropped}, the last \
+         {:.0} ms after its last burst; {delivered_per_s:.0} notifications/s over the whole run |",
         lag.as_secs_f64() * 1_000.0
     );
     println!("| `notify` on the caller's thread, outbox full: {notify_ns:.0} ns per call |");
