@@ -113,7 +113,7 @@ fn config(pools: &[(&str, &str, usize)]) -> SchedulerConfig {
         .map(|(name, url, workers)| {
             format!(
                 r#""{name}": {{
-                    "worker_threads": {workers}, "max_units": 4, "default_timeout_ms": 1000,
+                    "worker_threads": {workers}, "max_units": 4, "default_timeout_ms": 10000,
                     "mailbox": {{ "notifier": {{
                         "type": "http", "base_url": "{url}", "auth_header": "{AUTH}",
                         "hmac_secret": "{HMAC_KEY}", "timeout_ms": 2000, "max_retries": 3
@@ -330,10 +330,13 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
     );
     run(2, "unserialisable").await.unwrap();
     run(3, "panic").await.unwrap();
-    run(4, "sleep:5000").await.unwrap();
+    let short = SubmitOptions {
+        timeout: Some(Duration::from_millis(300)),
+    };
+    client.submit(task(4, "sleep:5000"), short).await.unwrap();
     receiver.wait_for_deliveries(4, WAIT).await;
     // While task 5 holds the only worker, 6 parks and expires, 7 parks and is cancelled.
-    run(5, "sleep:500").await.unwrap();
+    run(5, "sleep:1500").await.unwrap();
     let soon = prometheus_parking_lot::util::clock::now_ms() + 100;
     let mut expiring = task(6, "late");
     expiring.meta = expiring.meta.with_deadline_ms(soon);
@@ -356,7 +359,7 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
         (
             5,
             "completed",
-            Some(json!({ "text": "answer to sleep:500" })),
+            Some(json!({ "text": "answer to sleep:1500" })),
         ),
         (6, "expired", None),
         (7, "cancelled", None),
@@ -516,13 +519,13 @@ async fn a_slow_endpoint_times_out_then_gets_every_notification() {
     let receiver = Receiver::start(Arc::new(|_, earlier| {
         let reply = Reply::status(200);
         if earlier == 0 {
-            reply.after(Duration::from_secs(2))
+            reply.after(Duration::from_secs(3))
         } else {
             reply
         }
     }))
     .await;
-    let notifier = notifier(settings(&receiver).with_timeout(Duration::from_millis(200)));
+    let notifier = notifier(settings(&receiver).with_timeout(Duration::from_millis(500)));
     for id in 1..=3 {
         notifier.notify(&event(id));
     }
@@ -543,7 +546,7 @@ async fn a_slow_endpoint_times_out_then_gets_every_notification() {
 async fn an_endpoint_down_for_a_while_gets_every_notification_once_it_is_back() {
     logs();
     let mut receiver = Receiver::ok().await;
-    let notifier = notifier(settings(&receiver).with_max_retries(30));
+    let notifier = notifier(settings(&receiver).with_max_retries(100));
     let pool = pool_with(notifier.clone()).await;
     receiver.stop();
     for id in 1..=5 {
@@ -611,7 +614,7 @@ async fn a_hanging_endpoint_blocks_neither_its_pool_nor_another_pool() {
 async fn shutdown_delivers_what_the_outbox_holds_before_it_returns() {
     logs();
     let receiver = Receiver::start(Arc::new(|_, _| {
-        Reply::status(200).after(Duration::from_millis(300))
+        Reply::status(200).after(Duration::from_millis(500))
     }))
     .await;
     let built = build(&config(&[("chat", &receiver.url(), 2)]));
