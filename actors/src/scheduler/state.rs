@@ -3,7 +3,8 @@
 //! The [`SchedulerActor`](super::actor::SchedulerActor) hands every event here; this file
 //! feeds it to the pure core and turns the core's answers into effects: a started task's job
 //! goes to the worker slot the core chose; a parked task's payload goes to the queue; every
-//! terminal outcome goes to the mailbox, exactly once, after the task's capacity is released.
+//! terminal outcome goes to the mailbox, exactly once, after the task's capacity is released
+//! (an in-memory mailbox is stored into here, and its notifiers told right after the store).
 //!
 //! Invariants:
 //! - every admitted task is in `live` (and in `by_caller` under its tenant and id) until it
