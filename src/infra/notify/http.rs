@@ -1,7 +1,7 @@
 //! [`HttpNotifier`]: POSTs one JSON body per terminal event to a webhook.
 //!
 //! `notify` (called by the scheduler or the mailbox actor once a result is stored) encodes
-//! the body, gives it a `delivery_id` and puts it in a bounded [outbox](super::outbox), and
+//! the body, gives it a `delivery_id` and puts it in a bounded outbox, and
 //! returns. The notifier's own thread (`parking-lot-webhook-{name}`, with its own
 //! current-thread tokio runtime) takes notifications from the outbox into at most
 //! `max_in_flight` concurrent deliveries. A delivery sends the same body until the endpoint
@@ -15,7 +15,7 @@
 //! de-duplicates with it.
 //!
 //! Secrets: the `Authorization` value is a sensitive header (never printed by the HTTP
-//! client) and the HMAC key lives in a [`Signer`] that never shows it. Neither appears in
+//! client) and the HMAC key lives in a signer that never shows it. Neither appears in
 //! `Debug`, logs, tracing fields or errors; logged errors leave the URL out too, since a
 //! webhook URL may carry a token of its own.
 
