@@ -47,6 +47,7 @@ async fn main() -> Result<(), PoolError> {
             queue: Box::new(InMemoryQueue::new()),
             mailbox: Arc::new(InMemoryMailbox::new()),
             notifiers: Vec::new(),
+            result_encoder: None,
             subscribers: Vec::new(),
             retention: None,
             shared: None,

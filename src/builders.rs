@@ -10,10 +10,13 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use prometheus_parking_lot_actors::mailbox::json_result;
+
 use crate::config::{
-    MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig, StorageSettings,
+    MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
+    StorageSettings,
 };
-use crate::core::{Mailbox, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
+use crate::core::{Mailbox, Notifier, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
 use crate::gpu::plan::{plan, GpuSource};
 use crate::gpu::GpuProbe;
 use crate::infra::mailbox::memory::InMemoryMailbox;
@@ -189,6 +192,10 @@ where
     for (name, pool) in &config.pools {
         check_available(name, pool, context, mailbox.is_some(), gpus)?;
     }
+    let mut notifiers = HashMap::with_capacity(config.pools.len());
+    for (name, pool) in &config.pools {
+        notifiers.insert(name.as_str(), notifiers_for(name, &pool.mailbox)?);
+    }
     let mut planned = Vec::with_capacity(config.pools.len());
     for (name, pool) in &config.pools {
         planned.push((name, pool, plan(name, pool, gpus)?));
@@ -218,6 +225,8 @@ where
                 .unwrap_or_else(|| Box::new(InMemoryQueue::new()));
             let mut backends = Backends {
                 gpu: instance.gpu,
+                notifiers: notifiers.get(name.as_str()).cloned().unwrap_or_default(),
+                result_encoder: Some(json_result::<R>),
                 ..Backends::local(local, results)
             };
             sources.queue(name, pool, &mut backends)?;
@@ -283,6 +292,7 @@ fn check_available(
             "postgres",
         ));
     }
+    #[cfg(not(feature = "webhook"))]
     if let Some(NotifierSettings::Http { .. }) = &pool.mailbox.notifier {
         return Err(unavailable(
             name,
@@ -341,6 +351,43 @@ fn available() -> String {
         " and a number for max_units"
     });
     text
+}
+
+/// The notifiers a pool's `mailbox.notifier` names (started, so a bad one fails the build
+/// before any pool starts).
+fn notifiers_for(
+    pool: &str,
+    mailbox: &MailboxSettings,
+) -> Result<Vec<Arc<dyn Notifier>>, PoolError> {
+    let Some(settings) = &mailbox.notifier else {
+        return Ok(Vec::new());
+    };
+    http_notifier(pool, settings).map(|notifier| vec![notifier])
+}
+
+#[cfg(feature = "webhook")]
+fn http_notifier(pool: &str, settings: &NotifierSettings) -> Result<Arc<dyn Notifier>, PoolError> {
+    use crate::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
+    let notifier =
+        HttpNotifier::new(HttpNotifierSettings::from_config(pool, settings)).map_err(|error| {
+            match error {
+                PoolError::InvalidConfig(problem) => {
+                    PoolError::InvalidConfig(format!("pools.{pool}.mailbox.notifier: {problem}"))
+                }
+                other => other,
+            }
+        })?;
+    Ok(Arc::new(notifier))
+}
+
+#[cfg(not(feature = "webhook"))]
+fn http_notifier(pool: &str, _settings: &NotifierSettings) -> Result<Arc<dyn Notifier>, PoolError> {
+    Err(unavailable(
+        pool,
+        "mailbox.notifier.type",
+        "the http notifier",
+        "webhook",
+    ))
 }
 
 /// The queue a pool's settings name (`check_available` refused the ones this build lacks).

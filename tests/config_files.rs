@@ -358,3 +358,32 @@ fn without_the_yaque_feature_a_yaque_pool_is_refused_with_the_feature_named() {
         )
     );
 }
+
+/// Without the `webhook` feature a pool naming the http notifier is refused before anything
+/// starts (with it, tests/webhook.rs builds such pools).
+#[cfg(not(feature = "webhook"))]
+#[test]
+fn the_http_notifier_needs_the_webhook_feature() {
+    let config = SchedulerConfig::from_json_str(&one_pool(
+        r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h/x" } } }"#,
+    ))
+    .unwrap();
+    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| Echo,
+        TokioSpawner,
+    )
+    .err()
+    .expect("no http notifier in this build");
+    assert_eq!(
+        error,
+        PoolError::InvalidConfig(
+            "pools.p.mailbox.notifier.type: the http notifier is not available in this build of \
+             prometheus_parking_lot (it needs the cargo feature `webhook`); available here: the \
+             in_memory queue and mailbox and a number for max_units"
+                .into()
+        )
+    );
+}

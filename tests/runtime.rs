@@ -557,6 +557,7 @@ async fn the_actor_api_submits_with_a_reply_port() {
         queue: Box::new(InMemoryQueue::new()),
         mailbox: std::sync::Arc::new(InMemoryMailbox::new()),
         notifiers: Vec::new(),
+        result_encoder: None,
         subscribers: Vec::new(),
         retention: None,
         shared: None,

@@ -11,7 +11,8 @@ pub use prometheus_parking_lot_actors::engine::PoolClient;
 pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};
 pub use prometheus_parking_lot_actors::executor::TaskExecutor;
 pub use prometheus_parking_lot_actors::mailbox::{
-    Delivery, InlineMailbox, Mailbox, MailboxError, Notifier, TerminalEvent,
+    json_result, Delivery, InlineMailbox, Mailbox, MailboxError, Notifier, ResultEncoder,
+    TerminalEvent,
 };
 pub use prometheus_parking_lot_actors::queue::{
     DeadLetter, EntryId, FitQuery, InlineQueue, Lease, QueueCounts, QueueError, RankBound,

@@ -9,7 +9,7 @@ pub mod worker_pool;
 use std::sync::Arc;
 
 use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
-use prometheus_parking_lot_actors::mailbox::Notifier;
+use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
 use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
@@ -24,6 +24,8 @@ pub(crate) struct Backends<P, R> {
     pub mailbox: Arc<dyn Mailbox<R>>,
     /// Who hears of terminal events once their result is stored.
     pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// How results become JSON for the notifiers (`None`: events carry no result).
+    pub result_encoder: Option<ResultEncoder<R>>,
     /// A queue shared with other nodes, if any.
     pub shared: Option<SharedParking<P>>,
     /// The GPU the pool's VRAM units live on, if any.
@@ -37,6 +39,7 @@ impl<P, R> Backends<P, R> {
             queue,
             mailbox,
             notifiers: Vec::new(),
+            result_encoder: None,
             shared: None,
             gpu: None,
         }
@@ -59,6 +62,7 @@ where
         queue,
         mailbox,
         notifiers,
+        result_encoder,
         shared,
         gpu,
     } = backends;
@@ -72,6 +76,7 @@ where
         queue,
         mailbox,
         notifiers,
+        result_encoder,
         subscribers: Vec::new(),
         retention: config.retention,
         shared,

@@ -14,7 +14,7 @@ use ractor::{ActorRef, DerivedActorRef};
 use tokio::sync::{oneshot, Notify, OnceCell};
 
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
-use crate::mailbox::{Delivery, Mailbox};
+use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
@@ -59,11 +59,26 @@ impl<P, R> Clone for PoolClient<P, R> {
     }
 }
 
+/// What a client is made of, as [`start_pool`](super::start_pool) wired it.
+pub(crate) struct ClientParts<P, R> {
+    pub name: Arc<str>,
+    pub scheduler: ActorRef<SchedulerMsg<P>>,
+    pub inbox: Arc<Inbox<P, R>>,
+    pub mailbox: Arc<dyn Mailbox<R>>,
+    pub notifiers: Vec<Arc<dyn Notifier>>,
+    pub counters: Arc<PoolCounters>,
+    pub supervisor: ActorRef<SupervisorMsg>,
+    /// Whether shutdown stops the supervisor too (a pool started with its own).
+    pub owns_supervisor: bool,
+}
+
 struct ClientInner<P, R> {
     name: Arc<str>,
     scheduler: ActorRef<SchedulerMsg<P>>,
     inbox: Arc<Inbox<P, R>>,
     mailbox: Arc<dyn Mailbox<R>>,
+    /// Flushed at shutdown, once the mailbox has handed them every event.
+    notifiers: Vec<Arc<dyn Notifier>>,
     counters: Arc<PoolCounters>,
     supervisor: ActorRef<SupervisorMsg>,
     owns_supervisor: bool,
@@ -81,21 +96,24 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
-    pub(crate) fn new(
-        name: Arc<str>,
-        scheduler: ActorRef<SchedulerMsg<P>>,
-        inbox: Arc<Inbox<P, R>>,
-        mailbox: Arc<dyn Mailbox<R>>,
-        counters: Arc<PoolCounters>,
-        supervisor: ActorRef<SupervisorMsg>,
-        owns_supervisor: bool,
-    ) -> Self {
+    pub(crate) fn new(parts: ClientParts<P, R>) -> Self {
+        let ClientParts {
+            name,
+            scheduler,
+            inbox,
+            mailbox,
+            notifiers,
+            counters,
+            supervisor,
+            owns_supervisor,
+        } = parts;
         Self {
             inner: Arc::new(ClientInner {
                 name,
                 scheduler,
                 inbox,
                 mailbox,
+                notifiers,
                 counters,
                 supervisor,
                 owns_supervisor,
@@ -296,8 +314,9 @@ where
     /// Stops admitting, lets running tasks finish for up to `drain` (`Duration::MAX`: for
     /// ever), then stops the pool's actors. Parked tasks of an in-memory queue end
     /// `Cancelled`; a durable queue keeps them. Running tasks still running at the deadline
-    /// end `Cancelled`. Every caller, concurrent or later, waits for the same drain and gets
-    /// the same report.
+    /// end `Cancelled`. Notifiers then get until the same deadline to deliver what they
+    /// hold. Every caller, concurrent or later, waits for the same drain and gets the same
+    /// report.
     pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
         self.inner
             .shutdown
@@ -307,6 +326,7 @@ where
     }
 
     async fn tear_down(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        let deadline = deadline_after(drain);
         let limit = drain.checked_add(ACTOR_DRAIN_TIMEOUT);
         let report = match self
             .inner
@@ -342,6 +362,11 @@ where
             .await;
         for child in &children {
             let _ = child.drain_and_wait(Some(ACTOR_DRAIN_TIMEOUT)).await;
+        }
+        // Every outcome is stored and every event handed over: what notifiers still hold
+        // gets the rest of the drain time.
+        for notifier in &self.inner.notifiers {
+            notifier.flush(deadline).await;
         }
         if self.inner.owns_supervisor {
             let _ = self

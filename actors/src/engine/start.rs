@@ -9,12 +9,13 @@ use std::time::Duration;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
-use super::client::PoolClient;
+use super::client::{ClientParts, PoolClient};
 use crate::domain::{Durability, PoolError, PoolLimits};
 use crate::events::EventSubscriber;
 use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
-use crate::mailbox::{Mailbox, Notifier};
+use crate::mailbox::notify::Notifiers;
+use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
 use crate::queue::actor::{QueueActor, QueueMsg, QueueState};
 use crate::queue::TaskQueue;
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
@@ -54,8 +55,14 @@ pub struct PoolSpec<P, R, E> {
     pub queue: Box<dyn TaskQueue<P>>,
     /// Where results are stored.
     pub mailbox: Arc<dyn Mailbox<R>>,
-    /// Who hears of terminal events once their result is stored.
+    /// Who hears of terminal events once their result is stored; the pool's shutdown
+    /// flushes them up to its drain deadline.
     pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// How a completed task's result becomes the `result` of its [`TerminalEvent`]
+    /// (`None`: events carry no result). Called only when the pool has notifiers.
+    ///
+    /// [`TerminalEvent`]: crate::mailbox::TerminalEvent
+    pub result_encoder: Option<ResultEncoder<R>>,
     /// Who hears every event of every task (metrics, audit), on the scheduler's thread.
     pub subscribers: Vec<Arc<dyn EventSubscriber>>,
     /// How long results are kept; `None` keeps them until taken.
@@ -195,13 +202,14 @@ where
     let once = |role, start| supervise(supervisor, child(role, start, false));
 
     let inline_results = spec.mailbox.inline().is_some();
+    let notifiers = || Notifiers::new(spec.notifiers.clone(), spec.result_encoder);
     let mailbox_state = MailboxState {
         pool: pool.clone(),
         mailbox: spec.mailbox.clone(),
         notifiers: if inline_results {
-            Vec::new()
+            Notifiers::none()
         } else {
-            spec.notifiers.clone()
+            notifiers()
         },
         retention: spec.retention,
         counters: counters.clone(),
@@ -215,7 +223,7 @@ where
     let results = if inline_results {
         Results::Inline {
             mailbox: spec.mailbox.clone(),
-            notifiers: spec.notifiers,
+            notifiers: notifiers(),
         }
     } else {
         Results::Actor(mailbox_actor)
@@ -310,15 +318,16 @@ where
         supervise(supervisor, worker).await?;
     }
 
-    Ok(PoolClient::new(
-        pool,
+    Ok(PoolClient::new(ClientParts {
+        name: pool,
         scheduler,
         inbox,
-        spec.mailbox,
+        mailbox: spec.mailbox,
+        notifiers: spec.notifiers,
         counters,
-        supervisor.clone(),
+        supervisor: supervisor.clone(),
         owns_supervisor,
-    ))
+    }))
 }
 
 /// A start function for a child that is started once (not restartable): its arguments are

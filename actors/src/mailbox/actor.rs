@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::{Delivery, Mailbox, Notifier, TerminalEvent};
+use super::notify::Notifiers;
+use super::{Delivery, Mailbox};
 use crate::clock::now_ms;
 use crate::domain::MailboxKey;
 use crate::scheduler::core::clamp_ms;
@@ -25,6 +26,8 @@ pub(crate) enum MailboxMsg<R> {
         key: MailboxKey,
         /// The outcome.
         delivery: Delivery<R>,
+        /// Which run of the task it was (see [`TerminalEvent::attempt`](super::TerminalEvent::attempt)).
+        attempt: u32,
     },
     /// Drop results older than the retention period (sent by the actor's own timer).
     PurgeExpired,
@@ -45,8 +48,8 @@ pub(crate) struct MailboxState<R> {
     pub pool: Arc<str>,
     /// The storage backend.
     pub mailbox: Arc<dyn Mailbox<R>>,
-    /// Who hears of terminal events.
-    pub notifiers: Vec<Arc<dyn Notifier>>,
+    /// Who hears of terminal events, and how results become JSON for them.
+    pub notifiers: Notifiers<R>,
     /// How long results are kept; `None` keeps them until taken.
     pub retention: Option<Duration>,
     /// The pool's counters (`expired_results`).
@@ -80,7 +83,11 @@ where
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            MailboxMsg::Deliver { key, delivery } => state.deliver(key, delivery).await,
+            MailboxMsg::Deliver {
+                key,
+                delivery,
+                attempt,
+            } => state.deliver(key, delivery, attempt).await,
             MailboxMsg::PurgeExpired => state.purge_expired().await,
         }
         Ok(())
@@ -91,22 +98,17 @@ impl<R> MailboxState<R>
 where
     R: Send + 'static,
 {
-    async fn deliver(&mut self, key: MailboxKey, delivery: Delivery<R>) {
-        let event = (!self.notifiers.is_empty()).then(|| TerminalEvent {
-            pool: self.pool.clone(),
-            key: key.clone(),
-            task_id: delivery.task_id,
-            status: delivery.status(),
-        });
+    async fn deliver(&mut self, key: MailboxKey, delivery: Delivery<R>, attempt: u32) {
+        let event = self
+            .notifiers
+            .event_for(&self.pool, &key, &delivery, attempt);
         let task_id = delivery.task_id;
         if let Err(error) = self.mailbox.store(&key, delivery).await {
             tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
             return;
         }
         if let Some(event) = event {
-            for notifier in &self.notifiers {
-                notifier.notify(&event);
-            }
+            self.notifiers.notify(&event);
         }
     }
 

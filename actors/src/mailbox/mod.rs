@@ -1,11 +1,14 @@
 //! Where results wait for their submitter: the [`Mailbox`] contract every storage backend
-//! implements, the [`Notifier`] hook for terminal events, and the
+//! implements, the [`Notifier`] hook for terminal events ([`notify`]), and the
 //! [`MailboxActor`](actor::MailboxActor) that stores results off the scheduler.
 //!
 //! Every operation takes a full [`MailboxKey`], tenant included, and backends match keys
 //! exactly, so a key of one tenant can never read, list or remove another tenant's results.
 
 pub mod actor;
+pub mod notify;
+
+pub use notify::{json_result, Notifier, ResultEncoder, TerminalEvent};
 
 use std::sync::Arc;
 
@@ -49,6 +52,12 @@ pub fn status_of<R>(outcome: &Result<R, PoolError>) -> TaskStatus {
         Err(PoolError::TimedOut) => TaskStatus::TimedOut,
         Err(PoolError::Cancelled | PoolError::Shutdown) => TaskStatus::Cancelled,
         Err(PoolError::Failed(reason)) => TaskStatus::Failed(reason.clone()),
+        Err(
+            refusal @ (PoolError::QueueFull
+            | PoolError::InsufficientResources { .. }
+            | PoolError::MailboxFull { .. }
+            | PoolError::DuplicateTask(_)),
+        ) => TaskStatus::Rejected(refusal.to_string()),
         Err(other) => TaskStatus::Failed(other.to_string()),
     }
 }
@@ -126,26 +135,4 @@ pub trait InlineMailbox<R>: Send + Sync {
     fn stored_now(&self) -> usize;
     /// The bound on stored deliveries.
     fn max_messages(&self) -> usize;
-}
-
-/// A task's terminal event, as notifiers receive it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TerminalEvent {
-    /// The pool the task ran in.
-    pub pool: Arc<str>,
-    /// Where its result is stored.
-    pub key: MailboxKey,
-    /// The task.
-    pub task_id: TaskId,
-    /// How it ended.
-    pub status: TaskStatus,
-}
-
-/// Receives every terminal event after its result is stored (webhooks, metrics, audit).
-///
-/// `notify` runs on the mailbox actor: it must return at once (hand the event to a queue of
-/// its own), never block or await network I/O.
-pub trait Notifier: Send + Sync {
-    /// Takes note of one event.
-    fn notify(&self, event: &TerminalEvent);
 }

@@ -3,7 +3,8 @@
 //! The [`SchedulerActor`](super::actor::SchedulerActor) hands every event here; this file
 //! feeds it to the pure core and turns the core's answers into effects: a started task's job
 //! goes to the worker slot the core chose; a parked task's payload goes to the queue; every
-//! terminal outcome goes to the mailbox, exactly once, after the task's capacity is released.
+//! terminal outcome goes to the mailbox, exactly once, after the task's capacity is released
+//! (an in-memory mailbox is stored into here, and its notifiers told right after the store).
 //!
 //! Invariants:
 //! - every admitted task is in `live` (and in `by_caller` under its tenant and id) until it
@@ -44,7 +45,8 @@ use crate::domain::{
 };
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::mailbox::actor::MailboxMsg;
-use crate::mailbox::{status_of, Delivery, Mailbox, Notifier, TerminalEvent};
+use crate::mailbox::notify::Notifiers;
+use crate::mailbox::{status_of, Delivery, Mailbox};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, FitQuery, Lease, Settlement, StarvationRule, StoredEntry, TaskQueue};
 use crate::stats::PoolCounters;
@@ -69,7 +71,7 @@ pub(crate) enum Parking<P> {
 pub(crate) enum Results<R> {
     Inline {
         mailbox: Arc<dyn Mailbox<R>>,
-        notifiers: Vec<Arc<dyn Notifier>>,
+        notifiers: Notifiers<R>,
     },
     Actor(ActorRef<MailboxMsg<R>>),
 }
@@ -82,6 +84,8 @@ struct Live {
     timeout: Option<Duration>,
     /// The shared queue's entry, for a task this node claimed from it under a lease.
     lease: Option<EntryId>,
+    /// Which run of the task this is: 1, or the lease's claim count.
+    attempt: u32,
     state: LiveState,
 }
 
@@ -234,6 +238,7 @@ where
                     cost: meta.cost,
                     timeout: self.default_timeout,
                     lease: None,
+                    attempt: 1,
                     state: LiveState::Parked { reply: None },
                 },
             );
@@ -404,6 +409,7 @@ where
     }
 
     /// Records an admitted task as live under its caller's (tenant, id), not yet running.
+    /// `lease` is the shared queue's entry and claim count of a task claimed from it.
     fn track(
         &mut self,
         caller: (TenantId, TaskId),
@@ -411,7 +417,7 @@ where
         task: &ScheduledTask<P>,
         key: MailboxKey,
         options: SubmitOptions,
-        lease: Option<EntryId>,
+        lease: Option<(EntryId, u32)>,
     ) {
         self.by_caller.insert(caller, entry);
         self.live.insert(
@@ -421,7 +427,8 @@ where
                 task_id: task.meta.id,
                 cost: task.meta.cost,
                 timeout: options.timeout.or(self.default_timeout),
-                lease,
+                lease: lease.map(|(shared_entry, _)| shared_entry),
+                attempt: lease.map_or(1, |(_, attempt)| attempt),
                 state: LiveState::Parked { reply: None },
             },
         );
@@ -904,7 +911,7 @@ where
             &task,
             key.clone(),
             options,
-            Some(shared_entry),
+            Some((shared_entry, 1)),
         );
         self.emit(entry, TaskStep::Admitted, now);
         self.begin_run(entry, false, now);
@@ -1018,7 +1025,7 @@ where
                     Ok(Some(task)) => {
                         let cost = task.meta.cost;
                         drop_contained(task);
-                        self.deliver_parts(&key, id, cost, Err(PoolError::Cancelled), now);
+                        self.deliver_parts(&key, id, cost, 1, Err(PoolError::Cancelled), now);
                         Ok(())
                     }
                     Ok(None) => Err(PoolError::TaskNotFound(id)),
@@ -1038,7 +1045,8 @@ where
                 for letter in letters {
                     tracing::warn!(pool = %self.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
                     let outcome = Err(PoolError::Failed(letter.reason));
-                    self.deliver_parts(&letter.key, letter.task_id, letter.cost, outcome, now);
+                    // The attempt that gave up is not known here; the first is reported.
+                    self.deliver_parts(&letter.key, letter.task_id, letter.cost, 1, outcome, now);
                 }
             }
             SharedReport::Lost(entries) => {
@@ -1087,6 +1095,7 @@ where
         let Lease {
             entry: shared_entry,
             task,
+            attempt,
             ..
         } = lease;
         if self.shared.is_none() {
@@ -1113,6 +1122,7 @@ where
                 &key,
                 id,
                 task.meta.cost,
+                attempt,
                 Err(PoolError::DuplicateTask(id)),
                 now,
             );
@@ -1129,7 +1139,7 @@ where
                     &task,
                     key.clone(),
                     options,
-                    Some(shared_entry),
+                    Some((shared_entry, attempt)),
                 );
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
@@ -1145,7 +1155,7 @@ where
                     &task,
                     key.clone(),
                     options,
-                    Some(shared_entry),
+                    Some((shared_entry, attempt)),
                 );
                 let (ignored, _) = oneshot::channel();
                 self.park(entry, task, key, Reply::Oneshot(ignored), now);
@@ -1156,6 +1166,7 @@ where
                     &key,
                     task.meta.id,
                     task.meta.cost,
+                    attempt,
                     Err(PoolError::Expired),
                     now,
                 );
@@ -1164,7 +1175,7 @@ where
             Admit::Reject(rejection) => {
                 let error = PoolError::from(rejection);
                 self.settle_lease(shared_entry, Settlement::Failed(error.to_string()));
-                self.deliver_parts(&key, task.meta.id, task.meta.cost, Err(error), now);
+                self.deliver_parts(&key, task.meta.id, task.meta.cost, attempt, Err(error), now);
                 drop_contained(task);
             }
         }
@@ -1276,9 +1287,9 @@ where
         let live = self
             .live
             .get(&entry)
-            .map(|live| (live.key.clone(), live.task_id, live.cost));
-        if let Some((key, task_id, cost)) = live {
-            self.deliver_parts(&key, task_id, cost, Err(outcome), now);
+            .map(|live| (live.key.clone(), live.task_id, live.cost, live.attempt));
+        if let Some((key, task_id, cost, attempt)) = live {
+            self.deliver_parts(&key, task_id, cost, attempt, Err(outcome), now);
         }
         true
     }
@@ -1393,7 +1404,8 @@ where
     // -----------------------------------------------------------------------------------
 
     fn deliver(&mut self, live: &Live, outcome: Result<R, PoolError>, now: u64) {
-        self.deliver_parts(&live.key, live.task_id, live.cost, outcome, now);
+        let attempt = live.attempt;
+        self.deliver_parts(&live.key, live.task_id, live.cost, attempt, outcome, now);
     }
 
     fn deliver_parts(
@@ -1401,11 +1413,11 @@ where
         key: &MailboxKey,
         task_id: TaskId,
         cost: ResourceCost,
+        attempt: u32,
         outcome: Result<R, PoolError>,
         now: u64,
     ) {
-        let status = status_of(&outcome);
-        let step = TaskStep::Ended(status.clone());
+        let step = TaskStep::Ended(status_of(&outcome));
         self.emit_parts(task_id, key, cost, &step, now);
         let delivery = Delivery {
             task_id,
@@ -1414,6 +1426,7 @@ where
         };
         match &self.results {
             Results::Inline { mailbox, notifiers } => {
+                let event = notifiers.event_for(&self.pool, key, &delivery, attempt);
                 let stored = match mailbox.inline() {
                     Some(inline) => inline.store_now(key, delivery),
                     None => Err(crate::mailbox::MailboxError::Backend(
@@ -1424,22 +1437,15 @@ where
                     tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
                     return;
                 }
-                if !notifiers.is_empty() {
-                    let event = TerminalEvent {
-                        pool: self.pool.clone(),
-                        key: key.clone(),
-                        task_id,
-                        status,
-                    };
-                    for notifier in notifiers {
-                        notifier.notify(&event);
-                    }
+                if let Some(event) = event {
+                    notifiers.notify(&event);
                 }
             }
             Results::Actor(mailbox) => {
                 let message = MailboxMsg::Deliver {
                     key: key.clone(),
                     delivery,
+                    attempt,
                 };
                 if let Err(error) = mailbox.send_message(message) {
                     tracing::error!(pool = %self.pool, task_id, %error, "the mailbox actor is gone; outcome dropped");
