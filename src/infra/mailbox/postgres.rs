@@ -56,14 +56,17 @@ impl<R> std::fmt::Debug for PostgresMailbox<R> {
     }
 }
 
+/// The waiters' handles of the keys with one hash.
+type SameHash = Vec<(MailboxKey, Weak<Notify>)>;
+
 /// Who waits on which key, by the key's hash.
 #[derive(Default)]
 struct Waiters {
-    by_hash: Mutex<HashMap<u64, Vec<(MailboxKey, Weak<Notify>)>>>,
+    by_hash: Mutex<HashMap<u64, SameHash>>,
 }
 
 impl Waiters {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Vec<(MailboxKey, Weak<Notify>)>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, SameHash>> {
         self.by_hash.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
