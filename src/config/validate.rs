@@ -21,7 +21,7 @@
 //! | `queue.max_attempts` (postgres) | 1 – 1,000 |
 //! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (47 for pgmq queues, whose tables add a prefix) |
 //! | `durability` | `accepted` or `parked`, only with a durable queue |
-//! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"` |
+//! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"`, and 0 on a shared queue |
 //! | `mailbox.retention_secs` | 1 s – 365 days |
 //! | `mailbox.storage.max_messages` | 1 – 100,000,000 |
 //! | `mailbox.notifier.base_url` | an `http://` or `https://` URL with a host, no spaces or control characters |
@@ -300,6 +300,17 @@ impl PoolSettings {
                 ));
             }
             in_range(path, "spin_ms", spin, 0, MAX_SPIN_MS)?;
+            let shared = matches!(
+                self.queue,
+                QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
+            );
+            if spin > 0 && shared {
+                return Err(ConfigError::invalid(
+                    format!("{path}.spin_ms"),
+                    "applies to the yaque queue only; a shared queue (postgres) parks a task \
+                     at once, where other nodes can claim it: set 0 or remove spin_ms",
+                ));
+            }
         }
         Ok(())
     }
