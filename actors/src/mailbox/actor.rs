@@ -18,6 +18,9 @@ use crate::clock::now_ms;
 use crate::domain::MailboxKey;
 use crate::scheduler::core::clamp_ms;
 
+/// What runs after a store, told whether the result is stored.
+pub(crate) type AfterStore = Box<dyn FnOnce(bool) + Send>;
+
 /// Messages the mailbox actor handles.
 pub(crate) enum MailboxMsg<R> {
     /// Store a task's outcome and notify.
@@ -28,6 +31,9 @@ pub(crate) enum MailboxMsg<R> {
         delivery: Delivery<R>,
         /// Which run of the task it was (see [`TerminalEvent::attempt`](super::TerminalEvent::attempt)).
         attempt: u32,
+        /// Runs once the store is done, told whether it succeeded (a shared queue's claim is
+        /// settled only after its task's result is stored).
+        then: Option<AfterStore>,
     },
     /// Drop results older than the retention period (sent by the actor's own timer).
     PurgeExpired,
@@ -87,7 +93,13 @@ where
                 key,
                 delivery,
                 attempt,
-            } => state.deliver(key, delivery, attempt).await,
+                then,
+            } => {
+                let stored = state.deliver(key, delivery, attempt).await;
+                if let Some(then) = then {
+                    then(stored);
+                }
+            }
             MailboxMsg::PurgeExpired => state.purge_expired().await,
         }
         Ok(())
@@ -98,18 +110,20 @@ impl<R> MailboxState<R>
 where
     R: Send + 'static,
 {
-    async fn deliver(&mut self, key: MailboxKey, delivery: Delivery<R>, attempt: u32) {
+    /// Stores a delivery and notifies; whether it was stored.
+    async fn deliver(&mut self, key: MailboxKey, delivery: Delivery<R>, attempt: u32) -> bool {
         let event = self
             .notifiers
             .event_for(&self.pool, &key, &delivery, attempt);
         let task_id = delivery.task_id;
         if let Err(error) = self.mailbox.store(&key, delivery).await {
             tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
-            return;
+            return false;
         }
         if let Some(event) = event {
             self.notifiers.notify(&event);
         }
+        true
     }
 
     async fn purge_expired(&mut self) {

@@ -154,6 +154,43 @@ pub(crate) enum SharedReport<P> {
     Dead(Vec<DeadLetter>),
 }
 
+/// Ends a node's claims on the shared queue.
+pub(crate) struct Settler<P> {
+    queue: Arc<dyn SharedQueue<P>>,
+    node: Arc<str>,
+    lease: Duration,
+}
+
+impl<P: Send + 'static> Settler<P> {
+    /// Ends the claim on `entry`, in a task of its own. A backend error (a database that is
+    /// away) is retried for up to half the lease; after that the lease runs out and the task
+    /// runs again elsewhere (at-least-once).
+    pub fn settle(self, entry: EntryId, settlement: Settlement) {
+        let Self { queue, node, lease } = self;
+        let patience = lease / 2;
+        tokio::spawn(async move {
+            let give_up = tokio::time::Instant::now() + patience;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match queue.settle(&node, entry, settlement.clone()).await {
+                    Ok(()) => break,
+                    Err(QueueError::Backend(error))
+                        if tokio::time::Instant::now() + pause < give_up =>
+                    {
+                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                    Err(error) => {
+                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
+                        break;
+                    }
+                }
+            }
+        });
+    }
+}
+
 /// The scheduler's handle on the shared queue.
 pub(crate) struct SharedLink<P> {
     queue: Arc<dyn SharedQueue<P>>,
@@ -306,32 +343,19 @@ where
         self.claiming = false;
     }
 
-    /// Ends this node's claim on `entry`. A backend error (a database that is away) is
-    /// retried for up to half the lease; after that the lease runs out and the task runs
-    /// again elsewhere (at-least-once).
+    /// Ends this node's claim on `entry` (see [`Settler::settle`]).
     pub fn settle(&self, entry: EntryId, settlement: Settlement) {
-        let patience = self.lease / 2;
-        self.spawn(move |queue, node| async move {
-            let give_up = tokio::time::Instant::now() + patience;
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match queue.settle(&node, entry, settlement.clone()).await {
-                    Ok(()) => break,
-                    Err(QueueError::Backend(error))
-                        if tokio::time::Instant::now() + pause < give_up =>
-                    {
-                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
-                    }
-                    Err(error) => {
-                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
-                        break;
-                    }
-                }
-            }
-            None
-        });
+        self.settler().settle(entry, settlement);
+    }
+
+    /// A handle that ends this node's claims from anywhere on the pool's runtime (the
+    /// mailbox actor, once a result is stored).
+    pub fn settler(&self) -> Settler<P> {
+        Settler {
+            queue: Arc::clone(&self.queue),
+            node: Arc::clone(&self.node),
+            lease: self.lease,
+        }
     }
 
     /// Removes the parked task `id` of `key` for a cancel.

@@ -44,7 +44,7 @@ use crate::domain::{
     TaskStatus, TenantId,
 };
 use crate::events::{EventSubscriber, TaskEvent, TaskStep};
-use crate::mailbox::actor::MailboxMsg;
+use crate::mailbox::actor::{AfterStore, MailboxMsg};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{status_of, Delivery, Mailbox};
 use crate::queue::actor::QueueMsg;
@@ -787,22 +787,31 @@ where
             LiveState::Running(running) => (running.ended, running.from_queue),
             LiveState::Parked { .. } => (false, false),
         };
-        if from_queue || live.lease.is_some() {
-            let settlement = match &outcome {
-                Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
-                _ => Settlement::Done,
-            };
-            if let Some(lease) = live.lease {
-                self.settle_lease(lease, settlement.clone());
-            }
-            if from_queue {
-                self.settle(entry, settlement);
-            }
+        let settlement = match &outcome {
+            Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
+            _ => Settlement::Done,
+        };
+        if from_queue {
+            self.settle(entry, settlement.clone());
         }
+        // A shared claim ends only once its result is stored: a node that dies in between
+        // leaves the claim to run out, and the task runs again elsewhere rather than being
+        // lost with its result.
+        let settle_lease = live.lease.and_then(|lease| {
+            let settler = self.shared.as_ref()?.settler();
+            Some(Box::new(move |stored: bool| {
+                if stored {
+                    settler.settle(lease, settlement);
+                }
+            }) as AfterStore)
+        });
         if ended {
             drop_contained(outcome);
+            if let Some(settle) = settle_lease {
+                settle(true);
+            }
         } else {
-            self.deliver(&live, outcome, now);
+            self.deliver_then(&live, outcome, now, settle_lease);
         }
         if let Mode::Draining { report, .. } = &mut self.mode {
             report.finished_running += 1;
@@ -1404,8 +1413,7 @@ where
     // -----------------------------------------------------------------------------------
 
     fn deliver(&mut self, live: &Live, outcome: Result<R, PoolError>, now: u64) {
-        let attempt = live.attempt;
-        self.deliver_parts(&live.key, live.task_id, live.cost, attempt, outcome, now);
+        self.deliver_then(live, outcome, now, None);
     }
 
     fn deliver_parts(
@@ -1416,6 +1424,32 @@ where
         attempt: u32,
         outcome: Result<R, PoolError>,
         now: u64,
+    ) {
+        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, None);
+    }
+
+    /// Delivers a live task's outcome, then runs `then` with whether it was stored.
+    fn deliver_then(
+        &mut self,
+        live: &Live,
+        outcome: Result<R, PoolError>,
+        now: u64,
+        then: Option<AfterStore>,
+    ) {
+        let (key, task_id, cost, attempt) = (&live.key, live.task_id, live.cost, live.attempt);
+        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_parts_then(
+        &mut self,
+        key: &MailboxKey,
+        task_id: TaskId,
+        cost: ResourceCost,
+        attempt: u32,
+        outcome: Result<R, PoolError>,
+        now: u64,
+        then: Option<AfterStore>,
     ) {
         let step = TaskStep::Ended(status_of(&outcome));
         self.emit_parts(task_id, key, cost, &step, now);
@@ -1433,12 +1467,13 @@ where
                         "no inline face".into(),
                     )),
                 };
-                if let Err(error) = stored {
+                if let Err(error) = &stored {
                     tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
-                    return;
-                }
-                if let Some(event) = event {
+                } else if let Some(event) = event {
                     notifiers.notify(&event);
+                }
+                if let Some(then) = then {
+                    then(stored.is_ok());
                 }
             }
             Results::Actor(mailbox) => {
@@ -1446,6 +1481,7 @@ where
                     key: key.clone(),
                     delivery,
                     attempt,
+                    then,
                 };
                 if let Err(error) = mailbox.send_message(message) {
                     tracing::error!(pool = %self.pool, task_id, %error, "the mailbox actor is gone; outcome dropped");

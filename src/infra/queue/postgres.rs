@@ -162,19 +162,69 @@ impl<P> PostgresQueue<P> {
     }
 
     /// Moves a row that cannot be used to the dead state, with the reason.
-    async fn bury(&self, id: i64, reason: String) -> Result<(), DbErr> {
+    async fn bury(&self, id: i64, reason: String) -> Result<(), QueueError> {
         let sql = format!(
             "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
              last_error = $2 WHERE id = $1",
             t = self.table
         );
-        self.database
-            .run(move |db| async move {
-                db.execute_raw(PgDatabase::statement(sql, [id.into(), reason.into()]))
-                    .await
-                    .map(drop)
-            })
+        self.execute("dead-letter", sql, vec![id.into(), reason.into()])
             .await
+            .map(drop)
+    }
+
+    /// Runs a statement that changes rows; returns how many it changed.
+    async fn execute(
+        &self,
+        what: &str,
+        sql: String,
+        values: Vec<Value>,
+    ) -> Result<u64, QueueError> {
+        self.database
+            .run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(db_error(what))
+    }
+
+    /// Runs a statement that returns at most one row.
+    async fn query_one(
+        &self,
+        what: &str,
+        sql: String,
+        values: Vec<Value>,
+    ) -> Result<Option<QueryResult>, QueueError> {
+        self.database
+            .run(
+                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+            )
+            .await
+            .map_err(db_error(what))
+    }
+
+    /// Runs a statement that returns rows.
+    async fn query_all(
+        &self,
+        what: &str,
+        sql: String,
+        values: Vec<Value>,
+    ) -> Result<Vec<QueryResult>, QueueError> {
+        self.database
+            .run(
+                move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
+            )
+            .await
+            .map_err(db_error(what))
+    }
+
+    /// The first parameters of a statement on `node`'s claim of `entry`: `$1` the queue, `$2`
+    /// the entry, `$3` the node.
+    fn claim_of(&self, entry: EntryId, node: &str) -> Vec<Value> {
+        vec![
+            self.queue.clone().into(),
+            entry_to_sql(entry).into(),
+            node.to_owned().into(),
+        ]
     }
 }
 
@@ -323,18 +373,10 @@ where
             t = self.table
         );
         let expires = millis_u64(now_ms).saturating_add(duration_ms(lease));
-        let values: Vec<Value> = vec![
-            self.queue.clone().into(),
-            entry_to_sql(entry).into(),
-            node.to_owned().into(),
-            expires.into(),
-        ];
-        let done = self
-            .database
-            .run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
-            .await
-            .map_err(db_error("renew"))?;
-        if done.rows_affected() == 0 {
+        let mut values = self.claim_of(entry, node);
+        values.push(expires.into());
+        let changed = self.execute("renew", sql, values).await?;
+        if changed == 0 {
             return Err(QueueError::NotClaimed(entry));
         }
         Ok(())
@@ -353,11 +395,7 @@ where
                      AND locked_by = $3",
                     t = self.table
                 ),
-                vec![
-                    self.queue.clone().into(),
-                    entry_to_sql(entry).into(),
-                    node.to_owned().into(),
-                ],
+                self.claim_of(entry, node),
             ),
             Settlement::Failed(reason) => (
                 format!(
@@ -366,20 +404,15 @@ where
                      WHERE queue_name = $1 AND entry = $2 AND state = 'claimed' AND locked_by = $3",
                     t = self.table
                 ),
-                vec![
-                    self.queue.clone().into(),
-                    entry_to_sql(entry).into(),
-                    node.to_owned().into(),
-                    reason.into(),
-                ],
+                {
+                    let mut values = self.claim_of(entry, node);
+                    values.push(reason.into());
+                    values
+                },
             ),
         };
-        let done = self
-            .database
-            .run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
-            .await
-            .map_err(db_error("settle"))?;
-        if done.rows_affected() == 0 {
+        let changed = self.execute("settle", sql, values).await?;
+        if changed == 0 {
             return Err(QueueError::NotClaimed(entry));
         }
         Ok(())
@@ -446,13 +479,7 @@ where
             duration_ms(self.retry.max).into(),
             self.channel().into(),
         ];
-        let row = self
-            .database
-            .run(
-                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error("rescue"))?;
+        let row = self.query_one("rescue", sql, values).await?;
         let Some(row) = row else {
             return Ok(0);
         };
@@ -472,13 +499,7 @@ where
             t = self.table
         );
         let values: Vec<Value> = vec![self.queue.clone().into()];
-        let row = self
-            .database
-            .run(
-                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error("count"))?;
+        let row = self.query_one("count", sql, values).await?;
         let Some(row) = row else {
             return Ok(QueueCounts::default());
         };
@@ -502,13 +523,7 @@ where
             self.queue.clone().into(),
             i64::try_from(max).unwrap_or(i64::MAX).into(),
         ];
-        let rows = self
-            .database
-            .run(
-                move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error("dead letters"))?;
+        let rows = self.query_all("dead letters", sql, values).await?;
         rows.iter()
             .map(|row| {
                 let kind: i16 = column(row, "kind")?;
@@ -619,13 +634,7 @@ impl<P> PostgresQueue<P> {
             expires.into(),
             attempts.into(),
         ];
-        let row = self
-            .database
-            .run(
-                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error("park"))?;
+        let row = self.query_one("park", sql, values).await?;
         let stored: i64 = match row {
             Some(row) => column(&row, "stored")?,
             None => 0,
@@ -730,13 +739,7 @@ where
             whole(ResourceKind::Io).into(),
             whole(ResourceKind::Mixed).into(),
         ];
-        let rows = self
-            .database
-            .run(
-                move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error("claim"))?;
+        let rows = self.query_all("claim", sql, values).await?;
         let mut ranked = Vec::with_capacity(rows.len());
         for row in &rows {
             let priority: i16 = column(row, "priority")?;
@@ -760,9 +763,7 @@ where
                 }
                 Err(reason) => {
                     tracing::error!(queue = %self.queue, row = id, %reason, "dead-lettering a queued task that cannot be read");
-                    self.bury(id, reason)
-                        .await
-                        .map_err(db_error("dead-letter"))?;
+                    self.bury(id, reason).await?;
                 }
             }
         }
@@ -781,13 +782,7 @@ where
         values: Vec<Value>,
         what: &'static str,
     ) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        let row = self
-            .database
-            .run(
-                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error(what))?;
+        let row = self.query_one(what, sql, values).await?;
         let Some(row) = row else {
             return Ok(None);
         };
