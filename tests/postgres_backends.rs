@@ -84,10 +84,12 @@ async fn postgres_queue_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_mailbox_conforms() {
     let database = database();
+    let tables = Arc::new(Mutex::new(Vec::new()));
     mailbox::run_all(|| {
-        let database = database.clone();
+        let (database, tables) = (database.clone(), Arc::clone(&tables));
         async move {
             let table = fresh_name("conformance_mailbox");
+            tables.lock().unwrap().push(table.clone());
             let mailbox = tokio::task::spawn_blocking(move || {
                 PostgresMailbox::<String>::open(&database, &table).expect("open the mailbox")
             })
@@ -97,6 +99,10 @@ async fn postgres_mailbox_conforms() {
         }
     })
     .await;
+    let tables = tables.lock().unwrap().clone();
+    for table in tables {
+        let _ = one_row(format!("DROP TABLE IF EXISTS {table}")).await;
+    }
 }
 
 // -------------------------------------------------------------------------------------------

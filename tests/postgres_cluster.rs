@@ -242,6 +242,17 @@ fn collect(nodes: &[&Node]) -> Runs {
     runs
 }
 
+/// Drops a test's mailbox table, so runs leave no tables behind.
+async fn drop_table(table: &str) {
+    use sea_orm::ConnectionTrait;
+    if let Ok(connection) = sea_orm::Database::connect(database_url()).await {
+        let _ = connection
+            .execute_unprepared(&format!("DROP TABLE IF EXISTS {table}"))
+            .await;
+        let _ = connection.close().await;
+    }
+}
+
 /// Names unique to this run: the queue, the mailbox table and a scratch directory.
 fn fresh(prefix: &str) -> (String, String, PathBuf) {
     let stamp = std::time::SystemTime::now()
@@ -388,6 +399,7 @@ async fn three_nodes_run_every_job_exactly_once_within_their_capacity() {
         eprintln!("node {} ran {ran} jobs", node.name);
         assert!(ran > 0, "node {} took part", node.name);
     }
+    drop_table(&mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -461,6 +473,7 @@ async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others() {
         unfinished_on_b.is_subset(&twice),
         "every job b left unfinished ran again elsewhere"
     );
+    drop_table(&mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -542,5 +555,6 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere() {
     pool.shutdown(Duration::from_millis(10))
         .await
         .expect("node b stops");
+    drop_table(&mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
