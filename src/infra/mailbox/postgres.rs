@@ -9,7 +9,8 @@
 //!
 //! # Waiting without polling
 //!
-//! A store sends `NOTIFY` on the table's channel with a hash of the key; each process listens
+//! A store announces on the table's channel (`NOTIFY`, after its commit, gathered with other
+//! stores: see the database handle's announcer) a hash of the key; each process listens
 //! on one connection and wakes exactly the waiters of that key (a hash collision only costs a
 //! spurious wake-up: the waiter takes, finds nothing, waits again). A store on this node also
 //! wakes its waiters directly, without the round trip. When the listening connection is lost
@@ -131,9 +132,17 @@ impl<R> PostgresMailbox<R> {
         database.listen(
             table.to_string(),
             Arc::downgrade(&waiters),
-            |waiters, payload| match u64::from_str_radix(payload, 16) {
-                Ok(hash) => waiters.wake_hash(hash),
-                Err(_) => waiters.wake_all(),
+            |waiters, payload| {
+                // Stores are announced together: a payload holds their key hashes, `,` apart.
+                for hash in payload.split(',') {
+                    match u64::from_str_radix(hash, 16) {
+                        Ok(hash) => waiters.wake_hash(hash),
+                        Err(_) => {
+                            waiters.wake_all();
+                            return;
+                        }
+                    }
+                }
             },
         );
         Ok(Self {
@@ -254,7 +263,7 @@ where
                INSERT INTO {t} (tenant, user_id, session_id, task_id, created_at_ms, status, \
                                 payload, error) \
                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb) RETURNING 1) \
-             SELECT pg_notify($9, $10) FROM stored",
+             SELECT count(*) AS stored FROM stored",
             t = self.table
         );
         let values: Vec<Value> = vec![
@@ -268,8 +277,6 @@ where
             status.to_owned().into(),
             payload.into(),
             error.into(),
-            self.table.to_string().into(),
-            format!("{hash:x}").into(),
         ];
         // A result is stored once or not at all (one statement), so a failed attempt can be
         // repeated: while the database is away the result waits here (and the mailbox
@@ -288,6 +295,8 @@ where
             }
         }
         self.waiters.wake_hash(hash);
+        self.database
+            .announce(self.table.as_str(), format!("{hash:x}"));
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! entity layer would only hide. Table names come from configuration and are checked as SQL
 //! identifiers (see [`Identifier`]) before they are spliced into any statement.
 
+mod announce;
 mod listen;
 mod schema;
 
@@ -37,6 +38,8 @@ pub struct PgDatabase {
 
 struct Inner {
     connection: DatabaseConnection,
+    /// Sends NOTIFYs, coalesced, outside the backends' own transactions.
+    announcer: Arc<announce::Announcer>,
     /// Registers LISTEN callbacks with the listening task, once one is started.
     listener: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<listen::Listener>>>,
     runtime: Handle,
@@ -86,6 +89,7 @@ impl PgDatabase {
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,
+                announcer: Arc::default(),
                 listener: std::sync::Mutex::new(None),
                 runtime: thread.handle.clone(),
                 _own_runtime: Some(thread),
@@ -106,6 +110,7 @@ impl PgDatabase {
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,
+                announcer: Arc::default(),
                 listener: std::sync::Mutex::new(None),
                 runtime,
                 _own_runtime: None,
@@ -133,6 +138,20 @@ impl PgDatabase {
             .spawn(work)
             .await
             .map_err(|error| DbErr::Custom(format!("database task ended early: {error}")))?
+    }
+
+    /// Starts `work` on the handle's runtime and lets it run.
+    pub(crate) fn spawn<F>(&self, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(self.inner.runtime.spawn(work));
+    }
+
+    /// Sends `payload` on `channel` (NOTIFY) soon, outside the caller's transaction, coalesced
+    /// with other announcements (see [`announce`]).
+    pub(crate) fn announce(&self, channel: &str, payload: String) {
+        self.inner.announcer.announce(self, channel, payload);
     }
 
     /// Runs `work` on the handle's runtime and blocks the calling thread until it is done.

@@ -464,8 +464,7 @@ where
                 WHERE queue_name = $1 AND state = 'claimed' AND lease_expires_ms <= $2 \
                 RETURNING state) \
              SELECT count(*) FILTER (WHERE state = 'parked') AS parked, \
-                    count(*) FILTER (WHERE state = 'dead') AS dead, \
-                    pg_notify($6, '') FROM rescued \
+                    count(*) FILTER (WHERE state = 'dead') AS dead FROM rescued \
              HAVING count(*) > 0",
             t = self.table
         );
@@ -477,7 +476,6 @@ where
                 .into(),
             duration_ms(self.retry.base).into(),
             duration_ms(self.retry.max).into(),
-            self.channel().into(),
         ];
         let row = self.query_one("rescue", sql, values).await?;
         let Some(row) = row else {
@@ -485,6 +483,9 @@ where
         };
         let parked: i64 = column(&row, "parked")?;
         let dead: i64 = column(&row, "dead")?;
+        if parked > 0 {
+            self.database.announce(&self.channel(), String::new());
+        }
         if dead > 0 {
             tracing::warn!(queue = %self.queue, dead, "dead-lettered tasks whose every attempt lost its lease");
         }
@@ -597,20 +598,16 @@ impl<P> PostgresQueue<P> {
             Some((node, expires)) => ("claimed", Some(node.to_owned()), Some(expires), 1),
             None => ("parked", None, None, 0),
         };
-        // Only a parked task is news for other nodes; the channel is '' otherwise, which
-        // pg_notify refuses, so it is skipped with a CASE.
         let sql = format!(
             "WITH stored AS ( \
                INSERT INTO {t} (queue_name, entry, task_id, tenant, user_id, session_id, \
                    priority, kind, units, created_at_ms, rank_time_ms, deadline_ms, \
                    metadata, payload, state, locked_by, locked_at, lease_expires_ms, attempts) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, \
-                       $14::jsonb, $16, $17, CASE WHEN $17::text IS NULL THEN NULL ELSE NOW() END, \
-                       $18, $19) \
+                       $14::jsonb, $15, $16, CASE WHEN $16::text IS NULL THEN NULL ELSE NOW() END, \
+                       $17, $18) \
                ON CONFLICT (queue_name, entry) DO NOTHING RETURNING 1) \
-             SELECT count(*) AS stored, \
-                    CASE WHEN $16 = 'parked' AND count(*) > 0 THEN pg_notify($15, '') END \
-               FROM stored",
+             SELECT count(*) AS stored FROM stored",
             t = self.table
         );
         let values: Vec<Value> = vec![
@@ -628,7 +625,6 @@ impl<P> PostgresQueue<P> {
             meta.deadline_ms.map(millis).into(),
             metadata.into(),
             payload.into(),
-            self.channel().into(),
             state.to_owned().into(),
             node.into(),
             expires.into(),
@@ -641,6 +637,10 @@ impl<P> PostgresQueue<P> {
         };
         if stored == 0 {
             return Err(QueueError::Duplicate(entry));
+        }
+        if claim.is_none() {
+            // Only a parked task is news for other nodes.
+            self.database.announce(&self.channel(), String::new());
         }
         Ok(())
     }
