@@ -24,7 +24,7 @@ pub mod executor;
 pub mod mailbox;
 pub mod parker;
 pub mod queue;
-mod random;
+pub mod random;
 pub mod scheduler;
 pub mod spawn;
 pub mod stats;

@@ -1,4 +1,5 @@
-//! Unguessable random numbers for anonymous mailbox keys.
+//! Unguessable random numbers: anonymous mailbox keys, shared-queue entry ids, webhook
+//! delivery ids and retry jitter.
 //!
 //! Bytes come from the operating system's CSPRNG (`getrandom`), fetched 4 KiB at a time per
 //! thread so a key costs a copy, not a system call.

@@ -19,6 +19,7 @@
 //! `Debug`, logs, tracing fields or errors; logged errors leave the URL out too, since a
 //! webhook URL may carry a token of its own.
 
+use prometheus_parking_lot_actors::random::random_u128;
 use std::fmt;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -658,12 +659,6 @@ fn full_jitter(base: Duration, cap: Duration, attempt: u32) -> Duration {
     }
     let draw = u64::try_from(random_u128() >> 64).unwrap_or(u64::MAX);
     Duration::from_nanos(draw % ceiling_ns.saturating_add(1))
-}
-
-fn random_u128() -> u128 {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the operating system has no randomness");
-    u128::from_ne_bytes(bytes)
 }
 
 fn now_ms() -> u64 {
