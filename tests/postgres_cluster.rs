@@ -5,12 +5,14 @@
 //! Each node records every run it starts and ends in a file of its own, and checks its own
 //! capacity as tasks start; the test reads the files back. Then one node is killed with
 //! SIGKILL mid-run, and the others must finish its work.
-#![cfg(feature = "postgres")]
+
+#[path = "support/processes.rs"]
+mod processes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -100,13 +102,9 @@ impl TaskExecutor<Job, u64> for Recorder {
     }
 }
 
-/// The worker node: runs until killed, or until its parent goes away.
-#[test]
-#[ignore = "a worker node of the cluster tests, which start it as a child process"]
+/// The worker node's role: runs until killed, or until its parent goes away.
 fn cluster_node() {
-    let Ok(spec) = std::env::var(NODE_ENV) else {
-        return;
-    };
+    let spec = std::env::var(NODE_ENV).expect("started by a cluster test");
     let spec: NodeSpec = serde_json::from_str(&spec).expect("node spec");
     let recorder = Recorder {
         runs: Arc::new(Mutex::new(
@@ -161,14 +159,7 @@ struct Node {
 
 impl Node {
     fn start(spec: &NodeSpec) -> Self {
-        let child = Command::new(std::env::current_exe().expect("this test binary"))
-            .args([
-                "--exact",
-                "cluster_node",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let child = processes::child("cluster_node")
             .env(NODE_ENV, serde_json::to_string(spec).unwrap())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -354,8 +345,11 @@ fn tempfile_sink() -> std::fs::File {
         .expect("a sink")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_nodes_run_every_job_exactly_once_within_their_capacity() {
+fn three_nodes_run_every_job_exactly_once_within_their_capacity() {
+    processes::on_runtime(three_nodes_run_every_job_exactly_once_within_their_capacity_async());
+}
+
+async fn three_nodes_run_every_job_exactly_once_within_their_capacity_async() {
     let (queue, mailbox, dir) = fresh("cluster");
     let specs = [
         node_spec("a", &queue, &mailbox, &dir, 2, 4),
@@ -403,8 +397,11 @@ async fn three_nodes_run_every_job_exactly_once_within_their_capacity() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others() {
+fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others() {
+    processes::on_runtime(a_killed_nodes_jobs_are_rescued_and_finished_by_the_others_async());
+}
+
+async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others_async() {
     let (queue, mailbox, dir) = fresh("cluster_kill");
     let specs = [
         node_spec("a", &queue, &mailbox, &dir, 2, 4),
@@ -477,8 +474,11 @@ async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere() {
+fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere() {
+    processes::on_runtime(tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere_async());
+}
+
+async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere_async() {
     let (queue, mailbox, dir) = fresh("cluster_accepted");
     // The node accepts 6 jobs of its own: 2 start at once on its 2 workers (stored as its
     // claims: the default durability, accepted), 4 park in the shared queue.
@@ -557,4 +557,24 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere() {
         .expect("node b stops");
     drop_table(&mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() {
+    processes::main(
+        &[
+            (
+                "three_nodes_run_every_job_exactly_once_within_their_capacity",
+                three_nodes_run_every_job_exactly_once_within_their_capacity,
+            ),
+            (
+                "a_killed_nodes_jobs_are_rescued_and_finished_by_the_others",
+                a_killed_nodes_jobs_are_rescued_and_finished_by_the_others,
+            ),
+            (
+                "tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere",
+                tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere,
+            ),
+        ],
+        &[("cluster_node", cluster_node)],
+    );
 }

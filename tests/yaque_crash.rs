@@ -22,11 +22,14 @@
 //! directory that builds the seed's Tauri pool from its configuration exactly as written
 //! (`"path": "./data/queues"`, relative to the working directory).
 
+#[path = "support/processes.rs"]
+mod processes;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -110,9 +113,7 @@ fn child_pool(dir: &Path, log: &RunLog) -> ResourcePool<u64, u64, Recorder> {
     .expect("the pool starts")
 }
 
-/// The child's role; ignored in a normal run (the parent runs it with `--ignored`).
-#[test]
-#[ignore = "a child process of kill_9_mid_load_loses_no_accepted_task"]
+/// The child's role in the crash test.
 fn crash_child() {
     let dir = PathBuf::from(std::env::var(DIR_ENV).expect("started by the crash test"));
     let phase = std::env::var(PHASE_ENV).expect("a phase");
@@ -183,16 +184,9 @@ impl ChildGuard {
         Self::run("crash_child", dir, phase)
     }
 
-    /// Runs the ignored test `role` of this binary in a child, working in `dir`.
+    /// Runs this binary in a child playing `role`, working in `dir`.
     fn run(role: &str, dir: &Path, phase: &str) -> Self {
-        let child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                role,
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let child = processes::child(role)
             .current_dir(dir)
             .env(DIR_ENV, dir)
             .env(PHASE_ENV, phase)
@@ -259,7 +253,6 @@ fn count(log: &[(String, u64)], event: &str) -> BTreeMap<u64, usize> {
     counts
 }
 
-#[test]
 fn kill_9_mid_load_loses_no_accepted_task() {
     let dir = TempDir(std::env::temp_dir().join(format!("pl-yaque-crash-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
@@ -368,8 +361,6 @@ impl TaskExecutor<String, String> for Echo {
 
 /// The child's role: build the seed's Tauri pool in the working directory the parent chose,
 /// run a task through it, and check where its queue lives.
-#[test]
-#[ignore = "a child process of the_seed_tauri_config_works_as_written"]
 fn seed_child() {
     let snippet = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seed_tauri_snippet.json"),
@@ -407,7 +398,6 @@ fn seed_child() {
     );
 }
 
-#[test]
 fn the_seed_tauri_config_works_as_written() {
     let dir = TempDir(std::env::temp_dir().join(format!("pl-yaque-seed-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
@@ -415,4 +405,20 @@ fn the_seed_tauri_config_works_as_written() {
     let mut child = ChildGuard::run("seed_child", &dir.0, "seed");
     child.wait_success(Duration::from_secs(60));
     assert!(dir.0.join("data/queues/llm_tasks").is_dir());
+}
+
+fn main() {
+    processes::main(
+        &[
+            (
+                "kill_9_mid_load_loses_no_accepted_task",
+                kill_9_mid_load_loses_no_accepted_task,
+            ),
+            (
+                "the_seed_tauri_config_works_as_written",
+                the_seed_tauri_config_works_as_written,
+            ),
+        ],
+        &[("crash_child", crash_child), ("seed_child", seed_child)],
+    );
 }

@@ -1,0 +1,74 @@
+//! A test binary that is also its own child process: the harness of the multi-process tests.
+//!
+//! Such a file sets `harness = false` and its `main` calls [`main`] with its tests and its
+//! child roles. Started by a test with [`ROLE_ENV`] set, the binary plays that role and exits;
+//! otherwise it runs the tests (the ones whose names contain a filter given on the command
+//! line, or all), reports each as `cargo test` does, and fails if one did. So a child's entry
+//! point is not a test, and no test is ignored.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+
+/// The environment variable that names the role a child process plays.
+pub const ROLE_ENV: &str = "PL_TEST_CHILD_ROLE";
+
+/// A test: its name and its body (a panic fails it).
+pub type Case = (&'static str, fn());
+
+/// Plays the role [`ROLE_ENV`] names, or runs `tests`.
+pub fn main(tests: &[Case], roles: &[Case]) {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        let Some((_, play)) = roles.iter().find(|(name, _)| *name == role) else {
+            panic!("unknown child role {role:?}");
+        };
+        play();
+        return;
+    }
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let chosen: Vec<&Case> = tests
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    println!("\nrunning {} tests", chosen.len());
+    let mut failed = Vec::new();
+    for (name, test) in chosen.iter().copied() {
+        let outcome = std::panic::catch_unwind(test);
+        println!(
+            "test {name} ... {}",
+            if outcome.is_ok() { "ok" } else { "FAILED" }
+        );
+        if outcome.is_err() {
+            failed.push(*name);
+        }
+    }
+    let passed = chosen.len() - failed.len();
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed\n",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    if !failed.is_empty() {
+        std::process::exit(101);
+    }
+}
+
+/// A command that starts this test binary as a child playing `role`.
+pub fn child(role: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("this test binary"));
+    command.env(ROLE_ENV, role);
+    command
+}
+
+/// Runs `test` on a two-thread tokio runtime, as `#[tokio::test(flavor = "multi_thread")]`.
+pub fn on_runtime<F: std::future::Future<Output = ()>>(test: F) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(test);
+}
