@@ -414,16 +414,17 @@ where
 
 /// Where built pools' backends come from: the database, connected once for every pool that
 /// needs it.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 struct Sources<'a> {
     config: &'a SchedulerConfig,
     #[cfg(feature = "postgres")]
     database: Option<PgDatabase>,
-    #[cfg(not(feature = "postgres"))]
-    _context: &'a QueueBuilderContext,
 }
 
 impl<'a> Sources<'a> {
     fn new(config: &'a SchedulerConfig, context: &'a QueueBuilderContext) -> Self {
+        #[cfg(not(feature = "postgres"))]
+        let QueueBuilderContext::Embedded = context;
         Self {
             config,
             #[cfg(feature = "postgres")]
@@ -431,8 +432,6 @@ impl<'a> Sources<'a> {
                 QueueBuilderContext::Postgres(database) => Some(database.clone()),
                 QueueBuilderContext::Embedded => None,
             },
-            #[cfg(not(feature = "postgres"))]
-            _context: context,
         }
     }
 
@@ -472,6 +471,7 @@ impl<'a> Sources<'a> {
     }
 
     /// Sets up the queue `settings` describe in `backends`: the local queue, or a shared one.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     fn queue<P, R>(
         &mut self,
         pool: &str,
@@ -481,7 +481,6 @@ impl<'a> Sources<'a> {
     where
         P: Serialize + DeserializeOwned + Send + 'static,
     {
-        let _ = (&self.config, &backends);
         match &settings.queue {
             // Local queues are opened by `queue_for`.
             QueueSettings::InMemory => Ok(()),

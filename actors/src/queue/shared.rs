@@ -114,6 +114,13 @@ pub struct DeadLetter {
     pub reason: String,
 }
 
+impl<P> Lease<P> {
+    /// When a lease of `lease` taken at `now_ms` runs out, milliseconds since the Unix epoch.
+    pub fn expiry(now_ms: u64, lease: Duration) -> u64 {
+        now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
 /// The shared queue contract. See the module docs; the conformance suite in
 /// `tests/conformance/shared_queue.rs` checks every backend against it.
 #[async_trait]

@@ -1139,17 +1139,14 @@ where
             return;
         }
         let entry = self.next_entry(now);
-        match self.core.admit(ticket(entry, &task.meta), now) {
+        let admit = self.core.admit(ticket(entry, &task.meta), now);
+        if matches!(admit, Admit::Start | Admit::Park) {
+            let lease = Some((shared_entry, attempt));
+            let options = SubmitOptions::default();
+            self.track(caller, entry, &task, key.clone(), options, lease);
+        }
+        match admit {
             Admit::Start => {
-                let options = SubmitOptions::default();
-                self.track(
-                    caller,
-                    entry,
-                    &task,
-                    key.clone(),
-                    options,
-                    Some((shared_entry, attempt)),
-                );
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
                 self.send_job(entry, task, now);
@@ -1157,15 +1154,6 @@ where
             Admit::Park => {
                 // Its capacity was taken while the claim was in flight: park it here, under
                 // its lease, where the core's ordering protects it.
-                let options = SubmitOptions::default();
-                self.track(
-                    caller,
-                    entry,
-                    &task,
-                    key.clone(),
-                    options,
-                    Some((shared_entry, attempt)),
-                );
                 let (ignored, _) = oneshot::channel();
                 self.park(entry, task, key, Reply::Oneshot(ignored), now);
             }

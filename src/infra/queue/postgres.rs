@@ -314,8 +314,7 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
-        let expires_at_ms =
-            now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         let claim = Some((node, millis_u64(expires_at_ms)));
         let row = Encoded::new(&task)?;
         self.insert(entry, rank_time_ms, row, claim).await?;
@@ -669,8 +668,7 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Claimed<P>, QueueError> {
-        let expires_at_ms =
-            now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         let free = |kind: ResourceKind| i64::from(query.free.get(kind));
         let (unbounded, priority, time, entry) = match query.bound {
             Some(bound) => (

@@ -218,11 +218,6 @@ impl<P> InMemorySharedQueue<P> {
 }
 
 /// `now_ms + lease`, saturating: a lease too long to count ends at the end of time.
-fn expiry(now_ms: u64, lease: Duration) -> u64 {
-    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-    now_ms.saturating_add(lease_ms)
-}
-
 #[async_trait]
 impl<P> SharedQueue<P> for InMemorySharedQueue<P>
 where
@@ -268,7 +263,7 @@ where
             entry,
             task: task.clone(),
             attempt: 1,
-            expires_at_ms: expiry(now_ms, lease),
+            expires_at_ms: Lease::<P>::expiry(now_ms, lease),
         };
         let claim = Claim {
             parked: Parked {
@@ -302,7 +297,7 @@ where
             entry,
             task: parked.task.clone(),
             attempt: parked.claims,
-            expires_at_ms: expiry(now_ms, lease),
+            expires_at_ms: Lease::<P>::expiry(now_ms, lease),
         };
         let claim = Claim {
             parked,
@@ -322,7 +317,7 @@ where
         now_ms: u64,
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
-        lot.claim_of(node, entry)?.expires_at_ms = expiry(now_ms, lease);
+        lot.claim_of(node, entry)?.expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         Ok(())
     }
 
