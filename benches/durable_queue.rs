@@ -20,6 +20,9 @@
 //! and R = 3 rounds (override with `DQ_TASKS`, `DQ_ROUNDS`); under `cargo test` (no `--bench`
 //! argument) it runs 300 tasks once as a smoke test that checks every result, not speed.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,13 +47,8 @@ struct Scale {
 
 impl Scale {
     fn from_args() -> Self {
-        let bench = std::env::args().any(|arg| arg == "--bench");
-        let env = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or(default)
-        };
+        let bench = support::measured();
+        let env = support::env_u64;
         if bench {
             Self {
                 tasks: env("DQ_TASKS", 20_000),
@@ -219,11 +217,6 @@ fn rate(tasks: u64, elapsed: Duration) -> f64 {
     tasks as f64 / elapsed.as_secs_f64()
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn thousands(value: f64) -> String {
     let whole = value.round() as u64;
     let digits = whole.to_string();
@@ -287,10 +280,10 @@ fn main() {
         }
     });
 
-    let memory_park = median(&mut memory_alone.0);
-    let memory_trip = median(&mut memory_alone.1);
-    let yaque_park = median(&mut yaque_alone.0);
-    let yaque_trip = median(&mut yaque_alone.1);
+    let memory_park = support::median(&memory_alone.0);
+    let memory_trip = support::median(&memory_alone.1);
+    let yaque_park = support::median(&yaque_alone.0);
+    let yaque_trip = support::median(&yaque_alone.1);
     println!();
     println!("queue alone (medians, operations per second):");
     println!("| operation | in-memory | yaque | yaque / in-memory |");
@@ -313,10 +306,10 @@ fn main() {
     println!("|---|---|---:|---:|---:|");
     for (shape, (_, shape_name)) in shapes.iter().enumerate() {
         let rows = &mut pooled[shape * paths.len()..(shape + 1) * paths.len()];
-        let baseline = median(&mut rows[0].clone());
+        let baseline = support::median(&rows[0]);
         for (path, rates) in paths.iter().zip(rows.iter_mut()) {
             let best = rates.iter().copied().fold(0.0, f64::max);
-            let median = median(rates);
+            let median = support::median(rates);
             println!(
                 "| {shape_name} | {} | {} | {} | {:.3}x |",
                 path.name(),

@@ -35,6 +35,9 @@
 //! `cargo test` (no `--bench` argument) it runs the same code with a few hundred tasks and one
 //! round as a smoke test that checks every result but no speed.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -116,13 +119,8 @@ struct Scale {
 
 impl Scale {
     fn from_args() -> Self {
-        let bench = std::env::args().any(|arg| arg == "--bench");
-        let env = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or(default)
-        };
+        let bench = support::measured();
+        let env = support::env_u64;
         let (tasks, clients, rounds, wake_samples) = if bench {
             (100_000, 64, 3, 10_000)
         } else {

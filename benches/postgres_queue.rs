@@ -21,6 +21,9 @@
 //! median and best jobs/s and the ratio of medians to the plain loop. Under `cargo test` it
 //! runs a few hundred jobs once, checking every result, as a smoke test.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,13 +45,8 @@ struct Scale {
 
 impl Scale {
     fn from_args() -> Self {
-        let bench = std::env::args().any(|arg| arg == "--bench");
-        let var = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or(default)
-        };
+        let bench = support::measured();
+        let var = support::env_u64;
         if bench {
             Self {
                 jobs: var("PG_JOBS", 20_000),
@@ -311,11 +309,6 @@ fn rate(jobs: u64, elapsed: Duration) -> f64 {
     jobs as f64 / elapsed.as_secs_f64()
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let scale = Scale::from_args();
     let database = PgDatabase::connect(&database_url()).unwrap_or_else(|error| {
@@ -349,10 +342,10 @@ fn main() {
         "postgres_queue: {} jobs per run, {} workers, {} clients, {} rounds",
         scale.jobs, scale.workers, scale.clients, scale.rounds
     );
-    let baseline = median(rates[0].clone());
+    let baseline = support::median(&rates[0]);
     for (name, rates) in names.iter().zip(rates) {
         let best = rates.iter().copied().fold(0.0, f64::max);
-        let middle = median(rates);
+        let middle = support::median(&rates);
         println!(
             "  {name:<28} median {middle:>9.0} jobs/s  best {best:>9.0} jobs/s  {:.2}x the plain loop",
             middle / baseline

@@ -26,6 +26,9 @@
 #[path = "../tests/support/webhook_receiver.rs"]
 mod webhook_receiver;
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,13 +50,8 @@ struct Scale {
 
 impl Scale {
     fn from_args() -> Self {
-        let bench = std::env::args().any(|arg| arg == "--bench");
-        let var = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or(default)
-        };
+        let bench = support::measured();
+        let var = support::env_u64;
         Self {
             tasks: if bench {
                 var("WEBHOOK_TASKS", 20_000)
@@ -153,11 +151,6 @@ fn wait_while_arriving(receiver: &Receiver, expected: usize) -> usize {
     }
 }
 
-fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
-}
-
 fn notify_cost(runtime: &Runtime, calls: u64) -> f64 {
     let hanging = runtime.block_on(Receiver::start(Arc::new(|_, _| {
         Reply::status(204).after(Duration::from_secs(3_600))
@@ -241,13 +234,13 @@ fn main() {
     let delivered_per_s = arrived as f64 / run_started.elapsed().as_secs_f64();
     let notify_ns = notify_cost(&runtime, if scale.bench { 200_000 } else { 2_000 });
 
-    let baseline = median(&mut samples[0].clone());
+    let baseline = support::median(&samples[0]);
     println!();
     println!("| path | best tasks/s | median tasks/s | vs no notifier |");
     println!("|---|---:|---:|---:|");
     for ((name, _), samples) in paths.iter().zip(&mut samples) {
         let best = samples.iter().copied().fold(0.0, f64::max);
-        let median = median(samples);
+        let median = support::median(samples);
         println!(
             "| {name} | {best:.0} | {median:.0} | {:.2}x |",
             median / baseline
