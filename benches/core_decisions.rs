@@ -112,6 +112,8 @@ impl Tickets {
             cost: ResourceCost::gpu_vram(1 + (self.random() % DISTINCT_COSTS) as u32),
             created_at_ms: id,
             deadline_ms: None,
+            tenant: 0,
+            timeout_ms: None,
         }
     }
 }

@@ -83,6 +83,8 @@ impl Gate for ParkingLot {
             cost: ResourceCost::gpu_vram(request.vram_gb),
             created_at_ms: request.arrives_ms,
             deadline_ms: None,
+            tenant: 0,
+            timeout_ms: None,
         };
         match self.admit(ticket, now) {
             Admit::Start => vec![request.id],

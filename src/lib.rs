@@ -27,6 +27,8 @@
 //!     cost: ResourceCost::gpu_vram(units),
 //!     created_at_ms: 0,
 //!     deadline_ms: None,
+tenant: 0,
+timeout_ms: None,
 //! };
 //! assert_eq!(lot.admit(llm(1, 16), 0), Admit::Start);
 //! assert_eq!(lot.admit(llm(2, 16), 0), Admit::Park);
@@ -50,7 +52,7 @@ pub use crate::builders::{
 pub use crate::config::{ConfigError, PoolConfig, SchedulerConfig, WorkerPoolConfig};
 pub use crate::core::scheduling::{ParkingLot, Ticket};
 pub use crate::core::{
-    Capacity, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, RestartPolicy,
+    Capacity, FairShare, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, RestartPolicy,
     ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus,
     WakeState, WorkerExecutor, WorkerPool,
 };

@@ -143,6 +143,8 @@ impl Model {
                     cost: ResourceCost::new(KINDS[kind], units),
                     created_at_ms: self.now - age,
                     deadline_ms: deadline_in.map(|d| self.now + d - 10),
+                    tenant: 0,
+                    timeout_ms: None,
                 };
                 self.ranks
                     .insert(id, RankKey::new(priority, ticket.created_at_ms, id));

@@ -18,11 +18,12 @@ pub enum PoolError {
     ///
     /// Match it with `{ needed, available, .. }`: the fields are the ones servers have always
     /// read, plus the kind.
-    #[error("insufficient resources: the task needs {needed} units of {kind:?} but the pool has {available} of that kind in total")]
+    #[error("insufficient resources: the task needs {needed} units of {kind:?} but at most {available} of that kind can be held by one task (the pool's total, or one tenant's fair share)")]
     InsufficientResources {
         /// Units the task asked for.
         needed: usize,
-        /// The pool's total units of that kind.
+        /// The most units of that kind one task can hold: the pool's total, or under a fair
+        /// share the cap per tenant when that is lower.
         available: usize,
         /// The resource kind the task asked for.
         kind: ResourceKind,

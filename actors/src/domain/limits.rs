@@ -1,5 +1,5 @@
-//! What a pool may hand out: units per resource kind, worker slots, queue depth and the
-//! starvation guard.
+//! What a pool may hand out: units per resource kind, worker slots, queue depth, the
+//! starvation guard, the per-tenant fair share and backfill.
 
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +78,61 @@ impl Default for StarvationGuard {
     }
 }
 
+/// A cap on the units one tenant's running tasks may hold, per resource kind.
+///
+/// With a fair share, a tenant's running tasks never hold more than the cap of any kind, and
+/// among parked tasks of one priority the tenant using least goes first. A task costing more
+/// than the cap could never start, so admission refuses it. `PARKING_LOT.md` states the
+/// waiting bound this gives the other tenants.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::FairShare;
+/// assert_eq!(FairShare::MaxUnitsPerTenant(12).cap(24), 12);
+/// assert_eq!(FairShare::MaxUnitsPerTenant(40).cap(24), 24);
+/// assert_eq!(FairShare::MaxFraction(0.5).cap(24_000), 12_000);
+/// assert_eq!(FairShare::MaxFraction(0.01).cap(24), 1); // never below one unit
+/// ```
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum FairShare {
+    /// At most this many units of each kind per tenant (at least 1).
+    MaxUnitsPerTenant(u32),
+    /// At most this fraction of each kind's capacity per tenant, rounded down but at least
+    /// one unit (greater than 0, at most 1).
+    MaxFraction(f64),
+}
+
+// `validate` refuses a fraction that is not a finite number in (0, 1], so no limits that a
+// pool accepts hold a NaN and equality is an equivalence.
+impl Eq for FairShare {}
+
+impl FairShare {
+    /// The most units of a kind with `capacity` units that one tenant may hold.
+    pub fn cap(&self, capacity: u32) -> u32 {
+        match *self {
+            FairShare::MaxUnitsPerTenant(units) => units.min(capacity),
+            FairShare::MaxFraction(fraction) => {
+                let share = (f64::from(capacity) * fraction).floor() as u32;
+                share.clamp(1.min(capacity), capacity)
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), PoolError> {
+        match *self {
+            FairShare::MaxUnitsPerTenant(0) => Err(PoolError::InvalidConfig(
+                "fair_share.max_units_per_tenant is 0; use at least 1".into(),
+            )),
+            FairShare::MaxFraction(fraction) if !(fraction > 0.0 && fraction <= 1.0) => {
+                Err(PoolError::InvalidConfig(format!(
+                    "fair_share.max_fraction is {fraction}; use a number greater than 0 and at most 1"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The limits of one pool.
 ///
 /// A running task holds its cost's units of one kind and one worker slot; it may start only
@@ -92,11 +147,24 @@ pub struct PoolLimits {
     pub max_queue_depth: usize,
     /// When a parked task is reserved against starvation.
     pub starvation: StarvationGuard,
+    /// A cap on one tenant's running units per kind; `None`: no cap, no fair ordering.
+    #[serde(default)]
+    pub fair_share: Option<FairShare>,
+    /// While a reserved task waits for capacity, let a lower-ranked task start if its
+    /// execution timeout ends before the reserved task can start (EASY backfilling).
+    /// Default on: it only starts tasks that cannot delay the reservation (see
+    /// `PARKING_LOT.md`), and tasks without a timeout never backfill.
+    #[serde(default = "backfill_default")]
+    pub backfill: bool,
+}
+
+fn backfill_default() -> bool {
+    true
 }
 
 impl PoolLimits {
-    /// `max_units` of every kind, `worker_slots` workers, a queue of 1,024 and the default
-    /// starvation guard.
+    /// `max_units` of every kind, `worker_slots` workers, a queue of 1,024, the default
+    /// starvation guard with backfill, and no fair share.
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::PoolLimits;
@@ -110,6 +178,8 @@ impl PoolLimits {
             worker_slots,
             max_queue_depth: 1_024,
             starvation: StarvationGuard::default(),
+            fair_share: None,
+            backfill: true,
         }
     }
 
@@ -128,6 +198,18 @@ impl PoolLimits {
     /// The same limits with another starvation guard.
     pub fn with_starvation(mut self, starvation: StarvationGuard) -> Self {
         self.starvation = starvation;
+        self
+    }
+
+    /// The same limits with a per-tenant fair share (`None`: off).
+    pub fn with_fair_share(mut self, fair_share: Option<FairShare>) -> Self {
+        self.fair_share = fair_share;
+        self
+    }
+
+    /// The same limits with backfill on or off.
+    pub fn with_backfill(mut self, backfill: bool) -> Self {
+        self.backfill = backfill;
         self
     }
 
@@ -154,6 +236,9 @@ impl PoolLimits {
             return Err(PoolError::InvalidConfig(
                 "starvation.max_skips is 0; use at least 1, or None to turn the rule off".into(),
             ));
+        }
+        if let Some(fair_share) = &self.fair_share {
+            fair_share.validate()?;
         }
         Ok(())
     }

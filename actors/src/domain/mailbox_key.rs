@@ -28,6 +28,9 @@ impl fmt::Display for TenantId {
     }
 }
 
+/// How the tenants of [`MailboxKey::anonymous`] keys begin.
+const ANONYMOUS_PREFIX: &str = "anonymous-";
+
 /// Names an inbox: a tenant, optionally narrowed to a user and a session. One result is
 /// addressed by a key and its task id.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,7 +72,22 @@ impl MailboxKey {
     /// assert_eq!(a.tenant.0.len(), "anonymous-".len() + 32);
     /// ```
     pub fn anonymous() -> Self {
-        Self::new(format!("anonymous-{:032x}", crate::random::random_u128()))
+        Self::new(format!(
+            "{ANONYMOUS_PREFIX}{:032x}",
+            crate::random::random_u128()
+        ))
+    }
+
+    /// Whether the tenant is one [`anonymous`](Self::anonymous) made up (or a caller named
+    /// like one). A pool's fair share counts all such tenants as one.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::MailboxKey;
+    /// assert!(MailboxKey::anonymous().is_anonymous());
+    /// assert!(!MailboxKey::new("acme").is_anonymous());
+    /// ```
+    pub fn is_anonymous(&self) -> bool {
+        self.tenant.0.starts_with(ANONYMOUS_PREFIX)
     }
 
     /// The same key narrowed to a user.

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::core::{Admit, Cancel, FastMap, ParkingLot, Ticket};
+use super::core::{Admit, Cancel, FastMap, ParkingLot, TenantKey, Ticket};
 use super::gpu_watch::{GpuLink, GpuWatch, Headroom};
 use super::inbox::{Finish, Inbox};
 use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
@@ -167,6 +167,9 @@ pub(crate) struct Scheduler<P, R> {
     /// When each spinning task is due to be written, in that order (entries that left
     /// `spinning` meanwhile are skipped).
     spin_due: VecDeque<(u64, EntryId)>,
+    /// Turns a mailbox tenant into the core's tenant key (seeded per pool, so nobody can
+    /// pick two tenant names that share a fair share on purpose).
+    tenant_keys: foldhash::fast::RandomState,
     /// Parks and claims sent to the queue actor and not yet answered.
     queue_waits: usize,
 }
@@ -196,6 +199,7 @@ where
             pool: args.pool,
             core,
             default_timeout: args.default_timeout,
+            tenant_keys: foldhash::fast::RandomState::default(),
             jobs: args.jobs,
             parking: args.parking,
             durable: args.durable,
@@ -224,7 +228,7 @@ where
         for StoredEntry { entry, meta } in stored {
             self.last_entry = self.last_entry.max(entry);
             let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
-            let ticket = ticket(entry, &meta);
+            let ticket = self.ticket(entry, &meta, self.default_timeout);
             if self.core.restore(ticket, now).is_err() {
                 tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
                 continue;
@@ -318,7 +322,8 @@ where
             return;
         }
         let entry = self.next_entry(now);
-        match self.core.admit(ticket(entry, &task.meta), now) {
+        let ticket = self.ticket(entry, &task.meta, options.timeout.or(self.default_timeout));
+        match self.core.admit(ticket, now) {
             Admit::Start if self.shared.as_ref().is_some_and(SharedLink::records_starts) => {
                 self.start_recorded(
                     caller,
@@ -1139,7 +1144,8 @@ where
             return;
         }
         let entry = self.next_entry(now);
-        let admit = self.core.admit(ticket(entry, &task.meta), now);
+        let ticket = self.ticket(entry, &task.meta, self.default_timeout);
+        let admit = self.core.admit(ticket, now);
         if matches!(admit, Admit::Start | Admit::Park) {
             let lease = Some((shared_entry, attempt));
             let options = SubmitOptions::default();
@@ -1551,15 +1557,42 @@ fn answer_pending_park(mut live: Live) -> Live {
     live
 }
 
-/// The core's ticket for an entry: ranked by admission (the entry id), not by the caller's
-/// `created_at_ms`, which stays metadata.
-fn ticket(entry: EntryId, meta: &crate::domain::TaskMetadata) -> Ticket {
-    Ticket {
-        id: entry,
-        priority: meta.priority,
-        cost: meta.cost,
-        created_at_ms: entry >> ENTRY_TIME_SHIFT,
-        deadline_ms: meta.deadline_ms.map(super::core::clamp_ms),
+impl<P, R> Scheduler<P, R> {
+    /// The core's ticket for an entry: ranked by admission (the entry id), not by the
+    /// caller's `created_at_ms`, which stays metadata; with the execution timeout it will run
+    /// under, and its tenant's key when the pool has a fair share.
+    fn ticket(
+        &self,
+        entry: EntryId,
+        meta: &crate::domain::TaskMetadata,
+        timeout: Option<Duration>,
+    ) -> Ticket {
+        let tenant = if self.core.limits().fair_share.is_some() {
+            tenant_key(&self.tenant_keys, meta.mailbox.as_ref())
+        } else {
+            0
+        };
+        Ticket {
+            id: entry,
+            priority: meta.priority,
+            cost: meta.cost,
+            created_at_ms: entry >> ENTRY_TIME_SHIFT,
+            deadline_ms: meta.deadline_ms.map(super::core::clamp_ms),
+            tenant,
+            timeout_ms: timeout.map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+/// The fair share's key of a mailbox tenant. Every task submitted without a mailbox gets a
+/// fresh anonymous tenant of its own ([`MailboxKey::anonymous`]); counted one by one they
+/// would escape any cap, so all of them share key 0, as one tenant. Named tenants hash to a
+/// key other than 0 (a 64-bit keyed hash: two names sharing one is a 2^-64 chance).
+fn tenant_key(keys: &foldhash::fast::RandomState, mailbox: Option<&MailboxKey>) -> TenantKey {
+    use std::hash::BuildHasher;
+    match mailbox {
+        Some(key) if !key.is_anonymous() => keys.hash_one(&key.tenant).max(1),
+        _ => 0,
     }
 }
 

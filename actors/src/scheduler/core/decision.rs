@@ -30,6 +30,17 @@ pub enum Rejection {
         /// The pool's total units of that kind.
         capacity: u32,
     },
+    /// The task costs more than one tenant may hold under the pool's fair share, so it could
+    /// never run.
+    #[error("the task needs {needed} units of {kind:?} but the pool's fair share lets one tenant hold at most {max_per_tenant}")]
+    AboveTenantShare {
+        /// The kind asked for.
+        kind: ResourceKind,
+        /// Units asked for.
+        needed: u32,
+        /// The fair share's cap per tenant of that kind.
+        max_per_tenant: u32,
+    },
     /// The parking lot is full.
     #[error("the parking lot holds its maximum of {max_queue_depth} tasks")]
     QueueFull {
@@ -51,6 +62,15 @@ impl From<Rejection> for PoolError {
             } => PoolError::InsufficientResources {
                 needed: needed as usize,
                 available: capacity as usize,
+                kind,
+            },
+            Rejection::AboveTenantShare {
+                kind,
+                needed,
+                max_per_tenant,
+            } => PoolError::InsufficientResources {
+                needed: needed as usize,
+                available: max_per_tenant as usize,
                 kind,
             },
             Rejection::QueueFull { .. } => PoolError::QueueFull,

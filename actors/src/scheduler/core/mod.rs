@@ -57,6 +57,21 @@
 //!     snapshot, and tasks started after it have not shown up in it yet, so each start takes
 //!     its cost off the headroom until the next sample replaces it. Without a headroom
 //!     (the default) the rule is off and costs one comparison with `u32::MAX`.
+//! 12. **Fair share** (when the limits set one, see `fair_share.rs`). Every ticket names a
+//!     tenant. A tenant's running tasks never hold more than the cap of any kind: a task
+//!     costing more than the cap is refused at admission, and one that would take its tenant
+//!     past the cap does not fit, like one that does not fit the free units. Among parked
+//!     tasks that fit, the order is priority, then the tenant's usage now (units of the
+//!     task's kind, then running tasks), then how long ago the tenant last started a task,
+//!     then rank. The reservation (rule 6) is the best starving task under that order whose
+//!     tenant has room for it; it holds back the tasks behind it under that order. A starving
+//!     task whose tenant has no room yet holds back only its own tenant's tasks ranked below
+//!     it, so its tenant drains for it without stopping the other tenants.
+//! 13. **Backfill** (when the limits allow it, see `backfill.rs`). While the reservation
+//!     waits, a task it holds back may still start if it fits now and its execution timeout
+//!     ends before the reservation's *shadow time*, the earliest time the reservation could
+//!     start if every running task ended by its timeout. Tasks without a timeout never
+//!     backfill; without a bounded shadow time nothing does.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -71,15 +86,23 @@
 //!
 //! Parked tasks are indexed per kind by a [`CostIndex`], so "the best-ranked parked task that
 //! fits" is a walk of 32 trie levels per kind in use, not a scan. Admission and each unpark
-//! decision are O(log n) in parked tasks.
+//! decision are O(log n) in parked tasks. A fair share adds a visit of each tenant with a
+//! task parked or running, O(T) with a 32-step walk for the few that could win (see
+//! `fair_share.rs`); a backfill decision, made only while a reservation waits, walks at most
+//! 128 timeout classes and the running tasks (see `backfill.rs`). Without a fair share the
+//! decision path is the one above plus one branch.
 
+mod backfill;
 mod cost_index;
 mod decision;
+mod fair_share;
 mod rank;
 
 use std::collections::BTreeSet;
 
+use backfill::TimeoutIndex;
 pub use cost_index::CostIndex;
+use fair_share::TenantBook;
 pub use decision::{Admit, Cancel, Rejection, Tick, UnknownTask};
 pub use rank::RankKey;
 
@@ -92,6 +115,10 @@ const KINDS: usize = ResourceKind::COUNT;
 /// The hash map of the core and the scheduler: foldhash is several times faster than SipHash
 /// on integer keys and, seeded per map, still resists hash flooding.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Names a tenant to the core. The driver derives it from the task's mailbox tenant (all tasks
+/// submitted without a mailbox share one); the core only compares keys.
+pub type TenantKey = u64;
 
 /// What the core needs to know about a task to schedule it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,10 +133,16 @@ pub struct Ticket {
     pub created_at_ms: u64,
     /// Deadline to start by, milliseconds since the Unix epoch.
     pub deadline_ms: Option<u64>,
+    /// The tenant whose share the task counts against (rule 12).
+    pub tenant: TenantKey,
+    /// Its execution timeout in milliseconds, if it has one: it ends, and releases what it
+    /// holds, at most this long after it starts (rule 13).
+    pub timeout_ms: Option<u64>,
 }
 
 impl From<&TaskMetadata> for Ticket {
-    /// Millisecond times past `u64::MAX` (half a billion years) are clamped.
+    /// Millisecond times past `u64::MAX` (half a billion years) are clamped. The ticket has
+    /// tenant 0 and no timeout: the metadata carries neither.
     fn from(meta: &TaskMetadata) -> Self {
         Self {
             id: meta.id,
@@ -117,8 +150,18 @@ impl From<&TaskMetadata> for Ticket {
             cost: meta.cost,
             created_at_ms: clamp_ms(meta.created_at_ms),
             deadline_ms: meta.deadline_ms.map(clamp_ms),
+            tenant: 0,
+            timeout_ms: None,
         }
     }
+}
+
+/// A parked task's timeout when it has none.
+const NO_TIMEOUT: u32 = u32::MAX;
+
+/// A timeout in ms as a parked task keeps it: below `NO_TIMEOUT` (49 days at most).
+fn saturate_timeout(timeout_ms: u64) -> u32 {
+    u32::try_from(timeout_ms).unwrap_or(NO_TIMEOUT).min(NO_TIMEOUT - 1)
 }
 
 /// Converts an API time (`u128` milliseconds) to the core's `u64`, saturating.
@@ -132,8 +175,11 @@ struct Parked {
     created_at_ms: u64,
     deadline_ms: Option<u64>,
     parked_at_ms: u64,
+    tenant: TenantKey,
     units: u32,
     skips: u32,
+    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT`.
+    timeout_ms: u32,
     priority: Priority,
     kind: ResourceKind,
 }
@@ -141,6 +187,10 @@ struct Parked {
 impl Parked {
     fn rank(&self, id: TaskId) -> RankKey {
         RankKey::new(self.priority, self.created_at_ms, id)
+    }
+
+    fn timeout(&self) -> Option<u64> {
+        (self.timeout_ms != NO_TIMEOUT).then_some(u64::from(self.timeout_ms))
     }
 }
 
@@ -153,8 +203,11 @@ struct Claim {
     kind: ResourceKind,
     units: u32,
     worker: u32,
+    tenant: TenantKey,
     /// When the watchdog reports it overdue; `None` once reported, or when unwatched.
     overdue_at: Option<u64>,
+    /// Its start plus its execution timeout, when it has one (rule 13).
+    ends_by: Option<u64>,
 }
 
 /// The parking-lot state machine of one pool. See the module docs for the rules.
@@ -170,6 +223,8 @@ struct Claim {
 ///     cost: ResourceCost::gpu_vram(units),
 ///     created_at_ms: id,
 ///     deadline_ms: None,
+///     tenant: 0,
+///     timeout_ms: None,
 /// };
 /// assert_eq!(lot.admit(ticket(1, 8), 0), Admit::Start);
 /// assert_eq!(lot.admit(ticket(2, 6), 0), Admit::Park); // 8 + 6 > 10
@@ -195,6 +250,17 @@ pub struct ParkingLot {
     starving: BTreeSet<RankKey>,
     running: FastMap<TaskId, Claim>,
     by_overdue: BTreeSet<(u64, TaskId)>,
+    /// Per-tenant shares, when the limits set a fair share (rule 12).
+    tenants: Option<TenantBook>,
+    /// Parked tasks with a timeout, when backfill is on (rule 13).
+    by_timeout: Option<TimeoutIndex>,
+    /// Running tasks with a timeout by the time they end, when backfill is on.
+    by_end: BTreeSet<(u64, TaskId)>,
+    /// Starts so far: orders tenants by when they last started a task.
+    starts: u64,
+    /// The time of the latest event: backfill decisions depend on it, and
+    /// [`check_invariants`](Self::check_invariants) takes none of its own.
+    clock: u64,
 }
 
 impl ParkingLot {
@@ -217,6 +283,13 @@ impl ParkingLot {
             starving: BTreeSet::new(),
             running: FastMap::default(),
             by_overdue: BTreeSet::new(),
+            tenants: limits.fair_share.map(|share| {
+                TenantBook::new(ResourceKind::ALL.map(|kind| share.cap(limits.capacity.get(kind))))
+            }),
+            by_timeout: limits.backfill.then(TimeoutIndex::default),
+            by_end: BTreeSet::new(),
+            starts: 0,
+            clock: 0,
         })
     }
 
@@ -271,6 +344,8 @@ impl ParkingLot {
     ///     cost: ResourceCost::gpu_vram(units),
     ///     created_at_ms: id,
     ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
     /// };
     /// // Another process holds most of the card: 20 units are free outside the pool.
     /// assert!(lot.set_headroom(ResourceKind::GpuVram, Some(20), 0).is_empty());
@@ -364,9 +439,24 @@ impl ParkingLot {
         }
     }
 
-    /// The task the pool is draining for: the best-ranked starving task, if any.
+    /// The task the pool is draining for: the best-ranked starving task (under a fair share,
+    /// the best starving task whose tenant has room for it), if any.
     pub fn reservation(&self) -> Option<TaskId> {
-        self.starving.first().map(RankKey::id)
+        self.reserved().map(|rank| rank.id())
+    }
+
+    /// Units of `kind` that `tenant`'s running tasks hold (0 without a fair share, which
+    /// keeps no per-tenant books).
+    pub fn tenant_used(&self, tenant: TenantKey, kind: ResourceKind) -> u32 {
+        self.tenants.as_ref().map_or(0, |book| book.used(tenant, kind))
+    }
+
+    /// The most units of `kind` one tenant may hold: the fair share's cap, or the kind's
+    /// capacity without one.
+    pub fn tenant_cap(&self, kind: ResourceKind) -> u32 {
+        self.tenants
+            .as_ref()
+            .map_or(self.limits.capacity.get(kind), |book| book.cap(kind))
     }
 
     /// The earliest time at which [`tick`](Self::tick) has something to do (a deadline to
@@ -396,12 +486,26 @@ impl ParkingLot {
                 capacity,
             });
         }
+        if let Some(book) = &self.tenants {
+            let max_per_tenant = book.cap(cost.kind);
+            if cost.units > max_per_tenant {
+                return Admit::Reject(Rejection::AboveTenantShare {
+                    kind: cost.kind,
+                    needed: cost.units,
+                    max_per_tenant,
+                });
+            }
+        }
         if ticket.deadline_ms.is_some_and(|deadline| deadline <= now) {
             return Admit::Expire;
         }
+        self.clock = now;
         self.promote_aged(now);
         let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
-        if !self.blocked(&rank) && self.claim(id, cost) {
+        let timeout = ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout);
+        if self.may_start(&rank, ticket.tenant, cost, timeout, now)
+            && self.claim(id, cost, ticket.tenant, timeout, now)
+        {
             self.count_skip_of_head(&rank);
             return Admit::Start;
         }
@@ -426,6 +530,12 @@ impl ParkingLot {
         self.used[kind] = self.used[kind].saturating_sub(claim.units);
         if let Some(at) = claim.overdue_at {
             self.by_overdue.remove(&(at, id));
+        }
+        if let Some(at) = claim.ends_by {
+            self.by_end.remove(&(at, id));
+        }
+        if let Some(book) = &mut self.tenants {
+            book.release(claim.tenant, claim.kind, claim.units);
         }
         if !self.retired[claim.worker as usize] {
             self.idle_workers.push(claim.worker);
@@ -500,6 +610,12 @@ impl ParkingLot {
         self.by_deadline.clear();
         self.by_park_time.clear();
         self.starving.clear();
+        if let Some(book) = &mut self.tenants {
+            book.clear_parked();
+        }
+        if let Some(by_timeout) = &mut self.by_timeout {
+            by_timeout.clear();
+        }
         ranks.into_iter().map(|rank| rank.id()).collect()
     }
 
@@ -536,7 +652,23 @@ impl ParkingLot {
         {
             return Err("a starving task is not parked".into());
         }
-        if let Some(runnable) = self.best_fit() {
+        if let Some(book) = &self.tenants {
+            let running = self
+                .running
+                .values()
+                .map(|claim| (claim.tenant, claim.kind, claim.units));
+            book.check(running, self.parked.len())?;
+        }
+        if let Some(by_timeout) = &self.by_timeout {
+            let with_timeout = self.parked.values().filter(|p| p.timeout().is_some()).count();
+            if by_timeout.len() != with_timeout {
+                return Err(format!(
+                    "{} in the timeout index vs {with_timeout} parked with a timeout",
+                    by_timeout.len()
+                ));
+            }
+        }
+        if let Some(runnable) = self.best_fit(self.clock) {
             return Err(format!(
                 "saturation broken: parked task {} fits and is not blocked",
                 runnable.id()
@@ -572,31 +704,144 @@ impl ParkingLot {
     /// Starts parked tasks in rank order, skipping those that do not fit, until nothing more
     /// fits or the reservation blocks the rest.
     fn unpark(&mut self, now: u64, started: &mut Vec<TaskId>) {
+        self.clock = now;
         self.promote_aged(now);
-        while let Some(rank) = self.best_fit() {
-            self.start_parked(rank);
+        while let Some(rank) = self.best_fit(now) {
+            self.start_parked(rank, now);
             started.push(rank.id());
         }
     }
 
-    /// The best-ranked parked task that fits the free capacity and is not blocked.
-    fn best_fit(&self) -> Option<RankKey> {
+    /// The parked task to start next, if any: the best that fits the free capacity (and its
+    /// tenant's room) and is not held back by the reservation; failing that, the best task
+    /// the reservation holds back that may backfill.
+    fn best_fit(&self, now: u64) -> Option<RankKey> {
         if self.idle_workers.is_empty() {
             return None;
         }
-        let best = ResourceKind::ALL
-            .into_iter()
-            .filter(|kind| !self.by_cost[kind.index()].is_empty())
-            .filter_map(|kind| self.by_cost[kind.index()].best_within(self.free(kind)))
-            .min()?;
-        (!self.blocked(&best)).then_some(best)
+        let Some(book) = &self.tenants else {
+            let best = ResourceKind::ALL
+                .into_iter()
+                .filter(|kind| !self.by_cost[kind.index()].is_empty())
+                .filter_map(|kind| self.by_cost[kind.index()].best_within(self.free(kind)))
+                .min()?;
+            return match self.starving.first() {
+                Some(reserved) if reserved.ranks_ahead_of(&best) => {
+                    self.backfill_candidate(*reserved, now)
+                }
+                _ => Some(best),
+            };
+        };
+        let best = book.best_fit(&ResourceKind::ALL.map(|kind| self.free(kind)))?;
+        match self.fair_reservation(book) {
+            Some(reserved) if reserved < best => self.backfill_candidate(reserved.rank(), now),
+            _ => Some(best.rank()),
+        }
     }
 
-    /// Whether the reservation ranks ahead of `rank`.
-    fn blocked(&self, rank: &RankKey) -> bool {
-        self.starving
-            .first()
-            .is_some_and(|reserved| reserved.ranks_ahead_of(rank))
+    /// The reservation under a fair share (rule 12).
+    fn fair_reservation(&self, book: &TenantBook) -> Option<rank::FairKey> {
+        book.reservation(|rank| {
+            self.parked
+                .get(&rank.id())
+                .map(|parked| (parked.kind, parked.units))
+        })
+    }
+
+    /// The task the pool drains for (rule 6, under a fair share rule 12).
+    fn reserved(&self) -> Option<RankKey> {
+        match &self.tenants {
+            None => self.starving.first().copied(),
+            Some(book) => self.fair_reservation(book).map(|key| key.rank()),
+        }
+    }
+
+    /// Whether a newcomer ranked `rank`, of `tenant`, costing `cost`, with `timeout_ms`
+    /// (or `NO_TIMEOUT`), may start now as far as the reservations go (rules 6, 12, 13).
+    fn may_start(
+        &self,
+        rank: &RankKey,
+        tenant: TenantKey,
+        cost: ResourceCost,
+        timeout_ms: u32,
+        now: u64,
+    ) -> bool {
+        let reserved = match &self.tenants {
+            None => self
+                .starving
+                .first()
+                .filter(|reserved| reserved.ranks_ahead_of(rank))
+                .copied(),
+            Some(book) => {
+                if book.starving_ahead_of(tenant, rank) {
+                    return false;
+                }
+                let key = book.key(tenant, cost.kind, *rank);
+                self.fair_reservation(book)
+                    .filter(|reserved| *reserved < key)
+                    .map(|reserved| reserved.rank())
+            }
+        };
+        let Some(reserved) = reserved else {
+            return true;
+        };
+        timeout_ms != NO_TIMEOUT
+            && self
+                .shadow_time(reserved, now)
+                .is_some_and(|shadow| now.saturating_add(u64::from(timeout_ms)) <= shadow)
+    }
+
+    /// The best task held back by `reserved` that may backfill (rule 13): it fits now, its
+    /// tenant has room for it and no starving task of its own tenant ranks ahead of it, and
+    /// its timeout ends by the reservation's shadow time.
+    fn backfill_candidate(&self, reserved: RankKey, now: u64) -> Option<RankKey> {
+        let by_timeout = self.by_timeout.as_ref()?;
+        let limit = self.shadow_time(reserved, now)?.checked_sub(now)?;
+        let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        by_timeout.best_within(limit, &free, |candidate| {
+            let Some(parked) = self.parked.get(&candidate.id()) else {
+                return false;
+            };
+            let ends_in_time = parked.timeout().is_some_and(|timeout| timeout <= limit);
+            let within_share = self.tenants.as_ref().is_none_or(|book| {
+                parked.units <= book.room(parked.tenant, parked.kind)
+                    && !book.starving_ahead_of(parked.tenant, &candidate)
+            });
+            ends_in_time && within_share
+        })
+    }
+
+    /// The reservation's shadow time: the earliest time at which, if every running task ends
+    /// by its timeout, its kind has its units free and a worker slot is idle. `None` when
+    /// the running tasks with a timeout (and not yet past it) do not free enough, or when a
+    /// headroom caps its kind (another process decides when that memory returns).
+    fn shadow_time(&self, reserved: RankKey, now: u64) -> Option<u64> {
+        let parked = self.parked.get(&reserved.id())?;
+        let kind = parked.kind;
+        if self.headroom[kind.index()] != UNLIMITED {
+            return None;
+        }
+        let mut free = u64::from(self.limits.capacity.get(kind) - self.used[kind.index()]);
+        let mut idle = self.idle_workers.len();
+        let needed = u64::from(parked.units);
+        if free >= needed && idle > 0 {
+            return Some(now);
+        }
+        for &(ends_by, id) in self.by_end.range((now, 0)..) {
+            let Some(claim) = self.running.get(&id) else {
+                continue;
+            };
+            if claim.kind == kind {
+                free += u64::from(claim.units);
+            }
+            if !self.retired[claim.worker as usize] {
+                idle += 1;
+            }
+            if free >= needed && idle > 0 {
+                return Some(ends_by);
+            }
+        }
+        None
     }
 
     /// The best-ranked parked task of any kind.
@@ -604,8 +849,16 @@ impl ParkingLot {
         self.by_cost.iter().filter_map(CostIndex::best).min()
     }
 
-    /// Takes `cost` and a worker slot for `id` if both fit; returns whether it did.
-    fn claim(&mut self, id: TaskId, cost: ResourceCost) -> bool {
+    /// Takes `cost` and a worker slot for `id` of `tenant` if both fit (and the tenant's
+    /// share, under a fair share); returns whether it did.
+    fn claim(
+        &mut self,
+        id: TaskId,
+        cost: ResourceCost,
+        tenant: TenantKey,
+        timeout_ms: u32,
+        now: u64,
+    ) -> bool {
         if self.idle_workers.is_empty() {
             return false;
         }
@@ -616,6 +869,11 @@ impl ParkingLot {
         if used > self.limits.capacity.get(cost.kind) || cost.units > self.headroom[kind] {
             return false;
         }
+        if let Some(book) = &self.tenants {
+            if cost.units > book.room(tenant, cost.kind) {
+                return false;
+            }
+        }
         let Some(worker) = self.idle_workers.pop() else {
             return false;
         };
@@ -623,13 +881,24 @@ impl ParkingLot {
         if self.headroom[kind] != UNLIMITED {
             self.headroom[kind] -= cost.units;
         }
+        self.starts += 1;
+        if let Some(book) = &mut self.tenants {
+            book.start(tenant, cost.kind, cost.units, self.starts);
+        }
+        let ends_by = (timeout_ms != NO_TIMEOUT && self.by_timeout.is_some())
+            .then(|| now.saturating_add(u64::from(timeout_ms)));
+        if let Some(at) = ends_by {
+            self.by_end.insert((at, id));
+        }
         self.running.insert(
             id,
             Claim {
                 kind: cost.kind,
                 units: cost.units,
                 worker,
+                tenant,
                 overdue_at: None,
+                ends_by,
             },
         );
         true
@@ -640,8 +909,10 @@ impl ParkingLot {
             created_at_ms: ticket.created_at_ms,
             deadline_ms: ticket.deadline_ms,
             parked_at_ms: now,
+            tenant: ticket.tenant,
             units: ticket.cost.units,
             skips: 0,
+            timeout_ms: ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout),
             priority: ticket.priority,
             kind: ticket.cost.kind,
         };
@@ -652,6 +923,12 @@ impl ParkingLot {
         }
         if self.limits.starvation.max_park_ms.is_some() {
             self.by_park_time.insert((now, ticket.id));
+        }
+        if let Some(book) = &mut self.tenants {
+            book.park(parked.tenant, parked.kind, parked.units, rank);
+        }
+        if let (Some(by_timeout), Some(timeout)) = (&mut self.by_timeout, parked.timeout()) {
+            by_timeout.insert(timeout as u32, parked.kind, parked.units, rank);
         }
         self.parked.insert(ticket.id, parked);
     }
@@ -666,14 +943,21 @@ impl ParkingLot {
         }
         self.by_park_time.remove(&(parked.parked_at_ms, id));
         self.starving.remove(&rank);
+        if let Some(book) = &mut self.tenants {
+            book.unpark(parked.tenant, parked.kind, parked.units, rank);
+        }
+        if let (Some(by_timeout), Some(timeout)) = (&mut self.by_timeout, parked.timeout()) {
+            by_timeout.remove(timeout as u32, parked.kind, parked.units, rank);
+        }
         Some(parked)
     }
 
-    fn start_parked(&mut self, rank: RankKey) {
+    fn start_parked(&mut self, rank: RankKey, now: u64) {
         let Some(parked) = self.remove_parked(rank.id()) else {
             return;
         };
-        let claimed = self.claim(rank.id(), ResourceCost::new(parked.kind, parked.units));
+        let cost = ResourceCost::new(parked.kind, parked.units);
+        let claimed = self.claim(rank.id(), cost, parked.tenant, parked.timeout_ms, now);
         debug_assert!(claimed, "best_fit only returns tasks that fit");
         self.count_skip_of_head(&rank);
     }
@@ -695,8 +979,8 @@ impl ParkingLot {
         };
         parked.skips = parked.skips.saturating_add(1);
         if parked.skips >= max_skips {
-            let parked_at = parked.parked_at_ms;
-            self.mark_starving(head, parked_at);
+            let (parked_at, tenant) = (parked.parked_at_ms, parked.tenant);
+            self.mark_starving(head, parked_at, tenant);
         }
     }
 
@@ -711,14 +995,21 @@ impl ParkingLot {
             }
             self.by_park_time.pop_first();
             if let Some(parked) = self.parked.get(&id) {
-                self.starving.insert(parked.rank(id));
+                let rank = parked.rank(id);
+                self.starving.insert(rank);
+                if let Some(book) = &mut self.tenants {
+                    book.mark_starving(parked.tenant, rank);
+                }
             }
         }
     }
 
-    fn mark_starving(&mut self, rank: RankKey, parked_at: u64) {
+    fn mark_starving(&mut self, rank: RankKey, parked_at: u64, tenant: TenantKey) {
         self.by_park_time.remove(&(parked_at, rank.id()));
         self.starving.insert(rank);
+        if let Some(book) = &mut self.tenants {
+            book.mark_starving(tenant, rank);
+        }
     }
 }
 

@@ -30,8 +30,58 @@ impl RankKey {
         self.id
     }
 
+    /// The task's priority.
+    pub fn priority(&self) -> Priority {
+        self.urgency.0
+    }
+
+    /// The time the task ranks by.
+    pub fn created_at_ms(&self) -> u64 {
+        self.created_at_ms
+    }
+
     /// Whether `self` ranks ahead of (deserves to start before) `other`.
     pub fn ranks_ahead_of(&self, other: &RankKey) -> bool {
         self < other
+    }
+}
+
+/// A parked task's place in line under a fair share: priority first, then how much its
+/// tenant uses now (units of the task's kind, then running tasks), then how long ago the
+/// tenant last started a task, then the task's own rank.
+///
+/// Unlike a [`RankKey`] it changes while the task waits (its tenant's usage does), so it is
+/// computed when a decision is made, never stored in an index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct FairKey {
+    pub(super) urgency: Reverse<Priority>,
+    pub(super) tenant_units: u32,
+    pub(super) tenant_running: u32,
+    pub(super) tenant_last_start: u64,
+    pub(super) created_at_ms: u64,
+    pub(super) id: TaskId,
+}
+
+impl FairKey {
+    /// The key of a task ranked `rank` whose tenant holds `units` of the task's kind and
+    /// runs `running` tasks, the last started as the pool's `last_start`th start.
+    pub(super) fn new(rank: RankKey, units: u32, running: u32, last_start: u64) -> Self {
+        Self {
+            urgency: rank.urgency,
+            tenant_units: units,
+            tenant_running: running,
+            tenant_last_start: last_start,
+            created_at_ms: rank.created_at_ms,
+            id: rank.id,
+        }
+    }
+
+    /// The task this key ranks.
+    pub(super) fn rank(&self) -> RankKey {
+        RankKey {
+            urgency: self.urgency,
+            created_at_ms: self.created_at_ms,
+            id: self.id,
+        }
     }
 }

@@ -10,6 +10,8 @@ fn ticket(id: TaskId, priority: Priority, units: u32) -> Ticket {
         cost: ResourceCost::gpu_vram(units),
         created_at_ms: id,
         deadline_ms: None,
+        tenant: 0,
+        timeout_ms: None,
     }
 }
 
@@ -165,12 +167,16 @@ fn a_deadline_already_past_expires_on_arrival() {
     let mut lot = lot();
     let late = Ticket {
         deadline_ms: Some(100),
+        tenant: 0,
+        timeout_ms: None,
         ..normal(1, 1)
     };
     assert_eq!(lot.admit(late, 100), Admit::Expire);
     assert_eq!(lot.state(1), None);
     let on_time = Ticket {
         deadline_ms: Some(101),
+        tenant: 0,
+        timeout_ms: None,
         ..normal(2, 1)
     };
     assert_eq!(lot.admit(on_time, 100), Admit::Start);
@@ -330,6 +336,8 @@ fn tick_expires_parked_tasks_at_their_deadline() {
     lot.admit(
         Ticket {
             deadline_ms: Some(50),
+            tenant: 0,
+            timeout_ms: None,
             ..normal(2, 1)
         },
         0,
@@ -337,6 +345,8 @@ fn tick_expires_parked_tasks_at_their_deadline() {
     lot.admit(
         Ticket {
             deadline_ms: Some(20),
+            tenant: 0,
+            timeout_ms: None,
             ..normal(3, 1)
         },
         0,

@@ -1,0 +1,264 @@
+//! The fair share's bookkeeping (rule 12 of the core): what each tenant holds now and which
+//! of its tasks are parked, so that a decision can ask every tenant for its best task within
+//! its own room under the cap and order the answers by how much each tenant uses.
+//!
+//! # Shape
+//!
+//! One [`Tenant`] per tenant that has a task parked or running (a tenant with neither is
+//! dropped, so the map follows the tenants active now). Each holds, per kind, a
+//! [`CostIndex`] of its parked tasks, the units and worker slots its running tasks hold,
+//! when it last started a task (the pool's start counter), and its starving tasks.
+//!
+//! # Invariants
+//!
+//! - `used[kind] <= cap[kind]` for every tenant (the core checks the cap before a start).
+//! - `parked[kind]` holds exactly the tenant's parked tasks of that kind, also indexed in
+//!   the core's global indexes; `starving` holds exactly its parked tasks the core counts
+//!   as starving.
+//!
+//! # Cost
+//!
+//! A decision visits each active tenant once: O(1) to bound what the tenant could offer
+//! (its best parked task, at its usage), and a 32-step [`CostIndex`] walk only for a
+//! tenant that could beat the best answer so far. With T active tenants and n parked tasks,
+//! a decision costs O(T + 32·T') with T' <= T the tenants walked; parking or removing a task
+//! costs O(log n) as without a fair share, plus one tenant-map lookup.
+
+use std::collections::BTreeSet;
+
+use super::rank::{FairKey, RankKey};
+use super::{CostIndex, FastMap, TenantKey, KINDS};
+use crate::domain::ResourceKind;
+
+/// One tenant's share of the pool.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tenant {
+    /// Units its running tasks hold, per kind.
+    used: [u32; KINDS],
+    /// Worker slots its running tasks hold.
+    running: u32,
+    /// The pool's start counter when it last started a task (0: never).
+    last_start: u64,
+    /// Its parked tasks, per kind.
+    parked: [CostIndex; KINDS],
+    /// Its parked tasks the core counts as starving.
+    starving: BTreeSet<RankKey>,
+}
+
+impl Tenant {
+    fn is_idle(&self) -> bool {
+        self.running == 0 && self.parked.iter().all(CostIndex::is_empty)
+    }
+
+    /// The key `rank`, a task of this tenant of `kind`, has under the fair order now.
+    fn key(&self, kind: usize, rank: RankKey) -> FairKey {
+        FairKey::new(rank, self.used[kind], self.running, self.last_start)
+    }
+
+    /// Whether a starving task of this tenant ranks ahead of `rank` (its tenant drains for
+    /// it, whatever the rest of the pool does).
+    fn starving_ahead_of(&self, rank: &RankKey) -> bool {
+        self.starving
+            .first()
+            .is_some_and(|starving| starving.ranks_ahead_of(rank))
+    }
+}
+
+/// Every active tenant's share, and the cap per kind.
+#[derive(Debug, Clone)]
+pub(super) struct TenantBook {
+    cap: [u32; KINDS],
+    tenants: FastMap<TenantKey, Tenant>,
+}
+
+impl TenantBook {
+    /// An empty book enforcing `cap` units per tenant and kind.
+    pub(super) fn new(cap: [u32; KINDS]) -> Self {
+        Self {
+            cap,
+            tenants: FastMap::default(),
+        }
+    }
+
+    /// The most units of `kind` one tenant may hold.
+    pub(super) fn cap(&self, kind: ResourceKind) -> u32 {
+        self.cap[kind.index()]
+    }
+
+    /// Units of `kind` that `tenant` may still take under the cap.
+    pub(super) fn room(&self, tenant: TenantKey, kind: ResourceKind) -> u32 {
+        let used = self.tenants.get(&tenant).map_or(0, |t| t.used[kind.index()]);
+        self.cap[kind.index()].saturating_sub(used)
+    }
+
+    /// Units of `kind` that `tenant`'s running tasks hold.
+    pub(super) fn used(&self, tenant: TenantKey, kind: ResourceKind) -> u32 {
+        self.tenants.get(&tenant).map_or(0, |t| t.used[kind.index()])
+    }
+
+    /// The key of `rank`, a task of `tenant` of `kind`, under the fair order now.
+    pub(super) fn key(&self, tenant: TenantKey, kind: ResourceKind, rank: RankKey) -> FairKey {
+        match self.tenants.get(&tenant) {
+            Some(t) => t.key(kind.index(), rank),
+            None => FairKey::new(rank, 0, 0, 0),
+        }
+    }
+
+    /// Whether a starving task of `tenant` ranks ahead of `rank`.
+    pub(super) fn starving_ahead_of(&self, tenant: TenantKey, rank: &RankKey) -> bool {
+        self.tenants
+            .get(&tenant)
+            .is_some_and(|t| t.starving_ahead_of(rank))
+    }
+
+    pub(super) fn park(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32, rank: RankKey) {
+        self.tenants.entry(tenant).or_default().parked[kind.index()].insert(units, rank);
+    }
+
+    /// Removes a parked task from its tenant's indexes.
+    pub(super) fn unpark(
+        &mut self,
+        tenant: TenantKey,
+        kind: ResourceKind,
+        units: u32,
+        rank: RankKey,
+    ) {
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        t.parked[kind.index()].remove(units, rank);
+        t.starving.remove(&rank);
+        self.forget_if_idle(tenant);
+    }
+
+    pub(super) fn mark_starving(&mut self, tenant: TenantKey, rank: RankKey) {
+        if let Some(t) = self.tenants.get_mut(&tenant) {
+            t.starving.insert(rank);
+        }
+    }
+
+    /// `tenant` started a task holding `units` of `kind`, the pool's `start`th start.
+    pub(super) fn start(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32, start: u64) {
+        let t = self.tenants.entry(tenant).or_default();
+        t.used[kind.index()] += units;
+        t.running += 1;
+        t.last_start = start;
+    }
+
+    /// A task of `tenant` holding `units` of `kind` released them.
+    pub(super) fn release(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32) {
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        t.used[kind.index()] = t.used[kind.index()].saturating_sub(units);
+        t.running = t.running.saturating_sub(1);
+        self.forget_if_idle(tenant);
+    }
+
+    fn forget_if_idle(&mut self, tenant: TenantKey) {
+        if self.tenants.get(&tenant).is_some_and(Tenant::is_idle) {
+            self.tenants.remove(&tenant);
+        }
+    }
+
+    /// Forgets every parked task (shutdown), keeping what running tasks hold.
+    pub(super) fn clear_parked(&mut self) {
+        for t in self.tenants.values_mut() {
+            t.parked = Default::default();
+            t.starving.clear();
+        }
+        self.tenants.retain(|_, t| !t.is_idle());
+    }
+
+    /// The best task under the fair order that fits `free` and its tenant's room, skipping
+    /// tasks ranked below a starving task of their own tenant.
+    pub(super) fn best_fit(&self, free: &[u32; KINDS]) -> Option<FairKey> {
+        let mut best: Option<FairKey> = None;
+        for t in self.tenants.values() {
+            for kind in 0..KINDS {
+                let index = &t.parked[kind];
+                let Some(head) = index.best() else {
+                    continue;
+                };
+                // No task of this tenant and kind can rank better than its head does now.
+                if best.is_some_and(|best| best <= t.key(kind, head)) {
+                    continue;
+                }
+                let within = free[kind].min(self.cap[kind].saturating_sub(t.used[kind]));
+                let Some(candidate) = index.best_within(within) else {
+                    continue;
+                };
+                if t.starving_ahead_of(&candidate) {
+                    continue;
+                }
+                let key = t.key(kind, candidate);
+                if best.is_none_or(|best| key < best) {
+                    best = Some(key);
+                }
+            }
+        }
+        best
+    }
+
+    /// The reservation under a fair share: the best, under the fair order, of each tenant's
+    /// best starving task whose tenant has room for it under the cap. A tenant without room
+    /// drains its own tasks first (see [`starving_ahead_of`](Self::starving_ahead_of)), so it
+    /// reserves nothing for the rest of the pool yet. `cost_of` names a parked task's kind and
+    /// units.
+    pub(super) fn reservation(
+        &self,
+        cost_of: impl Fn(RankKey) -> Option<(ResourceKind, u32)>,
+    ) -> Option<FairKey> {
+        self.tenants
+            .values()
+            .filter_map(|t| {
+                let starving = *t.starving.first()?;
+                let (kind, units) = cost_of(starving)?;
+                let room = self.cap[kind.index()].saturating_sub(t.used[kind.index()]);
+                (units <= room).then(|| t.key(kind.index(), starving))
+            })
+            .min()
+    }
+
+    /// Checks the book against the running tasks the core holds: `(tenant, kind, units)`.
+    pub(super) fn check(
+        &self,
+        running: impl Iterator<Item = (TenantKey, ResourceKind, u32)>,
+        parked_len: usize,
+    ) -> Result<(), String> {
+        let mut held: FastMap<TenantKey, ([u64; KINDS], u32)> = FastMap::default();
+        for (tenant, kind, units) in running {
+            let entry = held.entry(tenant).or_default();
+            entry.0[kind.index()] += u64::from(units);
+            entry.1 += 1;
+        }
+        let mut indexed = 0;
+        for (tenant, t) in &self.tenants {
+            let (units, running) = held.remove(tenant).unwrap_or_default();
+            for kind in ResourceKind::ALL {
+                let used = t.used[kind.index()];
+                if u64::from(used) != units[kind.index()] || used > self.cap[kind.index()] {
+                    return Err(format!(
+                        "tenant {tenant}: {kind:?} used {used}, held {}, cap {}",
+                        units[kind.index()],
+                        self.cap[kind.index()]
+                    ));
+                }
+            }
+            if t.running != running {
+                return Err(format!("tenant {tenant}: {} running vs {running}", t.running));
+            }
+            if t.is_idle() {
+                return Err(format!("idle tenant {tenant} is kept"));
+            }
+            indexed += t.parked.iter().map(CostIndex::len).sum::<usize>();
+        }
+        if let Some(tenant) = held.keys().next() {
+            return Err(format!("tenant {tenant} runs tasks the book does not know"));
+        }
+        if indexed != parked_len {
+            return Err(format!("{indexed} tasks in tenant indexes vs {parked_len} parked"));
+        }
+        Ok(())
+    }
+}
