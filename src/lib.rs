@@ -27,8 +27,8 @@
 //!     cost: ResourceCost::gpu_vram(units),
 //!     created_at_ms: 0,
 //!     deadline_ms: None,
-tenant: 0,
-timeout_ms: None,
+//!     tenant: 0,
+//!     timeout_ms: None,
 //! };
 //! assert_eq!(lot.admit(llm(1, 16), 0), Admit::Start);
 //! assert_eq!(lot.admit(llm(2, 16), 0), Admit::Park);

@@ -157,6 +157,7 @@ impl Model {
                     }
                     Admit::Expire => self.end(id, End::Expired),
                     Admit::Reject(_) => self.end(id, End::Rejected),
+                    Admit::StartWith(_) => panic!("StartWith without a fair share"),
                 }
                 if let Some(&id) = started.first() {
                     assert!(self.running.insert(id));

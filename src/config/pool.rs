@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Capacity, Durability, PoolError, PoolLimits, StarvationGuard};
+use crate::core::{Capacity, Durability, FairShare, PoolError, PoolLimits, StarvationGuard};
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings};
 
@@ -42,6 +42,12 @@ pub struct WorkerPoolConfig {
     pub pin_to_cpus: bool,
     /// When a parked task is reserved against starvation.
     pub starvation: StarvationGuard,
+    /// A cap on one tenant's running units per kind, and fair order among tenants within a
+    /// priority (see [`FairShare`]). Default: none.
+    pub fair_share: Option<FairShare>,
+    /// Whether a task may start past a reserved task when its execution timeout ends before
+    /// the reserved task could start (backfill). Default on.
+    pub backfill: bool,
     /// How often workers may be restarted before the pool gives up.
     pub restart: RestartPolicy,
     /// How long uncollected results are kept. Default one hour.
@@ -74,6 +80,8 @@ impl WorkerPoolConfig {
             thread_stack_size: 2 * 1024 * 1024,
             pin_to_cpus: false,
             starvation: StarvationGuard::default(),
+            fair_share: None,
+            backfill: true,
             restart: RestartPolicy::default(),
             retention: Some(Duration::from_secs(3_600)),
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
@@ -136,6 +144,31 @@ impl WorkerPoolConfig {
         self
     }
 
+    /// A per-tenant fair share: one tenant's running tasks hold at most the cap of each
+    /// kind, and within a priority the tenant using least goes first. A task costing more
+    /// than the cap is refused (`PoolError::InsufficientResources`). Tenants are the tasks'
+    /// mailbox tenants; tasks submitted without a mailbox all count as one tenant.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::WorkerPoolConfig;
+    /// use prometheus_parking_lot::FairShare;
+    ///
+    /// let config = WorkerPoolConfig::new()
+    ///     .with_max_units(24_000)
+    ///     .with_fair_share(FairShare::MaxFraction(0.5));
+    /// assert_eq!(config.limits().fair_share, Some(FairShare::MaxFraction(0.5)));
+    /// ```
+    pub fn with_fair_share(mut self, fair_share: FairShare) -> Self {
+        self.fair_share = Some(fair_share);
+        self
+    }
+
+    /// Backfill on or off (see [`backfill`](Self::backfill)).
+    pub fn with_backfill(mut self, backfill: bool) -> Self {
+        self.backfill = backfill;
+        self
+    }
+
     /// The worker restart policy.
     pub fn with_restart_policy(mut self, restart: RestartPolicy) -> Self {
         self.restart = restart;
@@ -167,6 +200,8 @@ impl WorkerPoolConfig {
             worker_slots: self.worker_count,
             max_queue_depth: self.max_queue_depth,
             starvation: self.starvation,
+            fair_share: self.fair_share,
+            backfill: self.backfill,
         }
     }
 

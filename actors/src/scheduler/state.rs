@@ -323,7 +323,8 @@ where
         }
         let entry = self.next_entry(now);
         let ticket = self.ticket(entry, &task.meta, options.timeout.or(self.default_timeout));
-        match self.core.admit(ticket, now) {
+        let (admit, unblocked) = self.core.admit(ticket, now).split_started();
+        match admit {
             Admit::Start if self.shared.as_ref().is_some_and(SharedLink::records_starts) => {
                 self.start_recorded(
                     caller,
@@ -371,6 +372,10 @@ where
                 drop_contained(task);
             }
             Admit::Reject(rejection) => self.refuse(&task, rejection.into(), reply, now),
+            Admit::StartWith(_) => unreachable!("split_started leaves no StartWith"),
+        }
+        if !unblocked.is_empty() {
+            self.start_parked(unblocked, now);
         }
     }
 
@@ -1145,7 +1150,7 @@ where
         }
         let entry = self.next_entry(now);
         let ticket = self.ticket(entry, &task.meta, self.default_timeout);
-        let admit = self.core.admit(ticket, now);
+        let (admit, unblocked) = self.core.admit(ticket, now).split_started();
         if matches!(admit, Admit::Start | Admit::Park) {
             let lease = Some((shared_entry, attempt));
             let options = SubmitOptions::default();
@@ -1181,6 +1186,10 @@ where
                 self.deliver_parts(&key, task.meta.id, task.meta.cost, attempt, Err(error), now);
                 drop_contained(task);
             }
+            Admit::StartWith(_) => unreachable!("split_started leaves no StartWith"),
+        }
+        if !unblocked.is_empty() {
+            self.start_parked(unblocked, now);
         }
     }
 

@@ -9,12 +9,27 @@ use crate::domain::{PoolError, ResourceKind, TaskId};
 pub enum Admit {
     /// Start it now; its capacity is held from this moment.
     Start,
+    /// Start it now, and these parked tasks too, in this order. Only under a fair share:
+    /// the newcomer's start changes its tenant's usage, and so which starving task the pool
+    /// reserves for, which can let parked tasks that were held back start.
+    StartWith(Vec<TaskId>),
     /// It waits in the parking lot.
     Park,
     /// Its deadline has passed already; it ends `Expired` without running.
     Expire,
     /// It is refused; it ends `Rejected`.
     Reject(Rejection),
+}
+
+impl Admit {
+    /// Splits [`Admit::StartWith`] into [`Admit::Start`] and the parked tasks that start with
+    /// it; any other answer comes back with no tasks.
+    pub fn split_started(self) -> (Admit, Vec<TaskId>) {
+        match self {
+            Admit::StartWith(started) => (Admit::Start, started),
+            other => (other, Vec::new()),
+        }
+    }
 }
 
 /// Why admission refused a task.

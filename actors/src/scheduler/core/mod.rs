@@ -507,7 +507,16 @@ impl ParkingLot {
             && self.claim(id, cost, ticket.tenant, timeout, now)
         {
             self.count_skip_of_head(&rank);
-            return Admit::Start;
+            if self.tenants.is_none() || self.starving.is_empty() {
+                return Admit::Start;
+            }
+            let mut started = Vec::new();
+            self.unpark(now, &mut started);
+            return if started.is_empty() {
+                Admit::Start
+            } else {
+                Admit::StartWith(started)
+            };
         }
         if self.parked.len() >= self.limits.max_queue_depth {
             return Admit::Reject(Rejection::QueueFull {
