@@ -153,7 +153,7 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (r#"{ "pools": {} }"#, "pools: no pool is defined; define at least one"),
         (r#"{ "pools": { "": {} } }"#, r#"pools.: "" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
-        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
+        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
         (r#"{ "pool": {} }"#, "pool: unknown field `pool`, expected `pools` or `database_url`"),
         (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is allowed only on a shared queue (postgres, postgres_pgmq), for a producer-only node; use 1 to 1024"),
         (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 0 to 1024"),
@@ -168,6 +168,14 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),
         (&one_pool(r#"{ "starvation": { "max_skips": 0 } }"#), "pools.p.starvation.max_skips: 0 is out of range; use 1 to 1000000"),
         (&one_pool(r#"{ "starvation": { "max_park_ms": 0 } }"#), "pools.p.starvation.max_park_ms: 0 is out of range; use 1 to 86400000"),
+        (&one_pool(r#"{ "fair_share": {} }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1)"),
+        (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 4, "max_fraction": 0.5 } }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1)"),
+        (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 0 } }"#), "pools.p.fair_share.max_units_per_tenant: 0 is out of range; use 1 to 1024 (the pool's max_units: a larger cap would cap nothing)"),
+        (&one_pool(r#"{ "max_units": 24, "fair_share": { "max_units_per_tenant": 25 } }"#), "pools.p.fair_share.max_units_per_tenant: 25 is out of range; use 1 to 24 (the pool's max_units: a larger cap would cap nothing)"),
+        (&one_pool(r#"{ "fair_share": { "max_fraction": 0 } }"#), "pools.p.fair_share.max_fraction: 0 is out of range; use a number greater than 0 and at most 1"),
+        (&one_pool(r#"{ "fair_share": { "max_fraction": 1.5 } }"#), "pools.p.fair_share.max_fraction: 1.5 is out of range; use a number greater than 0 and at most 1"),
+        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`, expected `max_units_per_tenant` or `max_fraction`"),
+        (&one_pool(r#"{ "backfill": "on" }"#), r#"pools.p.backfill: invalid type: string "on", expected a boolean"#),
         (&one_pool(r#"{ "queue": { "type": "redis" } }"#), "pools.p.queue.type: unknown variant `redis`, expected one of `in_memory`, `yaque`, `postgres`, `postgres_pgmq`"),
         (&one_pool(r#"{ "queue": { "type": "yaque", "path": " ", "stream": "s" } }"#), "pools.p.queue.path: is empty; give the directory of the queue files"),
         (&one_pool(r#"{ "queue": { "type": "yaque", "path": "./q", "stream": "../etc" } }"#), r#"pools.p.queue.stream: "../etc" is not allowed; stream names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
@@ -387,4 +395,80 @@ fn the_http_notifier_needs_the_webhook_feature() {
                 .into()
         )
     );
+}
+
+/// Holds every task until the test lets it finish.
+#[derive(Clone)]
+struct Gate(std::sync::Arc<tokio::sync::Semaphore>);
+
+#[async_trait::async_trait]
+impl TaskExecutor<String, String> for Gate {
+    async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+        self.0.acquire().await.expect("gate open").forget();
+        payload
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < give_up, "waited too long for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_share_from_the_config_caps_each_tenant() {
+    let text = one_pool(
+        r#"{ "worker_threads": 4, "max_units": 24, "backfill": false,
+             "fair_share": { "max_units_per_tenant": 8 } }"#,
+    );
+    let config = SchedulerConfig::from_json_str(&text).unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    assert_eq!(settings.fair_share, Some(FairShare::MaxUnitsPerTenant(8)));
+    assert!(!settings.backfill);
+    let gate = Gate(std::sync::Arc::new(tokio::sync::Semaphore::new(0)));
+    let built = build_pools_from_scheduler_config::<String, String, Gate, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| gate.clone(),
+        TokioSpawner,
+    )
+    .unwrap();
+    let pool = built.pools.get("p").expect("pool");
+    let submit = |id, tenant: &str, units| {
+        let meta = TaskMetadata::new(id, ResourceCost::gpu_vram(units))
+            .with_mailbox(MailboxKey::new(tenant));
+        pool.submit(ScheduledTask {
+            meta,
+            payload: format!("{tenant}{id}"),
+        })
+    };
+    // Tenant a: two tasks of 4 reach its cap of 8; its third parks with 16 units free.
+    let mut keys = Vec::new();
+    for id in 1..=3 {
+        keys.push(submit(id, "a", 4).await.unwrap());
+    }
+    until("a at its cap", || pool.stats().used_units == 8).await;
+    assert_eq!(pool.stats().queued_tasks, 1);
+    // Tenant b is not held back by a's parked task.
+    keys.push(submit(4, "b", 6).await.unwrap());
+    until("b running", || pool.stats().used_units == 14).await;
+    assert_eq!(pool.stats().queued_tasks, 1);
+    // A task above the cap could never run: refused, naming the cap.
+    assert_eq!(
+        submit(5, "a", 9).await,
+        Err(PoolError::InsufficientResources {
+            needed: 9,
+            available: 8,
+            kind: ResourceKind::GpuVram,
+        })
+    );
+    // Let everything finish: a's parked task runs once a's units come back.
+    gate.0.add_permits(4);
+    for key in &keys {
+        pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
+    }
+    assert_eq!(pool.stats().used_units, 0);
 }

@@ -309,7 +309,7 @@ fn alias_bombs_and_deep_nesting_are_answered_quickly() {
 fn unknown_fields_are_named_in_both_formats() {
     let expected = "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, \
                     `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, \
-                    `default_timeout_ms`, `pin_to_cpus`, `starvation`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`";
+                    `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`";
     assert_eq!(
         json_error(r#"{ "pools": { "p": { "max_unit": 3 } } }"#),
         expected

@@ -31,7 +31,7 @@ use super::gpu::GpuSettings;
 use super::secret::{expand_field, expand_secret, Secret};
 use super::validate::ConfigError;
 use super::{quote, strict_json, WorkerPoolConfig};
-use crate::core::{Capacity, Durability, StarvationGuard};
+use crate::core::{Capacity, Durability, FairShare, StarvationGuard};
 
 /// Every pool of a deployment, by name.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -72,6 +72,13 @@ pub struct PoolSettings {
     /// The starvation guard. Default: 30 s parked or 256 skips.
     #[serde(default)]
     pub starvation: Option<StarvationSettings>,
+    /// A cap on one tenant's running units, and fair order among tenants. Default: none.
+    #[serde(default)]
+    pub fair_share: Option<FairShareSettings>,
+    /// Whether tasks may start past a reserved task when their execution timeout ends before
+    /// it could start. Default `true`.
+    #[serde(default)]
+    pub backfill: Option<bool>,
     /// Where parked tasks wait. Default: in memory.
     #[serde(default)]
     pub queue: QueueSettings,
@@ -152,6 +159,33 @@ pub struct StarvationSettings {
     /// Overtaken this often at the head means starving; omit to turn the rule off.
     #[serde(default)]
     pub max_skips: Option<u32>,
+}
+
+/// A pool's per-tenant fair share: exactly one of the two fields.
+///
+/// `{"max_units_per_tenant": 12}` caps each tenant at 12 units of every kind;
+/// `{"max_fraction": 0.5}` at half of each kind's units (rounded down, at least one).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareSettings {
+    /// The most units of each kind one tenant's running tasks may hold.
+    #[serde(default)]
+    pub max_units_per_tenant: Option<u32>,
+    /// The most of each kind's units one tenant's running tasks may hold, as a fraction.
+    #[serde(default)]
+    pub max_fraction: Option<f64>,
+}
+
+impl FairShareSettings {
+    /// The fair share these settings ask for; `None` unless exactly one field is given (the
+    /// validation names the problem).
+    pub fn fair_share(&self) -> Option<FairShare> {
+        match (self.max_units_per_tenant, self.max_fraction) {
+            (Some(units), None) => Some(FairShare::MaxUnitsPerTenant(units)),
+            (None, Some(fraction)) => Some(FairShare::MaxFraction(fraction)),
+            _ => None,
+        }
+    }
 }
 
 /// Where a pool's parked tasks wait.
@@ -376,6 +410,12 @@ impl SchedulerConfig {
                 max_park_ms: starvation.max_park_ms,
                 max_skips: starvation.max_skips,
             });
+        }
+        if let Some(fair_share) = pool.fair_share.as_ref().and_then(FairShareSettings::fair_share) {
+            settings = settings.with_fair_share(fair_share);
+        }
+        if let Some(backfill) = pool.backfill {
+            settings = settings.with_backfill(backfill);
         }
         Some(settings)
     }

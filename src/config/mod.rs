@@ -15,7 +15,7 @@ mod strict_json;
 mod validate;
 
 pub use file::{
-    DurabilityMode, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
+    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
     SchedulerConfig, StarvationSettings, StorageSettings,
 };
 pub use gpu::GpuSettings;

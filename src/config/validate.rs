@@ -15,6 +15,9 @@
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
 //! | `starvation.max_skips` | 1 – 1,000,000 |
+//! | `fair_share` | exactly one of `max_units_per_tenant` and `max_fraction` |
+//! | `fair_share.max_units_per_tenant` | 1 – `max_units` (any `u32` with `"auto"`) |
+//! | `fair_share.max_fraction` | greater than 0, at most 1 |
 //! | `queue.path` (yaque) | not empty |
 //! | `queue.stream` (yaque) | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `queue.lease_ms` (postgres) | 300 ms – 1 day |
@@ -48,7 +51,7 @@ use std::fmt::Display;
 use thiserror::Error;
 
 use super::file::{
-    DurabilityMode, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
+    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
     SchedulerConfig, StorageSettings,
 };
 use super::quote;
@@ -275,6 +278,9 @@ impl PoolSettings {
                 in_range(path, "starvation.max_skips", skips, 1, MAX_SKIPS)?;
             }
         }
+        if let Some(fair_share) = &self.fair_share {
+            validate_fair_share(&format!("{path}.fair_share"), fair_share, self.max_units)?;
+        }
         validate_queue(&format!("{path}.queue"), &self.queue)?;
         if let Some(gpu) = &self.gpu {
             gpu.validate(path, &self.queue)?;
@@ -422,6 +428,45 @@ fn validate_mailbox(
         in_range(path, "notifier.max_retries", *retries, 0, MAX_RETRIES)?;
     }
     Ok(())
+}
+
+fn validate_fair_share(
+    path: &str,
+    fair_share: &FairShareSettings,
+    max_units: MaxUnits,
+) -> Result<(), ConfigError> {
+    match (fair_share.max_units_per_tenant, fair_share.max_fraction) {
+        (Some(units), None) => {
+            let most = match max_units {
+                MaxUnits::Units(units) => units.min(u64::from(u32::MAX)),
+                MaxUnits::Auto => u64::from(u32::MAX),
+            };
+            if units == 0 || u64::from(units) > most {
+                return Err(ConfigError::invalid(
+                    format!("{path}.max_units_per_tenant"),
+                    format!(
+                        "{units} is out of range; use 1 to {most} (the pool's max_units: a \
+                         larger cap would cap nothing)"
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        (None, Some(fraction)) => {
+            if fraction > 0.0 && fraction <= 1.0 {
+                return Ok(());
+            }
+            Err(ConfigError::invalid(
+                format!("{path}.max_fraction"),
+                format!("{fraction} is out of range; use a number greater than 0 and at most 1"),
+            ))
+        }
+        _ => Err(ConfigError::invalid(
+            path,
+            "give exactly one of max_units_per_tenant (units of each kind per tenant) and \
+             max_fraction (a share of each kind's units, greater than 0 and at most 1)",
+        )),
+    }
 }
 
 pub(super) fn in_range<T: PartialOrd + Display>(
