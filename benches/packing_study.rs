@@ -1,0 +1,628 @@
+//! The packing study: how well three policies pack a 24 GB card under a mixed VRAM workload,
+//! against an offline upper bound on utilisation, and what it costs the tasks in waiting.
+//!
+//! A deterministic simulation on a virtual clock (fixed seed, no wall-clock reads), driving
+//! the real pure core (`ParkingLot`) for two of the policies, so it runs in about a second
+//! and reproduces exactly:
+//!
+//! - **strict FIFO**: arrival order; a head that does not fit blocks everyone behind it;
+//! - **skip-ahead, drain**: the parking lot with the default starvation guard (30 s parked
+//!   or 256 skips) and backfill off: a starving task makes the pool drain for it;
+//! - **skip-ahead, backfill**: the same with backfill on, every task carrying its execution
+//!   timeout (an overestimate of its run time, as users give one).
+//!
+//! Then a second, smaller study: one tenant floods the pool while four others submit
+//! steadily, with and without a fair share.
+//!
+//! `cargo bench --bench packing_study` prints the tables (for `BENCHMARKS.md`) and writes
+//! the plots to `benches/plots/` (SVG): utilisation over time and the wait distributions
+//! per priority of the three policies.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::Path;
+
+use plotters::prelude::*;
+use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
+use prometheus_parking_lot::{
+    FairShare, PoolLimits, Priority, ResourceCost, StarvationGuard, TaskId,
+};
+
+/// The card.
+const CARD_GB: u32 = 24;
+/// Worker slots: tasks running at once at most.
+const WORKERS: usize = 8;
+/// Tasks in the main study.
+const TASKS: usize = 20_000;
+/// Offered load: arrivals carry this many times the work the card can do.
+const OVERLOAD: f64 = 1.2;
+const SEED: u64 = 0x5EED_2026;
+/// Tasks this large or larger are "the largest tasks".
+const LARGE_GB: u32 = 16;
+
+/// One task of the workload.
+#[derive(Debug, Clone, Copy)]
+struct Task {
+    id: TaskId,
+    arrives_ms: u64,
+    gb: u32,
+    priority: Priority,
+    runs_ms: u64,
+    /// The execution timeout the submitter gives: at least the run time.
+    timeout_ms: u64,
+    tenant: u64,
+}
+
+/// SplitMix64: small, fast, and the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Sizes: 55% chat-sized (1–4 GB), 30% medium (5–12 GB), 15% long-context (13–20 GB).
+fn size(rng: &mut Rng) -> u32 {
+    let pick = rng.unit();
+    if pick < 0.55 {
+        1 + rng.below(4) as u32
+    } else if pick < 0.85 {
+        5 + rng.below(8) as u32
+    } else {
+        13 + rng.below(8) as u32
+    }
+}
+
+/// Priorities: 5% critical, 20% high, 50% normal, 25% low.
+fn priority(rng: &mut Rng) -> Priority {
+    match rng.unit() {
+        p if p < 0.05 => Priority::Critical,
+        p if p < 0.25 => Priority::High,
+        p if p < 0.75 => Priority::Normal,
+        _ => Priority::Low,
+    }
+}
+
+/// Run times: Pareto with shape 1.5 from 1 s (heavy tail: mean 3 s, a few runs of
+/// minutes), cut at 10 minutes.
+fn run_time_ms(rng: &mut Rng) -> u64 {
+    let u = 1.0 - rng.unit();
+    let seconds = u.powf(-1.0 / 1.5).min(600.0);
+    (seconds * 1_000.0) as u64
+}
+
+/// The main workload: Poisson arrivals at `OVERLOAD` times the card's capacity.
+fn workload(tasks: usize, seed: u64) -> Vec<Task> {
+    let mut rng = Rng(seed);
+    let mut drafts: Vec<(u32, Priority, u64, u64)> = (0..tasks)
+        .map(|_| {
+            let gb = size(&mut rng);
+            let runs_ms = run_time_ms(&mut rng);
+            // The submitter's estimate: 1.1 to 3 times the real run time, whole seconds.
+            let factor = 1.1 + 1.9 * rng.unit();
+            let timeout_ms = ((runs_ms as f64 * factor / 1_000.0).ceil() as u64).max(1) * 1_000;
+            (gb, priority(&mut rng), runs_ms, timeout_ms)
+        })
+        .collect();
+    let work_gb_ms: f64 = drafts
+        .iter()
+        .map(|&(gb, _, runs_ms, _)| f64::from(gb) * runs_ms as f64)
+        .sum();
+    let mean_gap_ms = work_gb_ms / f64::from(CARD_GB) / OVERLOAD / tasks as f64;
+    let mut now = 0.0;
+    drafts
+        .drain(..)
+        .enumerate()
+        .map(|(index, (gb, priority, runs_ms, timeout_ms))| {
+            now += -mean_gap_ms * (1.0 - rng.unit()).ln();
+            Task {
+                id: index as TaskId + 1,
+                arrives_ms: now as u64,
+                gb,
+                priority,
+                runs_ms,
+                timeout_ms,
+                tenant: 0,
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Policies
+// ---------------------------------------------------------------------------------------
+
+/// Anything that decides which tasks start.
+trait Policy {
+    fn name(&self) -> &'static str;
+    /// A task arrives; returns the tasks that start now.
+    fn arrive(&mut self, task: &Task, now: u64) -> Vec<TaskId>;
+    /// A running task ends; returns the tasks that start now.
+    fn finish(&mut self, id: TaskId, now: u64) -> Vec<TaskId>;
+    /// When the policy next has timed work to do (the core's aging).
+    fn wakeup(&self) -> Option<u64>;
+    fn tick(&mut self, now: u64) -> Vec<TaskId>;
+}
+
+/// The real core, with or without timeouts on its tickets.
+struct Core {
+    name: &'static str,
+    lot: ParkingLot,
+    with_timeouts: bool,
+}
+
+impl Core {
+    fn new(name: &'static str, limits: PoolLimits, with_timeouts: bool) -> Self {
+        Self {
+            name,
+            lot: ParkingLot::new(limits).expect("valid limits"),
+            with_timeouts,
+        }
+    }
+}
+
+impl Policy for Core {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn arrive(&mut self, task: &Task, now: u64) -> Vec<TaskId> {
+        let ticket = Ticket {
+            id: task.id,
+            priority: task.priority,
+            cost: ResourceCost::gpu_vram(task.gb),
+            created_at_ms: task.arrives_ms,
+            deadline_ms: None,
+            tenant: task.tenant,
+            timeout_ms: self.with_timeouts.then_some(task.timeout_ms),
+        };
+        match self.lot.admit(ticket, now).split_started() {
+            (Admit::Start, mut also) => {
+                also.insert(0, task.id);
+                also
+            }
+            (Admit::Park, _) => Vec::new(),
+            (other, _) => panic!("task {} answered {other:?}", task.id),
+        }
+    }
+
+    fn finish(&mut self, id: TaskId, now: u64) -> Vec<TaskId> {
+        self.lot.complete(id, now).expect("a running task completes")
+    }
+
+    fn wakeup(&self) -> Option<u64> {
+        self.lot.next_wakeup()
+    }
+
+    fn tick(&mut self, now: u64) -> Vec<TaskId> {
+        self.lot.tick(now).started
+    }
+}
+
+/// Strict FIFO: arrival order, the head blocks everyone behind it.
+#[derive(Default)]
+struct StrictFifo {
+    waiting: VecDeque<(TaskId, u32)>,
+    running: HashMap<TaskId, u32>,
+    used: u32,
+}
+
+impl StrictFifo {
+    fn start_heads(&mut self) -> Vec<TaskId> {
+        let mut started = Vec::new();
+        while let Some(&(id, gb)) = self.waiting.front() {
+            if self.used + gb > CARD_GB || self.running.len() == WORKERS {
+                break;
+            }
+            self.waiting.pop_front();
+            self.used += gb;
+            self.running.insert(id, gb);
+            started.push(id);
+        }
+        started
+    }
+}
+
+impl Policy for StrictFifo {
+    fn name(&self) -> &'static str {
+        "strict FIFO"
+    }
+
+    fn arrive(&mut self, task: &Task, _now: u64) -> Vec<TaskId> {
+        self.waiting.push_back((task.id, task.gb));
+        self.start_heads()
+    }
+
+    fn finish(&mut self, id: TaskId, _now: u64) -> Vec<TaskId> {
+        let gb = self.running.remove(&id).expect("running");
+        self.used -= gb;
+        self.start_heads()
+    }
+
+    fn wakeup(&self) -> Option<u64> {
+        None
+    }
+
+    fn tick(&mut self, _now: u64) -> Vec<TaskId> {
+        Vec::new()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The simulation
+// ---------------------------------------------------------------------------------------
+
+/// What one policy did with the workload.
+struct Run {
+    name: &'static str,
+    /// Start time of each task, by index.
+    starts: Vec<u64>,
+    /// (time, GB in use from then on), one entry per event time.
+    usage: Vec<(u64, u32)>,
+    /// The last task's end.
+    makespan_ms: u64,
+}
+
+fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
+    let index: HashMap<TaskId, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    let mut starts = vec![u64::MAX; tasks.len()];
+    let mut ends: BTreeSet<(u64, TaskId)> = BTreeSet::new();
+    let mut usage = vec![(0, 0)];
+    let mut used = 0u32;
+    let mut next_arrival = 0;
+    let mut now = 0;
+    loop {
+        let arrival = tasks.get(next_arrival).map(|t| t.arrives_ms);
+        let end = ends.first().map(|&(at, _)| at);
+        let wake = policy.wakeup().map(|at| at.max(now));
+        let Some(at) = [arrival, end, wake].into_iter().flatten().min() else {
+            break;
+        };
+        now = at;
+        let mut started = Vec::new();
+        while let Some(&(at, id)) = ends.first() {
+            if at > now {
+                break;
+            }
+            ends.pop_first();
+            used -= tasks[index[&id]].gb;
+            started.extend(policy.finish(id, now));
+        }
+        while let Some(task) = tasks.get(next_arrival).filter(|t| t.arrives_ms <= now) {
+            next_arrival += 1;
+            started.extend(policy.arrive(task, now));
+        }
+        if policy.wakeup().is_some_and(|at| at <= now) {
+            started.extend(policy.tick(now));
+        }
+        for id in started {
+            let task = &tasks[index[&id]];
+            assert_eq!(starts[index[&id]], u64::MAX, "task {id} started twice");
+            starts[index[&id]] = now;
+            used += task.gb;
+            assert!(used <= CARD_GB, "{} overcommitted the card", policy.name());
+            ends.insert((now + task.runs_ms, id));
+        }
+        usage.push((now, used));
+    }
+    assert!(starts.iter().all(|&s| s != u64::MAX), "{}: a task never started", policy.name());
+    Run {
+        name: policy.name(),
+        starts,
+        usage,
+        makespan_ms: now,
+    }
+}
+
+/// GB·ms of work in the workload.
+fn work(tasks: &[Task]) -> f64 {
+    tasks.iter().map(|t| f64::from(t.gb) * t.runs_ms as f64).sum()
+}
+
+/// An upper bound on the utilisation any schedule could reach, even one that knew every
+/// arrival and run time in advance: the work over the capacity times a lower bound on the
+/// makespan. No schedule ends before (a) the card has done all the work at full use,
+/// (b) the worker slots have run every task, (c) the latest arrival plus its run, and
+/// (d) the tasks above half the card have run one after another (no two fit together).
+fn offline_bound(tasks: &[Task]) -> (f64, u64) {
+    let work = work(tasks);
+    let full_card = (work / f64::from(CARD_GB)).ceil() as u64;
+    let slots = tasks.iter().map(|t| t.runs_ms).sum::<u64>() / WORKERS as u64;
+    let last = tasks.iter().map(|t| t.arrives_ms + t.runs_ms).max().unwrap_or(0);
+    let exclusive = tasks
+        .iter()
+        .filter(|t| 2 * t.gb > CARD_GB)
+        .map(|t| t.runs_ms)
+        .sum::<u64>();
+    let makespan = full_card.max(slots).max(last).max(exclusive);
+    (work / (f64::from(CARD_GB) * makespan as f64), makespan)
+}
+
+fn utilisation(run: &Run, tasks: &[Task]) -> f64 {
+    work(tasks) / (f64::from(CARD_GB) * run.makespan_ms as f64)
+}
+
+/// The `q`-quantile (nearest rank) of sorted values.
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn waits_where(run: &Run, tasks: &[Task], keep: impl Fn(&Task) -> bool) -> Vec<u64> {
+    let mut waits: Vec<u64> = tasks
+        .iter()
+        .zip(&run.starts)
+        .filter(|(task, _)| keep(task))
+        .map(|(task, &start)| start - task.arrives_ms)
+        .collect();
+    waits.sort_unstable();
+    waits
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{:.1}", ms as f64 / 1_000.0)
+}
+
+// ---------------------------------------------------------------------------------------
+// Plots
+// ---------------------------------------------------------------------------------------
+
+const COLOURS: [RGBColor; 3] = [RGBColor(214, 39, 40), RGBColor(31, 119, 180), RGBColor(44, 160, 44)];
+
+/// Mean utilisation per time bin, from a run's usage steps.
+fn binned_utilisation(run: &Run, bins: usize, horizon_ms: u64) -> Vec<(f64, f64)> {
+    let width = (horizon_ms as f64 / bins as f64).max(1.0);
+    let mut area = vec![0.0f64; bins];
+    for pair in run.usage.windows(2) {
+        let ((from, gb), (to, _)) = (pair[0], pair[1]);
+        let (mut at, to) = (from as f64, to as f64);
+        while at < to {
+            let bin = ((at / width) as usize).min(bins - 1);
+            let bin_end = ((bin + 1) as f64 * width).min(to).max(at + f64::EPSILON);
+            let until = if bin == bins - 1 { to } else { bin_end };
+            area[bin] += f64::from(gb) * (until - at);
+            at = until;
+        }
+    }
+    area.iter()
+        .enumerate()
+        .map(|(bin, gb_ms)| {
+            let hours = (bin as f64 + 0.5) * width / 3_600_000.0;
+            (hours, 100.0 * gb_ms / (f64::from(CARD_GB) * width))
+        })
+        .collect()
+}
+
+fn plot_utilisation(runs: &[Run], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let horizon = runs.iter().map(|r| r.makespan_ms).max().unwrap_or(1);
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Card utilisation over time (24 GB, 10-minute bins)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..horizon as f64 / 3_600_000.0, 0.0..105.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("virtual time (hours)")
+        .y_desc("VRAM in use (%)")
+        .draw()?;
+    let bins = (horizon / 600_000).max(1) as usize;
+    for (run, colour) in runs.iter().zip(COLOURS) {
+        chart
+            .draw_series(LineSeries::new(
+                binned_utilisation(run, bins, horizon),
+                colour.stroke_width(2),
+            ))?
+            .label(run.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Empirical CDFs of the wait per priority, one panel per priority, log time axis.
+fn plot_waits(runs: &[Run], tasks: &[Task], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (title, body) = root.split_vertically(36);
+    title.titled(
+        "Wait before start, per priority: share of tasks that waited at most x seconds",
+        ("sans-serif", 20),
+    )?;
+    let panels = body.split_evenly((2, 2));
+    let priorities = [Priority::Critical, Priority::High, Priority::Normal, Priority::Low];
+    for (panel, priority) in panels.iter().zip(priorities) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("{priority:?}"), ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(45)
+            .build_cartesian_2d((0.1f64..100_000.0).log_scale(), 0.0..100.0)?;
+        chart
+            .configure_mesh()
+            .x_desc("wait (s, log)")
+            .y_desc("tasks (%)")
+            .draw()?;
+        for (run, colour) in runs.iter().zip(COLOURS) {
+            let waits = waits_where(run, tasks, |t| t.priority == priority);
+            let total = waits.len().max(1) as f64;
+            let points = waits.iter().enumerate().map(|(rank, &wait)| {
+                ((wait as f64 / 1_000.0).max(0.1), 100.0 * (rank + 1) as f64 / total)
+            });
+            chart
+                .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                .label(run.name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The fair-share study
+// ---------------------------------------------------------------------------------------
+
+/// Tenant 1 submits a burst of 4,000 mid-sized tasks at once; tenants 2–5 submit 500 tasks
+/// each, spread over the same time. All normal priority.
+fn flood_workload(seed: u64) -> Vec<Task> {
+    let mut rng = Rng(seed);
+    let mut tasks = Vec::new();
+    for _ in 0..4_000 {
+        let runs_ms = run_time_ms(&mut rng);
+        tasks.push((0, 1, 4 + rng.below(5) as u32, runs_ms));
+    }
+    let horizon = 4_000.0 * 6.0 * 3_000.0 / f64::from(CARD_GB);
+    for tenant in 2..=5 {
+        for _ in 0..500 {
+            let at = (rng.unit() * horizon) as u64;
+            let runs_ms = run_time_ms(&mut rng);
+            tasks.push((at, tenant, 1 + rng.below(6) as u32, runs_ms));
+        }
+    }
+    tasks.sort_by_key(|&(at, tenant, ..)| (at, tenant));
+    tasks
+        .into_iter()
+        .enumerate()
+        .map(|(index, (arrives_ms, tenant, gb, runs_ms))| Task {
+            id: index as TaskId + 1,
+            arrives_ms,
+            gb,
+            priority: Priority::Normal,
+            runs_ms,
+            timeout_ms: runs_ms,
+            tenant,
+        })
+        .collect()
+}
+
+fn flood_study() {
+    let tasks = flood_workload(SEED ^ 0xF100D);
+    let base = PoolLimits::new(CARD_GB, WORKERS).with_max_queue_depth(usize::MAX);
+    let mut policies = [
+        Core::new("no fair share", base, false),
+        Core::new(
+            "fair share 12 GB/tenant",
+            base.with_fair_share(Some(FairShare::MaxUnitsPerTenant(12))),
+            false,
+        ),
+    ];
+    println!("\n## One tenant floods (4,000 tasks at t = 0), four others submit 500 each\n");
+    println!("| policy | utilisation | flooder max wait (s) | others p50 wait (s) | others p99 wait (s) | others max wait (s) |");
+    println!("|---|---|---|---|---|---|");
+    for policy in &mut policies {
+        let run = simulate(policy, &tasks);
+        let flooder = waits_where(&run, &tasks, |t| t.tenant == 1);
+        let others = waits_where(&run, &tasks, |t| t.tenant != 1);
+        println!(
+            "| {} | {:.1}% | {} | {} | {} | {} |",
+            run.name,
+            100.0 * utilisation(&run, &tasks),
+            seconds(quantile(&flooder, 1.0)),
+            seconds(quantile(&others, 0.5)),
+            seconds(quantile(&others, 0.99)),
+            seconds(quantile(&others, 1.0)),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let tasks = workload(TASKS, SEED);
+    let drain = PoolLimits::new(CARD_GB, WORKERS)
+        .with_max_queue_depth(usize::MAX)
+        .with_starvation(StarvationGuard::default())
+        .with_backfill(false);
+    let mut fifo = StrictFifo::default();
+    let mut skip_drain = Core::new("skip-ahead, drain", drain, false);
+    let mut skip_backfill = Core::new("skip-ahead, backfill", drain.with_backfill(true), true);
+    let runs = [
+        simulate(&mut fifo, &tasks),
+        simulate(&mut skip_drain, &tasks),
+        simulate(&mut skip_backfill, &tasks),
+    ];
+    let (bound, shortest_ms) = offline_bound(&tasks);
+    println!(
+        "# Packing study: {TASKS} tasks, 1–20 GB on a {CARD_GB} GB card, {WORKERS} workers, \
+         arrivals at {OVERLOAD}x capacity, Pareto(1.5) run times, seed {SEED:#x}\n"
+    );
+    println!(
+        "Offline upper bound on utilisation: {:.1}% (no schedule ends before {} s).\n",
+        100.0 * bound,
+        seconds(shortest_ms)
+    );
+    println!("| policy | utilisation | of the bound | throughput (tasks/s) | makespan (s) | largest (>= {LARGE_GB} GB) p99 wait (s) | largest max wait (s) |");
+    println!("|---|---|---|---|---|---|---|");
+    for run in &runs {
+        let util = utilisation(run, &tasks);
+        let large = waits_where(run, &tasks, |t| t.gb >= LARGE_GB);
+        println!(
+            "| {} | {:.1}% | {:.1}% | {:.3} | {} | {} | {} |",
+            run.name,
+            100.0 * util,
+            100.0 * util / bound,
+            TASKS as f64 / (run.makespan_ms as f64 / 1_000.0),
+            seconds(run.makespan_ms),
+            seconds(quantile(&large, 0.99)),
+            seconds(quantile(&large, 1.0)),
+        );
+    }
+    println!("\nWait before start per priority, seconds (p50 / p99 / max):\n");
+    println!("| policy | critical | high | normal | low |");
+    println!("|---|---|---|---|---|");
+    for run in &runs {
+        let cells: Vec<String> = [Priority::Critical, Priority::High, Priority::Normal, Priority::Low]
+            .into_iter()
+            .map(|priority| {
+                let waits = waits_where(run, &tasks, |t| t.priority == priority);
+                format!(
+                    "{} / {} / {}",
+                    seconds(quantile(&waits, 0.5)),
+                    seconds(quantile(&waits, 0.99)),
+                    seconds(quantile(&waits, 1.0))
+                )
+            })
+            .collect();
+        println!("| {} | {} |", run.name, cells.join(" | "));
+    }
+    flood_study();
+    let plots = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/plots");
+    std::fs::create_dir_all(&plots)?;
+    plot_utilisation(&runs, &plots.join("packing_utilisation.svg"))?;
+    plot_waits(&runs, &tasks, &plots.join("packing_waits.svg"))?;
+    println!("\nPlots: benches/plots/packing_utilisation.svg, benches/plots/packing_waits.svg");
+    Ok(())
+}
