@@ -194,6 +194,27 @@ impl Parked {
     }
 }
 
+/// When a reservation could start at the latest (rule 13), and what it leaves spare then.
+#[derive(Debug, Clone, Copy)]
+struct Shadow {
+    /// The shadow time.
+    at: u64,
+    /// The reservation's kind.
+    kind: ResourceKind,
+    /// Units of that kind free at the shadow time beyond the reservation's cost.
+    spare_units: u32,
+    /// Worker slots idle at the shadow time beyond the reservation's.
+    spare_slots: usize,
+}
+
+impl Shadow {
+    /// Whether a task costing `cost`, however long it runs, leaves the reservation what it
+    /// needs at the shadow time.
+    fn spares(&self, cost: ResourceCost) -> bool {
+        self.spare_slots > 0 && (cost.kind != self.kind || cost.units <= self.spare_units)
+    }
+}
+
 /// The headroom of a kind that has none: its free units are its budget's.
 const UNLIMITED: u32 = u32::MAX;
 
@@ -794,60 +815,83 @@ impl ParkingLot {
         let Some(reserved) = reserved else {
             return true;
         };
-        timeout_ms != NO_TIMEOUT
-            && self
-                .shadow_time(reserved, now)
-                .is_some_and(|shadow| now.saturating_add(u64::from(timeout_ms)) <= shadow)
+        if timeout_ms == NO_TIMEOUT {
+            return false;
+        }
+        let Some(shadow) = self.shadow(reserved, now) else {
+            return false;
+        };
+        now.saturating_add(u64::from(timeout_ms)) <= shadow.at || shadow.spares(cost)
     }
 
-    /// The best task held back by `reserved` that may backfill (rule 13): it fits now, its
-    /// tenant has room for it and no starving task of its own tenant ranks ahead of it, and
-    /// its timeout ends by the reservation's shadow time.
+    /// The best task held back by `reserved` that may backfill (rule 13): it has a timeout,
+    /// fits now, its tenant has room for it and no starving task of its own tenant ranks
+    /// ahead of it; and either its timeout ends by the reservation's shadow time, or it fits
+    /// in what the reservation leaves spare at that time.
     fn backfill_candidate(&self, reserved: RankKey, now: u64) -> Option<RankKey> {
         let by_timeout = self.by_timeout.as_ref()?;
-        let limit = self.shadow_time(reserved, now)?.checked_sub(now)?;
+        let shadow = self.shadow(reserved, now)?;
+        let limit = shadow.at.checked_sub(now)?;
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
-        by_timeout.best_within(limit, &free, |candidate| {
-            let Some(parked) = self.parked.get(&candidate.id()) else {
-                return false;
-            };
-            let ends_in_time = parked.timeout().is_some_and(|timeout| timeout <= limit);
-            let within_share = self.tenants.as_ref().is_none_or(|book| {
+        let within_share = |candidate: RankKey, parked: &Parked| {
+            self.tenants.as_ref().is_none_or(|book| {
                 parked.units <= book.room(parked.tenant, parked.kind)
                     && !book.starving_ahead_of(parked.tenant, &candidate)
-            });
-            ends_in_time && within_share
-        })
+            })
+        };
+        let ends_in_time = by_timeout.best_within(limit, &free, |candidate| {
+            self.parked.get(&candidate.id()).is_some_and(|parked| {
+                parked.timeout().is_some_and(|timeout| timeout <= limit)
+                    && within_share(candidate, parked)
+            })
+        });
+        let mut spare = free;
+        if shadow.spare_slots == 0 {
+            return ends_in_time;
+        }
+        spare[shadow.kind.index()] = spare[shadow.kind.index()].min(shadow.spare_units);
+        let in_spare_room = by_timeout.best_within(u64::MAX, &spare, |candidate| {
+            self.parked
+                .get(&candidate.id())
+                .is_some_and(|parked| within_share(candidate, parked))
+        });
+        [ends_in_time, in_spare_room].into_iter().flatten().min()
     }
 
-    /// The reservation's shadow time: the earliest time at which, if every running task ends
-    /// by its timeout, its kind has its units free and a worker slot is idle. `None` when
-    /// the running tasks with a timeout (and not yet past it) do not free enough, or when a
-    /// headroom caps its kind (another process decides when that memory returns).
-    fn shadow_time(&self, reserved: RankKey, now: u64) -> Option<u64> {
+    /// The reservation's shadow: the earliest time at which, if every running task ends by
+    /// its timeout, its kind has its units free and a worker slot is idle, and what would be
+    /// spare then beyond the reservation's needs. `None` when the running tasks with a
+    /// timeout (and not yet past it) do not free enough, or when a headroom caps its kind
+    /// (another process decides when that memory returns).
+    fn shadow(&self, reserved: RankKey, now: u64) -> Option<Shadow> {
         let parked = self.parked.get(&reserved.id())?;
         let kind = parked.kind;
         if self.headroom[kind.index()] != UNLIMITED {
             return None;
         }
-        let mut free = u64::from(self.limits.capacity.get(kind) - self.used[kind.index()]);
+        let mut free = self.limits.capacity.get(kind) - self.used[kind.index()];
         let mut idle = self.idle_workers.len();
-        let needed = u64::from(parked.units);
-        if free >= needed && idle > 0 {
-            return Some(now);
+        let shadow_at = |at: u64, free: u32, idle: usize| Shadow {
+            at,
+            kind,
+            spare_units: free - parked.units,
+            spare_slots: idle - 1,
+        };
+        if free >= parked.units && idle > 0 {
+            return Some(shadow_at(now, free, idle));
         }
         for &(ends_by, id) in self.by_end.range((now, 0)..) {
             let Some(claim) = self.running.get(&id) else {
                 continue;
             };
             if claim.kind == kind {
-                free += u64::from(claim.units);
+                free += claim.units;
             }
             if !self.retired[claim.worker as usize] {
                 idle += 1;
             }
-            if free >= needed && idle > 0 {
-                return Some(ends_by);
+            if free >= parked.units && idle > 0 {
+                return Some(shadow_at(ends_by, free, idle));
             }
         }
         None

@@ -694,8 +694,8 @@ fn backfill_starts_tasks_that_end_before_the_reserved_task_could_start() {
     // Running: 6 units until t = 100, 2 units until t = 50.
     assert_eq!(lot.admit(timed(1, 6, Some(100)), 0), Admit::Start);
     assert_eq!(lot.admit(timed(2, 2, Some(50)), 0), Admit::Start);
-    // Task 3 needs 8: it can start once task 1 ends (t = 100, 2 + 6 free).
-    assert_eq!(lot.admit(timed(3, 8, Some(10)), 0), Admit::Park);
+    // Task 3 needs all 10: it can start once task 1 ends (t = 100), with nothing spare.
+    assert_eq!(lot.admit(timed(3, 10, Some(10)), 0), Admit::Park);
     lot.tick(10);
     assert_eq!(lot.reservation(), Some(3));
     // 2 units free now. A task ending by t = 100 may start; one ending later may not, nor
@@ -708,10 +708,30 @@ fn backfill_starts_tasks_that_end_before_the_reserved_task_could_start() {
     lot.check_invariants().expect("invariants");
     // Task 2 ends at 50: 3 free; parked task 5 (ends 111 if started now) still may not.
     assert_eq!(lot.complete(2, 50).unwrap(), Vec::<TaskId>::new());
-    // Task 7 and then task 1 end: the reservation starts, then the best-ranked task that
-    // fits the 2 units left behind it.
+    // Task 7 and then task 1 end: the reservation starts, then the rest behind it.
     assert_eq!(lot.complete(7, 60).unwrap(), Vec::<TaskId>::new());
-    assert_eq!(lot.complete(1, 100).unwrap(), vec![3, 5]);
+    assert_eq!(lot.complete(1, 100).unwrap(), vec![3]);
+    assert_eq!(lot.complete(3, 110).unwrap(), vec![5, 6]);
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
+fn backfill_also_starts_long_tasks_in_what_the_reservation_leaves_spare() {
+    let mut lot = draining_lot(true);
+    assert_eq!(lot.admit(timed(1, 6, Some(100)), 0), Admit::Start);
+    // Task 3 needs 8: at t = 100 all 10 are free, 2 more than it needs.
+    assert_eq!(lot.admit(timed(3, 8, Some(10)), 0), Admit::Park);
+    lot.tick(10);
+    assert_eq!(lot.reservation(), Some(3));
+    // A long task fits the 2 spare units: it may run past t = 100.
+    assert_eq!(lot.admit(timed(4, 2, Some(500)), 10), Admit::Start);
+    // Now nothing is spare: a second long one waits, one ending by t = 100 still starts.
+    assert_eq!(lot.admit(timed(5, 2, Some(500)), 10), Admit::Park);
+    assert_eq!(lot.admit(timed(6, 2, Some(80)), 10), Admit::Start);
+    lot.check_invariants().expect("invariants");
+    assert_eq!(lot.complete(6, 90).unwrap(), Vec::<TaskId>::new());
+    // The reservation starts when task 1 ends, as it would have without any backfill.
+    assert_eq!(lot.complete(1, 100).unwrap(), vec![3]);
     lot.check_invariants().expect("invariants");
 }
 
