@@ -4,8 +4,11 @@
 //!
 //! `cargo bench --bench core_decisions` measures 1,000,000 parked tasks of 1,000 distinct
 //! costs. A second table times the same decisions with a live-guard headroom set (high
-//! enough never to bind, so the decisions are the same) beside a lot without one. Under `cargo test` (no `--bench` argument) it runs the same code on a small lot as
-//! a smoke test.
+//! enough never to bind, so the decisions are the same) beside a lot without one. A third
+//! times them with a fair share (cap = the whole capacity, so only the fair order is at
+//! work) for 1, 10 and 1,000 tenants beside the same lot without one, with the memory per
+//! parked task of each. Under `cargo test` (no `--bench` argument) it runs the same code on
+//! a small lot as a smoke test.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashMap, VecDeque};
@@ -14,7 +17,7 @@ use std::time::Instant;
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, RankKey, Ticket};
 use prometheus_parking_lot::{
-    PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId,
+    FairShare, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId,
 };
 
 /// Counts live heap bytes so memory per parked task is measured, not estimated.
@@ -86,6 +89,8 @@ impl Scale {
 struct Tickets {
     state: u64,
     next_id: TaskId,
+    /// Tickets go round-robin to this many tenants (tenant 0 when 1).
+    tenants: u64,
 }
 
 impl Tickets {
@@ -93,6 +98,7 @@ impl Tickets {
         Self {
             state: 0x2545_f491_4f6c_dd1d,
             next_id: 1,
+            tenants: 1,
         }
     }
 
@@ -112,7 +118,7 @@ impl Tickets {
             cost: ResourceCost::gpu_vram(1 + (self.random() % DISTINCT_COSTS) as u32),
             created_at_ms: id,
             deadline_ms: None,
-            tenant: 0,
+            tenant: id % self.tenants,
             timeout_ms: None,
         }
     }
@@ -285,6 +291,7 @@ fn main() {
     let mut naive_tickets = Tickets {
         state: tickets.state,
         next_id: tickets.next_id,
+        tenants: 1,
     };
     let mut naive_running = VecDeque::from([blocker.id]);
     let naive_run = drive(
@@ -340,6 +347,55 @@ fn main() {
     );
     drop(lot);
     live_guard_table(&scale, limits);
+    fair_share_table(&scale, limits);
+}
+
+/// What the fair share costs a decision and a parked task: the core's timed steps on fresh
+/// lots with the same tasks, without a fair share and with one (cap = the whole capacity)
+/// for 1, 10 and 1,000 tenants, interleaved over rounds (best of each).
+fn fair_share_table(scale: &Scale, limits: PoolLimits) {
+    const ROUNDS: usize = 3;
+    let fair = limits.with_fair_share(Some(FairShare::MaxUnitsPerTenant(CAPACITY)));
+    let variants: [(&str, PoolLimits, u64); 4] = [
+        ("no fair share", limits, 1),
+        ("fair share, 1 tenant", fair, 1),
+        ("fair share, 10 tenants", fair, 10),
+        ("fair share, 1,000 tenants", fair, 1_000),
+    ];
+    let mut runs: Vec<Vec<(Run, f64)>> = variants.iter().map(|_| Vec::new()).collect();
+    for _ in 0..ROUNDS {
+        for ((_, limits, tenants), runs) in variants.iter().zip(&mut runs) {
+            runs.push(core_measured(scale, *limits, None, *tenants));
+        }
+    }
+    assert_eq!(
+        runs[0][0].0.starts, runs[1][0].0.starts,
+        "with one tenant the fair order is the rank order"
+    );
+    let best = |runs: &[(Run, f64)], time: fn(&Run) -> f64| {
+        runs.iter()
+            .map(|(run, _)| time(run))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (base_admit, base_unpark) = (
+        best(&runs[0], |run| run.admit_ns),
+        best(&runs[0], |run| run.unpark_ns),
+    );
+    println!();
+    println!("| lot (best of {ROUNDS}) | admit (park) decision, ns | unpark decision, ns | ratio to no fair share (admit / unpark) | memory per parked task, bytes |");
+    println!("|---|---:|---:|---:|---:|");
+    for ((name, ..), runs) in variants.iter().zip(&runs) {
+        let (admit, unpark) = (
+            best(runs, |run| run.admit_ns),
+            best(runs, |run| run.unpark_ns),
+        );
+        println!(
+            "| {name} | {admit:.1} | {unpark:.1} | {:.2}x / {:.2}x | {:.0} |",
+            admit / base_admit,
+            unpark / base_unpark,
+            runs[0].1
+        );
+    }
 }
 
 /// What the live guard's bookkeeping costs a decision: the core's timed steps on fresh lots
@@ -376,25 +432,40 @@ fn live_guard_table(scale: &Scale, limits: PoolLimits) {
 /// The core's timed steps on a fresh lot: the blocker, `scale.parked` parked tasks, then
 /// the timed admits and completes, with `headroom` set on VRAM first.
 fn core_again(scale: &Scale, limits: PoolLimits, headroom: Option<u32>) -> Run {
+    core_measured(scale, limits, headroom, 1).0
+}
+
+/// [`core_again`] with the tickets spread over `tenants`, also returning the lot's memory
+/// per parked task in bytes.
+fn core_measured(
+    scale: &Scale,
+    limits: PoolLimits,
+    headroom: Option<u32>,
+    tenants: u64,
+) -> (Run, f64) {
     let mut tickets = Tickets::new();
+    tickets.tenants = tenants;
     let blocker = Ticket {
         cost: ResourceCost::gpu_vram(CAPACITY),
         ..tickets.next()
     };
+    let before = live_bytes();
     let mut lot = ParkingLot::new(limits).expect("limits");
     lot.set_headroom(ResourceKind::GpuVram, headroom, 0);
     assert_eq!(lot.admit(blocker, 0), Admit::Start);
     for _ in 0..scale.parked {
         assert_eq!(lot.admit(tickets.next(), 0), Admit::Park);
     }
+    let bytes_per_task = (live_bytes() - before) as f64 / scale.parked as f64;
     let mut running = VecDeque::from([blocker.id]);
-    drive(
+    let run = drive(
         &mut lot,
         &mut tickets,
         &mut running,
         scale.admits,
         scale.completes,
-    )
+    );
+    (run, bytes_per_task)
 }
 
 fn row(name: &str, core: f64, naive: f64) {

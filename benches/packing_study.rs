@@ -207,7 +207,9 @@ impl Policy for Core {
     }
 
     fn finish(&mut self, id: TaskId, now: u64) -> Vec<TaskId> {
-        self.lot.complete(id, now).expect("a running task completes")
+        self.lot
+            .complete(id, now)
+            .expect("a running task completes")
     }
 
     fn wakeup(&self) -> Option<u64> {
@@ -325,7 +327,11 @@ fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
         }
         usage.push((now, used));
     }
-    assert!(starts.iter().all(|&s| s != u64::MAX), "{}: a task never started", policy.name());
+    assert!(
+        starts.iter().all(|&s| s != u64::MAX),
+        "{}: a task never started",
+        policy.name()
+    );
     Run {
         name: policy.name(),
         starts,
@@ -336,7 +342,10 @@ fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
 
 /// GB·ms of work in the workload.
 fn work(tasks: &[Task]) -> f64 {
-    tasks.iter().map(|t| f64::from(t.gb) * t.runs_ms as f64).sum()
+    tasks
+        .iter()
+        .map(|t| f64::from(t.gb) * t.runs_ms as f64)
+        .sum()
 }
 
 /// An upper bound on the utilisation any schedule could reach, even one that knew every
@@ -348,7 +357,11 @@ fn offline_bound(tasks: &[Task]) -> (f64, u64) {
     let work = work(tasks);
     let full_card = (work / f64::from(CARD_GB)).ceil() as u64;
     let slots = tasks.iter().map(|t| t.runs_ms).sum::<u64>() / WORKERS as u64;
-    let last = tasks.iter().map(|t| t.arrives_ms + t.runs_ms).max().unwrap_or(0);
+    let last = tasks
+        .iter()
+        .map(|t| t.arrives_ms + t.runs_ms)
+        .max()
+        .unwrap_or(0);
     let exclusive = tasks
         .iter()
         .filter(|t| 2 * t.gb > CARD_GB)
@@ -403,7 +416,11 @@ fn seconds(ms: u64) -> String {
 // Plots
 // ---------------------------------------------------------------------------------------
 
-const COLOURS: [RGBColor; 3] = [RGBColor(214, 39, 40), RGBColor(31, 119, 180), RGBColor(44, 160, 44)];
+const COLOURS: [RGBColor; 3] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+];
 
 /// Mean utilisation per time bin, from a run's usage steps.
 fn binned_utilisation(run: &Run, bins: usize, horizon_ms: u64) -> Vec<(f64, f64)> {
@@ -434,7 +451,10 @@ fn plot_utilisation(runs: &[Run], path: &Path) -> Result<(), Box<dyn std::error:
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Card utilisation over time (24 GB, 10-minute bins)", ("sans-serif", 20))
+        .caption(
+            "Card utilisation over time (24 GB, 10-minute bins)",
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
@@ -452,7 +472,9 @@ fn plot_utilisation(runs: &[Run], path: &Path) -> Result<(), Box<dyn std::error:
                 colour.stroke_width(2),
             ))?
             .label(run.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()

@@ -412,7 +412,10 @@ impl TaskExecutor<String, String> for Gate {
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let give_up = std::time::Instant::now() + Duration::from_secs(10);
     while !done() {
-        assert!(std::time::Instant::now() < give_up, "waited too long for {what}");
+        assert!(
+            std::time::Instant::now() < give_up,
+            "waited too long for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

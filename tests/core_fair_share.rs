@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
 use prometheus_parking_lot::{
-    FairShare, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId,
-    WakeState,
+    FairShare, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId, WakeState,
 };
 use proptest::prelude::*;
 
@@ -177,12 +176,17 @@ impl Model {
 #[derive(Debug, Clone)]
 enum FloodOp {
     /// The flooder (tenant 1) submits a task of at most the probe's priority.
-    Flood { low: bool, units: u32 },
+    Flood {
+        low: bool,
+        units: u32,
+    },
     /// A running task ends.
     Complete(usize),
     Tick(u64),
     /// The light tenant (tenant 2) submits its probe, if it has nothing live.
-    Probe { units: u32 },
+    Probe {
+        units: u32,
+    },
 }
 
 fn flood_op() -> impl Strategy<Value = FloodOp> {

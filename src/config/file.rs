@@ -411,7 +411,11 @@ impl SchedulerConfig {
                 max_skips: starvation.max_skips,
             });
         }
-        if let Some(fair_share) = pool.fair_share.as_ref().and_then(FairShareSettings::fair_share) {
+        if let Some(fair_share) = pool
+            .fair_share
+            .as_ref()
+            .and_then(FairShareSettings::fair_share)
+        {
             settings = settings.with_fair_share(fair_share);
         }
         if let Some(backfill) = pool.backfill {

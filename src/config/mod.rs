@@ -15,8 +15,8 @@ mod strict_json;
 mod validate;
 
 pub use file::{
-    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
-    SchedulerConfig, StarvationSettings, StorageSettings,
+    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
+    QueueSettings, SchedulerConfig, StarvationSettings, StorageSettings,
 };
 pub use gpu::GpuSettings;
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};

@@ -51,8 +51,8 @@ use std::fmt::Display;
 use thiserror::Error;
 
 use super::file::{
-    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings,
-    SchedulerConfig, StorageSettings,
+    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
+    QueueSettings, SchedulerConfig, StorageSettings,
 };
 use super::quote;
 use super::secret::Secret;

@@ -6,8 +6,10 @@
 //! A reserved task R waits until enough capacity frees. From the running tasks' end times
 //! (start plus execution timeout) the core computes R's *shadow time*: the earliest time at
 //! which, if every running task ended by its timeout, R's kind would have R's units free
-//! and a worker slot would be idle. A task ranked below R may start now only if it fits now
-//! and its own timeout ends by then: it is gone before R could have started, so R starts no
+//! and a worker slot would be idle. A task ranked below R may start now only if it has a
+//! timeout, fits now, and either its timeout ends by then (it is gone before R could have
+//! started) or it fits in what R leaves spare at the shadow time (units of R's kind beyond
+//! R's cost, and a worker slot beyond R's), however long it runs. Either way R starts no
 //! later than without it. When the running tasks R needs include one without a timeout (or
 //! one already past its timeout), R's start cannot be bounded that way and nothing
 //! backfills; tasks without a timeout never backfill.
@@ -20,7 +22,8 @@
 //! tasks ending within `limit` ms asks every class up to `limit`'s own for its best task that
 //! fits the free units: 32 steps per class and kind. In `limit`'s own class only part of the
 //! tasks may qualify, so its answer is checked against the exact timeout; if it does not
-//! qualify that class offers nothing this time. A backfill can so miss a task that would
+//! qualify that class offers nothing this time. Tasks for the spare room are asked of every
+//! class, with R's kind bounded by the spare units. A backfill can so miss a task that would
 //! have qualified (never start one that does not): it errs on the side of the reservation.
 //!
 //! # Cost
@@ -52,11 +55,23 @@ pub(super) struct TimeoutIndex {
 }
 
 impl TimeoutIndex {
-    pub(super) fn insert(&mut self, timeout_ms: u32, kind: ResourceKind, units: u32, rank: RankKey) {
+    pub(super) fn insert(
+        &mut self,
+        timeout_ms: u32,
+        kind: ResourceKind,
+        units: u32,
+        rank: RankKey,
+    ) {
         self.classes.entry(class_of(timeout_ms)).or_default()[kind.index()].insert(units, rank);
     }
 
-    pub(super) fn remove(&mut self, timeout_ms: u32, kind: ResourceKind, units: u32, rank: RankKey) {
+    pub(super) fn remove(
+        &mut self,
+        timeout_ms: u32,
+        kind: ResourceKind,
+        units: u32,
+        rank: RankKey,
+    ) {
         let class = class_of(timeout_ms);
         let Some(indexes) = self.classes.get_mut(&class) else {
             return;
@@ -139,7 +154,10 @@ mod tests {
         assert_eq!(index.best_within(1_000, &free, |_| true), Some(rank(1)));
         assert_eq!(index.best_within(6_000, &free, |_| true), Some(rank(0)));
         assert_eq!(index.best_within(6_000, &[1; KINDS], |_| true), None);
-        assert_eq!(index.best_within(6_000, &free, |r| r.id() == 1), Some(rank(1)));
+        assert_eq!(
+            index.best_within(6_000, &free, |r| r.id() == 1),
+            Some(rank(1))
+        );
         index.remove(100, ResourceKind::GpuVram, 2, rank(1));
         assert_eq!(index.best_within(1_000, &free, |_| true), None);
         assert_eq!(index.len(), 1);

@@ -87,13 +87,18 @@ impl TenantBook {
 
     /// Units of `kind` that `tenant` may still take under the cap.
     pub(super) fn room(&self, tenant: TenantKey, kind: ResourceKind) -> u32 {
-        let used = self.tenants.get(&tenant).map_or(0, |t| t.used[kind.index()]);
+        let used = self
+            .tenants
+            .get(&tenant)
+            .map_or(0, |t| t.used[kind.index()]);
         self.cap[kind.index()].saturating_sub(used)
     }
 
     /// Units of `kind` that `tenant`'s running tasks hold.
     pub(super) fn used(&self, tenant: TenantKey, kind: ResourceKind) -> u32 {
-        self.tenants.get(&tenant).map_or(0, |t| t.used[kind.index()])
+        self.tenants
+            .get(&tenant)
+            .map_or(0, |t| t.used[kind.index()])
     }
 
     /// The key of `rank`, a task of `tenant` of `kind`, under the fair order now.
@@ -111,7 +116,13 @@ impl TenantBook {
             .is_some_and(|t| t.starving_ahead_of(rank))
     }
 
-    pub(super) fn park(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32, rank: RankKey) {
+    pub(super) fn park(
+        &mut self,
+        tenant: TenantKey,
+        kind: ResourceKind,
+        units: u32,
+        rank: RankKey,
+    ) {
         self.tenants.entry(tenant).or_default().parked[kind.index()].insert(units, rank);
     }
 
@@ -246,7 +257,10 @@ impl TenantBook {
                 }
             }
             if t.running != running {
-                return Err(format!("tenant {tenant}: {} running vs {running}", t.running));
+                return Err(format!(
+                    "tenant {tenant}: {} running vs {running}",
+                    t.running
+                ));
             }
             if t.is_idle() {
                 return Err(format!("idle tenant {tenant} is kept"));
@@ -257,7 +271,9 @@ impl TenantBook {
             return Err(format!("tenant {tenant} runs tasks the book does not know"));
         }
         if indexed != parked_len {
-            return Err(format!("{indexed} tasks in tenant indexes vs {parked_len} parked"));
+            return Err(format!(
+                "{indexed} tasks in tenant indexes vs {parked_len} parked"
+            ));
         }
         Ok(())
     }

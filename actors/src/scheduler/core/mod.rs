@@ -68,9 +68,10 @@
 //!     task whose tenant has no room yet holds back only its own tenant's tasks ranked below
 //!     it, so its tenant drains for it without stopping the other tenants.
 //! 13. **Backfill** (when the limits allow it, see `backfill.rs`). While the reservation
-//!     waits, a task it holds back may still start if it fits now and its execution timeout
-//!     ends before the reservation's *shadow time*, the earliest time the reservation could
-//!     start if every running task ended by its timeout. Tasks without a timeout never
+//!     waits, a task it holds back may still start if it fits now and either its execution
+//!     timeout ends before the reservation's *shadow time* (the earliest time the
+//!     reservation could start if every running task ended by its timeout) or it fits in
+//!     what the reservation leaves spare at that time. Tasks without a timeout never
 //!     backfill; without a bounded shadow time nothing does.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
@@ -102,8 +103,8 @@ use std::collections::BTreeSet;
 
 use backfill::TimeoutIndex;
 pub use cost_index::CostIndex;
-use fair_share::TenantBook;
 pub use decision::{Admit, Cancel, Rejection, Tick, UnknownTask};
+use fair_share::TenantBook;
 pub use rank::RankKey;
 
 use crate::domain::{
@@ -161,7 +162,9 @@ const NO_TIMEOUT: u32 = u32::MAX;
 
 /// A timeout in ms as a parked task keeps it: below `NO_TIMEOUT` (49 days at most).
 fn saturate_timeout(timeout_ms: u64) -> u32 {
-    u32::try_from(timeout_ms).unwrap_or(NO_TIMEOUT).min(NO_TIMEOUT - 1)
+    u32::try_from(timeout_ms)
+        .unwrap_or(NO_TIMEOUT)
+        .min(NO_TIMEOUT - 1)
 }
 
 /// Converts an API time (`u128` milliseconds) to the core's `u64`, saturating.
@@ -469,7 +472,9 @@ impl ParkingLot {
     /// Units of `kind` that `tenant`'s running tasks hold (0 without a fair share, which
     /// keeps no per-tenant books).
     pub fn tenant_used(&self, tenant: TenantKey, kind: ResourceKind) -> u32 {
-        self.tenants.as_ref().map_or(0, |book| book.used(tenant, kind))
+        self.tenants
+            .as_ref()
+            .map_or(0, |book| book.used(tenant, kind))
     }
 
     /// The most units of `kind` one tenant may hold: the fair share's cap, or the kind's
@@ -690,7 +695,11 @@ impl ParkingLot {
             book.check(running, self.parked.len())?;
         }
         if let Some(by_timeout) = &self.by_timeout {
-            let with_timeout = self.parked.values().filter(|p| p.timeout().is_some()).count();
+            let with_timeout = self
+                .parked
+                .values()
+                .filter(|p| p.timeout().is_some())
+                .count();
             if by_timeout.len() != with_timeout {
                 return Err(format!(
                     "{} in the timeout index vs {with_timeout} parked with a timeout",

@@ -637,7 +637,11 @@ fn a_fraction_cap_is_taken_per_kind() {
     };
     assert_eq!(lot.admit(cpu(1, 2), 0), Admit::Start);
     assert_eq!(lot.admit(cpu(2, 1), 0), Admit::Park);
-    assert_eq!(lot.admit(of(5, 3, 12), 0), Admit::Start, "kinds are separate caps");
+    assert_eq!(
+        lot.admit(of(5, 3, 12), 0),
+        Admit::Start,
+        "kinds are separate caps"
+    );
     lot.check_invariants().expect("invariants");
 }
 
