@@ -186,8 +186,7 @@ impl TenantBook {
     pub(super) fn best_fit(&self, free: &[u32; KINDS]) -> Option<FairKey> {
         let mut best: Option<FairKey> = None;
         for t in self.tenants.values() {
-            for kind in 0..KINDS {
-                let index = &t.parked[kind];
+            for (kind, index) in t.parked.iter().enumerate() {
                 let Some(head) = index.best() else {
                     continue;
                 };
