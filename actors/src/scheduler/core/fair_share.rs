@@ -7,7 +7,10 @@
 //! One [`Tenant`] per tenant that has a task parked or running (a tenant with neither is
 //! dropped, so the map follows the tenants active now). Each holds, per kind, a
 //! [`CostIndex`] of its parked tasks, the units and worker slots its running tasks hold,
-//! when it last started a task (the pool's start counter), and its starving tasks.
+//! when it last started a task (the pool's start counter), and its starving tasks. Per
+//! kind, `heads` lists the tenants with parked tasks by the fair key of their best parked
+//! task: no task of the tenant can rank better than that, so a decision visits tenants in
+//! that order and stops at the first whose bound cannot beat the best task found.
 //!
 //! # Invariants
 //!
@@ -15,14 +18,16 @@
 //! - `parked[kind]` holds exactly the tenant's parked tasks of that kind, also indexed in
 //!   the core's global indexes; `starving` holds exactly its parked tasks the core counts
 //!   as starving.
+//! - `heads[kind]` holds `(key, tenant)` exactly for the tenants with parked tasks of that
+//!   kind, `key` being the fair key of the tenant's best one now (`Tenant::listed`).
 //!
 //! # Cost
 //!
-//! A decision visits each active tenant once: O(1) to bound what the tenant could offer
-//! (its best parked task, at its usage), and a 32-step [`CostIndex`] walk only for a
-//! tenant that could beat the best answer so far. With T active tenants and n parked tasks,
-//! a decision costs O(T + 32·T') with T' <= T the tenants walked; parking or removing a task
-//! costs O(log n) as without a fair share, plus one tenant-map lookup.
+//! A decision visits the tenants in the order of their bound and walks each one's
+//! [`CostIndex`] (32 steps) until the next bound cannot beat the best task found: with T
+//! tenants holding parked tasks of a kind, at worst O(32·T) (every tenant's best tasks rank
+//! well but do not fit), typically a few tenants. Parking or removing a task, or a start or
+//! an end, costs O(log n) as without a fair share, plus O(log T) to keep `heads` in order.
 
 use std::collections::BTreeSet;
 
@@ -43,6 +48,8 @@ pub(super) struct Tenant {
     parked: [CostIndex; KINDS],
     /// Its parked tasks the core counts as starving.
     starving: BTreeSet<RankKey>,
+    /// The key it is listed under in `heads`, per kind.
+    listed: [Option<FairKey>; KINDS],
 }
 
 impl Tenant {
@@ -69,6 +76,8 @@ impl Tenant {
 pub(super) struct TenantBook {
     cap: [u32; KINDS],
     tenants: FastMap<TenantKey, Tenant>,
+    /// Per kind, the tenants with parked tasks by the fair key of their best one.
+    heads: [BTreeSet<(FairKey, TenantKey)>; KINDS],
 }
 
 impl TenantBook {
@@ -77,6 +86,7 @@ impl TenantBook {
         Self {
             cap,
             tenants: FastMap::default(),
+            heads: Default::default(),
         }
     }
 
@@ -124,6 +134,28 @@ impl TenantBook {
         rank: RankKey,
     ) {
         self.tenants.entry(tenant).or_default().parked[kind.index()].insert(units, rank);
+        self.relist(tenant);
+    }
+
+    /// Lists `tenant` in `heads` under its current keys (after its usage or its parked
+    /// tasks changed).
+    fn relist(&mut self, tenant: TenantKey) {
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        for kind in 0..KINDS {
+            let key = t.parked[kind].best().map(|head| t.key(kind, head));
+            if key == t.listed[kind] {
+                continue;
+            }
+            if let Some(old) = t.listed[kind] {
+                self.heads[kind].remove(&(old, tenant));
+            }
+            if let Some(new) = key {
+                self.heads[kind].insert((new, tenant));
+            }
+            t.listed[kind] = key;
+        }
     }
 
     /// Removes a parked task from its tenant's indexes.
@@ -139,6 +171,7 @@ impl TenantBook {
         };
         t.parked[kind.index()].remove(units, rank);
         t.starving.remove(&rank);
+        self.relist(tenant);
         self.forget_if_idle(tenant);
     }
 
@@ -154,6 +187,7 @@ impl TenantBook {
         t.used[kind.index()] += units;
         t.running += 1;
         t.last_start = start;
+        self.relist(tenant);
     }
 
     /// A task of `tenant` holding `units` of `kind` released them.
@@ -163,6 +197,7 @@ impl TenantBook {
         };
         t.used[kind.index()] = t.used[kind.index()].saturating_sub(units);
         t.running = t.running.saturating_sub(1);
+        self.relist(tenant);
         self.forget_if_idle(tenant);
     }
 
@@ -177,7 +212,9 @@ impl TenantBook {
         for t in self.tenants.values_mut() {
             t.parked = Default::default();
             t.starving.clear();
+            t.listed = [None; KINDS];
         }
+        self.heads = Default::default();
         self.tenants.retain(|_, t| !t.is_idle());
     }
 
@@ -185,15 +222,16 @@ impl TenantBook {
     /// tasks ranked below a starving task of their own tenant.
     pub(super) fn best_fit(&self, free: &[u32; KINDS]) -> Option<FairKey> {
         let mut best: Option<FairKey> = None;
-        for t in self.tenants.values() {
-            for (kind, index) in t.parked.iter().enumerate() {
-                let Some(head) = index.best() else {
+        for (kind, heads) in self.heads.iter().enumerate() {
+            for &(bound, tenant) in heads {
+                // No task of this tenant (or of any tenant after it) can rank better.
+                if best.is_some_and(|best| best <= bound) {
+                    break;
+                }
+                let Some(t) = self.tenants.get(&tenant) else {
                     continue;
                 };
-                // No task of this tenant and kind can rank better than its head does now.
-                if best.is_some_and(|best| best <= t.key(kind, head)) {
-                    continue;
-                }
+                let index = &t.parked[kind];
                 let within = free[kind].min(self.cap[kind].saturating_sub(t.used[kind]));
                 let Some(candidate) = index.best_within(within) else {
                     continue;
@@ -265,6 +303,24 @@ impl TenantBook {
                 return Err(format!("idle tenant {tenant} is kept"));
             }
             indexed += t.parked.iter().map(CostIndex::len).sum::<usize>();
+            for kind in 0..KINDS {
+                let key = t.parked[kind].best().map(|head| t.key(kind, head));
+                let listed = key.is_some_and(|key| self.heads[kind].contains(&(key, *tenant)));
+                if key != t.listed[kind] || (key.is_some() && !listed) {
+                    return Err(format!("tenant {tenant} is listed under a stale key"));
+                }
+            }
+        }
+        let listed: usize = self.heads.iter().map(BTreeSet::len).sum();
+        let with_parked: usize = self
+            .tenants
+            .values()
+            .map(|t| t.listed.iter().flatten().count())
+            .sum();
+        if listed != with_parked {
+            return Err(format!(
+                "{listed} tenant heads listed vs {with_parked} expected"
+            ));
         }
         if let Some(tenant) = held.keys().next() {
             return Err(format!("tenant {tenant} runs tasks the book does not know"));
