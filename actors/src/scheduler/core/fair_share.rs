@@ -28,6 +28,8 @@
 //! tenants holding parked tasks of a kind, at worst O(32·T) (every tenant's best tasks rank
 //! well but do not fit), typically a few tenants. Parking or removing a task, or a start or
 //! an end, costs O(log n) as without a fair share, plus O(log T) to keep `heads` in order.
+//! The reservation is the best of each starving tenant's best starving task: O(S) for the
+//! S tenants with a starving task (`with_starving`), nothing when none starves.
 
 use std::collections::BTreeSet;
 
@@ -78,6 +80,8 @@ pub(super) struct TenantBook {
     tenants: FastMap<TenantKey, Tenant>,
     /// Per kind, the tenants with parked tasks by the fair key of their best one.
     heads: [BTreeSet<(FairKey, TenantKey)>; KINDS],
+    /// The tenants with a starving task.
+    with_starving: BTreeSet<TenantKey>,
 }
 
 impl TenantBook {
@@ -87,6 +91,7 @@ impl TenantBook {
             cap,
             tenants: FastMap::default(),
             heads: Default::default(),
+            with_starving: BTreeSet::new(),
         }
     }
 
@@ -170,7 +175,9 @@ impl TenantBook {
             return;
         };
         t.parked[kind.index()].remove(units, rank);
-        t.starving.remove(&rank);
+        if t.starving.remove(&rank) && t.starving.is_empty() {
+            self.with_starving.remove(&tenant);
+        }
         self.relist(tenant);
         self.forget_if_idle(tenant);
     }
@@ -178,6 +185,7 @@ impl TenantBook {
     pub(super) fn mark_starving(&mut self, tenant: TenantKey, rank: RankKey) {
         if let Some(t) = self.tenants.get_mut(&tenant) {
             t.starving.insert(rank);
+            self.with_starving.insert(tenant);
         }
     }
 
@@ -215,6 +223,7 @@ impl TenantBook {
             t.listed = [None; KINDS];
         }
         self.heads = Default::default();
+        self.with_starving.clear();
         self.tenants.retain(|_, t| !t.is_idle());
     }
 
@@ -257,9 +266,10 @@ impl TenantBook {
         &self,
         cost_of: impl Fn(RankKey) -> Option<(ResourceKind, u32)>,
     ) -> Option<FairKey> {
-        self.tenants
-            .values()
-            .filter_map(|t| {
+        self.with_starving
+            .iter()
+            .filter_map(|tenant| {
+                let t = self.tenants.get(tenant)?;
                 let starving = *t.starving.first()?;
                 let (kind, units) = cost_of(starving)?;
                 let room = self.cap[kind.index()].saturating_sub(t.used[kind.index()]);
@@ -321,6 +331,15 @@ impl TenantBook {
             return Err(format!(
                 "{listed} tenant heads listed vs {with_parked} expected"
             ));
+        }
+        let starving: BTreeSet<TenantKey> = self
+            .tenants
+            .iter()
+            .filter(|(_, t)| !t.starving.is_empty())
+            .map(|(&tenant, _)| tenant)
+            .collect();
+        if starving != self.with_starving {
+            return Err("the tenants with starving tasks are listed wrongly".into());
         }
         if let Some(tenant) = held.keys().next() {
             return Err(format!("tenant {tenant} runs tasks the book does not know"));
