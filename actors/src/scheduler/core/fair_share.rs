@@ -35,7 +35,7 @@ use std::collections::BTreeSet;
 
 use super::rank::{FairKey, RankKey};
 use super::{CostIndex, FastMap, TenantKey, KINDS};
-use crate::domain::ResourceKind;
+use crate::domain::{ResourceKind, TaskId};
 
 /// One tenant's share of the pool.
 #[derive(Debug, Clone, Default)]
@@ -82,6 +82,9 @@ pub(super) struct TenantBook {
     heads: [BTreeSet<(FairKey, TenantKey)>; KINDS],
     /// The tenants with a starving task.
     with_starving: BTreeSet<TenantKey>,
+    /// The tenant of each parked task (kept here, not in the core's per-task data, so a
+    /// pool without a fair share pays no memory for it).
+    tenant_of: FastMap<TaskId, TenantKey>,
 }
 
 impl TenantBook {
@@ -92,6 +95,7 @@ impl TenantBook {
             tenants: FastMap::default(),
             heads: Default::default(),
             with_starving: BTreeSet::new(),
+            tenant_of: FastMap::default(),
         }
     }
 
@@ -139,7 +143,13 @@ impl TenantBook {
         rank: RankKey,
     ) {
         self.tenants.entry(tenant).or_default().parked[kind.index()].insert(units, rank);
+        self.tenant_of.insert(rank.id(), tenant);
         self.relist(tenant);
+    }
+
+    /// The tenant of parked task `id` (0 for a task the book does not hold).
+    pub(super) fn tenant_of(&self, id: TaskId) -> TenantKey {
+        self.tenant_of.get(&id).copied().unwrap_or(0)
     }
 
     /// Lists `tenant` in `heads` under its current keys (after its usage or its parked
@@ -163,16 +173,11 @@ impl TenantBook {
         }
     }
 
-    /// Removes a parked task from its tenant's indexes.
-    pub(super) fn unpark(
-        &mut self,
-        tenant: TenantKey,
-        kind: ResourceKind,
-        units: u32,
-        rank: RankKey,
-    ) {
+    /// Removes a parked task from its tenant's indexes; returns its tenant.
+    pub(super) fn unpark(&mut self, kind: ResourceKind, units: u32, rank: RankKey) -> TenantKey {
+        let tenant = self.tenant_of.remove(&rank.id()).unwrap_or(0);
         let Some(t) = self.tenants.get_mut(&tenant) else {
-            return;
+            return tenant;
         };
         t.parked[kind.index()].remove(units, rank);
         if t.starving.remove(&rank) && t.starving.is_empty() {
@@ -180,9 +185,12 @@ impl TenantBook {
         }
         self.relist(tenant);
         self.forget_if_idle(tenant);
+        tenant
     }
 
-    pub(super) fn mark_starving(&mut self, tenant: TenantKey, rank: RankKey) {
+    /// Parked task `rank` is starving.
+    pub(super) fn mark_starving(&mut self, rank: RankKey) {
+        let tenant = self.tenant_of(rank.id());
         if let Some(t) = self.tenants.get_mut(&tenant) {
             t.starving.insert(rank);
             self.with_starving.insert(tenant);
@@ -224,6 +232,7 @@ impl TenantBook {
         }
         self.heads = Default::default();
         self.with_starving.clear();
+        self.tenant_of.clear();
         self.tenants.retain(|_, t| !t.is_idle());
     }
 
@@ -344,7 +353,7 @@ impl TenantBook {
         if let Some(tenant) = held.keys().next() {
             return Err(format!("tenant {tenant} runs tasks the book does not know"));
         }
-        if indexed != parked_len {
+        if indexed != parked_len || self.tenant_of.len() != parked_len {
             return Err(format!(
                 "{indexed} tasks in tenant indexes vs {parked_len} parked"
             ));

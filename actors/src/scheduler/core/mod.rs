@@ -178,7 +178,6 @@ struct Parked {
     created_at_ms: u64,
     deadline_ms: Option<u64>,
     parked_at_ms: u64,
-    tenant: TenantKey,
     units: u32,
     skips: u32,
     /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT`.
@@ -758,12 +757,14 @@ impl ParkingLot {
         if self.idle_workers.is_empty() {
             return None;
         }
+        let best = ResourceKind::ALL
+            .into_iter()
+            .filter(|kind| !self.by_cost[kind.index()].is_empty())
+            .filter_map(|kind| self.by_cost[kind.index()].best_within(self.free(kind)))
+            .min()?;
+        // Under a fair share, nothing fits if nothing fits the free units: the tenants need
+        // not be asked (the common last decision of an unpark).
         let Some(book) = &self.tenants else {
-            let best = ResourceKind::ALL
-                .into_iter()
-                .filter(|kind| !self.by_cost[kind.index()].is_empty())
-                .filter_map(|kind| self.by_cost[kind.index()].best_within(self.free(kind)))
-                .min()?;
             return match self.starving.first() {
                 Some(reserved) if reserved.ranks_ahead_of(&best) => {
                     self.backfill_candidate(*reserved, now)
@@ -844,8 +845,9 @@ impl ParkingLot {
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
         let within_share = |candidate: RankKey, parked: &Parked| {
             self.tenants.as_ref().is_none_or(|book| {
-                parked.units <= book.room(parked.tenant, parked.kind)
-                    && !book.starving_ahead_of(parked.tenant, &candidate)
+                let tenant = book.tenant_of(candidate.id());
+                parked.units <= book.room(tenant, parked.kind)
+                    && !book.starving_ahead_of(tenant, &candidate)
             })
         };
         let ends_in_time = by_timeout.best_within(limit, &free, |candidate| {
@@ -971,7 +973,6 @@ impl ParkingLot {
             created_at_ms: ticket.created_at_ms,
             deadline_ms: ticket.deadline_ms,
             parked_at_ms: now,
-            tenant: ticket.tenant,
             units: ticket.cost.units,
             skips: 0,
             timeout_ms: ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout),
@@ -987,7 +988,7 @@ impl ParkingLot {
             self.by_park_time.insert((now, ticket.id));
         }
         if let Some(book) = &mut self.tenants {
-            book.park(parked.tenant, parked.kind, parked.units, rank);
+            book.park(ticket.tenant, parked.kind, parked.units, rank);
         }
         if let (Some(by_timeout), Some(timeout)) = (&mut self.by_timeout, parked.timeout()) {
             by_timeout.insert(timeout as u32, parked.kind, parked.units, rank);
@@ -995,8 +996,9 @@ impl ParkingLot {
         self.parked.insert(ticket.id, parked);
     }
 
-    /// Removes a parked task from every index; returns its data.
-    fn remove_parked(&mut self, id: TaskId) -> Option<Parked> {
+    /// Removes a parked task from every index; returns its data and its tenant (0 without
+    /// a fair share).
+    fn remove_parked(&mut self, id: TaskId) -> Option<(Parked, TenantKey)> {
         let parked = self.parked.remove(&id)?;
         let rank = parked.rank(id);
         self.by_cost[parked.kind.index()].remove(parked.units, rank);
@@ -1005,21 +1007,22 @@ impl ParkingLot {
         }
         self.by_park_time.remove(&(parked.parked_at_ms, id));
         self.starving.remove(&rank);
-        if let Some(book) = &mut self.tenants {
-            book.unpark(parked.tenant, parked.kind, parked.units, rank);
-        }
+        let tenant = match &mut self.tenants {
+            Some(book) => book.unpark(parked.kind, parked.units, rank),
+            None => 0,
+        };
         if let (Some(by_timeout), Some(timeout)) = (&mut self.by_timeout, parked.timeout()) {
             by_timeout.remove(timeout as u32, parked.kind, parked.units, rank);
         }
-        Some(parked)
+        Some((parked, tenant))
     }
 
     fn start_parked(&mut self, rank: RankKey, now: u64) {
-        let Some(parked) = self.remove_parked(rank.id()) else {
+        let Some((parked, tenant)) = self.remove_parked(rank.id()) else {
             return;
         };
         let cost = ResourceCost::new(parked.kind, parked.units);
-        let claimed = self.claim(rank.id(), cost, parked.tenant, parked.timeout_ms, now);
+        let claimed = self.claim(rank.id(), cost, tenant, parked.timeout_ms, now);
         debug_assert!(claimed, "best_fit only returns tasks that fit");
         self.count_skip_of_head(&rank);
     }
@@ -1041,8 +1044,8 @@ impl ParkingLot {
         };
         parked.skips = parked.skips.saturating_add(1);
         if parked.skips >= max_skips {
-            let (parked_at, tenant) = (parked.parked_at_ms, parked.tenant);
-            self.mark_starving(head, parked_at, tenant);
+            let parked_at = parked.parked_at_ms;
+            self.mark_starving(head, parked_at);
         }
     }
 
@@ -1060,17 +1063,17 @@ impl ParkingLot {
                 let rank = parked.rank(id);
                 self.starving.insert(rank);
                 if let Some(book) = &mut self.tenants {
-                    book.mark_starving(parked.tenant, rank);
+                    book.mark_starving(rank);
                 }
             }
         }
     }
 
-    fn mark_starving(&mut self, rank: RankKey, parked_at: u64, tenant: TenantKey) {
+    fn mark_starving(&mut self, rank: RankKey, parked_at: u64) {
         self.by_park_time.remove(&(parked_at, rank.id()));
         self.starving.insert(rank);
         if let Some(book) = &mut self.tenants {
-            book.mark_starving(tenant, rank);
+            book.mark_starving(rank);
         }
     }
 }
