@@ -474,4 +474,17 @@ async fn a_fair_share_from_the_config_caps_each_tenant() {
         pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
     }
     assert_eq!(pool.stats().used_units, 0);
+    // Tasks without a mailbox all count as one tenant: the second waits for the first.
+    let anonymous = |id| ScheduledTask {
+        meta: TaskMetadata::new(id, ResourceCost::gpu_vram(8)),
+        payload: format!("anonymous{id}"),
+    };
+    let first = pool.submit(anonymous(6)).await.unwrap();
+    let second = pool.submit(anonymous(7)).await.unwrap();
+    until("one anonymous task running", || pool.stats().used_units == 8).await;
+    assert_eq!(pool.stats().queued_tasks, 1);
+    gate.0.add_permits(2);
+    for key in [&first, &second] {
+        pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
+    }
 }
