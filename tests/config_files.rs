@@ -481,7 +481,10 @@ async fn a_fair_share_from_the_config_caps_each_tenant() {
     };
     let first = pool.submit(anonymous(6)).await.unwrap();
     let second = pool.submit(anonymous(7)).await.unwrap();
-    until("one anonymous task running", || pool.stats().used_units == 8).await;
+    until("one anonymous task running", || {
+        pool.stats().used_units == 8
+    })
+    .await;
     assert_eq!(pool.stats().queued_tasks, 1);
     gate.0.add_permits(2);
     for key in [&first, &second] {

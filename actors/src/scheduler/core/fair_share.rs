@@ -35,7 +35,7 @@ use std::collections::BTreeSet;
 
 use super::rank::{FairKey, RankKey};
 use super::{CostIndex, FastMap, TenantKey, KINDS};
-use crate::domain::{ResourceKind, TaskId};
+use crate::domain::{Priority, ResourceKind, TaskId};
 
 /// One tenant's share of the pool.
 #[derive(Debug, Clone, Default)]
@@ -237,14 +237,26 @@ impl TenantBook {
     }
 
     /// The best task under the fair order that fits `free` and its tenant's room, skipping
-    /// tasks ranked below a starving task of their own tenant.
-    pub(super) fn best_fit(&self, free: &[u32; KINDS]) -> Option<FairKey> {
+    /// tasks ranked below a starving task of their own tenant. No task that fits `free` has
+    /// a priority above `ceiling` (the caller knows from its global index), so a tenant whose
+    /// best parked task is more urgent than that can offer at most `ceiling`.
+    pub(super) fn best_fit(&self, free: &[u32; KINDS], ceiling: Priority) -> Option<FairKey> {
         let mut best: Option<FairKey> = None;
         for (kind, heads) in self.heads.iter().enumerate() {
-            for &(bound, tenant) in heads {
+            let mut listed = heads.range(..);
+            while let Some(&(bound, tenant)) = listed.next() {
                 // No task of this tenant (or of any tenant after it) can rank better.
                 if best.is_some_and(|best| best <= bound) {
                     break;
+                }
+                if best.is_some_and(|best| best <= bound.at_most(ceiling)) {
+                    // The tenants after it with the same head priority use as much or more:
+                    // none of them can beat `best` either. Go on with the next priority.
+                    let Some(next) = bound.next_priority_start() else {
+                        break;
+                    };
+                    listed = heads.range((next, 0)..);
+                    continue;
                 }
                 let Some(t) = self.tenants.get(&tenant) else {
                     continue;

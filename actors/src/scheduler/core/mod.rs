@@ -692,6 +692,7 @@ impl ParkingLot {
                 .values()
                 .map(|claim| (claim.tenant, claim.kind, claim.units));
             book.check(running, self.parked.len())?;
+            self.check_fair_best_fit(book)?;
         }
         if let Some(by_timeout) = &self.by_timeout {
             let with_timeout = self
@@ -710,6 +711,34 @@ impl ParkingLot {
             return Err(format!(
                 "saturation broken: parked task {} fits and is not blocked",
                 runnable.id()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The fair share's pruned search finds what a scan of every parked task finds.
+    fn check_fair_best_fit(&self, book: &TenantBook) -> Result<(), String> {
+        let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        let scanned = self
+            .parked
+            .iter()
+            .filter_map(|(&id, parked)| {
+                let (rank, tenant) = (parked.rank(id), book.tenant_of(id));
+                let fits = parked.units <= free[parked.kind.index()]
+                    && parked.units <= book.room(tenant, parked.kind)
+                    && !book.starving_ahead_of(tenant, &rank);
+                fits.then(|| book.key(tenant, parked.kind, rank))
+            })
+            .min();
+        let ceiling = ResourceKind::ALL
+            .into_iter()
+            .filter_map(|kind| self.by_cost[kind.index()].best_within(free[kind.index()]))
+            .min()
+            .map(|best| best.priority());
+        let searched = ceiling.and_then(|ceiling| book.best_fit(&free, ceiling));
+        if searched != scanned {
+            return Err(format!(
+                "fair best fit {searched:?}, a scan finds {scanned:?}"
             ));
         }
         Ok(())
@@ -772,7 +801,8 @@ impl ParkingLot {
                 _ => Some(best),
             };
         };
-        let best = book.best_fit(&ResourceKind::ALL.map(|kind| self.free(kind)))?;
+        let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        let best = book.best_fit(&free, best.priority())?;
         match self.fair_reservation(book) {
             Some(reserved) if reserved < best => self.backfill_candidate(reserved.rank(), now),
             _ => Some(best.rank()),

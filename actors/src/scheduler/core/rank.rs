@@ -76,6 +76,37 @@ impl FairKey {
         }
     }
 
+    /// The least key a task of this key's tenant could have at priority `ceiling` or
+    /// below: this key itself when its priority is at most `ceiling`, else `ceiling` with
+    /// the same tenant usage and the earliest time and id.
+    pub(super) fn at_most(&self, ceiling: Priority) -> Self {
+        if self.urgency.0 <= ceiling {
+            return *self;
+        }
+        Self {
+            urgency: Reverse(ceiling),
+            created_at_ms: 0,
+            id: 0,
+            ..*self
+        }
+    }
+
+    /// The least key of the next lower priority than this key's, if there is one.
+    pub(super) fn next_priority_start(&self) -> Option<Self> {
+        let lower = Priority::ALL
+            .into_iter()
+            .rev()
+            .find(|priority| *priority < self.urgency.0)?;
+        Some(Self {
+            urgency: Reverse(lower),
+            tenant_units: 0,
+            tenant_running: 0,
+            tenant_last_start: 0,
+            created_at_ms: 0,
+            id: 0,
+        })
+    }
+
     /// The task this key ranks.
     pub(super) fn rank(&self) -> RankKey {
         RankKey {
