@@ -24,9 +24,12 @@
 //! # Cost
 //!
 //! A decision visits the tenants in the order of their bound and walks each one's
-//! [`CostIndex`] (32 steps) until the next bound cannot beat the best task found: with T
-//! tenants holding parked tasks of a kind, at worst O(32·T) (every tenant's best tasks rank
-//! well but do not fit), typically a few tenants. Parking or removing a task, or a start or
+//! [`CostIndex`] (32 steps) until the next bound cannot beat the best task found. The caller
+//! passes the priority of the best task that fits the free units (its global index knows it):
+//! nothing that fits is more urgent, so a tenant whose bound is more urgent counts at that
+//! priority, and once one such tenant cannot win, the rest of its head-priority group (using
+//! as much or more) is skipped. With T tenants holding parked tasks of a kind that is
+//! O(32·T) at worst, typically a few tenants. Parking or removing a task, or a start or
 //! an end, costs O(log n) as without a fair share, plus O(log T) to keep `heads` in order.
 //! The reservation is the best of each starving tenant's best starving task: O(S) for the
 //! S tenants with a starving task (`with_starving`), nothing when none starves.
