@@ -23,6 +23,8 @@ use crate::scheduler::protocol::{
 use crate::stats::{PoolCounters, PoolStats};
 use crate::supervisor::SupervisorMsg;
 
+use super::spin::AdaptiveSpin;
+
 /// How long `shutdown` waits for each actor to drain its messages after the task drain.
 const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -84,6 +86,8 @@ struct ClientInner<P, R> {
     owns_supervisor: bool,
     /// The one shutdown every caller waits for.
     shutdown: OnceCell<Result<ShutdownReport, PoolError>>,
+    /// How long async retrieves re-check an inline mailbox before they sleep.
+    result_spin: AdaptiveSpin,
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -118,6 +122,7 @@ where
                 supervisor,
                 owns_supervisor,
                 shutdown: OnceCell::new(),
+                result_spin: AdaptiveSpin::new(),
             }),
         }
     }
@@ -224,6 +229,9 @@ where
         if let Some(delivery) = self.try_take(key, task_id).await? {
             return delivery.outcome;
         }
+        if let Some(delivery) = self.spin_take(key, task_id)? {
+            return delivery.outcome;
+        }
         let wait = self.wait_for(key, task_id);
         match tokio::time::Instant::now().checked_add(timeout) {
             Some(deadline) => tokio::time::timeout_at(deadline, wait)
@@ -268,6 +276,30 @@ where
             }
             notified.await;
         }
+    }
+
+    /// Re-checks an inline mailbox for a short, adaptive while (see [`AdaptiveSpin`]) before
+    /// the caller subscribes and sleeps; `None` if nothing came, or if the mailbox is not
+    /// inline.
+    fn spin_take(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Result<Option<Delivery<R>>, PoolError> {
+        let mailbox = self.inner.mailbox.as_ref();
+        let Some(inline) = mailbox.inline() else {
+            return Ok(None);
+        };
+        let found = self.inner.result_spin.spin(|| {
+            match task_id {
+                None => inline.take_now(key),
+                Some(id) => inline.take_task_now(key, id),
+            }
+            .transpose()
+        });
+        found
+            .transpose()
+            .map_err(|error| PoolError::Internal(format!("{} mailbox: {error}", mailbox.backend())))
     }
 
     async fn try_take(

@@ -14,6 +14,7 @@
 //! `PoolClient` over this tree; there is no second engine.
 
 pub mod client;
+mod spin;
 pub mod start;
 
 pub use client::{PoolClient, ShutdownOnDrop};

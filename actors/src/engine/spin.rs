@@ -1,0 +1,131 @@
+//! Adaptive spinning for a waiter that may or may not be about to be served.
+//!
+//! A retrieve that finds no result yet can sleep at once (subscribe, park the thread: a
+//! kernel wake-up of tens of microseconds when the result comes) or re-check for a few
+//! microseconds first. Which pays depends on the load: when one client reads results about
+//! as fast as the workers store them, the next result comes within the spin and spinning
+//! spares one wake-up per result; when many clients wait on long tasks, every spin fails and
+//! only burns a thread the runtime could give to another client.
+//!
+//! # Algorithm
+//!
+//! A shared budget of spin rounds (at most [`MAX_ROUNDS`]) learns which case holds, like an
+//! adaptive mutex: a spin that succeeds grows the budget back to the maximum; one that
+//! fails halves it. At zero, waiters sleep at once, but every [`PROBE_EVERY`]th one probes
+//! with [`PROBE_ROUNDS`] rounds, so the budget recovers when the load changes. The budget is
+//! a heuristic shared without ordering constraints (`Relaxed`): a lost update only changes
+//! how long the next waiter spins, never what it receives.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The most rounds (one `sched_yield` and one check each) a waiter spins.
+pub(crate) const MAX_ROUNDS: u32 = 32;
+/// Rounds of a probe spin while the budget is zero.
+const PROBE_ROUNDS: u32 = 4;
+/// While the budget is zero, one waiter in this many probes.
+const PROBE_EVERY: u32 = 32;
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct AdaptiveSpin {
+    budget: AtomicU32,
+    skipped: AtomicU32,
+}
+
+impl AdaptiveSpin {
+    pub(crate) fn new() -> Self {
+        Self {
+            budget: AtomicU32::new(MAX_ROUNDS),
+            skipped: AtomicU32::new(0),
+        }
+    }
+
+    /// Calls `check` up to the current budget of rounds, yielding the CPU before each;
+    /// returns its first `Some`, or `None` if the spin failed (or was skipped).
+    pub(crate) fn spin<T>(&self, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+        let budget = self.budget.load(Ordering::Relaxed);
+        let rounds = if budget > 0 {
+            budget
+        } else if self.skipped.fetch_add(1, Ordering::Relaxed) % PROBE_EVERY == PROBE_EVERY - 1 {
+            PROBE_ROUNDS
+        } else {
+            return None;
+        };
+        for _ in 0..rounds {
+            std::thread::yield_now();
+            if let Some(found) = check() {
+                self.budget.store(MAX_ROUNDS, Ordering::Relaxed);
+                return Some(found);
+            }
+        }
+        self.budget.store(budget / 2, Ordering::Relaxed);
+        None
+    }
+
+    /// The current budget, in rounds.
+    #[cfg(test)]
+    fn budget(&self) -> u32 {
+        self.budget.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_spin_halves_the_budget_and_a_success_restores_it() {
+        let spin = AdaptiveSpin::new();
+        let mut checks = 0;
+        assert_eq!(
+            spin.spin(|| {
+                checks += 1;
+                None::<()>
+            }),
+            None
+        );
+        assert_eq!(checks, MAX_ROUNDS);
+        assert_eq!(spin.budget(), MAX_ROUNDS / 2);
+
+        let mut checks = 0;
+        let found = spin.spin(|| {
+            checks += 1;
+            (checks == 3).then_some("result")
+        });
+        assert_eq!(found, Some("result"));
+        assert_eq!(spin.budget(), MAX_ROUNDS);
+    }
+
+    #[test]
+    fn at_zero_budget_only_every_probe_spins_and_a_probe_success_recovers() {
+        let spin = AdaptiveSpin::new();
+        while spin.budget() > 0 {
+            spin.spin(|| None::<()>);
+        }
+        let mut spun = 0;
+        for _ in 0..PROBE_EVERY * 2 {
+            let mut checks = 0;
+            spin.spin(|| {
+                checks += 1;
+                None::<()>
+            });
+            if checks > 0 {
+                assert_eq!(checks, PROBE_ROUNDS, "a probe spins the probe rounds");
+                spun += 1;
+            }
+        }
+        assert_eq!(spun, 2, "one waiter in PROBE_EVERY probes");
+        assert_eq!(spin.budget(), 0);
+
+        let mut found = None;
+        for _ in 0..PROBE_EVERY {
+            found = found.or_else(|| spin.spin(|| Some(7)));
+        }
+        assert_eq!(found, Some(7));
+        assert_eq!(
+            spin.budget(),
+            MAX_ROUNDS,
+            "a successful probe restores the budget"
+        );
+    }
+}
