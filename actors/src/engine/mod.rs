@@ -14,7 +14,6 @@
 //! `PoolClient` over this tree; there is no second engine.
 
 pub mod client;
-mod spin;
 pub mod start;
 
 pub use client::{PoolClient, ShutdownOnDrop};

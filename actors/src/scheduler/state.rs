@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 use super::core::{Admit, Cancel, FastMap, ParkingLot, Ticket};
 use super::gpu_watch::{GpuLink, GpuWatch, Headroom};
 use super::inbox::{Finish, Inbox};
-use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
+use super::protocol::{Extras, QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
 use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
@@ -49,7 +49,9 @@ use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{status_of, Delivery, Mailbox};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, FitQuery, Lease, Settlement, StarvationRule, StoredEntry, TaskQueue};
+use crate::running::{Cancellation, RunContext};
 use crate::stats::PoolCounters;
+use crate::stream::{StreamAttachment, StreamShared};
 use crate::worker::{Job, JobSenders};
 use ractor::{ActorRef, RpcReplyPort};
 
@@ -87,6 +89,23 @@ struct Live {
     /// Which run of the task this is: 1, or the lease's claim count.
     attempt: u32,
     state: LiveState,
+    /// Its stream (its outcome goes there, not to the mailbox) and its nested slot, for the
+    /// few tasks that have either.
+    extras: Option<Box<Extras>>,
+}
+
+impl Live {
+    fn stream(&self) -> Option<&StreamAttachment> {
+        self.extras.as_ref()?.stream.as_ref()
+    }
+
+    /// Gives back the task's nested slot, if it holds one: before its outcome is visible, so
+    /// a parent that reads it and submits the next child finds the slot free.
+    fn release_nested_slot(&mut self) {
+        if let Some(extras) = &mut self.extras {
+            extras.slot = None;
+        }
+    }
 }
 
 enum LiveState {
@@ -97,9 +116,10 @@ enum LiveState {
 }
 
 struct Running {
-    cancel: Option<oneshot::Sender<()>>,
-    /// The job's end of `cancel`, until the job is sent.
-    cancelled: Option<oneshot::Receiver<()>>,
+    /// Raised to stop the run; the job carries a clone (a streamed task's is its stream's).
+    cancellation: Cancellation,
+    /// The job was sent to its worker.
+    sent: bool,
     /// An outcome was delivered already (watchdog or drain deadline).
     ended: bool,
     /// Its payload came from the queue, which must hear how it ended.
@@ -240,6 +260,7 @@ where
                     lease: None,
                     attempt: 1,
                     state: LiveState::Parked { reply: None },
+                    extras: None,
                 },
             );
         }
@@ -277,16 +298,25 @@ where
                 task,
                 options,
                 reply,
-            } => self.submit(task, options, reply, now),
+                extras,
+            } => self.submit(task, options, reply, extras, now),
             Submission::Batch {
                 tasks,
                 options,
                 reply,
+                slots,
             } => {
                 let mut answers = Vec::with_capacity(tasks.len());
+                let mut slots = slots.into_iter();
                 for task in tasks {
                     let (answer, wait) = oneshot::channel();
-                    self.submit(task, options, Reply::Oneshot(answer), now);
+                    let extras = slots.next().map(|slot| {
+                        Box::new(Extras {
+                            stream: None,
+                            slot: Some(slot),
+                        })
+                    });
+                    self.submit(task, options, Reply::Oneshot(answer), extras, now);
                     answers.push(wait);
                 }
                 answer_batch(answers, reply);
@@ -300,9 +330,13 @@ where
         task: ScheduledTask<P>,
         options: SubmitOptions,
         reply: Reply,
+        extras: Option<Box<Extras>>,
         now: u64,
     ) {
-        if let Err(refusal) = self.admissible(&task) {
+        if let Err(refusal) = self
+            .admissible(&task)
+            .and_then(|()| self.streamable(extras.as_deref()))
+        {
             self.refuse(&task, refusal, reply, now);
             return;
         }
@@ -332,13 +366,13 @@ where
             }
             Admit::Start if self.durability == Some(Durability::Accepted) => {
                 let task = with_mailbox(task, &key);
-                self.track(caller, entry, &task, key, options, None);
+                self.track(caller, entry, &task, key, options, None, extras);
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, true, now);
                 self.store_started(entry, task, reply, now);
             }
             Admit::Start => {
-                self.track(caller, entry, &task, key.clone(), options, None);
+                self.track(caller, entry, &task, key.clone(), options, None, extras);
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
                 reply.send(Ok(key.clone()));
@@ -349,7 +383,7 @@ where
             }
             Admit::Park => {
                 let task = with_mailbox(task, &key);
-                self.track(caller, entry, &task, key.clone(), options, None);
+                self.track(caller, entry, &task, key.clone(), options, None, extras);
                 match self.durability {
                     Some(Durability::Parked { spin }) if !spin.is_zero() => {
                         self.spin(entry, task, spin, now);
@@ -392,6 +426,29 @@ where
         Ok(())
     }
 
+    /// Why a streamed submission cannot be taken here, if so.
+    fn streamable(&self, extras: Option<&Extras>) -> Result<(), PoolError> {
+        let Some(stream) = extras.and_then(|extras| extras.stream.as_ref()) else {
+            return Ok(());
+        };
+        if self.shared.is_some() {
+            return Err(PoolError::InvalidConfig(format!(
+                "pool {}: streamed submissions need a local queue; this pool's queue is shared \
+                 with other nodes, which could not reach the stream (submit without streaming, \
+                 or stream from a pool with an in_memory, yaque or local queue)",
+                self.pool
+            )));
+        }
+        if !stream.0.is::<StreamShared<R>>() {
+            return Err(PoolError::InvalidConfig(format!(
+                "pool {}: the stream's item type is not this pool's result type; make the \
+                 stream with ResultStream::<R>::channel for the pool's R",
+                self.pool
+            )));
+        }
+        Ok(())
+    }
+
     fn refuse(&mut self, task: &ScheduledTask<P>, error: PoolError, reply: Reply, now: u64) {
         let key = task
             .meta
@@ -410,6 +467,7 @@ where
 
     /// Records an admitted task as live under its caller's (tenant, id), not yet running.
     /// `lease` is the shared queue's entry and claim count of a task claimed from it.
+    #[allow(clippy::too_many_arguments)]
     fn track(
         &mut self,
         caller: (TenantId, TaskId),
@@ -418,6 +476,7 @@ where
         key: MailboxKey,
         options: SubmitOptions,
         lease: Option<(EntryId, u32)>,
+        extras: Option<Box<Extras>>,
     ) {
         self.by_caller.insert(caller, entry);
         self.live.insert(
@@ -430,6 +489,7 @@ where
                 lease: lease.map(|(shared_entry, _)| shared_entry),
                 attempt: lease.map_or(1, |(_, attempt)| attempt),
                 state: LiveState::Parked { reply: None },
+                extras,
             },
         );
     }
@@ -567,6 +627,7 @@ where
         self.by_caller
             .remove(&(live.key.tenant.clone(), live.task_id));
         let mut live = live;
+        live.release_nested_slot();
         let reply = reply.or(match &mut live.state {
             LiveState::Parked { reply } => reply.take(),
             LiveState::Running(_) => None,
@@ -597,7 +658,11 @@ where
         let Some(live) = self.live.get_mut(&entry) else {
             return;
         };
-        let (cancel, cancelled) = oneshot::channel();
+        let cancellation = match live.stream() {
+            Some(stream) => stream_of::<R>(stream)
+                .map_or_else(Cancellation::new, |stream| stream.cancellation().clone()),
+            None => Cancellation::new(),
+        };
         // Started before the queue actor confirmed its park: its submitter keeps waiting for
         // that confirmation (the claim follows the park), now as a running task's.
         let pending = match &mut live.state {
@@ -606,8 +671,8 @@ where
         };
         let announce = pending.is_some();
         live.state = LiveState::Running(Running {
-            cancel: Some(cancel),
-            cancelled: Some(cancelled),
+            cancellation,
+            sent: false,
             ended: false,
             from_queue,
             stored_reply: pending,
@@ -629,24 +694,36 @@ where
     /// Sends a started task's job to its worker slot's channel.
     fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
         let worker = self.core.worker_of(entry);
-        let cancel = self
-            .live
-            .get_mut(&entry)
-            .and_then(|live| match &mut live.state {
-                LiveState::Running(running) => running.cancelled.take(),
-                LiveState::Parked { .. } => None,
-            });
-        let (Some(worker), Some(cancel)) = (worker, cancel) else {
+        let context = self.live.get_mut(&entry).and_then(|live| {
+            let stream = live.stream().map(|stream| stream.0.clone());
+            match &mut live.state {
+                LiveState::Running(running) if !running.sent => {
+                    running.sent = true;
+                    Some(RunContext {
+                        cancellation: running.cancellation.clone(),
+                        stream,
+                    })
+                }
+                _ => None,
+            }
+        });
+        let (Some(worker), Some(context)) = (worker, context) else {
             tracing::error!(pool = %self.pool, entry, "bug: a job for a task that is not running");
             drop_contained(task);
             return;
         };
+        if context.cancellation.is_cancelled() {
+            // A streamed task whose reader left while it was parked: it never runs.
+            drop_contained(task);
+            self.finish(entry, Err(PoolError::Cancelled), now);
+            return;
+        }
         let timeout = self.live.get(&entry).and_then(|live| live.timeout);
         let job = Job {
             entry,
             task,
             timeout,
-            cancel,
+            context,
         };
         let Some(jobs) = self.jobs.get(worker) else {
             drop_contained(job);
@@ -768,7 +845,7 @@ where
     /// the capacity, settle with the queue, deliver the outcome unless one was delivered,
     /// and start what the freed capacity fits.
     pub fn finish(&mut self, entry: EntryId, outcome: Result<R, PoolError>, now: u64) {
-        let Some(live) = self.live.remove(&entry) else {
+        let Some(mut live) = self.live.remove(&entry) else {
             tracing::warn!(pool = %self.pool, entry, "a finish for a task the scheduler does not hold");
             drop_contained(outcome);
             return;
@@ -783,6 +860,7 @@ where
             }
         };
         self.publish();
+        live.release_nested_slot();
         let (ended, from_queue) = match &live.state {
             LiveState::Running(running) => (running.ended, running.from_queue),
             LiveState::Parked { .. } => (false, false),
@@ -921,6 +999,7 @@ where
             key.clone(),
             options,
             Some((shared_entry, 1)),
+            None,
         );
         self.emit(entry, TaskStep::Admitted, now);
         self.begin_run(entry, false, now);
@@ -1143,7 +1222,7 @@ where
         if matches!(admit, Admit::Start | Admit::Park) {
             let lease = Some((shared_entry, attempt));
             let options = SubmitOptions::default();
-            self.track(caller, entry, &task, key.clone(), options, lease);
+            self.track(caller, entry, &task, key.clone(), options, lease, None);
         }
         match admit {
             Admit::Start => {
@@ -1238,7 +1317,8 @@ where
         if let Some(lease) = live.lease {
             self.settle_lease(lease, Settlement::Done);
         }
-        let live = answer_pending_park(live);
+        let mut live = answer_pending_park(live);
+        live.release_nested_slot();
         self.deliver(&live, Err(outcome), now);
     }
 
@@ -1246,9 +1326,7 @@ where
         if let Some(LiveState::Running(running)) =
             self.live.get_mut(&entry).map(|live| &mut live.state)
         {
-            if let Some(cancel) = running.cancel.take() {
-                let _ = cancel.send(());
-            }
+            running.cancellation.cancel();
         }
     }
 
@@ -1278,15 +1356,10 @@ where
             return false;
         }
         running.ended = true;
-        if let Some(cancel) = running.cancel.take() {
-            let _ = cancel.send(());
-        }
-        let live = self
-            .live
-            .get(&entry)
-            .map(|live| (live.key.clone(), live.task_id, live.cost, live.attempt));
-        if let Some((key, task_id, cost, attempt)) = live {
-            self.deliver_parts(&key, task_id, cost, attempt, Err(outcome), now);
+        running.cancellation.cancel();
+        if let Some(live) = self.live.remove(&entry) {
+            self.deliver(&live, Err(outcome), now);
+            self.live.insert(entry, live);
         }
         true
     }
@@ -1425,7 +1498,19 @@ where
         then: Option<AfterStore>,
     ) {
         let (key, task_id, cost, attempt) = (&live.key, live.task_id, live.cost, live.attempt);
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then);
+        match live.stream().and_then(stream_of::<R>) {
+            Some(stream) => {
+                // A streamed outcome goes to its stream, behind the partials, not to the
+                // mailbox (nobody could retrieve it there).
+                let step = TaskStep::Ended(status_of(&outcome));
+                self.emit_parts(task_id, key, cost, &step, now);
+                stream.finish(outcome);
+                if let Some(then) = then {
+                    then(true);
+                }
+            }
+            None => self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1542,6 +1627,11 @@ where
 
 /// Answers a submitter still waiting for its park to be confirmed (the queue actor had not
 /// answered yet): the task was admitted, so it gets its key.
+/// The typed buffer behind a stream attachment (checked at admission, so always `Some`).
+fn stream_of<R: Send + 'static>(stream: &StreamAttachment) -> Option<&StreamShared<R>> {
+    stream.0.downcast_ref::<StreamShared<R>>()
+}
+
 fn answer_pending_park(mut live: Live) -> Live {
     if let LiveState::Parked { reply } = &mut live.state {
         if let Some(reply) = reply.take() {

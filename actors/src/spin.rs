@@ -1,13 +1,27 @@
-//! Adaptive spinning for a waiter that may or may not be about to be served.
+//! Bounded spinning: how the engine's threads wait a few microseconds for work that is
+//! usually about to arrive before they sleep.
 //!
-//! A retrieve that finds no result yet can sleep at once (subscribe, park the thread: a
-//! kernel wake-up of tens of microseconds when the result comes) or re-check for a few
-//! microseconds first. Which pays depends on the load: when one client reads results about
-//! as fast as the workers store them, the next result comes within the spin and spinning
-//! spares one wake-up per result; when many clients wait on long tasks, every spin fails and
-//! only burns a thread the runtime could give to another client.
+//! A wake-up through the kernel costs tens of microseconds on a virtual machine; under load
+//! the next job, submission, answer or result usually comes within a few, so each waiting
+//! side first re-checks for a short while, yielding the CPU (`sched_yield`) between checks.
+//! Every spin is bounded twice: by a number of rounds, and by wall time ([`Spin`]). The
+//! second bound matters on an oversubscribed machine: there a yield hands the core to
+//! another runnable thread for a whole time slice, so a spin counted in rounds alone could
+//! last hundreds of milliseconds while the spinner's own messages wait. Once a spin's time
+//! is up it stops, and the waiter sleeps until it is woken.
 //!
-//! # Algorithm
+//! [`AdaptiveSpin`] adds a learned budget for waits that are often long (a retrieve whose
+//! task takes seconds), so failing spins stop costing CPU.
+//!
+//! # Adaptive spinning
+//!
+//! A retrieve that finds no result yet can sleep at once or re-check for a few microseconds
+//! first. Which pays depends on the load: when one client reads results about as fast as the
+//! workers store them, the next result comes within the spin and spinning spares one
+//! wake-up per result; when many clients wait on long tasks, every spin fails and only burns
+//! a thread the runtime could give to another client.
+//!
+//! ## Algorithm
 //!
 //! A shared budget of spin rounds (at most [`MAX_ROUNDS`]) learns which case holds, like an
 //! adaptive mutex: a spin that succeeds grows the budget back to the maximum; one that
@@ -17,6 +31,39 @@
 //! how long the next waiter spins, never what it receives.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A spin bounded by rounds and by wall time. See the module docs.
+pub(crate) struct Spin {
+    rounds_left: u32,
+    until: Instant,
+}
+
+impl Spin {
+    /// A spin of at most `rounds` yields and at most `time` of wall time.
+    pub(crate) fn new(rounds: u32, time: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            rounds_left: rounds,
+            until: now.checked_add(time).unwrap_or(now),
+        }
+    }
+
+    /// Yields the CPU once; `false` (without yielding) once the rounds or the time are spent.
+    pub(crate) fn round(&mut self) -> bool {
+        if self.rounds_left == 0 || Instant::now() >= self.until {
+            return false;
+        }
+        self.rounds_left -= 1;
+        std::thread::yield_now();
+        true
+    }
+}
+
+/// The wall-time bound of the engine's spins: an idle machine yields in well under a
+/// microsecond, so this allows every counted round there, and cuts a spin short where yields
+/// hand the core away for whole time slices.
+pub(crate) const SPIN_TIME: Duration = Duration::from_micros(50);
 
 /// The most rounds (one `sched_yield` and one check each) a waiter spins.
 pub(crate) const MAX_ROUNDS: u32 = 32;
@@ -51,8 +98,8 @@ impl AdaptiveSpin {
         } else {
             return None;
         };
-        for _ in 0..rounds {
-            std::thread::yield_now();
+        let mut spin = Spin::new(rounds, SPIN_TIME);
+        while spin.round() {
             if let Some(found) = check() {
                 self.budget.store(MAX_ROUNDS, Ordering::Relaxed);
                 return Some(found);
