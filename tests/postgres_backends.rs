@@ -81,6 +81,39 @@ async fn postgres_queue_conforms() {
     .await;
 }
 
+/// The pgmq queue against the same suite, unchanged; every queue it made is dropped after.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgmq_queue_conforms() {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let database = database();
+    let queues = Arc::new(Mutex::new(Vec::new()));
+    shared_queue::run_all(|| {
+        let (database, queues) = (database.clone(), Arc::clone(&queues));
+        async move {
+            let queue = tokio::task::spawn_blocking(move || {
+                PgmqQueue::<Job>::open(&database, &fresh_name("pgmq"))
+                    .expect("open the queue")
+                    .with_retry(NO_RETRY_DELAY)
+            })
+            .await
+            .expect("opening does not panic");
+            queues.lock().unwrap().extend(queue.pgmq_queues());
+            Box::new(queue) as Box<dyn SharedQueue<Job>>
+        }
+    })
+    .await;
+    drop_pgmq_queues(&queues.lock().unwrap().clone()).await;
+}
+
+/// Drops PGMQ queues a test made.
+#[cfg(feature = "pgmq")]
+async fn drop_pgmq_queues(queues: &[String]) {
+    for queue in queues {
+        let _ = one_row(format!("SELECT pgmq.drop_queue('{queue}')")).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_mailbox_conforms() {
     let database = database();
