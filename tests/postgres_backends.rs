@@ -570,3 +570,31 @@ async fn a_pgmq_pool_built_from_config_runs_tasks_and_archives_them() {
         .collect();
     drop_pgmq_queues(&queues).await;
 }
+
+/// The shipped `config/cloud_pgmq.json` builds a pgmq pool that runs what it is given.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_pgmq_config_builds_a_working_pool() {
+    if std::env::var("DATABASE_URL").is_err() {
+        std::env::set_var("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
+    }
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/cloud_pgmq.json");
+    let config = SchedulerConfig::from_path(path).expect("the shipped file loads");
+    let built = tokio::task::spawn_blocking(move || {
+        build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_| Doubler,
+            TokioSpawner,
+        )
+        .expect("the pool starts")
+    })
+    .await
+    .unwrap();
+    let pool = &built.pools["llm_inference"];
+    let key = MailboxKey::new("acme").with_session(fresh_name("shipped"));
+    pool.submit(work(1, 21, 0, &key)).await.expect("accepted");
+    let result = pool.retrieve_task(&key, 1, Duration::from_secs(20)).await;
+    assert_eq!(result, Ok(42));
+}
