@@ -310,11 +310,7 @@ async fn plain_pgmq_round(database: &PgDatabase, scale: &Scale) -> Duration {
                     .execute_raw(Statement::from_sql_and_values(
                         DbBackend::Postgres,
                         done.clone(),
-                        [
-                            task_id.into(),
-                            (n * 2).to_string().into(),
-                            msg_id.into(),
-                        ],
+                        [task_id.into(), (n * 2).to_string().into(), msg_id.into()],
                     ))
                     .await
                     .expect("store the result and archive");

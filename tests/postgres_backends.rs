@@ -103,7 +103,8 @@ async fn pgmq_queue_conforms() {
         }
     })
     .await;
-    drop_pgmq_queues(&queues.lock().unwrap().clone()).await;
+    let queues = queues.lock().unwrap().clone();
+    drop_pgmq_queues(&queues).await;
 }
 
 /// Drops PGMQ queues a test made.
@@ -431,7 +432,11 @@ async fn pgmq_lost_runs_are_retried_after_a_backoff_then_dead_lettered_and_repor
     };
     assert_eq!(count(format!("q_{name}_norm")).await, 0, "left its level");
     assert_eq!(count(format!("q_{name}_dlq")).await, 0, "reported");
-    assert_eq!(count(format!("a_{name}_dlq")).await, 1, "kept in the archive");
+    assert_eq!(
+        count(format!("a_{name}_dlq")).await,
+        1,
+        "kept in the archive"
+    );
     let row = one_row(format!(
         "SELECT message->>'reason' AS reason, read_ct FROM pgmq.a_{name}_dlq"
     ))
@@ -524,22 +529,15 @@ async fn a_pgmq_pool_built_from_config_runs_tasks_and_archives_them() {
         } }
     });
     let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
-    let built = tokio::task::spawn_blocking(move || {
-        build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
-            &config,
-            &QueueBuilderContext::Embedded,
-            None,
-            |_| Doubler,
-            TokioSpawner,
-        )
-        .expect("the pool starts")
-    })
-    .await
-    .unwrap();
+    let built = build_embedded(config).await;
     let pool = &built.pools["gpu"];
     let key = MailboxKey::new("acme").with_session("pgmq");
     // The first runs at once; the other two park, one per level, and run after it.
-    for (id, priority) in [(1, Priority::Normal), (2, Priority::Low), (3, Priority::High)] {
+    for (id, priority) in [
+        (1, Priority::Normal),
+        (2, Priority::Low),
+        (3, Priority::High),
+    ] {
         let mut task = work(id, id * 10, 100, &key);
         task.meta.priority = priority;
         pool.submit(task).await.expect("accepted");
@@ -580,7 +578,19 @@ async fn the_shipped_pgmq_config_builds_a_working_pool() {
     }
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/cloud_pgmq.json");
     let config = SchedulerConfig::from_path(path).expect("the shipped file loads");
-    let built = tokio::task::spawn_blocking(move || {
+    let built = build_embedded(config).await;
+    let pool = &built.pools["llm_inference"];
+    let key = MailboxKey::new("acme").with_session(fresh_name("shipped"));
+    pool.submit(work(1, 21, 0, &key)).await.expect("accepted");
+    let result = pool.retrieve_task(&key, 1, Duration::from_secs(20)).await;
+    assert_eq!(result, Ok(42));
+}
+
+/// Builds `config`'s pools as users build them (the backends connect themselves), off the
+/// test's runtime.
+#[cfg(feature = "pgmq")]
+async fn build_embedded(config: SchedulerConfig) -> BuiltPools<Work, u64, Doubler> {
+    tokio::task::spawn_blocking(move || {
         build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
             &config,
             &QueueBuilderContext::Embedded,
@@ -591,10 +601,5 @@ async fn the_shipped_pgmq_config_builds_a_working_pool() {
         .expect("the pool starts")
     })
     .await
-    .unwrap();
-    let pool = &built.pools["llm_inference"];
-    let key = MailboxKey::new("acme").with_session(fresh_name("shipped"));
-    pool.submit(work(1, 21, 0, &key)).await.expect("accepted");
-    let result = pool.retrieve_task(&key, 1, Duration::from_secs(20)).await;
-    assert_eq!(result, Ok(42));
+    .expect("building does not panic")
 }

@@ -759,8 +759,8 @@ mod pgmq_install {
                 format!("SELECT pgmq.drop_queue('{queue}')::text"),
             ];
             let expected = [
-                "", "", "1,2,3", "4", "2:1", "1:1,3:1", "0", "true", "true", "false", "1",
-                "2:2", "2/4", "1", "true", "false",
+                "", "", "1,2,3", "4", "2:1", "1:1,3:1", "0", "true", "true", "false", "1", "2:2",
+                "2/4", "1", "true", "false",
             ];
             for (sql, expected) in checks.iter().zip(expected) {
                 assert_eq!(value(&connection, sql).await, expected, "{sql}");

@@ -272,7 +272,9 @@ impl PgDatabase {
 
 /// What provides PGMQ already, if anything: the extension, or this crate's objects of the
 /// current version.
-async fn installed(transaction: &sea_orm::DatabaseTransaction) -> Result<Option<PgmqSource>, DbErr> {
+async fn installed(
+    transaction: &sea_orm::DatabaseTransaction,
+) -> Result<Option<PgmqSource>, DbErr> {
     let found = transaction
         .query_one_raw(PgDatabase::statement(
             "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq') AS extension, \

@@ -7,8 +7,8 @@ use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
 use serde::Serialize;
 
 use super::{backend_error, PgDatabase};
-use crate::core::{EntryId, QueueError, ScheduledTask, TaskMetadata};
-use crate::util::serde::Priority;
+use crate::core::{Capacity, EntryId, FitQuery, Lease, QueueError, ScheduledTask, TaskMetadata};
+use crate::util::serde::{Priority, ResourceKind};
 
 impl PgDatabase {
     /// Runs a statement that changes rows; returns how many it changed. `what` names the
@@ -148,4 +148,104 @@ pub(crate) fn task_of<P: serde::de::DeserializeOwned>(
     let payload: P = serde_json::from_str(&text("payload")?)
         .map_err(|error| format!("payload does not deserialise: {error}"))?;
     Ok(ScheduledTask { meta, payload })
+}
+
+/// The parameters of a claim statement, in this order (`$n` counted from the first):
+///
+/// | n | value |
+/// |---|---|
+/// | 1 | now, ms |
+/// | 2-5 | free units of cpu, gpu_vram, io, mixed |
+/// | 6 | no rank bound (bool) |
+/// | 7-9 | the bound's priority, rank time and entry (0 without a bound) |
+/// | 10 | the node |
+/// | 11 | the lease's expiry, ms |
+/// | 12 | at most this many tasks |
+/// | 13 | tasks ranked at or before this time have aged (-1: no starvation rule) |
+/// | 14-17 | the node's whole units per kind (for its reserved task) |
+pub(crate) fn fit_parameters(
+    query: &FitQuery,
+    node: &str,
+    now_ms: u64,
+    expires_at_ms: u64,
+    max: usize,
+) -> Vec<Value> {
+    let (unbounded, priority, time, entry) = match query.bound {
+        Some(bound) => (
+            false,
+            priority_to_sql(bound.priority),
+            millis_u64(bound.rank_time_ms),
+            entry_to_sql(bound.entry),
+        ),
+        None => (true, 0, 0, 0),
+    };
+    // The node's reserved task (see `StarvationRule`): the best-ranked aged task its whole
+    // capacity could run. When it does not fit now, only tasks ranked at or ahead of it may
+    // be claimed.
+    let (aged_before, whole) = match query.starvation {
+        Some(rule) => (millis_u64(rule.parked_before_ms), rule.capacity),
+        None => (-1, Capacity::uniform(0)),
+    };
+    let mut values: Vec<Value> = vec![millis_u64(now_ms).into()];
+    values.extend(per_kind(query.free));
+    values.extend([
+        unbounded.into(),
+        priority.into(),
+        time.into(),
+        entry.into(),
+        node.to_owned().into(),
+        millis_u64(expires_at_ms).into(),
+        i64::try_from(max).unwrap_or(i64::MAX).into(),
+        aged_before.into(),
+    ]);
+    values.extend(per_kind(whole));
+    values
+}
+
+/// Units per kind, in the kinds' column order.
+fn per_kind(units: Capacity) -> [Value; 4] {
+    [
+        ResourceKind::Cpu,
+        ResourceKind::GpuVram,
+        ResourceKind::Io,
+        ResourceKind::Mixed,
+    ]
+    .map(|kind| Value::from(i64::from(units.get(kind))))
+}
+
+/// What one claim statement took.
+pub(crate) enum Claimed<P> {
+    /// These leases, best-ranked first (none: nothing fits).
+    Leases(Vec<Lease<P>>),
+    /// Tasks were claimed, but none could be read: each was dead-lettered.
+    OnlyBuried,
+}
+
+impl<P> Claimed<P> {
+    /// The leases taken (none when every claimed task was dead-lettered).
+    pub(crate) fn into_leases(self) -> Vec<Lease<P>> {
+        match self {
+            Claimed::Leases(leases) => leases,
+            Claimed::OnlyBuried => Vec::new(),
+        }
+    }
+}
+
+/// Claims one task with `claim_one` until it takes one that can be read or finds none. A
+/// task that cannot be read is dead-lettered by the claim and the next is tried; a bounded
+/// number of times, so a queue full of bad tasks cannot hold a node here.
+pub(crate) async fn first_readable<P, F, Fut>(
+    mut claim_one: F,
+) -> Result<Option<Lease<P>>, QueueError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Claimed<P>, QueueError>>,
+{
+    for _ in 0..16 {
+        match claim_one().await? {
+            Claimed::Leases(mut leases) => return Ok(leases.pop()),
+            Claimed::OnlyBuried => continue,
+        }
+    }
+    Ok(None)
 }

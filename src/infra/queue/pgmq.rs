@@ -61,7 +61,7 @@ use crate::core::{
     Settlement, SharedQueue,
 };
 use crate::infra::postgres::rows::{
-    self, duration_ms, entry_from_sql, entry_to_sql, millis_u64, priority_to_sql, task_of,
+    self, duration_ms, entry_from_sql, entry_to_sql, millis_u64, priority_to_sql, task_of, Claimed,
     Encoded,
 };
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, PgmqSource};
@@ -349,15 +349,7 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError> {
-        // A message whose task cannot be read is dead-lettered and the claim goes on to the
-        // next; a bounded number of times, so a queue full of bad messages cannot hold a node.
-        for _ in 0..16 {
-            match self.claim_messages(node, query, 1, lease, now_ms).await? {
-                Claimed::Leases(mut leases) => return Ok(leases.pop()),
-                Claimed::OnlyBuried => continue,
-            }
-        }
-        Ok(None)
+        rows::first_readable(|| self.claim_messages(node, query, 1, lease, now_ms)).await
     }
 
     async fn claim_batch(
@@ -371,10 +363,10 @@ where
         if max == 0 {
             return Ok(Vec::new());
         }
-        match self.claim_messages(node, query, max, lease, now_ms).await? {
-            Claimed::Leases(leases) => Ok(leases),
-            Claimed::OnlyBuried => Ok(Vec::new()),
-        }
+        Ok(self
+            .claim_messages(node, query, max, lease, now_ms)
+            .await?
+            .into_leases())
     }
 
     async fn renew(
@@ -633,14 +625,6 @@ where
     }
 }
 
-/// What one claim statement took.
-enum Claimed<P> {
-    /// These leases, best-ranked first (none: nothing fits).
-    Leases(Vec<Lease<P>>),
-    /// Messages were claimed, but none could be read: each was dead-lettered.
-    OnlyBuried,
-}
-
 impl<P> PgmqQueue<P> {
     /// Stores a task's message in its level's queue, parked (and announced with NOTIFY), or
     /// already held by `claim = (node, lease expiry)` with `read_ct` 1. `Duplicate` if the
@@ -725,27 +709,12 @@ where
         now_ms: u64,
     ) -> Result<Claimed<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
-        let free = |kind: ResourceKind| i64::from(query.free.get(kind));
-        let (unbounded, priority, time, entry) = match query.bound {
-            Some(bound) => (
-                false,
-                priority_to_sql(bound.priority),
-                millis_u64(bound.rank_time_ms),
-                entry_to_sql(bound.entry),
-            ),
-            None => (true, 0, 0, 0),
-        };
-        // The node's reserved task (see `StarvationRule`): the best-ranked aged task its
-        // whole capacity could run. When it does not fit now, only tasks ranked at or ahead
-        // of it may be claimed.
-        let (aged_before, whole) = match query.starvation {
-            Some(rule) => (millis_u64(rule.parked_before_ms), rule.capacity),
-            None => (-1, crate::core::Capacity::uniform(0)),
-        };
-        let whole = |kind: ResourceKind| i64::from(whole.get(kind));
         let kind = "((c.message->>'kind')::int)";
         let units = "((c.message->>'units')::bigint)";
-        let (rank, entry_of) = ("((c.message->>'rank')::bigint)", "((c.message->>'entry')::bigint)");
+        let (rank, entry_of) = (
+            "((c.message->>'rank')::bigint)",
+            "((c.message->>'entry')::bigint)",
+        );
         let reserved = self.per_level(" UNION ALL ", |table, p| {
             format!(
                 "(SELECT {p} AS p, {rank} AS rank, {entry_of} AS entry, {kind} AS kind, \
@@ -799,25 +768,7 @@ where
             held_fits = free_for("kind", 2),
             claimed = Self::union_of("u", "p, msg_id, read_ct, message"),
         );
-        let values: Vec<Value> = vec![
-            millis_u64(now_ms).into(),
-            free(ResourceKind::Cpu).into(),
-            free(ResourceKind::GpuVram).into(),
-            free(ResourceKind::Io).into(),
-            free(ResourceKind::Mixed).into(),
-            unbounded.into(),
-            priority.into(),
-            time.into(),
-            entry.into(),
-            node.to_owned().into(),
-            millis_u64(expires_at_ms).into(),
-            i64::try_from(max).unwrap_or(i64::MAX).into(),
-            aged_before.into(),
-            whole(ResourceKind::Cpu).into(),
-            whole(ResourceKind::GpuVram).into(),
-            whole(ResourceKind::Io).into(),
-            whole(ResourceKind::Mixed).into(),
-        ];
+        let values = rows::fit_parameters(query, node, now_ms, expires_at_ms, max);
         let rows = self.database.query_all_as("claim", sql, values).await?;
         let mut leases = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -897,4 +848,41 @@ fn suffix_of(p: i16) -> &'static str {
         .iter()
         .find(|(level, _)| *level == p)
         .map_or("low", |(_, suffix)| suffix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_are_identifiers_of_at_most_42_characters_folded_to_lower_case() {
+        assert_eq!(check_queue_name("LLM_jobs").unwrap(), "llm_jobs");
+        assert_eq!(check_queue_name(&"q".repeat(42)).unwrap(), "q".repeat(42));
+        let long = check_queue_name(&"q".repeat(43)).unwrap_err().to_string();
+        assert!(
+            long.contains("too long for a pgmq queue name: at most 42 characters"),
+            "{long}"
+        );
+        let unsafe_name = check_queue_name("jobs; DROP TABLE x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unsafe_name.contains("is not a safe SQL identifier"),
+            "{unsafe_name}"
+        );
+    }
+
+    #[test]
+    fn every_priority_has_its_own_level() {
+        let levels: Vec<&str> = [
+            Priority::Critical,
+            Priority::High,
+            Priority::Normal,
+            Priority::Low,
+        ]
+        .into_iter()
+        .map(level_of)
+        .collect();
+        assert_eq!(levels, ["crit", "high", "norm", "low"]);
+    }
 }

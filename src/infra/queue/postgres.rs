@@ -56,8 +56,8 @@ use crate::core::{
     SharedQueue,
 };
 use crate::infra::postgres::rows::{
-    self, duration_ms, entry_from_sql, entry_to_sql, millis, millis_u64, priority_to_sql,
-    task_of, Encoded,
+    self, duration_ms, entry_from_sql, entry_to_sql, millis, millis_u64, priority_to_sql, task_of,
+    Claimed, Encoded,
 };
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
@@ -276,16 +276,7 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError> {
-        // A row whose payload does not deserialise is dead-lettered and the claim goes on to
-        // the next one; a bounded number of times, so a table full of bad rows cannot hold a
-        // node here.
-        for _ in 0..16 {
-            match self.claim_rows(node, query, 1, lease, now_ms).await? {
-                Claimed::Leases(mut leases) => return Ok(leases.pop()),
-                Claimed::OnlyBuried => continue,
-            }
-        }
-        Ok(None)
+        rows::first_readable(|| self.claim_rows(node, query, 1, lease, now_ms)).await
     }
 
     async fn claim_batch(
@@ -296,10 +287,10 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Vec<Lease<P>>, QueueError> {
-        match self.claim_rows(node, query, max, lease, now_ms).await? {
-            Claimed::Leases(leases) => Ok(leases),
-            Claimed::OnlyBuried => Ok(Vec::new()),
-        }
+        Ok(self
+            .claim_rows(node, query, max, lease, now_ms)
+            .await?
+            .into_leases())
     }
 
     async fn renew(
@@ -566,14 +557,6 @@ impl<P> PostgresQueue<P> {
     }
 }
 
-/// What one claim statement took.
-enum Claimed<P> {
-    /// These leases, best-ranked first (none: nothing fits).
-    Leases(Vec<Lease<P>>),
-    /// Rows were claimed, but none could be read: each was dead-lettered.
-    OnlyBuried,
-}
-
 impl<P> PostgresQueue<P>
 where
     P: DeserializeOwned + Send + 'static,
@@ -590,25 +573,7 @@ where
         now_ms: u64,
     ) -> Result<Claimed<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
-        let free = |kind: ResourceKind| i64::from(query.free.get(kind));
-        let (unbounded, priority, time, entry) = match query.bound {
-            Some(bound) => (
-                false,
-                priority_to_sql(bound.priority),
-                millis_u64(bound.rank_time_ms),
-                entry_to_sql(bound.entry),
-            ),
-            None => (true, 0, 0, 0),
-        };
         let fits = "CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END";
-        // The node's reserved task (see `StarvationRule`): the best-ranked aged task its
-        // whole capacity could run. When it does not fit now, only tasks ranked at or ahead
-        // of it may be claimed.
-        let (aged_before, whole) = match query.starvation {
-            Some(rule) => (millis_u64(rule.parked_before_ms), rule.capacity),
-            None => (-1, crate::core::Capacity::uniform(0)),
-        };
-        let whole = |kind: ResourceKind| i64::from(whole.get(kind));
         let sql = format!(
             "WITH reserved AS MATERIALIZED ( \
                SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
@@ -638,26 +603,15 @@ where
                        job.metadata::text AS metadata, job.payload::text AS payload",
             t = self.table
         );
-        let values: Vec<Value> = vec![
-            self.queue.clone().into(),
-            millis_u64(now_ms).into(),
-            free(ResourceKind::Cpu).into(),
-            free(ResourceKind::GpuVram).into(),
-            free(ResourceKind::Io).into(),
-            free(ResourceKind::Mixed).into(),
-            unbounded.into(),
-            priority.into(),
-            time.into(),
-            entry.into(),
-            node.to_owned().into(),
-            millis_u64(expires_at_ms).into(),
-            i64::try_from(max).unwrap_or(i64::MAX).into(),
-            aged_before.into(),
-            whole(ResourceKind::Cpu).into(),
-            whole(ResourceKind::GpuVram).into(),
-            whole(ResourceKind::Io).into(),
-            whole(ResourceKind::Mixed).into(),
-        ];
+        // `$1` the queue, then the claim's parameters from `$2` on.
+        let mut values: Vec<Value> = vec![self.queue.clone().into()];
+        values.extend(rows::fit_parameters(
+            query,
+            node,
+            now_ms,
+            expires_at_ms,
+            max,
+        ));
         let rows = self.query_all("claim", sql, values).await?;
         let mut ranked = Vec::with_capacity(rows.len());
         for row in &rows {
