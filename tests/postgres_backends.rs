@@ -603,3 +603,64 @@ async fn build_embedded(config: SchedulerConfig) -> BuiltPools<Work, u64, Double
     .await
     .expect("building does not panic")
 }
+
+/// A pgmq message whose payload this node cannot read goes to the dead-letter queue with the
+/// reason when claimed, and the claim goes on to the next message.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgmq_message_that_cannot_be_read_is_dead_lettered_and_the_claim_goes_on() {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let name = fresh_name("pgmq_bad");
+    let (writer, queue) = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            (
+                PgmqQueue::<serde_json::Value>::open(&database(), &name).unwrap(),
+                PgmqQueue::<Work>::open(&database(), &name).unwrap(),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let key = MailboxKey::new("acme").with_session("bad-messages");
+    let mut bad = work(1, 0, 0, &key).meta;
+    bad.priority = Priority::Critical;
+    let not_a_job = ScheduledTask::new(bad, serde_json::json!("not a job"));
+    writer.enqueue(1, 1, not_a_job).await.unwrap();
+    queue.enqueue(2, 2, work(2, 21, 0, &key)).await.unwrap();
+
+    let any = FitQuery::within(Capacity::uniform(4));
+    let lease = Duration::from_secs(30);
+    let claimed = queue.claim_best_fit("n", &any, lease, 10).await.unwrap();
+    assert_eq!(
+        claimed.map(|lease| (lease.entry, lease.task.payload)),
+        Some((2, Work { n: 21, ms: 0 })),
+        "the readable message, past the bad one"
+    );
+    assert_eq!(
+        queue.counts().await.unwrap(),
+        QueueCounts {
+            parked: 0,
+            claimed: 1
+        }
+    );
+    let dead = queue.take_dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((&dead[0].key, dead[0].task_id), (&key, 1));
+    assert!(
+        dead[0].reason.contains("payload does not deserialise"),
+        "{}",
+        dead[0].reason
+    );
+    let done = prometheus_parking_lot::core::Settlement::Done;
+    assert_eq!(queue.settle("n", 2, done).await, Ok(()));
+    let archived = one_row(format!(
+        "SELECT (SELECT count(*) FROM pgmq.a_{name}_dlq) AS dead, \
+                (SELECT count(*) FROM pgmq.a_{name}_norm) AS done"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(archived.try_get::<i64>("", "dead").unwrap(), 1);
+    assert_eq!(archived.try_get::<i64>("", "done").unwrap(), 1);
+    drop_pgmq_queues(&queue.pgmq_queues()).await;
+}

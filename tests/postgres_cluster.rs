@@ -40,6 +40,7 @@ struct Job {
 }
 
 /// Which shared queue the nodes use.
+#[cfg_attr(not(feature = "pgmq"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Backend {
     /// `"type": "postgres"`, the table queue.
@@ -625,11 +626,12 @@ macro_rules! on_each_backend {
             })*
         }
         fn tests() -> Vec<processes::Case> {
-            let mut tests: Vec<processes::Case> =
-                vec![$((stringify!($scenario), postgres::$scenario as fn())),*];
+            let postgres = [$((stringify!($scenario), postgres::$scenario as fn())),*];
             #[cfg(feature = "pgmq")]
-            tests.extend([$((concat!("pgmq_", stringify!($scenario)), pgmq::$scenario as fn())),*]);
-            tests
+            let pgmq = [$((concat!("pgmq_", stringify!($scenario)), pgmq::$scenario as fn())),*];
+            #[cfg(not(feature = "pgmq"))]
+            let pgmq: [processes::Case; 0] = [];
+            postgres.into_iter().chain(pgmq).collect()
         }
     };
 }
@@ -641,12 +643,17 @@ on_each_backend!(
 );
 
 fn main() {
-    let mut tests = tests();
     #[cfg(feature = "pgmq")]
-    tests.push((
+    let only_pgmq: &[processes::Case] = &[(
         "pgmq_two_processes_installing_at_once_both_succeed_and_install_once",
         pgmq_install::two_processes_installing_at_once_both_succeed_and_install_once,
-    ));
+    )];
+    #[cfg(not(feature = "pgmq"))]
+    let only_pgmq: &[processes::Case] = &[];
+    let tests: Vec<processes::Case> = tests()
+        .into_iter()
+        .chain(only_pgmq.iter().copied())
+        .collect();
     processes::main(
         &tests,
         &[
