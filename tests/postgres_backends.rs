@@ -107,11 +107,18 @@ async fn pgmq_queue_conforms() {
     drop_pgmq_queues(&queues).await;
 }
 
-/// Drops PGMQ queues a test made.
+/// Drops PGMQ queues a test made, and forgets the entries of the pgmq queue whose dead-letter
+/// queue is among them.
 #[cfg(feature = "pgmq")]
 async fn drop_pgmq_queues(queues: &[String]) {
     for queue in queues {
         let _ = one_row(format!("SELECT pgmq.drop_queue('{queue}')")).await;
+        if let Some(name) = queue.strip_suffix("_dlq") {
+            let _ = one_row(format!(
+                "DELETE FROM pl_pgmq_entries WHERE queue_name = '{name}'"
+            ))
+            .await;
+        }
     }
 }
 

@@ -295,6 +295,11 @@ async fn clean_up(backend: Backend, queue: &str, table: &str) {
                     .execute_unprepared(&format!("SELECT pgmq.drop_queue('{queue}_{level}')"))
                     .await;
             }
+            let _ = connection
+                .execute_unprepared(&format!(
+                    "DELETE FROM pl_pgmq_entries WHERE queue_name = '{queue}'"
+                ))
+                .await;
         }
         let _ = connection.close().await;
     }

@@ -26,8 +26,8 @@
 //! source. The installation runs in one transaction under the advisory lock the crate's
 //! table creation takes, and marks the schema with a version comment: a second installation
 //! finds the mark and does nothing, and two processes installing at once take turns.
-//! [`PgDatabase::create_pgmq_queue`] creates queues under the same lock (PGMQ's own `create`
-//! is not safe when two sessions create one queue at once).
+//! Queues are created with `pgmq.create` under the same lock (PGMQ's own `create` is not safe
+//! when two sessions create one queue at once).
 
 use sea_orm::{ConnectionTrait, DbErr, TransactionTrait};
 
@@ -77,7 +77,7 @@ CREATE OR REPLACE FUNCTION pgmq.validate_queue_name(queue_name TEXT) RETURNS VOI
 LANGUAGE plpgsql IMMUTABLE AS $fn$
 BEGIN
     IF $1 IS NULL OR $1 !~ '^[A-Za-z_][A-Za-z0-9_]*$' OR length($1) >= 48 THEN
-        RAISE EXCEPTION 'queue name % must be letters, digits or _ (not first), under 48 characters', $1;
+        RAISE EXCEPTION 'queue name %: use a letter or _ followed by letters, digits or _, at most 47 characters', $1;
     END IF;
 END $fn$;
 
