@@ -40,10 +40,10 @@ use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOpti
 use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
-    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
-    TaskStatus, TenantId,
+    Capacity, Durability, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind,
+    ScheduledTask, TaskId, TaskStatus, TenantId,
 };
-use crate::events::{EventSubscriber, TaskEvent, TaskStep};
+use crate::events::{EventSubscriber, PoolReading, Refusal, TaskEvent, TaskStep};
 use crate::mailbox::actor::{AfterStore, MailboxMsg};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{status_of, Delivery, Mailbox};
@@ -81,6 +81,9 @@ struct Live {
     key: MailboxKey,
     task_id: TaskId,
     cost: ResourceCost,
+    priority: Priority,
+    /// When it was admitted (the event stream's wait times start here).
+    admitted_ms: u64,
     timeout: Option<Duration>,
     /// The shared queue's entry, for a task this node claimed from it under a lease.
     lease: Option<EntryId>,
@@ -97,6 +100,8 @@ enum LiveState {
 }
 
 struct Running {
+    /// When it started (the event stream's run times start here).
+    started_ms: u64,
     cancel: Option<oneshot::Sender<()>>,
     /// The job's end of `cancel`, until the job is sent.
     cancelled: Option<oneshot::Receiver<()>>,
@@ -236,6 +241,8 @@ where
                     key,
                     task_id: meta.id,
                     cost: meta.cost,
+                    priority: meta.priority,
+                    admitted_ms: entry >> ENTRY_TIME_SHIFT,
                     timeout: self.default_timeout,
                     lease: None,
                     attempt: 1,
@@ -398,7 +405,7 @@ where
             .mailbox
             .clone()
             .unwrap_or_else(|| MailboxKey::new(""));
-        self.emit_for(task, &key, &TaskStep::Refused, now);
+        self.emit_for(task, &key, &TaskStep::Refused(Refusal::of(&error)), now);
         reply.send(Err(error));
     }
 
@@ -426,6 +433,8 @@ where
                 key,
                 task_id: task.meta.id,
                 cost: task.meta.cost,
+                priority: task.meta.priority,
+                admitted_ms: entry >> ENTRY_TIME_SHIFT,
                 timeout: options.timeout.or(self.default_timeout),
                 lease: lease.map(|(shared_entry, _)| shared_entry),
                 attempt: lease.map_or(1, |(_, attempt)| attempt),
@@ -561,6 +570,7 @@ where
 
     /// A park was refused by the queue: the task was never admitted after all.
     fn park_failed(&mut self, entry: EntryId, reason: String, reply: Option<Reply>, now: u64) {
+        PoolCounters::bump(&self.counters.queue_errors);
         let Some(live) = self.live.remove(&entry) else {
             return;
         };
@@ -578,7 +588,7 @@ where
         let error = PoolError::Internal(format!("could not park the task: {reason}"));
         match reply {
             Some(reply) => {
-                self.emit_live(&live, &TaskStep::Refused, now);
+                self.emit_live(&live, &TaskStep::Refused(Refusal::QueueError), now);
                 reply.send(Err(error));
             }
             // Its submitter was told it is admitted (a spun task, or one kept at shutdown):
@@ -606,6 +616,7 @@ where
         };
         let announce = pending.is_some();
         live.state = LiveState::Running(Running {
+            started_ms: now,
             cancel: Some(cancel),
             cancelled: Some(cancelled),
             ended: false,
@@ -697,6 +708,7 @@ where
     /// A started task's payload could not be claimed: it never reached a worker, so its
     /// capacity is released at once and it fails.
     fn claim_failed(&mut self, entry: EntryId, reason: String, now: u64) {
+        PoolCounters::bump(&self.counters.queue_errors);
         if let Some(LiveState::Running(running)) =
             self.live.get_mut(&entry).map(|live| &mut live.state)
         {
@@ -749,7 +761,8 @@ where
                         running.ended = true;
                         running.from_queue = false;
                         let reply = running.stored_reply.take();
-                        self.emit(entry, TaskStep::Refused, now);
+                        PoolCounters::bump(&self.counters.queue_errors);
+                        self.emit(entry, TaskStep::Refused(Refusal::QueueError), now);
                         if let Some(reply) = reply {
                             reply.send(Err(PoolError::Internal(format!(
                                 "could not store the task: {reason}"
@@ -840,6 +853,7 @@ where
                     .inline()
                     .map(|inline| inline.settle_now(entry, settlement));
                 if let Some(Err(error)) = settled {
+                    PoolCounters::bump(&self.counters.queue_errors);
                     tracing::warn!(pool = %self.pool, entry, %error, "queue settle failed");
                 }
             }
@@ -961,6 +975,7 @@ where
                 }
             }
             Err(error) => {
+                PoolCounters::bump(&self.counters.queue_errors);
                 let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
                 let text = format!("could not store the task: {backend} queue: {error}");
                 if let Some(live) = self.live.get_mut(&entry) {
@@ -995,13 +1010,15 @@ where
                 result,
             } => match result {
                 Ok(()) => {
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now);
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
                     reply.send(Ok(key));
                 }
                 Err(error) => {
+                    PoolCounters::bump(&self.counters.queue_errors);
                     let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Refused, now);
+                    let refused = TaskStep::Refused(Refusal::QueueError);
+                    self.emit_parts(task_id, &key, cost, &refused, now, Detail::NONE);
                     reply.send(Err(PoolError::Internal(format!(
                         "could not park the task: {backend} queue: {error}"
                     ))));
@@ -1020,6 +1037,7 @@ where
                         self.maybe_claim(now);
                     }
                     Err(error) => {
+                        PoolCounters::bump(&self.counters.queue_errors);
                         tracing::warn!(pool = %self.pool, %error, "shared queue claim failed; retrying at the next poll");
                     }
                 }
@@ -1038,9 +1056,12 @@ where
                         Ok(())
                     }
                     Ok(None) => Err(PoolError::TaskNotFound(id)),
-                    Err(error) => Err(PoolError::Internal(format!(
-                        "could not cancel in the shared queue: {error}"
-                    ))),
+                    Err(error) => {
+                        PoolCounters::bump(&self.counters.queue_errors);
+                        Err(PoolError::Internal(format!(
+                            "could not cancel in the shared queue: {error}"
+                        )))
+                    }
                 };
                 let _ = reply.send(answer);
             }
@@ -1281,12 +1302,13 @@ where
         if let Some(cancel) = running.cancel.take() {
             let _ = cancel.send(());
         }
-        let live = self
-            .live
-            .get(&entry)
-            .map(|live| (live.key.clone(), live.task_id, live.cost, live.attempt));
-        if let Some((key, task_id, cost, attempt)) = live {
-            self.deliver_parts(&key, task_id, cost, attempt, Err(outcome), now);
+        let live = self.live.get(&entry).map(|live| {
+            let detail = Detail::ended(live);
+            (live.key.clone(), live.task_id, live.cost, live.attempt, detail)
+        });
+        if let Some((key, task_id, cost, attempt, detail)) = live {
+            let outcome = Err(outcome);
+            self.deliver_parts_then(&key, task_id, cost, attempt, outcome, now, None, detail);
         }
         true
     }
@@ -1413,7 +1435,7 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
     ) {
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, None);
+        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, None, Detail::NONE);
     }
 
     /// Delivers a live task's outcome, then runs `then` with whether it was stored.
@@ -1425,7 +1447,8 @@ where
         then: Option<AfterStore>,
     ) {
         let (key, task_id, cost, attempt) = (&live.key, live.task_id, live.cost, live.attempt);
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then);
+        let detail = Detail::ended(live);
+        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then, detail);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1438,9 +1461,10 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
         then: Option<AfterStore>,
+        detail: Detail,
     ) {
         let step = TaskStep::Ended(status_of(&outcome));
-        self.emit_parts(task_id, key, cost, &step, now);
+        self.emit_parts(task_id, key, cost, &step, now, detail);
         let delivery = Delivery {
             task_id,
             outcome,
@@ -1485,11 +1509,26 @@ where
     }
 
     fn emit_live(&self, live: &Live, step: &TaskStep, now: u64) {
-        self.emit_parts(live.task_id, &live.key, live.cost, step, now);
+        let detail = match step {
+            TaskStep::Started => Detail {
+                since_ms: Some(live.admitted_ms),
+                priority: Some(live.priority),
+            },
+            TaskStep::Ended(_) => Detail::ended(live),
+            _ => Detail {
+                since_ms: None,
+                priority: Some(live.priority),
+            },
+        };
+        self.emit_parts(live.task_id, &live.key, live.cost, step, now, detail);
     }
 
     fn emit_for(&self, task: &ScheduledTask<P>, key: &MailboxKey, step: &TaskStep, now: u64) {
-        self.emit_parts(task.meta.id, key, task.meta.cost, step, now);
+        let detail = Detail {
+            since_ms: None,
+            priority: Some(task.meta.priority),
+        };
+        self.emit_parts(task.meta.id, key, task.meta.cost, step, now, detail);
     }
 
     fn emit_parts(
@@ -1499,6 +1538,7 @@ where
         cost: ResourceCost,
         step: &TaskStep,
         now: u64,
+        detail: Detail,
     ) {
         let event = TaskEvent {
             task_id,
@@ -1506,17 +1546,28 @@ where
             cost,
             step,
             at_ms: now,
+            since_ms: detail.since_ms,
+            priority: detail.priority,
         };
         for subscriber in &self.subscribers {
             subscriber.on_event(&event);
         }
     }
 
-    /// Publishes the gauges (running, parked, units held) from the core.
+    /// Publishes the reading (running, parked, units held, failure counts) to every
+    /// subscriber, the pool's counters first.
     pub fn publish(&self) {
-        let used = ResourceKind::ALL.map(|kind| self.core.used(kind));
-        self.counters
-            .publish_gauges(self.core.running_len(), self.core.parked_len(), used);
+        use std::sync::atomic::Ordering::Relaxed;
+        let reading = PoolReading {
+            running: self.core.running_len(),
+            parked: self.core.parked_len(),
+            used_by_kind: ResourceKind::ALL.map(|kind| u64::from(self.core.used(kind))),
+            worker_restarts: self.counters.worker_restarts.load(Relaxed),
+            queue_errors: self.counters.queue_errors.load(Relaxed),
+        };
+        for subscriber in &self.subscribers {
+            subscriber.on_reading(&reading);
+        }
     }
 
     /// Whether the queue actor owes answers: the scheduler then should not spin on its
@@ -1537,6 +1588,33 @@ where
     /// A snapshot of the counters.
     pub fn stats(&self) -> crate::stats::PoolStats {
         self.counters.snapshot()
+    }
+}
+
+/// What an event adds to a task's identity: the interval it closes and the priority.
+#[derive(Clone, Copy)]
+struct Detail {
+    since_ms: Option<u64>,
+    priority: Option<Priority>,
+}
+
+impl Detail {
+    /// For a task reported from outside the scheduler's own records.
+    const NONE: Detail = Detail {
+        since_ms: None,
+        priority: None,
+    };
+
+    /// For a live task's end: its run time starts when it started, if it did.
+    fn ended(live: &Live) -> Detail {
+        let since_ms = match &live.state {
+            LiveState::Running(running) => Some(running.started_ms),
+            LiveState::Parked { .. } => None,
+        };
+        Detail {
+            since_ms,
+            priority: Some(live.priority),
+        }
     }
 }
 
