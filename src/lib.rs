@@ -14,7 +14,9 @@
 //! - [`config`]: pool settings; [`infra`]: queue and mailbox backends; [`gpu`]: GPU probes
 //!   (NVML with the cargo feature `gpu`, and a fake); [`runtime`]: where a pool's actors
 //!   run; [`actors`]: the actor tree itself, for callers that send messages;
-//! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`].
+//! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`];
+//! - `metrics` (cargo feature `metrics`, on by default): every pool's metrics through the
+//!   `metrics` facade, named for Prometheus.
 //!
 //! ```
 //! use prometheus_parking_lot::{ParkingLot, PoolLimits, Priority, ResourceCost, Ticket};
@@ -40,6 +42,8 @@ pub mod config;
 pub mod core;
 pub mod gpu;
 pub mod infra;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod pool;
 pub mod runtime;
 pub mod util;
