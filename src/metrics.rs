@@ -123,7 +123,10 @@ impl PoolMetrics {
         let units_used = ResourceKind::ALL.map(|kind| {
             let total = capacity.get(kind);
             (total > 0).then(|| {
-                let labels = [("pool", pool.clone()), ("kind", kind_label(kind).to_owned())];
+                let labels = [
+                    ("pool", pool.clone()),
+                    ("kind", kind_label(kind).to_owned()),
+                ];
                 gauge!(names::UNITS_TOTAL, &labels[..]).set(f64::from(total));
                 gauge!(names::UNITS_USED, &labels[..])
             })
@@ -230,8 +233,7 @@ impl WebhookMetrics {
     /// Registers the failure counters of the notifier of pool `pool`.
     pub fn register(pool: &str) -> Self {
         describe();
-        let failures =
-            |reason: &'static str| counter!(names::WEBHOOK_FAILURES, "pool" => pool.to_owned(), "reason" => reason);
+        let failures = |reason: &'static str| counter!(names::WEBHOOK_FAILURES, "pool" => pool.to_owned(), "reason" => reason);
         Self {
             attempt_failed: failures("attempt_failed"),
             abandoned: failures("abandoned"),
@@ -243,24 +245,56 @@ impl WebhookMetrics {
 /// Tells the recorder what each metric is (its `# HELP` and unit).
 fn describe() {
     let counters = [
-        (names::TASKS_SUBMITTED, "Tasks admitted (started at once or parked)."),
-        (names::TASKS_COMPLETED, "Tasks whose executor returned a result."),
-        (names::TASKS_FAILED, "Tasks whose executor panicked or that could not run."),
-        (names::TASKS_EXPIRED, "Parked tasks whose deadline passed before they started."),
-        (names::TASKS_TIMED_OUT, "Tasks that ran past their execution timeout."),
-        (names::TASKS_CANCELLED, "Tasks cancelled, explicitly or by shutdown."),
+        (
+            names::TASKS_SUBMITTED,
+            "Tasks admitted (started at once or parked).",
+        ),
+        (
+            names::TASKS_COMPLETED,
+            "Tasks whose executor returned a result.",
+        ),
+        (
+            names::TASKS_FAILED,
+            "Tasks whose executor panicked or that could not run.",
+        ),
+        (
+            names::TASKS_EXPIRED,
+            "Parked tasks whose deadline passed before they started.",
+        ),
+        (
+            names::TASKS_TIMED_OUT,
+            "Tasks that ran past their execution timeout.",
+        ),
+        (
+            names::TASKS_CANCELLED,
+            "Tasks cancelled, explicitly or by shutdown.",
+        ),
         (names::TASKS_REJECTED, "Submissions refused, by reason."),
-        (names::WORKER_RESTARTS, "Worker threads restarted after a panic."),
+        (
+            names::WORKER_RESTARTS,
+            "Worker threads restarted after a panic.",
+        ),
         (names::QUEUE_ERRORS, "Queue backend calls that failed."),
-        (names::WEBHOOK_FAILURES, "Webhook notifications that failed, by reason."),
+        (
+            names::WEBHOOK_FAILURES,
+            "Webhook notifications that failed, by reason.",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, Unit::Count, help);
     }
     describe_gauge!(names::QUEUE_DEPTH, Unit::Count, "Tasks parked now.");
     describe_gauge!(names::TASKS_RUNNING, Unit::Count, "Tasks running now.");
-    describe_gauge!(names::UNITS_USED, Unit::Count, "Units held by running tasks, by kind.");
-    describe_gauge!(names::UNITS_TOTAL, Unit::Count, "The pool's budget, by kind.");
+    describe_gauge!(
+        names::UNITS_USED,
+        Unit::Count,
+        "Units held by running tasks, by kind."
+    );
+    describe_gauge!(
+        names::UNITS_TOTAL,
+        Unit::Count,
+        "The pool's budget, by kind."
+    );
     describe_histogram!(
         names::TASK_WAIT,
         Unit::Seconds,

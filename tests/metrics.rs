@@ -162,15 +162,26 @@ fn a_scrape_shows_a_pools_tasks_counted_timed_and_refused_by_reason() {
         Err(PoolError::InsufficientResources { .. })
     ));
     let refused = eventually("the refusals", |body| {
-        sample(body, "parking_lot_tasks_rejected_total", &[("pool", "scraped"), ("reason", "queue_full")])
-            == Some(1.0)
+        sample(
+            body,
+            "parking_lot_tasks_rejected_total",
+            &[("pool", "scraped"), ("reason", "queue_full")],
+        ) == Some(1.0)
     });
     assert_eq!(
-        sample(&refused, "parking_lot_tasks_rejected_total", &[("pool", "scraped"), ("reason", "too_large")]),
+        sample(
+            &refused,
+            "parking_lot_tasks_rejected_total",
+            &[("pool", "scraped"), ("reason", "too_large")]
+        ),
         Some(1.0)
     );
     assert_eq!(
-        sample(&refused, "parking_lot_tasks_rejected_total", &[("pool", "scraped"), ("reason", "duplicate")]),
+        sample(
+            &refused,
+            "parking_lot_tasks_rejected_total",
+            &[("pool", "scraped"), ("reason", "duplicate")]
+        ),
         Some(0.0)
     );
 

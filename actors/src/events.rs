@@ -10,7 +10,9 @@
 //! ([`Notifier`](crate::mailbox::Notifier)): an `Ended` event may arrive before the result is
 //! retrievable.
 
-use crate::domain::{MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus};
+use crate::domain::{
+    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus,
+};
 
 /// One step of a task's life.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -84,6 +84,8 @@ struct Live {
     priority: Priority,
     /// When it was admitted (the event stream's wait times start here).
     admitted_ms: u64,
+    /// Its `task` span, from admission to its end (disabled unless a subscriber wants it).
+    span: tracing::Span,
     timeout: Option<Duration>,
     /// The shared queue's entry, for a task this node claimed from it under a lease.
     lease: Option<EntryId>,
@@ -235,6 +237,7 @@ where
                 continue;
             }
             self.by_caller.insert((key.tenant.clone(), meta.id), entry);
+            let span = task_span(&self.pool, &meta, &key);
             self.live.insert(
                 entry,
                 Live {
@@ -243,6 +246,7 @@ where
                     cost: meta.cost,
                     priority: meta.priority,
                     admitted_ms: entry >> ENTRY_TIME_SHIFT,
+                    span,
                     timeout: self.default_timeout,
                     lease: None,
                     attempt: 1,
@@ -427,6 +431,7 @@ where
         lease: Option<(EntryId, u32)>,
     ) {
         self.by_caller.insert(caller, entry);
+        let span = task_span(&self.pool, &task.meta, &key);
         self.live.insert(
             entry,
             Live {
@@ -435,6 +440,7 @@ where
                 cost: task.meta.cost,
                 priority: task.meta.priority,
                 admitted_ms: entry >> ENTRY_TIME_SHIFT,
+                span,
                 timeout: options.timeout.or(self.default_timeout),
                 lease: lease.map(|(shared_entry, _)| shared_entry),
                 attempt: lease.map_or(1, |(_, attempt)| attempt),
@@ -652,12 +658,18 @@ where
             drop_contained(task);
             return;
         };
-        let timeout = self.live.get(&entry).and_then(|live| live.timeout);
+        let (timeout, span) = self
+            .live
+            .get(&entry)
+            .map_or((None, tracing::Span::none()), |live| {
+                (live.timeout, live.span.clone())
+            });
         let job = Job {
             entry,
             task,
             timeout,
             cancel,
+            span,
         };
         let Some(jobs) = self.jobs.get(worker) else {
             drop_contained(job);
@@ -1304,7 +1316,13 @@ where
         }
         let live = self.live.get(&entry).map(|live| {
             let detail = Detail::ended(live);
-            (live.key.clone(), live.task_id, live.cost, live.attempt, detail)
+            (
+                live.key.clone(),
+                live.task_id,
+                live.cost,
+                live.attempt,
+                detail,
+            )
         });
         if let Some((key, task_id, cost, attempt, detail)) = live {
             let outcome = Err(outcome);
@@ -1435,7 +1453,16 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
     ) {
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, None, Detail::NONE);
+        self.deliver_parts_then(
+            key,
+            task_id,
+            cost,
+            attempt,
+            outcome,
+            now,
+            None,
+            Detail::NONE,
+        );
     }
 
     /// Delivers a live task's outcome, then runs `then` with whether it was stored.
@@ -1520,6 +1547,7 @@ where
                 priority: Some(live.priority),
             },
         };
+        tracing::trace!(parent: &live.span, ?step, at_ms = now, "task step");
         self.emit_parts(live.task_id, &live.key, live.cost, step, now, detail);
     }
 
@@ -1589,6 +1617,20 @@ where
     pub fn stats(&self) -> crate::stats::PoolStats {
         self.counters.snapshot()
     }
+}
+
+/// A task's span: pool, task id, tenant, priority and cost, as fields. The macro evaluates
+/// none of them (and allocates nothing) unless a subscriber enables `task` spans at DEBUG.
+fn task_span(pool: &str, meta: &crate::domain::TaskMetadata, key: &MailboxKey) -> tracing::Span {
+    tracing::debug_span!(
+        "task",
+        pool,
+        task_id = meta.id,
+        tenant = %key.tenant,
+        priority = ?meta.priority,
+        kind = ?meta.cost.kind,
+        units = meta.cost.units,
+    )
 }
 
 /// What an event adds to a task's identity: the interval it closes and the priority.

@@ -50,6 +50,9 @@ pub struct Job<P> {
     pub timeout: Option<Duration>,
     /// Fires when the scheduler cancels the running task (cancel, watchdog, shutdown).
     pub cancel: oneshot::Receiver<()>,
+    /// The task's span (disabled unless a subscriber wants it): its run is instrumented
+    /// with it.
+    pub span: tracing::Span,
 }
 
 /// How worker threads are built.

@@ -199,10 +199,12 @@ where
         task,
         timeout,
         cancel,
+        span,
         ..
     } = job;
     let deadline = timeout.and_then(|limit| tokio::time::Instant::now().checked_add(limit));
-    let mut execution = executor.execute(task.payload, task.meta);
+    let mut execution =
+        tracing::Instrument::instrument(executor.execute(task.payload, task.meta), span);
     let outcome = tokio::select! {
         biased;
         Ok(()) = cancel => Err(PoolError::Cancelled),
