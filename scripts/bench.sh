@@ -3,8 +3,9 @@
 #
 #   scripts/bench.sh                  every bench, full scale; rewrites BENCHMARKS.md
 #   scripts/bench.sh end_to_end ...   only the benches named; their blocks are rewritten
-#   BENCH_SMOKE=1 scripts/bench.sh    each bench at its small smoke scale (checks the
-#                                     script and the benches; the figures mean nothing)
+#   BENCH_SMOKE=1 scripts/bench.sh    each bench at its small smoke scale (the binary run
+#                                     without --bench: checks the script and the benches;
+#                                     the figures mean nothing and BENCHMARKS.md is kept)
 #   BENCH_DRY=1 scripts/bench.sh      writes the report to target/bench-report/ only
 #
 # The benches are found from the manifests' [[bench]] entries, so a new bench is picked up
@@ -83,16 +84,26 @@ extract() {
     ' "$1" | awk 'NF || printed { print; printed = 1 }'
 }
 
+# Runs one bench: measured (cargo bench passes --bench), or at its smoke scale (the same
+# binary run without --bench).
+run_bench() {
+    if [ -z "${BENCH_SMOKE:-}" ]; then
+        cargo bench --all-features --bench "$1"
+        return
+    fi
+    local exe
+    exe="$(cargo bench --all-features --bench "$1" --no-run --message-format=json |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+    [ -n "$exe" ] || { echo "no executable for bench $1" >&2; return 1; }
+    "$exe"
+}
+
 failed=()
 for bench in "${benches[@]}"; do
     log="$report_dir/$bench.log"
-    if [ -n "${BENCH_SMOKE:-}" ]; then
-        command=(cargo test --release --all-features --bench "$bench")
-    else
-        command=(cargo bench --all-features --bench "$bench")
-    fi
-    echo "== $bench: ${command[*]}"
-    if "${command[@]}" >"$log" 2>"$report_dir/$bench.err"; then
+    command=(cargo bench --all-features --bench "$bench")
+    echo "== $bench: ${command[*]}${BENCH_SMOKE:+ (smoke scale)}"
+    if run_bench "$bench" >"$log" 2>"$report_dir/$bench.err"; then
         {
             echo "### \`$bench\`"
             echo
