@@ -1065,8 +1065,27 @@ fn print_markdown(rows: &[Row], wakeup: &mut Samples, idle_cpu: Duration) {
     );
 }
 
+/// `E2E_TRACING=LEVEL` (`info`, `debug`, `trace`) installs a `tracing` subscriber at that
+/// level writing to nowhere, to measure what the pool's task spans cost: at `info` they are
+/// disabled (the production default), at `debug` every task's span is built and entered.
+/// Unset: no subscriber at all.
+fn install_tracing() {
+    let Ok(level) = std::env::var("E2E_TRACING") else {
+        return;
+    };
+    let level: tracing::Level = level
+        .parse()
+        .unwrap_or_else(|_| panic!("E2E_TRACING={level}: use info, debug or trace"));
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::sink)
+        .init();
+    println!("tracing: a subscriber at {level}, writing to nowhere");
+}
+
 fn main() {
     let scale = Scale::from_args();
+    install_tracing();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(CLIENT_THREADS)
         .enable_all()

@@ -17,6 +17,8 @@
 //! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`];
 //! - [`stream`] and [`running`]: streamed results, and what a running task sees of its run
 //!   (its cancellation flag, its partial-result sink); [`budget`]: the nested-work slots.
+//! - `metrics` (cargo feature `metrics`, on by default): every pool's metrics through the
+//!   `metrics` facade, named for Prometheus.
 //!
 //! ```
 //! use prometheus_parking_lot::{ParkingLot, PoolLimits, Priority, ResourceCost, Ticket};
@@ -42,6 +44,8 @@ pub mod config;
 pub mod core;
 pub mod gpu;
 pub mod infra;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod pool;
 pub mod runtime;
 pub mod util;

@@ -40,10 +40,10 @@ use super::protocol::{Extras, QueueReport, Reply, ShutdownReport, Submission, Su
 use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
-    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
-    TaskStatus, TenantId,
+    Capacity, Durability, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind,
+    ScheduledTask, TaskId, TaskStatus, TenantId,
 };
-use crate::events::{EventSubscriber, TaskEvent, TaskStep};
+use crate::events::{EventSubscriber, PoolReading, Refusal, TaskEvent, TaskStep};
 use crate::mailbox::actor::{AfterStore, MailboxMsg};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{status_of, Delivery, Mailbox};
@@ -83,6 +83,11 @@ struct Live {
     key: MailboxKey,
     task_id: TaskId,
     cost: ResourceCost,
+    priority: Priority,
+    /// When it was admitted (the event stream's wait times start here).
+    admitted_ms: u64,
+    /// Its `task` span, from admission to its end (disabled unless a subscriber wants it).
+    span: tracing::Span,
     timeout: Option<Duration>,
     /// The shared queue's entry, for a task this node claimed from it under a lease.
     lease: Option<EntryId>,
@@ -116,6 +121,8 @@ enum LiveState {
 }
 
 struct Running {
+    /// When it started (the event stream's run times start here).
+    started_ms: u64,
     /// Raised to stop the run; the job carries a clone (a streamed task's is its stream's).
     cancellation: Cancellation,
     /// The job was sent to its worker.
@@ -250,12 +257,16 @@ where
                 continue;
             }
             self.by_caller.insert((key.tenant.clone(), meta.id), entry);
+            let span = task_span(&self.pool, &meta, &key);
             self.live.insert(
                 entry,
                 Live {
                     key,
                     task_id: meta.id,
                     cost: meta.cost,
+                    priority: meta.priority,
+                    admitted_ms: entry >> ENTRY_TIME_SHIFT,
+                    span,
                     timeout: self.default_timeout,
                     lease: None,
                     attempt: 1,
@@ -455,7 +466,7 @@ where
             .mailbox
             .clone()
             .unwrap_or_else(|| MailboxKey::new(""));
-        self.emit_for(task, &key, &TaskStep::Refused, now);
+        self.emit_for(task, &key, &TaskStep::Refused(Refusal::of(&error)), now);
         reply.send(Err(error));
     }
 
@@ -479,12 +490,16 @@ where
         extras: Option<Box<Extras>>,
     ) {
         self.by_caller.insert(caller, entry);
+        let span = task_span(&self.pool, &task.meta, &key);
         self.live.insert(
             entry,
             Live {
                 key,
                 task_id: task.meta.id,
                 cost: task.meta.cost,
+                priority: task.meta.priority,
+                admitted_ms: entry >> ENTRY_TIME_SHIFT,
+                span,
                 timeout: options.timeout.or(self.default_timeout),
                 lease: lease.map(|(shared_entry, _)| shared_entry),
                 attempt: lease.map_or(1, |(_, attempt)| attempt),
@@ -621,6 +636,7 @@ where
 
     /// A park was refused by the queue: the task was never admitted after all.
     fn park_failed(&mut self, entry: EntryId, reason: String, reply: Option<Reply>, now: u64) {
+        PoolCounters::bump(&self.counters.queue_errors);
         let Some(live) = self.live.remove(&entry) else {
             return;
         };
@@ -639,7 +655,7 @@ where
         let error = PoolError::Internal(format!("could not park the task: {reason}"));
         match reply {
             Some(reply) => {
-                self.emit_live(&live, &TaskStep::Refused, now);
+                self.emit_live(&live, &TaskStep::Refused(Refusal::QueueError), now);
                 reply.send(Err(error));
             }
             // Its submitter was told it is admitted (a spun task, or one kept at shutdown):
@@ -671,6 +687,7 @@ where
         };
         let announce = pending.is_some();
         live.state = LiveState::Running(Running {
+            started_ms: now,
             cancellation,
             sent: false,
             ended: false,
@@ -718,12 +735,18 @@ where
             self.finish(entry, Err(PoolError::Cancelled), now);
             return;
         }
-        let timeout = self.live.get(&entry).and_then(|live| live.timeout);
+        let (timeout, span) = self
+            .live
+            .get(&entry)
+            .map_or((None, tracing::Span::none()), |live| {
+                (live.timeout, live.span.clone())
+            });
         let job = Job {
             entry,
             task,
             timeout,
             context,
+            span,
         };
         let Some(jobs) = self.jobs.get(worker) else {
             drop_contained(job);
@@ -774,6 +797,7 @@ where
     /// A started task's payload could not be claimed: it never reached a worker, so its
     /// capacity is released at once and it fails.
     fn claim_failed(&mut self, entry: EntryId, reason: String, now: u64) {
+        PoolCounters::bump(&self.counters.queue_errors);
         if let Some(LiveState::Running(running)) =
             self.live.get_mut(&entry).map(|live| &mut live.state)
         {
@@ -826,7 +850,8 @@ where
                         running.ended = true;
                         running.from_queue = false;
                         let reply = running.stored_reply.take();
-                        self.emit(entry, TaskStep::Refused, now);
+                        PoolCounters::bump(&self.counters.queue_errors);
+                        self.emit(entry, TaskStep::Refused(Refusal::QueueError), now);
                         if let Some(reply) = reply {
                             reply.send(Err(PoolError::Internal(format!(
                                 "could not store the task: {reason}"
@@ -918,6 +943,7 @@ where
                     .inline()
                     .map(|inline| inline.settle_now(entry, settlement));
                 if let Some(Err(error)) = settled {
+                    PoolCounters::bump(&self.counters.queue_errors);
                     tracing::warn!(pool = %self.pool, entry, %error, "queue settle failed");
                 }
             }
@@ -1040,6 +1066,7 @@ where
                 }
             }
             Err(error) => {
+                PoolCounters::bump(&self.counters.queue_errors);
                 let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
                 let text = format!("could not store the task: {backend} queue: {error}");
                 if let Some(live) = self.live.get_mut(&entry) {
@@ -1074,13 +1101,15 @@ where
                 result,
             } => match result {
                 Ok(()) => {
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now);
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
                     reply.send(Ok(key));
                 }
                 Err(error) => {
+                    PoolCounters::bump(&self.counters.queue_errors);
                     let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Refused, now);
+                    let refused = TaskStep::Refused(Refusal::QueueError);
+                    self.emit_parts(task_id, &key, cost, &refused, now, Detail::NONE);
                     reply.send(Err(PoolError::Internal(format!(
                         "could not park the task: {backend} queue: {error}"
                     ))));
@@ -1099,6 +1128,7 @@ where
                         self.maybe_claim(now);
                     }
                     Err(error) => {
+                        PoolCounters::bump(&self.counters.queue_errors);
                         tracing::warn!(pool = %self.pool, %error, "shared queue claim failed; retrying at the next poll");
                     }
                 }
@@ -1117,9 +1147,12 @@ where
                         Ok(())
                     }
                     Ok(None) => Err(PoolError::TaskNotFound(id)),
-                    Err(error) => Err(PoolError::Internal(format!(
-                        "could not cancel in the shared queue: {error}"
-                    ))),
+                    Err(error) => {
+                        PoolCounters::bump(&self.counters.queue_errors);
+                        Err(PoolError::Internal(format!(
+                            "could not cancel in the shared queue: {error}"
+                        )))
+                    }
                 };
                 let _ = reply.send(answer);
             }
@@ -1486,7 +1519,16 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
     ) {
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, None);
+        self.deliver_parts_then(
+            key,
+            task_id,
+            cost,
+            attempt,
+            outcome,
+            now,
+            None,
+            Detail::NONE,
+        );
     }
 
     /// Delivers a live task's outcome, then runs `then` with whether it was stored.
@@ -1498,18 +1540,21 @@ where
         then: Option<AfterStore>,
     ) {
         let (key, task_id, cost, attempt) = (&live.key, live.task_id, live.cost, live.attempt);
+        let detail = Detail::ended(live);
         match live.stream().and_then(stream_of::<R>) {
             Some(stream) => {
                 // A streamed outcome goes to its stream, behind the partials, not to the
                 // mailbox (nobody could retrieve it there).
                 let step = TaskStep::Ended(status_of(&outcome));
-                self.emit_parts(task_id, key, cost, &step, now);
+                self.emit_parts(task_id, key, cost, &step, now, detail);
                 stream.finish(outcome);
                 if let Some(then) = then {
                     then(true);
                 }
             }
-            None => self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then),
+            None => {
+                self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then, detail)
+            }
         }
     }
 
@@ -1523,9 +1568,10 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
         then: Option<AfterStore>,
+        detail: Detail,
     ) {
         let step = TaskStep::Ended(status_of(&outcome));
-        self.emit_parts(task_id, key, cost, &step, now);
+        self.emit_parts(task_id, key, cost, &step, now, detail);
         let delivery = Delivery {
             task_id,
             outcome,
@@ -1570,11 +1616,27 @@ where
     }
 
     fn emit_live(&self, live: &Live, step: &TaskStep, now: u64) {
-        self.emit_parts(live.task_id, &live.key, live.cost, step, now);
+        let detail = match step {
+            TaskStep::Started => Detail {
+                since_ms: Some(live.admitted_ms),
+                priority: Some(live.priority),
+            },
+            TaskStep::Ended(_) => Detail::ended(live),
+            _ => Detail {
+                since_ms: None,
+                priority: Some(live.priority),
+            },
+        };
+        tracing::trace!(parent: &live.span, ?step, at_ms = now, "task step");
+        self.emit_parts(live.task_id, &live.key, live.cost, step, now, detail);
     }
 
     fn emit_for(&self, task: &ScheduledTask<P>, key: &MailboxKey, step: &TaskStep, now: u64) {
-        self.emit_parts(task.meta.id, key, task.meta.cost, step, now);
+        let detail = Detail {
+            since_ms: None,
+            priority: Some(task.meta.priority),
+        };
+        self.emit_parts(task.meta.id, key, task.meta.cost, step, now, detail);
     }
 
     fn emit_parts(
@@ -1584,6 +1646,7 @@ where
         cost: ResourceCost,
         step: &TaskStep,
         now: u64,
+        detail: Detail,
     ) {
         let event = TaskEvent {
             task_id,
@@ -1591,17 +1654,28 @@ where
             cost,
             step,
             at_ms: now,
+            since_ms: detail.since_ms,
+            priority: detail.priority,
         };
         for subscriber in &self.subscribers {
             subscriber.on_event(&event);
         }
     }
 
-    /// Publishes the gauges (running, parked, units held) from the core.
+    /// Publishes the reading (running, parked, units held, failure counts) to every
+    /// subscriber, the pool's counters first.
     pub fn publish(&self) {
-        let used = ResourceKind::ALL.map(|kind| self.core.used(kind));
-        self.counters
-            .publish_gauges(self.core.running_len(), self.core.parked_len(), used);
+        use std::sync::atomic::Ordering::Relaxed;
+        let reading = PoolReading {
+            running: self.core.running_len(),
+            parked: self.core.parked_len(),
+            used_by_kind: ResourceKind::ALL.map(|kind| u64::from(self.core.used(kind))),
+            worker_restarts: self.counters.worker_restarts.load(Relaxed),
+            queue_errors: self.counters.queue_errors.load(Relaxed),
+        };
+        for subscriber in &self.subscribers {
+            subscriber.on_reading(&reading);
+        }
     }
 
     /// Whether the queue actor owes answers: the scheduler then should not spin on its
@@ -1625,13 +1699,54 @@ where
     }
 }
 
-/// Answers a submitter still waiting for its park to be confirmed (the queue actor had not
-/// answered yet): the task was admitted, so it gets its key.
+/// A task's span: pool, task id, tenant, priority and cost, as fields. The macro evaluates
+/// none of them (and allocates nothing) unless a subscriber enables `task` spans at DEBUG.
+fn task_span(pool: &str, meta: &crate::domain::TaskMetadata, key: &MailboxKey) -> tracing::Span {
+    tracing::debug_span!(
+        "task",
+        pool,
+        task_id = meta.id,
+        tenant = %key.tenant,
+        priority = ?meta.priority,
+        kind = ?meta.cost.kind,
+        units = meta.cost.units,
+    )
+}
+
+/// What an event adds to a task's identity: the interval it closes and the priority.
+#[derive(Clone, Copy)]
+struct Detail {
+    since_ms: Option<u64>,
+    priority: Option<Priority>,
+}
+
+impl Detail {
+    /// For a task reported from outside the scheduler's own records.
+    const NONE: Detail = Detail {
+        since_ms: None,
+        priority: None,
+    };
+
+    /// For a live task's end: its run time starts when it started, if it did.
+    fn ended(live: &Live) -> Detail {
+        let since_ms = match &live.state {
+            LiveState::Running(running) => Some(running.started_ms),
+            LiveState::Parked { .. } => None,
+        };
+        Detail {
+            since_ms,
+            priority: Some(live.priority),
+        }
+    }
+}
+
 /// The typed buffer behind a stream attachment (checked at admission, so always `Some`).
 fn stream_of<R: Send + 'static>(stream: &StreamAttachment) -> Option<&StreamShared<R>> {
     stream.0.downcast_ref::<StreamShared<R>>()
 }
 
+/// Answers a submitter still waiting for its park to be confirmed (the queue actor had not
+/// answered yet): the task was admitted, so it gets its key.
 fn answer_pending_park(mut live: Live) -> Live {
     if let LiveState::Parked { reply } = &mut live.state {
         if let Some(reply) = reply.take() {

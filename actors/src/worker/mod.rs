@@ -52,6 +52,9 @@ pub struct Job<P> {
     /// Its cancellation flag (raised by cancel, the watchdog, a dropped stream, shutdown)
     /// and its stream, published to the executor for the run (see [`crate::running`]).
     pub(crate) context: RunContext,
+    /// The task's span (disabled unless a subscriber wants it): its run is instrumented
+    /// with it.
+    pub span: tracing::Span,
 }
 
 /// How worker threads are built.

@@ -224,12 +224,14 @@ where
         task,
         timeout,
         context,
+        span,
         ..
     } = job;
     let cancellation = context.cancellation.clone();
     let _entered = crate::running::enter(context);
     let deadline = timeout.and_then(|limit| tokio::time::Instant::now().checked_add(limit));
-    let mut execution = executor.execute(task.payload, task.meta);
+    let mut execution =
+        tracing::Instrument::instrument(executor.execute(task.payload, task.meta), span);
     let outcome = tokio::select! {
         biased;
         () = cancellation.cancelled() => Err(PoolError::Cancelled),
