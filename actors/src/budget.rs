@@ -86,7 +86,7 @@ impl SlotBudget {
             if held >= self.capacity {
                 return None;
             }
-            match self.held.compare_exchange_weak(
+            match self.held.compare_exchange(
                 held,
                 held + 1,
                 Ordering::AcqRel,
@@ -111,7 +111,7 @@ impl SlotBudget {
         let mut held = self.held.load(Ordering::Relaxed);
         loop {
             assert!(held > 0, "SlotBudget::release without a held slot");
-            match self.held.compare_exchange_weak(
+            match self.held.compare_exchange(
                 held,
                 held - 1,
                 Ordering::AcqRel,
