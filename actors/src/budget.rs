@@ -86,12 +86,10 @@ impl SlotBudget {
             if held >= self.capacity {
                 return None;
             }
-            match self.held.compare_exchange(
-                held,
-                held + 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match self
+                .held
+                .compare_exchange(held, held + 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     return Some(SlotGuard {
                         budget: Arc::clone(self),
@@ -111,12 +109,10 @@ impl SlotBudget {
         let mut held = self.held.load(Ordering::Relaxed);
         loop {
             assert!(held > 0, "SlotBudget::release without a held slot");
-            match self.held.compare_exchange(
-                held,
-                held - 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match self
+                .held
+                .compare_exchange(held, held - 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return,
                 Err(now) => held = now,
             }

@@ -77,13 +77,20 @@ const PROBE_EVERY: u32 = 32;
 pub(crate) struct AdaptiveSpin {
     budget: AtomicU32,
     skipped: AtomicU32,
+    /// The wall-time bound of each spin.
+    time: Duration,
 }
 
 impl AdaptiveSpin {
     pub(crate) fn new() -> Self {
+        Self::with_time(SPIN_TIME)
+    }
+
+    fn with_time(time: Duration) -> Self {
         Self {
             budget: AtomicU32::new(MAX_ROUNDS),
             skipped: AtomicU32::new(0),
+            time,
         }
     }
 
@@ -98,7 +105,7 @@ impl AdaptiveSpin {
         } else {
             return None;
         };
-        let mut spin = Spin::new(rounds, SPIN_TIME);
+        let mut spin = Spin::new(rounds, self.time);
         while spin.round() {
             if let Some(found) = check() {
                 self.budget.store(MAX_ROUNDS, Ordering::Relaxed);
@@ -120,9 +127,22 @@ impl AdaptiveSpin {
 mod tests {
     use super::*;
 
+    /// A wall-time bound the tests never reach, so they count rounds only, however loaded
+    /// the machine is.
+    const NO_TIME_LIMIT: Duration = Duration::from_secs(3_600);
+
+    #[test]
+    fn a_spin_stops_at_its_rounds_or_its_time_whichever_comes_first() {
+        let mut spin = Spin::new(3, NO_TIME_LIMIT);
+        assert!(spin.round() && spin.round() && spin.round());
+        assert!(!spin.round(), "three rounds spent");
+        let mut spin = Spin::new(1_000, Duration::ZERO);
+        assert!(!spin.round(), "no time at all");
+    }
+
     #[test]
     fn a_failing_spin_halves_the_budget_and_a_success_restores_it() {
-        let spin = AdaptiveSpin::new();
+        let spin = AdaptiveSpin::with_time(NO_TIME_LIMIT);
         let mut checks = 0;
         assert_eq!(
             spin.spin(|| {
@@ -145,7 +165,7 @@ mod tests {
 
     #[test]
     fn at_zero_budget_only_every_probe_spins_and_a_probe_success_recovers() {
-        let spin = AdaptiveSpin::new();
+        let spin = AdaptiveSpin::with_time(NO_TIME_LIMIT);
         while spin.budget() > 0 {
             spin.spin(|| None::<()>);
         }
