@@ -204,12 +204,8 @@ where
         options: SubmitOptions,
         buffer: usize,
     ) -> Result<ResultStream<R>, PoolError> {
-        let (attachment, stream) = ResultStream::channel(buffer)?;
-        let answer = self.send_submission(task, options, Some(attachment))?;
-        block_on_until(admission_answer(answer), None)
-            .flatten()
-            .unwrap_or(Err(PoolError::Shutdown))?;
-        Ok(stream)
+        block_on_until(self.submit_streaming(task, options, buffer), None)
+            .unwrap_or(Err(PoolError::Shutdown))
     }
 
     /// Hands one submission to the inbox; the receiver gets the admission answer. Refuses at
