@@ -28,6 +28,7 @@ pub mod queue;
 pub mod random;
 pub mod running;
 pub mod scheduler;
+pub(crate) mod spans;
 pub mod spawn;
 pub(crate) mod spin;
 pub mod stats;

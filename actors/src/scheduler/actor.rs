@@ -14,6 +14,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument;
 
 use super::protocol::{Extras, Internal, Reply, SchedulerMsg, SchedulerRequest};
 use super::state::{Scheduler, SchedulerArgs};
@@ -90,34 +91,41 @@ where
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let scheduler = &mut state.0;
-        let now = now();
-        match message.0 {
-            Internal::Drain => drain(&myself, scheduler).await,
-            Internal::Request(request) => {
-                scheduler.drain_inbox(now);
-                request_received(&myself, scheduler, request, now);
+        let span = crate::spans::actor("scheduler", myself.get_id(), state.0.pool());
+        async move {
+            let scheduler = &mut state.0;
+            let now = now();
+            match message.0 {
+                Internal::Drain => drain(&myself, scheduler).await,
+                Internal::Request(request) => {
+                    scheduler.drain_inbox(now);
+                    request_received(&myself, scheduler, request, now);
+                }
+                Internal::Tick => {
+                    scheduler.armed_tick = None;
+                    scheduler.tick(now);
+                }
+                Internal::Escalated { reason } => scheduler.escalated(reason, now),
+                Internal::WorkerLost { worker, reason } => {
+                    scheduler.worker_lost(worker, reason, now)
+                }
+                Internal::DrainDeadline => {
+                    scheduler.drain_inbox(now);
+                    scheduler.drain_deadline(now);
+                }
+                Internal::Queue(report) => scheduler.queue_report(report, now),
+                Internal::Shared(report) => {
+                    scheduler.drain_inbox(now);
+                    scheduler.shared_report(report, now);
+                }
+                Internal::Headroom(headroom) => scheduler.headroom(headroom, now),
             }
-            Internal::Tick => {
-                scheduler.armed_tick = None;
-                scheduler.tick(now);
-            }
-            Internal::Escalated { reason } => scheduler.escalated(reason, now),
-            Internal::WorkerLost { worker, reason } => scheduler.worker_lost(worker, reason, now),
-            Internal::DrainDeadline => {
-                scheduler.drain_inbox(now);
-                scheduler.drain_deadline(now);
-            }
-            Internal::Queue(report) => scheduler.queue_report(report, now),
-            Internal::Shared(report) => {
-                scheduler.drain_inbox(now);
-                scheduler.shared_report(report, now);
-            }
-            Internal::Headroom(headroom) => scheduler.headroom(headroom, now),
+            scheduler.publish();
+            arm_timer(&myself, scheduler, now);
+            Ok(())
         }
-        scheduler.publish();
-        arm_timer(&myself, scheduler, now);
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 

@@ -1662,6 +1662,11 @@ where
         }
     }
 
+    /// The pool's name.
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+
     /// Publishes the reading (running, parked, units held, failure counts) to every
     /// subscriber, the pool's counters first.
     pub fn publish(&self) {
