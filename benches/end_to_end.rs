@@ -115,6 +115,7 @@ struct Scale {
     clients: u64,
     rounds: usize,
     wake_samples: u64,
+    only: Vec<String>,
 }
 
 impl Scale {
@@ -135,7 +136,18 @@ impl Scale {
             clients: env("E2E_CLIENTS", clients).max(1),
             rounds: env("E2E_ROUNDS", rounds).max(1) as usize,
             wake_samples,
+            only: std::env::var("E2E_ONLY")
+                .map(|words| words.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
         }
+    }
+
+    /// Whether this run measures the path: all of them, unless `E2E_ONLY` lists words that
+    /// its label ("burst WorkerPool, submit_batch") must contain one of (comma-separated),
+    /// for profiling one path. Ratios to a baseline left out print as "–".
+    fn selects(&self, shape: Shape, subject: Subject) -> bool {
+        let label = format!("{} {}", shape.label(), subject.label());
+        self.only.is_empty() || self.only.iter().any(|word| label.contains(word.as_str()))
     }
 
     /// The ids of the warm-up tasks, then of the measured ones.
@@ -822,6 +834,9 @@ fn paths<'a>(runtime: &'a Runtime, scale: &'a Scale) -> Vec<MeasuredPath<'a>> {
             closed_gate(runtime, scale, count)
         }),
     ]
+    .into_iter()
+    .filter(|path| scale.selects(path.shape, path.subject))
+    .collect()
 }
 
 /// Runs every path `rounds` times, interleaved, rotating which goes first; then once more
@@ -1050,8 +1065,27 @@ fn print_markdown(rows: &[Row], wakeup: &mut Samples, idle_cpu: Duration) {
     );
 }
 
+/// `E2E_TRACING=LEVEL` (`info`, `debug`, `trace`) installs a `tracing` subscriber at that
+/// level writing to nowhere, to measure what the pool's task spans cost: at `info` they are
+/// disabled (the production default), at `debug` every task's span is built and entered.
+/// Unset: no subscriber at all.
+fn install_tracing() {
+    let Ok(level) = std::env::var("E2E_TRACING") else {
+        return;
+    };
+    let level: tracing::Level = level
+        .parse()
+        .unwrap_or_else(|_| panic!("E2E_TRACING={level}: use info, debug or trace"));
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::sink)
+        .init();
+    println!("tracing: a subscriber at {level}, writing to nowhere");
+}
+
 fn main() {
     let scale = Scale::from_args();
+    install_tracing();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(CLIENT_THREADS)
         .enable_all()

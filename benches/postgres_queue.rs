@@ -1,5 +1,6 @@
 //! Jobs per second through the Postgres backends on the local server, beside a plain SQL
-//! `SKIP LOCKED` job loop in the same run.
+//! `SKIP LOCKED` job loop in the same run; with the `pgmq` feature, the pgmq queue too, beside
+//! a plain PGMQ send/read/archive loop.
 //!
 //! Every path does the same work per job: enqueue it, claim it, run a no-op, store its result,
 //! settle the claim, and hand the result to the client that submitted it.
@@ -13,6 +14,12 @@
 //!   W loops that each `DELETE .. WHERE id = (SELECT .. ORDER BY priority DESC, id LIMIT 1
 //!   FOR UPDATE SKIP LOCKED) RETURNING` a job and `INSERT` its result; the client `DELETE ..
 //!   RETURNING`s each result by task id.
+//! - *pgmq pool, batched / single* (feature `pgmq`): the two pool paths on a
+//!   `"type": "postgres_pgmq"` queue.
+//! - *plain pgmq loop* (feature `pgmq`): the PGMQ loop people write by hand: `pgmq.send_batch`
+//!   of 1,000 jobs; W loops that each `pgmq.read` one message (visibility timeout 30 s), then
+//!   store its result and `pgmq.archive` it in one statement; the client takes each result as
+//!   in the plain SQL loop.
 //!
 //! Each client submits and retrieves under a mailbox key of its own (a session).
 //!
@@ -94,17 +101,32 @@ struct Round {
     producer: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
     _worker: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
     mailbox: String,
+    /// The pgmq queue's name, to drop its PGMQ queues after the round.
+    queue: Option<String>,
 }
 
-fn pools(database: &PgDatabase, workers: usize) -> Round {
+/// Which shared queue a pool round uses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    /// The Postgres table queue.
+    Table,
+    /// The pgmq queue.
+    Pgmq,
+}
+
+fn pools(database: &PgDatabase, workers: usize, kind: Queue) -> Round {
     let queue = unique("bench");
     let mailbox = format!("{queue}_results");
+    let settings = match kind {
+        Queue::Table => serde_json::json!({ "type": "postgres", "queue_name": queue }),
+        Queue::Pgmq => serde_json::json!({ "type": "postgres_pgmq", "queue_name": queue }),
+    };
     let node = |threads: usize| {
         let config = serde_json::json!({ "pools": { "node": {
             "worker_threads": threads,
             "max_units": 1_000_000,
             "max_queue_depth": 10_000_000,
-            "queue": { "type": "postgres", "queue_name": queue },
+            "queue": settings,
             "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
         } } });
         let config = SchedulerConfig::from_json_str(&config.to_string()).expect("bench config");
@@ -121,6 +143,7 @@ fn pools(database: &PgDatabase, workers: usize) -> Round {
         producer: node(0),
         _worker: node(workers),
         mailbox,
+        queue: (kind == Queue::Pgmq).then_some(queue),
     }
 }
 
@@ -130,11 +153,26 @@ async fn drop_table(connection: &DatabaseConnection, table: &str) {
         .await;
 }
 
+/// Drops the PGMQ queues `names`.
+async fn drop_pgmq_queues(connection: &DatabaseConnection, names: &[String]) {
+    for name in names {
+        let _ = connection
+            .execute_unprepared(&format!("SELECT pgmq.drop_queue('{name}')"))
+            .await;
+    }
+}
+
 /// Submits and retrieves `jobs` through the pools; `batched` picks `submit_batch`. Client
 /// `c` of C submits and retrieves the jobs with `id % C == c`, under a key of its own (a
 /// session, as an API server's callers have).
-async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Duration {
-    let round = pools(database, scale.workers);
+async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: bool) -> Duration {
+    let round = {
+        let database = database.clone();
+        let workers = scale.workers;
+        tokio::task::spawn_blocking(move || pools(&database, workers, kind))
+            .await
+            .expect("the pools start")
+    };
     let producer = Arc::new(round.producer.pools["node"].client().clone());
     let clients = scale.clients as u64;
     let session = unique("s");
@@ -205,8 +243,87 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, batched: bool) -> Dura
     }
     let elapsed = started.elapsed();
     let mailbox = round.mailbox.clone();
+    let queue = round.queue.clone();
     drop(round);
     drop_table(database.connection(), &mailbox).await;
+    if let Some(queue) = queue {
+        let levels = ["crit", "high", "norm", "low", "dlq"].map(|level| format!("{queue}_{level}"));
+        drop_pgmq_queues(database.connection(), &levels).await;
+    }
+    elapsed
+}
+
+/// The hand-written PGMQ loop: see the module docs.
+#[cfg(feature = "pgmq")]
+async fn plain_pgmq_round(database: &PgDatabase, scale: &Scale) -> Duration {
+    database.install_pgmq().await.expect("pgmq is available");
+    let connection = database.connection().clone();
+    let queue = unique("plain_pgmq");
+    let results_table = format!("{queue}_results");
+    connection
+        .execute_unprepared(&format!(
+            "SELECT pgmq.create('{queue}'); \
+             CREATE TABLE {results_table} (id BIGSERIAL PRIMARY KEY, task_id BIGINT NOT NULL, \
+             payload JSONB NOT NULL); CREATE INDEX ON {results_table} (task_id);"
+        ))
+        .await
+        .expect("plain pgmq queue");
+    let started = Instant::now();
+    let ids: Vec<u64> = (1..=scale.jobs).collect();
+    for chunk in ids.chunks(1_000) {
+        let bodies: Vec<String> = chunk
+            .iter()
+            .map(|id| format!("'{{\"task\": {id}, \"n\": {id}}}'"))
+            .collect();
+        connection
+            .execute_unprepared(&format!(
+                "SELECT pgmq.send_batch('{queue}', ARRAY[{}]::jsonb[])",
+                bodies.join(",")
+            ))
+            .await
+            .expect("send jobs");
+    }
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..scale.workers {
+        let connection = connection.clone();
+        let (queue, results_table) = (queue.clone(), results_table.clone());
+        workers.spawn(async move {
+            let read = format!(
+                "SELECT msg_id, (message->>'task')::bigint AS task_id, \
+                        (message->>'n')::bigint AS n FROM pgmq.read('{queue}', 30, 1)"
+            );
+            let done = format!(
+                "WITH stored AS (INSERT INTO {results_table} (task_id, payload) \
+                                 VALUES ($1, $2::jsonb)) \
+                 SELECT pgmq.archive('{queue}', $3::bigint)"
+            );
+            loop {
+                let row = connection
+                    .query_one_raw(Statement::from_string(DbBackend::Postgres, read.clone()))
+                    .await
+                    .expect("read");
+                let Some(row) = row else { break };
+                let msg_id: i64 = row.try_get("", "msg_id").expect("msg_id");
+                let task_id: i64 = row.try_get("", "task_id").expect("task_id");
+                let n: i64 = row.try_get("", "n").expect("n");
+                connection
+                    .execute_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        done.clone(),
+                        [task_id.into(), (n * 2).to_string().into(), msg_id.into()],
+                    ))
+                    .await
+                    .expect("store the result and archive");
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.expect("a plain pgmq worker");
+    }
+    take_results(&connection, &results_table, scale).await;
+    let elapsed = started.elapsed();
+    drop_table(&connection, &results_table).await;
+    drop_pgmq_queues(&connection, &[queue]).await;
     elapsed
 }
 
@@ -275,10 +392,19 @@ async fn plain_round(database: &PgDatabase, scale: &Scale) -> Duration {
     while let Some(done) = workers.join_next().await {
         done.expect("a plain worker");
     }
+    take_results(&connection, &results_table, scale).await;
+    let elapsed = started.elapsed();
+    drop_table(&connection, &jobs_table).await;
+    drop_table(&connection, &results_table).await;
+    elapsed
+}
+
+/// The plain loops' client: takes every job's result from `results_table` by task id.
+async fn take_results(connection: &DatabaseConnection, results_table: &str, scale: &Scale) {
     let mut takers = tokio::task::JoinSet::new();
     for client in 0..scale.clients.min(16) as u64 {
         let connection = connection.clone();
-        let results_table = results_table.clone();
+        let results_table = results_table.to_owned();
         let (jobs, clients) = (scale.jobs, scale.clients.min(16) as u64);
         takers.spawn(async move {
             for id in (1..=jobs).filter(|id| id % clients == client) {
@@ -299,10 +425,6 @@ async fn plain_round(database: &PgDatabase, scale: &Scale) -> Duration {
     while let Some(done) = takers.join_next().await {
         done.expect("a plain taker");
     }
-    let elapsed = started.elapsed();
-    drop_table(&connection, &jobs_table).await;
-    drop_table(&connection, &results_table).await;
-    elapsed
 }
 
 fn rate(jobs: u64, elapsed: Duration) -> f64 {
@@ -319,11 +441,18 @@ fn main() {
         .enable_all()
         .build()
         .expect("client runtime");
-    let names = [
+    let mut names = vec![
         "plain SQL SKIP LOCKED loop",
         "pool, submit_batch",
         "pool, submit",
     ];
+    if cfg!(feature = "pgmq") {
+        names.extend([
+            "plain pgmq read/archive loop",
+            "pgmq pool, submit_batch",
+            "pgmq pool, submit",
+        ]);
+    }
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..scale.rounds {
         for path in 0..names.len() {
@@ -331,8 +460,13 @@ fn main() {
             let elapsed = client.block_on(async {
                 match path {
                     0 => plain_round(&database, &scale).await,
-                    1 => pool_round(&database, &scale, true).await,
-                    _ => pool_round(&database, &scale, false).await,
+                    1 => pool_round(&database, &scale, Queue::Table, true).await,
+                    2 => pool_round(&database, &scale, Queue::Table, false).await,
+                    #[cfg(feature = "pgmq")]
+                    3 => plain_pgmq_round(&database, &scale).await,
+                    #[cfg(feature = "pgmq")]
+                    4 => pool_round(&database, &scale, Queue::Pgmq, true).await,
+                    _ => pool_round(&database, &scale, Queue::Pgmq, false).await,
                 }
             });
             rates[path].push(rate(scale.jobs, elapsed));
@@ -343,11 +477,16 @@ fn main() {
         scale.jobs, scale.workers, scale.clients, scale.rounds
     );
     let baseline = support::median(&rates[0]);
-    for (name, rates) in names.iter().zip(rates) {
+    let pgmq_baseline = rates.get(3).map(|rates| support::median(rates));
+    for (path, (name, rates)) in names.iter().zip(&rates).enumerate() {
         let best = rates.iter().copied().fold(0.0, f64::max);
-        let middle = support::median(&rates);
+        let middle = support::median(rates);
+        let against_pgmq = match pgmq_baseline {
+            Some(plain) if path >= 3 => format!("  {:.2}x the plain pgmq loop", middle / plain),
+            _ => String::new(),
+        };
         println!(
-            "  {name:<28} median {middle:>9.0} jobs/s  best {best:>9.0} jobs/s  {:.2}x the plain loop",
+            "  {name:<29} median {middle:>9.0} jobs/s  best {best:>9.0} jobs/s  {:.2}x the plain loop{against_pgmq}",
             middle / baseline
         );
     }

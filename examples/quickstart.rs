@@ -10,19 +10,25 @@
 //! `build_pools_from_scheduler_config`; `--config FILE` picks another file and `--pool NAME`
 //! one of its pools (default: the first).
 //!
+//! The progress bar and the summary read the pool's metrics, rendered by the same
+//! `metrics-exporter-prometheus` recorder that would serve them to Prometheus (see
+//! `examples/prometheus_metrics.rs`): wait percentiles come from its summary of
+//! `parking_lot_task_wait_seconds`, in the scheduler's whole milliseconds.
+//!
 //! ```text
 //! cargo run --release --example quickstart
 //! cargo run --release --example quickstart -- --config config/local.json --pool local_llm
 //! ```
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use prometheus_parking_lot::core::{
     PoolError, ResourcePool, ScheduledTask, TaskExecutor, TaskMetadata,
 };
+use prometheus_parking_lot::metrics::{names, priority_label};
 use prometheus_parking_lot::util::clock::now_ms;
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
 use prometheus_parking_lot::{
@@ -35,23 +41,13 @@ const REQUESTS: u64 = 1_500;
 /// queue, so payloads and results serialise.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Request {
-    submitted_at_us: u64,
     decode: Duration,
     panics: bool,
 }
 
 /// What a served request reports back.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct Served {
-    waited: Duration,
-}
-
-/// Wall-clock microseconds, which (unlike an `Instant`) survive serialisation.
-fn micros_since_epoch() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_micros() as u64)
-}
+struct Served;
 
 /// Pretends to decode: sleeps for the request's decode time (as a GPU-bound call would keep
 /// the worker busy), or panics like a buggy model might.
@@ -61,13 +57,11 @@ struct FakeModel;
 #[async_trait::async_trait]
 impl TaskExecutor<Request, Served> for FakeModel {
     async fn execute(&self, request: Request, meta: TaskMetadata) -> Served {
-        let waited =
-            Duration::from_micros(micros_since_epoch().saturating_sub(request.submitted_at_us));
         if request.panics {
             panic!("model crashed on request {}", meta.id);
         }
         tokio::time::sleep(request.decode).await;
-        Served { waited }
+        Served
     }
 }
 
@@ -111,11 +105,54 @@ impl Mix {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
+/// The pool's metrics as the Prometheus exporter serves them: its text, read back.
+struct Scrape {
+    text: String,
+    pool: String,
+}
+
+impl Scrape {
+    fn take(handle: &PrometheusHandle, pool: &str) -> Self {
+        Self {
+            text: handle.render(),
+            pool: pool.to_owned(),
+        }
     }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+
+    /// The sum of the samples named `name` of this pool whose labels include `labels`.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let pool = format!("pool=\"{}\"", self.pool);
+        self.text
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let (series_name, series_labels) = series.split_once('{')?;
+                let series_labels: Vec<&str> =
+                    series_labels.trim_end_matches('}').split(',').collect();
+                let wanted = series_name == name
+                    && series_labels.contains(&pool.as_str())
+                    && labels.iter().all(|(key, value)| {
+                        series_labels.contains(&format!("{key}=\"{value}\"").as_str())
+                    });
+                wanted.then(|| value.parse::<f64>().ok()).flatten()
+            })
+            .sum()
+    }
+
+    /// Tasks that reached a terminal state.
+    fn ended(&self) -> f64 {
+        [
+            names::TASKS_COMPLETED,
+            names::TASKS_FAILED,
+            names::TASKS_EXPIRED,
+            names::TASKS_TIMED_OUT,
+            names::TASKS_CANCELLED,
+        ]
+        .iter()
+        .map(|name| self.value(name, &[]))
+        .sum()
+    }
 }
 
 /// `--config FILE` and `--pool NAME`.
@@ -148,7 +185,9 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// Loads the configuration and builds the chosen pool.
-fn build_pool(args: &Args) -> Result<ResourcePool<Request, Served, FakeModel>, PoolError> {
+fn build_pool(
+    args: &Args,
+) -> Result<(String, ResourcePool<Request, Served, FakeModel>), PoolError> {
     let config = SchedulerConfig::from_path(&args.config)?;
     let name = match &args.pool {
         Some(name) => name.clone(),
@@ -161,10 +200,10 @@ fn build_pool(args: &Args) -> Result<ResourcePool<Request, Served, FakeModel>, P
         |_name| FakeModel,
         TokioSpawner,
     )?;
-    built
-        .pools
-        .remove(&name)
-        .ok_or_else(|| PoolError::InvalidConfig(format!("{}: no pool named {name}", args.config)))
+    let pool = built.pools.remove(&name).ok_or_else(|| {
+        PoolError::InvalidConfig(format!("{}: no pool named {name}", args.config))
+    })?;
+    Ok((name, pool))
 }
 
 #[tokio::main]
@@ -181,28 +220,42 @@ async fn main() {
 }
 
 async fn run(args: Args) -> Result<(), PoolError> {
-    let pool = Arc::new(build_pool(&args)?);
-    let vram_units = pool.stats().total_units;
+    // The recorder first: the pool registers its metrics with it when it is built. The
+    // progress bar and the summary below read nothing but what it would serve to Prometheus.
+    let metrics = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|error| PoolError::Internal(format!("metrics recorder: {error}")))?;
+    let (name, pool) = build_pool(&args)?;
+    let pool = Arc::new(pool);
     let workers = pool.stats().worker_count;
+    let vram = [("kind", "gpu_vram")];
+    let vram_units = Scrape::take(&metrics, &name).value(names::UNITS_TOTAL, &vram);
 
     let progress = ProgressBar::new(REQUESTS);
     progress.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-
-    let sampler = {
-        let pool = pool.clone();
+    let watcher = {
+        let (metrics, name, progress) = (metrics.clone(), name.clone(), progress.clone());
         tokio::spawn(async move {
-            let (mut samples, mut used) = (0u64, 0u64);
+            let (mut samples, mut used) = (0u64, 0.0);
             loop {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let stats = pool.stats();
-                if stats.submitted_tasks > 0 && stats.active_tasks == 0 && stats.queued_tasks == 0 {
-                    return used as f64 / (samples.max(1) * vram_units) as f64;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let scrape = Scrape::take(&metrics, &name);
+                let ended = scrape.ended();
+                let rejected = scrape.value(names::TASKS_REJECTED, &[]);
+                progress.set_position((ended + rejected) as u64);
+                progress.set_message(format!(
+                    "{} running, {} parked",
+                    scrape.value(names::TASKS_RUNNING, &[]),
+                    scrape.value(names::QUEUE_DEPTH, &[])
+                ));
+                if ended + rejected >= REQUESTS as f64 {
+                    return used / (samples.max(1) as f64 * vram_units);
                 }
                 samples += 1;
-                used += stats.used_units;
+                used += scrape.value(names::UNITS_USED, &vram);
             }
         })
     };
@@ -216,51 +269,28 @@ async fn run(args: Args) -> Result<(), PoolError> {
         if let Some(in_ms) = deadline {
             meta = meta.with_deadline_ms(now_ms() + u128::from(in_ms));
         }
-        let payload = Request {
-            submitted_at_us: micros_since_epoch(),
-            decode,
-            panics,
-        };
+        let payload = Request { decode, panics };
         match pool.submit(ScheduledTask { meta, payload }).await {
             Ok(key) => {
                 let pool = pool.clone();
                 waiting.spawn(async move {
-                    (priority, pool.retrieve(&key, Duration::from_secs(60)).await)
+                    // Every outcome is counted in the metrics; the result itself is not needed.
+                    let _ = pool.retrieve(&key, Duration::from_secs(60)).await;
                 });
             }
             Err(error) => progress.println(format!("request {id} refused: {error}")),
         }
         tokio::time::sleep(Duration::from_millis(4)).await;
     }
-
-    let mut waits: BTreeMap<Priority, Vec<Duration>> = BTreeMap::new();
-    let mut outcomes: BTreeMap<&str, u64> = BTreeMap::new();
     while let Some(joined) = waiting.join_next().await {
-        let (priority, outcome) = joined.map_err(|error| PoolError::Internal(error.to_string()))?;
-        let label = match outcome {
-            Ok(served) => {
-                waits.entry(priority).or_default().push(served.waited);
-                "completed"
-            }
-            Err(PoolError::Failed(_)) => "failed (panic)",
-            Err(PoolError::Expired) => "expired (deadline)",
-            Err(PoolError::TimedOut) => "timed out",
-            Err(_) => "other",
-        };
-        *outcomes.entry(label).or_default() += 1;
-        progress.inc(1);
-        progress.set_message(format!(
-            "{} running, {} parked",
-            pool.stats().active_tasks,
-            pool.stats().queued_tasks
-        ));
+        joined.map_err(|error| PoolError::Internal(error.to_string()))?;
     }
     let elapsed = started.elapsed();
-    progress.finish_and_clear();
-    let utilisation = sampler
+    let utilisation = watcher
         .await
         .map_err(|error| PoolError::Internal(error.to_string()))?;
-    let stats = pool.stats();
+    progress.finish_and_clear();
+    let end = Scrape::take(&metrics, &name);
 
     println!("{REQUESTS} requests on {vram_units} VRAM units and {workers} worker threads\n");
     println!(
@@ -273,27 +303,42 @@ async fn run(args: Args) -> Result<(), PoolError> {
         "VRAM utilisation",
         format!("{:.1}%", utilisation * 100.0)
     );
-    println!("{:<28}{:>12}", "panics survived", stats.worker_restarts);
-    println!("{:<28}{:>12}", "units in use at the end", stats.used_units);
+    let restarts = end.value(names::WORKER_RESTARTS, &[]);
+    println!("{:<28}{:>12}", "panics survived", restarts);
+    let in_use = end.value(names::UNITS_USED, &vram);
+    println!("{:<28}{:>12}", "units in use at the end", in_use);
     println!();
     println!(
         "{:<12}{:>10}{:>12}{:>12}",
-        "priority", "served", "wait p50", "wait p99"
+        "priority", "started", "wait p50", "wait p99"
     );
-    for (priority, mut served) in waits.into_iter().rev() {
-        served.sort_unstable();
+    for priority in Priority::ALL.into_iter().rev() {
+        let label = [("priority", priority_label(priority))];
+        let wait_name = names::TASK_WAIT;
+        let count_name = format!("{wait_name}_count");
+        let quantile = |q: &str| {
+            let labels = [label[0], ("quantile", q)];
+            format!("{:.0} ms", end.value(wait_name, &labels) * 1_000.0)
+        };
         println!(
             "{:<12}{:>10}{:>12}{:>12}",
             format!("{priority:?}"),
-            served.len(),
-            format!("{:.1?}", percentile(&served, 0.5)),
-            format!("{:.1?}", percentile(&served, 0.99)),
+            end.value(&count_name, &label),
+            quantile("0.5"),
+            quantile("0.99"),
         );
     }
     println!();
-    for (outcome, count) in outcomes {
-        println!("{outcome:<28}{count:>12}");
+    for (outcome, name) in [
+        ("completed", names::TASKS_COMPLETED),
+        ("failed (panic)", names::TASKS_FAILED),
+        ("expired (deadline)", names::TASKS_EXPIRED),
+        ("timed out", names::TASKS_TIMED_OUT),
+        ("refused", names::TASKS_REJECTED),
+    ] {
+        println!("{outcome:<28}{:>12}", end.value(name, &[]));
     }
+    println!("\n(every figure above is read from the pool's Prometheus metrics)");
     pool.shutdown(Duration::from_secs(5)).await?;
     Ok(())
 }

@@ -37,7 +37,7 @@ cargo test --workspace --all-features --doc
 # The real-NVML test again, with its report shown: the GPUs it found, or why it could not look.
 cargo test --all-features --test gpu_nvml -- --nocapture
 
-# The parker's loom models (actors/tests/loom_parker.rs), in their own target directory so the
-# cfg(loom) build does not throw away the main build cache.
+# The loom models of the parker and the slot budget (actors/tests/loom_*.rs), in their own
+# target directory so the cfg(loom) build does not throw away the main build cache.
 CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" \
-  cargo test -p prometheus_parking_lot_actors --release --test loom_parker
+  cargo test -p prometheus_parking_lot_actors --release --test loom_parker --test loom_budget

@@ -270,14 +270,16 @@ fn check_available(
                 "postgres",
             ))
         }
+        #[cfg(feature = "pgmq")]
+        QueueSettings::PostgresPgmq { .. } => {}
+        #[cfg(not(feature = "pgmq"))]
         QueueSettings::PostgresPgmq { .. } => {
-            return Err(PoolError::InvalidConfig(format!(
-                "pools.{name}.queue.type: the postgres_pgmq queue is not part of this release of \
-                 prometheus_parking_lot; the postgres queue (\"type\": \"postgres\", cargo \
-                 feature `postgres`) shares one queue between nodes the same way; available \
-                 here: {}",
-                available()
-            )))
+            return Err(unavailable(
+                name,
+                "queue.type",
+                "the postgres_pgmq queue",
+                "pgmq",
+            ))
         }
     }
     if let (StorageSettings::Postgres { .. }, false, false) = (
@@ -324,6 +326,7 @@ fn available() -> String {
         Some("in_memory"),
         cfg!(feature = "yaque").then_some("yaque"),
         cfg!(feature = "postgres").then_some("postgres"),
+        cfg!(feature = "pgmq").then_some("postgres_pgmq"),
     ]
     .into_iter()
     .flatten()
@@ -406,6 +409,10 @@ where
         // A node of a shared queue keeps only claims it had to park again, in memory.
         #[cfg(feature = "postgres")]
         QueueSettings::Postgres { .. } => Ok(Box::new(InMemoryQueue::new())),
+        #[cfg(feature = "pgmq")]
+        QueueSettings::PostgresPgmq { .. } => Ok(Box::new(InMemoryQueue::new())),
+        // Reached only in builds without some queue feature.
+        #[allow(unreachable_patterns)]
         _ => Err(PoolError::Internal(format!(
             "pools.{name}.queue: this build has no such queue"
         ))),
@@ -493,33 +500,36 @@ impl<'a> Sources<'a> {
                 lease_ms,
                 max_attempts,
             } => {
-                use crate::infra::queue::postgres::{PostgresQueue, RetryPolicy};
-                use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
-                use std::time::Duration;
+                use crate::infra::queue::postgres::PostgresQueue;
 
                 let database = self.database(pool, "queue.type")?;
-                let retry = RetryPolicy {
-                    max_attempts: max_attempts.unwrap_or(RetryPolicy::default().max_attempts),
-                    ..RetryPolicy::default()
-                };
                 let queue = PostgresQueue::<P>::open(
                     &database,
                     table,
                     queue_name.as_deref().unwrap_or(pool),
                 )
                 .map_err(|error| in_pool(pool, "queue", error))?
-                .with_retry(retry);
-                let lease = Duration::from_millis(lease_ms.unwrap_or(30_000));
-                // Claims follow NOTIFY at once; the poll is a safety net, and the clock of
-                // lease renewals and rescues.
-                let poll = (lease / 3).min(Duration::from_secs(1));
-                backends.shared = Some(
-                    SharedParking::new(Arc::new(queue), node_name(pool))
-                        .with_lease(lease)
-                        .with_poll(poll),
-                );
+                .with_retry(retry_policy(*max_attempts));
+                backends.shared = Some(shared_parking(Arc::new(queue), pool, *lease_ms));
                 Ok(())
             }
+            #[cfg(feature = "pgmq")]
+            QueueSettings::PostgresPgmq {
+                queue_name,
+                lease_ms,
+                max_attempts,
+            } => {
+                use crate::infra::queue::pgmq::PgmqQueue;
+
+                let database = self.database(pool, "queue.type")?;
+                let queue = PgmqQueue::<P>::open(&database, queue_name)
+                    .map_err(|error| in_pool(pool, "queue", error))?
+                    .with_retry(retry_policy(*max_attempts));
+                backends.shared = Some(shared_parking(Arc::new(queue), pool, *lease_ms));
+                Ok(())
+            }
+            // Reached only in builds without some queue feature.
+            #[allow(unreachable_patterns)]
             other => Err(PoolError::Internal(format!(
                 "pools.{pool}.queue: {other:?} passed the availability check but cannot be built"
             ))),
@@ -543,6 +553,33 @@ impl<'a> Sources<'a> {
         self.database = Some(database.clone());
         Ok(database)
     }
+}
+
+/// The retries of a shared queue: `max_attempts` claims (default 3), the default backoff.
+#[cfg(feature = "postgres")]
+fn retry_policy(max_attempts: Option<u32>) -> crate::infra::queue::postgres::RetryPolicy {
+    use crate::infra::queue::postgres::RetryPolicy;
+    RetryPolicy {
+        max_attempts: max_attempts.unwrap_or(RetryPolicy::default().max_attempts),
+        ..RetryPolicy::default()
+    }
+}
+
+/// A node's parking on shared `queue`, leased for `lease_ms` (default 30 s).
+#[cfg(feature = "postgres")]
+fn shared_parking<P: Send + 'static>(
+    queue: Arc<dyn crate::core::SharedQueue<P>>,
+    pool: &str,
+    lease_ms: Option<u64>,
+) -> prometheus_parking_lot_actors::scheduler::shared::SharedParking<P> {
+    use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
+    let lease = std::time::Duration::from_millis(lease_ms.unwrap_or(30_000));
+    // Claims follow NOTIFY at once; the poll is a safety net, and the clock of lease renewals
+    // and rescues.
+    let poll = (lease / 3).min(std::time::Duration::from_secs(1));
+    SharedParking::new(queue, node_name(pool))
+        .with_lease(lease)
+        .with_poll(poll)
 }
 
 /// Says which pool and field an error of a backend belongs to.

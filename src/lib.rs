@@ -14,7 +14,11 @@
 //! - [`config`]: pool settings; [`infra`]: queue and mailbox backends; [`gpu`]: GPU probes
 //!   (NVML with the cargo feature `gpu`, and a fake); [`runtime`]: where a pool's actors
 //!   run; [`actors`]: the actor tree itself, for callers that send messages;
-//! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`].
+//! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`];
+//! - [`stream`] and [`running`]: streamed results, and what a running task sees of its run
+//!   (its cancellation flag, its partial-result sink); [`budget`]: the nested-work slots.
+//! - `metrics` (cargo feature `metrics`, on by default): every pool's metrics through the
+//!   `metrics` facade, named for Prometheus.
 //!
 //! ```
 //! use prometheus_parking_lot::{ParkingLot, PoolLimits, Priority, ResourceCost, Ticket};
@@ -42,6 +46,8 @@ pub mod config;
 pub mod core;
 pub mod gpu;
 pub mod infra;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod pool;
 pub mod runtime;
 pub mod util;
@@ -58,6 +64,8 @@ pub use crate::core::{
 };
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};
+pub use prometheus_parking_lot_actors::stream::ResultStream;
+pub use prometheus_parking_lot_actors::{budget, running, stream};
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

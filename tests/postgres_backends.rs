@@ -81,6 +81,47 @@ async fn postgres_queue_conforms() {
     .await;
 }
 
+/// The pgmq queue against the same suite, unchanged; every queue it made is dropped after.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgmq_queue_conforms() {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let database = database();
+    let queues = Arc::new(Mutex::new(Vec::new()));
+    shared_queue::run_all(|| {
+        let (database, queues) = (database.clone(), Arc::clone(&queues));
+        async move {
+            let queue = tokio::task::spawn_blocking(move || {
+                PgmqQueue::<Job>::open(&database, &fresh_name("pgmq"))
+                    .expect("open the queue")
+                    .with_retry(NO_RETRY_DELAY)
+            })
+            .await
+            .expect("opening does not panic");
+            queues.lock().unwrap().extend(queue.pgmq_queues());
+            Box::new(queue) as Box<dyn SharedQueue<Job>>
+        }
+    })
+    .await;
+    let queues = queues.lock().unwrap().clone();
+    drop_pgmq_queues(&queues).await;
+}
+
+/// Drops PGMQ queues a test made, and forgets the entries of the pgmq queue whose dead-letter
+/// queue is among them.
+#[cfg(feature = "pgmq")]
+async fn drop_pgmq_queues(queues: &[String]) {
+    for queue in queues {
+        let _ = one_row(format!("SELECT pgmq.drop_queue('{queue}')")).await;
+        if let Some(name) = queue.strip_suffix("_dlq") {
+            let _ = one_row(format!(
+                "DELETE FROM pl_pgmq_entries WHERE queue_name = '{name}'"
+            ))
+            .await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_mailbox_conforms() {
     let database = database();
@@ -352,20 +393,71 @@ async fn a_database_that_goes_away_fails_submits_clearly_and_the_pool_recovers()
     let _ = one_row(format!("DROP TABLE IF EXISTS {table}")).await;
 }
 
+/// Two attempts, a backoff of one second doubling.
+const TWO_ATTEMPTS: RetryPolicy = RetryPolicy {
+    max_attempts: 2,
+    base: Duration::from_millis(1_000),
+    max: Duration::from_secs(60),
+};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_runs_are_retried_after_a_backoff_then_dead_lettered_and_reported_once() {
     let name = fresh_name("retries");
     let queue = tokio::task::spawn_blocking(move || {
         PostgresQueue::<Job>::open(&database(), "pl_queue_jobs", &name)
             .unwrap()
-            .with_retry(RetryPolicy {
-                max_attempts: 2,
-                base: Duration::from_millis(1_000),
-                max: Duration::from_secs(60),
-            })
+            .with_retry(TWO_ATTEMPTS)
     })
     .await
     .unwrap();
+    retried_then_dead_lettered(&queue).await;
+}
+
+/// The pgmq queue: `read_ct` past `max_attempts` sends the message to the dead-letter queue
+/// with its reason, and a reported letter is archived there.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgmq_lost_runs_are_retried_after_a_backoff_then_dead_lettered_and_reported_once() {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let name = fresh_name("pgmq_retries");
+    let queue = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            PgmqQueue::<Job>::open(&database(), &name)
+                .unwrap()
+                .with_retry(TWO_ATTEMPTS)
+        })
+        .await
+        .unwrap()
+    };
+    retried_then_dead_lettered(&queue).await;
+    let count = |table: String| async move {
+        let row = one_row(format!("SELECT count(*) AS n FROM pgmq.{table}"))
+            .await
+            .expect("a count");
+        row.try_get::<i64>("", "n").unwrap()
+    };
+    assert_eq!(count(format!("q_{name}_norm")).await, 0, "left its level");
+    assert_eq!(count(format!("q_{name}_dlq")).await, 0, "reported");
+    assert_eq!(
+        count(format!("a_{name}_dlq")).await,
+        1,
+        "kept in the archive"
+    );
+    let row = one_row(format!(
+        "SELECT message->>'reason' AS reason, read_ct FROM pgmq.a_{name}_dlq"
+    ))
+    .await
+    .unwrap();
+    let reason: String = row.try_get("", "reason").unwrap();
+    assert!(reason.ends_with("ran out (attempt 2)"), "{reason}");
+    assert_eq!(row.try_get::<i32>("", "read_ct").unwrap(), 2);
+    drop_pgmq_queues(&queue.pgmq_queues()).await;
+}
+
+/// A task whose every lease runs out is retried after the backoff, then dead-lettered and
+/// reported once.
+async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
     let key = MailboxKey::new("acme").with_user("ada");
     let task = ScheduledTask::new(
         TaskMetadata::new(7, ResourceCost::cpu(2)).with_mailbox(key.clone()),
@@ -424,4 +516,158 @@ async fn lost_runs_are_retried_after_a_backoff_then_dead_lettered_and_reported_o
         queue.take_dead_letters(10).await.unwrap().is_empty(),
         "reported once"
     );
+}
+
+/// A pgmq pool built from a config (`database_url`, `lease_ms`, `max_attempts`) runs what it
+/// is given by priority level, and archives each message once its task is done.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgmq_pool_built_from_config_runs_tasks_and_archives_them() {
+    let name = fresh_name("pgmq_pool");
+    let config = serde_json::json!({
+        "database_url": std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+        "pools": { "gpu": {
+            "worker_threads": 1,
+            "max_units": 1,
+            "queue": { "type": "postgres_pgmq", "queue_name": name, "lease_ms": 3_000,
+                       "max_attempts": 2 },
+            "mailbox": { "storage": { "type": "in_memory" } }
+        } }
+    });
+    let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+    let built = build_embedded(config).await;
+    let pool = &built.pools["gpu"];
+    let key = MailboxKey::new("acme").with_session("pgmq");
+    // The first runs at once; the other two park, one per level, and run after it.
+    for (id, priority) in [
+        (1, Priority::Normal),
+        (2, Priority::Low),
+        (3, Priority::High),
+    ] {
+        let mut task = work(id, id * 10, 100, &key);
+        task.meta.priority = priority;
+        pool.submit(task).await.expect("accepted");
+    }
+    for id in [1, 2, 3] {
+        let result = pool.retrieve_task(&key, id, Duration::from_secs(20)).await;
+        assert_eq!(result, Ok(id * 20), "task {id}");
+    }
+    let archived = one_row(format!(
+        "SELECT (SELECT count(*) FROM pgmq.a_{name}_norm) AS norm, \
+                (SELECT count(*) FROM pgmq.a_{name}_low) AS low, \
+                (SELECT count(*) FROM pgmq.a_{name}_high) AS high, \
+                (SELECT count(*) FROM pgmq.q_{name}_norm) + (SELECT count(*) FROM pgmq.q_{name}_low) \
+                  + (SELECT count(*) FROM pgmq.q_{name}_high) AS queued"
+    ))
+    .await
+    .unwrap();
+    let count = |column: &str| archived.try_get::<i64>("", column).unwrap();
+    assert_eq!(
+        (count("norm"), count("low"), count("high"), count("queued")),
+        (1, 1, 1, 0),
+        "every message archived in its level"
+    );
+    drop(built);
+    let queues: Vec<String> = ["crit", "high", "norm", "low", "dlq"]
+        .iter()
+        .map(|suffix| format!("{name}_{suffix}"))
+        .collect();
+    drop_pgmq_queues(&queues).await;
+}
+
+/// The shipped `config/cloud_pgmq.json` builds a pgmq pool that runs what it is given.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_pgmq_config_builds_a_working_pool() {
+    if std::env::var("DATABASE_URL").is_err() {
+        std::env::set_var("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
+    }
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/cloud_pgmq.json");
+    let config = SchedulerConfig::from_path(path).expect("the shipped file loads");
+    let built = build_embedded(config).await;
+    let pool = &built.pools["llm_inference"];
+    let key = MailboxKey::new("acme").with_session(fresh_name("shipped"));
+    pool.submit(work(1, 21, 0, &key)).await.expect("accepted");
+    let result = pool.retrieve_task(&key, 1, Duration::from_secs(20)).await;
+    assert_eq!(result, Ok(42));
+}
+
+/// Builds `config`'s pools as users build them (the backends connect themselves), off the
+/// test's runtime.
+#[cfg(feature = "pgmq")]
+async fn build_embedded(config: SchedulerConfig) -> BuiltPools<Work, u64, Doubler> {
+    tokio::task::spawn_blocking(move || {
+        build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_| Doubler,
+            TokioSpawner,
+        )
+        .expect("the pool starts")
+    })
+    .await
+    .expect("building does not panic")
+}
+
+/// A pgmq message whose payload this node cannot read goes to the dead-letter queue with the
+/// reason when claimed, and the claim goes on to the next message.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgmq_message_that_cannot_be_read_is_dead_lettered_and_the_claim_goes_on() {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let name = fresh_name("pgmq_bad");
+    let (writer, queue) = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            (
+                PgmqQueue::<serde_json::Value>::open(&database(), &name).unwrap(),
+                PgmqQueue::<Work>::open(&database(), &name).unwrap(),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let key = MailboxKey::new("acme").with_session("bad-messages");
+    let mut bad = work(1, 0, 0, &key).meta;
+    bad.priority = Priority::Critical;
+    let not_a_job = ScheduledTask::new(bad, serde_json::json!("not a job"));
+    writer.enqueue(1, 1, not_a_job).await.unwrap();
+    queue.enqueue(2, 2, work(2, 21, 0, &key)).await.unwrap();
+
+    let any = FitQuery::within(Capacity::uniform(4));
+    let lease = Duration::from_secs(30);
+    let claimed = queue.claim_best_fit("n", &any, lease, 10).await.unwrap();
+    assert_eq!(
+        claimed.map(|lease| (lease.entry, lease.task.payload)),
+        Some((2, Work { n: 21, ms: 0 })),
+        "the readable message, past the bad one"
+    );
+    assert_eq!(
+        queue.counts().await.unwrap(),
+        QueueCounts {
+            parked: 0,
+            claimed: 1
+        }
+    );
+    let dead = queue.take_dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((&dead[0].key, dead[0].task_id), (&key, 1));
+    assert!(
+        dead[0].reason.contains("payload does not deserialise"),
+        "{}",
+        dead[0].reason
+    );
+    let done = prometheus_parking_lot::core::Settlement::Done;
+    assert_eq!(queue.settle("n", 2, done).await, Ok(()));
+    let archived = one_row(format!(
+        "SELECT (SELECT count(*) FROM pgmq.a_{name}_dlq) AS dead, \
+                (SELECT count(*) FROM pgmq.a_{name}_norm) AS done"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(archived.try_get::<i64>("", "dead").unwrap(), 1);
+    assert_eq!(archived.try_get::<i64>("", "done").unwrap(), 1);
+    drop_pgmq_queues(&queue.pgmq_queues()).await;
 }

@@ -5,6 +5,10 @@
 //! Each node records every run it starts and ends in a file of its own, and checks its own
 //! capacity as tasks start; the test reads the files back. Then one node is killed with
 //! SIGKILL mid-run, and the others must finish its work.
+//!
+//! Every scenario runs on each shared queue backend: the Postgres table queue (`postgres`)
+//! and, with the `pgmq` feature, the PGMQ queues (`postgres_pgmq`), which also check that two
+//! processes installing PGMQ's SQL at once both succeed.
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -35,9 +39,42 @@ struct Job {
     units: u32,
 }
 
+/// Which shared queue the nodes use.
+#[cfg_attr(not(feature = "pgmq"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Backend {
+    /// `"type": "postgres"`, the table queue.
+    Postgres,
+    /// `"type": "postgres_pgmq"`.
+    Pgmq,
+}
+
+impl Backend {
+    /// The pool's `queue` settings for queue `queue`.
+    fn queue_settings(self, queue: &str) -> serde_json::Value {
+        match self {
+            Backend::Postgres => {
+                serde_json::json!({ "type": "postgres", "queue_name": queue, "lease_ms": 1_500 })
+            }
+            Backend::Pgmq => {
+                serde_json::json!({ "type": "postgres_pgmq", "queue_name": queue, "lease_ms": 1_500 })
+            }
+        }
+    }
+
+    /// A prefix for this backend's queue names (pgmq names are at most 42 characters).
+    fn prefix(self) -> &'static str {
+        match self {
+            Backend::Postgres => "cluster",
+            Backend::Pgmq => "pgmq",
+        }
+    }
+}
+
 /// What a worker node is told.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct NodeSpec {
+    backend: Backend,
     name: String,
     queue: String,
     mailbox: String,
@@ -55,7 +92,13 @@ fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-fn config(queue: &str, mailbox: &str, workers: usize, capacity: u32) -> SchedulerConfig {
+fn config(
+    backend: Backend,
+    queue: &str,
+    mailbox: &str,
+    workers: usize,
+    capacity: u32,
+) -> SchedulerConfig {
     let text = serde_json::json!({
         "database_url": database_url(),
         "pools": {
@@ -63,7 +106,7 @@ fn config(queue: &str, mailbox: &str, workers: usize, capacity: u32) -> Schedule
                 "worker_threads": workers,
                 "max_units": capacity,
                 "max_queue_depth": 100_000,
-                "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 1_500 },
+                "queue": backend.queue_settings(queue),
                 "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
             }
         }
@@ -114,7 +157,13 @@ fn cluster_node() {
         capacity: spec.capacity,
     };
     let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
-        &config(&spec.queue, &spec.mailbox, spec.workers, spec.capacity),
+        &config(
+            spec.backend,
+            &spec.queue,
+            &spec.mailbox,
+            spec.workers,
+            spec.capacity,
+        ),
         &QueueBuilderContext::Embedded,
         None,
         |_| recorder.clone(),
@@ -233,30 +282,47 @@ fn collect(nodes: &[&Node]) -> Runs {
     runs
 }
 
-/// Drops a test's mailbox table, so runs leave no tables behind.
-async fn drop_table(table: &str) {
+/// Drops a test's mailbox table and, on pgmq, its queues, so runs leave no tables behind.
+async fn clean_up(backend: Backend, queue: &str, table: &str) {
     use sea_orm::ConnectionTrait;
     if let Ok(connection) = sea_orm::Database::connect(database_url()).await {
         let _ = connection
             .execute_unprepared(&format!("DROP TABLE IF EXISTS {table}"))
             .await;
+        if backend == Backend::Pgmq {
+            for level in ["crit", "high", "norm", "low", "dlq"] {
+                let _ = connection
+                    .execute_unprepared(&format!("SELECT pgmq.drop_queue('{queue}_{level}')"))
+                    .await;
+            }
+            let _ = connection
+                .execute_unprepared(&format!(
+                    "DELETE FROM pl_pgmq_entries WHERE queue_name = '{queue}'"
+                ))
+                .await;
+        }
         let _ = connection.close().await;
     }
 }
 
 /// Names unique to this run: the queue, the mailbox table and a scratch directory.
-fn fresh(prefix: &str) -> (String, String, PathBuf) {
+fn fresh(backend: Backend, prefix: &str) -> (String, String, PathBuf) {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis();
-    let queue = format!("{prefix}_{}_{stamp}", std::process::id());
+    let queue = format!(
+        "{}_{prefix}_{}_{stamp}",
+        backend.prefix(),
+        std::process::id()
+    );
     let dir = std::env::temp_dir().join(&queue);
     std::fs::create_dir_all(&dir).unwrap();
     (queue.clone(), format!("{queue}_results"), dir)
 }
 
 fn node_spec(
+    backend: Backend,
     name: &str,
     queue: &str,
     mailbox: &str,
@@ -265,6 +331,7 @@ fn node_spec(
     capacity: u32,
 ) -> NodeSpec {
     NodeSpec {
+        backend,
         name: name.into(),
         queue: queue.into(),
         mailbox: mailbox.into(),
@@ -277,13 +344,14 @@ fn node_spec(
 
 /// Submits `jobs` through the producer-only node and retrieves every result.
 async fn produce(
+    backend: Backend,
     queue: &str,
     mailbox: &str,
     jobs: Vec<(TaskId, Job)>,
     mut progress: impl FnMut(usize),
 ) -> BTreeMap<TaskId, Result<u64, PoolError>> {
     let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
-        &config(queue, mailbox, 0, 1_000),
+        &config(backend, queue, mailbox, 0, 1_000),
         &QueueBuilderContext::Embedded,
         None,
         |_| unreachable_executor(),
@@ -345,16 +413,12 @@ fn tempfile_sink() -> std::fs::File {
         .expect("a sink")
 }
 
-fn three_nodes_run_every_job_exactly_once_within_their_capacity() {
-    processes::on_runtime(three_nodes_run_every_job_exactly_once_within_their_capacity_async());
-}
-
-async fn three_nodes_run_every_job_exactly_once_within_their_capacity_async() {
-    let (queue, mailbox, dir) = fresh("cluster");
+async fn three_nodes_run_every_job_exactly_once_within_their_capacity(backend: Backend) {
+    let (queue, mailbox, dir) = fresh(backend, "all");
     let specs = [
-        node_spec("a", &queue, &mailbox, &dir, 2, 4),
-        node_spec("b", &queue, &mailbox, &dir, 3, 3),
-        node_spec("c", &queue, &mailbox, &dir, 1, 8),
+        node_spec(backend, "a", &queue, &mailbox, &dir, 2, 4),
+        node_spec(backend, "b", &queue, &mailbox, &dir, 3, 3),
+        node_spec(backend, "c", &queue, &mailbox, &dir, 1, 8),
     ];
     let nodes: Vec<Node> = specs.iter().map(Node::start).collect();
     nodes.iter().for_each(Node::wait_ready);
@@ -370,7 +434,7 @@ async fn three_nodes_run_every_job_exactly_once_within_their_capacity_async() {
             )
         })
         .collect();
-    let results = produce(&queue, &mailbox, jobs, |_| {}).await;
+    let results = produce(backend, &queue, &mailbox, jobs, |_| {}).await;
 
     for (id, result) in &results {
         assert_eq!(result, &Ok(id * 2), "the result of job {id}");
@@ -393,20 +457,16 @@ async fn three_nodes_run_every_job_exactly_once_within_their_capacity_async() {
         eprintln!("node {} ran {ran} jobs", node.name);
         assert!(ran > 0, "node {} took part", node.name);
     }
-    drop_table(&mailbox).await;
+    clean_up(backend, &queue, &mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others() {
-    processes::on_runtime(a_killed_nodes_jobs_are_rescued_and_finished_by_the_others_async());
-}
-
-async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others_async() {
-    let (queue, mailbox, dir) = fresh("cluster_kill");
+async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others(backend: Backend) {
+    let (queue, mailbox, dir) = fresh(backend, "kill");
     let specs = [
-        node_spec("a", &queue, &mailbox, &dir, 2, 4),
-        node_spec("b", &queue, &mailbox, &dir, 2, 4),
-        node_spec("c", &queue, &mailbox, &dir, 2, 4),
+        node_spec(backend, "a", &queue, &mailbox, &dir, 2, 4),
+        node_spec(backend, "b", &queue, &mailbox, &dir, 2, 4),
+        node_spec(backend, "c", &queue, &mailbox, &dir, 2, 4),
     ];
     let mut nodes: Vec<Node> = specs.iter().map(Node::start).collect();
     nodes.iter().for_each(Node::wait_ready);
@@ -414,7 +474,7 @@ async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others_async() {
     let jobs: Vec<(TaskId, Job)> = (1..=600).map(|id| (id, Job { ms: 20, units: 1 })).collect();
     let victim_runs = nodes[1].runs.clone();
     let mut victim = Some(nodes.remove(1));
-    let results = produce(&queue, &mailbox, jobs, |_| {
+    let results = produce(backend, &queue, &mailbox, jobs, |_| {
         // Kill node b once it is well into its share of the work.
         let started = read_lines(&victim_runs)
             .iter()
@@ -470,19 +530,15 @@ async fn a_killed_nodes_jobs_are_rescued_and_finished_by_the_others_async() {
         unfinished_on_b.is_subset(&twice),
         "every job b left unfinished ran again elsewhere"
     );
-    drop_table(&mailbox).await;
+    clean_up(backend, &queue, &mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere() {
-    processes::on_runtime(tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere_async());
-}
-
-async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere_async() {
-    let (queue, mailbox, dir) = fresh("cluster_accepted");
+async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere(backend: Backend) {
+    let (queue, mailbox, dir) = fresh(backend, "acc");
     // The node accepts 6 jobs of its own: 2 start at once on its 2 workers (stored as its
     // claims: the default durability, accepted), 4 park in the shared queue.
-    let mut spec = node_spec("a", &queue, &mailbox, &dir, 2, 2);
+    let mut spec = node_spec(backend, "a", &queue, &mailbox, &dir, 2, 2);
     spec.own_jobs = Some((6, 60_000));
     let mut node = Node::start(&spec);
     node.wait_ready();
@@ -515,7 +571,7 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere_async(
         let (queue, mailbox, recorder) = (queue.clone(), mailbox.clone(), recorder.clone());
         tokio::task::spawn_blocking(move || {
             build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
-                &config(&queue, &mailbox, 8, 8),
+                &config(backend, &queue, &mailbox, 8, 8),
                 &QueueBuilderContext::Embedded,
                 None,
                 |_| recorder.clone(),
@@ -555,26 +611,173 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere_async(
     pool.shutdown(Duration::from_millis(10))
         .await
         .expect("node b stops");
-    drop_table(&mailbox).await;
+    clean_up(backend, &queue, &mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The scenarios, once per backend: `<scenario>` on the table queue, `pgmq_<scenario>` on
+/// PGMQ.
+macro_rules! on_each_backend {
+    ($($scenario:ident),* $(,)?) => {
+        mod postgres {
+            $(pub fn $scenario() {
+                super::processes::on_runtime(super::$scenario(super::Backend::Postgres));
+            })*
+        }
+        #[cfg(feature = "pgmq")]
+        mod pgmq {
+            $(pub fn $scenario() {
+                super::processes::on_runtime(super::$scenario(super::Backend::Pgmq));
+            })*
+        }
+        fn tests() -> Vec<processes::Case> {
+            let postgres = [$((stringify!($scenario), postgres::$scenario as fn())),*];
+            #[cfg(feature = "pgmq")]
+            let pgmq = [$((concat!("pgmq_", stringify!($scenario)), pgmq::$scenario as fn())),*];
+            #[cfg(not(feature = "pgmq"))]
+            let pgmq: [processes::Case; 0] = [];
+            postgres.into_iter().chain(pgmq).collect()
+        }
+    };
+}
+
+on_each_backend!(
+    three_nodes_run_every_job_exactly_once_within_their_capacity,
+    a_killed_nodes_jobs_are_rescued_and_finished_by_the_others,
+    tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere,
+);
+
 fn main() {
+    #[cfg(feature = "pgmq")]
+    let only_pgmq: &[processes::Case] = &[(
+        "pgmq_two_processes_installing_at_once_both_succeed_and_install_once",
+        pgmq_install::two_processes_installing_at_once_both_succeed_and_install_once,
+    )];
+    #[cfg(not(feature = "pgmq"))]
+    let only_pgmq: &[processes::Case] = &[];
+    let tests: Vec<processes::Case> = tests()
+        .into_iter()
+        .chain(only_pgmq.iter().copied())
+        .collect();
     processes::main(
+        &tests,
         &[
-            (
-                "three_nodes_run_every_job_exactly_once_within_their_capacity",
-                three_nodes_run_every_job_exactly_once_within_their_capacity,
-            ),
-            (
-                "a_killed_nodes_jobs_are_rescued_and_finished_by_the_others",
-                a_killed_nodes_jobs_are_rescued_and_finished_by_the_others,
-            ),
-            (
-                "tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere",
-                tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere,
-            ),
+            ("cluster_node", cluster_node),
+            #[cfg(feature = "pgmq")]
+            ("pgmq_installer", pgmq_install::installer),
         ],
-        &[("cluster_node", cluster_node)],
     );
+}
+
+/// PGMQ's SQL installed by several processes at once (the server lacks the extension).
+#[cfg(feature = "pgmq")]
+mod pgmq_install {
+    use std::process::Stdio;
+
+    use prometheus_parking_lot::infra::postgres::{PgDatabase, PgmqSource};
+    use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+
+    use super::{database_url, processes};
+
+    /// The child role: installs PGMQ and prints what it found.
+    pub fn installer() {
+        let database = PgDatabase::connect(&database_url()).expect("connect");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let source = runtime
+            .block_on(database.install_pgmq())
+            .expect("installing pgmq succeeds");
+        println!("{source:?}");
+    }
+
+    async fn value(connection: &DatabaseConnection, sql: &str) -> String {
+        let row = connection
+            .query_one_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                sql.to_owned(),
+            ))
+            .await
+            .expect(sql)
+            .expect("a row");
+        row.try_get_by_index::<String>(0).expect(sql)
+    }
+
+    pub fn two_processes_installing_at_once_both_succeed_and_install_once() {
+        processes::on_runtime(async {
+            let connection = Database::connect(database_url()).await.expect("connect");
+            let extension = value(
+                &connection,
+                "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq')::text",
+            )
+            .await;
+            if extension == "false" {
+                // From nothing: the plain SQL objects of an earlier run go first.
+                connection
+                    .execute_unprepared("DROP SCHEMA IF EXISTS pgmq CASCADE")
+                    .await
+                    .expect("drop the pgmq schema");
+            }
+            let children: Vec<_> = (0..2)
+                .map(|_| {
+                    processes::child("pgmq_installer")
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .expect("start an installer")
+                })
+                .collect();
+            let mut found: Vec<String> = children
+                .into_iter()
+                .map(|child| {
+                    let output = child.wait_with_output().expect("an installer ends");
+                    assert!(output.status.success(), "an installer failed");
+                    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+                })
+                .collect();
+            found.sort();
+            let database = tokio::task::spawn_blocking(|| {
+                PgDatabase::connect(&database_url()).expect("connect")
+            })
+            .await
+            .unwrap();
+            let again = database.install_pgmq().await.expect("installing again");
+            if extension == "true" {
+                assert_eq!(found, ["Extension", "Extension"]);
+                assert_eq!(again, PgmqSource::Extension);
+            } else {
+                assert_eq!(found, ["AlreadyInstalled", "Installed"], "installed once");
+                assert_eq!(again, PgmqSource::AlreadyInstalled, "again: a no-op");
+            }
+
+            // The installed API behaves as PGMQ documents it.
+            let queue = format!("pl_api_{}", std::process::id());
+            let checks = [
+                format!("SELECT pgmq.create('{queue}')::text"),
+                format!("SELECT pgmq.create('{queue}')::text"),
+                format!("SELECT string_agg(id::text, ',') FROM pgmq.send_batch('{queue}', ARRAY['{{\"n\": 1}}', '{{\"n\": 2}}', '{{\"n\": 3}}']::jsonb[]) AS id"),
+                format!("SELECT pgmq.send('{queue}', '{{\"n\": 4}}', 3600)::text"),
+                format!("SELECT string_agg(msg_id || ':' || read_ct, ',') FROM pgmq.read('{queue}', 30, 10, '{{\"n\": 2}}')"),
+                format!("SELECT string_agg(msg_id || ':' || read_ct, ',') FROM pgmq.read('{queue}', 30, 10)"),
+                format!("SELECT count(*)::text FROM pgmq.read('{queue}', 30, 10)"),
+                format!("SELECT pgmq.archive('{queue}', 1::bigint)::text"),
+                format!("SELECT pgmq.delete('{queue}', 3::bigint)::text"),
+                format!("SELECT pgmq.delete('{queue}', 3::bigint)::text"),
+                format!("SELECT (SELECT count(*) FROM pgmq.set_vt('{queue}', 2, 0))::text"),
+                format!("SELECT string_agg(msg_id || ':' || read_ct, ',') FROM pgmq.read('{queue}', 30, 10)"),
+                format!("SELECT (m.queue_length || '/' || m.total_messages) FROM pgmq.metrics('{queue}') AS m"),
+                format!("SELECT count(*)::text FROM pgmq.a_{queue}"),
+                format!("SELECT pgmq.drop_queue('{queue}')::text"),
+                format!("SELECT pgmq.drop_queue('{queue}')::text"),
+            ];
+            let expected = [
+                "", "", "1,2,3", "4", "2:1", "1:1,3:1", "0", "true", "true", "false", "1", "2:2",
+                "2/4", "1", "true", "false",
+            ];
+            for (sql, expected) in checks.iter().zip(expected) {
+                assert_eq!(value(&connection, sql).await, expected, "{sql}");
+            }
+            let _ = connection.close().await;
+        });
+    }
 }

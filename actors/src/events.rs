@@ -1,13 +1,18 @@
 //! The scheduler's event stream: what happened to each task, and when.
 //!
 //! The scheduler publishes one event per step of a task's life, with the time of the core's
-//! decision: admitted (and then started or parked), started, ended. Subscribers (the pool's
-//! counters, metrics, audit logs) hear every event on the scheduler's thread, in order, so a
-//! subscriber must return at once: count, or hand the event to a queue of its own. Results
-//! and their notifiers are the mailbox's business ([`Notifier`](crate::mailbox::Notifier)):
-//! an `Ended` event may arrive before the result is retrievable.
+//! decision: admitted (and then started or parked), started, ended. After each batch of
+//! events it also publishes a [`PoolReading`]: the gauges its core holds (running, parked,
+//! units in use) and the failure counts no event carries. Subscribers (the pool's counters,
+//! metrics, audit logs) hear every event and every reading on the scheduler's thread, in
+//! order, so a subscriber must return at once: count, or hand the event to a queue of its
+//! own. Results and their notifiers are the mailbox's business
+//! ([`Notifier`](crate::mailbox::Notifier)): an `Ended` event may arrive before the result is
+//! retrievable.
 
-use crate::domain::{MailboxKey, ResourceCost, TaskId, TaskStatus};
+use crate::domain::{
+    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus,
+};
 
 /// One step of a task's life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +25,79 @@ pub enum TaskStep {
     Started,
     /// Ended in this state; exactly one per admitted task.
     Ended(TaskStatus),
-    /// Refused at admission (never admitted, so no `Ended` follows).
-    Refused,
+    /// Refused at admission, for this reason (never admitted, so no `Ended` follows).
+    Refused(Refusal),
+}
+
+/// Why admission refused a task, in a few stable categories (a metrics label; the
+/// submitter's [`PoolError`] carries the details).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// The parking lot is at its `max_queue_depth`.
+    QueueFull,
+    /// The task costs more than the pool has in total of its kind.
+    TooLarge,
+    /// Stored results plus live tasks reached the mailbox's bound.
+    MailboxFull,
+    /// A live task of the same tenant has the same id.
+    Duplicate,
+    /// The pool is shutting down, or stopped accepting work after its workers failed.
+    Shutdown,
+    /// The queue backend could not store the task.
+    QueueError,
+    /// Any other error.
+    Other,
+}
+
+impl Refusal {
+    /// Every refusal, in declaration order.
+    pub const ALL: [Refusal; 7] = [
+        Refusal::QueueFull,
+        Refusal::TooLarge,
+        Refusal::MailboxFull,
+        Refusal::Duplicate,
+        Refusal::Shutdown,
+        Refusal::QueueError,
+        Refusal::Other,
+    ];
+
+    /// The category of the error a submitter was refused with.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::PoolError;
+    /// use prometheus_parking_lot_actors::events::Refusal;
+    /// assert_eq!(Refusal::of(&PoolError::QueueFull), Refusal::QueueFull);
+    /// assert_eq!(Refusal::of(&PoolError::DuplicateTask(7)).label(), "duplicate");
+    /// ```
+    pub fn of(error: &PoolError) -> Self {
+        match error {
+            PoolError::QueueFull => Refusal::QueueFull,
+            PoolError::InsufficientResources { .. } => Refusal::TooLarge,
+            PoolError::MailboxFull { .. } => Refusal::MailboxFull,
+            PoolError::DuplicateTask(_) => Refusal::Duplicate,
+            PoolError::Shutdown | PoolError::Internal(_) => Refusal::Shutdown,
+            _ => Refusal::Other,
+        }
+    }
+
+    /// A short snake_case name: `queue_full`, `too_large`, `mailbox_full`, `duplicate`,
+    /// `shutdown`, `queue_error`, `other`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::QueueFull => "queue_full",
+            Refusal::TooLarge => "too_large",
+            Refusal::MailboxFull => "mailbox_full",
+            Refusal::Duplicate => "duplicate",
+            Refusal::Shutdown => "shutdown",
+            Refusal::QueueError => "queue_error",
+            Refusal::Other => "other",
+        }
+    }
+
+    /// Its position in [`Refusal::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// An event of one task.
@@ -37,10 +113,39 @@ pub struct TaskEvent<'a> {
     pub step: &'a TaskStep,
     /// When, in milliseconds since the Unix epoch (the `now` of the core's decision).
     pub at_ms: u64,
+    /// The start of the interval this step closes, by the core's clock: for `Started`, when
+    /// the task was admitted (so `at_ms - since_ms` is its wait); for `Ended`, when it
+    /// started, if it ran (its run time). `None` for other steps and for a task that ended
+    /// without running.
+    pub since_ms: Option<u64>,
+    /// Its priority, on every step of a task the scheduler holds; `None` on steps reported
+    /// from outside it (a refusal or an end reported by a shared queue's backend).
+    pub priority: Option<Priority>,
+}
+
+/// What the scheduler publishes after each batch of events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolReading {
+    /// Tasks running now.
+    pub running: usize,
+    /// Tasks parked now.
+    pub parked: usize,
+    /// Units held by running tasks, per kind (indexed by [`ResourceKind::index`]).
+    pub used_by_kind: [u64; ResourceKind::COUNT],
+    /// Worker threads restarted after a panic, since the pool started.
+    pub worker_restarts: u64,
+    /// Queue backend calls that failed (park, claim, settle, remove), since the pool started.
+    pub queue_errors: u64,
 }
 
 /// Hears every event of a pool's tasks. See the module docs for the rules.
 pub trait EventSubscriber: Send + Sync {
     /// Takes note of one event. Must return at once.
     fn on_event(&self, event: &TaskEvent<'_>);
+
+    /// Takes note of the pool's reading, published after each batch of events. Must return
+    /// at once. The default ignores it.
+    fn on_reading(&self, reading: &PoolReading) {
+        let _ = reading;
+    }
 }

@@ -15,6 +15,7 @@
 //! Users normally depend on `prometheus_parking_lot`, which re-exports these names at the
 //! paths existing code imports and adds the facades and the backends.
 
+pub mod budget;
 pub mod clock;
 pub mod contain;
 pub mod domain;
@@ -25,8 +26,12 @@ pub mod mailbox;
 pub mod parker;
 pub mod queue;
 pub mod random;
+pub mod running;
 pub mod scheduler;
+pub(crate) mod spans;
 pub mod spawn;
+pub(crate) mod spin;
 pub mod stats;
+pub mod stream;
 pub mod supervisor;
 pub mod worker;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use crate::domain::{ResourceKind, TaskStatus};
-use crate::events::{EventSubscriber, TaskEvent, TaskStep};
+use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 
 /// A snapshot of a pool.
 ///
@@ -49,6 +49,8 @@ pub struct PoolStats {
     pub expired_results: u64,
     /// Worker threads restarted after a panic.
     pub worker_restarts: u64,
+    /// Queue backend calls that failed (park, claim, settle, remove).
+    pub queue_errors: u64,
     /// Worker threads alive right now.
     pub live_worker_threads: usize,
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
@@ -75,7 +77,7 @@ pub struct GpuStats {
 
 /// The shared counters behind [`PoolStats`]. Task counters follow the scheduler's event
 /// stream; worker threads maintain `live_worker_threads`, the supervisor `worker_restarts`,
-/// the mailbox actor `expired_results`.
+/// the mailbox actor `expired_results`, the scheduler `queue_errors`.
 #[derive(Debug, Default)]
 pub struct PoolCounters {
     pub(crate) worker_count: AtomicUsize,
@@ -93,6 +95,7 @@ pub struct PoolCounters {
     pub(crate) expired_results: AtomicU64,
     /// Shared with the supervisor, which counts the pool's restarts.
     pub(crate) worker_restarts: Arc<AtomicU64>,
+    pub(crate) queue_errors: AtomicU64,
     pub(crate) live_threads: AtomicUsize,
     /// The pool's GPU, set once at start (its `free_mib` is read from `gpu_free_mib`).
     pub(crate) gpu: OnceLock<GpuStats>,
@@ -124,6 +127,7 @@ impl PoolCounters {
             rejected_tasks: read(&self.rejected),
             expired_results: read(&self.expired_results),
             worker_restarts: read(&self.worker_restarts),
+            queue_errors: read(&self.queue_errors),
             live_worker_threads: self.live_threads.load(Relaxed),
             gpu: self.gpu.get().map(|gpu| GpuStats {
                 free_mib: read(&self.gpu_free_mib),
@@ -158,7 +162,7 @@ impl EventSubscriber for PoolCounters {
         match event.step {
             TaskStep::Admitted => Self::bump(&self.submitted),
             TaskStep::Parked | TaskStep::Started => {}
-            TaskStep::Refused => Self::bump(&self.rejected),
+            TaskStep::Refused(_) => Self::bump(&self.rejected),
             TaskStep::Ended(status) => Self::bump(match status {
                 TaskStatus::Completed => &self.completed,
                 TaskStatus::Expired => &self.expired,
@@ -169,20 +173,12 @@ impl EventSubscriber for PoolCounters {
             }),
         }
     }
-}
 
-impl PoolCounters {
-    /// Publishes the gauges the scheduler reads from its core after each batch of events.
-    pub(crate) fn publish_gauges(
-        &self,
-        running: usize,
-        parked: usize,
-        used: [u32; ResourceKind::COUNT],
-    ) {
-        self.active.store(running, Relaxed);
-        self.queued.store(parked, Relaxed);
-        for (gauge, units) in self.used.iter().zip(used) {
-            gauge.store(u64::from(units), Relaxed);
+    fn on_reading(&self, reading: &PoolReading) {
+        self.active.store(reading.running, Relaxed);
+        self.queued.store(reading.parked, Relaxed);
+        for (gauge, &units) in self.used.iter().zip(&reading.used_by_kind) {
+            gauge.store(units, Relaxed);
         }
     }
 }

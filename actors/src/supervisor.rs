@@ -20,6 +20,7 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr,
     SupervisionEvent,
 };
+use tracing::Instrument;
 
 /// Starts (or restarts) one child, linked to the given supervisor.
 pub type StartChild = Arc<
@@ -130,37 +131,42 @@ impl Actor for SupervisorActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            SupervisorMsg::Spawn { spec, reply } => {
-                let started = (spec.start)(myself.get_cell()).await;
-                let answer = match started {
-                    Ok(cell) => {
-                        state.children.insert(cell.get_id(), (cell.clone(), spec));
-                        Ok(cell)
-                    }
-                    Err(error) => Err(format!(
-                        "{}: could not start {}: {error}",
-                        spec.pool, spec.role
-                    )),
-                };
-                let _ = reply.send(answer);
+        let span = crate::spans::actor("supervisor", myself.get_id(), "");
+        async move {
+            match message {
+                SupervisorMsg::Spawn { spec, reply } => {
+                    let started = (spec.start)(myself.get_cell()).await;
+                    let answer = match started {
+                        Ok(cell) => {
+                            state.children.insert(cell.get_id(), (cell.clone(), spec));
+                            Ok(cell)
+                        }
+                        Err(error) => Err(format!(
+                            "{}: could not start {}: {error}",
+                            spec.pool, spec.role
+                        )),
+                    };
+                    let _ = reply.send(answer);
+                }
+                SupervisorMsg::ReleasePool { pool, reply } => {
+                    let released: Vec<ActorId> = state
+                        .children
+                        .iter()
+                        .filter(|(_, (_, spec))| spec.pool == pool)
+                        .map(|(id, _)| *id)
+                        .collect();
+                    let cells = released
+                        .into_iter()
+                        .filter_map(|id| state.children.remove(&id).map(|(cell, _)| cell))
+                        .collect();
+                    state.restarts.remove(&pool);
+                    let _ = reply.send(cells);
+                }
             }
-            SupervisorMsg::ReleasePool { pool, reply } => {
-                let released: Vec<ActorId> = state
-                    .children
-                    .iter()
-                    .filter(|(_, (_, spec))| spec.pool == pool)
-                    .map(|(id, _)| *id)
-                    .collect();
-                let cells = released
-                    .into_iter()
-                    .filter_map(|id| state.children.remove(&id).map(|(cell, _)| cell))
-                    .collect();
-                state.restarts.remove(&pool);
-                let _ = reply.send(cells);
-            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     async fn handle_supervisor_evt(
@@ -169,25 +175,30 @@ impl Actor for SupervisorActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match event {
-            SupervisionEvent::ActorFailed(cell, error) => {
-                if let Some((_, spec)) = state.children.remove(&cell.get_id()) {
-                    state.child_failed(&myself, spec, error.to_string()).await;
+        let span = crate::spans::actor("supervisor", myself.get_id(), "");
+        async move {
+            match event {
+                SupervisionEvent::ActorFailed(cell, error) => {
+                    if let Some((_, spec)) = state.children.remove(&cell.get_id()) {
+                        state.child_failed(&myself, spec, error.to_string()).await;
+                    }
                 }
-            }
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if let Some((_, spec)) = state.children.remove(&cell.get_id()) {
-                    let reason = reason.unwrap_or_else(|| "stopped".into());
-                    let message = format!(
-                        "{}: {} stopped unexpectedly ({reason})",
-                        spec.pool, spec.role
-                    );
-                    state.escalate(&spec, message);
+                SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                    if let Some((_, spec)) = state.children.remove(&cell.get_id()) {
+                        let reason = reason.unwrap_or_else(|| "stopped".into());
+                        let message = format!(
+                            "{}: {} stopped unexpectedly ({reason})",
+                            spec.pool, spec.role
+                        );
+                        state.escalate(&spec, message);
+                    }
                 }
+                _ => {}
             }
-            _ => {}
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 

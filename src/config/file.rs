@@ -217,10 +217,18 @@ pub enum QueueSettings {
         #[serde(default)]
         max_attempts: Option<u32>,
     },
-    /// PGMQ queues (one per priority level).
+    /// PGMQ queues (one per priority level) that many nodes share (cargo feature `pgmq`).
     PostgresPgmq {
-        /// The queue name prefix.
+        /// The queue name prefix: the levels are `<queue_name>_crit`, `_high`, `_norm` and
+        /// `_low`, the dead letters `<queue_name>_dlq`.
         queue_name: String,
+        /// How long a node's claim on a task (the message's visibility timeout) lasts without
+        /// renewal, ms. Default 30,000.
+        #[serde(default)]
+        lease_ms: Option<u64>,
+        /// The `read_ct` at which a lost run dead-letters the message. Default 3.
+        #[serde(default)]
+        max_attempts: Option<u32>,
     },
 }
 

@@ -22,7 +22,7 @@
 //! | `queue.stream` (yaque) | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `queue.lease_ms` (postgres) | 300 ms – 1 day |
 //! | `queue.max_attempts` (postgres) | 1 – 1,000 |
-//! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (47 for pgmq queues, whose tables add a prefix) |
+//! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (42 for pgmq queues: PGMQ allows 47 and the levels add `_crit`, `_high`, `_norm`, `_low`, `_dlq`) |
 //! | `durability` | `accepted` or `parked`, only with a durable queue |
 //! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"`, and 0 on a shared queue |
 //! | `mailbox.retention_secs` | 1 s – 365 days |
@@ -131,7 +131,8 @@ const MIN_LEASE_MS: u64 = 300;
 const MAX_LEASE_MS: u64 = 24 * 3_600 * 1_000;
 const MAX_ATTEMPTS: u32 = 1_000;
 const MAX_IDENTIFIER: usize = 63;
-const MAX_PGMQ_QUEUE: usize = 47;
+/// PGMQ allows 47 characters; the priority levels add a suffix of up to 5 (`_crit`).
+const MAX_PGMQ_QUEUE: usize = 42;
 
 impl SchedulerConfig {
     /// Checks every rule of the module docs.
@@ -192,7 +193,7 @@ impl SchedulerConfig {
                     table.as_str(),
                     queue_name.as_deref().unwrap_or(name),
                 ),
-                QueueSettings::PostgresPgmq { queue_name } => ("pgmq", queue_name.as_str(), ""),
+                QueueSettings::PostgresPgmq { queue_name, .. } => ("pgmq", queue_name.as_str(), ""),
             };
             if let Some(other) = owners.insert(key, name) {
                 let queue = written.pools.get(name).unwrap_or(pool).queue.describe(name);
@@ -226,7 +227,7 @@ impl QueueSettings {
                 quote::name(queue_name.as_deref().unwrap_or(pool)),
                 quote::name(table)
             ),
-            QueueSettings::PostgresPgmq { queue_name } => {
+            QueueSettings::PostgresPgmq { queue_name, .. } => {
                 format!("pgmq queue {}", quote::name(queue_name))
             }
         }
@@ -372,7 +373,17 @@ fn validate_queue(path: &str, queue: &QueueSettings) -> Result<(), ConfigError> 
                 None => Ok(()),
             }
         }
-        QueueSettings::PostgresPgmq { queue_name } => {
+        QueueSettings::PostgresPgmq {
+            queue_name,
+            lease_ms,
+            max_attempts,
+        } => {
+            if let Some(lease) = *lease_ms {
+                in_range(path, "lease_ms", lease, MIN_LEASE_MS, MAX_LEASE_MS)?;
+            }
+            if let Some(attempts) = *max_attempts {
+                in_range(path, "max_attempts", attempts, 1, MAX_ATTEMPTS)?;
+            }
             check_identifier(&format!("{path}.queue_name"), queue_name, MAX_PGMQ_QUEUE)
         }
     }

@@ -9,6 +9,7 @@ pub mod worker_pool;
 use std::sync::Arc;
 
 use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
+use prometheus_parking_lot_actors::events::EventSubscriber;
 use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
 use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
@@ -46,6 +47,21 @@ impl<P, R> Backends<P, R> {
     }
 }
 
+/// Who hears the pool's events beyond its own counters: its metrics, with the `metrics`
+/// feature.
+fn subscribers(config: &WorkerPoolConfig) -> Vec<Arc<dyn EventSubscriber>> {
+    #[cfg(feature = "metrics")]
+    {
+        let metrics = crate::metrics::PoolMetrics::register(&config.name, config.limits().capacity);
+        vec![Arc::new(metrics)]
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = config;
+        Vec::new()
+    }
+}
+
 /// Builds the engine spec from the public settings and starts the pool on `spawner`.
 fn start<P, R, E>(
     config: &WorkerPoolConfig,
@@ -77,7 +93,7 @@ where
         mailbox,
         notifiers,
         result_encoder,
-        subscribers: Vec::new(),
+        subscribers: subscribers(config),
         retention: config.retention,
         shared,
         durability: config.durability,

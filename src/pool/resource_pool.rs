@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
 use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
+use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::{PoolConfig, WorkerPoolConfig};
 use crate::core::{Mailbox, PoolError, PoolStats, ScheduledTask, Spawn, TaskExecutor, TaskQueue};
@@ -123,6 +124,18 @@ where
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
         self.client.submit(task, options).await
+    }
+
+    /// Submits a task whose executor streams partial results; see
+    /// [`WorkerPool::submit_streaming`](crate::WorkerPool::submit_streaming).
+    pub async fn submit_streaming(
+        &self,
+        task: ScheduledTask<P>,
+        buffer: usize,
+    ) -> Result<ResultStream<R>, PoolError> {
+        self.client
+            .submit_streaming(task, SubmitOptions::default(), buffer)
+            .await
     }
 
     /// Waits up to `timeout` for the result under `key` (cancel-safe).

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
 use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
+use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{PoolError, PoolStats, ScheduledTask, TaskExecutor, TaskMetadata};
@@ -147,6 +148,44 @@ where
         self.client
             .submit_batch(tasks, SubmitOptions::default())
             .await
+    }
+
+    /// Submits a task whose executor streams partial results (tokens, say): the stream
+    /// yields each partial the executor sends through
+    /// [`running::partials`](crate::running::partials), then the final value or the error
+    /// that ended the task. At most `buffer` partials wait unread; then the executor's sends
+    /// wait (back-pressure). The task holds its capacity until its executor returns;
+    /// dropping the stream before its end cancels it and frees its capacity. See
+    /// [`crate::stream`].
+    pub async fn submit_streaming(
+        &self,
+        payload: P,
+        meta: TaskMetadata,
+        buffer: usize,
+    ) -> Result<ResultStream<R>, PoolError> {
+        self.client
+            .submit_streaming(
+                ScheduledTask { meta, payload },
+                SubmitOptions::default(),
+                buffer,
+            )
+            .await
+    }
+
+    /// Like [`submit_streaming`](Self::submit_streaming), from synchronous code: blocks until
+    /// the task is admitted; read the stream with
+    /// [`ResultStream::into_blocking_iter`].
+    pub fn submit_streaming_blocking(
+        &self,
+        payload: P,
+        meta: TaskMetadata,
+        buffer: usize,
+    ) -> Result<ResultStream<R>, PoolError> {
+        self.client.submit_streaming_blocking(
+            ScheduledTask { meta, payload },
+            SubmitOptions::default(),
+            buffer,
+        )
     }
 
     /// Submits a task from synchronous code: blocks the calling thread (no runtime needed)

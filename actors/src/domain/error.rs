@@ -72,4 +72,12 @@ pub enum PoolError {
     /// A live task with this id exists already.
     #[error("a live task with id {0} exists already")]
     DuplicateTask(TaskId),
+    /// A task submitted from one of the pool's own worker threads (nested work) was refused
+    /// at once: all the pool's nested slots (one fewer than its workers) are held, so it
+    /// might never get a worker while its parent waits for it (see the `budget` module).
+    #[error("nested submission refused: it comes from one of this pool's own worker threads and all {slots} nested slots (worker_count - 1) are held, so it could wait for ever on a worker its parent holds; raise worker_count, or run the work inline")]
+    NestedBudgetExhausted {
+        /// The pool's nested slots.
+        slots: usize,
+    },
 }

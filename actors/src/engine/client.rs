@@ -13,15 +13,20 @@ use ractor::rpc::CallResult;
 use ractor::{ActorRef, DerivedActorRef};
 use tokio::sync::{oneshot, Notify, OnceCell};
 
+use crate::budget::{SlotBudget, SlotGuard};
+use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
 use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
-    Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
+    Extras, Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
 };
+use crate::spin::{AdaptiveSpin, Spin, SPIN_TIME};
 use crate::stats::{PoolCounters, PoolStats};
+use crate::stream::{ResultStream, StreamAttachment};
 use crate::supervisor::SupervisorMsg;
+use crate::worker::thread::is_worker_of;
 
 /// How long `shutdown` waits for each actor to drain its messages after the task drain.
 const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,20 +35,21 @@ const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// `sched_yield` between checks) before it sleeps on it. A busy scheduler answers within a
 /// few microseconds, well inside this window, and catching the answer awake spares the
 /// submitter's thread a kernel wake-up per task (tens of microseconds on a virtual machine).
-/// Bounded: at most this many yields, a few tens of microseconds, per submission.
+/// Bounded: at most this many yields, and at most [`SPIN_TIME`] (see [`crate::spin`]).
 const ANSWER_SPIN_ROUNDS: u32 = 64;
 
 /// The admission answer: checked for a short while (see [`ANSWER_SPIN_ROUNDS`]), then
 /// awaited. `None` when the scheduler dropped the question (it stopped).
 async fn admission_answer<T>(mut answer: oneshot::Receiver<T>) -> Option<T> {
-    for _ in 0..ANSWER_SPIN_ROUNDS {
+    let mut spin = Spin::new(ANSWER_SPIN_ROUNDS, SPIN_TIME);
+    loop {
         match answer.try_recv() {
             Ok(value) => return Some(value),
             Err(oneshot::error::TryRecvError::Closed) => return None,
-            Err(oneshot::error::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(oneshot::error::TryRecvError::Empty) if spin.round() => {}
+            Err(oneshot::error::TryRecvError::Empty) => return answer.await.ok(),
         }
     }
-    answer.await.ok()
 }
 
 /// A handle to one running pool: submit, retrieve, cancel, stats, shutdown. Cheap to clone.
@@ -70,6 +76,8 @@ pub(crate) struct ClientParts<P, R> {
     pub supervisor: ActorRef<SupervisorMsg>,
     /// Whether shutdown stops the supervisor too (a pool started with its own).
     pub owns_supervisor: bool,
+    /// The nested slots that submissions from the pool's own workers must take.
+    pub nested: Arc<SlotBudget>,
 }
 
 struct ClientInner<P, R> {
@@ -84,6 +92,9 @@ struct ClientInner<P, R> {
     owns_supervisor: bool,
     /// The one shutdown every caller waits for.
     shutdown: OnceCell<Result<ShutdownReport, PoolError>>,
+    /// How long async retrieves re-check an inline mailbox before they sleep.
+    result_spin: AdaptiveSpin,
+    nested: Arc<SlotBudget>,
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -106,6 +117,7 @@ where
             counters,
             supervisor,
             owns_supervisor,
+            nested,
         } = parts;
         Self {
             inner: Arc::new(ClientInner {
@@ -118,6 +130,8 @@ where
                 supervisor,
                 owns_supervisor,
                 shutdown: OnceCell::new(),
+                result_spin: AdaptiveSpin::new(),
+                nested,
             }),
         }
     }
@@ -144,7 +158,8 @@ where
         task: ScheduledTask<P>,
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
-        admission_answer(self.send_submission(task, options))
+        let answer = self.send_submission(task, options, None)?;
+        admission_answer(answer)
             .await
             .unwrap_or(Err(PoolError::Shutdown))
     }
@@ -155,23 +170,85 @@ where
         task: ScheduledTask<P>,
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
-        block_on_until(admission_answer(self.send_submission(task, options)), None)
+        let answer = self.send_submission(task, options, None)?;
+        block_on_until(admission_answer(answer), None)
             .flatten()
             .unwrap_or(Err(PoolError::Shutdown))
     }
 
+    /// Admits a task whose executor streams partial results (see [`crate::stream`]): the
+    /// stream yields each partial, then the final value or the error that ended the task.
+    /// `buffer` partials wait at most (back-pressure on the executor). Dropping the stream
+    /// before its end cancels the task. Refused (`InvalidConfig`) on a pool whose queue is
+    /// shared with other nodes.
+    pub async fn submit_streaming(
+        &self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+        buffer: usize,
+    ) -> Result<ResultStream<R>, PoolError> {
+        let (attachment, stream) = ResultStream::channel(buffer)?;
+        let answer = self.send_submission(task, options, Some(attachment))?;
+        admission_answer(answer)
+            .await
+            .unwrap_or(Err(PoolError::Shutdown))?;
+        Ok(stream)
+    }
+
+    /// Like [`submit_streaming`](Self::submit_streaming), blocking a plain thread until the
+    /// admission answer; read the stream with
+    /// [`ResultStream::into_blocking_iter`](crate::stream::ResultStream::into_blocking_iter).
+    pub fn submit_streaming_blocking(
+        &self,
+        task: ScheduledTask<P>,
+        options: SubmitOptions,
+        buffer: usize,
+    ) -> Result<ResultStream<R>, PoolError> {
+        block_on_until(self.submit_streaming(task, options, buffer), None)
+            .unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    /// Hands one submission to the inbox; the receiver gets the admission answer. Refuses at
+    /// once (`NestedBudgetExhausted`) a submission from one of the pool's own workers that
+    /// finds no nested slot free (see [`crate::budget`]).
     fn send_submission(
         &self,
         task: ScheduledTask<P>,
         options: SubmitOptions,
-    ) -> oneshot::Receiver<Result<MailboxKey, PoolError>> {
+        stream: Option<StreamAttachment>,
+    ) -> Result<oneshot::Receiver<Result<MailboxKey, PoolError>>, PoolError> {
+        let slot = match self.nested_slot() {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                drop_contained(task);
+                return Err(refusal);
+            }
+        };
+        let extras =
+            (stream.is_some() || slot.is_some()).then(|| Box::new(Extras { stream, slot }));
         let (reply, answer) = oneshot::channel();
         self.inner.inbox.submit(Submission::One {
             task,
             options,
             reply: Reply::Oneshot(reply),
+            extras,
         });
-        answer
+        Ok(answer)
+    }
+
+    /// A nested slot when the caller is one of this pool's worker threads (`None` on any
+    /// other thread); `NestedBudgetExhausted` when it is one and none is free.
+    fn nested_slot(&self) -> Result<Option<SlotGuard>, PoolError> {
+        let nested = &self.inner.nested;
+        if !is_worker_of(nested) {
+            return Ok(None);
+        }
+        nested
+            .try_acquire()
+            .map(Some)
+            .ok_or(PoolError::NestedBudgetExhausted {
+                slots: nested.capacity(),
+            })
     }
 
     /// Admits many tasks at once, for bulk producers: one trip through the inbox, one answer
@@ -181,16 +258,67 @@ where
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,
     ) -> Vec<Result<MailboxKey, PoolError>> {
+        if is_worker_of(&self.inner.nested) {
+            return self.submit_nested_batch(tasks, options).await;
+        }
         let count = tasks.len();
         let (reply, answers) = oneshot::channel();
         self.inner.inbox.submit(Submission::Batch {
             tasks,
             options,
             reply,
+            slots: Vec::new(),
         });
         admission_answer(answers)
             .await
             .unwrap_or_else(|| vec![Err(PoolError::Shutdown); count])
+    }
+
+    /// A batch from one of the pool's own workers: each task takes a nested slot, and those
+    /// that find none are refused in their place.
+    async fn submit_nested_batch(
+        &self,
+        tasks: Vec<ScheduledTask<P>>,
+        options: SubmitOptions,
+    ) -> Vec<Result<MailboxKey, PoolError>> {
+        let count = tasks.len();
+        let mut answers: Vec<Option<Result<MailboxKey, PoolError>>> = Vec::with_capacity(count);
+        let (mut sent, mut slots) = (Vec::new(), Vec::new());
+        for task in tasks {
+            match self.nested_slot() {
+                Ok(slot) => {
+                    slots.extend(slot);
+                    sent.push(task);
+                    answers.push(None);
+                }
+                Err(refusal) => {
+                    drop_contained(task);
+                    answers.push(Some(Err(refusal)));
+                }
+            }
+        }
+        let admitted = if sent.is_empty() {
+            Vec::new()
+        } else {
+            let sent_count = sent.len();
+            let (reply, answer) = oneshot::channel();
+            self.inner.inbox.submit(Submission::Batch {
+                tasks: sent,
+                options,
+                reply,
+                slots,
+            });
+            admission_answer(answer)
+                .await
+                .unwrap_or_else(|| vec![Err(PoolError::Shutdown); sent_count])
+        };
+        let mut admitted = admitted.into_iter();
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| admitted.next().unwrap_or(Err(PoolError::Shutdown)))
+            })
+            .collect()
     }
 
     /// Waits up to `timeout` for the oldest result under `key` and takes it.
@@ -222,6 +350,9 @@ where
         timeout: Duration,
     ) -> Result<R, PoolError> {
         if let Some(delivery) = self.try_take(key, task_id).await? {
+            return delivery.outcome;
+        }
+        if let Some(delivery) = self.spin_take(key, task_id)? {
             return delivery.outcome;
         }
         let wait = self.wait_for(key, task_id);
@@ -268,6 +399,30 @@ where
             }
             notified.await;
         }
+    }
+
+    /// Re-checks an inline mailbox for a short, adaptive while (see [`AdaptiveSpin`]) before
+    /// the caller subscribes and sleeps; `None` if nothing came, or if the mailbox is not
+    /// inline.
+    fn spin_take(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Result<Option<Delivery<R>>, PoolError> {
+        let mailbox = self.inner.mailbox.as_ref();
+        let Some(inline) = mailbox.inline() else {
+            return Ok(None);
+        };
+        let found = self.inner.result_spin.spin(|| {
+            match task_id {
+                None => inline.take_now(key),
+                Some(id) => inline.take_task_now(key, id),
+            }
+            .transpose()
+        });
+        found
+            .transpose()
+            .map_err(|error| PoolError::Internal(format!("{} mailbox: {error}", mailbox.backend())))
     }
 
     async fn try_take(

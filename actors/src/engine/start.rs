@@ -10,6 +10,7 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
+use crate::budget::SlotBudget;
 use crate::domain::{Durability, PoolError, PoolLimits};
 use crate::events::EventSubscriber;
 use crate::executor::TaskExecutor;
@@ -179,6 +180,7 @@ where
     let pool: Arc<str> = Arc::from(spec.name.as_str());
     let counters = Arc::new(PoolCounters::default());
     let inbox = Arc::new(Inbox::<P, R>::new());
+    let nested = SlotBudget::new(spec.workers.count.saturating_sub(1));
     let (jobs, job_receivers) = job_channels(spec.workers.count);
     let scheduler_slot: Arc<OnceLock<ActorRef<SchedulerMsg<P>>>> = Arc::new(OnceLock::new());
     let escalate: Escalate = {
@@ -296,6 +298,7 @@ where
             executor: executor.clone(),
             inbox: inbox.clone(),
             counters: counters.clone(),
+            nested: nested.clone(),
         };
         let start: StartChild = Arc::new(move |parent: ActorCell| {
             let thread = thread.clone();
@@ -327,6 +330,7 @@ where
         counters,
         supervisor: supervisor.clone(),
         owns_supervisor,
+        nested,
     }))
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument;
 
 use super::notify::Notifiers;
 use super::{Delivery, Mailbox};
@@ -84,25 +85,30 @@ where
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            MailboxMsg::Deliver {
-                key,
-                delivery,
-                attempt,
-                then,
-            } => {
-                let stored = state.deliver(key, delivery, attempt).await;
-                if let Some(then) = then {
-                    then(stored);
+        let span = crate::spans::actor("mailbox", myself.get_id(), &state.pool);
+        async move {
+            match message {
+                MailboxMsg::Deliver {
+                    key,
+                    delivery,
+                    attempt,
+                    then,
+                } => {
+                    let stored = state.deliver(key, delivery, attempt).await;
+                    if let Some(then) = then {
+                        then(stored);
+                    }
                 }
+                MailboxMsg::PurgeExpired => state.purge_expired().await,
             }
-            MailboxMsg::PurgeExpired => state.purge_expired().await,
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 

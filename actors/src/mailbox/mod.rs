@@ -56,7 +56,8 @@ pub fn status_of<R>(outcome: &Result<R, PoolError>) -> TaskStatus {
             refusal @ (PoolError::QueueFull
             | PoolError::InsufficientResources { .. }
             | PoolError::MailboxFull { .. }
-            | PoolError::DuplicateTask(_)),
+            | PoolError::DuplicateTask(_)
+            | PoolError::NestedBudgetExhausted { .. }),
         ) => TaskStatus::Rejected(refusal.to_string()),
         Err(other) => TaskStatus::Failed(other.to_string()),
     }

@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument;
 
 use super::{EntryId, Settlement, TaskQueue};
 use crate::contain::drop_contained;
@@ -70,49 +71,54 @@ where
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let backend = state.queue.backend();
-        match message {
-            QueueMsg::Park { entry, task } => {
-                let report = match state.queue.park(entry, task).await {
-                    Ok(()) => QueueReport::Parked { entry },
-                    Err(error) => QueueReport::ParkFailed {
-                        entry,
-                        reason: format!("{backend} queue: {error}"),
-                    },
-                };
-                state.report(report);
-            }
-            QueueMsg::Claim { entry } => {
-                let report = match state.queue.claim(entry).await {
-                    Ok(Some(task)) => QueueReport::Claimed { entry, task },
-                    Ok(None) => QueueReport::ClaimFailed {
-                        entry,
-                        reason: "it was no longer parked".into(),
-                    },
-                    Err(error) => QueueReport::ClaimFailed {
-                        entry,
-                        reason: format!("{backend} queue: {error}"),
-                    },
-                };
-                state.report(report);
-            }
-            QueueMsg::Settle { entry, settlement } => {
-                if let Err(error) = state.queue.settle(entry, settlement).await {
-                    tracing::warn!(entry, %error, "queue settle failed");
+        let span = crate::spans::actor("queue", myself.get_id(), state.queue.backend());
+        async move {
+            let backend = state.queue.backend();
+            match message {
+                QueueMsg::Park { entry, task } => {
+                    let report = match state.queue.park(entry, task).await {
+                        Ok(()) => QueueReport::Parked { entry },
+                        Err(error) => QueueReport::ParkFailed {
+                            entry,
+                            reason: format!("{backend} queue: {error}"),
+                        },
+                    };
+                    state.report(report);
                 }
-            }
-            QueueMsg::Remove { entry } => match state.queue.remove(entry).await {
-                Ok(task) => {
-                    drop_contained(task);
+                QueueMsg::Claim { entry } => {
+                    let report = match state.queue.claim(entry).await {
+                        Ok(Some(task)) => QueueReport::Claimed { entry, task },
+                        Ok(None) => QueueReport::ClaimFailed {
+                            entry,
+                            reason: "it was no longer parked".into(),
+                        },
+                        Err(error) => QueueReport::ClaimFailed {
+                            entry,
+                            reason: format!("{backend} queue: {error}"),
+                        },
+                    };
+                    state.report(report);
                 }
-                Err(error) => tracing::warn!(entry, %error, "queue remove failed"),
-            },
+                QueueMsg::Settle { entry, settlement } => {
+                    if let Err(error) = state.queue.settle(entry, settlement).await {
+                        tracing::warn!(entry, %error, "queue settle failed");
+                    }
+                }
+                QueueMsg::Remove { entry } => match state.queue.remove(entry).await {
+                    Ok(task) => {
+                        drop_contained(task);
+                    }
+                    Err(error) => tracing::warn!(entry, %error, "queue remove failed"),
+                },
+            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 

@@ -14,15 +14,22 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument;
 
-use super::protocol::{Internal, Reply, SchedulerMsg, SchedulerRequest};
+use super::protocol::{Extras, Internal, Reply, SchedulerMsg, SchedulerRequest};
 use super::state::{Scheduler, SchedulerArgs};
 use crate::clock::now_ms;
+use crate::spin::{Spin, SPIN_TIME};
 
 /// How many times the scheduler re-checks an empty inbox before it sleeps. A round is a
 /// `sched_yield` (well under a microsecond when no other thread wants the core), and every
-/// 16th also yields to the pool's runtime so its other actors and timers run.
+/// 16th also yields to the pool's runtime so its other actors and timers run. The spin is
+/// also cut off after [`SPIN_TIME`] of wall time (see [`crate::spin`]).
 const IDLE_SPIN_ROUNDS: u32 = 96;
+
+/// How many drain-and-spin rounds one `Drain` message runs before the actor takes its other
+/// messages (see [`drain`]).
+const DRAIN_ROUNDS: u32 = 64;
 
 /// The scheduler actor. See the module docs.
 pub struct SchedulerActor<P, R>(PhantomData<fn() -> (P, R)>);
@@ -84,34 +91,41 @@ where
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let scheduler = &mut state.0;
-        let now = now();
-        match message.0 {
-            Internal::Drain => drain(scheduler).await,
-            Internal::Request(request) => {
-                scheduler.drain_inbox(now);
-                request_received(&myself, scheduler, request, now);
+        let span = crate::spans::actor("scheduler", myself.get_id(), state.0.pool());
+        async move {
+            let scheduler = &mut state.0;
+            let now = now();
+            match message.0 {
+                Internal::Drain => drain(&myself, scheduler).await,
+                Internal::Request(request) => {
+                    scheduler.drain_inbox(now);
+                    request_received(&myself, scheduler, request, now);
+                }
+                Internal::Tick => {
+                    scheduler.armed_tick = None;
+                    scheduler.tick(now);
+                }
+                Internal::Escalated { reason } => scheduler.escalated(reason, now),
+                Internal::WorkerLost { worker, reason } => {
+                    scheduler.worker_lost(worker, reason, now)
+                }
+                Internal::DrainDeadline => {
+                    scheduler.drain_inbox(now);
+                    scheduler.drain_deadline(now);
+                }
+                Internal::Queue(report) => scheduler.queue_report(report, now),
+                Internal::Shared(report) => {
+                    scheduler.drain_inbox(now);
+                    scheduler.shared_report(report, now);
+                }
+                Internal::Headroom(headroom) => scheduler.headroom(headroom, now),
             }
-            Internal::Tick => {
-                scheduler.armed_tick = None;
-                scheduler.tick(now);
-            }
-            Internal::Escalated { reason } => scheduler.escalated(reason, now),
-            Internal::WorkerLost { worker, reason } => scheduler.worker_lost(worker, reason, now),
-            Internal::DrainDeadline => {
-                scheduler.drain_inbox(now);
-                scheduler.drain_deadline(now);
-            }
-            Internal::Queue(report) => scheduler.queue_report(report, now),
-            Internal::Shared(report) => {
-                scheduler.drain_inbox(now);
-                scheduler.shared_report(report, now);
-            }
-            Internal::Headroom(headroom) => scheduler.headroom(headroom, now),
+            scheduler.publish();
+            arm_timer(&myself, scheduler, now);
+            Ok(())
         }
-        scheduler.publish();
-        arm_timer(&myself, scheduler, now);
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 
@@ -129,7 +143,19 @@ fn request_received<P, R>(
             task,
             options,
             reply,
-        } => scheduler.submit(task, options, Reply::Port(reply), now),
+        } => scheduler.submit(task, options, Reply::Port(reply), None, now),
+        SchedulerRequest::SubmitStreaming {
+            task,
+            options,
+            stream,
+            reply,
+        } => {
+            let extras = Box::new(Extras {
+                stream: Some(stream),
+                slot: None,
+            });
+            scheduler.submit(task, options, Reply::Port(reply), Some(extras), now);
+        }
         SchedulerRequest::Cancel { key, id, reply } => scheduler.cancel(key, id, reply, now),
         SchedulerRequest::Shutdown { drain, reply } => {
             if scheduler.shutdown(reply, now) {
@@ -142,13 +168,17 @@ fn request_received<P, R>(
     }
 }
 
-/// Drains the inbox until it stays empty through a short spin, then marks it idle.
-async fn drain<P, R>(scheduler: &mut Scheduler<P, R>)
+/// Drains the inbox until it stays empty through a short spin, then marks it idle. Under a
+/// stream of submissions that never lets the inbox stay empty, it hands the actor back after
+/// [`DRAIN_ROUNDS`] rounds, keeping the inbox marked as scheduled and sending itself the
+/// next `Drain`: the requests waiting in the actor's mailbox (shutdown, cancel, stats, the
+/// timer's tick) are handled in between, never starved by the inbox.
+async fn drain<P, R>(myself: &ActorRef<SchedulerMsg<P>>, scheduler: &mut Scheduler<P, R>)
 where
     P: Send + 'static,
     R: Send + 'static,
 {
-    loop {
+    for _ in 0..DRAIN_ROUNDS {
         scheduler.drain_inbox(now());
         scheduler.publish();
         // The queue actor's answers come as messages: let the actor take them rather than
@@ -160,6 +190,8 @@ where
             return;
         }
     }
+    // An error means the actor is stopping: `post_stop` closes the inbox and refuses the rest.
+    let _ = myself.send_message(SchedulerMsg(Internal::Drain));
 }
 
 /// Spins (bounded) while the inbox is empty; returns whether something arrived.
@@ -168,14 +200,16 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
-    for round in 0..IDLE_SPIN_ROUNDS {
+    let mut spin = Spin::new(IDLE_SPIN_ROUNDS, SPIN_TIME);
+    for round in 1.. {
         if !scheduler.inbox.is_empty() {
             return true;
         }
-        if round % 16 == 15 {
+        if !spin.round() {
+            break;
+        }
+        if round % 16 == 0 {
             tokio::task::yield_now().await;
-        } else {
-            std::thread::yield_now();
         }
     }
     !scheduler.inbox.is_empty()

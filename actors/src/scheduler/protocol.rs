@@ -13,9 +13,11 @@ use std::time::Duration;
 use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
+use crate::budget::SlotGuard;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
 use crate::queue::EntryId;
 use crate::stats::PoolStats;
+use crate::stream::StreamAttachment;
 
 /// Per-submission options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,6 +47,20 @@ pub enum SchedulerRequest<P> {
         task: ScheduledTask<P>,
         /// Its options.
         options: SubmitOptions,
+        /// Where the admission answer goes.
+        reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
+    },
+    /// Admit a task whose executor streams partial results into `stream` (made with
+    /// `ResultStream::channel`, whose other half the caller reads); its final outcome ends
+    /// the stream instead of going to the mailbox. Refused (`InvalidConfig`) on a pool whose
+    /// queue is shared with other nodes, or when the stream's item type is not the pool's.
+    SubmitStreaming {
+        /// The task.
+        task: ScheduledTask<P>,
+        /// Its options.
+        options: SubmitOptions,
+        /// Where its partials and outcome go.
+        stream: StreamAttachment,
         /// Where the admission answer goes.
         reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
     },
@@ -151,6 +167,16 @@ impl Reply {
     }
 }
 
+/// What a few submissions carry beyond the task (boxed, so the rest carry one null pointer).
+#[derive(Default)]
+pub(crate) struct Extras {
+    /// A streamed task's buffer: its outcome goes there.
+    pub stream: Option<StreamAttachment>,
+    /// The nested slot of a task submitted from one of the pool's own workers, held until
+    /// the task's worker is free again (see [`crate::budget`]).
+    pub slot: Option<SlotGuard>,
+}
+
 /// A submission through the inbox.
 pub(crate) enum Submission<P> {
     /// One task with its own answer.
@@ -158,12 +184,16 @@ pub(crate) enum Submission<P> {
         task: ScheduledTask<P>,
         options: SubmitOptions,
         reply: Reply,
+        extras: Option<Box<Extras>>,
     },
     /// Many tasks, answered together, in order.
     Batch {
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,
         reply: oneshot::Sender<Vec<Result<MailboxKey, PoolError>>>,
+        /// The nested slots of a batch from one of the pool's own workers, one per task in
+        /// order (empty otherwise).
+        slots: Vec<SlotGuard>,
     },
 }
 

@@ -36,20 +36,22 @@ use tokio::sync::oneshot;
 use super::core::{Admit, Cancel, FastMap, ParkingLot, TenantKey, Ticket};
 use super::gpu_watch::{GpuLink, GpuWatch, Headroom};
 use super::inbox::{Finish, Inbox};
-use super::protocol::{QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
+use super::protocol::{Extras, QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
 use super::shared::{SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
-    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
-    TaskStatus, TenantId,
+    Capacity, Durability, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind,
+    ScheduledTask, TaskId, TaskStatus, TenantId,
 };
-use crate::events::{EventSubscriber, TaskEvent, TaskStep};
+use crate::events::{EventSubscriber, PoolReading, Refusal, TaskEvent, TaskStep};
 use crate::mailbox::actor::{AfterStore, MailboxMsg};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{status_of, Delivery, Mailbox};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, FitQuery, Lease, Settlement, StarvationRule, StoredEntry, TaskQueue};
+use crate::running::{Cancellation, RunContext};
 use crate::stats::PoolCounters;
+use crate::stream::{StreamAttachment, StreamShared};
 use crate::worker::{Job, JobSenders};
 use ractor::{ActorRef, RpcReplyPort};
 
@@ -81,12 +83,34 @@ struct Live {
     key: MailboxKey,
     task_id: TaskId,
     cost: ResourceCost,
+    priority: Priority,
+    /// When it was admitted (the event stream's wait times start here).
+    admitted_ms: u64,
+    /// Its `task` span, from admission to its end (disabled unless a subscriber wants it).
+    span: tracing::Span,
     timeout: Option<Duration>,
     /// The shared queue's entry, for a task this node claimed from it under a lease.
     lease: Option<EntryId>,
     /// Which run of the task this is: 1, or the lease's claim count.
     attempt: u32,
     state: LiveState,
+    /// Its stream (its outcome goes there, not to the mailbox) and its nested slot, for the
+    /// few tasks that have either.
+    extras: Option<Box<Extras>>,
+}
+
+impl Live {
+    fn stream(&self) -> Option<&StreamAttachment> {
+        self.extras.as_ref()?.stream.as_ref()
+    }
+
+    /// Gives back the task's nested slot, if it holds one: before its outcome is visible, so
+    /// a parent that reads it and submits the next child finds the slot free.
+    fn release_nested_slot(&mut self) {
+        if let Some(extras) = &mut self.extras {
+            extras.slot = None;
+        }
+    }
 }
 
 enum LiveState {
@@ -97,9 +121,12 @@ enum LiveState {
 }
 
 struct Running {
-    cancel: Option<oneshot::Sender<()>>,
-    /// The job's end of `cancel`, until the job is sent.
-    cancelled: Option<oneshot::Receiver<()>>,
+    /// When it started (the event stream's run times start here).
+    started_ms: u64,
+    /// Raised to stop the run; the job carries a clone (a streamed task's is its stream's).
+    cancellation: Cancellation,
+    /// The job was sent to its worker.
+    sent: bool,
     /// An outcome was delivered already (watchdog or drain deadline).
     ended: bool,
     /// Its payload came from the queue, which must hear how it ended.
@@ -234,16 +261,21 @@ where
                 continue;
             }
             self.by_caller.insert((key.tenant.clone(), meta.id), entry);
+            let span = task_span(&self.pool, &meta, &key);
             self.live.insert(
                 entry,
                 Live {
                     key,
                     task_id: meta.id,
                     cost: meta.cost,
+                    priority: meta.priority,
+                    admitted_ms: entry >> ENTRY_TIME_SHIFT,
+                    span,
                     timeout: self.default_timeout,
                     lease: None,
                     attempt: 1,
                     state: LiveState::Parked { reply: None },
+                    extras: None,
                 },
             );
         }
@@ -281,16 +313,25 @@ where
                 task,
                 options,
                 reply,
-            } => self.submit(task, options, reply, now),
+                extras,
+            } => self.submit(task, options, reply, extras, now),
             Submission::Batch {
                 tasks,
                 options,
                 reply,
+                slots,
             } => {
                 let mut answers = Vec::with_capacity(tasks.len());
+                let mut slots = slots.into_iter();
                 for task in tasks {
                     let (answer, wait) = oneshot::channel();
-                    self.submit(task, options, Reply::Oneshot(answer), now);
+                    let extras = slots.next().map(|slot| {
+                        Box::new(Extras {
+                            stream: None,
+                            slot: Some(slot),
+                        })
+                    });
+                    self.submit(task, options, Reply::Oneshot(answer), extras, now);
                     answers.push(wait);
                 }
                 answer_batch(answers, reply);
@@ -304,9 +345,13 @@ where
         task: ScheduledTask<P>,
         options: SubmitOptions,
         reply: Reply,
+        extras: Option<Box<Extras>>,
         now: u64,
     ) {
-        if let Err(refusal) = self.admissible(&task) {
+        if let Err(refusal) = self
+            .admissible(&task)
+            .and_then(|()| self.streamable(extras.as_deref()))
+        {
             self.refuse(&task, refusal, reply, now);
             return;
         }
@@ -338,13 +383,13 @@ where
             }
             Admit::Start if self.durability == Some(Durability::Accepted) => {
                 let task = with_mailbox(task, &key);
-                self.track(caller, entry, &task, key, options, None);
+                self.track(caller, entry, &task, key, options, None, extras);
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, true, now);
                 self.store_started(entry, task, reply, now);
             }
             Admit::Start => {
-                self.track(caller, entry, &task, key.clone(), options, None);
+                self.track(caller, entry, &task, key.clone(), options, None, extras);
                 self.emit(entry, TaskStep::Admitted, now);
                 self.begin_run(entry, false, now);
                 reply.send(Ok(key.clone()));
@@ -355,7 +400,7 @@ where
             }
             Admit::Park => {
                 let task = with_mailbox(task, &key);
-                self.track(caller, entry, &task, key.clone(), options, None);
+                self.track(caller, entry, &task, key.clone(), options, None, extras);
                 match self.durability {
                     Some(Durability::Parked { spin }) if !spin.is_zero() => {
                         self.spin(entry, task, spin, now);
@@ -402,13 +447,36 @@ where
         Ok(())
     }
 
+    /// Why a streamed submission cannot be taken here, if so.
+    fn streamable(&self, extras: Option<&Extras>) -> Result<(), PoolError> {
+        let Some(stream) = extras.and_then(|extras| extras.stream.as_ref()) else {
+            return Ok(());
+        };
+        if self.shared.is_some() {
+            return Err(PoolError::InvalidConfig(format!(
+                "pool {}: streamed submissions need a local queue; this pool's queue is shared \
+                 with other nodes, which could not reach the stream (submit without streaming, \
+                 or stream from a pool with an in_memory, yaque or local queue)",
+                self.pool
+            )));
+        }
+        if !stream.0.is::<StreamShared<R>>() {
+            return Err(PoolError::InvalidConfig(format!(
+                "pool {}: the stream's item type is not this pool's result type; make the \
+                 stream with ResultStream::<R>::channel for the pool's R",
+                self.pool
+            )));
+        }
+        Ok(())
+    }
+
     fn refuse(&mut self, task: &ScheduledTask<P>, error: PoolError, reply: Reply, now: u64) {
         let key = task
             .meta
             .mailbox
             .clone()
             .unwrap_or_else(|| MailboxKey::new(""));
-        self.emit_for(task, &key, &TaskStep::Refused, now);
+        self.emit_for(task, &key, &TaskStep::Refused(Refusal::of(&error)), now);
         reply.send(Err(error));
     }
 
@@ -420,6 +488,7 @@ where
 
     /// Records an admitted task as live under its caller's (tenant, id), not yet running.
     /// `lease` is the shared queue's entry and claim count of a task claimed from it.
+    #[allow(clippy::too_many_arguments)]
     fn track(
         &mut self,
         caller: (TenantId, TaskId),
@@ -428,18 +497,24 @@ where
         key: MailboxKey,
         options: SubmitOptions,
         lease: Option<(EntryId, u32)>,
+        extras: Option<Box<Extras>>,
     ) {
         self.by_caller.insert(caller, entry);
+        let span = task_span(&self.pool, &task.meta, &key);
         self.live.insert(
             entry,
             Live {
                 key,
                 task_id: task.meta.id,
                 cost: task.meta.cost,
+                priority: task.meta.priority,
+                admitted_ms: entry >> ENTRY_TIME_SHIFT,
+                span,
                 timeout: options.timeout.or(self.default_timeout),
                 lease: lease.map(|(shared_entry, _)| shared_entry),
                 attempt: lease.map_or(1, |(_, attempt)| attempt),
                 state: LiveState::Parked { reply: None },
+                extras,
             },
         );
     }
@@ -571,12 +646,14 @@ where
 
     /// A park was refused by the queue: the task was never admitted after all.
     fn park_failed(&mut self, entry: EntryId, reason: String, reply: Option<Reply>, now: u64) {
+        PoolCounters::bump(&self.counters.queue_errors);
         let Some(live) = self.live.remove(&entry) else {
             return;
         };
         self.by_caller
             .remove(&(live.key.tenant.clone(), live.task_id));
         let mut live = live;
+        live.release_nested_slot();
         let reply = reply.or(match &mut live.state {
             LiveState::Parked { reply } => reply.take(),
             LiveState::Running(_) => None,
@@ -588,7 +665,7 @@ where
         let error = PoolError::Internal(format!("could not park the task: {reason}"));
         match reply {
             Some(reply) => {
-                self.emit_live(&live, &TaskStep::Refused, now);
+                self.emit_live(&live, &TaskStep::Refused(Refusal::QueueError), now);
                 reply.send(Err(error));
             }
             // Its submitter was told it is admitted (a spun task, or one kept at shutdown):
@@ -607,7 +684,11 @@ where
         let Some(live) = self.live.get_mut(&entry) else {
             return;
         };
-        let (cancel, cancelled) = oneshot::channel();
+        let cancellation = match live.stream() {
+            Some(stream) => stream_of::<R>(stream)
+                .map_or_else(Cancellation::new, |stream| stream.cancellation().clone()),
+            None => Cancellation::new(),
+        };
         // Started before the queue actor confirmed its park: its submitter keeps waiting for
         // that confirmation (the claim follows the park), now as a running task's.
         let pending = match &mut live.state {
@@ -616,8 +697,9 @@ where
         };
         let announce = pending.is_some();
         live.state = LiveState::Running(Running {
-            cancel: Some(cancel),
-            cancelled: Some(cancelled),
+            started_ms: now,
+            cancellation,
+            sent: false,
             ended: false,
             from_queue,
             stored_reply: pending,
@@ -639,24 +721,42 @@ where
     /// Sends a started task's job to its worker slot's channel.
     fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
         let worker = self.core.worker_of(entry);
-        let cancel = self
-            .live
-            .get_mut(&entry)
-            .and_then(|live| match &mut live.state {
-                LiveState::Running(running) => running.cancelled.take(),
-                LiveState::Parked { .. } => None,
-            });
-        let (Some(worker), Some(cancel)) = (worker, cancel) else {
+        let context = self.live.get_mut(&entry).and_then(|live| {
+            let stream = live.stream().map(|stream| stream.0.clone());
+            match &mut live.state {
+                LiveState::Running(running) if !running.sent => {
+                    running.sent = true;
+                    Some(RunContext {
+                        cancellation: running.cancellation.clone(),
+                        stream,
+                    })
+                }
+                _ => None,
+            }
+        });
+        let (Some(worker), Some(context)) = (worker, context) else {
             tracing::error!(pool = %self.pool, entry, "bug: a job for a task that is not running");
             drop_contained(task);
             return;
         };
-        let timeout = self.live.get(&entry).and_then(|live| live.timeout);
+        if context.cancellation.is_cancelled() {
+            // A streamed task whose reader left while it was parked: it never runs.
+            drop_contained(task);
+            self.finish(entry, Err(PoolError::Cancelled), now);
+            return;
+        }
+        let (timeout, span) = self
+            .live
+            .get(&entry)
+            .map_or((None, tracing::Span::none()), |live| {
+                (live.timeout, live.span.clone())
+            });
         let job = Job {
             entry,
             task,
             timeout,
-            cancel,
+            context,
+            span,
         };
         let Some(jobs) = self.jobs.get(worker) else {
             drop_contained(job);
@@ -707,6 +807,7 @@ where
     /// A started task's payload could not be claimed: it never reached a worker, so its
     /// capacity is released at once and it fails.
     fn claim_failed(&mut self, entry: EntryId, reason: String, now: u64) {
+        PoolCounters::bump(&self.counters.queue_errors);
         if let Some(LiveState::Running(running)) =
             self.live.get_mut(&entry).map(|live| &mut live.state)
         {
@@ -759,7 +860,8 @@ where
                         running.ended = true;
                         running.from_queue = false;
                         let reply = running.stored_reply.take();
-                        self.emit(entry, TaskStep::Refused, now);
+                        PoolCounters::bump(&self.counters.queue_errors);
+                        self.emit(entry, TaskStep::Refused(Refusal::QueueError), now);
                         if let Some(reply) = reply {
                             reply.send(Err(PoolError::Internal(format!(
                                 "could not store the task: {reason}"
@@ -778,7 +880,7 @@ where
     /// the capacity, settle with the queue, deliver the outcome unless one was delivered,
     /// and start what the freed capacity fits.
     pub fn finish(&mut self, entry: EntryId, outcome: Result<R, PoolError>, now: u64) {
-        let Some(live) = self.live.remove(&entry) else {
+        let Some(mut live) = self.live.remove(&entry) else {
             tracing::warn!(pool = %self.pool, entry, "a finish for a task the scheduler does not hold");
             drop_contained(outcome);
             return;
@@ -793,6 +895,7 @@ where
             }
         };
         self.publish();
+        live.release_nested_slot();
         let (ended, from_queue) = match &live.state {
             LiveState::Running(running) => (running.ended, running.from_queue),
             LiveState::Parked { .. } => (false, false),
@@ -850,6 +953,7 @@ where
                     .inline()
                     .map(|inline| inline.settle_now(entry, settlement));
                 if let Some(Err(error)) = settled {
+                    PoolCounters::bump(&self.counters.queue_errors);
                     tracing::warn!(pool = %self.pool, entry, %error, "queue settle failed");
                 }
             }
@@ -931,6 +1035,7 @@ where
             key.clone(),
             options,
             Some((shared_entry, 1)),
+            None,
         );
         self.emit(entry, TaskStep::Admitted, now);
         self.begin_run(entry, false, now);
@@ -971,6 +1076,7 @@ where
                 }
             }
             Err(error) => {
+                PoolCounters::bump(&self.counters.queue_errors);
                 let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
                 let text = format!("could not store the task: {backend} queue: {error}");
                 if let Some(live) = self.live.get_mut(&entry) {
@@ -1005,13 +1111,15 @@ where
                 result,
             } => match result {
                 Ok(()) => {
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now);
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
                     reply.send(Ok(key));
                 }
                 Err(error) => {
+                    PoolCounters::bump(&self.counters.queue_errors);
                     let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Refused, now);
+                    let refused = TaskStep::Refused(Refusal::QueueError);
+                    self.emit_parts(task_id, &key, cost, &refused, now, Detail::NONE);
                     reply.send(Err(PoolError::Internal(format!(
                         "could not park the task: {backend} queue: {error}"
                     ))));
@@ -1030,6 +1138,7 @@ where
                         self.maybe_claim(now);
                     }
                     Err(error) => {
+                        PoolCounters::bump(&self.counters.queue_errors);
                         tracing::warn!(pool = %self.pool, %error, "shared queue claim failed; retrying at the next poll");
                     }
                 }
@@ -1048,9 +1157,12 @@ where
                         Ok(())
                     }
                     Ok(None) => Err(PoolError::TaskNotFound(id)),
-                    Err(error) => Err(PoolError::Internal(format!(
-                        "could not cancel in the shared queue: {error}"
-                    ))),
+                    Err(error) => {
+                        PoolCounters::bump(&self.counters.queue_errors);
+                        Err(PoolError::Internal(format!(
+                            "could not cancel in the shared queue: {error}"
+                        )))
+                    }
                 };
                 let _ = reply.send(answer);
             }
@@ -1154,7 +1266,7 @@ where
         if matches!(admit, Admit::Start | Admit::Park) {
             let lease = Some((shared_entry, attempt));
             let options = SubmitOptions::default();
-            self.track(caller, entry, &task, key.clone(), options, lease);
+            self.track(caller, entry, &task, key.clone(), options, lease, None);
         }
         match admit {
             Admit::Start => {
@@ -1253,7 +1365,8 @@ where
         if let Some(lease) = live.lease {
             self.settle_lease(lease, Settlement::Done);
         }
-        let live = answer_pending_park(live);
+        let mut live = answer_pending_park(live);
+        live.release_nested_slot();
         self.deliver(&live, Err(outcome), now);
     }
 
@@ -1261,9 +1374,7 @@ where
         if let Some(LiveState::Running(running)) =
             self.live.get_mut(&entry).map(|live| &mut live.state)
         {
-            if let Some(cancel) = running.cancel.take() {
-                let _ = cancel.send(());
-            }
+            running.cancellation.cancel();
         }
     }
 
@@ -1293,15 +1404,10 @@ where
             return false;
         }
         running.ended = true;
-        if let Some(cancel) = running.cancel.take() {
-            let _ = cancel.send(());
-        }
-        let live = self
-            .live
-            .get(&entry)
-            .map(|live| (live.key.clone(), live.task_id, live.cost, live.attempt));
-        if let Some((key, task_id, cost, attempt)) = live {
-            self.deliver_parts(&key, task_id, cost, attempt, Err(outcome), now);
+        running.cancellation.cancel();
+        if let Some(live) = self.live.remove(&entry) {
+            self.deliver(&live, Err(outcome), now);
+            self.live.insert(entry, live);
         }
         true
     }
@@ -1428,7 +1534,16 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
     ) {
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, None);
+        self.deliver_parts_then(
+            key,
+            task_id,
+            cost,
+            attempt,
+            outcome,
+            now,
+            None,
+            Detail::NONE,
+        );
     }
 
     /// Delivers a live task's outcome, then runs `then` with whether it was stored.
@@ -1440,7 +1555,22 @@ where
         then: Option<AfterStore>,
     ) {
         let (key, task_id, cost, attempt) = (&live.key, live.task_id, live.cost, live.attempt);
-        self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then);
+        let detail = Detail::ended(live);
+        match live.stream().and_then(stream_of::<R>) {
+            Some(stream) => {
+                // A streamed outcome goes to its stream, behind the partials, not to the
+                // mailbox (nobody could retrieve it there).
+                let step = TaskStep::Ended(status_of(&outcome));
+                self.emit_parts(task_id, key, cost, &step, now, detail);
+                stream.finish(outcome);
+                if let Some(then) = then {
+                    then(true);
+                }
+            }
+            None => {
+                self.deliver_parts_then(key, task_id, cost, attempt, outcome, now, then, detail)
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1453,9 +1583,10 @@ where
         outcome: Result<R, PoolError>,
         now: u64,
         then: Option<AfterStore>,
+        detail: Detail,
     ) {
         let step = TaskStep::Ended(status_of(&outcome));
-        self.emit_parts(task_id, key, cost, &step, now);
+        self.emit_parts(task_id, key, cost, &step, now, detail);
         let delivery = Delivery {
             task_id,
             outcome,
@@ -1500,11 +1631,27 @@ where
     }
 
     fn emit_live(&self, live: &Live, step: &TaskStep, now: u64) {
-        self.emit_parts(live.task_id, &live.key, live.cost, step, now);
+        let detail = match step {
+            TaskStep::Started => Detail {
+                since_ms: Some(live.admitted_ms),
+                priority: Some(live.priority),
+            },
+            TaskStep::Ended(_) => Detail::ended(live),
+            _ => Detail {
+                since_ms: None,
+                priority: Some(live.priority),
+            },
+        };
+        tracing::trace!(parent: &live.span, ?step, at_ms = now, "task step");
+        self.emit_parts(live.task_id, &live.key, live.cost, step, now, detail);
     }
 
     fn emit_for(&self, task: &ScheduledTask<P>, key: &MailboxKey, step: &TaskStep, now: u64) {
-        self.emit_parts(task.meta.id, key, task.meta.cost, step, now);
+        let detail = Detail {
+            since_ms: None,
+            priority: Some(task.meta.priority),
+        };
+        self.emit_parts(task.meta.id, key, task.meta.cost, step, now, detail);
     }
 
     fn emit_parts(
@@ -1514,6 +1661,7 @@ where
         cost: ResourceCost,
         step: &TaskStep,
         now: u64,
+        detail: Detail,
     ) {
         let event = TaskEvent {
             task_id,
@@ -1521,17 +1669,33 @@ where
             cost,
             step,
             at_ms: now,
+            since_ms: detail.since_ms,
+            priority: detail.priority,
         };
         for subscriber in &self.subscribers {
             subscriber.on_event(&event);
         }
     }
 
-    /// Publishes the gauges (running, parked, units held) from the core.
+    /// The pool's name.
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    /// Publishes the reading (running, parked, units held, failure counts) to every
+    /// subscriber, the pool's counters first.
     pub fn publish(&self) {
-        let used = ResourceKind::ALL.map(|kind| self.core.used(kind));
-        self.counters
-            .publish_gauges(self.core.running_len(), self.core.parked_len(), used);
+        use std::sync::atomic::Ordering::Relaxed;
+        let reading = PoolReading {
+            running: self.core.running_len(),
+            parked: self.core.parked_len(),
+            used_by_kind: ResourceKind::ALL.map(|kind| u64::from(self.core.used(kind))),
+            worker_restarts: self.counters.worker_restarts.load(Relaxed),
+            queue_errors: self.counters.queue_errors.load(Relaxed),
+        };
+        for subscriber in &self.subscribers {
+            subscriber.on_reading(&reading);
+        }
     }
 
     /// Whether the queue actor owes answers: the scheduler then should not spin on its
@@ -1553,6 +1717,52 @@ where
     pub fn stats(&self) -> crate::stats::PoolStats {
         self.counters.snapshot()
     }
+}
+
+/// A task's span: pool, task id, tenant, priority and cost, as fields. The macro evaluates
+/// none of them (and allocates nothing) unless a subscriber enables `task` spans at DEBUG.
+fn task_span(pool: &str, meta: &crate::domain::TaskMetadata, key: &MailboxKey) -> tracing::Span {
+    tracing::debug_span!(
+        "task",
+        pool,
+        task_id = meta.id,
+        tenant = %key.tenant,
+        priority = ?meta.priority,
+        kind = ?meta.cost.kind,
+        units = meta.cost.units,
+    )
+}
+
+/// What an event adds to a task's identity: the interval it closes and the priority.
+#[derive(Clone, Copy)]
+struct Detail {
+    since_ms: Option<u64>,
+    priority: Option<Priority>,
+}
+
+impl Detail {
+    /// For a task reported from outside the scheduler's own records.
+    const NONE: Detail = Detail {
+        since_ms: None,
+        priority: None,
+    };
+
+    /// For a live task's end: its run time starts when it started, if it did.
+    fn ended(live: &Live) -> Detail {
+        let since_ms = match &live.state {
+            LiveState::Running(running) => Some(running.started_ms),
+            LiveState::Parked { .. } => None,
+        };
+        Detail {
+            since_ms,
+            priority: Some(live.priority),
+        }
+    }
+}
+
+/// The typed buffer behind a stream attachment (checked at admission, so always `Some`).
+fn stream_of<R: Send + 'static>(stream: &StreamAttachment) -> Option<&StreamShared<R>> {
+    stream.0.downcast_ref::<StreamShared<R>>()
 }
 
 /// Answers a submitter still waiting for its park to be confirmed (the queue actor had not

@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 use std::thread::JoinHandle;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument;
 
 use super::thread::{self, WorkerThreadSpec};
 use crate::executor::TaskExecutor;
@@ -63,14 +64,19 @@ where
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            WorkerMsg::ThreadDied { reason } => {
-                Err(format!("worker thread died after a panic: {reason}").into())
+        let span = crate::spans::actor("worker", myself.get_id(), "");
+        async move {
+            match message {
+                WorkerMsg::ThreadDied { reason } => {
+                    Err(format!("worker thread died after a panic: {reason}").into())
+                }
             }
         }
+        .instrument(span)
+        .await
     }
 }

@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
-use tokio::sync::{oneshot, Mutex};
+use tokio::sync::Mutex;
 
 use crate::domain::ScheduledTask;
 use crate::queue::EntryId;
+use crate::running::RunContext;
 
 /// The sending ends of every worker's job channel; element `i` reaches worker `i`.
 pub type JobSenders<P> = Arc<[UnboundedSender<Job<P>>]>;
@@ -48,8 +49,12 @@ pub struct Job<P> {
     pub task: ScheduledTask<P>,
     /// Its execution timeout, if any.
     pub timeout: Option<Duration>,
-    /// Fires when the scheduler cancels the running task (cancel, watchdog, shutdown).
-    pub cancel: oneshot::Receiver<()>,
+    /// Its cancellation flag (raised by cancel, the watchdog, a dropped stream, shutdown)
+    /// and its stream, published to the executor for the run (see [`crate::running`]).
+    pub(crate) context: RunContext,
+    /// The task's span (disabled unless a subscriber wants it): its run is instrumented
+    /// with it.
+    pub span: tracing::Span,
 }
 
 /// How worker threads are built.

@@ -27,10 +27,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::actor::WorkerMsg;
 use super::{Job, JobReceiver, WorkerSettings};
+use crate::budget::SlotBudget;
 use crate::contain::{drop_contained, panic_message};
 use crate::domain::PoolError;
 use crate::executor::TaskExecutor;
 use crate::scheduler::inbox::{Finish, Inbox};
+use crate::spin::{Spin, SPIN_TIME};
 use crate::stats::PoolCounters;
 
 /// Everything one worker thread needs; cloned for each (re)start.
@@ -49,6 +51,9 @@ pub struct WorkerThreadSpec<P, R, E> {
     pub(crate) inbox: Arc<Inbox<P, R>>,
     /// The pool's counters (`live_worker_threads`).
     pub(crate) counters: Arc<PoolCounters>,
+    /// The pool's nested slots: the thread marks itself as this pool's, so submissions it
+    /// makes to the same pool are recognised as nested (see [`crate::budget`]).
+    pub(crate) nested: Arc<SlotBudget>,
 }
 
 impl<P, R, E> Clone for WorkerThreadSpec<P, R, E> {
@@ -61,6 +66,7 @@ impl<P, R, E> Clone for WorkerThreadSpec<P, R, E> {
             executor: self.executor.clone(),
             inbox: self.inbox.clone(),
             counters: self.counters.clone(),
+            nested: self.nested.clone(),
         }
     }
 }
@@ -79,6 +85,21 @@ impl Drop for LiveThread {
     fn drop(&mut self) {
         self.0.live_threads.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+thread_local! {
+    /// The pool this thread works for (its nested budget's address), 0 on other threads.
+    static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn pool_identity(nested: &Arc<SlotBudget>) -> usize {
+    Arc::as_ptr(nested) as usize
+}
+
+/// Whether the calling thread is one of the worker threads of the pool whose nested budget
+/// is `nested`: a submission from it to that pool is nested work.
+pub(crate) fn is_worker_of(nested: &Arc<SlotBudget>) -> bool {
+    WORKER_OF.with(|pool| pool.get() == pool_identity(nested))
 }
 
 /// The thread name: `parking-lot-worker-{pool}-{n}`.
@@ -102,6 +123,7 @@ where
     }
     builder.spawn(move || {
         let _live = LiveThread::enter(spec.counters.clone());
+        WORKER_OF.with(|pool| pool.set(pool_identity(&spec.nested)));
         if spec.settings.pin_to_cpus {
             pin_to_cpu(spec.index);
         }
@@ -163,18 +185,20 @@ where
 /// last one finished; catching it while still awake spares a kernel wake-up on both sides.
 /// Each round yields the CPU (`sched_yield`), so a spinning worker never keeps a runnable
 /// thread off its core, and every few rounds it yields to its own runtime too, so tasks an
-/// executor spawned keep running. Counting rounds instead of reading a clock keeps the spin
-/// cheap; a round costs well under a microsecond, so the spin is bounded to tens of them.
+/// executor spawned keep running. The spin is also cut off after [`SPIN_TIME`] of wall time
+/// (see [`crate::spin`]).
 const IDLE_SPIN_ROUNDS: u32 = 64;
 
 /// The next job: checked for a short while (see [`IDLE_SPIN_ROUNDS`]), then awaited.
 async fn next_job<P>(jobs: &mut UnboundedReceiver<Job<P>>) -> Option<Job<P>> {
-    for round in 0..IDLE_SPIN_ROUNDS {
+    let mut spin = Spin::new(IDLE_SPIN_ROUNDS, SPIN_TIME);
+    for round in 1.. {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if round % 16 == 15 => tokio::task::yield_now().await,
-            Err(TryRecvError::Empty) => std::thread::yield_now(),
+            Err(TryRecvError::Empty) if !spin.round() => break,
+            Err(TryRecvError::Empty) if round % 16 == 0 => tokio::task::yield_now().await,
+            Err(TryRecvError::Empty) => {}
         }
     }
     jobs.recv().await
@@ -183,7 +207,8 @@ async fn next_job<P>(jobs: &mut UnboundedReceiver<Job<P>>) -> Option<Job<P>> {
 /// Why a worker is replaced after a value panicked in `Drop` outside `execute`.
 const DROP_PANICKED: &str = "a value panicked while being dropped";
 
-/// Runs one job under its timeout and cancel signal. Returns the outcome and whether
+/// Runs one job under its timeout and cancellation flag, with its [run
+/// context](crate::running) published to the executor. Returns the outcome and whether
 /// dropping the abandoned future panicked (contained here, so the outcome still stands, but
 /// the thread is replaced as after any panic).
 ///
@@ -198,16 +223,29 @@ where
     let Job {
         task,
         timeout,
-        cancel,
+        context,
+        span,
         ..
     } = job;
+    let cancellation = context.cancellation.clone();
+    let _entered = crate::running::enter(context);
     let deadline = timeout.and_then(|limit| tokio::time::Instant::now().checked_add(limit));
-    let mut execution = executor.execute(task.payload, task.meta);
+    let mut execution =
+        tracing::Instrument::instrument(executor.execute(task.payload, task.meta), span);
     let outcome = tokio::select! {
         biased;
-        Ok(()) = cancel => Err(PoolError::Cancelled),
+        () = cancellation.cancelled() => Err(PoolError::Cancelled),
         () = expiry(deadline) => Err(PoolError::TimedOut),
         result = &mut execution => Ok(result),
+    };
+    // An executor that blocks its thread returns only after it read the flag (or finished
+    // anyway): a run cancelled meanwhile still ends `Cancelled`, its value dropped.
+    let outcome = match outcome {
+        Ok(result) if cancellation.is_cancelled() => {
+            drop_contained(result);
+            Err(PoolError::Cancelled)
+        }
+        outcome => outcome,
     };
     (outcome, drop_contained(execution))
 }

@@ -261,7 +261,11 @@ impl HttpNotifier {
             closed: AtomicBool::new(false),
             delivery_prefix: u64::try_from(random_u128() >> 64).unwrap_or_default(),
             deliveries: AtomicU64::new(0),
-            counters: Counters::default(),
+            counters: Counters {
+                #[cfg(feature = "metrics")]
+                metrics: crate::metrics::WebhookMetrics::register(&settings.name),
+                ..Counters::default()
+            },
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -386,6 +390,8 @@ impl Shared {
         };
         if let Some(overflow) = overflow {
             let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            #[cfg(feature = "metrics")]
+            self.counters.metrics.dropped.increment(1);
             let (task_id, delivery_id) = (overflow.dropped.task_id, &overflow.dropped.delivery_id);
             if overflow.first {
                 tracing::warn!(pool = %self.name, task_id, delivery_id, dropped_total = dropped,
@@ -464,6 +470,9 @@ struct Counters {
     retries: AtomicU64,
     dropped: AtomicU64,
     abandoned: AtomicU64,
+    /// The same failures, for the metrics recorder.
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::WebhookMetrics,
 }
 
 impl Counters {
@@ -583,12 +592,16 @@ impl Sender {
             };
             if !retry {
                 counters.abandoned.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                counters.metrics.abandoned.increment(1);
                 tracing::warn!(pool = %shared.name, task_id = pending.task_id,
                     delivery_id = %pending.delivery_id, attempts, %failure,
                     "webhook: notification not delivered; giving up (the result stays stored)");
                 return;
             }
             counters.retries.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            counters.metrics.attempt_failed.increment(1);
             let delay = full_jitter(self.backoff_base, self.backoff_cap, attempts);
             tracing::debug!(pool = %shared.name, task_id = pending.task_id,
                 delivery_id = %pending.delivery_id, attempts, %failure,

@@ -8,8 +8,13 @@
 
 mod announce;
 mod listen;
+#[cfg(feature = "pgmq")]
+mod pgmq;
+pub(crate) mod rows;
 mod schema;
 
+#[cfg(feature = "pgmq")]
+pub use pgmq::PgmqSource;
 pub use schema::Identifier;
 pub(crate) use schema::Table;
 

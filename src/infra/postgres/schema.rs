@@ -13,7 +13,7 @@ use crate::core::PoolError;
 /// The advisory lock key every process of this crate takes while creating tables
 /// (`hashtext('prometheus_parking_lot.schema')` would do as well; a constant is simpler to
 /// find in `pg_locks`).
-const SCHEMA_LOCK: i64 = 0x706c_5f73_6368_656d; // "pl_schem"
+pub(crate) const SCHEMA_LOCK: i64 = 0x706c_5f73_6368_656d; // "pl_schem"
 
 /// A table name checked to be a plain SQL identifier: a letter or `_`, then letters, digits
 /// or `_`, at most 63 bytes. Only such names are spliced into statements.

@@ -46,17 +46,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
+use sea_orm::{QueryResult, Value};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::core::{
     DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, ScheduledTask, Settlement,
-    SharedQueue, TaskMetadata,
+    SharedQueue,
+};
+use crate::infra::postgres::rows::{
+    self, duration_ms, entry_from_sql, entry_to_sql, millis, millis_u64, priority_to_sql, task_of,
+    Claimed, Encoded,
 };
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
-use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId};
+use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
 
 /// How lost runs are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,11 +184,7 @@ impl<P> PostgresQueue<P> {
         sql: String,
         values: Vec<Value>,
     ) -> Result<u64, QueueError> {
-        self.database
-            .run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
-            .await
-            .map(|done| done.rows_affected())
-            .map_err(db_error(what))
+        self.database.execute_as(what, sql, values).await
     }
 
     /// Runs a statement that returns at most one row.
@@ -194,12 +194,7 @@ impl<P> PostgresQueue<P> {
         sql: String,
         values: Vec<Value>,
     ) -> Result<Option<QueryResult>, QueueError> {
-        self.database
-            .run(
-                move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error(what))
+        self.database.query_one_as(what, sql, values).await
     }
 
     /// Runs a statement that returns rows.
@@ -209,12 +204,7 @@ impl<P> PostgresQueue<P> {
         sql: String,
         values: Vec<Value>,
     ) -> Result<Vec<QueryResult>, QueueError> {
-        self.database
-            .run(
-                move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
-            )
-            .await
-            .map_err(db_error(what))
+        self.database.query_all_as(what, sql, values).await
     }
 
     /// The first parameters of a statement on `node`'s claim of `entry`: `$1` the queue, `$2`
@@ -233,56 +223,9 @@ fn channel(table: &Identifier, queue: &str) -> String {
     format!("{table}.{queue}")
 }
 
-/// Entry ids are unsigned; the column is signed. Flipping the top bit keeps their order.
-fn entry_to_sql(entry: EntryId) -> i64 {
-    (entry ^ (1 << 63)) as i64
-}
-
-fn entry_from_sql(entry: i64) -> EntryId {
-    (entry as u64) ^ (1 << 63)
-}
-
-fn priority_to_sql(priority: Priority) -> i16 {
-    match priority {
-        Priority::Low => 0,
-        Priority::Normal => 1,
-        Priority::High => 2,
-        Priority::Critical => 3,
-    }
-}
-
-fn millis(value: u128) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn millis_u64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn duration_ms(value: Duration) -> i64 {
-    i64::try_from(value.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn db_error(what: &str) -> impl Fn(DbErr) -> QueueError + '_ {
-    move |error| QueueError::Backend(backend_error(what, &error))
-}
-
-/// Reads a task back from its metadata and payload columns.
-fn task_of<P: DeserializeOwned>(row: &QueryResult) -> Result<ScheduledTask<P>, String> {
-    let text = |column: &str| {
-        row.try_get::<String>("", column)
-            .map_err(|error| format!("column {column}: {error}"))
-    };
-    let meta: TaskMetadata = serde_json::from_str(&text("metadata")?)
-        .map_err(|error| format!("metadata does not deserialise: {error}"))?;
-    let payload: P = serde_json::from_str(&text("payload")?)
-        .map_err(|error| format!("payload does not deserialise: {error}"))?;
-    Ok(ScheduledTask { meta, payload })
-}
-
+/// Reads column `name` of a queue row.
 fn column<T: sea_orm::TryGetable>(row: &QueryResult, name: &str) -> Result<T, QueueError> {
-    row.try_get::<T>("", name)
-        .map_err(|error| QueueError::Backend(format!("postgres queue row, column {name}: {error}")))
+    rows::column("postgres", row, name)
 }
 
 #[async_trait]
@@ -300,7 +243,7 @@ where
         rank_time_ms: u64,
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        let row = Encoded::new(&task)?;
+        let row = Encoded::new("postgres", &task)?;
         drop(task);
         self.insert(entry, rank_time_ms, row, None).await
     }
@@ -316,7 +259,7 @@ where
     ) -> Result<Lease<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         let claim = Some((node, millis_u64(expires_at_ms)));
-        let row = Encoded::new(&task)?;
+        let row = Encoded::new("postgres", &task)?;
         self.insert(entry, rank_time_ms, row, claim).await?;
         Ok(Lease {
             entry,
@@ -333,16 +276,7 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError> {
-        // A row whose payload does not deserialise is dead-lettered and the claim goes on to
-        // the next one; a bounded number of times, so a table full of bad rows cannot hold a
-        // node here.
-        for _ in 0..16 {
-            match self.claim_rows(node, query, 1, lease, now_ms).await? {
-                Claimed::Leases(mut leases) => return Ok(leases.pop()),
-                Claimed::OnlyBuried => continue,
-            }
-        }
-        Ok(None)
+        rows::first_readable(|| self.claim_rows(node, query, 1, lease, now_ms)).await
     }
 
     async fn claim_batch(
@@ -353,10 +287,10 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<Vec<Lease<P>>, QueueError> {
-        match self.claim_rows(node, query, max, lease, now_ms).await? {
-            Claimed::Leases(leases) => Ok(leases),
-            Claimed::OnlyBuried => Ok(Vec::new()),
-        }
+        Ok(self
+            .claim_rows(node, query, max, lease, now_ms)
+            .await?
+            .into_leases())
     }
 
     async fn renew(
@@ -555,28 +489,6 @@ where
     }
 }
 
-/// A task as its row stores it, encoded before any await (payloads need not be `Sync`).
-struct Encoded {
-    meta: TaskMetadata,
-    metadata: String,
-    payload: String,
-}
-
-impl Encoded {
-    fn new<P: Serialize>(task: &ScheduledTask<P>) -> Result<Self, QueueError> {
-        let encode = |what: &str, error: serde_json::Error| {
-            QueueError::Backend(format!(
-                "postgres queue: the task's {what} does not serialise: {error}"
-            ))
-        };
-        Ok(Self {
-            meta: task.meta.clone(),
-            metadata: serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?,
-            payload: serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?,
-        })
-    }
-}
-
 impl<P> PostgresQueue<P> {
     /// Inserts a task, parked (and announced with NOTIFY), or already claimed by
     /// `claim = (node, lease expiry)`.
@@ -645,14 +557,6 @@ impl<P> PostgresQueue<P> {
     }
 }
 
-/// What one claim statement took.
-enum Claimed<P> {
-    /// These leases, best-ranked first (none: nothing fits).
-    Leases(Vec<Lease<P>>),
-    /// Rows were claimed, but none could be read: each was dead-lettered.
-    OnlyBuried,
-}
-
 impl<P> PostgresQueue<P>
 where
     P: DeserializeOwned + Send + 'static,
@@ -669,25 +573,7 @@ where
         now_ms: u64,
     ) -> Result<Claimed<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
-        let free = |kind: ResourceKind| i64::from(query.free.get(kind));
-        let (unbounded, priority, time, entry) = match query.bound {
-            Some(bound) => (
-                false,
-                priority_to_sql(bound.priority),
-                millis_u64(bound.rank_time_ms),
-                entry_to_sql(bound.entry),
-            ),
-            None => (true, 0, 0, 0),
-        };
         let fits = "CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END";
-        // The node's reserved task (see `StarvationRule`): the best-ranked aged task its
-        // whole capacity could run. When it does not fit now, only tasks ranked at or ahead
-        // of it may be claimed.
-        let (aged_before, whole) = match query.starvation {
-            Some(rule) => (millis_u64(rule.parked_before_ms), rule.capacity),
-            None => (-1, crate::core::Capacity::uniform(0)),
-        };
-        let whole = |kind: ResourceKind| i64::from(whole.get(kind));
         let sql = format!(
             "WITH reserved AS MATERIALIZED ( \
                SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
@@ -717,26 +603,15 @@ where
                        job.metadata::text AS metadata, job.payload::text AS payload",
             t = self.table
         );
-        let values: Vec<Value> = vec![
-            self.queue.clone().into(),
-            millis_u64(now_ms).into(),
-            free(ResourceKind::Cpu).into(),
-            free(ResourceKind::GpuVram).into(),
-            free(ResourceKind::Io).into(),
-            free(ResourceKind::Mixed).into(),
-            unbounded.into(),
-            priority.into(),
-            time.into(),
-            entry.into(),
-            node.to_owned().into(),
-            millis_u64(expires_at_ms).into(),
-            i64::try_from(max).unwrap_or(i64::MAX).into(),
-            aged_before.into(),
-            whole(ResourceKind::Cpu).into(),
-            whole(ResourceKind::GpuVram).into(),
-            whole(ResourceKind::Io).into(),
-            whole(ResourceKind::Mixed).into(),
-        ];
+        // `$1` the queue, then the claim's parameters from `$2` on.
+        let mut values: Vec<Value> = vec![self.queue.clone().into()];
+        values.extend(rows::fit_parameters(
+            query,
+            node,
+            now_ms,
+            expires_at_ms,
+            max,
+        ));
         let rows = self.query_all("claim", sql, values).await?;
         let mut ranked = Vec::with_capacity(rows.len());
         for row in &rows {

@@ -1,0 +1,190 @@
+//! What a running task can see of its own run: whether it was cancelled, and where its
+//! partial results go when its submitter streams them.
+//!
+//! `TaskExecutor::execute` gets only the payload and the metadata, so the worker thread
+//! publishes the rest for the duration of the run, in a thread-local the functions here read:
+//!
+//! - [`is_cancelled`] / [`cancellation`]: set by `cancel(task_id)`, the execution timeout
+//!   (the watchdog), a dropped result stream and the shutdown's drain deadline. An async
+//!   executor is stopped at its next `.await` anyway (its future is dropped); an executor
+//!   that blocks its thread (a token loop in sync code) checks the flag between steps.
+//! - [`partials`]: the sink of a task submitted with `submit_streaming`; `None` for tasks
+//!   submitted otherwise, so one executor can serve both.
+//!
+//! The context belongs to the worker thread while it runs the task. Work the executor hands
+//! elsewhere (a `tokio::spawn`, another thread) does not see it: take the [`Cancellation`]
+//! or the [`Partials`] handle first and move it there.
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use prometheus_parking_lot_actors::domain::TaskMetadata;
+//! use prometheus_parking_lot_actors::executor::TaskExecutor;
+//! use prometheus_parking_lot_actors::running;
+//!
+//! /// Generates tokens in blocking code, stopping as soon as nobody wants them any more.
+//! struct Generate;
+//!
+//! #[async_trait]
+//! impl TaskExecutor<u32, String> for Generate {
+//!     async fn execute(&self, tokens: u32, _meta: TaskMetadata) -> String {
+//!         let partials = running::partials::<String>();
+//!         let mut text = String::new();
+//!         for n in 0..tokens {
+//!             if running::is_cancelled() {
+//!                 break;
+//!             }
+//!             let token = format!("t{n} ");
+//!             if let Some(partials) = &partials {
+//!                 if partials.send_blocking(token.clone()).is_err() {
+//!                     break; // the client went away
+//!                 }
+//!             }
+//!             text.push_str(&token);
+//!         }
+//!         text
+//!     }
+//! }
+//! ```
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+pub use crate::stream::{Partials, StreamClosed};
+
+/// A task's cancellation flag. Cheap to clone; every clone sees the same flag.
+#[derive(Clone, Debug, Default)]
+pub struct Cancellation(Arc<Flag>);
+
+#[derive(Debug, Default)]
+struct Flag {
+    cancelled: AtomicBool,
+    changed: Notify,
+}
+
+impl Cancellation {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises the flag (once; later calls do nothing) and wakes whoever awaits it.
+    pub(crate) fn cancel(&self) {
+        if !self.0.cancelled.swap(true, Ordering::AcqRel) {
+            self.0.changed.notify_waiters();
+        }
+    }
+
+    /// Whether the task was cancelled (by `cancel`, its timeout, a dropped stream or the
+    /// shutdown's deadline).
+    pub fn is_cancelled(&self) -> bool {
+        self.0.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Completes once the task is cancelled.
+    pub async fn cancelled(&self) {
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// The context of the task a worker thread runs: its flag, and its stream if it has one.
+#[derive(Clone)]
+pub(crate) struct RunContext {
+    pub cancellation: Cancellation,
+    /// The task's `StreamShared<R>`, type-erased (jobs are generic over the payload only).
+    pub stream: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<RunContext>> = const { RefCell::new(None) };
+}
+
+/// Publishes `context` as this thread's running task until the returned guard drops.
+pub(crate) fn enter(context: RunContext) -> Entered {
+    let previous = CURRENT.with(|current| current.replace(Some(context)));
+    Entered { previous }
+}
+
+/// Restores the previous context (normally none) when the run is over.
+pub(crate) struct Entered {
+    previous: Option<RunContext>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|current| *current.borrow_mut() = previous);
+    }
+}
+
+fn with_current<T>(read: impl FnOnce(&RunContext) -> T) -> Option<T> {
+    CURRENT.with(|current| current.borrow().as_ref().map(read))
+}
+
+/// The cancellation flag of the task this worker thread is running; `None` outside a run.
+pub fn cancellation() -> Option<Cancellation> {
+    with_current(|context| context.cancellation.clone())
+}
+
+/// Whether the task this worker thread is running was cancelled; `false` outside a run.
+pub fn is_cancelled() -> bool {
+    with_current(|context| context.cancellation.is_cancelled()).unwrap_or(false)
+}
+
+/// The partial-result sink of the task this worker thread is running, when its submitter
+/// streams results of type `R` (`submit_streaming`); `None` otherwise (not streamed, another
+/// item type, or outside a run).
+pub fn partials<R: Send + 'static>() -> Option<Partials<R>> {
+    with_current(|context| context.stream.clone())
+        .flatten()
+        .and_then(Partials::from_erased)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_context_is_visible_only_while_entered() {
+        assert!(cancellation().is_none());
+        assert!(!is_cancelled());
+        let flag = Cancellation::new();
+        {
+            let _entered = enter(RunContext {
+                cancellation: flag.clone(),
+                stream: None,
+            });
+            assert!(!is_cancelled());
+            flag.cancel();
+            assert!(is_cancelled());
+            assert!(partials::<String>().is_none(), "not a streamed task");
+        }
+        assert!(cancellation().is_none());
+        assert!(!is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn cancelled_completes_once_the_flag_is_raised() {
+        let flag = Cancellation::new();
+        let waiter = tokio::spawn({
+            let flag = flag.clone();
+            async move { flag.cancelled().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        flag.cancel();
+        flag.cancel();
+        waiter.await.expect("woken");
+        flag.cancelled().await; // already raised: returns at once
+    }
+}

@@ -1,0 +1,251 @@
+//! What the queue backends on PostgreSQL share: statements run with a named error, the
+//! conversions between the engine's numbers and SQL columns, and a task encoded for storage.
+
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
+use serde::Serialize;
+
+use super::{backend_error, PgDatabase};
+use crate::core::{Capacity, EntryId, FitQuery, Lease, QueueError, ScheduledTask, TaskMetadata};
+use crate::util::serde::{Priority, ResourceKind};
+
+impl PgDatabase {
+    /// Runs a statement that changes rows; returns how many it changed. `what` names the
+    /// operation in the error.
+    pub(crate) async fn execute_as(
+        &self,
+        what: &str,
+        sql: String,
+        values: Vec<Value>,
+    ) -> Result<u64, QueueError> {
+        self.run(move |db| async move { db.execute_raw(PgDatabase::statement(sql, values)).await })
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(db_error(what))
+    }
+
+    /// Runs a statement that returns at most one row.
+    pub(crate) async fn query_one_as(
+        &self,
+        what: &str,
+        sql: String,
+        values: Vec<Value>,
+    ) -> Result<Option<QueryResult>, QueueError> {
+        self.run(
+            move |db| async move { db.query_one_raw(PgDatabase::statement(sql, values)).await },
+        )
+        .await
+        .map_err(db_error(what))
+    }
+
+    /// Runs a statement that returns rows.
+    pub(crate) async fn query_all_as(
+        &self,
+        what: &str,
+        sql: String,
+        values: Vec<Value>,
+    ) -> Result<Vec<QueryResult>, QueueError> {
+        self.run(
+            move |db| async move { db.query_all_raw(PgDatabase::statement(sql, values)).await },
+        )
+        .await
+        .map_err(db_error(what))
+    }
+}
+
+/// Entry ids are unsigned; the columns are signed. Flipping the top bit keeps their order.
+pub(crate) fn entry_to_sql(entry: EntryId) -> i64 {
+    (entry ^ (1 << 63)) as i64
+}
+
+/// The entry id an [`entry_to_sql`] value stands for.
+pub(crate) fn entry_from_sql(entry: i64) -> EntryId {
+    (entry as u64) ^ (1 << 63)
+}
+
+/// A priority as a small number, higher first.
+pub(crate) fn priority_to_sql(priority: Priority) -> i16 {
+    match priority {
+        Priority::Low => 0,
+        Priority::Normal => 1,
+        Priority::High => 2,
+        Priority::Critical => 3,
+    }
+}
+
+/// Milliseconds as a `BIGINT`, saturating.
+pub(crate) fn millis(value: u128) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds as a `BIGINT`, saturating.
+pub(crate) fn millis_u64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A duration in milliseconds as a `BIGINT`, saturating.
+pub(crate) fn duration_ms(value: Duration) -> i64 {
+    i64::try_from(value.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Turns a database error into a queue error naming the operation.
+pub(crate) fn db_error(what: &str) -> impl Fn(DbErr) -> QueueError + '_ {
+    move |error| QueueError::Backend(backend_error(what, &error))
+}
+
+/// Reads column `name` of a row of `backend`'s queue.
+pub(crate) fn column<T: sea_orm::TryGetable>(
+    backend: &str,
+    row: &QueryResult,
+    name: &str,
+) -> Result<T, QueueError> {
+    row.try_get::<T>("", name).map_err(|error| {
+        QueueError::Backend(format!("{backend} queue row, column {name}: {error}"))
+    })
+}
+
+/// A task as a queue stores it, encoded before any await (payloads need not be `Sync`).
+pub(crate) struct Encoded {
+    /// The task's metadata.
+    pub meta: TaskMetadata,
+    /// The metadata as JSON text.
+    pub metadata: String,
+    /// The payload as JSON text.
+    pub payload: String,
+}
+
+impl Encoded {
+    /// Encodes `task` for `backend`'s queue.
+    pub(crate) fn new<P: Serialize>(
+        backend: &str,
+        task: &ScheduledTask<P>,
+    ) -> Result<Self, QueueError> {
+        let encode = |what: &str, error: serde_json::Error| {
+            QueueError::Backend(format!(
+                "{backend} queue: the task's {what} does not serialise: {error}"
+            ))
+        };
+        Ok(Self {
+            meta: task.meta.clone(),
+            metadata: serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?,
+            payload: serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?,
+        })
+    }
+}
+
+/// Reads a task back from its metadata and payload, both JSON text in the row's columns
+/// `metadata` and `payload`.
+pub(crate) fn task_of<P: serde::de::DeserializeOwned>(
+    row: &QueryResult,
+) -> Result<ScheduledTask<P>, String> {
+    let text = |column: &str| {
+        row.try_get::<String>("", column)
+            .map_err(|error| format!("column {column}: {error}"))
+    };
+    let meta: TaskMetadata = serde_json::from_str(&text("metadata")?)
+        .map_err(|error| format!("metadata does not deserialise: {error}"))?;
+    let payload: P = serde_json::from_str(&text("payload")?)
+        .map_err(|error| format!("payload does not deserialise: {error}"))?;
+    Ok(ScheduledTask { meta, payload })
+}
+
+/// The parameters of a claim statement, in this order (`$n` counted from the first):
+///
+/// | n | value |
+/// |---|---|
+/// | 1 | now, ms |
+/// | 2-5 | free units of cpu, gpu_vram, io, mixed |
+/// | 6 | no rank bound (bool) |
+/// | 7-9 | the bound's priority, rank time and entry (0 without a bound) |
+/// | 10 | the node |
+/// | 11 | the lease's expiry, ms |
+/// | 12 | at most this many tasks |
+/// | 13 | tasks ranked at or before this time have aged (-1: no starvation rule) |
+/// | 14-17 | the node's whole units per kind (for its reserved task) |
+pub(crate) fn fit_parameters(
+    query: &FitQuery,
+    node: &str,
+    now_ms: u64,
+    expires_at_ms: u64,
+    max: usize,
+) -> Vec<Value> {
+    let (unbounded, priority, time, entry) = match query.bound {
+        Some(bound) => (
+            false,
+            priority_to_sql(bound.priority),
+            millis_u64(bound.rank_time_ms),
+            entry_to_sql(bound.entry),
+        ),
+        None => (true, 0, 0, 0),
+    };
+    // The node's reserved task (see `StarvationRule`): the best-ranked aged task its whole
+    // capacity could run. When it does not fit now, only tasks ranked at or ahead of it may
+    // be claimed.
+    let (aged_before, whole) = match query.starvation {
+        Some(rule) => (millis_u64(rule.parked_before_ms), rule.capacity),
+        None => (-1, Capacity::uniform(0)),
+    };
+    let mut values: Vec<Value> = vec![millis_u64(now_ms).into()];
+    values.extend(per_kind(query.free));
+    values.extend([
+        unbounded.into(),
+        priority.into(),
+        time.into(),
+        entry.into(),
+        node.to_owned().into(),
+        millis_u64(expires_at_ms).into(),
+        i64::try_from(max).unwrap_or(i64::MAX).into(),
+        aged_before.into(),
+    ]);
+    values.extend(per_kind(whole));
+    values
+}
+
+/// Units per kind, in the kinds' column order.
+fn per_kind(units: Capacity) -> [Value; 4] {
+    [
+        ResourceKind::Cpu,
+        ResourceKind::GpuVram,
+        ResourceKind::Io,
+        ResourceKind::Mixed,
+    ]
+    .map(|kind| Value::from(i64::from(units.get(kind))))
+}
+
+/// What one claim statement took.
+pub(crate) enum Claimed<P> {
+    /// These leases, best-ranked first (none: nothing fits).
+    Leases(Vec<Lease<P>>),
+    /// Tasks were claimed, but none could be read: each was dead-lettered.
+    OnlyBuried,
+}
+
+impl<P> Claimed<P> {
+    /// The leases taken (none when every claimed task was dead-lettered).
+    pub(crate) fn into_leases(self) -> Vec<Lease<P>> {
+        match self {
+            Claimed::Leases(leases) => leases,
+            Claimed::OnlyBuried => Vec::new(),
+        }
+    }
+}
+
+/// Claims one task with `claim_one` until it takes one that can be read or finds none. A
+/// task that cannot be read is dead-lettered by the claim and the next is tried; a bounded
+/// number of times, so a queue full of bad tasks cannot hold a node here.
+pub(crate) async fn first_readable<P, F, Fut>(
+    mut claim_one: F,
+) -> Result<Option<Lease<P>>, QueueError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Claimed<P>, QueueError>>,
+{
+    for _ in 0..16 {
+        match claim_one().await? {
+            Claimed::Leases(mut leases) => return Ok(leases.pop()),
+            Claimed::OnlyBuried => continue,
+        }
+    }
+    Ok(None)
+}
