@@ -59,7 +59,10 @@ async fn tasks_and_actors_run_in_spans_that_name_them() {
             .submit_async(id, TaskMetadata::new(id, ResourceCost::gpu_vram(2)))
             .await
             .expect("admitted");
-        assert_eq!(pool.retrieve_async(&key, Duration::from_secs(10)).await, Ok(id * 2));
+        assert_eq!(
+            pool.retrieve_async(&key, Duration::from_secs(10)).await,
+            Ok(id * 2)
+        );
     }
     pool.shutdown(Duration::from_secs(5)).await.expect("stops");
 
