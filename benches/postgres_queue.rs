@@ -490,4 +490,26 @@ fn main() {
             middle / baseline
         );
     }
+    println!();
+    println!("markdown for BENCHMARKS.md:");
+    println!();
+    println!(
+        "{} jobs per run, {} workers, {} clients, {} rounds (ratios are of medians):",
+        scale.jobs, scale.workers, scale.clients, scale.rounds
+    );
+    println!();
+    println!("| path | median jobs/s | best jobs/s | vs plain SQL loop | vs plain pgmq loop |");
+    println!("|---|---:|---:|---:|---:|");
+    for (path, (name, rates)) in names.iter().zip(&rates).enumerate() {
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        let middle = support::median(rates);
+        let against_pgmq = match pgmq_baseline {
+            Some(plain) if path >= 3 => format!("{:.2}x", middle / plain),
+            _ => "–".to_owned(),
+        };
+        println!(
+            "| {name} | {middle:.0} | {best:.0} | {:.2}x | {against_pgmq} |",
+            middle / baseline
+        );
+    }
 }
