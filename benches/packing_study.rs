@@ -18,7 +18,7 @@
 //! the plots to `benches/plots/` (SVG): utilisation over time and the wait distributions
 //! per priority of the three policies.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use plotters::prelude::*;
@@ -28,6 +28,10 @@ use prometheus_parking_lot::{
 };
 
 /// The card.
+#[path = "../examples/support/strict_fifo.rs"]
+mod strict_fifo;
+use strict_fifo::StrictFifo;
+
 const CARD_GB: u32 = 24;
 /// Worker slots: tasks running at once at most.
 const WORKERS: usize = 8;
@@ -221,44 +225,17 @@ impl Policy for Core {
     }
 }
 
-/// Strict FIFO: arrival order, the head blocks everyone behind it.
-#[derive(Default)]
-struct StrictFifo {
-    waiting: VecDeque<(TaskId, u32)>,
-    running: HashMap<TaskId, u32>,
-    used: u32,
-}
-
-impl StrictFifo {
-    fn start_heads(&mut self) -> Vec<TaskId> {
-        let mut started = Vec::new();
-        while let Some(&(id, gb)) = self.waiting.front() {
-            if self.used + gb > CARD_GB || self.running.len() == WORKERS {
-                break;
-            }
-            self.waiting.pop_front();
-            self.used += gb;
-            self.running.insert(id, gb);
-            started.push(id);
-        }
-        started
-    }
-}
-
 impl Policy for StrictFifo {
     fn name(&self) -> &'static str {
         "strict FIFO"
     }
 
     fn arrive(&mut self, task: &Task, _now: u64) -> Vec<TaskId> {
-        self.waiting.push_back((task.id, task.gb));
-        self.start_heads()
+        StrictFifo::arrive(self, task.id, task.gb)
     }
 
     fn finish(&mut self, id: TaskId, _now: u64) -> Vec<TaskId> {
-        let gb = self.running.remove(&id).expect("running");
-        self.used -= gb;
-        self.start_heads()
+        StrictFifo::finish(self, id)
     }
 
     fn wakeup(&self) -> Option<u64> {
@@ -614,7 +591,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_max_queue_depth(usize::MAX)
         .with_starvation(StarvationGuard::default())
         .with_backfill(false);
-    let mut fifo = StrictFifo::default();
+    let mut fifo = StrictFifo::new(CARD_GB, WORKERS);
     let mut skip_drain = Core::new("skip-ahead, drain", drain, false);
     let mut skip_backfill = Core::new("skip-ahead, backfill", drain.with_backfill(true), true);
     let runs = [

@@ -8,10 +8,14 @@
 //! ```
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
 use prometheus_parking_lot::{PoolLimits, Priority, ResourceCost, StarvationGuard, TaskId};
+
+#[path = "support/strict_fifo.rs"]
+mod strict_fifo;
+use strict_fifo::StrictFifo;
 
 const VRAM_GB: u32 = 24;
 const WORKERS: usize = 8;
@@ -98,39 +102,13 @@ impl Gate for ParkingLot {
     }
 }
 
-/// Strict FIFO: arrival order, the head blocks everyone behind it.
-#[derive(Default)]
-struct StrictFifo {
-    waiting: VecDeque<(TaskId, u32)>,
-    running: HashMap<TaskId, u32>,
-    used: u32,
-}
-
-impl StrictFifo {
-    fn start_heads(&mut self) -> Vec<TaskId> {
-        let mut started = Vec::new();
-        while let Some(&(id, gb)) = self.waiting.front() {
-            if self.used + gb > VRAM_GB || self.running.len() == WORKERS {
-                break;
-            }
-            self.waiting.pop_front();
-            self.used += gb;
-            self.running.insert(id, gb);
-            started.push(id);
-        }
-        started
-    }
-}
-
 impl Gate for StrictFifo {
     fn arrive(&mut self, request: Request, _now: u64) -> Vec<TaskId> {
-        self.waiting.push_back((request.id, request.vram_gb));
-        self.start_heads()
+        StrictFifo::arrive(self, request.id, request.vram_gb)
     }
 
     fn finish(&mut self, id: TaskId, _now: u64) -> Vec<TaskId> {
-        self.used -= self.running.remove(&id).expect("running task");
-        self.start_heads()
+        StrictFifo::finish(self, id)
     }
 }
 
@@ -205,7 +183,7 @@ fn main() {
         });
     let mut lot = ParkingLot::new(limits).expect("valid limits");
     let mut parking = simulate(&mut lot, &requests);
-    let mut fifo = simulate(&mut StrictFifo::default(), &requests);
+    let mut fifo = simulate(&mut StrictFifo::new(VRAM_GB, WORKERS), &requests);
 
     println!("{TASKS} simulated requests on a {VRAM_GB} GB GPU with {WORKERS} workers\n");
     println!("| | parking lot | strict FIFO |");
