@@ -207,6 +207,25 @@ impl<P: DeserializeOwned> YaqueQueue<P> {
             ))
         })
     }
+
+    /// The task of `entry` if it is parked (not claimed); a task this build cannot decode is
+    /// moved to the quarantine and its error returned.
+    fn parked_task(
+        &self,
+        store: &mut Store,
+        entry: EntryId,
+    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let Some(kept) = store.entries.get(&entry).filter(|kept| !kept.claimed) else {
+            return Ok(None);
+        };
+        match self.decode(entry, &kept.task) {
+            Ok(task) => Ok(Some(task)),
+            Err(error) => {
+                store.set_aside(entry)?;
+                Err(error)
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -247,15 +266,8 @@ where
 
     async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let mut store = self.lock();
-        let Some(kept) = store.entries.get(&entry).filter(|kept| !kept.claimed) else {
+        let Some(task) = self.parked_task(&mut store, entry)? else {
             return Ok(None);
-        };
-        let task = match self.decode(entry, &kept.task) {
-            Ok(task) => task,
-            Err(error) => {
-                store.set_aside(entry)?;
-                return Err(error);
-            }
         };
         store.append(CLAIM, entry, &[])?;
         if let Some(kept) = store.entries.get_mut(&entry) {
@@ -279,15 +291,8 @@ where
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let mut store = self.lock();
-        let Some(kept) = store.entries.get(&entry).filter(|kept| !kept.claimed) else {
+        let Some(task) = self.parked_task(&mut store, entry)? else {
             return Ok(None);
-        };
-        let task = match self.decode(entry, &kept.task) {
-            Ok(task) => task,
-            Err(error) => {
-                store.set_aside(entry)?;
-                return Err(error);
-            }
         };
         store.append(GONE, entry, &[])?;
         store.forget(entry);
