@@ -721,20 +721,27 @@ where
     /// Sends a started task's job to its worker slot's channel.
     fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
         let worker = self.core.worker_of(entry);
-        let context = self.live.get_mut(&entry).and_then(|live| {
+        // One lookup gathers what the job carries; it marks the job sent.
+        let carried = self.live.get_mut(&entry).and_then(|live| {
             let stream = live.stream().map(|stream| stream.0.clone());
+            let (timeout, span) = (live.timeout, live.span.clone());
             match &mut live.state {
                 LiveState::Running(running) if !running.sent => {
                     running.sent = true;
-                    Some(RunContext {
-                        cancellation: running.cancellation.clone(),
-                        stream,
-                    })
+                    let cancellation = running.cancellation.clone();
+                    Some((
+                        RunContext {
+                            cancellation,
+                            stream,
+                        },
+                        timeout,
+                        span,
+                    ))
                 }
                 _ => None,
             }
         });
-        let (Some(worker), Some(context)) = (worker, context) else {
+        let (Some(worker), Some((context, timeout, span))) = (worker, carried) else {
             tracing::error!(pool = %self.pool, entry, "bug: a job for a task that is not running");
             drop_contained(task);
             return;
@@ -745,12 +752,6 @@ where
             self.finish(entry, Err(PoolError::Cancelled), now);
             return;
         }
-        let (timeout, span) = self
-            .live
-            .get(&entry)
-            .map_or((None, tracing::Span::none()), |live| {
-                (live.timeout, live.span.clone())
-            });
         let job = Job {
             entry,
             task,
