@@ -117,9 +117,14 @@ enum Queue {
 fn pools(database: &PgDatabase, workers: usize, kind: Queue) -> Round {
     let queue = unique("bench");
     let mailbox = format!("{queue}_results");
+    let ahead = support::env_u64("PG_CLAIM_AHEAD", 0);
     let settings = match kind {
-        Queue::Table => serde_json::json!({ "type": "postgres", "queue_name": queue }),
-        Queue::Pgmq => serde_json::json!({ "type": "postgres_pgmq", "queue_name": queue }),
+        Queue::Table => {
+            serde_json::json!({ "type": "postgres", "queue_name": queue, "claim_ahead": ahead })
+        }
+        Queue::Pgmq => {
+            serde_json::json!({ "type": "postgres_pgmq", "queue_name": queue, "claim_ahead": ahead })
+        }
     };
     let node = |threads: usize| {
         let config = serde_json::json!({ "pools": { "node": {
@@ -223,6 +228,7 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
             done.expect("a submitter");
         }
     }
+    let submitted = started.elapsed();
     let mut takers = tokio::task::JoinSet::new();
     for client in 0..clients {
         let producer = Arc::clone(&producer);
@@ -242,6 +248,9 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
         done.expect("a taker");
     }
     let elapsed = started.elapsed();
+    if std::env::var_os("PG_PHASES").is_some() {
+        println!("    submitted after {submitted:.2?}, all retrieved after {elapsed:.2?}");
+    }
     let mailbox = round.mailbox.clone();
     let queue = round.queue.clone();
     drop(round);
@@ -454,9 +463,21 @@ fn main() {
         ]);
     }
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    // `PG_PATHS=1,2` runs only those paths (numbered as listed, from 0), for a quick look.
+    let chosen: Option<Vec<usize>> = std::env::var("PG_PATHS").ok().map(|list| {
+        list.split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect()
+    });
     for round in 0..scale.rounds {
         for path in 0..names.len() {
             let path = (path + round) % names.len();
+            if chosen
+                .as_ref()
+                .is_some_and(|chosen| !chosen.contains(&path))
+            {
+                continue;
+            }
             let elapsed = client.block_on(async {
                 match path {
                     0 => plain_round(&database, &scale).await,
@@ -476,7 +497,7 @@ fn main() {
         "postgres_queue: {} jobs per run, {} workers, {} clients, {} rounds",
         scale.jobs, scale.workers, scale.clients, scale.rounds
     );
-    let baseline = support::median(&rates[0]);
+    let baseline = support::median(&rates[0]).max(f64::MIN_POSITIVE);
     let pgmq_baseline = rates.get(3).map(|rates| support::median(rates));
     for (path, (name, rates)) in names.iter().zip(&rates).enumerate() {
         let best = rates.iter().copied().fold(0.0, f64::max);

@@ -499,6 +499,7 @@ impl<'a> Sources<'a> {
                 queue_name,
                 lease_ms,
                 max_attempts,
+                claim_ahead,
             } => {
                 use crate::infra::queue::postgres::PostgresQueue;
 
@@ -510,7 +511,10 @@ impl<'a> Sources<'a> {
                 )
                 .map_err(|error| in_pool(pool, "queue", error))?
                 .with_retry(retry_policy(*max_attempts));
-                backends.shared = Some(shared_parking(Arc::new(queue), pool, *lease_ms));
+                backends.shared = Some(
+                    shared_parking(Arc::new(queue), pool, *lease_ms)
+                        .with_claim_ahead(claim_ahead.unwrap_or(0) as usize),
+                );
                 Ok(())
             }
             #[cfg(feature = "pgmq")]
@@ -518,6 +522,7 @@ impl<'a> Sources<'a> {
                 queue_name,
                 lease_ms,
                 max_attempts,
+                claim_ahead,
             } => {
                 use crate::infra::queue::pgmq::PgmqQueue;
 
@@ -525,7 +530,10 @@ impl<'a> Sources<'a> {
                 let queue = PgmqQueue::<P>::open(&database, queue_name)
                     .map_err(|error| in_pool(pool, "queue", error))?
                     .with_retry(retry_policy(*max_attempts));
-                backends.shared = Some(shared_parking(Arc::new(queue), pool, *lease_ms));
+                backends.shared = Some(
+                    shared_parking(Arc::new(queue), pool, *lease_ms)
+                        .with_claim_ahead(claim_ahead.unwrap_or(0) as usize),
+                );
                 Ok(())
             }
             // Reached only in builds without some queue feature.

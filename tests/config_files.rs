@@ -42,6 +42,7 @@ fn the_seed_readme_configuration_parses_as_written() {
             queue_name: "llm_inference".into(),
             lease_ms: None,
             max_attempts: None,
+            claim_ahead: None,
         }
     );
     assert_eq!(

@@ -216,6 +216,11 @@ pub enum QueueSettings {
         /// Claims a task may have before a lost run dead-letters it. Default 3.
         #[serde(default)]
         max_attempts: Option<u32>,
+        /// Claimed tasks a node may hold waiting for a worker, beyond those it starts at
+        /// once: claims then fetch many tasks per round trip (throughput for short jobs), at
+        /// the price of tasks held by a busy node while another may be idle. Default 0.
+        #[serde(default)]
+        claim_ahead: Option<u32>,
     },
     /// PGMQ queues (one per priority level) that many nodes share (cargo feature `pgmq`).
     PostgresPgmq {
@@ -229,6 +234,11 @@ pub enum QueueSettings {
         /// The `read_ct` at which a lost run dead-letters the message. Default 3.
         #[serde(default)]
         max_attempts: Option<u32>,
+        /// Claimed tasks a node may hold waiting for a worker, beyond those it starts at
+        /// once: claims then fetch many tasks per round trip (throughput for short jobs), at
+        /// the price of tasks held by a busy node while another may be idle. Default 0.
+        #[serde(default)]
+        claim_ahead: Option<u32>,
     },
 }
 

@@ -22,6 +22,7 @@
 //! | `queue.stream` (yaque) | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `queue.lease_ms` (postgres) | 300 ms – 1 day |
 //! | `queue.max_attempts` (postgres) | 1 – 1,000 |
+//! | `queue.claim_ahead` (postgres) | 0 – 10,000 |
 //! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (42 for pgmq queues: PGMQ allows 47 and the levels add `_crit`, `_high`, `_norm`, `_low`, `_dlq`) |
 //! | `durability` | `accepted` or `parked`, only with a durable queue |
 //! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"`, and 0 on a shared queue |
@@ -130,6 +131,8 @@ const MAX_SPIN_MS: u64 = 60_000;
 const MIN_LEASE_MS: u64 = 300;
 const MAX_LEASE_MS: u64 = 24 * 3_600 * 1_000;
 const MAX_ATTEMPTS: u32 = 1_000;
+/// The most claimed tasks a node may hold waiting (`queue.claim_ahead`).
+const MAX_CLAIM_AHEAD: u32 = 10_000;
 const MAX_IDENTIFIER: usize = 63;
 /// PGMQ allows 47 characters; the priority levels add a suffix of up to 5 (`_crit`).
 const MAX_PGMQ_QUEUE: usize = 42;
@@ -358,7 +361,11 @@ fn validate_queue(path: &str, queue: &QueueSettings) -> Result<(), ConfigError> 
             queue_name,
             lease_ms,
             max_attempts,
+            claim_ahead,
         } => {
+            if let Some(ahead) = *claim_ahead {
+                in_range(path, "claim_ahead", ahead, 0, MAX_CLAIM_AHEAD)?;
+            }
             check_identifier(&format!("{path}.table"), table, MAX_IDENTIFIER)?;
             if let Some(lease) = *lease_ms {
                 in_range(path, "lease_ms", lease, MIN_LEASE_MS, MAX_LEASE_MS)?;
@@ -377,7 +384,11 @@ fn validate_queue(path: &str, queue: &QueueSettings) -> Result<(), ConfigError> 
             queue_name,
             lease_ms,
             max_attempts,
+            claim_ahead,
         } => {
+            if let Some(ahead) = *claim_ahead {
+                in_range(path, "claim_ahead", ahead, 0, MAX_CLAIM_AHEAD)?;
+            }
             if let Some(lease) = *lease_ms {
                 in_range(path, "lease_ms", lease, MIN_LEASE_MS, MAX_LEASE_MS)?;
             }

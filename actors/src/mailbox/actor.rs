@@ -3,8 +3,15 @@
 //! and hands terminal events to notifiers, so the scheduler never awaits mailbox I/O. An
 //! inline mailbox is stored into by the scheduler directly.
 //!
+//! Stores are written in groups: a delivery waits in the actor's buffer until the `Flush` the
+//! first delivery of the group sent to the actor itself comes round, and every delivery that
+//! arrived meanwhile (while the previous group was being written) is written with it, through
+//! [`Mailbox::store_many`]: one statement and one commit for a database, however many results
+//! a busy pool finishes. An idle pool writes each result at once (its group is itself).
+//!
 //! Invariants: a delivery is stored before any notifier hears of it; deliveries are stored
-//! in the order the scheduler sent them.
+//! in the order the scheduler sent them; a delivery the actor accepted is written before it
+//! stops (a drain's stop writes what the buffer still holds).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -36,8 +43,21 @@ pub(crate) enum MailboxMsg<R> {
         /// settled only after its task's result is stored).
         then: Option<AfterStore>,
     },
+    /// Write the buffered deliveries (sent by the actor to itself).
+    Flush,
     /// Drop results older than the retention period (sent by the actor's own timer).
     PurgeExpired,
+}
+
+/// Deliveries one write takes at most (a database statement's size stays bounded).
+const WRITE_AT_MOST: usize = 1_000;
+
+/// A delivery waiting in the buffer, with what follows its store.
+struct Waiting<R> {
+    key: MailboxKey,
+    delivery: Delivery<R>,
+    event: Option<super::TerminalEvent>,
+    then: Option<AfterStore>,
 }
 
 /// The mailbox actor. See the module docs.
@@ -63,12 +83,18 @@ pub(crate) struct MailboxState<R> {
     pub counters: Arc<crate::stats::PoolCounters>,
 }
 
+/// What the mailbox actor holds: its starting state and the deliveries not yet written.
+pub(crate) struct MailboxHeld<R> {
+    state: MailboxState<R>,
+    buffer: Vec<Waiting<R>>,
+}
+
 impl<R> Actor for MailboxActor<R>
 where
     R: Send + 'static,
 {
     type Msg = MailboxMsg<R>;
-    type State = MailboxState<R>;
+    type State = MailboxHeld<R>;
     type Arguments = MailboxState<R>;
 
     async fn pre_start(
@@ -80,16 +106,19 @@ where
             let sweep = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
             myself.send_interval(sweep, || MailboxMsg::PurgeExpired);
         }
-        Ok(state)
+        Ok(MailboxHeld {
+            state,
+            buffer: Vec::new(),
+        })
     }
 
     async fn handle(
         &self,
         myself: ActorRef<Self::Msg>,
         message: Self::Msg,
-        state: &mut Self::State,
+        held: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("mailbox", myself.get_id(), &state.pool);
+        let span = crate::spans::actor("mailbox", myself.get_id(), &held.state.pool);
         async move {
             match message {
                 MailboxMsg::Deliver {
@@ -98,17 +127,87 @@ where
                     attempt,
                     then,
                 } => {
-                    let stored = state.deliver(key, delivery, attempt).await;
-                    if let Some(then) = then {
-                        then(stored);
+                    let state = &held.state;
+                    let event = state
+                        .notifiers
+                        .event_for(&state.pool, &key, &delivery, attempt);
+                    if held.buffer.is_empty() {
+                        // This delivery opens a group: the flush comes after whatever is
+                        // queued behind it now.
+                        let _ = myself.send_message(MailboxMsg::Flush);
+                    }
+                    held.buffer.push(Waiting {
+                        key,
+                        delivery,
+                        event,
+                        then,
+                    });
+                }
+                MailboxMsg::Flush => {
+                    held.write_some().await;
+                    if !held.buffer.is_empty() {
+                        let _ = myself.send_message(MailboxMsg::Flush);
                     }
                 }
-                MailboxMsg::PurgeExpired => state.purge_expired().await,
+                MailboxMsg::PurgeExpired => held.state.purge_expired().await,
             }
             Ok(())
         }
         .instrument(span)
         .await
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        held: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A drain stops the actor before the flushes its last deliveries sent themselves.
+        while !held.buffer.is_empty() {
+            held.write_some().await;
+        }
+        Ok(())
+    }
+}
+
+impl<R> MailboxHeld<R>
+where
+    R: Send + 'static,
+{
+    /// Writes the oldest buffered deliveries (at most [`WRITE_AT_MOST`]) in one
+    /// [`Mailbox::store_many`], then notifies and runs what follows each stored one.
+    async fn write_some(&mut self) {
+        let count = self.buffer.len().min(WRITE_AT_MOST);
+        let mut deliveries = Vec::with_capacity(count);
+        let mut after = Vec::with_capacity(count);
+        for waiting in self.buffer.drain(..count) {
+            after.push((waiting.delivery.task_id, waiting.event, waiting.then));
+            deliveries.push((waiting.key, waiting.delivery));
+        }
+        let state = &self.state;
+        let mut stored = state.mailbox.store_many(deliveries).await.into_iter();
+        for (task_id, event, then) in after {
+            let outcome = stored.next().unwrap_or_else(|| {
+                Err(super::MailboxError::Backend(
+                    "the backend answered fewer stores than it was given".into(),
+                ))
+            });
+            let ok = match outcome {
+                Ok(()) => {
+                    if let Some(event) = event {
+                        state.notifiers.notify(&event);
+                    }
+                    true
+                }
+                Err(error) => {
+                    tracing::error!(pool = %state.pool, task_id, %error, "could not store a result");
+                    false
+                }
+            };
+            if let Some(then) = then {
+                then(ok);
+            }
+        }
     }
 }
 
@@ -116,22 +215,6 @@ impl<R> MailboxState<R>
 where
     R: Send + 'static,
 {
-    /// Stores a delivery and notifies; whether it was stored.
-    async fn deliver(&mut self, key: MailboxKey, delivery: Delivery<R>, attempt: u32) -> bool {
-        let event = self
-            .notifiers
-            .event_for(&self.pool, &key, &delivery, attempt);
-        let task_id = delivery.task_id;
-        if let Err(error) = self.mailbox.store(&key, delivery).await {
-            tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
-            return false;
-        }
-        if let Some(event) = event {
-            self.notifiers.notify(&event);
-        }
-        true
-    }
-
     async fn purge_expired(&mut self) {
         let Some(retention) = self.retention else {
             return;

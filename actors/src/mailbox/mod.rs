@@ -76,6 +76,22 @@ where
     /// Stores a delivery under `key` and wakes whoever waits on that key.
     async fn store(&self, key: &MailboxKey, delivery: Delivery<R>) -> Result<(), MailboxError>;
 
+    /// Stores several deliveries, in order, each under its key, and wakes their waiters:
+    /// what [`store`](Self::store) does for each, one after another (the default). The
+    /// mailbox actor hands a backend every delivery that arrived while its previous write was
+    /// in flight, so a backend that can write them at once (a database: one statement, one
+    /// commit) overrides this. One result per delivery, in order.
+    async fn store_many(
+        &self,
+        deliveries: Vec<(MailboxKey, Delivery<R>)>,
+    ) -> Vec<Result<(), MailboxError>> {
+        let mut stored = Vec::with_capacity(deliveries.len());
+        for (key, delivery) in deliveries {
+            stored.push(self.store(&key, delivery).await);
+        }
+        stored
+    }
+
     /// Removes and returns the oldest delivery under exactly `key`.
     async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<R>>, MailboxError>;
 

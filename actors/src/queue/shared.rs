@@ -139,6 +139,23 @@ where
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError>;
 
+    /// Parks several tasks, each `(entry, rank_time_ms, task)` as in
+    /// [`enqueue`](Self::enqueue): the default parks them one after another. A node hands the
+    /// queue every task it parked while its previous park was in flight, so a backend that
+    /// can store them at once (a database: one statement, one commit) overrides this. One
+    /// result per task, in order; a task whose entry is stored already gets `Duplicate` and
+    /// does not stop the others.
+    async fn enqueue_many(
+        &self,
+        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut parked = Vec::with_capacity(tasks.len());
+        for (entry, rank_time_ms, task) in tasks {
+            parked.push(self.enqueue(entry, rank_time_ms, task).await);
+        }
+        parked
+    }
+
     /// Stores a task that `node` starts at once (it fitted the node's free capacity) as
     /// claimed by `node` under a lease of `lease` from `now_ms`, and hands it back to run: the
     /// `accepted` durability, where a task is stored before its submitter hears it was
@@ -206,6 +223,21 @@ where
         entry: EntryId,
         settlement: Settlement,
     ) -> Result<(), QueueError>;
+
+    /// Ends several of `node`'s claims, as [`settle`](Self::settle) does each (the
+    /// default, one after another); a database ends them in one statement. One result per
+    /// claim, in order.
+    async fn settle_many(
+        &self,
+        node: &str,
+        settlements: Vec<(EntryId, Settlement)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut settled = Vec::with_capacity(settlements.len());
+        for (entry, settlement) in settlements {
+            settled.push(self.settle(node, entry, settlement).await);
+        }
+        settled
+    }
 
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{ActorRef, RpcReplyPort};
+use tokio::sync::mpsc;
 
 use super::protocol::{Internal, Reply, SchedulerMsg};
 use crate::domain::{Durability, MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
@@ -38,6 +39,9 @@ use crate::queue::{DeadLetter, EntryId, FitQuery, Lease, QueueError, Settlement,
 
 /// Dead letters one poll reports at most (the next poll takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
+
+/// Parks or settles one group takes at most (a database statement's size stays bounded).
+const GROUP_AT_MOST: usize = 1_000;
 
 /// How a pool takes part in a shared queue. See the module docs.
 ///
@@ -64,6 +68,9 @@ pub struct SharedParking<P> {
     pub lease: Duration,
     /// How often the node looks for work other nodes parked and rescues expired leases.
     pub poll: Duration,
+    /// How many claimed tasks the node may hold waiting for a worker, beyond what it can
+    /// start now (see [`with_claim_ahead`](Self::with_claim_ahead)). Default 0.
+    pub claim_ahead: usize,
 }
 
 impl<P> SharedParking<P> {
@@ -79,6 +86,7 @@ impl<P> SharedParking<P> {
             node: node.into(),
             lease: Self::DEFAULT_LEASE,
             poll: Self::DEFAULT_POLL,
+            claim_ahead: 0,
         }
     }
 
@@ -91,6 +99,19 @@ impl<P> SharedParking<P> {
     /// Sets the poll interval.
     pub fn with_poll(mut self, poll: Duration) -> Self {
         self.poll = poll;
+        self
+    }
+
+    /// Lets the node claim up to `tasks` more than it can start now, while its workers are
+    /// busy: tasks that fit its free capacity (less what the tasks already waiting need),
+    /// best-ranked first, which wait here under their leases and start as workers free, so
+    /// a worker that ends a short job finds the next one without a round trip to the queue,
+    /// and one claim fetches many tasks. The price: a task waiting here is this node's until
+    /// it runs or its lease runs out (a node that stops leaves its waiting tasks to their
+    /// leases' expiry), even when another node is idle. 0 (the default) claims only what
+    /// starts at once.
+    pub fn with_claim_ahead(mut self, tasks: usize) -> Self {
+        self.claim_ahead = tasks;
         self
     }
 
@@ -154,40 +175,105 @@ pub(crate) enum SharedReport<P> {
     Dead(Vec<DeadLetter>),
 }
 
-/// Ends a node's claims on the shared queue.
-pub(crate) struct Settler<P> {
+/// Ends a node's claims on the shared queue: a handle on the node's settle loop (see
+/// [`settle_loop`]). Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Settler {
+    settles: mpsc::UnboundedSender<(EntryId, Settlement)>,
+}
+
+impl Settler {
+    /// Ends the claim on `entry`, with the other claims that end meanwhile. A backend error
+    /// (a database that is away) is retried for up to half the lease; after that the lease
+    /// runs out and the task runs again elsewhere (at-least-once).
+    pub fn settle(&self, entry: EntryId, settlement: Settlement) {
+        // The loop ends only with the link, and then nothing is left to settle.
+        let _ = self.settles.send((entry, settlement));
+    }
+}
+
+/// Settles claims as they end, in groups: every claim that ended while the previous group
+/// was being settled goes in the next [`SharedQueue::settle_many`].
+async fn settle_loop<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     node: Arc<str>,
     lease: Duration,
-}
-
-impl<P: Send + 'static> Settler<P> {
-    /// Ends the claim on `entry`, in a task of its own. A backend error (a database that is
-    /// away) is retried for up to half the lease; after that the lease runs out and the task
-    /// runs again elsewhere (at-least-once).
-    pub fn settle(self, entry: EntryId, settlement: Settlement) {
-        let Self { queue, node, lease } = self;
-        let patience = lease / 2;
-        tokio::spawn(async move {
-            let give_up = tokio::time::Instant::now() + patience;
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match queue.settle(&node, entry, settlement.clone()).await {
-                    Ok(()) => break,
+    mut settles: mpsc::UnboundedReceiver<(EntryId, Settlement)>,
+) {
+    let mut group = Vec::new();
+    while settles.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
+        let mut pending = std::mem::take(&mut group);
+        let give_up = tokio::time::Instant::now() + lease / 2;
+        let mut pause = Duration::from_millis(50);
+        while !pending.is_empty() {
+            let settled = queue.settle_many(&node, pending.clone()).await;
+            let mut again = Vec::new();
+            for ((entry, settlement), result) in pending.into_iter().zip(settled) {
+                match result {
+                    Ok(()) => {}
                     Err(QueueError::Backend(error))
                         if tokio::time::Instant::now() + pause < give_up =>
                     {
                         tracing::warn!(node = %node, entry, %error, "shared queue settle failed; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
+                        again.push((entry, settlement));
                     }
                     Err(error) => {
                         tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
-                        break;
                     }
                 }
             }
-        });
+            if !again.is_empty() {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            pending = again;
+        }
+    }
+}
+
+/// A task handed to the shared queue, waiting for the park loop.
+struct ToPark<P> {
+    entry: EntryId,
+    rank_time_ms: u64,
+    task: ScheduledTask<P>,
+    key: MailboxKey,
+    reply: Reply,
+}
+
+/// Parks tasks as the scheduler hands them over, in groups: every task handed over while the
+/// previous group was being stored goes in the next [`SharedQueue::enqueue_many`]; each
+/// task's answer goes back to the scheduler as [`SharedReport::Enqueued`].
+async fn park_loop<P: Send + 'static>(
+    queue: Arc<dyn SharedQueue<P>>,
+    scheduler: ActorRef<SchedulerMsg<P>>,
+    mut parks: mpsc::UnboundedReceiver<ToPark<P>>,
+) {
+    let mut group = Vec::new();
+    while parks.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
+        let mut answers = Vec::with_capacity(group.len());
+        let mut tasks = Vec::with_capacity(group.len());
+        for park in group.drain(..) {
+            let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
+            answers.push((task_id, park.key, cost, park.reply));
+            tasks.push((park.entry, park.rank_time_ms, park.task));
+        }
+        let parked = queue.enqueue_many(tasks).await;
+        let mut parked = parked.into_iter();
+        for (task_id, key, cost, reply) in answers {
+            let result = parked.next().unwrap_or_else(|| {
+                Err(QueueError::Backend(
+                    "the queue answered fewer parks than it was given".into(),
+                ))
+            });
+            let report = SharedReport::Enqueued {
+                task_id,
+                key,
+                cost,
+                reply,
+                result,
+            };
+            let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(report)));
+        }
     }
 }
 
@@ -198,12 +284,20 @@ pub(crate) struct SharedLink<P> {
     lease: Duration,
     poll: Duration,
     scheduler: Option<ActorRef<SchedulerMsg<P>>>,
+    /// The park loop's inbox, and its receiver until `connect` starts the loop.
+    parks: mpsc::UnboundedSender<ToPark<P>>,
+    parks_waiting: Option<mpsc::UnboundedReceiver<ToPark<P>>>,
+    /// The settle loop's handle, and its receiver until `connect` starts the loop.
+    settler: Settler,
+    settles_waiting: Option<mpsc::UnboundedReceiver<(EntryId, Settlement)>>,
     /// A claim is in flight: at most one at a time.
     claiming: bool,
     /// When leases were last renewed.
     renewed_at: u64,
     /// Whether tasks started at once are stored too (`Durability::Accepted`).
     records_starts: bool,
+    /// See [`SharedParking::with_claim_ahead`].
+    claim_ahead: usize,
 }
 
 impl<P> SharedLink<P>
@@ -211,7 +305,13 @@ where
     P: Send + 'static,
 {
     pub fn new(parking: SharedParking<P>, durability: Durability) -> Self {
+        let (parks, parks_waiting) = mpsc::unbounded_channel();
+        let (settles, settles_waiting) = mpsc::unbounded_channel();
         Self {
+            parks,
+            parks_waiting: Some(parks_waiting),
+            settler: Settler { settles },
+            settles_waiting: Some(settles_waiting),
             records_starts: durability.writes_started_tasks(),
             queue: parking.queue,
             node: Arc::from(parking.node),
@@ -220,11 +320,20 @@ where
             scheduler: None,
             claiming: false,
             renewed_at: 0,
+            claim_ahead: parking.claim_ahead,
         }
     }
 
-    /// Connects the link to its scheduler and starts the poll timer.
+    /// Connects the link to its scheduler and starts the poll timer and the park and settle
+    /// loops.
     pub fn connect(&mut self, scheduler: ActorRef<SchedulerMsg<P>>) {
+        if let Some(parks) = self.parks_waiting.take() {
+            tokio::spawn(park_loop(self.queue.clone(), scheduler.clone(), parks));
+        }
+        if let Some(settles) = self.settles_waiting.take() {
+            let (queue, node) = (self.queue.clone(), self.node.clone());
+            tokio::spawn(settle_loop(queue, node, self.lease, settles));
+        }
         scheduler.send_interval(self.poll, || {
             SchedulerMsg(Internal::Shared(SharedReport::Poll))
         });
@@ -244,6 +353,11 @@ where
 
     pub fn backend(&self) -> &'static str {
         self.queue.backend()
+    }
+
+    /// How many claimed tasks may wait here beyond those that start at once.
+    pub fn claim_ahead(&self) -> usize {
+        self.claim_ahead
     }
 
     /// Whether a task this node starts at once is stored before it runs.
@@ -300,9 +414,9 @@ where
         });
     }
 
-    /// Hands a task to the shared queue; the answer goes to `reply` once it is stored. It
-    /// ranks by its admission time `rank_time_ms`, then by its entry id (see
-    /// [`entry_for`](Self::entry_for)).
+    /// Hands a task to the shared queue; the answer goes to `reply` once it is stored (by
+    /// the park loop, with the tasks handed over meanwhile). It ranks by its admission time
+    /// `rank_time_ms`, then by its entry id (see [`entry_for`](Self::entry_for)).
     pub fn enqueue(
         &self,
         task: ScheduledTask<P>,
@@ -310,22 +424,21 @@ where
         (rank_time_ms, sequence): (u64, u16),
         reply: Reply,
     ) {
-        let entry = Self::entry_for(sequence);
-        let (task_id, cost) = (task.meta.id, task.meta.cost);
-        self.spawn(move |queue, _| async move {
-            let result = queue.enqueue(entry, rank_time_ms, task).await;
-            Some(SharedReport::Enqueued {
-                task_id,
-                key,
-                cost,
-                reply,
-                result,
-            })
-        });
+        let park = ToPark {
+            entry: Self::entry_for(sequence),
+            rank_time_ms,
+            task,
+            key,
+            reply,
+        };
+        if let Err(mpsc::error::SendError(park)) = self.parks.send(park) {
+            // Not connected any more: the pool is stopping.
+            park.reply.send(Err(PoolError::Shutdown));
+        }
     }
 
     /// Claims the best shared tasks that fit `query` together, at most `max` (the node's idle
-    /// workers: what it can start now), unless a claim is in flight.
+    /// workers, plus its claim-ahead room), unless a claim is in flight.
     pub fn claim(&mut self, query: FitQuery, max: usize, now: u64) {
         if self.claiming || max == 0 {
             return;
@@ -345,17 +458,13 @@ where
 
     /// Ends this node's claim on `entry` (see [`Settler::settle`]).
     pub fn settle(&self, entry: EntryId, settlement: Settlement) {
-        self.settler().settle(entry, settlement);
+        self.settler.settle(entry, settlement);
     }
 
     /// A handle that ends this node's claims from anywhere on the pool's runtime (the
     /// mailbox actor, once a result is stored).
-    pub fn settler(&self) -> Settler<P> {
-        Settler {
-            queue: Arc::clone(&self.queue),
-            node: Arc::clone(&self.node),
-            lease: self.lease,
-        }
+    pub fn settler(&self) -> Settler {
+        self.settler.clone()
     }
 
     /// Removes the parked task `id` of `key` for a cancel.

@@ -1190,35 +1190,56 @@ where
         }
     }
 
-    /// Claims from the shared queue when this node could start a task now: open, nothing
-    /// parked locally, an idle worker and some free capacity.
+    /// Claims from the shared queue when this node could start a task now (open, an idle
+    /// worker, some free capacity, nothing claimed waiting here), or, with claim-ahead, when
+    /// at most half the claimed tasks it may hold wait here: at most the idle workers plus
+    /// the free claim-ahead room, within the free units less what the waiting tasks need.
     fn maybe_claim(&mut self, now: u64) {
-        let Some(shared) = &mut self.shared else {
+        let Some(claim_ahead) = self.shared.as_ref().map(SharedLink::claim_ahead) else {
             return;
         };
+        let waiting = self.core.parked_len();
+        let workers = self.core.live_workers();
+        let idle = workers - self.core.busy_workers();
+        let room = (idle + claim_ahead).saturating_sub(waiting);
+        // A node without workers (a producer) runs nothing, so it claims nothing either. With
+        // claim-ahead, a busy node waits until half its waiting room is free and then fills
+        // it in one claim, rather than claiming a task or two after every finish.
         if !matches!(self.mode, Mode::Open)
-            || self.core.parked_len() > 0
-            || self.core.busy_workers() >= self.core.live_workers()
+            || workers == 0
+            || room == 0
+            || (waiting > 0 && claim_ahead == 0)
+            || (idle == 0 && waiting > claim_ahead / 2)
         {
             return;
         }
-        let free = ResourceKind::ALL
+        let mut free = ResourceKind::ALL
             .into_iter()
             .fold(Capacity::uniform(0), |free, kind| {
                 free.with(kind, self.core.free(kind))
             });
-        if !free.is_empty() {
-            let idle = self.core.live_workers() - self.core.busy_workers();
-            let limits = self.core.limits();
-            let starvation = limits.starvation.max_park_ms.map(|age| StarvationRule {
-                capacity: limits.capacity,
-                parked_before_ms: now.saturating_sub(age),
-            });
-            let query = FitQuery {
-                starvation,
-                ..FitQuery::within(free)
-            };
-            shared.claim(query, idle, now);
+        if waiting > 0 {
+            for live in self.live.values() {
+                if matches!(live.state, LiveState::Parked { .. }) {
+                    let kind = live.cost.kind;
+                    free = free.with(kind, free.get(kind).saturating_sub(live.cost.units));
+                }
+            }
+        }
+        if free.is_empty() {
+            return;
+        }
+        let limits = self.core.limits();
+        let starvation = limits.starvation.max_park_ms.map(|age| StarvationRule {
+            capacity: limits.capacity,
+            parked_before_ms: now.saturating_sub(age),
+        });
+        let query = FitQuery {
+            starvation,
+            ..FitQuery::within(free)
+        };
+        if let Some(shared) = &mut self.shared {
+            shared.claim(query, room, now);
         }
     }
 

@@ -22,12 +22,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, QueryResult, Value};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::core::{Delivery, Mailbox, MailboxError, PoolError, TaskStatus};
+use crate::infra::postgres::rows::JsonRows;
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, TaskId};
 
@@ -46,7 +47,79 @@ pub struct PostgresMailbox<R> {
     database: PgDatabase,
     table: Identifier,
     waiters: Arc<Waiters>,
+    /// The take loop's inbox (see [`take_loop`]).
+    takes: mpsc::UnboundedSender<TakeTask>,
     _result: PhantomData<fn() -> R>,
+}
+
+/// Takes one group answers at most (a statement's size stays bounded).
+const TAKES_AT_MOST: usize = 1_000;
+
+/// A take of one task's delivery, waiting for the take loop.
+struct TakeTask {
+    key: MailboxKey,
+    task_id: TaskId,
+    answer: oneshot::Sender<Result<Option<QueryResult>, MailboxError>>,
+}
+
+/// Takes deliveries by task as callers ask for them, in groups: every take asked for while
+/// the previous group was in flight goes in the next statement, which locks the oldest row
+/// of each (key, task) (`SKIP LOCKED`), deletes them and returns each to its caller. Many
+/// callers waiting on their results (an API server's requests) so cost a statement and a
+/// commit per group, not per result. Ends when the mailbox is dropped.
+async fn take_loop(
+    connection: DatabaseConnection,
+    table: Identifier,
+    mut takes: mpsc::UnboundedReceiver<TakeTask>,
+) {
+    let sql = format!(
+        "WITH wanted AS ( \
+           SELECT * FROM jsonb_to_recordset($1::jsonb) \
+             AS w(n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT)), \
+         picked AS ( \
+           SELECT w.n, p.id FROM wanted w CROSS JOIN LATERAL ( \
+             SELECT m.id FROM {table} m \
+              WHERE m.tenant = w.tenant AND m.task_id = w.task_id \
+                AND m.user_id IS NOT DISTINCT FROM w.user_id \
+                AND m.session_id IS NOT DISTINCT FROM w.session_id \
+              ORDER BY m.id LIMIT 1 FOR UPDATE SKIP LOCKED) p), \
+         taken AS ( \
+           DELETE FROM {table} WHERE id = ANY(ARRAY(SELECT id FROM picked)) \
+           RETURNING id, {RETURNED}) \
+         SELECT DISTINCT ON (taken.id) picked.n, taken.* FROM taken JOIN picked USING (id)"
+    );
+    let mut group = Vec::new();
+    while takes.recv_many(&mut group, TAKES_AT_MOST).await > 0 {
+        let mut rows = JsonRows::new();
+        for (n, take) in group.iter().enumerate() {
+            rows.row()
+                .int("n", n as i64)
+                .text("tenant", Some(&take.key.tenant.0))
+                .text("user_id", take.key.user_id.as_deref())
+                .text("session_id", take.key.session_id.as_deref())
+                .int("task_id", take.task_id as i64);
+        }
+        let statement = PgDatabase::statement(sql.clone(), [rows.finish().into()]);
+        match connection.query_all_raw(statement).await {
+            Ok(found) => {
+                let mut by_take: HashMap<i64, QueryResult> = HashMap::with_capacity(found.len());
+                for row in found {
+                    if let Ok(n) = row.try_get::<i64>("", "n") {
+                        by_take.insert(n, row);
+                    }
+                }
+                for (n, take) in group.drain(..).enumerate() {
+                    let _ = take.answer.send(Ok(by_take.remove(&(n as i64))));
+                }
+            }
+            Err(error) => {
+                let error = failed("take")(error);
+                for take in group.drain(..) {
+                    let _ = take.answer.send(Err(error.clone()));
+                }
+            }
+        }
+    }
 }
 
 impl<R> std::fmt::Debug for PostgresMailbox<R> {
@@ -145,10 +218,17 @@ impl<R> PostgresMailbox<R> {
                 }
             },
         );
+        let (takes, taken) = mpsc::unbounded_channel();
+        database.spawn(take_loop(
+            database.connection().clone(),
+            table.clone(),
+            taken,
+        ));
         Ok(Self {
             database: database.clone(),
             table,
             waiters,
+            takes,
             _result: PhantomData,
         })
     }
@@ -227,6 +307,27 @@ fn delivery_of<R: DeserializeOwned>(row: &QueryResult) -> Result<Delivery<R>, Ma
     })
 }
 
+/// A delivery's result or error as JSON text, for the `payload` and `error` columns.
+type EncodedOutcome = (Option<String>, Option<String>);
+
+/// Encodes a delivery's outcome.
+fn encoded<R: Serialize>(delivery: &Delivery<R>) -> Result<EncodedOutcome, MailboxError> {
+    match &delivery.outcome {
+        Ok(result) => Ok((
+            Some(serde_json::to_string(result).map_err(|e| {
+                MailboxError::Backend(format!("the result does not serialise: {e}"))
+            })?),
+            None,
+        )),
+        Err(error) => Ok((
+            None,
+            Some(serde_json::to_string(error).map_err(|e| {
+                MailboxError::Backend(format!("the error does not serialise: {e}"))
+            })?),
+        )),
+    }
+}
+
 /// How long a store keeps retrying while the database cannot be reached.
 const STORE_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -242,62 +343,86 @@ where
     }
 
     async fn store(&self, key: &MailboxKey, delivery: Delivery<R>) -> Result<(), MailboxError> {
-        let status = status_word(&delivery.status());
-        let (payload, error) = match &delivery.outcome {
-            Ok(result) => (
-                Some(serde_json::to_string(result).map_err(|e| {
-                    MailboxError::Backend(format!("the result does not serialise: {e}"))
-                })?),
-                None,
-            ),
-            Err(error) => (
-                None,
-                Some(serde_json::to_string(error).map_err(|e| {
-                    MailboxError::Backend(format!("the error does not serialise: {e}"))
-                })?),
-            ),
-        };
-        let hash = key_hash(key);
+        let mut stored = self.store_many(vec![(key.clone(), delivery)]).await;
+        stored.pop().unwrap_or(Ok(()))
+    }
+
+    async fn store_many(
+        &self,
+        deliveries: Vec<(MailboxKey, Delivery<R>)>,
+    ) -> Vec<Result<(), MailboxError>> {
+        let mut stored: Vec<Result<(), MailboxError>> = Vec::with_capacity(deliveries.len());
+        let mut rows = JsonRows::new();
+        let mut hashes = Vec::with_capacity(deliveries.len());
+        for (key, delivery) in &deliveries {
+            match encoded(delivery) {
+                Ok((payload, error)) => {
+                    rows.row()
+                        .text("tenant", Some(&key.tenant.0))
+                        .text("user_id", key.user_id.as_deref())
+                        .text("session_id", key.session_id.as_deref())
+                        .int("task_id", delivery.task_id as i64)
+                        .int(
+                            "created_at_ms",
+                            i64::try_from(delivery.stored_at_ms).unwrap_or(i64::MAX),
+                        )
+                        .text("status", Some(status_word(&delivery.status())))
+                        .json("payload", payload.as_deref())
+                        .json("error", error.as_deref());
+                    hashes.push(key_hash(key));
+                    stored.push(Ok(()));
+                }
+                Err(error) => stored.push(Err(error)),
+            }
+        }
+        if hashes.is_empty() {
+            return stored;
+        }
+        // Rows are inserted in the array's order, so their ids (the order `take` follows)
+        // are the deliveries' order.
         let sql = format!(
-            "WITH stored AS ( \
-               INSERT INTO {t} (tenant, user_id, session_id, task_id, created_at_ms, status, \
-                                payload, error) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb) RETURNING 1) \
-             SELECT count(*) AS stored FROM stored",
+            "INSERT INTO {t} (tenant, user_id, session_id, task_id, created_at_ms, status, \
+                              payload, error) \
+             SELECT tenant, user_id, session_id, task_id, created_at_ms, status, payload, error \
+               FROM jsonb_to_recordset($1::jsonb) AS r(tenant TEXT, user_id TEXT, \
+                    session_id TEXT, task_id BIGINT, created_at_ms BIGINT, status TEXT, \
+                    payload JSONB, error JSONB)",
             t = self.table
         );
-        let values: Vec<Value> = vec![
-            key.tenant.0.clone().into(),
-            key.user_id.clone().into(),
-            key.session_id.clone().into(),
-            (delivery.task_id as i64).into(),
-            i64::try_from(delivery.stored_at_ms)
-                .unwrap_or(i64::MAX)
-                .into(),
-            status.to_owned().into(),
-            payload.into(),
-            error.into(),
-        ];
-        // A result is stored once or not at all (one statement), so a failed attempt can be
-        // repeated: while the database is away the result waits here (and the mailbox
-        // actor's queue behind it) instead of being dropped.
+        let values: Vec<Value> = vec![rows.finish().into()];
+        // The rows are stored at once or not at all (one statement), so a failed attempt can
+        // be repeated: while the database is away the results wait here (and the mailbox
+        // actor's buffer behind them) instead of being dropped.
         let mut pause = Duration::from_millis(50);
         let give_up = Instant::now() + STORE_PATIENCE;
         loop {
             match self.query_all(sql.clone(), values.clone()).await {
                 Ok(_) => break,
                 Err(error) if Instant::now() + pause < give_up => {
-                    tracing::warn!(table = %self.table, task_id = delivery.task_id, error = %backend_error("store", &error), "retrying a result store");
+                    tracing::warn!(table = %self.table, results = hashes.len(), error = %backend_error("store", &error), "retrying a result store");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
-                Err(error) => return Err(failed("store")(error)),
+                Err(error) => {
+                    let error = failed("store")(error);
+                    for result in stored.iter_mut().filter(|result| result.is_ok()) {
+                        *result = Err(error.clone());
+                    }
+                    return stored;
+                }
             }
         }
-        self.waiters.wake_hash(hash);
-        self.database
-            .announce(self.table.as_str(), format!("{hash:x}"));
-        Ok(())
+        hashes.sort_unstable();
+        hashes.dedup();
+        for hash in &hashes {
+            self.waiters.wake_hash(*hash);
+        }
+        for hash in &hashes {
+            // The announcer joins these into as few notifications as their size allows.
+            self.database
+                .announce(self.table.as_str(), format!("{hash:x}"));
+        }
+        stored
     }
 
     async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<R>>, MailboxError> {
@@ -317,17 +442,16 @@ where
         key: &MailboxKey,
         task_id: TaskId,
     ) -> Result<Option<Delivery<R>>, MailboxError> {
-        let (filter, mut values) = Self::key_filter(key, 2);
-        values.insert(0, (task_id as i64).into());
-        let sql = format!(
-            "DELETE FROM {t} WHERE id = ( \
-                SELECT id FROM {t} WHERE {filter} AND task_id = $1 \
-                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING {RETURNED}",
-            t = self.table
-        );
-        let rows = self.query_all(sql, values).await.map_err(failed("take"))?;
-        rows.first().map(delivery_of).transpose()
+        let (answer, answered) = oneshot::channel();
+        let take = TakeTask {
+            key: key.clone(),
+            task_id,
+            answer,
+        };
+        let stopped = || MailboxError::Backend("the mailbox's database runtime stopped".into());
+        self.takes.send(take).map_err(|_| stopped())?;
+        let row = answered.await.map_err(|_| stopped())??;
+        row.as_ref().map(delivery_of).transpose()
     }
 
     async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError> {

@@ -111,7 +111,8 @@ CREATE INDEX IF NOT EXISTS {table}_dead
     )
 }
 
-/// The mailbox table: the seed's columns plus the task's outcome and error text.
+/// The mailbox table: the seed's columns plus the task's outcome and error text. `_lookup`
+/// serves takes by key (oldest first), `_task` takes by task, `_stored` the retention purge.
 fn mailbox_table(table: &Identifier) -> String {
     format!(
         r#"
@@ -131,6 +132,8 @@ CREATE INDEX IF NOT EXISTS {table}_lookup
     ON {table} (tenant, user_id, session_id, created_at_ms);
 CREATE INDEX IF NOT EXISTS {table}_stored
     ON {table} (created_at_ms);
+CREATE INDEX IF NOT EXISTS {table}_task
+    ON {table} (tenant, task_id);
 "#
     )
 }

@@ -57,7 +57,7 @@ use crate::core::{
 };
 use crate::infra::postgres::rows::{
     self, duration_ms, entry_from_sql, entry_to_sql, millis, millis_u64, priority_to_sql, task_of,
-    Claimed, Encoded,
+    Claimed, Encoded, JsonRows,
 };
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
@@ -243,9 +243,65 @@ where
         rank_time_ms: u64,
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        let row = Encoded::new("postgres", &task)?;
-        drop(task);
-        self.insert(entry, rank_time_ms, row, None).await
+        let mut parked = self.enqueue_many(vec![(entry, rank_time_ms, task)]).await;
+        parked.pop().unwrap_or(Err(QueueError::Duplicate(entry)))
+    }
+
+    async fn enqueue_many(
+        &self,
+        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
+        let mut rows = JsonRows::new();
+        let mut written = Vec::with_capacity(tasks.len());
+        for (entry, rank_time_ms, task) in tasks {
+            match Encoded::new("postgres", &task) {
+                Ok(encoded) => {
+                    encoded_row(&mut rows, entry, rank_time_ms, &encoded);
+                    written.push((parked.len(), entry));
+                    parked.push(Ok(()));
+                }
+                Err(error) => parked.push(Err(error)),
+            }
+        }
+        if written.is_empty() {
+            return parked;
+        }
+        let sql = format!(
+            "INSERT INTO {t} (queue_name, entry, task_id, tenant, user_id, session_id, \
+                 priority, kind, units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload) \
+             SELECT $1, entry, task_id, tenant, user_id, session_id, priority, kind, units, \
+                    created_at_ms, rank_time_ms, deadline_ms, metadata, payload \
+               FROM jsonb_to_recordset($2::jsonb) AS r(entry BIGINT, task_id BIGINT, \
+                    tenant TEXT, user_id TEXT, session_id TEXT, priority SMALLINT, \
+                    kind SMALLINT, units BIGINT, created_at_ms BIGINT, rank_time_ms BIGINT, \
+                    deadline_ms BIGINT, metadata JSONB, payload JSONB) \
+             ON CONFLICT (queue_name, entry) DO NOTHING RETURNING entry",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![self.queue.clone().into(), rows.finish().into()];
+        let stored = match self.query_all("park", sql, values).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                for (index, _) in written {
+                    parked[index] = Err(error.clone());
+                }
+                return parked;
+            }
+        };
+        let mut stored: std::collections::HashSet<i64> = stored
+            .iter()
+            .filter_map(|row| column::<i64>(row, "entry").ok())
+            .collect();
+        for (index, entry) in written {
+            // An entry stored already (or twice in this batch) is refused, once per copy.
+            if !stored.remove(&entry_to_sql(entry)) {
+                parked[index] = Err(QueueError::Duplicate(entry));
+            }
+        }
+        // Only a parked task is news for other nodes: one announcement for the batch.
+        self.database.announce(&self.channel(), String::new());
+        parked
     }
 
     async fn enqueue_claimed(
@@ -258,9 +314,9 @@ where
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
-        let claim = Some((node, millis_u64(expires_at_ms)));
         let row = Encoded::new("postgres", &task)?;
-        self.insert(entry, rank_time_ms, row, claim).await?;
+        let claim = (node, millis_u64(expires_at_ms));
+        self.insert_claimed(entry, rank_time_ms, row, claim).await?;
         Ok(Lease {
             entry,
             task,
@@ -349,6 +405,63 @@ where
             return Err(QueueError::NotClaimed(entry));
         }
         Ok(())
+    }
+
+    async fn settle_many(
+        &self,
+        node: &str,
+        settlements: Vec<(EntryId, Settlement)>,
+    ) -> Vec<Result<(), QueueError>> {
+        // Runs that ended well are deleted in one statement; failures (rare) one by one.
+        let mut settled = Vec::with_capacity(settlements.len());
+        let mut done = Vec::new();
+        for (index, (entry, settlement)) in settlements.into_iter().enumerate() {
+            match settlement {
+                Settlement::Done => {
+                    done.push((index, entry));
+                    settled.push(Ok(()));
+                }
+                failed => settled.push(self.settle(node, entry, failed).await),
+            }
+        }
+        if done.is_empty() {
+            return settled;
+        }
+        let entries = done
+            .iter()
+            .map(|(_, entry)| entry_to_sql(*entry).to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = format!(
+            "DELETE FROM {t} WHERE queue_name = $1 AND state = 'claimed' AND locked_by = $2 \
+                AND entry IN (SELECT value::bigint FROM jsonb_array_elements_text($3::jsonb)) \
+             RETURNING entry",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            node.to_owned().into(),
+            format!("[{entries}]").into(),
+        ];
+        match self.query_all("settle", sql, values).await {
+            Ok(rows) => {
+                let gone: std::collections::HashSet<i64> = rows
+                    .iter()
+                    .filter_map(|row| column::<i64>(row, "entry").ok())
+                    .collect();
+                for (index, entry) in done {
+                    if !gone.contains(&entry_to_sql(entry)) {
+                        settled[index] = Err(QueueError::NotClaimed(entry));
+                    }
+                }
+            }
+            Err(error) => {
+                for (index, _) in done {
+                    settled[index] = Err(error.clone());
+                }
+            }
+        }
+        settled
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -490,14 +603,13 @@ where
 }
 
 impl<P> PostgresQueue<P> {
-    /// Inserts a task, parked (and announced with NOTIFY), or already claimed by
-    /// `claim = (node, lease expiry)`.
-    async fn insert(
+    /// Inserts a task already claimed by `node` under a lease that runs out at `expires`.
+    async fn insert_claimed(
         &self,
         entry: EntryId,
         rank_time_ms: u64,
         row: Encoded,
-        claim: Option<(&str, i64)>,
+        (node, expires): (&str, i64),
     ) -> Result<(), QueueError> {
         let Encoded {
             meta,
@@ -505,18 +617,13 @@ impl<P> PostgresQueue<P> {
             payload,
         } = row;
         let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
-        let (state, node, expires, attempts) = match claim {
-            Some((node, expires)) => ("claimed", Some(node.to_owned()), Some(expires), 1),
-            None => ("parked", None, None, 0),
-        };
         let sql = format!(
             "WITH stored AS ( \
                INSERT INTO {t} (queue_name, entry, task_id, tenant, user_id, session_id, \
                    priority, kind, units, created_at_ms, rank_time_ms, deadline_ms, \
                    metadata, payload, state, locked_by, locked_at, lease_expires_ms, attempts) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, \
-                       $14::jsonb, $15, $16, CASE WHEN $16::text IS NULL THEN NULL ELSE NOW() END, \
-                       $17, $18) \
+                       $14::jsonb, 'claimed', $15, NOW(), $16, 1) \
                ON CONFLICT (queue_name, entry) DO NOTHING RETURNING 1) \
              SELECT count(*) AS stored FROM stored",
             t = self.table
@@ -536,10 +643,8 @@ impl<P> PostgresQueue<P> {
             meta.deadline_ms.map(millis).into(),
             metadata.into(),
             payload.into(),
-            state.to_owned().into(),
-            node.into(),
+            node.to_owned().into(),
             expires.into(),
-            attempts.into(),
         ];
         let row = self.query_one("park", sql, values).await?;
         let stored: i64 = match row {
@@ -549,12 +654,29 @@ impl<P> PostgresQueue<P> {
         if stored == 0 {
             return Err(QueueError::Duplicate(entry));
         }
-        if claim.is_none() {
-            // Only a parked task is news for other nodes.
-            self.database.announce(&self.channel(), String::new());
-        }
         Ok(())
     }
+}
+
+/// Writes a task to park as the next row of an [`enqueue_many`](SharedQueue::enqueue_many)
+/// statement.
+fn encoded_row(rows: &mut JsonRows, entry: EntryId, rank_time_ms: u64, encoded: &Encoded) {
+    let meta = &encoded.meta;
+    let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
+    rows.row()
+        .int("entry", entry_to_sql(entry))
+        .int("task_id", meta.id as i64)
+        .text("tenant", Some(&key.tenant.0))
+        .text("user_id", key.user_id.as_deref())
+        .text("session_id", key.session_id.as_deref())
+        .int("priority", i64::from(priority_to_sql(meta.priority)))
+        .int("kind", meta.cost.kind.index() as i64)
+        .int("units", i64::from(meta.cost.units))
+        .int("created_at_ms", millis(meta.created_at_ms))
+        .int("rank_time_ms", millis_u64(rank_time_ms))
+        .int_or_null("deadline_ms", meta.deadline_ms.map(millis))
+        .json("metadata", Some(&encoded.metadata))
+        .json("payload", Some(&encoded.payload));
 }
 
 impl<P> PostgresQueue<P>
