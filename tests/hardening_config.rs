@@ -280,6 +280,34 @@ fn a_nul_in_a_pool_name_and_an_absurd_stack_are_config_errors() {
 }
 
 #[test]
+fn shared_queue_numbers_out_of_range_name_their_field() {
+    let queue = |settings: &str| format!(r#"{{ "pools": {{ "p": {{ "queue": {settings} }} }} }}"#);
+    let cases = [
+        (
+            r#"{ "type": "postgres", "claim_ahead": 10001 }"#,
+            "pools.p.queue.claim_ahead: 10001 is out of range; use 0 to 10000",
+        ),
+        (
+            r#"{ "type": "postgres_pgmq", "queue_name": "q", "claim_ahead": 20000 }"#,
+            "pools.p.queue.claim_ahead: 20000 is out of range; use 0 to 10000",
+        ),
+        (
+            r#"{ "type": "postgres", "max_attempts": 0 }"#,
+            "pools.p.queue.max_attempts: 0 is out of range; use 1 to 1000",
+        ),
+        (
+            r#"{ "type": "postgres", "lease_ms": 10 }"#,
+            "pools.p.queue.lease_ms: 10 is out of range; use 300 to 86400000",
+        ),
+    ];
+    for (settings, error) in cases {
+        assert_eq!(json_error(&queue(settings)), error, "{settings}");
+    }
+    let fine = queue(r#"{ "type": "postgres", "claim_ahead": 10000 }"#);
+    SchedulerConfig::from_json_str(&fine).expect("10,000 ahead is allowed");
+}
+
+#[test]
 fn alias_bombs_and_deep_nesting_are_answered_quickly() {
     let mut bomb = String::from(
         "a: &a [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]\n",

@@ -57,15 +57,28 @@ impl Cluster {
 
     /// A node of one worker and one unit, polling every 10 ms.
     async fn node(&self, name: &'static str) -> PoolClient<u64, TaskId> {
+        self.node_with(name, 1, 1, 0).await
+    }
+
+    /// A node of `workers` workers and `units` units that may claim `claim_ahead` tasks
+    /// beyond what it starts at once, polling every 10 ms.
+    async fn node_with(
+        &self,
+        name: &'static str,
+        workers: usize,
+        units: u32,
+        claim_ahead: usize,
+    ) -> PoolClient<u64, TaskId> {
         let supervisor = spawn_supervisor().await.unwrap();
         let shared = SharedParking::new(self.queue.clone(), name)
             .with_lease(Duration::from_millis(300))
-            .with_poll(Duration::from_millis(10));
+            .with_poll(Duration::from_millis(10))
+            .with_claim_ahead(claim_ahead);
         let spec = PoolSpec {
             name: name.into(),
-            limits: PoolLimits::new(1, 1),
+            limits: PoolLimits::new(units, workers),
             workers: WorkerSettings {
-                count: 1,
+                count: workers,
                 stack_size: None,
                 pin_to_cpus: false,
             },
@@ -310,6 +323,65 @@ async fn a_batch_that_overflows_into_the_shared_queue_gets_every_key() {
         assert_eq!(a.retrieve(&key, WAIT).await, Ok(id));
     }
     a.shutdown(WAIT).await.unwrap();
+}
+
+/// With claim-ahead, a busy node holds claimed tasks waiting for its workers (more claimed
+/// than it runs), never more than its workers plus the claim-ahead, never runs more than its
+/// workers at once, and every task still runs exactly once. A producer (no workers) with the
+/// same setting claims nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_claim_ahead_holds_tasks_for_its_workers_and_runs_each_once() {
+    let cluster = Cluster::new();
+    let producer = cluster.node_with("api", 0, 100, 4).await;
+    let gpu = cluster.node_with("gpu", 2, 100, 4).await;
+    let tasks = (1..=30).map(|id| job(id, 20, Priority::Normal)).collect();
+    let keys: Vec<MailboxKey> = producer
+        .submit_batch(tasks, SubmitOptions::default())
+        .await
+        .into_iter()
+        .map(|answer| answer.expect("accepted"))
+        .collect();
+    let (mut most_claimed, mut most_running) = (0, 0);
+    loop {
+        let (_, claimed) = cluster.counts().await;
+        let running = gpu.stats().active_tasks;
+        most_claimed = most_claimed.max(claimed);
+        most_running = most_running.max(running);
+        if cluster.runs().len() == 30 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for (id, key) in (1..=30).zip(&keys) {
+        assert_eq!(producer.retrieve(key, WAIT).await, Ok(id), "task {id}");
+    }
+    assert!(
+        most_claimed > 2,
+        "claim-ahead never held more than the 2 workers run ({most_claimed})"
+    );
+    assert!(
+        most_claimed <= 2 + 4,
+        "held {most_claimed} claims, more than 2 workers and 4 ahead"
+    );
+    assert!(most_running <= 2, "ran {most_running} at once on 2 workers");
+    let runs = cluster.runs();
+    assert!(
+        runs.iter().all(|&(node, _)| node == "gpu"),
+        "the producer ran a task"
+    );
+    let mut ids: Vec<TaskId> = runs.iter().map(|&(_, id)| id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=30).collect::<Vec<_>>(),
+        "each task ran exactly once"
+    );
+    eventually("every claim is settled", async || {
+        cluster.counts().await == (0, 0)
+    })
+    .await;
+    producer.shutdown(WAIT).await.unwrap();
+    gpu.shutdown(WAIT).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,8 @@ where
         purge_goes_by_stored_at_not_by_store_order,
         subscribe_wakes_a_waiter_on_store,
         subscribe_is_not_woken_by_other_keys,
+        a_group_store_keeps_its_order_and_wakes_every_key,
+        concurrent_takes_each_get_their_own_task_once,
         backend_is_named,
     );
 }
@@ -190,6 +192,79 @@ pub async fn take_task_takes_exactly_that_task(mailbox: Arc<dyn Mailbox<String>>
     }
     assert_eq!(take_task(mailbox, &key("acme", "ada", "s9"), 1).await, None);
     assert_stored(mailbox, 0, "taking everything").await;
+}
+
+/// `store_many` stores a group as `store` stores each, in order: `take` then returns each
+/// key's deliveries in the group's order, and a waiter on every key in the group is woken.
+pub async fn a_group_store_keeps_its_order_and_wakes_every_key(mailbox: Arc<dyn Mailbox<String>>) {
+    let (ada, bob) = (key("acme", "ada", "s1"), key("acme", "bob", "s1"));
+    let waiting = [mailbox.subscribe(&ada), mailbox.subscribe(&bob)];
+    let woken: Vec<_> = waiting.iter().map(|notify| notify.notified()).collect();
+    let mut woken: Vec<_> = woken.into_iter().map(Box::pin).collect();
+    for notified in &mut woken {
+        notified.as_mut().enable();
+    }
+    let group = vec![
+        (ada.clone(), ok(3, 30)),
+        (bob.clone(), ok(1, 10)),
+        (ada.clone(), ok(1, 10)),
+        (ada.clone(), delivery(2, Err(PoolError::TimedOut), 20)),
+    ];
+    let stored = mailbox.store_many(group).await;
+    assert_eq!(stored, vec![Ok(()), Ok(()), Ok(()), Ok(())]);
+    assert_eq!(mailbox.store_many(Vec::new()).await, Vec::new());
+    for notified in woken {
+        tokio::time::timeout(WAKE_TIMEOUT, notified)
+            .await
+            .expect("a group store wakes the waiters of every key in it");
+    }
+    let mailbox = &*mailbox;
+    assert_stored(mailbox, 4, "a group store").await;
+    assert_eq!(list(mailbox, &ada).await, [3, 1, 2]);
+    assert_eq!(take(mailbox, &ada).await, Some(seen(&ok(3, 30))));
+    assert_eq!(take(mailbox, &ada).await, Some(seen(&ok(1, 10))));
+    let timed_out = delivery(2, Err(PoolError::TimedOut), 20);
+    assert_eq!(take(mailbox, &ada).await, Some(seen(&timed_out)));
+    assert_eq!(take(mailbox, &bob).await, Some(seen(&ok(1, 10))));
+    assert_stored(mailbox, 0, "taking the group").await;
+}
+
+/// Many callers taking at once (a backend may answer them together) each get exactly their
+/// own task's delivery, and a delivery two callers race for goes to one of them only.
+pub async fn concurrent_takes_each_get_their_own_task_once(mailbox: Arc<dyn Mailbox<String>>) {
+    let sessions: Vec<MailboxKey> = (0..8)
+        .map(|session| key("acme", "ada", &format!("s{session}")))
+        .collect();
+    for id in 1..=64u64 {
+        let inbox = &sessions[(id % 8) as usize];
+        store(&*mailbox, inbox, ok(id, id)).await;
+    }
+    // Everyone's task once, and task 5 of session 5 a second time: one of the two wins.
+    let mut asked: Vec<(MailboxKey, TaskId)> = (1..=64u64)
+        .map(|id| (sessions[(id % 8) as usize].clone(), id))
+        .collect();
+    asked.push((sessions[5].clone(), 5));
+    // The same task id under the wrong session is nobody's.
+    asked.push((sessions[0].clone(), 9));
+    let takes = asked.iter().cloned().map(|(inbox, id)| {
+        let mailbox = Arc::clone(&mailbox);
+        tokio::spawn(async move { (id, mailbox.take_task(&inbox, id).await.expect("take")) })
+    });
+    let mut got_five = 0;
+    for (n, take) in takes.enumerate() {
+        let (id, taken) = take.await.expect("a taker");
+        match (n, taken) {
+            (65, taken) => assert!(taken.is_none(), "task 9 is not session 0's"),
+            (_, Some(taken)) if id == 5 => {
+                assert_eq!(seen(&taken), seen(&ok(5, 5)));
+                got_five += 1;
+            }
+            (_, Some(taken)) => assert_eq!(seen(&taken), seen(&ok(id, id)), "task {id}"),
+            (_, None) => assert_eq!(id, 5, "only the raced task may come back empty"),
+        }
+    }
+    assert_eq!(got_five, 1, "the raced delivery goes to exactly one taker");
+    assert_stored(&*mailbox, 0, "every take").await;
 }
 
 /// `list` names the waiting tasks oldest first and takes nothing.

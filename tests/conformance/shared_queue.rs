@@ -70,6 +70,8 @@ where
         remove_takes_only_parked_entries,
         remove_task_matches_the_exact_key_and_id,
         counts_follow_every_step,
+        a_group_park_refuses_only_the_duplicates,
+        a_group_settle_ends_only_the_nodes_claims,
         backend_is_named,
     );
 }
@@ -600,6 +602,96 @@ pub async fn only_the_holder_renews_or_settles(queue: &dyn SharedQueue<Job>) {
     let leased = claim(queue, NODE_B, within(only(Cpu, 1)), 30).await;
     assert_eq!(leased.map(|lease| lease.entry), Some(2));
     assert_eq!(queue.settle(NODE_B, 2, Settlement::Done).await, Ok(()));
+    assert_counts(queue, 0, 0, "everything settled").await;
+}
+
+/// `enqueue_many` parks a group as `enqueue` parks each: one answer per task, in order; an
+/// entry stored already, or given twice in the group, is refused with `Duplicate` (once per
+/// extra copy) and the rest of the group is parked, at its own rank.
+pub async fn a_group_park_refuses_only_the_duplicates(queue: &dyn SharedQueue<Job>) {
+    enqueue_all(queue, &[(7, &cpu(7, Normal, 0, 1))]).await;
+    let group = vec![
+        (1, at(5), cpu(1, Low, 5, 1)),
+        (7, at(5), cpu(70, Critical, 5, 1)),
+        (2, at(6), cpu(2, High, 6, 1)),
+        (2, at(6), cpu(20, Critical, 6, 1)),
+        (3, at(7), cpu(3, Normal, 7, 1)),
+    ];
+    let parked = queue.enqueue_many(group).await;
+    assert_eq!(
+        parked,
+        vec![
+            Ok(()),
+            Err(QueueError::Duplicate(7)),
+            Ok(()),
+            Err(QueueError::Duplicate(2)),
+            Ok(()),
+        ]
+    );
+    assert_counts(queue, 4, 0, "a group park with duplicates").await;
+    assert_eq!(queue.enqueue_many(Vec::new()).await, Vec::new());
+
+    // Rank order: High 2, then Normal 7 (older) and 3, then Low 1; the refused copies
+    // (Critical) are nowhere.
+    let leases = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 10)), 10, LEASE, at(10))
+        .await
+        .expect("claim");
+    let claimed: Vec<(EntryId, u64)> = leases
+        .iter()
+        .map(|lease| (lease.entry, lease.task.meta.id))
+        .collect();
+    assert_eq!(claimed, vec![(2, 2), (7, 7), (3, 3), (1, 1)]);
+}
+
+/// `settle_many` ends each claim as `settle` would: one answer per claim, in order; a claim
+/// this node does not hold (another node's, unknown, settled already) is `NotClaimed` and
+/// does not stop the others.
+pub async fn a_group_settle_ends_only_the_nodes_claims(queue: &dyn SharedQueue<Job>) {
+    enqueue_all(
+        queue,
+        &[
+            (1, &cpu(1, Normal, 0, 1)),
+            (2, &cpu(2, Normal, 1, 1)),
+            (3, &cpu(3, Normal, 2, 1)),
+            (4, &cpu(4, Normal, 3, 1)),
+        ],
+    )
+    .await;
+    let mine = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 3)), 3, LEASE, at(10))
+        .await
+        .expect("claim");
+    assert_eq!(mine.len(), 3);
+    let theirs = claim(queue, NODE_B, within(only(Cpu, 1)), 10).await;
+    assert_eq!(theirs.map(|lease| lease.entry), Some(4));
+
+    let settled = queue
+        .settle_many(
+            NODE_A,
+            vec![
+                (1, Settlement::Done),
+                (4, Settlement::Done),
+                (2, Settlement::Failed("boom".into())),
+                (404, Settlement::Done),
+                (3, Settlement::Done),
+                (1, Settlement::Done),
+            ],
+        )
+        .await;
+    assert_eq!(
+        settled,
+        vec![
+            Ok(()),
+            Err(QueueError::NotClaimed(4)),
+            Ok(()),
+            Err(QueueError::NotClaimed(404)),
+            Ok(()),
+            Err(QueueError::NotClaimed(1)),
+        ]
+    );
+    assert_counts(queue, 0, 1, "node B's claim is left").await;
+    assert_eq!(queue.settle(NODE_B, 4, Settlement::Done).await, Ok(()));
     assert_counts(queue, 0, 0, "everything settled").await;
 }
 

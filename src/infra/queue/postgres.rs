@@ -445,12 +445,13 @@ where
         ];
         match self.query_all("settle", sql, values).await {
             Ok(rows) => {
-                let gone: std::collections::HashSet<i64> = rows
+                let mut gone: std::collections::HashSet<i64> = rows
                     .iter()
                     .filter_map(|row| column::<i64>(row, "entry").ok())
                     .collect();
                 for (index, entry) in done {
-                    if !gone.contains(&entry_to_sql(entry)) {
+                    // A claim named twice ends once; the second copy finds it gone.
+                    if !gone.remove(&entry_to_sql(entry)) {
                         settled[index] = Err(QueueError::NotClaimed(entry));
                     }
                 }

@@ -1,0 +1,211 @@
+//! The mailbox actor writes results in groups (`Mailbox::store_many`): every result that
+//! finishes while the previous write is in flight goes in the next one. Checked with a
+//! mailbox that awaits (as a database does) and records each write: a busy pool's results
+//! share writes, none is lost or written twice, each key's results keep their order, and a
+//! shutdown writes what was still waiting.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
+use prometheus_parking_lot::core::{
+    Delivery, Mailbox, MailboxError, PoolClient, PoolLimits, ScheduledTask, SubmitOptions,
+    TaskExecutor, TaskMetadata,
+};
+use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
+use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
+use prometheus_parking_lot::RestartPolicy;
+use tokio::sync::Notify;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// An in-memory mailbox behind a slow write (`delay` per `store_many`), recording each
+/// write's task ids.
+struct SlowMailbox {
+    inner: InMemoryMailbox<TaskId>,
+    delay: Duration,
+    writes: Mutex<Vec<Vec<TaskId>>>,
+}
+
+#[async_trait]
+impl Mailbox<TaskId> for SlowMailbox {
+    fn backend(&self) -> &'static str {
+        "slow"
+    }
+
+    async fn store(
+        &self,
+        key: &MailboxKey,
+        delivery: Delivery<TaskId>,
+    ) -> Result<(), MailboxError> {
+        let mut stored = self.store_many(vec![(key.clone(), delivery)]).await;
+        stored.pop().expect("one answer")
+    }
+
+    async fn store_many(
+        &self,
+        deliveries: Vec<(MailboxKey, Delivery<TaskId>)>,
+    ) -> Vec<Result<(), MailboxError>> {
+        tokio::time::sleep(self.delay).await;
+        let ids = deliveries
+            .iter()
+            .map(|(_, delivery)| delivery.task_id)
+            .collect();
+        self.writes.lock().unwrap().push(ids);
+        let mut stored = Vec::new();
+        for (key, delivery) in deliveries {
+            stored.push(self.inner.store(&key, delivery).await);
+        }
+        stored
+    }
+
+    async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<TaskId>>, MailboxError> {
+        self.inner.take(key).await
+    }
+
+    async fn take_task(
+        &self,
+        key: &MailboxKey,
+        task_id: TaskId,
+    ) -> Result<Option<Delivery<TaskId>>, MailboxError> {
+        self.inner.take_task(key, task_id).await
+    }
+
+    async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError> {
+        self.inner.list(key).await
+    }
+
+    async fn purge_stored_before(&self, cutoff_ms: u64) -> Result<usize, MailboxError> {
+        self.inner.purge_stored_before(cutoff_ms).await
+    }
+
+    async fn stored_count(&self) -> Result<usize, MailboxError> {
+        self.inner.stored_count().await
+    }
+
+    fn subscribe(&self, key: &MailboxKey) -> Arc<Notify> {
+        self.inner.subscribe(key)
+    }
+}
+
+#[derive(Clone)]
+struct Echo;
+
+#[async_trait]
+impl TaskExecutor<u64, TaskId> for Echo {
+    async fn execute(&self, _payload: u64, meta: TaskMetadata) -> TaskId {
+        meta.id
+    }
+}
+
+async fn pool(mailbox: Arc<SlowMailbox>) -> PoolClient<u64, TaskId> {
+    let supervisor = spawn_supervisor().await.unwrap();
+    let spec = PoolSpec {
+        name: "grouped".into(),
+        limits: PoolLimits::new(4, 4),
+        workers: WorkerSettings {
+            count: 4,
+            stack_size: None,
+            pin_to_cpus: false,
+        },
+        default_timeout: None,
+        restart: RestartPolicy::default(),
+        executor: Echo,
+        queue: Box::new(InMemoryQueue::new()),
+        mailbox,
+        notifiers: Vec::new(),
+        result_encoder: None,
+        subscribers: Vec::new(),
+        retention: None,
+        shared: None,
+        durability: Default::default(),
+        gpu: None,
+    };
+    start_pool(&supervisor, spec).await.unwrap()
+}
+
+fn slow_mailbox(delay_ms: u64) -> Arc<SlowMailbox> {
+    Arc::new(SlowMailbox {
+        inner: InMemoryMailbox::new(),
+        delay: Duration::from_millis(delay_ms),
+        writes: Mutex::default(),
+    })
+}
+
+/// One key for every task: its results must come out in the order they were written.
+fn key() -> MailboxKey {
+    MailboxKey::new("acme").with_session("one")
+}
+
+fn tasks(ids: std::ops::RangeInclusive<TaskId>) -> Vec<ScheduledTask<u64>> {
+    ids.map(|id| {
+        ScheduledTask::new(
+            TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key()),
+            id,
+        )
+    })
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_pools_results_share_writes_and_none_is_lost() {
+    let mailbox = slow_mailbox(5);
+    let client = pool(mailbox.clone()).await;
+    let answers = client
+        .submit_batch(tasks(1..=200), SubmitOptions::default())
+        .await;
+    assert!(answers.iter().all(Result::is_ok));
+    let mut taken = Vec::new();
+    while taken.len() < 200 {
+        let id = client.retrieve(&key(), WAIT).await.expect("a result");
+        taken.push(id);
+    }
+    let writes = mailbox.writes.lock().unwrap().clone();
+    let written: Vec<TaskId> = writes.iter().flatten().copied().collect();
+    assert_eq!(
+        taken, written,
+        "results come out in the order they were written"
+    );
+    let mut ids = written.clone();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=200).collect::<Vec<_>>(),
+        "each result written once"
+    );
+    assert!(
+        writes.len() < 100,
+        "200 results in {} writes: they were not grouped",
+        writes.len()
+    );
+    client.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_writes_the_results_still_waiting() {
+    // Task 1's result opens a write that takes 100 ms; tasks 2 to 50 end meanwhile, and the
+    // shutdown's drain reaches the mailbox actor behind their results, before the write
+    // that would take them.
+    let mailbox = slow_mailbox(100);
+    let client = pool(mailbox.clone()).await;
+    let first = client
+        .submit_batch(tasks(1..=1), SubmitOptions::default())
+        .await;
+    assert!(first.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let rest = client
+        .submit_batch(tasks(2..=50), SubmitOptions::default())
+        .await;
+    assert!(rest.iter().all(Result::is_ok));
+    let report = client.shutdown(WAIT).await.unwrap();
+    assert_eq!(report.abandoned_running, 0, "{report:?}");
+    assert_eq!(
+        mailbox.inner.stored_count().await.unwrap(),
+        50,
+        "every task's outcome is stored by the time shutdown returns"
+    );
+    let writes = mailbox.writes.lock().unwrap().clone();
+    assert_eq!(writes.first(), Some(&vec![1]), "{writes:?}");
+}
