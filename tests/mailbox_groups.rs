@@ -10,12 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::{
-    Delivery, Mailbox, MailboxError, PoolClient, PoolLimits, ScheduledTask, SubmitOptions,
-    TaskExecutor, TaskMetadata,
+    Delivery, Mailbox, MailboxError, Notifier, PoolClient, PoolLimits, ScheduledTask,
+    SubmitOptions, TaskExecutor, TaskMetadata, TerminalEvent,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
+
 use prometheus_parking_lot::RestartPolicy;
 use tokio::sync::Notify;
 
@@ -101,6 +102,13 @@ impl TaskExecutor<u64, TaskId> for Echo {
 }
 
 async fn pool(mailbox: Arc<SlowMailbox>) -> PoolClient<u64, TaskId> {
+    pool_telling(mailbox, Vec::new()).await
+}
+
+async fn pool_telling(
+    mailbox: Arc<SlowMailbox>,
+    notifiers: Vec<Arc<dyn Notifier>>,
+) -> PoolClient<u64, TaskId> {
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
         name: "grouped".into(),
@@ -115,7 +123,7 @@ async fn pool(mailbox: Arc<SlowMailbox>) -> PoolClient<u64, TaskId> {
         executor: Echo,
         queue: Box::new(InMemoryQueue::new()),
         mailbox,
-        notifiers: Vec::new(),
+        notifiers,
         result_encoder: None,
         subscribers: Vec::new(),
         retention: None,
@@ -208,4 +216,56 @@ async fn a_shutdown_writes_the_results_still_waiting() {
     );
     let writes = mailbox.writes.lock().unwrap().clone();
     assert_eq!(writes.first(), Some(&vec![1]), "{writes:?}");
+}
+
+/// Panics on the events of odd tasks.
+struct Grumpy;
+
+impl Notifier for Grumpy {
+    fn notify(&self, event: &TerminalEvent) {
+        assert!(event.task_id % 2 == 0, "odd task {}", event.task_id);
+    }
+}
+
+/// Counts the events it hears.
+#[derive(Default)]
+struct Counter(Mutex<Vec<TaskId>>);
+
+impl Notifier for Counter {
+    fn notify(&self, event: &TerminalEvent) {
+        self.0.lock().unwrap().push(event.task_id);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_notifier_loses_no_result_and_no_other_notifiers_event() {
+    let mailbox = slow_mailbox(5);
+    let counter = Arc::new(Counter::default());
+    let notifiers: Vec<Arc<dyn Notifier>> = vec![Arc::new(Grumpy), counter.clone()];
+    let client = pool_telling(mailbox.clone(), notifiers).await;
+    let answers = client
+        .submit_batch(tasks(1..=60), SubmitOptions::default())
+        .await;
+    assert!(answers.iter().all(Result::is_ok));
+    let mut taken = Vec::new();
+    while taken.len() < 60 {
+        taken.push(client.retrieve(&key(), WAIT).await.expect("a result"));
+    }
+    taken.sort_unstable();
+    assert_eq!(taken, (1..=60).collect::<Vec<_>>());
+    // Events follow their stores: wait for the last ones (a panic's report takes a while).
+    for _ in 0..1_000 {
+        if counter.0.lock().unwrap().len() >= 60 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut heard = counter.0.lock().unwrap().clone();
+    heard.sort_unstable();
+    assert_eq!(
+        heard,
+        (1..=60).collect::<Vec<_>>(),
+        "the second notifier heard everything"
+    );
+    client.shutdown(WAIT).await.unwrap();
 }

@@ -102,7 +102,15 @@ impl<R> Notifiers<R> {
             return None;
         }
         let result = match (&delivery.outcome, self.encoder) {
-            (Ok(result), Some(encode)) => encode(result),
+            // The encoder is the application's code: a panic in it costs the event its
+            // result, not the results waiting with it in the mailbox actor.
+            (Ok(result), Some(encode)) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| encode(result)))
+                    .unwrap_or_else(|_| {
+                        tracing::error!(task_id = delivery.task_id, "the result encoder panicked");
+                        None
+                    })
+            }
             _ => None,
         };
         Some(TerminalEvent {
@@ -116,10 +124,16 @@ impl<R> Notifiers<R> {
         })
     }
 
-    /// Hands a stored delivery's event to every notifier.
+    /// Hands a stored delivery's event to every notifier. A notifier that panics is logged
+    /// and the others still hear of the event (a notifier is the application's code; the
+    /// mailbox actor holds other results while it runs).
     pub fn notify(&self, event: &TerminalEvent) {
         for listener in &self.listeners {
-            listener.notify(event);
+            let heard =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| listener.notify(event)));
+            if heard.is_err() {
+                tracing::error!(pool = %event.pool, task_id = event.task_id, "a notifier panicked");
+            }
         }
     }
 }
