@@ -697,12 +697,20 @@ where
     ) -> Result<Claimed<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         let fits = "CASE kind WHEN 0 THEN $3 WHEN 1 THEN $4 WHEN 2 THEN $5 ELSE $6 END";
+        // `reserved` probes each priority level's oldest aged task on its own: one index
+        // descent per level. Asked in one scan ordered by priority, the time bound is no index
+        // condition, and a queue with nothing aged would be read to its end on every claim.
         let sql = format!(
             "WITH reserved AS MATERIALIZED ( \
-               SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
-                WHERE queue_name = $1 AND state = 'parked' AND rank_time_ms <= $14 \
-                  AND units <= CASE kind WHEN 0 THEN $15 WHEN 1 THEN $16 WHEN 2 THEN $17 ELSE $18 END \
-                ORDER BY priority DESC, rank_time_ms, entry LIMIT 1), \
+               SELECT r.* FROM (VALUES (3::smallint), (2::smallint), (1::smallint), (0::smallint)) \
+                          AS level(priority) \
+               CROSS JOIN LATERAL ( \
+                 SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
+                  WHERE queue_name = $1 AND state = 'parked' AND priority = level.priority \
+                    AND rank_time_ms <= $14 \
+                    AND units <= CASE kind WHEN 0 THEN $15 WHEN 1 THEN $16 WHEN 2 THEN $17 ELSE $18 END \
+                  ORDER BY rank_time_ms, entry LIMIT 1) AS r \
+               ORDER BY r.priority DESC LIMIT 1), \
              candidates AS ( \
                SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} AS c \
                 WHERE queue_name = $1 AND state = 'parked' AND not_before_ms <= $2 \
