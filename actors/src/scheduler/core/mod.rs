@@ -798,15 +798,18 @@ impl ParkingLot {
         let Some(book) = &self.tenants else {
             return match self.starving.first() {
                 Some(reserved) if reserved.ranks_ahead_of(&best) => {
-                    self.backfill_candidate(*reserved, now)
+                    self.backfill_candidate(*reserved, best.priority(), now)
                 }
                 _ => Some(best),
             };
         };
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
-        let best = book.best_fit(&free, best.priority())?;
+        let ceiling = best.priority();
+        let best = book.best_fit(&free, ceiling)?;
         match self.fair_reservation(book) {
-            Some(reserved) if reserved < best => self.backfill_candidate(reserved.rank(), now),
+            Some(reserved) if reserved < best => {
+                self.backfill_candidate(reserved.rank(), ceiling, now)
+            }
             _ => Some(best.rank()),
         }
     }
@@ -871,7 +874,14 @@ impl ParkingLot {
     /// ranks ahead of it; and either its timeout ends by the reservation's shadow time, or it
     /// fits in what the reservation leaves spare at that time. Among those, the highest
     /// priority first, then the one that uses the most of the free units, then rank.
-    fn backfill_candidate(&self, reserved: RankKey, now: u64) -> Option<RankKey> {
+    /// `ceiling` is the priority of the best-ranked parked task that fits the free units:
+    /// no task of a higher priority fits, so those levels are not asked.
+    fn backfill_candidate(
+        &self,
+        reserved: RankKey,
+        ceiling: Priority,
+        now: u64,
+    ) -> Option<RankKey> {
         let by_timeout = self.by_timeout.as_ref()?;
         let shadow = self.shadow(reserved, now)?;
         let limit = shadow.at.checked_sub(now)?;
@@ -896,13 +906,18 @@ impl ParkingLot {
         };
         let mut spare = free;
         spare[shadow.kind.index()] = spare[shadow.kind.index()].min(shadow.spare_units);
+        let all_spare = shadow.spare_slots > 0 && spare == free;
         // Level by level from the reservation's down: a task of a level ranks ahead of
         // every task of a lower one, whatever its size.
         for priority in Priority::ALL.into_iter().rev() {
-            if priority > reserved.priority() {
+            if priority > reserved.priority().min(ceiling) {
                 continue;
             }
-            let in_time = by_timeout.largest_within(priority, limit, &free, ends_in_time);
+            // When the spare room is all the free room, every task that fits may backfill
+            // whatever its timeout: the first query would only repeat part of the second.
+            let in_time = (!all_spare)
+                .then(|| by_timeout.largest_within(priority, limit, &free, ends_in_time))
+                .flatten();
             let in_spare_room = (shadow.spare_slots > 0)
                 .then(|| by_timeout.largest_within(priority, u64::MAX, &spare, any_timeout))
                 .flatten();
