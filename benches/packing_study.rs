@@ -14,6 +14,10 @@
 //! Then a second, smaller study: one tenant floods the pool while four others submit
 //! steadily, with and without a fair share.
 //!
+//! Besides utilisation and waits, the study charges every idle GB·s to what kept the card
+//! from using it (nothing waits, every slot busy, no waiting task fits, a reservation holds
+//! a fitting task back, or FIFO's blocked head), to show where a policy loses to the bound.
+//!
 //! `cargo bench --bench packing_study` prints the tables (for `BENCHMARKS.md`) and writes
 //! the plots to `benches/plots/` (SVG): utilisation over time and the wait distributions
 //! per priority of the three policies.
