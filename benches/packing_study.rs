@@ -14,6 +14,10 @@
 //! Then a second, smaller study: one tenant floods the pool while four others submit
 //! steadily, with and without a fair share.
 //!
+//! Besides utilisation and waits, the study charges every idle GB·s to what kept the card
+//! from using it (nothing waits, every slot busy, no waiting task fits, a reservation holds
+//! a fitting task back, or FIFO's blocked head), to show where a policy loses to the bound.
+//!
 //! `cargo bench --bench packing_study` prints the tables (for `BENCHMARKS.md`) and writes
 //! the plots to `benches/plots/` (SVG): utilisation over time and the wait distributions
 //! per priority of the three policies.
@@ -166,6 +170,10 @@ trait Policy {
     /// When the policy next has timed work to do (the core's aging).
     fn wakeup(&self) -> Option<u64>;
     fn tick(&mut self, now: u64) -> Vec<TaskId>;
+    /// Whether a reservation holds tasks back now (the core's starvation guard).
+    fn reserving(&self) -> bool {
+        false
+    }
 }
 
 /// The real core, with or without timeouts on its tickets.
@@ -223,6 +231,10 @@ impl Policy for Core {
     fn tick(&mut self, now: u64) -> Vec<TaskId> {
         self.lot.tick(now).started
     }
+
+    fn reserving(&self) -> bool {
+        self.lot.reservation().is_some()
+    }
 }
 
 impl Policy for StrictFifo {
@@ -260,13 +272,43 @@ struct Run {
     usage: Vec<(u64, u32)>,
     /// The last task's end.
     makespan_ms: u64,
+    /// Why VRAM was idle, one entry per `usage` step.
+    why_idle: Vec<Idle>,
 }
+
+/// Why the card had idle VRAM during a step (what a step's idle GB are charged to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// Nothing is parked: every arrived task runs.
+    NothingWaits,
+    /// Every worker slot is busy.
+    SlotsBusy,
+    /// Tasks wait, but none fits the idle VRAM.
+    NoneFits,
+    /// A parked task fits the idle VRAM, but a reservation holds it back (and the backfill
+    /// rule did not let it start).
+    Reserved,
+    /// A parked task fits, and no reservation holds it back (strict FIFO's blocked head).
+    Blocked,
+}
+
+const IDLE_CAUSES: [(Idle, &str); 5] = [
+    (Idle::NothingWaits, "nothing waits"),
+    (Idle::SlotsBusy, "all 8 slots busy"),
+    (Idle::NoneFits, "no waiting task fits"),
+    (Idle::Reserved, "held back by a reservation"),
+    (Idle::Blocked, "blocked head (FIFO)"),
+];
 
 fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
     let index: HashMap<TaskId, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
     let mut starts = vec![u64::MAX; tasks.len()];
     let mut ends: BTreeSet<(u64, TaskId)> = BTreeSet::new();
     let mut usage = vec![(0, 0)];
+    let mut why_idle = vec![Idle::NothingWaits];
+    // GB -> number of arrived tasks of that size not started yet.
+    let mut waiting: std::collections::BTreeMap<u32, usize> = Default::default();
+    let mut running = 0usize;
     let mut used = 0u32;
     let mut next_arrival = 0;
     let mut now = 0;
@@ -285,10 +327,12 @@ fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
             }
             ends.pop_first();
             used -= tasks[index[&id]].gb;
+            running -= 1;
             started.extend(policy.finish(id, now));
         }
         while let Some(task) = tasks.get(next_arrival).filter(|t| t.arrives_ms <= now) {
             next_arrival += 1;
+            *waiting.entry(task.gb).or_default() += 1;
             started.extend(policy.arrive(task, now));
         }
         if policy.wakeup().is_some_and(|at| at <= now) {
@@ -299,10 +343,24 @@ fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
             assert_eq!(starts[index[&id]], u64::MAX, "task {id} started twice");
             starts[index[&id]] = now;
             used += task.gb;
+            running += 1;
             assert!(used <= CARD_GB, "{} overcommitted the card", policy.name());
             ends.insert((now + task.runs_ms, id));
+            let count = waiting.get_mut(&task.gb).expect("a waiting task starts");
+            *count -= 1;
+            if *count == 0 {
+                waiting.remove(&task.gb);
+            }
         }
         usage.push((now, used));
+        let smallest = waiting.keys().next().copied();
+        why_idle.push(match smallest {
+            None => Idle::NothingWaits,
+            Some(_) if running == WORKERS => Idle::SlotsBusy,
+            Some(gb) if gb > CARD_GB - used => Idle::NoneFits,
+            Some(_) if policy.reserving() => Idle::Reserved,
+            Some(_) => Idle::Blocked,
+        });
     }
     assert!(
         starts.iter().all(|&s| s != u64::MAX),
@@ -314,6 +372,7 @@ fn simulate(policy: &mut dyn Policy, tasks: &[Task]) -> Run {
         starts,
         usage,
         makespan_ms: now,
+        why_idle,
     }
 }
 
@@ -346,6 +405,25 @@ fn offline_bound(tasks: &[Task]) -> (f64, u64) {
         .sum::<u64>();
     let makespan = full_card.max(slots).max(last).max(exclusive);
     (work / (f64::from(CARD_GB) * makespan as f64), makespan)
+}
+
+/// Idle VRAM over `[from, to)` charged to each cause, as shares of the card's capacity over
+/// that span (they add up to one minus the utilisation).
+fn idle_breakdown(run: &Run, from: u64, to: u64) -> Vec<f64> {
+    let mut idle = vec![0.0; IDLE_CAUSES.len()];
+    for (pair, why) in run.usage.windows(2).zip(&run.why_idle) {
+        let ((start, gb), (end, _)) = (pair[0], pair[1]);
+        let (start, end) = (start.max(from), end.min(to));
+        if end > start {
+            let cause = IDLE_CAUSES
+                .iter()
+                .position(|(c, _)| c == why)
+                .expect("a cause");
+            idle[cause] += f64::from(CARD_GB - gb) * (end - start) as f64;
+        }
+    }
+    let capacity = f64::from(CARD_GB) * (to - from) as f64;
+    idle.into_iter().map(|gb_ms| gb_ms / capacity).collect()
 }
 
 /// Mean utilisation over `[from, to)` ms.
@@ -627,6 +705,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             seconds(quantile(&large, 0.99)),
             seconds(quantile(&large, 1.0)),
         );
+    }
+    println!(
+        "\nWhere the idle VRAM goes: idle GB·s charged to what held the card back, as % of \
+         the card's capacity over the span (whole run / while arrivals last / after):\n"
+    );
+    let causes: Vec<&str> = IDLE_CAUSES.iter().map(|(_, name)| *name).collect();
+    println!("| policy | {} |", causes.join(" | "));
+    println!("|---|{}", "---|".repeat(causes.len()));
+    for run in &runs {
+        let spans = [
+            idle_breakdown(run, 0, run.makespan_ms),
+            idle_breakdown(run, 0, last_arrival),
+            idle_breakdown(run, last_arrival, run.makespan_ms),
+        ];
+        let cells: Vec<String> = (0..causes.len())
+            .map(|cause| {
+                let shares: Vec<String> = spans
+                    .iter()
+                    .map(|span| format!("{:.1}", 100.0 * span[cause]))
+                    .collect();
+                shares.join(" / ")
+            })
+            .collect();
+        println!("| {} | {} |", run.name, cells.join(" | "));
     }
     println!("\nThe largest tasks' maximum wait per priority, seconds:\n");
     println!("| policy | critical | high | normal | low |");

@@ -14,28 +14,44 @@
 //! one already past its timeout), R's start cannot be bounded that way and nothing
 //! backfills; tasks without a timeout never backfill.
 //!
+//! # Which one first
+//!
+//! Among the tasks that may backfill, the highest priority goes first; within a priority,
+//! the task that uses the most of the free units (the largest cost that fits), the
+//! best-ranked of those. Backfill fills a hole beside a reservation, so, as best-fit
+//! packing does, it fills as much of it as it can: taking the oldest task that fits would
+//! often start a small one and leave the rest of the hole idle, and leave the large tasks,
+//! which fit only in large holes, for the end (where nothing small is left to pair with
+//! them). The order between priorities stays strict.
+//!
 //! # Shape
 //!
-//! Parked tasks with a timeout are indexed a second time, by timeout class: classes split
-//! each power of two into four (1–3 ms are classes of their own), so a class's timeouts
-//! differ by less than a quarter. Each class holds one [`CostIndex`] per kind. A query for
-//! tasks ending within `limit` ms asks every class up to `limit`'s own for its best task that
-//! fits the free units: 32 steps per class and kind. In `limit`'s own class only part of the
-//! tasks may qualify, so its answer is checked against the exact timeout; if it does not
-//! qualify that class offers nothing this time. Tasks for the spare room are asked of every
-//! class, with R's kind bounded by the spare units. A backfill can so miss a task that would
-//! have qualified (never start one that does not): it errs on the side of the reservation.
+//! Parked tasks with a timeout are indexed a second time, by priority and timeout class:
+//! classes split each power of two into four (1–3 ms are classes of their own), so a
+//! class's timeouts differ by less than a quarter. Each class holds one [`CostIndex`] per
+//! kind. A query for tasks of one priority ending within `limit` ms asks every class of that
+//! priority up to `limit`'s own for its largest task that fits the free units (a walk down
+//! the trie and at most one back down its rightmost path: 64 steps per class and kind). In
+//! `limit`'s own class only part of the tasks may qualify, so its answer is checked against
+//! the exact timeout; if it does not qualify that class offers nothing this time. Tasks for
+//! the spare room are asked of every class, with R's kind bounded by the spare units. A
+//! backfill can so miss a task that would have qualified (never start one that does not):
+//! it errs on the side of the reservation. (In the packing study of `BENCHMARKS.md` an
+//! exact scan of the parked tasks in place of the index starts the same tasks.)
 //!
 //! # Cost
 //!
-//! At most 4·32 = 128 classes, each a 32-step walk per kind in use: O(1) in the number of
-//! parked tasks. Parking or removing a task with a timeout costs one more O(log n) index
-//! update, and about 40 more bytes per such task while it is parked.
+//! Per priority level, two queries of at most 4·32 = 128 classes, each a 64-step walk per
+//! kind in use; the levels are asked from the reservation's down until one offers a task:
+//! O(1) in the number of parked tasks (at most 4·2·128·64 steps per kind, far fewer in
+//! practice: a pool's timeouts span a few dozen classes). Parking or removing a task with a
+//! timeout costs one more O(log n) index update, and about 40 more bytes per such task
+//! while it is parked.
 
 use std::collections::BTreeMap;
 
 use super::{CostIndex, RankKey, KINDS};
-use crate::domain::ResourceKind;
+use crate::domain::{Priority, ResourceKind};
 
 /// A timeout class: ms 0–3 are classes 0–3; a timeout `t >= 4` with leading bit `e` is in
 /// class `4 (e - 1) + m`, where `m` is the two bits after the leading one.
@@ -48,10 +64,10 @@ fn class_of(timeout_ms: u32) -> u8 {
     (4 * (exponent - 1) + mantissa) as u8
 }
 
-/// Parked tasks with a timeout, by timeout class and kind.
+/// Parked tasks with a timeout, by priority, timeout class and kind.
 #[derive(Debug, Clone, Default)]
 pub(super) struct TimeoutIndex {
-    classes: BTreeMap<u8, [CostIndex; KINDS]>,
+    classes: BTreeMap<(Priority, u8), [CostIndex; KINDS]>,
 }
 
 impl TimeoutIndex {
@@ -62,7 +78,10 @@ impl TimeoutIndex {
         units: u32,
         rank: RankKey,
     ) {
-        self.classes.entry(class_of(timeout_ms)).or_default()[kind.index()].insert(units, rank);
+        self.classes
+            .entry((rank.priority(), class_of(timeout_ms)))
+            .or_default()[kind.index()]
+        .insert(units, rank);
     }
 
     pub(super) fn remove(
@@ -72,7 +91,7 @@ impl TimeoutIndex {
         units: u32,
         rank: RankKey,
     ) {
-        let class = class_of(timeout_ms);
+        let class = (rank.priority(), class_of(timeout_ms));
         let Some(indexes) = self.classes.get_mut(&class) else {
             return;
         };
@@ -94,26 +113,30 @@ impl TimeoutIndex {
             .sum()
     }
 
-    /// The best-ranked task whose timeout is at most `limit_ms` and that fits `free`, among
-    /// those `accept` takes (`accept` checks the exact timeout and anything else the caller
-    /// requires). Each class and kind offers its best fitting task only.
-    pub(super) fn best_within(
+    /// The task of `priority` whose timeout is at most `limit_ms` that uses the most of
+    /// `free` (the largest cost that fits, the best-ranked at that cost), among those
+    /// `accept` takes, with its units. Each class and kind offers its largest fitting task
+    /// only.
+    pub(super) fn largest_within(
         &self,
+        priority: Priority,
         limit_ms: u64,
         free: &[u32; KINDS],
         accept: impl Fn(RankKey) -> bool,
-    ) -> Option<RankKey> {
+    ) -> Option<(u32, RankKey)> {
         let last = class_of(u32::try_from(limit_ms).unwrap_or(u32::MAX));
-        let mut best: Option<RankKey> = None;
-        for indexes in self.classes.range(..=last).map(|(_, indexes)| indexes) {
+        let mut best: Option<(u32, RankKey)> = None;
+        let classes = self.classes.range((priority, 0)..=(priority, last));
+        for indexes in classes.map(|(_, indexes)| indexes) {
             for (kind, index) in indexes.iter().enumerate() {
-                let Some(candidate) = index.best_within(free[kind]) else {
+                let Some((units, candidate)) = index.largest_within(free[kind]) else {
                     continue;
                 };
-                if best.is_some_and(|best| best <= candidate) || !accept(candidate) {
-                    continue;
+                let better = best
+                    .is_none_or(|(most, key)| units > most || (units == most && candidate < key));
+                if better && accept(candidate) {
+                    best = Some((units, candidate));
                 }
-                best = Some(candidate);
             }
         }
         best
@@ -141,25 +164,40 @@ mod tests {
     }
 
     #[test]
-    fn only_classes_up_to_the_limit_offer_tasks() {
-        use crate::domain::Priority;
-        let rank = |id| RankKey::new(Priority::Normal, id, id);
+    fn only_classes_up_to_the_limit_and_the_asked_priority_offer_tasks() {
+        let rank = |priority, id| RankKey::new(priority, id, id);
+        let normal = |id| rank(Priority::Normal, id);
         let mut index = TimeoutIndex::default();
-        index.insert(100, ResourceKind::GpuVram, 2, rank(1));
-        index.insert(5_000, ResourceKind::GpuVram, 2, rank(0));
+        index.insert(100, ResourceKind::GpuVram, 2, normal(1));
+        index.insert(5_000, ResourceKind::GpuVram, 3, normal(0));
+        index.insert(10, ResourceKind::GpuVram, 1, rank(Priority::High, 7));
         let free = [10; KINDS];
+        let largest = |index: &TimeoutIndex, limit, free: &[u32; KINDS]| {
+            index.largest_within(Priority::Normal, limit, free, |_| true)
+        };
         // 99 and 100 share a class: the class offers task 1 and `accept` has the last word.
-        assert_eq!(index.best_within(99, &free, |_| true), Some(rank(1)));
-        assert_eq!(index.best_within(50, &free, |_| true), None);
-        assert_eq!(index.best_within(1_000, &free, |_| true), Some(rank(1)));
-        assert_eq!(index.best_within(6_000, &free, |_| true), Some(rank(0)));
-        assert_eq!(index.best_within(6_000, &[1; KINDS], |_| true), None);
+        assert_eq!(largest(&index, 99, &free), Some((2, normal(1))));
+        assert_eq!(largest(&index, 50, &free), None);
+        assert_eq!(largest(&index, 1_000, &free), Some((2, normal(1))));
+        // The larger task wins over the better-ranked one.
+        assert_eq!(largest(&index, 6_000, &free), Some((3, normal(0))));
+        assert_eq!(largest(&index, 6_000, &[2; KINDS]), Some((2, normal(1))));
+        assert_eq!(largest(&index, 6_000, &[1; KINDS]), None);
         assert_eq!(
-            index.best_within(6_000, &free, |r| r.id() == 1),
-            Some(rank(1))
+            index.largest_within(Priority::Normal, 6_000, &free, |r| r.id() == 1),
+            Some((2, normal(1)))
         );
-        index.remove(100, ResourceKind::GpuVram, 2, rank(1));
-        assert_eq!(index.best_within(1_000, &free, |_| true), None);
-        assert_eq!(index.len(), 1);
+        // Other priorities are asked separately.
+        assert_eq!(
+            index.largest_within(Priority::High, 6_000, &free, |_| true),
+            Some((1, rank(Priority::High, 7)))
+        );
+        assert_eq!(
+            index.largest_within(Priority::Low, 6_000, &free, |_| true),
+            None
+        );
+        index.remove(100, ResourceKind::GpuVram, 2, normal(1));
+        assert_eq!(largest(&index, 1_000, &free), None);
+        assert_eq!(index.len(), 2);
     }
 }

@@ -157,6 +157,45 @@ impl CostIndex {
         min_key(best, self.nodes[node].best)
     }
 
+    /// The largest cost held that is at most `max_cost`, with the best key of that cost: a
+    /// walk down `max_cost`'s path, then, if it leaves the trie, down the rightmost path of
+    /// the last subtree of smaller costs it passed. At most 64 steps.
+    pub fn largest_within(&self, max_cost: u32) -> Option<(u32, RankKey)> {
+        let mut node = ROOT;
+        let mut prefix = 0u32;
+        // The last subtree of costs below `max_cost`'s path: its node, depth and prefix.
+        let mut below: Option<(usize, usize, u32)> = None;
+        let mut on_path = true;
+        for depth in 0..DEPTH {
+            let children = self.nodes[node].children;
+            let bit = bit_at(max_cost, depth);
+            if bit == 1 && children[0] != NIL {
+                below = Some((children[0] as usize, depth + 1, prefix << 1));
+            }
+            match children[bit] {
+                NIL => {
+                    on_path = false;
+                    break;
+                }
+                child => {
+                    node = child as usize;
+                    prefix = (prefix << 1) | bit as u32;
+                }
+            }
+        }
+        if on_path {
+            return self.leaves_best(node).map(|key| (max_cost, key));
+        }
+        let (mut node, depth, mut prefix) = below?;
+        for _ in depth..DEPTH {
+            let [left, right] = self.nodes[node].children;
+            let (bit, child) = if right != NIL { (1, right) } else { (0, left) };
+            node = child as usize;
+            prefix = (prefix << 1) | bit;
+        }
+        self.leaves_best(node).map(|key| (prefix, key))
+    }
+
     fn lower_best(&mut self, node: usize, key: RankKey) {
         let best = &mut self.nodes[node].best;
         if best.is_none_or(|current| key < current) {
@@ -321,6 +360,40 @@ mod tests {
                 .map(|(_, k)| *k)
                 .min();
             assert_eq!(index.best_within(bound), expected);
+            let largest = all
+                .iter()
+                .filter(|(c, _)| *c <= bound)
+                .min_by_key(|&&(c, k)| (std::cmp::Reverse(c), k))
+                .copied();
+            assert_eq!(index.largest_within(bound), largest, "bound {bound}");
         }
+    }
+
+    #[test]
+    fn largest_within_finds_the_largest_cost_at_most_the_bound() {
+        let mut index = CostIndex::new();
+        assert_eq!(index.largest_within(u32::MAX), None);
+        index.insert(10, key(Priority::Low, 1, 1));
+        index.insert(10, key(Priority::High, 2, 2));
+        index.insert(3, key(Priority::Critical, 3, 3));
+        index.insert(u32::MAX, key(Priority::Low, 4, 4));
+        assert_eq!(index.largest_within(2), None);
+        assert_eq!(
+            index.largest_within(9).map(|(c, k)| (c, k.id())),
+            Some((3, 3))
+        );
+        // Of the tasks at the largest cost, the best-ranked.
+        assert_eq!(
+            index.largest_within(10).map(|(c, k)| (c, k.id())),
+            Some((10, 2))
+        );
+        assert_eq!(
+            index.largest_within(1 << 20).map(|(c, k)| (c, k.id())),
+            Some((10, 2))
+        );
+        assert_eq!(
+            index.largest_within(u32::MAX).map(|(c, k)| (c, k.id())),
+            Some((u32::MAX, 4))
+        );
     }
 }

@@ -72,7 +72,9 @@
 //!     timeout ends before the reservation's *shadow time* (the earliest time the
 //!     reservation could start if every running task ended by its timeout) or it fits in
 //!     what the reservation leaves spare at that time. Tasks without a timeout never
-//!     backfill; without a bounded shadow time nothing does.
+//!     backfill; without a bounded shadow time nothing does. Of the tasks that may, the
+//!     highest priority starts first, and within a priority the one that uses the most of
+//!     the free units (then rank).
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -90,8 +92,8 @@
 //! decision are O(log n) in parked tasks. A fair share adds a visit of each tenant with a
 //! task parked or running, O(T) with a 32-step walk for the few that could win (see
 //! `fair_share.rs`); a backfill decision, made only while a reservation waits, walks at most
-//! 128 timeout classes and the running tasks (see `backfill.rs`). Without a fair share the
-//! decision path is the one above plus one branch.
+//! 128 timeout classes per priority level and the running tasks (see `backfill.rs`).
+//! Without a fair share the decision path is the one above plus one branch.
 
 mod backfill;
 mod cost_index;
@@ -796,15 +798,18 @@ impl ParkingLot {
         let Some(book) = &self.tenants else {
             return match self.starving.first() {
                 Some(reserved) if reserved.ranks_ahead_of(&best) => {
-                    self.backfill_candidate(*reserved, now)
+                    self.backfill_candidate(*reserved, best.priority(), now)
                 }
                 _ => Some(best),
             };
         };
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
-        let best = book.best_fit(&free, best.priority())?;
+        let ceiling = best.priority();
+        let best = book.best_fit(&free, ceiling)?;
         match self.fair_reservation(book) {
-            Some(reserved) if reserved < best => self.backfill_candidate(reserved.rank(), now),
+            Some(reserved) if reserved < best => {
+                self.backfill_candidate(reserved.rank(), ceiling, now)
+            }
             _ => Some(best.rank()),
         }
     }
@@ -864,11 +869,19 @@ impl ParkingLot {
         now.saturating_add(u64::from(timeout_ms)) <= shadow.at || shadow.spares(cost)
     }
 
-    /// The best task held back by `reserved` that may backfill (rule 13): it has a timeout,
-    /// fits now, its tenant has room for it and no starving task of its own tenant ranks
-    /// ahead of it; and either its timeout ends by the reservation's shadow time, or it fits
-    /// in what the reservation leaves spare at that time.
-    fn backfill_candidate(&self, reserved: RankKey, now: u64) -> Option<RankKey> {
+    /// The task held back by `reserved` to backfill (rule 13), if any may: it has a
+    /// timeout, fits now, its tenant has room for it and no starving task of its own tenant
+    /// ranks ahead of it; and either its timeout ends by the reservation's shadow time, or it
+    /// fits in what the reservation leaves spare at that time. Among those, the highest
+    /// priority first, then the one that uses the most of the free units, then rank.
+    /// `ceiling` is the priority of the best-ranked parked task that fits the free units:
+    /// no task of a higher priority fits, so those levels are not asked.
+    fn backfill_candidate(
+        &self,
+        reserved: RankKey,
+        ceiling: Priority,
+        now: u64,
+    ) -> Option<RankKey> {
         let by_timeout = self.by_timeout.as_ref()?;
         let shadow = self.shadow(reserved, now)?;
         let limit = shadow.at.checked_sub(now)?;
@@ -880,23 +893,43 @@ impl ParkingLot {
                     && !book.starving_ahead_of(tenant, &candidate)
             })
         };
-        let ends_in_time = by_timeout.best_within(limit, &free, |candidate| {
+        let ends_in_time = |candidate: RankKey| {
             self.parked.get(&candidate.id()).is_some_and(|parked| {
                 parked.timeout().is_some_and(|timeout| timeout <= limit)
                     && within_share(candidate, parked)
             })
-        });
-        let mut spare = free;
-        if shadow.spare_slots == 0 {
-            return ends_in_time;
-        }
-        spare[shadow.kind.index()] = spare[shadow.kind.index()].min(shadow.spare_units);
-        let in_spare_room = by_timeout.best_within(u64::MAX, &spare, |candidate| {
+        };
+        let any_timeout = |candidate: RankKey| {
             self.parked
                 .get(&candidate.id())
                 .is_some_and(|parked| within_share(candidate, parked))
-        });
-        [ends_in_time, in_spare_room].into_iter().flatten().min()
+        };
+        let mut spare = free;
+        spare[shadow.kind.index()] = spare[shadow.kind.index()].min(shadow.spare_units);
+        let all_spare = shadow.spare_slots > 0 && spare == free;
+        // Level by level from the reservation's down: a task of a level ranks ahead of
+        // every task of a lower one, whatever its size.
+        for priority in Priority::ALL.into_iter().rev() {
+            if priority > reserved.priority().min(ceiling) {
+                continue;
+            }
+            // When the spare room is all the free room, every task that fits may backfill
+            // whatever its timeout: the first query would only repeat part of the second.
+            let in_time = (!all_spare)
+                .then(|| by_timeout.largest_within(priority, limit, &free, ends_in_time))
+                .flatten();
+            let in_spare_room = (shadow.spare_slots > 0)
+                .then(|| by_timeout.largest_within(priority, u64::MAX, &spare, any_timeout))
+                .flatten();
+            let found = [in_time, in_spare_room]
+                .into_iter()
+                .flatten()
+                .min_by_key(|&(units, rank)| (std::cmp::Reverse(units), rank));
+            if let Some((_, rank)) = found {
+                return Some(rank);
+            }
+        }
+        None
     }
 
     /// The reservation's shadow: the earliest time at which, if every running task ends by

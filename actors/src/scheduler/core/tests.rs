@@ -777,3 +777,49 @@ fn parked_tasks_backfill_on_a_completion_when_they_end_in_time() {
     assert_eq!(lot.complete(1, 100).unwrap(), Vec::<TaskId>::new());
     assert_eq!(lot.complete(4, 60).unwrap(), vec![3]);
 }
+
+#[test]
+fn of_the_tasks_that_may_backfill_the_largest_that_fits_goes_first() {
+    let mut lot = draining_lot(true);
+    assert_eq!(lot.admit(timed(1, 6, Some(100)), 0), Admit::Start);
+    assert_eq!(lot.admit(timed(2, 4, Some(20)), 0), Admit::Start);
+    assert_eq!(lot.admit(timed(3, 8, None), 0), Admit::Park);
+    // Both end by t = 100 if started at t = 20; task 4 ranks ahead, task 5 is larger.
+    assert_eq!(lot.admit(timed(4, 2, Some(50)), 0), Admit::Park);
+    assert_eq!(lot.admit(timed(5, 4, Some(50)), 0), Admit::Park);
+    lot.tick(10);
+    assert_eq!(lot.reservation(), Some(3));
+    // 4 units free: task 5 fills them; task 4 would have left 2 idle with task 5 parked.
+    assert_eq!(lot.complete(2, 20).unwrap(), vec![5]);
+    lot.check_invariants().expect("invariants");
+    assert_eq!(lot.complete(5, 60).unwrap(), vec![4]);
+    // The reservation still starts when task 1 ends.
+    assert_eq!(lot.complete(4, 70).unwrap(), Vec::<TaskId>::new());
+    assert_eq!(lot.complete(1, 100).unwrap(), vec![3]);
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_higher_priority_backfill_goes_before_a_larger_lower_priority_one() {
+    let mut lot = draining_lot(true);
+    let with = |id, priority, units, timeout_ms| Ticket {
+        timeout_ms,
+        ..ticket(id, priority, units)
+    };
+    assert_eq!(lot.admit(timed(1, 6, Some(100)), 0), Admit::Start);
+    assert_eq!(lot.admit(timed(2, 4, Some(20)), 0), Admit::Start);
+    assert_eq!(lot.admit(with(3, Priority::High, 8, None), 0), Admit::Park);
+    assert_eq!(
+        lot.admit(with(4, Priority::Low, 4, Some(50)), 0),
+        Admit::Park
+    );
+    assert_eq!(
+        lot.admit(with(5, Priority::Normal, 2, Some(50)), 0),
+        Admit::Park
+    );
+    lot.tick(10);
+    assert_eq!(lot.reservation(), Some(3));
+    // The normal task starts first although the low one would fill the 4 free units.
+    assert_eq!(lot.complete(2, 20).unwrap(), vec![5]);
+    lot.check_invariants().expect("invariants");
+}
