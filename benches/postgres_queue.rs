@@ -108,9 +108,6 @@ struct Round {
     producer: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
     _worker: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
     mailbox: String,
-    /// The table queue's own table, dropped after the round: every round starts on fresh
-    /// tables, as the plain loop's rounds do.
-    jobs: Option<String>,
     /// The pgmq queue's name, to drop its PGMQ queues after the round.
     queue: Option<String>,
 }
@@ -127,11 +124,10 @@ enum Queue {
 fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Round {
     let queue = unique("bench");
     let mailbox = format!("{queue}_results");
-    let jobs = format!("{queue}_jobs");
     let settings = match kind {
-        Queue::Table => serde_json::json!({
-            "type": "postgres", "table": jobs, "queue_name": queue, "claim_ahead": ahead
-        }),
+        Queue::Table => {
+            serde_json::json!({ "type": "postgres", "queue_name": queue, "claim_ahead": ahead })
+        }
         Queue::Pgmq => {
             serde_json::json!({ "type": "postgres_pgmq", "queue_name": queue, "claim_ahead": ahead })
         }
@@ -158,7 +154,6 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
         producer: node(0),
         _worker: node(workers),
         mailbox,
-        jobs: (kind == Queue::Table).then_some(jobs),
         queue: (kind == Queue::Pgmq).then_some(queue),
     }
 }
@@ -263,12 +258,9 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
         println!("    submitted after {submitted:.2?}, all retrieved after {elapsed:.2?}");
     }
     let mailbox = round.mailbox.clone();
-    let (jobs, queue) = (round.jobs.clone(), round.queue.clone());
+    let queue = round.queue.clone();
     drop(round);
     drop_table(database.connection(), &mailbox).await;
-    if let Some(jobs) = jobs {
-        drop_table(database.connection(), &jobs).await;
-    }
     if let Some(queue) = queue {
         let levels = ["crit", "high", "norm", "low", "dlq"].map(|level| format!("{queue}_{level}"));
         drop_pgmq_queues(database.connection(), &levels).await;
