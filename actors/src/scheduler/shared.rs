@@ -231,6 +231,32 @@ async fn settle_loop<P: Send + 'static>(
     }
 }
 
+/// How many times [`gather`] yields at most.
+const GATHER_ROUNDS: usize = 8;
+
+/// Lets submissions already under way join `group` before it is written: yields to the
+/// runtime (so the scheduler hands over what its inbox holds) as long as each yield brings
+/// more, at most [`GATHER_ROUNDS`] times. A lone submission costs one yield; a stream of
+/// them from many callers goes in groups instead of a statement or two each.
+async fn gather<T>(inbox: &mut mpsc::UnboundedReceiver<T>, group: &mut Vec<T>) {
+    for _ in 0..GATHER_ROUNDS {
+        if group.len() >= GROUP_AT_MOST {
+            return;
+        }
+        tokio::task::yield_now().await;
+        let before = group.len();
+        while group.len() < GROUP_AT_MOST {
+            match inbox.try_recv() {
+                Ok(item) => group.push(item),
+                Err(_) => break,
+            }
+        }
+        if group.len() == before {
+            return;
+        }
+    }
+}
+
 /// A task handed to the shared queue, waiting for the park loop.
 struct ToPark<P> {
     entry: EntryId,
@@ -250,6 +276,7 @@ async fn park_loop<P: Send + 'static>(
 ) {
     let mut group = Vec::new();
     while parks.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
+        gather(&mut parks, &mut group).await;
         let mut answers = Vec::with_capacity(group.len());
         let mut tasks = Vec::with_capacity(group.len());
         for park in group.drain(..) {
