@@ -769,7 +769,7 @@ where
             claimed = Self::union_of("u", "p, msg_id, read_ct, message"),
         );
         let values = rows::fit_parameters(query, node, now_ms, expires_at_ms, max);
-        let rows = self.database.query_all_as("claim", sql, values).await?;
+        let rows = self.database.claim_as("claim", sql, values).await?;
         let mut leases = Vec::with_capacity(rows.len());
         for row in &rows {
             let msg_id: i64 = column(row, "msg_id")?;

@@ -743,7 +743,7 @@ where
             expires_at_ms,
             max,
         ));
-        let rows = self.query_all("claim", sql, values).await?;
+        let rows = self.database.claim_as("claim", sql, values).await?;
         let mut ranked = Vec::with_capacity(rows.len());
         for row in &rows {
             let priority: i16 = column(row, "priority")?;
