@@ -11,7 +11,8 @@
 //! is up it stops, and the waiter sleeps until it is woken.
 //!
 //! [`AdaptiveSpin`] adds a learned budget for waits that are often long (a retrieve whose
-//! task takes seconds), so failing spins stop costing CPU.
+//! task takes seconds, an admission answer that waits for a database to store the task), so
+//! failing spins stop costing CPU.
 //!
 //! # Adaptive spinning
 //!
@@ -75,6 +76,8 @@ const PROBE_EVERY: u32 = 32;
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct AdaptiveSpin {
+    /// The budget a success restores.
+    max: u32,
     budget: AtomicU32,
     skipped: AtomicU32,
     /// The wall-time bound of each spin.
@@ -83,12 +86,19 @@ pub(crate) struct AdaptiveSpin {
 
 impl AdaptiveSpin {
     pub(crate) fn new() -> Self {
-        Self::with_time(SPIN_TIME)
+        Self::with_limits(MAX_ROUNDS, SPIN_TIME)
     }
 
-    fn with_time(time: Duration) -> Self {
+    /// A spin whose budget is at most `rounds` (instead of [`MAX_ROUNDS`]).
+    pub(crate) fn with_max(rounds: u32) -> Self {
+        Self::with_limits(rounds, SPIN_TIME)
+    }
+
+    /// A spin of at most `rounds` rounds and `time` of wall time each.
+    fn with_limits(rounds: u32, time: Duration) -> Self {
         Self {
-            budget: AtomicU32::new(MAX_ROUNDS),
+            max: rounds,
+            budget: AtomicU32::new(rounds),
             skipped: AtomicU32::new(0),
             time,
         }
@@ -108,7 +118,7 @@ impl AdaptiveSpin {
         let mut spin = Spin::new(rounds, self.time);
         while spin.round() {
             if let Some(found) = check() {
-                self.budget.store(MAX_ROUNDS, Ordering::Relaxed);
+                self.budget.store(self.max, Ordering::Relaxed);
                 return Some(found);
             }
         }
@@ -142,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_failing_spin_halves_the_budget_and_a_success_restores_it() {
-        let spin = AdaptiveSpin::with_time(NO_TIME_LIMIT);
+        let spin = AdaptiveSpin::with_limits(MAX_ROUNDS, NO_TIME_LIMIT);
         let mut checks = 0;
         assert_eq!(
             spin.spin(|| {
@@ -164,8 +174,22 @@ mod tests {
     }
 
     #[test]
+    fn a_success_restores_the_spins_own_maximum() {
+        let spin = AdaptiveSpin::with_limits(64, NO_TIME_LIMIT);
+        let mut checks = 0;
+        spin.spin(|| {
+            checks += 1;
+            None::<()>
+        });
+        assert_eq!(checks, 64);
+        assert_eq!(spin.budget(), 32);
+        assert_eq!(spin.spin(|| Some(())), Some(()));
+        assert_eq!(spin.budget(), 64);
+    }
+
+    #[test]
     fn at_zero_budget_only_every_probe_spins_and_a_probe_success_recovers() {
-        let spin = AdaptiveSpin::with_time(NO_TIME_LIMIT);
+        let spin = AdaptiveSpin::with_limits(MAX_ROUNDS, NO_TIME_LIMIT);
         while spin.budget() > 0 {
             spin.spin(|| None::<()>);
         }

@@ -22,7 +22,7 @@ use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
     Extras, Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
 };
-use crate::spin::{AdaptiveSpin, Spin, SPIN_TIME};
+use crate::spin::AdaptiveSpin;
 use crate::stats::{PoolCounters, PoolStats};
 use crate::stream::{ResultStream, StreamAttachment};
 use crate::supervisor::SupervisorMsg;
@@ -32,24 +32,27 @@ use crate::worker::thread::is_worker_of;
 const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many times a submitter re-checks for its admission answer (yielding the CPU with
-/// `sched_yield` between checks) before it sleeps on it. A busy scheduler answers within a
-/// few microseconds, well inside this window, and catching the answer awake spares the
-/// submitter's thread a kernel wake-up per task (tens of microseconds on a virtual machine).
-/// Bounded: at most this many yields, and at most [`SPIN_TIME`] (see [`crate::spin`]).
+/// `sched_yield` between checks) before it sleeps on it, at most. A busy scheduler answers
+/// within a few microseconds, well inside this window, and catching the answer awake spares
+/// the submitter's thread a kernel wake-up per task (tens of microseconds on a virtual
+/// machine). Bounded: at most this many yields, and at most [`SPIN_TIME`](crate::spin::SPIN_TIME) (see
+/// [`crate::spin`]). The budget adapts ([`AdaptiveSpin`]): where answers take a database
+/// round trip (a pool parking to a shared queue), spins fail, and submitters soon sleep at
+/// once instead of burning the CPU the database needs.
 const ANSWER_SPIN_ROUNDS: u32 = 64;
 
-/// The admission answer: checked for a short while (see [`ANSWER_SPIN_ROUNDS`]), then
-/// awaited. `None` when the scheduler dropped the question (it stopped).
-async fn admission_answer<T>(mut answer: oneshot::Receiver<T>) -> Option<T> {
-    let mut spin = Spin::new(ANSWER_SPIN_ROUNDS, SPIN_TIME);
-    loop {
-        match answer.try_recv() {
-            Ok(value) => return Some(value),
-            Err(oneshot::error::TryRecvError::Closed) => return None,
-            Err(oneshot::error::TryRecvError::Empty) if spin.round() => {}
-            Err(oneshot::error::TryRecvError::Empty) => return answer.await.ok(),
-        }
+/// The admission answer: checked at once, then for a while (see [`ANSWER_SPIN_ROUNDS`]),
+/// then awaited. `None` when the scheduler dropped the question (it stopped).
+async fn admission_answer<T>(spin: &AdaptiveSpin, mut answer: oneshot::Receiver<T>) -> Option<T> {
+    let mut check = || match answer.try_recv() {
+        Ok(value) => Some(Some(value)),
+        Err(oneshot::error::TryRecvError::Closed) => Some(None),
+        Err(oneshot::error::TryRecvError::Empty) => None,
+    };
+    if let Some(answered) = check().or_else(|| spin.spin(check)) {
+        return answered;
     }
+    answer.await.ok()
 }
 
 /// A handle to one running pool: submit, retrieve, cancel, stats, shutdown. Cheap to clone.
@@ -94,6 +97,8 @@ struct ClientInner<P, R> {
     shutdown: OnceCell<Result<ShutdownReport, PoolError>>,
     /// How long async retrieves re-check an inline mailbox before they sleep.
     result_spin: AdaptiveSpin,
+    /// How long submitters re-check for their admission answer before they sleep.
+    answer_spin: AdaptiveSpin,
     nested: Arc<SlotBudget>,
 }
 
@@ -131,6 +136,7 @@ where
                 owns_supervisor,
                 shutdown: OnceCell::new(),
                 result_spin: AdaptiveSpin::new(),
+                answer_spin: AdaptiveSpin::with_max(ANSWER_SPIN_ROUNDS),
                 nested,
             }),
         }
@@ -159,7 +165,7 @@ where
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
         let answer = self.send_submission(task, options, None)?;
-        admission_answer(answer)
+        admission_answer(&self.inner.answer_spin, answer)
             .await
             .unwrap_or(Err(PoolError::Shutdown))
     }
@@ -171,7 +177,7 @@ where
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
         let answer = self.send_submission(task, options, None)?;
-        block_on_until(admission_answer(answer), None)
+        block_on_until(admission_answer(&self.inner.answer_spin, answer), None)
             .flatten()
             .unwrap_or(Err(PoolError::Shutdown))
     }
@@ -189,7 +195,7 @@ where
     ) -> Result<ResultStream<R>, PoolError> {
         let (attachment, stream) = ResultStream::channel(buffer)?;
         let answer = self.send_submission(task, options, Some(attachment))?;
-        admission_answer(answer)
+        admission_answer(&self.inner.answer_spin, answer)
             .await
             .unwrap_or(Err(PoolError::Shutdown))?;
         Ok(stream)
@@ -269,7 +275,7 @@ where
             reply,
             slots: Vec::new(),
         });
-        admission_answer(answers)
+        admission_answer(&self.inner.answer_spin, answers)
             .await
             .unwrap_or_else(|| vec![Err(PoolError::Shutdown); count])
     }
@@ -308,7 +314,7 @@ where
                 reply,
                 slots,
             });
-            admission_answer(answer)
+            admission_answer(&self.inner.answer_spin, answer)
                 .await
                 .unwrap_or_else(|| vec![Err(PoolError::Shutdown); sent_count])
         };
