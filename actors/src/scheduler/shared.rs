@@ -145,14 +145,8 @@ pub(crate) enum SharedReport<P> {
     Poll,
     /// The queue says a task may have been parked (a database notification).
     Wake,
-    /// A task this node handed to the shared queue is stored (or not).
-    Enqueued {
-        task_id: TaskId,
-        key: MailboxKey,
-        cost: ResourceCost,
-        reply: Reply,
-        result: Result<(), QueueError>,
-    },
+    /// A group of tasks this node handed to the shared queue is stored (or not, each).
+    Enqueued(Vec<Enqueued>),
     /// A claim's answer: the leases it took, best-ranked first.
     Claimed(Result<Vec<Lease<P>>, QueueError>),
     /// A cancel's removal from the shared queue.
@@ -173,6 +167,15 @@ pub(crate) enum SharedReport<P> {
     Lost(Vec<EntryId>),
     /// Tasks the queue gave up on: their submitters get a failure.
     Dead(Vec<DeadLetter>),
+}
+
+/// One task of a park group, and whether the queue stored it.
+pub(crate) struct Enqueued {
+    pub task_id: TaskId,
+    pub key: MailboxKey,
+    pub cost: ResourceCost,
+    pub reply: Reply,
+    pub result: Result<(), QueueError>,
 }
 
 /// Ends a node's claims on the shared queue: a handle on the node's settle loop (see
@@ -268,7 +271,7 @@ struct ToPark<P> {
 
 /// Parks tasks as the scheduler hands them over, in groups: every task handed over while the
 /// previous group was being stored goes in the next [`SharedQueue::enqueue_many`]; each
-/// task's answer goes back to the scheduler as [`SharedReport::Enqueued`].
+/// group's answers go back to the scheduler in one [`SharedReport::Enqueued`].
 async fn park_loop<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     scheduler: ActorRef<SchedulerMsg<P>>,
@@ -286,21 +289,22 @@ async fn park_loop<P: Send + 'static>(
         }
         let parked = queue.enqueue_many(tasks).await;
         let mut parked = parked.into_iter();
-        for (task_id, key, cost, reply) in answers {
-            let result = parked.next().unwrap_or_else(|| {
-                Err(QueueError::Backend(
-                    "the queue answered fewer parks than it was given".into(),
-                ))
-            });
-            let report = SharedReport::Enqueued {
+        let answered = answers
+            .into_iter()
+            .map(|(task_id, key, cost, reply)| Enqueued {
                 task_id,
                 key,
                 cost,
                 reply,
-                result,
-            };
-            let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(report)));
-        }
+                result: parked.next().unwrap_or_else(|| {
+                    Err(QueueError::Backend(
+                        "the queue answered fewer parks than it was given".into(),
+                    ))
+                }),
+            })
+            .collect();
+        let report = SharedReport::Enqueued(answered);
+        let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(report)));
     }
 }
 

@@ -37,7 +37,7 @@ use super::core::{Admit, Cancel, FastMap, ParkingLot, TenantKey, Ticket};
 use super::gpu_watch::{GpuLink, GpuWatch, Headroom};
 use super::inbox::{Finish, Inbox};
 use super::protocol::{Extras, QueueReport, Reply, ShutdownReport, Submission, SubmitOptions};
-use super::shared::{SharedLink, SharedReport};
+use super::shared::{Enqueued, SharedLink, SharedReport};
 use crate::contain::drop_contained;
 use crate::domain::{
     Capacity, Durability, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind,
@@ -1104,28 +1104,11 @@ where
                 self.maybe_claim(now);
             }
             SharedReport::Wake => self.maybe_claim(now),
-            SharedReport::Enqueued {
-                task_id,
-                key,
-                cost,
-                reply,
-                result,
-            } => match result {
-                Ok(()) => {
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
-                    self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
-                    reply.send(Ok(key));
+            SharedReport::Enqueued(group) => {
+                for enqueued in group {
+                    self.enqueued(enqueued, now);
                 }
-                Err(error) => {
-                    PoolCounters::bump(&self.counters.queue_errors);
-                    let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
-                    let refused = TaskStep::Refused(Refusal::QueueError);
-                    self.emit_parts(task_id, &key, cost, &refused, now, Detail::NONE);
-                    reply.send(Err(PoolError::Internal(format!(
-                        "could not park the task: {backend} queue: {error}"
-                    ))));
-                }
-            },
+            }
             SharedReport::Claimed(claimed) => {
                 if let Some(shared) = &mut self.shared {
                     shared.claimed();
@@ -1186,6 +1169,34 @@ where
                 for entry in entries.into_iter().filter(|entry| held.contains(entry)) {
                     tracing::warn!(pool = %self.pool, entry, "a shared lease was lost while its task ran here; another node may run it too");
                 }
+            }
+        }
+    }
+
+    /// A task handed to the shared queue is stored (its submitter hears it is accepted), or
+    /// could not be (its submitter hears why).
+    fn enqueued(&mut self, enqueued: Enqueued, now: u64) {
+        let Enqueued {
+            task_id,
+            key,
+            cost,
+            reply,
+            result,
+        } = enqueued;
+        match result {
+            Ok(()) => {
+                self.emit_parts(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                self.emit_parts(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
+                reply.send(Ok(key));
+            }
+            Err(error) => {
+                PoolCounters::bump(&self.counters.queue_errors);
+                let backend = self.shared.as_ref().map_or("shared", |s| s.backend());
+                let refused = TaskStep::Refused(Refusal::QueueError);
+                self.emit_parts(task_id, &key, cost, &refused, now, Detail::NONE);
+                reply.send(Err(PoolError::Internal(format!(
+                    "could not park the task: {backend} queue: {error}"
+                ))));
             }
         }
     }
