@@ -166,8 +166,10 @@ type EchoPool = Arc<ResourcePool<u64, u64, Echo>>;
 /// A pool over a mailbox the test can inspect.
 fn watched_pool(name: &str) -> (Arc<InMemoryMailbox<u64>>, EchoPool) {
     let mailbox = Arc::new(InMemoryMailbox::<u64>::new());
+    // Room for all 2,000 tasks of the served-waits test at once: their submissions may all
+    // arrive before the first task runs, and a refusal there would say nothing of watchers.
     let pool = ResourcePool::with_settings(
-        settings(name, 2, 4),
+        settings(name, 2, 4).with_max_queue_depth(4_000),
         Echo,
         Box::new(InMemoryQueue::new()),
         mailbox.clone(),
