@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot::actors::SubmitOptions;
@@ -42,8 +44,9 @@ enum Act {
     Quick,
     /// Panics with a payload whose `Drop` panics.
     PanicWithBomb,
-    /// Holds a bomb across a long await: the timeout drops it.
-    HoldBombAndSleep(Duration),
+    /// Holds a bomb across a long await (raising its flag once it holds it): the timeout or a
+    /// cancel drops it.
+    HoldBombAndSleep(Duration, Arc<AtomicBool>),
     /// Blocks its thread, then returns a result carrying a bomb.
     BlockThenBombResult(Duration),
     /// Returns a result carrying a bomb.
@@ -59,8 +62,9 @@ impl WorkerExecutor<Act, Answer> for Hazards {
         let bomb = match act {
             Act::Quick => None,
             Act::PanicWithBomb => std::panic::panic_any(Bomb),
-            Act::HoldBombAndSleep(duration) => {
+            Act::HoldBombAndSleep(duration, armed) => {
                 let held = Bomb;
+                armed.store(true, Ordering::SeqCst);
                 tokio::time::sleep(duration).await;
                 Some(held)
             }
@@ -126,7 +130,13 @@ async fn a_panic_payload_that_panics_when_dropped_fails_only_its_task() {
 async fn a_future_that_panics_when_the_timeout_drops_it_ends_timed_out() {
     let pool =
         WorkerPool::new(settings("bomb-timeout", 2, 8).with_timeout_ms(100), Hazards).unwrap();
-    let key = submit(&pool, Act::HoldBombAndSleep(Duration::from_secs(30)), 1).await;
+    let armed = Arc::new(AtomicBool::new(false));
+    let key = submit(
+        &pool,
+        Act::HoldBombAndSleep(Duration::from_secs(30), armed),
+        1,
+    )
+    .await;
     let outcome = answered(pool.retrieve_async(&key, WAIT).await);
     eventually("the worker was replaced", || {
         pool.stats().worker_restarts == 1
@@ -144,8 +154,16 @@ async fn a_future_that_panics_when_the_timeout_drops_it_ends_timed_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_future_that_panics_when_cancel_drops_it_ends_cancelled() {
     let pool = WorkerPool::new(settings("bomb-cancel", 2, 8), Hazards).unwrap();
-    let key = submit(&pool, Act::HoldBombAndSleep(Duration::from_secs(30)), 1).await;
-    eventually("the task runs", || pool.stats().active_tasks == 1).await;
+    let armed = Arc::new(AtomicBool::new(false));
+    let key = submit(
+        &pool,
+        Act::HoldBombAndSleep(Duration::from_secs(30), armed.clone()),
+        1,
+    )
+    .await;
+    // Cancel once the future holds its bomb: a cancel that reaches the worker before it first
+    // polls the future drops it unpolled, with no bomb in it and nothing to replace.
+    eventually("the task holds its bomb", || armed.load(Ordering::SeqCst)).await;
     assert_eq!(pool.cancel(&key, 1).await, Ok(()));
     let outcome = answered(pool.retrieve_async(&key, WAIT).await);
     eventually("the worker was replaced", || {
