@@ -35,10 +35,11 @@ const ACTOR_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// `sched_yield` between checks) before it sleeps on it, at most. A busy scheduler answers
 /// within a few microseconds, well inside this window, and catching the answer awake spares
 /// the submitter's thread a kernel wake-up per task (tens of microseconds on a virtual
-/// machine). Bounded: at most this many yields, and at most [`SPIN_TIME`](crate::spin::SPIN_TIME) (see
-/// [`crate::spin`]). The budget adapts ([`AdaptiveSpin`]): where answers take a database
-/// round trip (a pool parking to a shared queue), spins fail, and submitters soon sleep at
-/// once instead of burning the CPU the database needs.
+/// machine). Bounded: at most this many yields, and at most
+/// [`SPIN_TIME`](crate::spin::SPIN_TIME) (see [`crate::spin`]). The budget adapts
+/// ([`AdaptiveSpin`]): where answers take a database round trip (a pool parking to a shared
+/// queue), spins fail, and submitters soon sleep at once instead of burning the CPU the
+/// database needs.
 const ANSWER_SPIN_ROUNDS: u32 = 64;
 
 /// The admission answer: checked at once, then for a while (see [`ANSWER_SPIN_ROUNDS`]),

@@ -556,3 +556,43 @@ where
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_group_takes_what_arrives_while_it_yields_and_stops_when_a_yield_brings_nothing() {
+        let (parks, mut inbox) = mpsc::unbounded_channel();
+        parks.send(0).unwrap();
+        let more = parks.clone();
+        tokio::spawn(async move {
+            for park in 1..=3 {
+                more.send(park).unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut group = Vec::new();
+        inbox.recv_many(&mut group, GROUP_AT_MOST).await;
+        assert_eq!(group, [0]);
+        gather(&mut inbox, &mut group).await;
+        assert_eq!(group, [0, 1, 2, 3]);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_group_takes_no_more() {
+        let (parks, mut inbox) = mpsc::unbounded_channel();
+        for park in 0..=GROUP_AT_MOST {
+            parks.send(park).unwrap();
+        }
+        let mut group = Vec::new();
+        inbox.recv_many(&mut group, GROUP_AT_MOST).await;
+        gather(&mut inbox, &mut group).await;
+        assert_eq!(group.len(), GROUP_AT_MOST);
+        assert_eq!(
+            inbox.try_recv(),
+            Ok(GROUP_AT_MOST),
+            "the next group's first park"
+        );
+    }
+}
