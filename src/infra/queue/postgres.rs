@@ -60,7 +60,7 @@ use crate::infra::postgres::rows::{
     Claimed, Encoded, JsonRows,
 };
 use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
-use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
+use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId};
 
 /// How lost runs are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -700,10 +700,12 @@ where
         // `reserved` probes each priority level's oldest aged task on its own: one index
         // descent per level. Asked in one scan ordered by priority, the time bound is no index
         // condition, and a queue with nothing aged would be read to its end on every claim.
+        let levels = Priority::ALL
+            .map(|priority| format!("({}::smallint)", priority_to_sql(priority)))
+            .join(", ");
         let sql = format!(
             "WITH reserved AS MATERIALIZED ( \
-               SELECT r.* FROM (VALUES (3::smallint), (2::smallint), (1::smallint), (0::smallint)) \
-                          AS level(priority) \
+               SELECT r.* FROM (VALUES {levels}) AS level(priority) \
                CROSS JOIN LATERAL ( \
                  SELECT priority, rank_time_ms, entry, kind, units FROM {t} \
                   WHERE queue_name = $1 AND state = 'parked' AND priority = level.priority \
