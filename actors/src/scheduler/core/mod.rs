@@ -909,10 +909,8 @@ impl ParkingLot {
         let all_spare = shadow.spare_slots > 0 && spare == free;
         // Level by level from the reservation's down: a task of a level ranks ahead of
         // every task of a lower one, whatever its size.
-        for priority in Priority::ALL.into_iter().rev() {
-            if priority > reserved.priority().min(ceiling) {
-                continue;
-            }
+        let top = reserved.priority().min(ceiling);
+        for priority in Priority::ALL.into_iter().rev().filter(|&p| p <= top) {
             // When the spare room is all the free room, every task that fits may backfill
             // whatever its timeout: the first query would only repeat part of the second.
             let in_time = (!all_spare)
