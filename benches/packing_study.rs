@@ -388,7 +388,8 @@ fn work(tasks: &[Task]) -> f64 {
 /// arrival and run time in advance: the work over the capacity times a lower bound on the
 /// makespan. No schedule ends before (a) the card has done all the work at full use,
 /// (b) the worker slots have run every task, (c) the latest arrival plus its run, and
-/// (d) the tasks above half the card have run one after another (no two fit together).
+/// (d) the tasks above half the card have run one after another (no two fit together), with
+/// only what fits beside each (`paired_bound_ms`).
 fn offline_bound(tasks: &[Task]) -> (f64, u64) {
     let work = work(tasks);
     let full_card = (work / f64::from(CARD_GB)).ceil() as u64;
@@ -398,13 +399,62 @@ fn offline_bound(tasks: &[Task]) -> (f64, u64) {
         .map(|t| t.arrives_ms + t.runs_ms)
         .max()
         .unwrap_or(0);
-    let exclusive = tasks
-        .iter()
-        .filter(|t| 2 * t.gb > CARD_GB)
-        .map(|t| t.runs_ms)
-        .sum::<u64>();
-    let makespan = full_card.max(slots).max(last).max(exclusive);
+    let paired = paired_bound_ms(tasks.iter().map(|t| (t.gb, t.runs_ms)));
+    let makespan = full_card.max(slots).max(last).max(paired);
     (work / (f64::from(CARD_GB) * makespan as f64), makespan)
+}
+
+/// A lower bound on the time to run `work` (each task's GB and ms) on the card, knowing every
+/// run time: the tasks above half the card run one after another, and beside one of `s` GB
+/// only tasks of at most `CARD_GB - s` GB fit, in at most that room. So the smaller tasks'
+/// work that can run beside the large ones is at most a flow from their sizes into that room
+/// (with nested size limits, filling the tightest room first from the sizes that fit it is
+/// a maximum flow), and the rest of their work needs the card without a large task.
+fn paired_bound_ms(work: impl IntoIterator<Item = (u32, u64)>) -> u64 {
+    let half = CARD_GB / 2;
+    // GB·ms of the small tasks per size, and ms of the large tasks per size.
+    let mut small = vec![0.0f64; half as usize + 1];
+    let mut large_ms = vec![0u64; CARD_GB as usize + 1];
+    for (gb, ms) in work {
+        if gb > half {
+            large_ms[gb as usize] += ms;
+        } else {
+            small[gb as usize] += f64::from(gb) * ms as f64;
+        }
+    }
+    for gb in (half + 1..=CARD_GB).rev() {
+        let mut room = f64::from(CARD_GB - gb) * large_ms[gb as usize] as f64;
+        for size in (1..=(CARD_GB - gb).min(half)).rev() {
+            let take = room.min(small[size as usize]);
+            small[size as usize] -= take;
+            room -= take;
+        }
+    }
+    let unpaired: f64 = small.iter().sum();
+    large_ms.iter().sum::<u64>() + (unpaired / f64::from(CARD_GB)).ceil() as u64
+}
+
+/// What is left at `at`: the tasks not started yet, how many of them are above half the card,
+/// and two lower bounds on the time any schedule still needs from that state (knowing every
+/// run time): the work left (the unstarted tasks' and the rest of the running ones') at full
+/// use of the card, and `paired_bound_ms` of the same work. In ms.
+fn backlog_at(run: &Run, tasks: &[Task], at: u64) -> (usize, usize, u64, u64) {
+    let (mut waiting, mut large) = (0, 0);
+    let mut left = Vec::new();
+    for (task, &start) in tasks.iter().zip(&run.starts) {
+        let end = start + task.runs_ms;
+        if end <= at {
+            continue;
+        }
+        left.push((task.gb, end - start.max(at)));
+        if start >= at {
+            waiting += 1;
+            large += usize::from(2 * task.gb > CARD_GB);
+        }
+    }
+    let work: f64 = left.iter().map(|&(gb, ms)| f64::from(gb) * ms as f64).sum();
+    let full_card = (work / f64::from(CARD_GB)).ceil() as u64;
+    (waiting, large, full_card, paired_bound_ms(left))
 }
 
 /// Idle VRAM over `[from, to)` charged to each cause, as shares of the card's capacity over
@@ -729,6 +779,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         println!("| {} | {} |", run.name, cells.join(" | "));
+    }
+    println!(
+        "\nWhat is left at the last arrival, and the tail it takes against the shortest tail \
+         any schedule could reach from there (the work left at full use; the tasks above half \
+         the card one after another), seconds:\n"
+    );
+    println!("| policy | tasks waiting | of them above 12 GB | tail | work left at full use | with what fits beside the large ones | tail over its bound |");
+    println!("|---|---|---|---|---|---|---|");
+    for run in &runs {
+        let (waiting, large, full_card, paired) = backlog_at(run, &tasks, last_arrival);
+        let tail = run.makespan_ms - last_arrival;
+        println!(
+            "| {} | {waiting} | {large} | {} | {} | {} | {:.2} |",
+            run.name,
+            seconds(tail),
+            seconds(full_card),
+            seconds(paired),
+            tail as f64 / full_card.max(paired) as f64,
+        );
     }
     println!("\nThe largest tasks' maximum wait per priority, seconds:\n");
     println!("| policy | critical | high | normal | low |");
