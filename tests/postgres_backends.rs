@@ -553,21 +553,27 @@ async fn a_pgmq_pool_built_from_config_runs_tasks_and_archives_them() {
         let result = pool.retrieve_task(&key, id, Duration::from_secs(20)).await;
         assert_eq!(result, Ok(id * 20), "task {id}");
     }
-    let archived = one_row(format!(
-        "SELECT (SELECT count(*) FROM pgmq.a_{name}_norm) AS norm, \
-                (SELECT count(*) FROM pgmq.a_{name}_low) AS low, \
-                (SELECT count(*) FROM pgmq.a_{name}_high) AS high, \
-                (SELECT count(*) FROM pgmq.q_{name}_norm) + (SELECT count(*) FROM pgmq.q_{name}_low) \
-                  + (SELECT count(*) FROM pgmq.q_{name}_high) AS queued"
-    ))
-    .await
-    .unwrap();
-    let count = |column: &str| archived.try_get::<i64>("", column).unwrap();
-    assert_eq!(
-        (count("norm"), count("low"), count("high"), count("queued")),
-        (1, 1, 1, 0),
-        "every message archived in its level"
-    );
+    // A run's settle may still be on its way when its result is retrieved: wait for it.
+    let counts = || async {
+        let archived = one_row(format!(
+            "SELECT (SELECT count(*) FROM pgmq.a_{name}_norm) AS norm, \
+                    (SELECT count(*) FROM pgmq.a_{name}_low) AS low, \
+                    (SELECT count(*) FROM pgmq.a_{name}_high) AS high, \
+                    (SELECT count(*) FROM pgmq.q_{name}_norm) + (SELECT count(*) FROM pgmq.q_{name}_low) \
+                      + (SELECT count(*) FROM pgmq.q_{name}_high) AS queued"
+        ))
+        .await
+        .unwrap();
+        let count = |column: &str| archived.try_get::<i64>("", column).unwrap();
+        (count("norm"), count("low"), count("high"), count("queued"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = counts().await;
+    while seen != (1, 1, 1, 0) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = counts().await;
+    }
+    assert_eq!(seen, (1, 1, 1, 0), "every message archived in its level");
     drop(built);
     let queues: Vec<String> = ["crit", "high", "norm", "low", "dlq"]
         .iter()

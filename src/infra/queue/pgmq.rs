@@ -316,9 +316,84 @@ where
         rank_time_ms: u64,
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        let row = Encoded::new("pgmq", &task)?;
-        drop(task);
-        self.send(entry, rank_time_ms, row, None).await
+        let mut parked = self.enqueue_many(vec![(entry, rank_time_ms, task)]).await;
+        parked.pop().unwrap_or(Err(QueueError::Duplicate(entry)))
+    }
+
+    async fn enqueue_many(
+        &self,
+        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
+        let mut messages = Vec::with_capacity(tasks.len());
+        let mut written = Vec::with_capacity(tasks.len());
+        for (entry, rank_time_ms, task) in tasks {
+            let body = Encoded::new("pgmq", &task).and_then(|row| {
+                let body = message(entry, rank_time_ms, &row, None)?;
+                Ok((priority_to_sql(row.meta.priority), body))
+            });
+            match body {
+                Ok((p, body)) => {
+                    messages.push(format!("{{\"p\":{p},\"message\":{body}}}"));
+                    written.push((parked.len(), entry));
+                    parked.push(Ok(()));
+                }
+                Err(error) => parked.push(Err(error)),
+            }
+        }
+        if written.is_empty() {
+            return parked;
+        }
+        // The entries are registered first; a message is sent only for an entry that was not
+        // registered yet, and for an entry named twice in the batch only for its first copy.
+        let sent = self.per_level(", ", |table, p| {
+            format!(
+                "s_{p} AS (INSERT INTO {table} (vt, read_ct, message) \
+                   SELECT to_timestamp(0), 0, message FROM chosen WHERE p = {p} \
+                   RETURNING {ENTRY} AS entry)"
+            )
+        });
+        let sql = format!(
+            "WITH input AS (SELECT (item->>'p')::smallint AS p, item->'message' AS message, \
+                                   (item->'message'->>'entry')::bigint AS entry, ord \
+                              FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS i(item, ord)), \
+             fresh AS (INSERT INTO {ENTRIES} (queue_name, entry) SELECT $1, entry FROM input \
+                       ON CONFLICT DO NOTHING RETURNING entry), \
+             chosen AS (SELECT DISTINCT ON (entry) p, message FROM input \
+                         WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \
+             {sent} {}",
+            Self::union_of("s", "entry")
+        );
+        let values: Vec<Value> = vec![
+            self.name.clone().into(),
+            format!("[{}]", messages.join(",")).into(),
+        ];
+        let stored = match self.database.query_all_as("park", sql, values).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                for (index, _) in written {
+                    parked[index] = Err(error.clone());
+                }
+                return parked;
+            }
+        };
+        let mut stored: std::collections::HashSet<i64> = stored
+            .iter()
+            .filter_map(|row| column::<i64>(row, "entry").ok())
+            .collect();
+        let mut any = false;
+        for (index, entry) in written {
+            // An entry stored already (or twice in this batch) is refused, once per copy.
+            if stored.remove(&entry_to_sql(entry)) {
+                any = true;
+            } else {
+                parked[index] = Err(QueueError::Duplicate(entry));
+            }
+        }
+        if any {
+            self.database.announce(&channel(&self.name), String::new());
+        }
+        parked
     }
 
     async fn enqueue_claimed(
@@ -332,7 +407,7 @@ where
     ) -> Result<Lease<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         let row = Encoded::new("pgmq", &task)?;
-        self.send(entry, rank_time_ms, row, Some((node, expires_at_ms)))
+        self.send_claimed(entry, rank_time_ms, row, (node, expires_at_ms))
             .await?;
         Ok(Lease {
             entry,
@@ -407,54 +482,50 @@ where
         entry: EntryId,
         settlement: Settlement,
     ) -> Result<(), QueueError> {
-        let taken = self.per_level(", ", |table, p| {
-            format!(
-                "g_{p} AS (DELETE FROM {table} WHERE {ENTRY} = $1 AND message->>'node' = $2 \
-                   RETURNING {p} AS p, msg_id, read_ct, enqueued_at, vt, message)"
-            )
-        });
-        let gone = Self::union_of("g", "p, msg_id, read_ct, enqueued_at, vt, message");
-        // Done: archived in the level's archive, as `pgmq.archive` does. Failed: kept, with
-        // the reason, in the dead-letter queue's archive (its submitter hears of it from the
-        // node, so it is not a dead letter to report).
-        let keep = match &settlement {
-            Settlement::Done => self.per_level(", ", |_, p| {
-                let suffix = suffix_of(p);
-                format!(
-                    "k_{p} AS (INSERT INTO pgmq.a_{name}_{suffix} \
-                         (msg_id, read_ct, enqueued_at, vt, message) \
-                     SELECT msg_id, read_ct, enqueued_at, vt, message FROM g_{p} RETURNING 1)",
-                    name = self.name
-                )
-            }),
-            Settlement::Failed(_) => format!(
-                "k AS (INSERT INTO pgmq.a_{name}_dlq (msg_id, read_ct, enqueued_at, vt, message) \
-                 SELECT nextval(pg_get_serial_sequence('pgmq.q_{name}_dlq', 'msg_id')), read_ct, \
-                        enqueued_at, vt, (message - 'node') || jsonb_build_object('reason', $4::text) \
-                   FROM gone RETURNING 1)",
-                name = self.name
-            ),
-        };
-        let sql = format!(
-            "WITH {taken}, gone AS ({gone}), {keep}, \
-             forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $3 AND entry = $1 \
-                            AND EXISTS (SELECT 1 FROM gone)) \
-             SELECT count(*) AS settled FROM gone"
-        );
-        let mut values: Vec<Value> = vec![
-            entry_to_sql(entry).into(),
-            node.to_owned().into(),
-            self.name.clone().into(),
-        ];
-        if let Settlement::Failed(reason) = settlement {
-            values.push(reason.into());
-        }
-        let row = self.database.query_one_as("settle", sql, values).await?;
-        let settled: i64 = row.map_or(Ok(0), |row| column(&row, "settled"))?;
-        if settled == 0 {
+        let settled = self.settle_entries(node, &[entry], settlement).await?;
+        if settled.is_empty() {
             return Err(QueueError::NotClaimed(entry));
         }
         Ok(())
+    }
+
+    async fn settle_many(
+        &self,
+        node: &str,
+        settlements: Vec<(EntryId, Settlement)>,
+    ) -> Vec<Result<(), QueueError>> {
+        // Runs that ended well are archived in one statement; failures (rare) one by one.
+        let mut settled = Vec::with_capacity(settlements.len());
+        let mut done = Vec::new();
+        for (index, (entry, settlement)) in settlements.into_iter().enumerate() {
+            match settlement {
+                Settlement::Done => {
+                    done.push((index, entry));
+                    settled.push(Ok(()));
+                }
+                failed => settled.push(self.settle(node, entry, failed).await),
+            }
+        }
+        if done.is_empty() {
+            return settled;
+        }
+        let entries: Vec<EntryId> = done.iter().map(|&(_, entry)| entry).collect();
+        match self.settle_entries(node, &entries, Settlement::Done).await {
+            Ok(mut gone) => {
+                for (index, entry) in done {
+                    // A claim named twice ends once; the second copy finds it gone.
+                    if !gone.remove(&entry_to_sql(entry)) {
+                        settled[index] = Err(QueueError::NotClaimed(entry));
+                    }
+                }
+            }
+            Err(error) => {
+                for (index, _) in done {
+                    settled[index] = Err(error.clone());
+                }
+            }
+        }
+        settled
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -626,36 +697,31 @@ where
 }
 
 impl<P> PgmqQueue<P> {
-    /// Stores a task's message in its level's queue, parked (and announced with NOTIFY), or
-    /// already held by `claim = (node, lease expiry)` with `read_ct` 1. `Duplicate` if the
-    /// entry is in the queue already, at any level.
-    async fn send(
+    /// Stores a task's message in its level's queue, already held by `node` until
+    /// `expires_at_ms`, with `read_ct` 1 (parked tasks go through
+    /// [`enqueue_many`](SharedQueue::enqueue_many)). `Duplicate` if the entry is in the queue
+    /// already, at any level.
+    async fn send_claimed(
         &self,
         entry: EntryId,
         rank_time_ms: u64,
         row: Encoded,
-        claim: Option<(&str, u64)>,
+        (node, expires_at_ms): (&str, u64),
     ) -> Result<(), QueueError> {
-        let body = message(entry, rank_time_ms, &row, claim.map(|(node, _)| node))?;
-        let suffix = level_of(row.meta.priority);
-        let (vt, read_ct) = match claim {
-            Some((_, expires)) => (millis_u64(expires), 1),
-            None => (0, 0),
-        };
+        let body = message(entry, rank_time_ms, &row, Some(node))?;
         let sql = format!(
             "WITH fresh AS (INSERT INTO {ENTRIES} (queue_name, entry) VALUES ($1, $2) \
                             ON CONFLICT DO NOTHING RETURNING entry), \
              sent AS (INSERT INTO {table} (vt, read_ct, message) \
-                      SELECT {vt}, $4, $5::jsonb FROM fresh RETURNING msg_id) \
+                      SELECT {vt}, 1, $4::jsonb FROM fresh RETURNING msg_id) \
              SELECT count(*) AS stored FROM sent",
-            table = self.table(suffix),
+            table = self.table(level_of(row.meta.priority)),
             vt = at_ms("$3"),
         );
         let values: Vec<Value> = vec![
             self.name.clone().into(),
             entry_to_sql(entry).into(),
-            vt.into(),
-            read_ct.into(),
+            millis_u64(expires_at_ms).into(),
             body.into(),
         ];
         let row = self.database.query_one_as("send", sql, values).await?;
@@ -663,10 +729,67 @@ impl<P> PgmqQueue<P> {
         if stored == 0 {
             return Err(QueueError::Duplicate(entry));
         }
-        if claim.is_none() {
-            self.database.announce(&channel(&self.name), String::new());
-        }
         Ok(())
+    }
+
+    /// Ends `node`'s claims on `entries` with `settlement`, in one statement; returns the
+    /// entries (as stored) that `node` held and that are now settled.
+    async fn settle_entries(
+        &self,
+        node: &str,
+        entries: &[EntryId],
+        settlement: Settlement,
+    ) -> Result<std::collections::HashSet<i64>, QueueError> {
+        let taken = self.per_level(", ", |table, p| {
+            format!(
+                "g_{p} AS (DELETE FROM {table} WHERE {ENTRY} = ANY($1::bigint[]) \
+                   AND message->>'node' = $2 \
+                   RETURNING {p} AS p, msg_id, read_ct, enqueued_at, vt, message)"
+            )
+        });
+        let gone = Self::union_of("g", "p, msg_id, read_ct, enqueued_at, vt, message");
+        // Done: archived in the level's archive, as `pgmq.archive` does. Failed: kept, with
+        // the reason, in the dead-letter queue's archive (its submitter hears of it from the
+        // node, so it is not a dead letter to report).
+        let keep = match &settlement {
+            Settlement::Done => self.per_level(", ", |_, p| {
+                let suffix = suffix_of(p);
+                format!(
+                    "k_{p} AS (INSERT INTO pgmq.a_{name}_{suffix} \
+                         (msg_id, read_ct, enqueued_at, vt, message) \
+                     SELECT msg_id, read_ct, enqueued_at, vt, message FROM g_{p} RETURNING 1)",
+                    name = self.name
+                )
+            }),
+            Settlement::Failed(_) => format!(
+                "k AS (INSERT INTO pgmq.a_{name}_dlq (msg_id, read_ct, enqueued_at, vt, message) \
+                 SELECT nextval(pg_get_serial_sequence('pgmq.q_{name}_dlq', 'msg_id')), read_ct, \
+                        enqueued_at, vt, (message - 'node') || jsonb_build_object('reason', $4::text) \
+                   FROM gone RETURNING 1)",
+                name = self.name
+            ),
+        };
+        let sql = format!(
+            "WITH {taken}, gone AS ({gone}), {keep}, \
+             forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $3 \
+                            AND entry IN (SELECT {ENTRY} FROM gone)) \
+             SELECT {ENTRY} AS entry FROM gone"
+        );
+        let list = entries
+            .iter()
+            .map(|&entry| entry_to_sql(entry).to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut values: Vec<Value> = vec![
+            format!("{{{list}}}").into(),
+            node.to_owned().into(),
+            self.name.clone().into(),
+        ];
+        if let Settlement::Failed(reason) = settlement {
+            values.push(reason.into());
+        }
+        let rows = self.database.query_all_as("settle", sql, values).await?;
+        rows.iter().map(|row| column::<i64>(row, "entry")).collect()
     }
 
     /// Moves the message `msg_id` of level `p` that cannot be used to the dead-letter queue,
