@@ -43,8 +43,16 @@
 //!
 //! # Wake-ups
 //!
-//! Each park (and each rescue) sends `NOTIFY` on the channel `pgmq.<queue_name>`; a listener
-//! connection wakes the pools of this process ([`SharedQueue::watch`]).
+//! Each park (one for a group of parks, [`SharedQueue::enqueue_many`]) and each rescue sends
+//! `NOTIFY` on the channel `pgmq.<queue_name>`; a listener connection wakes the pools of this
+//! process ([`SharedQueue::watch`]).
+//!
+//! # Groups
+//!
+//! A group of parks is one statement: the entries are registered in `pl_pgmq_entries`, and
+//! each entry not registered before has its message sent to its level's queue. A group of
+//! settlements that ended well is one statement too, archiving every message the node holds
+//! among them (failures, rare, go one by one to the dead-letter archive).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
