@@ -91,6 +91,40 @@ impl PgDatabase {
     }
 }
 
+#[cfg(test)]
+impl PgDatabase {
+    /// The plan the server would run a claim with (`EXPLAIN (COSTS OFF)`, one line a row),
+    /// under the claim's planner settings when `as_claimed`, else under the server's. Runs
+    /// nothing: the transaction is rolled back.
+    pub(crate) async fn explain_claim(
+        &self,
+        sql: String,
+        values: Vec<Value>,
+        as_claimed: bool,
+    ) -> Result<String, QueueError> {
+        self.run(move |db| async move {
+            let transaction = db.begin().await?;
+            if as_claimed {
+                transaction.execute_unprepared(CLAIM_PLANNER).await?;
+            }
+            let rows = transaction
+                .query_all_raw(PgDatabase::statement(
+                    format!("EXPLAIN (COSTS OFF) {sql}"),
+                    values,
+                ))
+                .await?;
+            transaction.rollback().await?;
+            let lines: Result<Vec<String>, _> = rows
+                .iter()
+                .map(|row| row.try_get::<String>("", "QUERY PLAN"))
+                .collect();
+            Ok(lines?.join("\n"))
+        })
+        .await
+        .map_err(db_error("explain"))
+    }
+}
+
 /// Entry ids are unsigned; the columns are signed. Flipping the top bit keeps their order.
 pub(crate) fn entry_to_sql(entry: EntryId) -> i64 {
     (entry ^ (1 << 63)) as i64
