@@ -91,40 +91,6 @@ impl PgDatabase {
     }
 }
 
-#[cfg(test)]
-impl PgDatabase {
-    /// The plan the server would run a claim with (`EXPLAIN (COSTS OFF)`, one line a row),
-    /// under the claim's planner settings when `as_claimed`, else under the server's. Runs
-    /// nothing: the transaction is rolled back.
-    pub(crate) async fn explain_claim(
-        &self,
-        sql: String,
-        values: Vec<Value>,
-        as_claimed: bool,
-    ) -> Result<String, QueueError> {
-        self.run(move |db| async move {
-            let transaction = db.begin().await?;
-            if as_claimed {
-                transaction.execute_unprepared(CLAIM_PLANNER).await?;
-            }
-            let rows = transaction
-                .query_all_raw(PgDatabase::statement(
-                    format!("EXPLAIN (COSTS OFF) {sql}"),
-                    values,
-                ))
-                .await?;
-            transaction.rollback().await?;
-            let lines: Result<Vec<String>, _> = rows
-                .iter()
-                .map(|row| row.try_get::<String>("", "QUERY PLAN"))
-                .collect();
-            Ok(lines?.join("\n"))
-        })
-        .await
-        .map_err(db_error("explain"))
-    }
-}
-
 /// Entry ids are unsigned; the columns are signed. Flipping the top bit keeps their order.
 pub(crate) fn entry_to_sql(entry: EntryId) -> i64 {
     (entry ^ (1 << 63)) as i64
@@ -399,4 +365,74 @@ where
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+impl PgDatabase {
+    /// The plan the server would run a claim with (`EXPLAIN (COSTS OFF)`, one line a row),
+    /// under the claim's planner settings when `as_claimed`, else under the server's. Runs
+    /// nothing: the transaction is rolled back.
+    pub(crate) async fn explain_claim(
+        &self,
+        sql: String,
+        values: Vec<Value>,
+        as_claimed: bool,
+    ) -> Result<String, QueueError> {
+        self.run(move |db| async move {
+            let transaction = db.begin().await?;
+            if as_claimed {
+                transaction.execute_unprepared(CLAIM_PLANNER).await?;
+            }
+            let rows = transaction
+                .query_all_raw(PgDatabase::statement(
+                    format!("EXPLAIN (COSTS OFF) {sql}"),
+                    values,
+                ))
+                .await?;
+            transaction.rollback().await?;
+            let lines: Result<Vec<String>, _> = rows
+                .iter()
+                .map(|row| row.try_get::<String>("", "QUERY PLAN"))
+                .collect();
+            Ok(lines?.join("\n"))
+        })
+        .await
+        .map_err(db_error("explain"))
+    }
+}
+
+/// What the queues' plan tests share: the server, raw statements, and tasks to park.
+#[cfg(test)]
+pub(crate) mod probe {
+    use sea_orm::ConnectionTrait;
+
+    use super::PgDatabase;
+    use crate::core::{EntryId, ScheduledTask, TaskMetadata};
+    use crate::util::serde::{Priority, ResourceCost, ResourceKind};
+
+    /// The server the tests use (`DATABASE_URL`, or the local one).
+    pub(crate) fn database() -> PgDatabase {
+        let url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        PgDatabase::connect(&url).expect("the Postgres server the tests use")
+    }
+
+    /// Runs `sql` outside any transaction (`VACUUM` refuses one).
+    pub(crate) async fn run_sql(database: &PgDatabase, sql: String) {
+        database
+            .run(move |db| async move { db.execute_unprepared(&sql).await.map(drop) })
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    /// 3,000 one-unit CPU tasks of every priority, ids and entries from `first`.
+    pub(crate) fn tasks(first: u64) -> Vec<(EntryId, u64, ScheduledTask<u64>)> {
+        (first..first + 3_000)
+            .map(|id| {
+                let meta = TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1))
+                    .with_priority(Priority::ALL[(id % 4) as usize]);
+                (id, 1_000 + id, ScheduledTask::new(meta, id))
+            })
+            .collect()
+    }
 }

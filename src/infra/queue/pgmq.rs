@@ -800,46 +800,9 @@ impl<P> PgmqQueue<P> {
         rows.iter().map(|row| column::<i64>(row, "entry")).collect()
     }
 
-    /// Moves the message `msg_id` of level `p` that cannot be used to the dead-letter queue,
-    /// with the reason.
-    async fn bury(&self, p: i16, msg_id: i64, reason: String) -> Result<(), QueueError> {
-        let suffix = suffix_of(p);
-        let sql = format!(
-            "WITH gone AS (DELETE FROM {table} WHERE msg_id = $1 \
-                           RETURNING read_ct, enqueued_at, message), \
-             letter AS (INSERT INTO pgmq.q_{name}_dlq (vt, read_ct, enqueued_at, message) \
-                SELECT to_timestamp(0), read_ct, enqueued_at, \
-                       (message - 'node') || jsonb_build_object('reason', $2::text) FROM gone) \
-             DELETE FROM {ENTRIES} WHERE queue_name = $3 \
-                AND entry IN (SELECT {ENTRY} FROM gone)",
-            table = self.table(suffix),
-            name = self.name
-        );
-        let values: Vec<Value> = vec![msg_id.into(), reason.into(), self.name.clone().into()];
-        self.database
-            .execute_as("dead-letter", sql, values)
-            .await
-            .map(drop)
-    }
-}
-
-impl<P> PgmqQueue<P>
-where
-    P: DeserializeOwned + Send + 'static,
-{
-    /// Claims up to `max` parked messages that fit `query` together, in one statement: from
-    /// each level the best `max` visible messages that fit one by one are locked (`SKIP
-    /// LOCKED`), and of those, in rank order across levels, the first `max` whose running cost
-    /// per kind stays within the free units are claimed.
-    async fn claim_messages(
-        &self,
-        node: &str,
-        query: &FitQuery,
-        max: usize,
-        lease: Duration,
-        now_ms: u64,
-    ) -> Result<Claimed<P>, QueueError> {
-        let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
+    /// The claim statement of [`claim_messages`](Self::claim_messages), whose parameters are
+    /// those of [`rows::fit_parameters`].
+    fn claim_sql(&self) -> String {
         let kind = "((c.message->>'kind')::int)";
         let units = "((c.message->>'units')::bigint)";
         let (rank, entry_of) = (
@@ -881,7 +844,7 @@ where
                 expiry = at_ms("$11"),
             )
         });
-        let sql = format!(
+        format!(
             "WITH reserved AS MATERIALIZED ( \
                SELECT * FROM ({reserved}) AS levels ORDER BY p DESC, rank, entry LIMIT 1), \
              {candidates}, \
@@ -898,7 +861,50 @@ where
             all = Self::union_of("c", "msg_id, p, rank, entry, kind, units"),
             held_fits = free_for("kind", 2),
             claimed = Self::union_of("u", "p, msg_id, read_ct, message"),
+        )
+    }
+
+    /// Moves the message `msg_id` of level `p` that cannot be used to the dead-letter queue,
+    /// with the reason.
+    async fn bury(&self, p: i16, msg_id: i64, reason: String) -> Result<(), QueueError> {
+        let suffix = suffix_of(p);
+        let sql = format!(
+            "WITH gone AS (DELETE FROM {table} WHERE msg_id = $1 \
+                           RETURNING read_ct, enqueued_at, message), \
+             letter AS (INSERT INTO pgmq.q_{name}_dlq (vt, read_ct, enqueued_at, message) \
+                SELECT to_timestamp(0), read_ct, enqueued_at, \
+                       (message - 'node') || jsonb_build_object('reason', $2::text) FROM gone) \
+             DELETE FROM {ENTRIES} WHERE queue_name = $3 \
+                AND entry IN (SELECT {ENTRY} FROM gone)",
+            table = self.table(suffix),
+            name = self.name
         );
+        let values: Vec<Value> = vec![msg_id.into(), reason.into(), self.name.clone().into()];
+        self.database
+            .execute_as("dead-letter", sql, values)
+            .await
+            .map(drop)
+    }
+}
+
+impl<P> PgmqQueue<P>
+where
+    P: DeserializeOwned + Send + 'static,
+{
+    /// Claims up to `max` parked messages that fit `query` together, in one statement: from
+    /// each level the best `max` visible messages that fit one by one are locked (`SKIP
+    /// LOCKED`), and of those, in rank order across levels, the first `max` whose running cost
+    /// per kind stays within the free units are claimed.
+    async fn claim_messages(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        max: usize,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Claimed<P>, QueueError> {
+        let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
+        let sql = self.claim_sql();
         let values = rows::fit_parameters(query, node, now_ms, expires_at_ms, max);
         let rows = self.database.claim_as("claim", sql, values).await?;
         let mut leases = Vec::with_capacity(rows.len());
@@ -984,6 +990,79 @@ fn suffix_of(p: i16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Capacity;
+    use crate::infra::postgres::rows::probe::{self, run_sql};
+
+    /// The pgmq claim under statistics of nearly empty level tables, as the table queue's
+    /// test (`infra::queue::postgres`) has it: every level's rank index walked, no level
+    /// table read whole, where the server's own plan reads them.
+    #[test]
+    fn a_claim_walks_each_levels_rank_index_under_statistics_of_nearly_empty_tables() {
+        let database = probe::database();
+        let name = format!("plan_probe_{}", std::process::id());
+        let queue = PgmqQueue::<u64>::open(&database, &name).expect("open");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (plan, server_plan) = runtime.block_on(async {
+            let tables: Vec<String> = LEVELS.iter().map(|(_, level)| queue.table(level)).collect();
+            for table in &tables {
+                let no_autovacuum = format!("ALTER TABLE {table} SET (autovacuum_enabled = false)");
+                run_sql(&database, no_autovacuum).await;
+            }
+            assert!(queue
+                .enqueue_many(probe::tasks(0))
+                .await
+                .iter()
+                .all(Result::is_ok));
+            for table in &tables {
+                run_sql(
+                    &database,
+                    format!("DELETE FROM {table} WHERE {TASK} % 50 <> 0"),
+                )
+                .await;
+                run_sql(&database, format!("VACUUM ANALYZE {table}")).await;
+            }
+            assert!(queue
+                .enqueue_many(probe::tasks(10_000))
+                .await
+                .iter()
+                .all(Result::is_ok));
+            let values = || {
+                let free = FitQuery::within(Capacity::uniform(256));
+                rows::fit_parameters(&free, "node", 1_000_000, 2_000_000, 256)
+            };
+            let explain =
+                |as_claimed| database.explain_claim(queue.claim_sql(), values(), as_claimed);
+            let plan = explain(true).await.expect("explain");
+            let server_plan = explain(false).await.expect("explain");
+            for queue_name in queue.pgmq_queues() {
+                run_sql(&database, format!("SELECT pgmq.drop_queue('{queue_name}')")).await;
+            }
+            let forget = format!("DELETE FROM {ENTRIES} WHERE queue_name = '{name}'");
+            run_sql(&database, forget).await;
+            (plan, server_plan)
+        });
+        for (_, level) in LEVELS {
+            let index = format!("Index Scan using q_{name}_{level}_pl_rank");
+            assert!(
+                plan.contains(&index),
+                "level {level} walks its rank index:\n{plan}"
+            );
+            for whole_table in ["Seq Scan on", "Bitmap Heap Scan on"] {
+                let read = format!("{whole_table} q_{name}_{level}");
+                assert!(
+                    !plan.contains(&read),
+                    "level {level} is read whole:\n{plan}"
+                );
+            }
+        }
+        assert_ne!(
+            plan, server_plan,
+            "the server's own plan is the same:\n{server_plan}"
+        );
+    }
 
     #[test]
     fn queue_names_are_identifiers_of_at_most_42_characters_folded_to_lower_case() {

@@ -810,56 +810,35 @@ where
 
 #[cfg(test)]
 mod tests {
-    use sea_orm::ConnectionTrait;
-
     use super::*;
     use crate::core::Capacity;
-    use crate::core::TaskMetadata;
-
-    /// Runs SQL outside any transaction (`VACUUM` refuses one).
-    async fn run_sql(database: &PgDatabase, sql: String) {
-        database
-            .run(move |db| async move { db.execute_unprepared(&sql).await.map(drop) })
-            .await
-            .unwrap_or_else(|error| panic!("{error}"));
-    }
+    use crate::infra::postgres::rows::probe::{self, run_sql};
 
     /// A queue table's statistics usually describe a table nearly empty (taken between two
     /// bursts, in pages dead rows left behind), while it holds thousands of parked rows.
     /// Under such statistics the server's own choice for the claim is to read the whole table
-    /// and sort it (on PostgreSQL 15: a bitmap or sequential scan of the table under a sort,
-    /// 28 ms instead of 1 ms per claim at 20,000 rows). The claim's planner settings must
-    /// leave only the walk of the rank index.
+    /// and sort it (on PostgreSQL 15: a sequential scan under a sort, 28 ms instead of 1 ms
+    /// per claim at 20,000 rows). The claim's planner settings must leave only the walk of
+    /// the rank index.
     #[test]
     fn a_claim_walks_the_rank_index_under_statistics_of_a_nearly_empty_table() {
-        let url = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        let database = PgDatabase::connect(&url).expect("the Postgres server the tests use");
+        let database = probe::database();
         let table = format!("pl_plan_probe_{}", std::process::id());
         let queue = PostgresQueue::<u64>::open(&database, &table, "plan").expect("open");
-        let park = |first: u64| {
-            (first..first + 3_000)
-                .map(|id| {
-                    let priority = Priority::ALL[(id % 4) as usize];
-                    let meta = TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1))
-                        .with_priority(priority);
-                    (id, 1_000 + id, ScheduledTask::new(meta, id))
-                })
-                .collect::<Vec<_>>()
-        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime");
         let (plan, server_plan) = runtime.block_on(async {
             // No autovacuum on this table: the statistics are the ones the test takes.
-            run_sql(
-                &database,
-                format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"),
-            )
-            .await;
+            let no_autovacuum = format!("ALTER TABLE {table} SET (autovacuum_enabled = false)");
+            run_sql(&database, no_autovacuum).await;
             // 3,000 rows, all but 60 deleted, statistics taken: 60 rows in the table's pages.
-            assert!(queue.enqueue_many(park(0)).await.iter().all(Result::is_ok));
+            assert!(queue
+                .enqueue_many(probe::tasks(0))
+                .await
+                .iter()
+                .all(Result::is_ok));
             run_sql(
                 &database,
                 format!("DELETE FROM {table} WHERE task_id % 50 <> 0"),
@@ -868,18 +847,15 @@ mod tests {
             run_sql(&database, format!("VACUUM ANALYZE {table}")).await;
             // Then 3,000 more parked rows that the statistics know nothing of.
             assert!(queue
-                .enqueue_many(park(10_000))
+                .enqueue_many(probe::tasks(10_000))
                 .await
                 .iter()
                 .all(Result::is_ok));
             let values = || {
                 let mut values: Vec<Value> = vec![queue.queue.clone().into()];
+                let free = FitQuery::within(Capacity::uniform(256));
                 values.extend(rows::fit_parameters(
-                    &FitQuery::within(Capacity::uniform(256)),
-                    "node",
-                    1_000_000,
-                    2_000_000,
-                    256,
+                    &free, "node", 1_000_000, 2_000_000, 256,
                 ));
                 values
             };
