@@ -376,28 +376,10 @@ where
             self.name.clone().into(),
             format!("[{}]", messages.join(",")).into(),
         ];
-        let stored = match self.database.query_all_as("park", sql, values).await {
-            Ok(stored) => stored,
-            Err(error) => {
-                for (index, _) in written {
-                    parked[index] = Err(error.clone());
-                }
-                return parked;
-            }
-        };
-        let mut stored: std::collections::HashSet<i64> = stored
-            .iter()
-            .filter_map(|row| column::<i64>(row, "entry").ok())
-            .collect();
-        let mut any = false;
-        for (index, entry) in written {
-            // An entry stored already (or twice in this batch) is refused, once per copy.
-            if stored.remove(&entry_to_sql(entry)) {
-                any = true;
-            } else {
-                parked[index] = Err(QueueError::Duplicate(entry));
-            }
-        }
+        let stored = self.database.query_all_as("park", sql, values).await;
+        // An entry stored already (or twice in this batch) is refused, once per copy.
+        let stored = stored.map(|rows| rows::returned_entries(&rows));
+        let any = rows::answer_group(&mut parked, written, stored, QueueError::Duplicate);
         if any {
             self.database.announce(&channel(&self.name), String::new());
         }
@@ -502,38 +484,11 @@ where
         node: &str,
         settlements: Vec<(EntryId, Settlement)>,
     ) -> Vec<Result<(), QueueError>> {
-        // Runs that ended well are archived in one statement; failures (rare) one by one.
-        let mut settled = Vec::with_capacity(settlements.len());
-        let mut done = Vec::new();
-        for (index, (entry, settlement)) in settlements.into_iter().enumerate() {
-            match settlement {
-                Settlement::Done => {
-                    done.push((index, entry));
-                    settled.push(Ok(()));
-                }
-                failed => settled.push(self.settle(node, entry, failed).await),
-            }
-        }
-        if done.is_empty() {
-            return settled;
-        }
-        let entries: Vec<EntryId> = done.iter().map(|&(_, entry)| entry).collect();
-        match self.settle_entries(node, &entries, Settlement::Done).await {
-            Ok(mut gone) => {
-                for (index, entry) in done {
-                    // A claim named twice ends once; the second copy finds it gone.
-                    if !gone.remove(&entry_to_sql(entry)) {
-                        settled[index] = Err(QueueError::NotClaimed(entry));
-                    }
-                }
-            }
-            Err(error) => {
-                for (index, _) in done {
-                    settled[index] = Err(error.clone());
-                }
-            }
-        }
-        settled
+        let failed = |entry, settlement| self.settle(node, entry, settlement);
+        let done = |entries: Vec<EntryId>| async move {
+            self.settle_entries(node, &entries, Settlement::Done).await
+        };
+        rows::settle_in_groups(settlements, failed, done).await
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -797,7 +752,7 @@ impl<P> PgmqQueue<P> {
             values.push(reason.into());
         }
         let rows = self.database.query_all_as("settle", sql, values).await?;
-        rows.iter().map(|row| column::<i64>(row, "entry")).collect()
+        Ok(rows::returned_entries(&rows))
     }
 
     /// The claim statement of [`claim_messages`](Self::claim_messages), whose parameters are

@@ -280,27 +280,13 @@ where
             t = self.table
         );
         let values: Vec<Value> = vec![self.queue.clone().into(), rows.finish().into()];
-        let stored = match self.query_all("park", sql, values).await {
-            Ok(stored) => stored,
-            Err(error) => {
-                for (index, _) in written {
-                    parked[index] = Err(error.clone());
-                }
-                return parked;
-            }
-        };
-        let mut stored: std::collections::HashSet<i64> = stored
-            .iter()
-            .filter_map(|row| column::<i64>(row, "entry").ok())
-            .collect();
-        for (index, entry) in written {
-            // An entry stored already (or twice in this batch) is refused, once per copy.
-            if !stored.remove(&entry_to_sql(entry)) {
-                parked[index] = Err(QueueError::Duplicate(entry));
-            }
-        }
+        let stored = self.query_all("park", sql, values).await;
+        // An entry stored already (or twice in this batch) is refused, once per copy.
+        let stored = stored.map(|rows| rows::returned_entries(&rows));
         // Only a parked task is news for other nodes: one announcement for the batch.
-        self.database.announce(&self.channel(), String::new());
+        if rows::answer_group(&mut parked, written, stored, QueueError::Duplicate) {
+            self.database.announce(&self.channel(), String::new());
+        }
         parked
     }
 
@@ -412,57 +398,11 @@ where
         node: &str,
         settlements: Vec<(EntryId, Settlement)>,
     ) -> Vec<Result<(), QueueError>> {
-        // Runs that ended well are deleted in one statement; failures (rare) one by one.
-        let mut settled = Vec::with_capacity(settlements.len());
-        let mut done = Vec::new();
-        for (index, (entry, settlement)) in settlements.into_iter().enumerate() {
-            match settlement {
-                Settlement::Done => {
-                    done.push((index, entry));
-                    settled.push(Ok(()));
-                }
-                failed => settled.push(self.settle(node, entry, failed).await),
-            }
-        }
-        if done.is_empty() {
-            return settled;
-        }
-        let entries = done
-            .iter()
-            .map(|(_, entry)| entry_to_sql(*entry).to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let sql = format!(
-            "DELETE FROM {t} WHERE queue_name = $1 AND state = 'claimed' AND locked_by = $2 \
-                AND entry IN (SELECT value::bigint FROM jsonb_array_elements_text($3::jsonb)) \
-             RETURNING entry",
-            t = self.table
-        );
-        let values: Vec<Value> = vec![
-            self.queue.clone().into(),
-            node.to_owned().into(),
-            format!("[{entries}]").into(),
-        ];
-        match self.query_all("settle", sql, values).await {
-            Ok(rows) => {
-                let mut gone: std::collections::HashSet<i64> = rows
-                    .iter()
-                    .filter_map(|row| column::<i64>(row, "entry").ok())
-                    .collect();
-                for (index, entry) in done {
-                    // A claim named twice ends once; the second copy finds it gone.
-                    if !gone.remove(&entry_to_sql(entry)) {
-                        settled[index] = Err(QueueError::NotClaimed(entry));
-                    }
-                }
-            }
-            Err(error) => {
-                for (index, _) in done {
-                    settled[index] = Err(error.clone());
-                }
-            }
-        }
-        settled
+        let failed = |entry, settlement| self.settle(node, entry, settlement);
+        rows::settle_in_groups(settlements, failed, |entries| {
+            self.delete_done(node, entries)
+        })
+        .await
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -604,6 +544,33 @@ where
 }
 
 impl<P> PostgresQueue<P> {
+    /// Deletes `node`'s claims on `entries`, whose runs ended well, in one statement; returns
+    /// the entries (as stored) it deleted.
+    async fn delete_done(
+        &self,
+        node: &str,
+        entries: Vec<EntryId>,
+    ) -> Result<std::collections::HashSet<i64>, QueueError> {
+        let entries = entries
+            .iter()
+            .map(|&entry| entry_to_sql(entry).to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = format!(
+            "DELETE FROM {t} WHERE queue_name = $1 AND state = 'claimed' AND locked_by = $2 \
+                AND entry IN (SELECT value::bigint FROM jsonb_array_elements_text($3::jsonb)) \
+             RETURNING entry",
+            t = self.table
+        );
+        let values: Vec<Value> = vec![
+            self.queue.clone().into(),
+            node.to_owned().into(),
+            format!("[{entries}]").into(),
+        ];
+        let rows = self.query_all("settle", sql, values).await?;
+        Ok(rows::returned_entries(&rows))
+    }
+
     /// Inserts a task already claimed by `node` under a lease that runs out at `expires`.
     async fn insert_claimed(
         &self,
