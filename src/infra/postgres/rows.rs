@@ -490,6 +490,14 @@ pub(crate) mod probe {
         PgDatabase::connect(&url).expect("the Postgres server the tests use")
     }
 
+    /// A runtime for a test's async steps (the database runs on its own).
+    pub(crate) fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
     /// Runs `sql` outside any transaction (`VACUUM` refuses one).
     pub(crate) async fn run_sql(database: &PgDatabase, sql: String) {
         database

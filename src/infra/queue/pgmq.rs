@@ -956,11 +956,7 @@ mod tests {
         let database = probe::database();
         let name = format!("plan_probe_{}", std::process::id());
         let queue = PgmqQueue::<u64>::open(&database, &name).expect("open");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let (plan, server_plan) = runtime.block_on(async {
+        let (plan, server_plan) = probe::runtime().block_on(async {
             let tables: Vec<String> = LEVELS.iter().map(|(_, level)| queue.table(level)).collect();
             for table in &tables {
                 let no_autovacuum = format!("ALTER TABLE {table} SET (autovacuum_enabled = false)");

@@ -792,11 +792,7 @@ mod tests {
         let database = probe::database();
         let table = format!("pl_plan_probe_{}", std::process::id());
         let queue = PostgresQueue::<u64>::open(&database, &table, "plan").expect("open");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let (plan, server_plan) = runtime.block_on(async {
+        let (plan, server_plan) = probe::runtime().block_on(async {
             // No autovacuum on this table: the statistics are the ones the test takes.
             let no_autovacuum = format!("ALTER TABLE {table} SET (autovacuum_enabled = false)");
             run_sql(&database, no_autovacuum).await;
