@@ -133,11 +133,10 @@ pub(crate) enum SharedReport<P> {
         reply: RpcReplyPort<Result<(), PoolError>>,
         result: Result<Option<ScheduledTask<P>>, QueueError>,
     },
-    /// A task started at once is stored as this node's claim (or not).
+    /// A task started at once is stored as this node's claim (or not); its submitter waits
+    /// in the task's record until then.
     Recorded {
         entry: EntryId,
-        key: MailboxKey,
-        reply: Reply,
         result: Result<Lease<P>, QueueError>,
     },
     /// Leases a renewal found lost (expired and rescued by another node).

@@ -363,8 +363,6 @@ where
                 shared_entry,
                 rank_time_ms,
                 task,
-                key,
-                reply,
                 now,
             } => {
                 let lease = self.lease;
@@ -372,12 +370,7 @@ where
                     let result = queue
                         .enqueue_claimed(&node, shared_entry, rank_time_ms, task, lease, now)
                         .await;
-                    Some(SharedReport::Recorded {
-                        entry,
-                        key,
-                        reply,
-                        result,
-                    })
+                    Some(SharedReport::Recorded { entry, result })
                 });
             }
             SharedCall::Claim { query, max, now } => {

@@ -93,8 +93,6 @@ pub(crate) enum SharedCall<P> {
         shared_entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
         now: u64,
     },
     /// Claim up to `max` of the best tasks that fit `query` together (`SharedReport::Claimed`).

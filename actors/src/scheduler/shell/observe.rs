@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::domain::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId};
+use crate::domain::{MailboxKey, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId};
 use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 use crate::scheduler::core::ParkingLot;
 use crate::stats::PoolCounters;
@@ -53,8 +53,16 @@ impl Detail {
 }
 
 impl Observers {
-    /// The counters, then `subscribers`.
-    pub fn new(counters: Arc<PoolCounters>, subscribers: Vec<Arc<dyn EventSubscriber>>) -> Self {
+    /// The counters, then `subscribers`; the counters learn the pool's capacity.
+    pub fn new(
+        counters: Arc<PoolCounters>,
+        subscribers: Vec<Arc<dyn EventSubscriber>>,
+        limits: &PoolLimits,
+    ) -> Self {
+        for (gauge, kind) in counters.total.iter().zip(ResourceKind::ALL) {
+            gauge.store(u64::from(limits.capacity.get(kind)), Relaxed);
+        }
+        counters.worker_count.store(limits.worker_slots, Relaxed);
         let mut all: Vec<Arc<dyn EventSubscriber>> = vec![counters.clone()];
         all.extend(subscribers);
         Self {

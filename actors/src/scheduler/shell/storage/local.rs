@@ -14,13 +14,17 @@
 //!   only if it is still parked then; one that starts, is cancelled or expires within the spin
 //!   never touches the queue. A stop stores every spinning task.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::domain::{Durability, ScheduledTask};
+use crate::domain::{Durability, PoolError, ScheduledTask};
+use crate::events::{Refusal, TaskStep};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, Settlement};
+use crate::scheduler::core::Cancel;
 use crate::scheduler::shell::effects::{Effect, Effects};
+use crate::scheduler::shell::ledger::{Phase, Record};
+use crate::scheduler::shell::tasks::Tasks;
 
 /// The local durable mode's state. See the module docs.
 pub(crate) struct LocalRoom {
@@ -30,6 +34,9 @@ pub(crate) struct LocalRoom {
     spin_due: VecDeque<(u64, EntryId)>,
     /// Parks and claims asked of the queue actor and not yet answered.
     waits: usize,
+    /// The entries whose park is asked and not yet answered: a stop keeps their records
+    /// until the answer, so a park that fails still reaches its task.
+    parking: HashSet<EntryId>,
 }
 
 impl LocalRoom {
@@ -39,6 +46,7 @@ impl LocalRoom {
             durability,
             spin_due: VecDeque::new(),
             waits: 0,
+            parking: HashSet::new(),
         }
     }
 
@@ -80,6 +88,7 @@ impl LocalRoom {
     /// Stores a parked task (answered with `QueueReport::Parked` or `ParkFailed`).
     pub fn park<P, R>(&mut self, entry: EntryId, task: ScheduledTask<P>, fx: &mut Effects<P, R>) {
         self.waits += 1;
+        self.parking.insert(entry);
         fx.push(Effect::Queue(QueueMsg::Park { entry, task }));
     }
 
@@ -99,6 +108,116 @@ impl LocalRoom {
         fx.push(Effect::Queue(QueueMsg::Remove { entry }));
     }
 
+    /// A park is stored: its submitter, if it still waits, hears it was admitted.
+    pub fn stored<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        entry: EntryId,
+        now: u64,
+    ) {
+        self.answered();
+        self.parking.remove(&entry);
+        if tasks
+            .ledger
+            .get(entry)
+            .is_some_and(|record| kept_at_stop(tasks, record))
+        {
+            // Kept by the queue at a stop: the submitter hears it was admitted; the record
+            // has done its work.
+            if let Some(mut record) = tasks.ledger.remove(entry) {
+                tasks.answer_pending_park(&mut record);
+            }
+            return;
+        }
+        let Some(record) = tasks.ledger.get_mut(entry) else {
+            return;
+        };
+        let Some(reply) = record.take_reply() else {
+            return;
+        };
+        let key = record.key.key().into_owned();
+        if matches!(record.phase, Phase::Parked) {
+            tasks.step(entry, TaskStep::Admitted, now);
+            tasks.step(entry, TaskStep::Parked, now);
+        }
+        tasks.fx.answer(reply, Ok(key));
+    }
+
+    /// A park was refused by the queue. A parked task was never admitted after all; a task
+    /// stored as it started is refused, and its claim (asked after the park) fails next and
+    /// releases its capacity. Returns the parked tasks the freed place in the core starts.
+    pub fn park_failed<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        entry: EntryId,
+        reason: String,
+        now: u64,
+    ) -> Vec<EntryId> {
+        self.answered();
+        self.parking.remove(&entry);
+        tasks.observers.queue_error();
+        let Some(record) = tasks.ledger.get_mut(entry) else {
+            return Vec::new();
+        };
+        if let Some(run) = record.run_mut() {
+            run.ended = true;
+            run.from_queue = false;
+            let reply = record.take_reply();
+            tasks.step(entry, TaskStep::Refused(Refusal::QueueError), now);
+            if let Some(reply) = reply {
+                let error = PoolError::Internal(format!("could not store the task: {reason}"));
+                tasks.fx.answer(reply, Err(error));
+            }
+            return Vec::new();
+        }
+        let Some(mut record) = tasks.ledger.remove(entry) else {
+            return Vec::new();
+        };
+        record.release_nested_slot();
+        let started = match tasks.core.cancel(entry, now) {
+            Ok(Cancel::Parked { started }) => started,
+            _ => Vec::new(),
+        };
+        let error = PoolError::Internal(format!("could not park the task: {reason}"));
+        match record.take_reply() {
+            Some(reply) => {
+                tasks
+                    .observers
+                    .record_step(&record, &TaskStep::Refused(Refusal::QueueError), now);
+                tasks.fx.answer(reply, Err(error));
+            }
+            // Its submitter was told it is admitted (a spun task): it ends with the failure,
+            // so the submitter's wait for a result ends too.
+            None => tasks.deliver(record, Err(error), None, now),
+        }
+        started
+    }
+
+    /// Stores the parked tasks whose spin is over (`all`: every spinning task).
+    pub fn store_spun<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        now: u64,
+        all: bool,
+    ) {
+        while let Some(entry) = self.next_spun(now, all) {
+            let Some(record) = tasks.ledger.get_mut(entry) else {
+                continue;
+            };
+            if !matches!(record.phase, Phase::Parked) {
+                continue;
+            }
+            if let Some(task) = record.take_task() {
+                self.park(entry, task, &mut tasks.fx);
+            }
+        }
+    }
+
+    /// Whether a park of `entry` is asked and not yet answered.
+    pub fn is_parking(&self, entry: EntryId) -> bool {
+        self.parking.contains(&entry)
+    }
+
     /// The queue actor answered a park or a claim.
     pub fn answered(&mut self) {
         self.waits = self.waits.saturating_sub(1);
@@ -108,4 +227,13 @@ impl LocalRoom {
     pub fn awaiting(&self) -> bool {
         self.waits > 0
     }
+}
+
+/// Whether `record` is a parked task the pool let go of at a stop (the core holds it no
+/// more), kept only until its park is answered.
+fn kept_at_stop<P: Send + 'static, R: Send + 'static>(
+    tasks: &Tasks<P, R>,
+    record: &Record<P>,
+) -> bool {
+    matches!(record.phase, Phase::Parked) && tasks.core.state(record.entry).is_none()
 }

@@ -56,6 +56,26 @@ impl Storage {
         matches!(self, Storage::Shared(_))
     }
 
+    /// Whether a task that starts at once is stored as this node's claim first (shared mode,
+    /// `accepted` durability).
+    pub fn records_starts_shared(&self) -> bool {
+        matches!(self, Storage::Shared(room) if room.records_starts())
+    }
+
+    /// Whether a task that starts at once is stored as running first (local mode,
+    /// `accepted` durability).
+    pub fn stores_starts_locally(&self) -> bool {
+        matches!(self, Storage::Local(room) if room.stores_starts())
+    }
+
+    /// The shared queue's backend name, for errors.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Storage::Shared(room) => room.backend(),
+            Storage::Local(_) | Storage::Memory => "local",
+        }
+    }
+
     /// When the next spinning task is due to be written, in the local mode.
     pub fn next_due(&self) -> Option<u64> {
         match self {

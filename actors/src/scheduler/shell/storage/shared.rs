@@ -22,9 +22,18 @@
 
 use std::time::Duration;
 
-use crate::domain::{Capacity, Durability, ResourceCost, ResourceKind};
-use crate::queue::{EntryId, FitQuery, StarvationRule};
+use crate::contain::drop_contained;
+use crate::domain::{
+    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+};
+use crate::events::{Refusal, TaskStep};
+use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
 use crate::scheduler::core::ParkingLot;
+use crate::scheduler::protocol::Enqueued;
+use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
+use crate::scheduler::shell::ledger::{Phase, Record};
+use crate::scheduler::shell::observe::Detail;
+use crate::scheduler::shell::tasks::Tasks;
 
 /// The shared mode's state. See the module docs.
 pub(crate) struct SharedRoom {
@@ -88,6 +97,135 @@ impl SharedRoom {
         }
         self.renewed_at = now;
         true
+    }
+
+    /// Asks to renew the leases this node holds, when a third of the lease has passed.
+    pub fn renew_if_due<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        now: u64,
+    ) {
+        if !self.renewal_due(now) {
+            return;
+        }
+        let held = tasks
+            .ledger
+            .iter()
+            .filter_map(Record::lease)
+            .map(|(lease, _)| lease)
+            .collect();
+        tasks.fx.shared(SharedCall::Renew { held, now });
+    }
+
+    /// Tasks the queue gave up on: their submitters get a failure.
+    pub fn dead<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &mut Tasks<P, R>,
+        letters: Vec<DeadLetter>,
+        now: u64,
+    ) {
+        for letter in letters {
+            tracing::warn!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
+            let outcome = Err(PoolError::Failed(letter.reason));
+            // The attempt that gave up is not known here; the first is reported.
+            tasks.deliver_report(letter.key, letter.task_id, letter.cost, 1, outcome, now);
+        }
+    }
+
+    /// Leases a renewal found lost (expired, and rescued by another node).
+    pub fn lost<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &Tasks<P, R>,
+        entries: Vec<EntryId>,
+    ) {
+        for lost in entries {
+            let held = tasks
+                .ledger
+                .iter()
+                .any(|record| record.lease().is_some_and(|(lease, _)| lease == lost));
+            if held {
+                tracing::warn!(pool = %tasks.pool, entry = lost, "a shared lease was lost while its task ran here; another node may run it too");
+            }
+        }
+    }
+
+    /// Claims from the shared queue if this node has room (see [`claim_wanted`](Self::claim_wanted)).
+    pub fn claim_if_room<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        now: u64,
+    ) {
+        let parked = tasks
+            .ledger
+            .iter()
+            .filter(|record| matches!(record.phase, Phase::Parked))
+            .map(|record| record.cost);
+        if let Some((query, max)) = self.claim_wanted(&tasks.core, parked, now) {
+            tasks.fx.shared(SharedCall::Claim { query, max, now });
+        }
+    }
+
+    /// A task handed to the shared queue is stored (its submitter hears it is accepted), or
+    /// could not be (its submitter hears why).
+    pub fn enqueued<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &mut Tasks<P, R>,
+        enqueued: Enqueued,
+        now: u64,
+    ) {
+        let Enqueued {
+            task_id,
+            key,
+            cost,
+            reply,
+            result,
+        } = enqueued;
+        match result {
+            Ok(()) => {
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
+                tasks.fx.answer(reply, Ok(key));
+            }
+            Err(error) => {
+                tasks.observers.queue_error();
+                let refused = TaskStep::Refused(Refusal::QueueError);
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &refused, now, Detail::NONE);
+                let backend = self.backend;
+                let text = format!("could not park the task: {backend} queue: {error}");
+                tasks.fx.answer(reply, Err(PoolError::Internal(text)));
+            }
+        }
+    }
+
+    pub fn removed<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &mut Tasks<P, R>,
+        (key, id, reply): (MailboxKey, TaskId, CancelReply),
+        result: Result<Option<ScheduledTask<P>>, QueueError>,
+        now: u64,
+    ) {
+        let answer = match result {
+            Ok(Some(task)) => {
+                let cost = task.meta.cost;
+                drop_contained(task);
+                tasks.deliver_report(key, id, cost, 1, Err(PoolError::Cancelled), now);
+                Ok(())
+            }
+            Ok(None) => Err(PoolError::TaskNotFound(id)),
+            Err(error) => {
+                tasks.observers.queue_error();
+                Err(PoolError::Internal(format!(
+                    "could not cancel in the shared queue: {error}"
+                )))
+            }
+        };
+        tasks.fx.push(Effect::AnswerCancel { reply, answer });
     }
 
     /// A claim answered: the next may go.
