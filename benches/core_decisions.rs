@@ -10,9 +10,10 @@
 //! parked task of each. Under `cargo test` (no `--bench` argument) it runs the same code on
 //! a small lot as a smoke test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[path = "support/mod.rs"]
+mod support;
+
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, RankKey, Ticket};
@@ -20,34 +21,11 @@ use prometheus_parking_lot::{
     FairShare, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId,
 };
 
-/// Counts live heap bytes so memory per parked task is measured, not estimated.
-struct CountingAllocator;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: support::LiveBytes = support::LiveBytes;
 
 fn live_bytes() -> isize {
-    LIVE_BYTES.load(Ordering::Relaxed)
+    support::LiveBytes::now()
 }
 
 const CAPACITY: u32 = 1_000;

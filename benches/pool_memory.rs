@@ -15,8 +15,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,35 +24,8 @@ use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
 use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::{PoolLimits, ResourceCost};
 
-/// Counts live heap bytes, so memory per parked task is measured, not estimated.
-struct CountingAllocator;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: support::LiveBytes = support::LiveBytes;
 
 /// The payload: 16 bytes.
 type Payload = u128;
@@ -87,7 +59,7 @@ fn rss_bytes() -> f64 {
 }
 
 fn live_bytes() -> f64 {
-    LIVE_BYTES.load(Ordering::Relaxed) as f64
+    support::LiveBytes::now() as f64
 }
 
 /// Bytes per parked task of the whole pool: (heap, RSS).

@@ -29,7 +29,7 @@ use hashbrown::HashTable;
 use crate::budget::SlotGuard;
 use crate::cancellation::Cancellation;
 use crate::domain::{
-    MailboxKey, Priority, ResourceCost, ScheduledTask, TaskId, TaskMetadata, TenantId,
+    MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskMetadata, TenantId,
 };
 use crate::queue::EntryId;
 use crate::scheduler::protocol::Reply;
@@ -71,8 +71,9 @@ impl<'a> Tenant<'a> {
 
 /// A task's mailbox key, as small as it can be kept.
 pub(crate) enum TaskKey {
-    /// A key [`MailboxKey::anonymous`] made: its bits.
-    Anonymous(u128),
+    /// A key [`MailboxKey::anonymous`] made: its bits (in two words, for the record's
+    /// alignment; see [`TaskKey::bits`]).
+    Anonymous([u64; 2]),
     /// Any other key.
     Named(Box<MailboxKey>),
 }
@@ -82,14 +83,19 @@ impl TaskKey {
     pub fn of(key: MailboxKey) -> Self {
         let bare = key.user_id.is_none() && key.session_id.is_none();
         match MailboxKey::anonymous_bits(&key.tenant) {
-            Some(bits) if bare => TaskKey::Anonymous(bits),
+            Some(bits) if bare => TaskKey::Anonymous([(bits >> 64) as u64, bits as u64]),
             _ => TaskKey::Named(Box::new(key)),
         }
     }
 
+    /// The bits of an anonymous key.
+    fn bits(words: [u64; 2]) -> u128 {
+        (u128::from(words[0]) << 64) | u128::from(words[1])
+    }
+
     fn tenant(&self) -> Tenant<'_> {
         match self {
-            TaskKey::Anonymous(bits) => Tenant::Anonymous(*bits),
+            TaskKey::Anonymous(words) => Tenant::Anonymous(Self::bits(*words)),
             TaskKey::Named(key) => Tenant::of(&key.tenant),
         }
     }
@@ -97,15 +103,18 @@ impl TaskKey {
     /// The full key (built from the bits for an anonymous one).
     pub fn key(&self) -> Cow<'_, MailboxKey> {
         match self {
-            TaskKey::Anonymous(bits) => Cow::Owned(MailboxKey::anonymous_from_bits(*bits)),
+            TaskKey::Anonymous(words) => {
+                Cow::Owned(MailboxKey::anonymous_from_bits(Self::bits(*words)))
+            }
             TaskKey::Named(key) => Cow::Borrowed(key),
         }
     }
 
     /// The full key, kept in full from now on (a task that starts is reported several times).
     pub fn expand(&mut self) -> &MailboxKey {
-        if let TaskKey::Anonymous(bits) = *self {
-            *self = TaskKey::Named(Box::new(MailboxKey::anonymous_from_bits(bits)));
+        if let TaskKey::Anonymous(words) = *self {
+            let key = MailboxKey::anonymous_from_bits(Self::bits(words));
+            *self = TaskKey::Named(Box::new(key));
         }
         match self {
             TaskKey::Named(key) => key,
@@ -113,13 +122,21 @@ impl TaskKey {
         }
     }
 
+    /// The full key, by value.
+    pub fn into_key(self) -> MailboxKey {
+        match self {
+            TaskKey::Named(key) => *key,
+            TaskKey::Anonymous(words) => MailboxKey::anonymous_from_bits(Self::bits(words)),
+        }
+    }
+
     /// Whether `key` is exactly this key.
     pub fn is(&self, key: &MailboxKey) -> bool {
         match self {
-            TaskKey::Anonymous(bits) => {
+            TaskKey::Anonymous(words) => {
                 key.user_id.is_none()
                     && key.session_id.is_none()
-                    && MailboxKey::anonymous_bits(&key.tenant) == Some(*bits)
+                    && MailboxKey::anonymous_bits(&key.tenant) == Some(Self::bits(*words))
             }
             TaskKey::Named(own) => **own == *key,
         }
@@ -127,11 +144,38 @@ impl TaskKey {
 }
 
 /// Where a task is in its life.
-pub(crate) enum Phase {
-    /// In the parking lot (the core's, or a claimed task parked here).
-    Parked,
-    /// Started on the worker slot the core gave it.
-    Running(Run),
+pub(crate) enum Phase<P> {
+    /// In the parking lot (the core's, or a claimed task parked here), with its payload
+    /// while the ledger is where it waits: parked in a pool whose queue keeps nothing the
+    /// process does not (in memory), spinning before a durable queue stores it, or claimed
+    /// from a shared queue and parked here. `None` when a durable queue holds it.
+    Parked(Option<P>),
+    /// Started on the worker slot the core gave it (its payload went with its job). Boxed:
+    /// a parked record, of which a pool may hold millions, stays small.
+    Running(Box<Run>),
+}
+
+/// A time in milliseconds as the caller gave it (`u128`), kept in two words so the record
+/// needs no 16-byte alignment of its own.
+#[derive(Clone, Copy)]
+struct Millis {
+    high: u64,
+    low: u64,
+}
+
+impl From<u128> for Millis {
+    fn from(ms: u128) -> Self {
+        Self {
+            high: (ms >> 64) as u64,
+            low: ms as u64,
+        }
+    }
+}
+
+impl From<Millis> for u128 {
+    fn from(ms: Millis) -> Self {
+        (u128::from(ms.high) << 64) | u128::from(ms.low)
+    }
 }
 
 /// A started task's run.
@@ -165,7 +209,8 @@ pub(crate) struct Rare {
     pub lease: Option<(EntryId, u32)>,
 }
 
-/// One admitted task. See the module docs.
+/// One admitted task. See the module docs. (The cost and the times are kept in parts, so
+/// the record packs into 128 bytes beside a 16-byte payload.)
 pub(crate) struct Record<P> {
     /// The pool's id of the task.
     pub entry: EntryId,
@@ -174,22 +219,19 @@ pub(crate) struct Record<P> {
     /// Where its outcome goes.
     pub key: TaskKey,
     /// The caller's creation time, as given (the rank uses the entry id).
-    pub created_at_ms: u128,
-    /// The caller's deadline, as given.
-    pub deadline_ms: Option<u128>,
-    /// What it holds while it runs.
-    pub cost: ResourceCost,
+    created_at_ms: Millis,
+    /// The caller's deadline, as given, when `has_deadline`.
+    deadline_ms: Millis,
+    /// The units it holds while it runs, of `kind`.
+    units: u32,
+    kind: ResourceKind,
     /// Its priority.
     pub priority: Priority,
+    has_deadline: bool,
     /// Its execution timeout in ms, or [`NO_TIMEOUT`].
     timeout_ms: u64,
-    /// Its payload while the ledger is where it waits: parked in a pool whose queue keeps
-    /// nothing the process does not (in memory), spinning before a durable queue stores it,
-    /// or claimed from a shared queue and parked here. `None` once it left (to its worker,
-    /// or to a durable queue).
-    pub payload: Option<P>,
-    /// Parked or running.
-    pub phase: Phase,
+    /// Parked (with its payload, where the ledger keeps it) or running.
+    pub phase: Phase<P>,
     /// See [`Rare`].
     pub rare: Option<Box<Rare>>,
 }
@@ -206,18 +248,45 @@ impl<P> Record<P> {
             entry,
             task_id: meta.id,
             key,
-            created_at_ms: meta.created_at_ms,
-            deadline_ms: meta.deadline_ms,
-            cost: meta.cost,
+            created_at_ms: meta.created_at_ms.into(),
+            deadline_ms: meta.deadline_ms.unwrap_or(0).into(),
+            units: meta.cost.units,
+            kind: meta.cost.kind,
             priority: meta.priority,
+            has_deadline: meta.deadline_ms.is_some(),
             timeout_ms: timeout.map_or(NO_TIMEOUT, |limit| {
                 u64::try_from(limit.as_millis())
                     .unwrap_or(NO_TIMEOUT - 1)
                     .min(NO_TIMEOUT - 1)
             }),
-            payload: None,
-            phase: Phase::Parked,
+            phase: Phase::Parked(None),
             rare: None,
+        }
+    }
+
+    /// What it holds while it runs.
+    pub fn cost(&self) -> ResourceCost {
+        ResourceCost {
+            kind: self.kind,
+            units: self.units,
+        }
+    }
+
+    /// Whether it is parked.
+    pub fn is_parked(&self) -> bool {
+        matches!(self.phase, Phase::Parked(_))
+    }
+
+    /// Keeps its payload in the ledger while it is parked.
+    pub fn keep_payload(&mut self, payload: P) {
+        self.phase = Phase::Parked(Some(payload));
+    }
+
+    /// Takes its payload, if the ledger keeps it.
+    pub fn take_payload(&mut self) -> Option<P> {
+        match &mut self.phase {
+            Phase::Parked(payload) => payload.take(),
+            Phase::Running(_) => None,
         }
     }
 
@@ -237,15 +306,15 @@ impl<P> Record<P> {
             id: self.task_id,
             mailbox: Some(self.key.key().into_owned()),
             priority: self.priority,
-            cost: self.cost,
-            deadline_ms: self.deadline_ms,
-            created_at_ms: self.created_at_ms,
+            cost: self.cost(),
+            deadline_ms: self.has_deadline.then(|| self.deadline_ms.into()),
+            created_at_ms: self.created_at_ms.into(),
         }
     }
 
     /// Its task, rebuilt around its payload, if the ledger holds it.
     pub fn take_task(&mut self) -> Option<ScheduledTask<P>> {
-        let payload = self.payload.take()?;
+        let payload = self.take_payload()?;
         Some(ScheduledTask {
             meta: self.meta(),
             payload,
@@ -293,8 +362,8 @@ impl<P> Record<P> {
     /// Its run, if it is running.
     pub fn run_mut(&mut self) -> Option<&mut Run> {
         match &mut self.phase {
-            Phase::Running(run) => Some(run),
-            Phase::Parked => None,
+            Phase::Running(run) => Some(&mut **run),
+            Phase::Parked(_) => None,
         }
     }
 
@@ -302,7 +371,7 @@ impl<P> Record<P> {
     pub fn run(&self) -> Option<&Run> {
         match &self.phase {
             Phase::Running(run) => Some(run),
-            Phase::Parked => None,
+            Phase::Parked(_) => None,
         }
     }
 }
@@ -516,6 +585,23 @@ mod tests {
         assert!(matches!(narrowed, TaskKey::Named(_)));
         assert!(narrowed.tenant() == Tenant::of(&key.tenant));
         assert!(Tenant::of(&TenantId::from("anonymous-XYZ")) == Tenant::Named("anonymous-XYZ"));
+    }
+
+    #[test]
+    fn a_record_with_a_16_byte_payload_packs_into_128_bytes() {
+        assert_eq!(std::mem::size_of::<Option<Record<u128>>>(), 128);
+        let meta = TaskMetadata {
+            deadline_ms: Some(u128::MAX - 1),
+            created_at_ms: (1 << 70) + 5,
+            ..TaskMetadata::new(3, ResourceCost::gpu_vram(9))
+        };
+        let record = Record::<u8>::new(1, &meta, TaskKey::of(MailboxKey::new("acme")), None);
+        let again = record.meta();
+        assert_eq!(
+            (again.deadline_ms, again.created_at_ms),
+            (meta.deadline_ms, meta.created_at_ms)
+        );
+        assert_eq!(again.cost, meta.cost);
     }
 
     #[test]

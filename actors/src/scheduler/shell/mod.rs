@@ -139,12 +139,6 @@ where
             .mailbox
             .take()
             .unwrap_or_else(MailboxKey::anonymous);
-        if self.tasks.ledger.has_caller(&key.tenant, task.meta.id) {
-            let duplicate = PoolError::DuplicateTask(task.meta.id);
-            task.meta.mailbox = Some(key);
-            self.tasks.refuse(task, duplicate, reply, now);
-            return;
-        }
         let timeout = options.timeout.or(self.tasks.default_timeout);
         let origin = Origin::Submitted { reply, extras };
         self.admit(
@@ -162,7 +156,7 @@ where
     fn run_leased(&mut self, lease: Lease<P>, now: u64) {
         let Lease {
             entry: shared_entry,
-            task,
+            mut task,
             attempt,
             ..
         } = lease;
@@ -174,21 +168,8 @@ where
         let key = task
             .meta
             .mailbox
-            .clone()
+            .take()
             .unwrap_or_else(MailboxKey::anonymous);
-        if self.tasks.ledger.has_caller(&key.tenant, task.meta.id) {
-            let id = task.meta.id;
-            let reason = format!("task id {id} is live on this node already");
-            self.tasks.fx.shared(SharedCall::Settle {
-                entry: shared_entry,
-                settlement: Settlement::Failed(reason),
-            });
-            let outcome = Err(PoolError::DuplicateTask(id));
-            self.tasks
-                .deliver_report(key, id, task.meta.cost, attempt, outcome, now);
-            drop_contained(task);
-            return;
-        }
         let timeout = self.tasks.default_timeout;
         let origin = Origin::Leased {
             shared_entry,
@@ -207,7 +188,18 @@ where
 
     /// Asks the core, then carries out its answer for the newcomer and for the parked tasks
     /// that start with it.
+    /// A task whose caller (tenant, id) is live here already is refused (`DuplicateTask`).
     fn admit(&mut self, admission: Admission<P>, now: u64) {
+        let id = admission.task.meta.id;
+        if self.tasks.ledger.has_caller(&admission.key.tenant, id) {
+            end_unadmitted(
+                &mut self.tasks,
+                admission,
+                PoolError::DuplicateTask(id),
+                now,
+            );
+            return;
+        }
         let entry = self.tasks.ledger.next_entry(now);
         let ticket = self.tasks.ticket(
             entry,
@@ -685,7 +677,7 @@ where
             }
             if let Some(mut record) = self.tasks.ledger.remove(entry) {
                 self.tasks.answer_pending_park(&mut record);
-                if let Some(payload) = record.payload.take() {
+                if let Some(payload) = record.take_payload() {
                     // A claimed task parked here: its lease runs out and another node runs it.
                     drop_contained(payload);
                 }

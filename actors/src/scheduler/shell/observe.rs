@@ -78,7 +78,7 @@ impl Observers {
         }
         let key = record.key.key();
         let detail = Detail::of(record, step);
-        self.step(record.task_id, &key, record.cost, step, now, detail);
+        self.step(record.task_id, &key, record.cost(), step, now, detail);
     }
 
     /// Tells every subscriber of a step.

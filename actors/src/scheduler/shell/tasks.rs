@@ -127,7 +127,9 @@ where
                 continue;
             }
             let mut record = self.record(entry, &meta, &key, self.default_timeout);
-            record.payload = payload;
+            if let Some(payload) = payload {
+                record.keep_payload(payload);
+            }
             self.ledger.insert(record);
         }
     }
@@ -147,7 +149,7 @@ where
         let Some(mut record) = self.ledger.remove(entry) else {
             return false;
         };
-        let payload = record.payload.take();
+        let payload = record.take_payload();
         let stored_elsewhere = payload.is_none();
         drop_contained(payload);
         if let Some((lease, _)) = record.lease() {
@@ -186,7 +188,7 @@ where
         now: u64,
     ) {
         if let Some(record) = self.ledger.get_mut(entry) {
-            record.payload = Some(payload);
+            record.keep_payload(payload);
         }
         self.step(entry, TaskStep::Admitted, now);
         self.step(entry, TaskStep::Parked, now);
@@ -259,16 +261,15 @@ where
             .map_or_else(Cancellation::new, |stream| stream.cancellation().clone());
         // Started before the queue confirmed its park: its submitter keeps waiting for that
         // confirmation, now as a running task's, and it is announced as parked first.
-        let announce = matches!(record.phase, Phase::Parked)
-            && record.rare().is_some_and(|rare| rare.reply.is_some());
+        let announce = record.is_parked() && record.rare().is_some_and(|rare| rare.reply.is_some());
         record.key.expand();
-        record.phase = Phase::Running(Run {
+        record.phase = Phase::Running(Box::new(Run {
             started_ms: now,
             cancellation,
             sent: false,
             ended: false,
             from_queue,
-        });
+        }));
         if let Some(limit) = record.timeout() {
             let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
             let at = now.saturating_add(limit).saturating_add(WATCHDOG_GRACE_MS);
@@ -330,10 +331,7 @@ where
         self.observers.record_step(&record, &step, now);
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
         let (task_id, attempt) = (record.task_id, record.attempt());
-        let key = match record.key {
-            TaskKey::Named(key) => *key,
-            TaskKey::Anonymous(bits) => MailboxKey::anonymous_from_bits(bits),
-        };
+        let key = record.key.into_key();
         self.send_outcome(stream, key, task_id, attempt, outcome, settle, now);
     }
 

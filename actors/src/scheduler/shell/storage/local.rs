@@ -23,7 +23,7 @@ use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::shell::effects::{Effect, Effects};
-use crate::scheduler::shell::ledger::{Phase, Record};
+use crate::scheduler::shell::ledger::Record;
 use crate::scheduler::shell::tasks::Tasks;
 
 /// The local durable mode's state. See the module docs.
@@ -136,16 +136,16 @@ impl LocalRoom {
             return;
         };
         let key = record.key.key().into_owned();
-        if matches!(record.phase, Phase::Parked) {
+        if record.is_parked() {
             tasks.step(entry, TaskStep::Admitted, now);
             tasks.step(entry, TaskStep::Parked, now);
         }
         tasks.fx.answer(reply, Ok(key));
     }
 
-    /// A park was refused by the queue. A parked task was never admitted after all; a task
-    /// stored as it started is refused, and its claim (asked after the park) fails next and
-    /// releases its capacity. Returns the parked tasks the freed place in the core starts.
+    /// A park was refused by the queue. A parked task whose submitter waits was never
+    /// admitted after all (one that was answered ends `Failed`); a started one is handled as
+    /// the comment inside says. Returns the parked tasks the freed place in the core starts.
     pub fn park_failed<P: Send + 'static, R: Send + 'static>(
         &mut self,
         tasks: &mut Tasks<P, R>,
@@ -159,15 +159,21 @@ impl LocalRoom {
         let Some(record) = tasks.ledger.get_mut(entry) else {
             return Vec::new();
         };
-        if let Some(run) = record.run_mut() {
-            run.ended = true;
-            run.from_queue = false;
-            let reply = record.take_reply();
-            tasks.step(entry, TaskStep::Refused(Refusal::QueueError), now);
-            if let Some(reply) = reply {
-                let error = PoolError::Internal(format!("could not store the task: {reason}"));
-                tasks.fx.answer(reply, Err(error));
+        if record.run().is_some() {
+            // Started before its park was answered. If its submitter still waits, it is
+            // refused (its claim fails next and releases its capacity, quietly); if it was
+            // answered already (a spun task), the claim that follows fails and ends it
+            // `Failed`, its one outcome.
+            let Some(reply) = record.take_reply() else {
+                return Vec::new();
+            };
+            if let Some(run) = record.run_mut() {
+                run.ended = true;
+                run.from_queue = false;
             }
+            tasks.step(entry, TaskStep::Refused(Refusal::QueueError), now);
+            let error = PoolError::Internal(format!("could not store the task: {reason}"));
+            tasks.fx.answer(reply, Err(error));
             return Vec::new();
         }
         let Some(mut record) = tasks.ledger.remove(entry) else {
@@ -204,7 +210,7 @@ impl LocalRoom {
             let Some(record) = tasks.ledger.get_mut(entry) else {
                 continue;
             };
-            if !matches!(record.phase, Phase::Parked) {
+            if !record.is_parked() {
                 continue;
             }
             if let Some(task) = record.take_task() {
@@ -235,5 +241,5 @@ fn kept_at_stop<P: Send + 'static, R: Send + 'static>(
     tasks: &Tasks<P, R>,
     record: &Record<P>,
 ) -> bool {
-    matches!(record.phase, Phase::Parked) && tasks.core.state(record.entry).is_none()
+    record.is_parked() && tasks.core.state(record.entry).is_none()
 }

@@ -31,7 +31,7 @@ use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
 use crate::scheduler::core::ParkingLot;
 use crate::scheduler::protocol::Enqueued;
 use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
-use crate::scheduler::shell::ledger::{Phase, Record};
+use crate::scheduler::shell::ledger::Record;
 use crate::scheduler::shell::observe::Detail;
 use crate::scheduler::shell::tasks::Tasks;
 
@@ -158,8 +158,8 @@ impl SharedRoom {
         let parked = tasks
             .ledger
             .iter()
-            .filter(|record| matches!(record.phase, Phase::Parked))
-            .map(|record| record.cost);
+            .filter(|record| record.is_parked())
+            .map(Record::cost);
         if let Some((query, max)) = self.claim_wanted(&tasks.core, parked, now) {
             tasks.fx.shared(SharedCall::Claim { query, max, now });
         }
