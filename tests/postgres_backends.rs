@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use conformance::{mailbox, shared_queue, Job};
 use prometheus_parking_lot::core::{
-    Capacity, FitQuery, Mailbox, PoolError, QueueCounts, ScheduledTask, SharedQueue, TaskMetadata,
+    Capacity, FitQuery, Mailbox, PoolError, QueueCounts, QueueMaintenance, ScheduledTask,
+    SharedQueue, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
 use prometheus_parking_lot::infra::postgres::PgDatabase;
@@ -476,7 +477,7 @@ async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
         .unwrap();
     assert_eq!(first.map(|lease| lease.attempt), Some(1));
     assert_eq!(
-        queue.rescue_expired(10_500).await,
+        queue.maintenance().rescue_expired(10_500).await,
         Ok(1),
         "the lease ran out"
     );
@@ -492,16 +493,16 @@ async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
     assert_eq!(second.map(|lease| lease.attempt), Some(2));
 
     assert_eq!(
-        queue.rescue_expired(12_000).await,
+        queue.maintenance().rescue_expired(12_000).await,
         Ok(1),
         "the last attempt ran out"
     );
     assert_eq!(
-        queue.counts().await.unwrap(),
+        queue.maintenance().counts().await.unwrap(),
         QueueCounts::default(),
         "dead, not parked"
     );
-    let dead = queue.take_dead_letters(10).await.unwrap();
+    let dead = queue.maintenance().take_dead_letters(10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(
         (&dead[0].key, dead[0].task_id, dead[0].cost),
@@ -513,7 +514,12 @@ async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
         dead[0].reason
     );
     assert!(
-        queue.take_dead_letters(10).await.unwrap().is_empty(),
+        queue
+            .maintenance()
+            .take_dead_letters(10)
+            .await
+            .unwrap()
+            .is_empty(),
         "reported once"
     );
 }

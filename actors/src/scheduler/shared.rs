@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 
 use super::protocol::{Internal, Reply, SchedulerMsg};
 use crate::domain::{Durability, MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
+use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 use crate::queue::{DeadLetter, EntryId, FitQuery, Lease, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one poll reports at most (the next poll takes the rest).
@@ -516,36 +517,32 @@ where
         });
     }
 
-    /// Poll-time upkeep: renews `held` leases when a third of the lease has passed, and parks
-    /// expired claims (any node's) again.
+    /// Poll-time upkeep: the node's three duties. The [`LeaseRenewer`] renews `held` leases
+    /// when a third of the lease has passed, the [`LeaseRescuer`] ends expired claims (any
+    /// node's), and the [`DeadLetterReader`] takes the tasks the queue gave up on.
     pub fn upkeep(&mut self, held: Vec<EntryId>, now: u64) {
-        let third = u64::try_from((self.lease / 3).as_millis()).unwrap_or(u64::MAX);
-        let renew = now.saturating_sub(self.renewed_at) >= third;
-        if renew {
+        let renewer = LeaseRenewer::new(self.node.clone(), self.lease);
+        let held = if renewer.is_due(self.renewed_at, now) {
             self.renewed_at = now;
-        }
-        let held = if renew { held } else { Vec::new() };
-        let lease = self.lease;
+            held
+        } else {
+            Vec::new()
+        };
+        let rescuer = LeaseRescuer::new(self.poll);
+        let reader = DeadLetterReader::new(self.poll).with_batch(DEAD_LETTERS_PER_POLL);
         self.spawn(move |queue, node| async move {
-            let mut lost = Vec::new();
-            for entry in held {
-                match queue.renew(&node, entry, lease, now).await {
-                    Ok(()) => {}
-                    Err(QueueError::NotClaimed(_)) => lost.push(entry),
-                    Err(error) => {
-                        tracing::warn!(node = %node, entry, %error, "shared queue lease renewal failed");
-                    }
-                }
-            }
-            match queue.rescue_expired(now).await {
+            let lost = renewer.run_once(&*queue, &held, now).await;
+            match rescuer.run_once(queue.maintenance(), now).await {
                 Ok(0) => {}
-                Ok(rescued) => tracing::info!(node = %node, rescued, "parked expired shared leases again"),
+                Ok(rescued) => {
+                    tracing::info!(node = %node, rescued, "parked expired shared leases again")
+                }
                 Err(error) => tracing::warn!(node = %node, %error, "shared queue rescue failed"),
             }
             if !lost.is_empty() {
                 return Some(SharedReport::Lost(lost));
             }
-            match queue.take_dead_letters(DEAD_LETTERS_PER_POLL).await {
+            match reader.run_once(queue.maintenance()).await {
                 Ok(dead) if !dead.is_empty() => Some(SharedReport::Dead(dead)),
                 Ok(_) => None,
                 Err(error) => {
