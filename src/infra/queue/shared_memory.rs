@@ -390,12 +390,14 @@ where
 {
     async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
         let mut lot = self.lock();
-        let expired: Vec<EntryId> = lot
+        let mut expired: Vec<EntryId> = lot
             .claimed
             .iter()
             .filter(|(_, claim)| claim.expires_at_ms <= now_ms)
             .map(|(&entry, _)| entry)
             .collect();
+        // In entry order, so dead letters come out in a stable order.
+        expired.sort_unstable();
         for &entry in &expired {
             let Some(claim) = lot.claimed.remove(&entry) else {
                 continue;
