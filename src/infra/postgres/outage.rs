@@ -108,10 +108,15 @@ impl Cause {
         }
     }
 
-    /// Whether the server is away (not merely full or busy): later statements then wait for a
-    /// probe that reaches it instead of for the pool.
+    /// Whether the server is away, so that no statement can run until it is back: later
+    /// statements then wait for a probe that reaches it instead of for the pool. Refused
+    /// credentials, a server without a free slot, a full disk or a busy pool are not: the
+    /// pool's open connections may still run statements, and a new one fails at once.
     fn is_outage(&self) -> bool {
-        !matches!(self, Self::DiskFull(_) | Self::Busy)
+        matches!(
+            self,
+            Self::Refused | Self::TimedOut | Self::Unavailable(_) | Self::Lost(_)
+        )
     }
 }
 
