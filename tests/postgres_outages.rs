@@ -11,18 +11,17 @@
 //! test's own table.
 #![cfg(feature = "postgres")]
 
-use std::sync::atomic::{AtomicU32, Ordering};
+#[path = "support/postgres_pools.rs"]
+mod postgres_pools;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskMetadata};
-use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
-use prometheus_parking_lot::{
-    build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext, SchedulerConfig,
-    TaskExecutor, TokioSpawner,
-};
+use postgres_pools::{build_embedded, fresh_name, server_url, work, Doubler, Work};
+use prometheus_parking_lot::core::PoolError;
+use prometheus_parking_lot::util::serde::{MailboxKey, TaskId};
+use prometheus_parking_lot::{BuiltPools, SchedulerConfig};
 use sea_orm::ConnectionTrait;
-use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -33,12 +32,6 @@ const BOUND: Duration = Duration::from_secs(6);
 /// Slack for a loaded test machine.
 const SLACK: Duration = Duration::from_millis(1_500);
 
-/// The server every test reaches (through its proxy, or as a role of its own).
-fn server_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 /// The server's `host:port`.
 fn server_address() -> String {
     let url = server_url();
@@ -48,20 +41,6 @@ fn server_address() -> String {
         .next()
         .unwrap_or("127.0.0.1:5432")
         .to_owned()
-}
-
-/// A name no other test (or earlier run) uses.
-fn fresh_name(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
-    format!(
-        "{prefix}_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// Runs `sql` on a connection of the test's own, as the server's superuser.
@@ -130,7 +109,8 @@ impl Proxy {
 
     /// Drops every connection and treats new ones as `fault` does.
     async fn cut(&self, fault: Fault) {
-        if let Some(accepting) = self.accepting.lock().unwrap().take() {
+        let accepting = self.accepting.lock().unwrap().take();
+        if let Some(accepting) = accepting {
             accepting.abort();
             let _ = accepting.await;
         }
@@ -163,31 +143,6 @@ async fn serve(mut client: TcpStream, fault: Fault) {
 // The pool
 // ---------------------------------------------------------------------------------------------
 
-/// Doubles `n` after `ms` milliseconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Work {
-    n: u64,
-    ms: u64,
-}
-
-#[derive(Clone)]
-struct Doubler;
-
-#[async_trait::async_trait]
-impl TaskExecutor<Work, u64> for Doubler {
-    async fn execute(&self, work: Work, _meta: TaskMetadata) -> u64 {
-        tokio::time::sleep(Duration::from_millis(work.ms)).await;
-        work.n * 2
-    }
-}
-
-fn work(id: TaskId, ms: u64, key: &MailboxKey) -> ScheduledTask<Work> {
-    ScheduledTask::new(
-        TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key.clone()),
-        Work { n: id, ms },
-    )
-}
-
 /// Pool `gpu` (one worker, one unit) on queue `queue`, of `kind` (`postgres` in `table`, or
 /// `postgres_pgmq`), at `url`, built off the test's runtime as users build it.
 async fn pool(url: String, kind: &str, queue: &str, table: &str) -> BuiltPools<Work, u64, Doubler> {
@@ -205,18 +160,7 @@ async fn pool(url: String, kind: &str, queue: &str, table: &str) -> BuiltPools<W
         } }
     });
     let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
-    tokio::task::spawn_blocking(move || {
-        build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
-            &config,
-            &QueueBuilderContext::Embedded,
-            None,
-            |_| Doubler,
-            TokioSpawner,
-        )
-        .expect("the pool starts")
-    })
-    .await
-    .expect("building does not panic")
+    build_embedded(config).await
 }
 
 /// Submits tasks `ids` to `built`'s pool at once, while its only unit is taken; returns each
@@ -230,7 +174,7 @@ async fn submit_parking(
         let (built, key) = (Arc::clone(built), key.clone());
         tokio::spawn(async move {
             let started = Instant::now();
-            let refused = built.pools["gpu"].submit(work(id, 0, &key)).await;
+            let refused = built.pools["gpu"].submit(work(id, id, 0, &key)).await;
             let text = match refused {
                 Err(PoolError::Internal(text)) => text,
                 other => {
@@ -280,7 +224,7 @@ async fn every_submit_answers_in_time(
 async fn submit_once_back(built: &BuiltPools<Work, u64, Doubler>, id: TaskId, key: &MailboxKey) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match built.pools["gpu"].submit(work(id, 0, key)).await {
+        match built.pools["gpu"].submit(work(id, id, 0, key)).await {
             Ok(_) => return,
             Err(error) if Instant::now() < deadline => {
                 eprintln!("not yet back: {error}");
@@ -300,7 +244,7 @@ async fn refused_then_back(kind: &str) {
     let key = MailboxKey::new("acme").with_session(fresh_name("refused"));
     // Task 1 holds the only unit through the outage: the others park.
     built.pools["gpu"]
-        .submit(work(1, 4_000, &key))
+        .submit(work(1, 1, 4_000, &key))
         .await
         .expect("accepted");
 
@@ -354,7 +298,7 @@ async fn a_server_that_never_answers_fails_every_submit_in_time_as_timed_out() {
     let built = Arc::new(pool(proxy.url(), "postgres", &queue, &table).await);
     let key = MailboxKey::new("acme").with_session(fresh_name("silent"));
     built.pools["gpu"]
-        .submit(work(1, 4_000, &key))
+        .submit(work(1, 1, 4_000, &key))
         .await
         .expect("accepted");
 
@@ -384,7 +328,7 @@ async fn refused_credentials_fail_a_submit_at_once_saying_to_fix_them() {
     let built = Arc::new(pool(url, "postgres", &queue, &table).await);
     let key = MailboxKey::new("acme").with_session(fresh_name("auth"));
     built.pools["gpu"]
-        .submit(work(1, 3_000, &key))
+        .submit(work(1, 1, 3_000, &key))
         .await
         .expect("accepted");
 
@@ -426,7 +370,7 @@ async fn a_full_disk_fails_a_park_saying_to_free_space_and_the_pool_parks_again_
     let built = Arc::new(pool(server_url(), "postgres", &queue, &table).await);
     let key = MailboxKey::new("acme").with_session(fresh_name("disk"));
     built.pools["gpu"]
-        .submit(work(1, 2_000, &key))
+        .submit(work(1, 1, 2_000, &key))
         .await
         .expect("accepted");
 
@@ -462,7 +406,7 @@ async fn a_full_disk_fails_a_park_saying_to_free_space_and_the_pool_parks_again_
     ))
     .await;
     built.pools["gpu"]
-        .submit(work(3, 0, &key))
+        .submit(work(3, 3, 0, &key))
         .await
         .expect("parks again at once");
     for (id, doubled) in [(1, 2), (3, 6)] {
