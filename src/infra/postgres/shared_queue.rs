@@ -62,17 +62,29 @@ enum Runner {
 
 /// The statements of a queue layout (see the module docs for what each is given and answers).
 pub(crate) struct Statements {
+    /// Parks a group of tasks.
     pub park: NamedSql,
+    /// Stores one task as a node's claim (it started at once there).
     pub park_claimed: NamedSql,
+    /// Claims the best-ranked tasks that fit.
     pub claim: NamedSql,
+    /// Extends a node's lease.
     pub renew: NamedSql,
+    /// Ends a node's claims whose runs ended well.
     pub settle_done: NamedSql,
+    /// Ends a node's claim on a run that failed, keeping the reason.
     pub settle_failed: NamedSql,
+    /// Removes a parked task by its entry.
     pub remove: NamedSql,
+    /// Removes a parked task by its key and id (a cancel).
     pub remove_task: NamedSql,
+    /// Parks expired claims again, or dead-letters them on their last attempt.
     pub rescue: NamedSql,
+    /// Counts parked and claimed tasks.
     pub counts: NamedSql,
+    /// Takes dead letters not reported yet.
     pub dead_letters: NamedSql,
+    /// Dead-letters a claimed task that cannot be read.
     pub bury: NamedSql,
 }
 
@@ -451,8 +463,8 @@ where
     }
 
     /// Claims one task at a time until it takes one that can be read or finds none: a task
-    /// that cannot be read is dead-lettered and the next is tried, [`UNREADABLE_ROUNDS`]
-    /// times at most.
+    /// that cannot be read is dead-lettered and the next is tried, `UNREADABLE_ROUNDS` times
+    /// at most.
     async fn claim_best_fit(
         &self,
         node: &str,
