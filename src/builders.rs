@@ -510,7 +510,8 @@ impl<'a> Sources<'a> {
                     queue_name.as_deref().unwrap_or(pool),
                 )
                 .map_err(|error| in_pool(pool, "queue", error))?
-                .with_retry(retry_policy(*max_attempts));
+                .with_retry(retry_policy(*max_attempts))
+                .with_pool(pool);
                 backends.shared = Some(
                     shared_parking(Arc::new(queue), pool, *lease_ms)
                         .with_claim_ahead(claim_ahead.unwrap_or(0) as usize),
@@ -529,7 +530,8 @@ impl<'a> Sources<'a> {
                 let database = self.database(pool, "queue.type")?;
                 let queue = PgmqQueue::<P>::open(&database, queue_name)
                     .map_err(|error| in_pool(pool, "queue", error))?
-                    .with_retry(retry_policy(*max_attempts));
+                    .with_retry(retry_policy(*max_attempts))
+                    .with_pool(pool);
                 backends.shared = Some(
                     shared_parking(Arc::new(queue), pool, *lease_ms)
                         .with_claim_ahead(claim_ahead.unwrap_or(0) as usize),
@@ -565,8 +567,8 @@ impl<'a> Sources<'a> {
 
 /// The retries of a shared queue: `max_attempts` claims (default 3), the default backoff.
 #[cfg(feature = "postgres")]
-fn retry_policy(max_attempts: Option<u32>) -> crate::infra::queue::postgres::RetryPolicy {
-    use crate::infra::queue::postgres::RetryPolicy;
+fn retry_policy(max_attempts: Option<u32>) -> crate::infra::postgres::RetryPolicy {
+    use crate::infra::postgres::RetryPolicy;
     RetryPolicy {
         max_attempts: max_attempts.unwrap_or(RetryPolicy::default().max_attempts),
         ..RetryPolicy::default()

@@ -12,8 +12,8 @@ use std::time::Duration;
 use conformance::queue::{cpu, task};
 use conformance::{mailbox, queue, shared_queue, Job};
 use prometheus_parking_lot::core::{
-    Capacity, Delivery, EntryId, FitQuery, Mailbox, QueueCounts, QueueError, ScheduledTask,
-    Settlement, SharedQueue, StoredEntry, TaskQueue,
+    Capacity, Delivery, EntryId, FitQuery, Mailbox, QueueCounts, QueueError, QueueMaintenance,
+    ScheduledTask, Settlement, SharedQueue, StoredEntry, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;

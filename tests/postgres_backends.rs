@@ -5,24 +5,29 @@
 
 #[allow(dead_code)]
 mod conformance;
+#[path = "support/postgres_pools.rs"]
+mod postgres_pools;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use conformance::{mailbox, shared_queue, Job};
+#[cfg(feature = "pgmq")]
+use postgres_pools::build_embedded;
+use postgres_pools::{fresh_name, work, Doubler, Work};
 use prometheus_parking_lot::core::{
-    Capacity, FitQuery, Mailbox, PoolError, QueueCounts, ScheduledTask, SharedQueue, TaskMetadata,
+    Capacity, FitQuery, Mailbox, PoolError, QueueCounts, QueueMaintenance, ScheduledTask,
+    SharedQueue, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
 use prometheus_parking_lot::infra::postgres::PgDatabase;
 use prometheus_parking_lot::infra::queue::postgres::{PostgresQueue, RetryPolicy};
-use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost, TaskId};
+use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext, SchedulerConfig,
-    TaskExecutor, TokioSpawner,
+    TokioSpawner,
 };
-use serde::{Deserialize, Serialize};
 
 /// The database every test uses; the tests fail (never skip) when it cannot be reached.
 fn database() -> PgDatabase {
@@ -39,19 +44,6 @@ fn database() -> PgDatabase {
             })
         })
         .clone()
-}
-
-/// A queue name no other test (or earlier run) uses.
-fn fresh_name(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
-    format!(
-        "{prefix}_{}_{nanos}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// Retries off, as the shared-queue suite expects: a rescued task is claimable at once and
@@ -150,24 +142,6 @@ async fn postgres_mailbox_conforms() {
 // Through pools built from a config
 // -------------------------------------------------------------------------------------------
 
-/// Doubles the job's number after `ms` milliseconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Work {
-    n: u64,
-    ms: u64,
-}
-
-#[derive(Clone)]
-struct Doubler;
-
-#[async_trait::async_trait]
-impl TaskExecutor<Work, u64> for Doubler {
-    async fn execute(&self, work: Work, _meta: TaskMetadata) -> u64 {
-        tokio::time::sleep(Duration::from_millis(work.ms)).await;
-        work.n * 2
-    }
-}
-
 /// One pool on a fresh Postgres queue (and optionally a Postgres mailbox), built from config.
 fn postgres_pool(
     context: &QueueBuilderContext,
@@ -197,13 +171,6 @@ fn postgres_pool(
         TokioSpawner,
     )
     .expect("the pool starts")
-}
-
-fn work(id: TaskId, n: u64, ms: u64, key: &MailboxKey) -> ScheduledTask<Work> {
-    ScheduledTask::new(
-        TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key.clone()),
-        Work { n, ms },
-    )
 }
 
 async fn one_row(sql: String) -> Option<sea_orm::QueryResult> {
@@ -476,7 +443,7 @@ async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
         .unwrap();
     assert_eq!(first.map(|lease| lease.attempt), Some(1));
     assert_eq!(
-        queue.rescue_expired(10_500).await,
+        queue.maintenance().rescue_expired(10_500).await,
         Ok(1),
         "the lease ran out"
     );
@@ -492,16 +459,16 @@ async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
     assert_eq!(second.map(|lease| lease.attempt), Some(2));
 
     assert_eq!(
-        queue.rescue_expired(12_000).await,
+        queue.maintenance().rescue_expired(12_000).await,
         Ok(1),
         "the last attempt ran out"
     );
     assert_eq!(
-        queue.counts().await.unwrap(),
+        queue.maintenance().counts().await.unwrap(),
         QueueCounts::default(),
         "dead, not parked"
     );
-    let dead = queue.take_dead_letters(10).await.unwrap();
+    let dead = queue.maintenance().take_dead_letters(10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(
         (&dead[0].key, dead[0].task_id, dead[0].cost),
@@ -513,7 +480,12 @@ async fn retried_then_dead_lettered(queue: &dyn SharedQueue<Job>) {
         dead[0].reason
     );
     assert!(
-        queue.take_dead_letters(10).await.unwrap().is_empty(),
+        queue
+            .maintenance()
+            .take_dead_letters(10)
+            .await
+            .unwrap()
+            .is_empty(),
         "reported once"
     );
 }
@@ -597,24 +569,6 @@ async fn the_shipped_pgmq_config_builds_a_working_pool() {
     pool.submit(work(1, 21, 0, &key)).await.expect("accepted");
     let result = pool.retrieve_task(&key, 1, Duration::from_secs(20)).await;
     assert_eq!(result, Ok(42));
-}
-
-/// Builds `config`'s pools as users build them (the backends connect themselves), off the
-/// test's runtime.
-#[cfg(feature = "pgmq")]
-async fn build_embedded(config: SchedulerConfig) -> BuiltPools<Work, u64, Doubler> {
-    tokio::task::spawn_blocking(move || {
-        build_pools_from_scheduler_config::<Work, u64, Doubler, TokioSpawner>(
-            &config,
-            &QueueBuilderContext::Embedded,
-            None,
-            |_| Doubler,
-            TokioSpawner,
-        )
-        .expect("the pool starts")
-    })
-    .await
-    .expect("building does not panic")
 }
 
 /// A pgmq message whose payload this node cannot read goes to the dead-letter queue with the

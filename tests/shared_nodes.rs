@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::{
-    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, ScheduledTask, SharedParking,
-    SharedQueue, SubmitOptions, TaskExecutor, TaskMetadata,
+    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, QueueMaintenance, ScheduledTask,
+    SharedParking, SharedQueue, SubmitOptions, TaskExecutor, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;

@@ -15,8 +15,9 @@ pub use prometheus_parking_lot_actors::mailbox::{
     TerminalEvent,
 };
 pub use prometheus_parking_lot_actors::queue::{
-    DeadLetter, EntryId, FitQuery, InlineQueue, Lease, QueueCounts, QueueError, RankBound,
-    Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, Lease, LeaseRenewer,
+    LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement, SharedQueue,
+    StarvationRule, StoredEntry, TaskQueue,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{
     SchedulerRequest, ShutdownReport, SubmitOptions,

@@ -146,11 +146,15 @@ async fn best_fit(queue: &dyn SharedQueue<Job>, query: FitQuery) -> Option<Entry
 
 /// How many leases a rescue at `now` (ms after the epoch of the suite) parks again.
 async fn rescue(queue: &dyn SharedQueue<Job>, now: u64) -> usize {
-    queue.rescue_expired(at(now)).await.expect("rescue_expired")
+    queue
+        .maintenance()
+        .rescue_expired(at(now))
+        .await
+        .expect("rescue_expired")
 }
 
 async fn assert_counts(queue: &dyn SharedQueue<Job>, parked: usize, claimed: usize, step: &str) {
-    let counts = queue.counts().await.expect("counts");
+    let counts = queue.maintenance().counts().await.expect("counts");
     assert_eq!(
         counts,
         QueueCounts { parked, claimed },

@@ -16,13 +16,16 @@
 //! Backends that need no I/O expose a synchronous face ([`TaskQueue::inline`]) which the
 //! scheduler drives directly, without a hop through the queue actor or a boxed future.
 //!
-//! # The shared contract: [`SharedQueue`](shared::SharedQueue)
+//! # The shared contract: [`SharedQueue`]
 //!
 //! A backend other nodes park to and claim from as well (a database table). No node's core
 //! can know the best parked task, so the queue answers "the best-ranked task that fits this
-//! free capacity" itself, under a lease the node renews while the task runs.
+//! free capacity" itself, under a lease the node renews while the task runs. Its maintenance
+//! ([`QueueMaintenance`]: rescue, dead letters, counts) is a face of its own, run by the
+//! [`duties`].
 
 pub mod actor;
+pub mod duties;
 pub mod shared;
 
 use async_trait::async_trait;
@@ -30,7 +33,10 @@ use thiserror::Error;
 
 use crate::domain::{ScheduledTask, TaskMetadata};
 
-pub use shared::{DeadLetter, FitQuery, Lease, RankBound, SharedQueue, StarvationRule};
+pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
+pub use shared::{
+    DeadLetter, FitQuery, Lease, QueueMaintenance, RankBound, SharedQueue, StarvationRule,
+};
 
 /// The pool's own id of an admitted task. See the module docs.
 pub type EntryId = u64;

@@ -2,7 +2,7 @@
 //!
 //! A node asks for "the best-ranked parked task that fits my free capacity" and gets it under
 //! a *lease*: the task is its own until the lease expires, and the node renews the lease
-//! while the task runs. A node that dies stops renewing; [`SharedQueue::rescue_expired`]
+//! while the task runs. A node that dies stops renewing; [`QueueMaintenance::rescue_expired`]
 //! parks its tasks again for another node (at-least-once). The rank and the starvation
 //! guard's bound are plain fields, so a SQL backend answers with one indexed query:
 //!
@@ -18,6 +18,15 @@
 //! Rank: higher [`Priority`] first, then smaller `rank_time_ms` (admission time), then smaller
 //! entry id. Entry ids must be unique within the queue across nodes; nodes draw them at
 //! random.
+//!
+//! # Two faces
+//!
+//! [`SharedQueue`] is what a node does with its own work: park, claim, renew, settle, remove,
+//! and watch for work other nodes park. [`QueueMaintenance`] is what keeps the queue healthy
+//! for every node: rescue expired leases, take the dead letters, count. A node reaches the
+//! second through the first ([`SharedQueue::maintenance`]), so one
+//! `Arc<dyn SharedQueue<P>>` is all a pool is given; the duties in
+//! [`duties`](super::duties) run the maintenance on their own intervals.
 
 use std::time::Duration;
 
@@ -130,6 +139,10 @@ where
 {
     /// A short name for logs and errors (`postgres`, `postgres_pgmq`).
     fn backend(&self) -> &'static str;
+
+    /// The queue's maintenance face: rescue, dead letters, counts. A backend implements
+    /// [`QueueMaintenance`] beside this trait and returns itself.
+    fn maintenance(&self) -> &dyn QueueMaintenance;
 
     /// Parks a task for any node. `rank_time_ms` is its admission time.
     async fn enqueue(
@@ -250,12 +263,23 @@ where
         id: TaskId,
     ) -> Result<Option<ScheduledTask<P>>, QueueError>;
 
-    /// Parks again every claimed entry whose lease ran out at or before `now_ms`; returns
-    /// how many.
-    async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError>;
+    /// A signal that changes whenever a task may have been parked by any node (a database's
+    /// LISTEN/NOTIFY), so an idle node claims at once instead of at its next poll. `None`
+    /// (the default): the node finds new work by polling.
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+}
 
-    /// How many entries are parked and claimed (by any node).
-    async fn counts(&self) -> Result<QueueCounts, QueueError>;
+/// The maintenance of a shared queue: what keeps it healthy for every node, whichever node
+/// runs it. See the module docs; the conformance suite in `tests/conformance/shared_queue.rs`
+/// checks every backend against it, and [`duties`](super::duties) runs it.
+#[async_trait]
+pub trait QueueMaintenance: Send + Sync {
+    /// Ends every claim whose lease ran out at or before `now_ms`: its task is parked again
+    /// for any node, or, where the backend limits attempts and this was the last, becomes a
+    /// dead letter. Returns how many claims it ended.
+    async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError>;
 
     /// Takes up to `max` dead letters no node has reported yet: tasks the queue gave up on by
     /// itself (every attempt lost its lease, or the stored task could not be read), so the
@@ -267,10 +291,6 @@ where
         Ok(Vec::new())
     }
 
-    /// A signal that changes whenever a task may have been parked by any node (a database's
-    /// LISTEN/NOTIFY), so an idle node claims at once instead of at its next poll. `None`
-    /// (the default): the node finds new work by polling.
-    fn watch(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        None
-    }
+    /// How many entries are parked and claimed (by any node).
+    async fn counts(&self) -> Result<QueueCounts, QueueError>;
 }

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
+use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 use crate::queue::{EntryId, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one read reports at most (the next read takes the rest).
@@ -307,13 +308,14 @@ where
         tokio::spawn(rescue_leases(
             self.queue.clone(),
             self.node.clone(),
-            self.poll,
+            LeaseRescuer::new(self.poll),
             scheduler.clone(),
         ));
+        let reader = DeadLetterReader::new(self.poll).with_batch(DEAD_LETTERS_PER_POLL);
         tokio::spawn(read_dead_letters(
             self.queue.clone(),
             self.node.clone(),
-            self.poll,
+            reader,
             scheduler.clone(),
         ));
         if let Some(mut parked) = self.queue.watch() {
@@ -393,9 +395,9 @@ where
                 });
             }
             SharedCall::Renew { held, now } => {
-                let lease = self.lease;
-                self.spawn(move |queue, node| async move {
-                    let lost = renew_leases(&*queue, &node, &held, lease, now).await;
+                let renewer = LeaseRenewer::new(self.node.clone(), self.lease);
+                self.spawn(move |queue, _| async move {
+                    let lost = renewer.run_once(&*queue, &held, now).await;
                     (!lost.is_empty()).then_some(SharedReport::Lost(lost))
                 });
             }
@@ -418,44 +420,18 @@ where
     }
 }
 
-/// The lease renewer's one run: extends `node`'s lease on each of `held`, and returns those
-/// the queue says are not this node's any more (expired and rescued by another node).
-async fn renew_leases<P: Send + 'static>(
-    queue: &dyn SharedQueue<P>,
-    node: &str,
-    held: &[EntryId],
-    lease: Duration,
-    now: u64,
-) -> Vec<EntryId> {
-    let mut lost = Vec::new();
-    for &entry in held {
-        match queue.renew(node, entry, lease, now).await {
-            Ok(()) => {}
-            Err(QueueError::NotClaimed(_)) => lost.push(entry),
-            Err(error) => {
-                tracing::warn!(node = %node, entry, %error, "shared queue lease renewal failed");
-            }
-        }
-    }
-    lost
-}
-
-/// The lease rescuer: every `interval`, parks again the claims whose lease ran out. Ends
-/// with the scheduler.
+/// The rescuer duty on its own timer: every `interval`, ends the claims whose lease ran out
+/// (any node's), until the scheduler stops.
 async fn rescue_leases<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     node: Arc<str>,
-    interval: Duration,
+    rescuer: LeaseRescuer,
     scheduler: ActorRef<SchedulerMsg<P>>,
 ) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        if stopped(&scheduler) {
-            return;
-        }
-        match queue.rescue_expired(crate::clock::engine_now_ms()).await {
+    let mut every = Every::new(rescuer.interval(), scheduler);
+    while every.next().await {
+        let now = crate::clock::engine_now_ms();
+        match rescuer.run_once(queue.maintenance(), now).await {
             Ok(0) => {}
             Ok(rescued) => {
                 tracing::info!(node = %node, rescued, "parked expired shared leases again")
@@ -465,22 +441,17 @@ async fn rescue_leases<P: Send + 'static>(
     }
 }
 
-/// The dead-letter reader: every `interval`, hands the tasks the queue gave up on to the
-/// scheduler, which stores their failure for their submitters. Ends with the scheduler.
+/// The dead-letter duty on its own timer: every `interval`, hands the tasks the queue gave
+/// up on to the scheduler, which stores their failure for their submitters.
 async fn read_dead_letters<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     node: Arc<str>,
-    interval: Duration,
+    reader: DeadLetterReader,
     scheduler: ActorRef<SchedulerMsg<P>>,
 ) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        if stopped(&scheduler) {
-            return;
-        }
-        match queue.take_dead_letters(DEAD_LETTERS_PER_POLL).await {
+    let mut every = Every::new(reader.interval(), scheduler.clone());
+    while every.next().await {
+        match reader.run_once(queue.maintenance()).await {
             Ok(dead) if dead.is_empty() => {}
             Ok(dead) => {
                 let report = SchedulerMsg(Internal::Shared(SharedReport::Dead(dead)));
@@ -490,6 +461,27 @@ async fn read_dead_letters<P: Send + 'static>(
             }
             Err(error) => tracing::warn!(node = %node, %error, "shared queue dead letters unread"),
         }
+    }
+}
+
+/// A duty's timer: ticks every interval (a late tick delays the next rather than bunching
+/// them) for as long as the scheduler lives.
+struct Every<P> {
+    ticks: tokio::time::Interval,
+    scheduler: ActorRef<SchedulerMsg<P>>,
+}
+
+impl<P> Every<P> {
+    fn new(interval: Duration, scheduler: ActorRef<SchedulerMsg<P>>) -> Self {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { ticks, scheduler }
+    }
+
+    /// Waits for the next tick; `false` once the scheduler is gone or going.
+    async fn next(&mut self) -> bool {
+        self.ticks.tick().await;
+        !stopped(&self.scheduler)
     }
 }
 

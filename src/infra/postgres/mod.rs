@@ -1,22 +1,52 @@
 //! What the Postgres backends share: a [`PgDatabase`] handle (a SeaORM connection and the
-//! runtime its I/O runs on) and the schema, created at start under an advisory lock.
+//! runtime its I/O runs on) and the schema, created at start under an advisory lock; and the
+//! shared queue both queue layouts are, [`PgQueue`].
 //!
-//! Both backends speak plain SQL through SeaORM's raw statements; the tables are small and
+//! The backends speak plain SQL through SeaORM's raw statements; the tables are small and
 //! their hot queries are tuned by hand (`FOR UPDATE SKIP LOCKED`, partial indexes), which an
 //! entity layer would only hide. Table names come from configuration and are checked as SQL
 //! identifiers (see [`Identifier`]) before they are spliced into any statement.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `mod.rs` | the [`PgDatabase`] handle: connecting, running work on its runtime |
+//! | `schema.rs` | the tables, created idempotently; [`Identifier`] |
+//! | `pgmq.rs` | PGMQ as plain SQL where the server lacks the extension |
+//! | `announce.rs`, `listen.rs` | NOTIFY and LISTEN |
+//! | `shared_queue.rs` | [`PgQueue`]: one shared queue, whatever its layout |
+//! | `claim.rs` | a claim's parameters, by name, and its answer |
+//! | `named.rs` | statements with named parameters |
+//! | `statements.rs` | running a statement, and a claim under its planner settings |
+//! | `codec.rs` | the engine's values as SQL values and JSON rows, and back |
+//! | `groups.rs` | one answer per task of a group statement |
+//! | `retry.rs` | [`RetryPolicy`] and the rescue's backoff |
+//! | `outage.rs` | a server that is away: its cause, and quick answers meanwhile |
+//! | `rows.rs` | rows written as one JSON array |
 
 mod announce;
+pub(crate) mod claim;
+pub(crate) mod codec;
+mod groups;
 mod listen;
+pub(crate) mod named;
+mod outage;
 #[cfg(feature = "pgmq")]
 mod pgmq;
+#[cfg(test)]
+pub(crate) mod probe;
+mod retry;
 pub(crate) mod rows;
 mod schema;
+pub(crate) mod shared_queue;
+mod statements;
 
 #[cfg(feature = "pgmq")]
 pub use pgmq::PgmqSource;
+pub use retry::RetryPolicy;
+pub(crate) use retry::{lease_ran_out_sql, retry_at_sql};
 pub use schema::Identifier;
 pub(crate) use schema::Table;
+pub use shared_queue::PgQueue;
 
 use std::future::Future;
 use std::sync::{Arc, Weak};

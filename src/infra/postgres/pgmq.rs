@@ -32,7 +32,7 @@
 use sea_orm::{ConnectionTrait, DbErr, TransactionTrait};
 
 use super::schema::SCHEMA_LOCK;
-use super::PgDatabase;
+use super::{Identifier, PgDatabase};
 
 /// The comment on schema `pgmq` that marks this crate's installation, and its version.
 const MARK: &str = "prometheus_parking_lot pgmq-compatible SQL, version 1";
@@ -246,11 +246,10 @@ impl PgDatabase {
 
     /// Creates the PGMQ queues `names` (with `pgmq.create`) and runs `extra` (indexes of the
     /// caller's own, say), under the schema lock, so processes creating one queue at once take
-    /// turns. PGMQ must be available ([`install_pgmq`](Self::install_pgmq)); `names` must be
-    /// checked identifiers.
+    /// turns. PGMQ must be available ([`install_pgmq`](Self::install_pgmq)).
     pub(crate) async fn create_pgmq_queues(
         &self,
-        names: Vec<String>,
+        names: Vec<Identifier>,
         extra: String,
     ) -> Result<(), DbErr> {
         self.run(move |connection| async move {
@@ -259,8 +258,10 @@ impl PgDatabase {
                 .execute_unprepared(&format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
                 .await?;
             for name in names {
+                let create = "SELECT pgmq.create($1)";
+                let name = sea_orm::Value::from(name.as_str().to_owned());
                 transaction
-                    .execute_unprepared(&format!("SELECT pgmq.create('{name}')"))
+                    .execute_raw(PgDatabase::statement(create, [name]))
                     .await?;
             }
             transaction.execute_unprepared(&extra).await?;

@@ -24,6 +24,11 @@
 //! - `parked` and the kind indexes hold the same entries, each at its own cost and rank.
 //! - A rescued entry is parked again at the rank it was enqueued with; its claim count stays
 //!   as it was until it is claimed again.
+//! - An entry whose lease runs out on its last attempt ([`with_max_attempts`]; none by
+//!   default) leaves the queue as a dead letter, reported once by
+//!   [`take_dead_letters`](QueueMaintenance::take_dead_letters).
+//!
+//! [`with_max_attempts`]: InMemorySharedQueue::with_max_attempts
 //!
 //! # Payloads
 //!
@@ -39,8 +44,8 @@ use async_trait::async_trait;
 
 use crate::core::scheduling::{CostIndex, FastMap, RankKey};
 use crate::core::{
-    EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask, Settlement,
-    SharedQueue,
+    DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance, RankBound,
+    ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 
@@ -51,7 +56,8 @@ use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 /// use std::time::Duration;
 ///
 /// use prometheus_parking_lot::core::{
-///     Capacity, FitQuery, QueueError, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
+///     Capacity, FitQuery, QueueError, QueueMaintenance, ScheduledTask, Settlement, SharedQueue,
+///     TaskMetadata,
 /// };
 /// use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
 /// use prometheus_parking_lot::ResourceCost;
@@ -79,6 +85,8 @@ use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 /// ```
 pub struct InMemorySharedQueue<P> {
     inner: Mutex<Lot<P>>,
+    /// Claims an entry may have; a lease that runs out on the last one makes it a dead letter.
+    max_attempts: u32,
 }
 
 /// Everything the queue holds, behind one lock.
@@ -90,6 +98,8 @@ struct Lot<P> {
     by_kind: [CostIndex; ResourceKind::COUNT],
     /// Claimed entries, by entry id.
     claimed: FastMap<EntryId, Claim<P>>,
+    /// Entries given up on, oldest first, not reported yet.
+    dead: std::collections::VecDeque<DeadLetter>,
 }
 
 /// A parked entry.
@@ -199,15 +209,25 @@ impl<P> Default for InMemorySharedQueue<P> {
 }
 
 impl<P> InMemorySharedQueue<P> {
-    /// An empty queue.
+    /// An empty queue that never gives up on a task: a lease that runs out parks it again,
+    /// however often.
     pub fn new() -> Self {
         Self {
             inner: Mutex::new(Lot {
                 parked: FastMap::default(),
                 by_kind: std::array::from_fn(|_| CostIndex::new()),
                 claimed: FastMap::default(),
+                dead: std::collections::VecDeque::new(),
             }),
+            max_attempts: u32::MAX,
         }
+    }
+
+    /// Gives up on a task whose lease runs out on its `max_attempts`-th claim: it becomes a
+    /// dead letter instead of being parked again, as a database backend's retry policy does.
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
     }
 
     /// Every update leaves the maps and indexes consistent before anything could panic, so a
@@ -217,7 +237,6 @@ impl<P> InMemorySharedQueue<P> {
     }
 }
 
-/// `now_ms + lease`, saturating: a lease too long to count ends at the end of time.
 #[async_trait]
 impl<P> SharedQueue<P> for InMemorySharedQueue<P>
 where
@@ -225,6 +244,10 @@ where
 {
     fn backend(&self) -> &'static str {
         "in_memory_shared"
+    }
+
+    fn maintenance(&self) -> &dyn QueueMaintenance {
+        self
     }
 
     async fn enqueue(
@@ -358,21 +381,40 @@ where
             .and_then(|entry| lot.unpark(entry))
             .map(|parked| parked.task))
     }
+}
 
+#[async_trait]
+impl<P> QueueMaintenance for InMemorySharedQueue<P>
+where
+    P: Send,
+{
     async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
         let mut lot = self.lock();
-        let expired: Vec<EntryId> = lot
+        let mut expired: Vec<EntryId> = lot
             .claimed
             .iter()
             .filter(|(_, claim)| claim.expires_at_ms <= now_ms)
             .map(|(&entry, _)| entry)
             .collect();
+        // In entry order, so dead letters come out in a stable order.
+        expired.sort_unstable();
         for &entry in &expired {
-            if let Some(claim) = lot.claimed.remove(&entry) {
+            let Some(claim) = lot.claimed.remove(&entry) else {
+                continue;
+            };
+            if claim.parked.claims >= self.max_attempts {
+                lot.dead.push_back(dead_letter(claim));
+            } else {
                 lot.park(entry, claim.parked);
             }
         }
         Ok(expired.len())
+    }
+
+    async fn take_dead_letters(&self, max: usize) -> Result<Vec<DeadLetter>, QueueError> {
+        let mut lot = self.lock();
+        let taken = max.min(lot.dead.len());
+        Ok(lot.dead.drain(..taken).collect())
     }
 
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
@@ -381,5 +423,20 @@ where
             parked: lot.parked.len(),
             claimed: lot.claimed.len(),
         })
+    }
+}
+
+/// The dead letter of a claim whose lease ran out on its last attempt, worded as the database
+/// backends word it.
+fn dead_letter<P>(claim: Claim<P>) -> DeadLetter {
+    let meta = claim.parked.task.meta;
+    DeadLetter {
+        key: meta.mailbox.unwrap_or_else(|| MailboxKey::new("")),
+        task_id: meta.id,
+        cost: meta.cost,
+        reason: format!(
+            "the shared queue gave up on the task: the lease of node {} ran out (attempt {})",
+            claim.node, claim.parked.claims
+        ),
     }
 }

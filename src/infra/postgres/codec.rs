@@ -1,0 +1,173 @@
+//! The engine's values as the queues store them, and back: entry ids, priorities and times as
+//! SQL numbers, tasks as JSON rows to park ([`ParkRows`]), and tasks read back from a row.
+
+use std::time::Duration;
+
+use sea_orm::QueryResult;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::rows::JsonRows;
+use crate::core::{EntryId, QueueError, ScheduledTask, TaskMetadata};
+use crate::util::serde::{MailboxKey, Priority};
+
+/// Entry ids are unsigned; the columns are signed. Flipping the top bit keeps their order.
+pub(crate) fn entry_to_sql(entry: EntryId) -> i64 {
+    (entry ^ (1 << 63)) as i64
+}
+
+/// The entry id an [`entry_to_sql`] value stands for.
+pub(crate) fn entry_from_sql(entry: i64) -> EntryId {
+    (entry as u64) ^ (1 << 63)
+}
+
+/// Entries as a SQL array literal (`{1,2,3}`), for one `$entries::bigint[]` parameter.
+pub(crate) fn entries_to_sql(entries: &[EntryId]) -> String {
+    let listed: Vec<String> = entries
+        .iter()
+        .map(|&entry| entry_to_sql(entry).to_string())
+        .collect();
+    format!("{{{}}}", listed.join(","))
+}
+
+/// A priority as a small number, higher first.
+pub(crate) fn priority_to_sql(priority: Priority) -> i16 {
+    match priority {
+        Priority::Low => 0,
+        Priority::Normal => 1,
+        Priority::High => 2,
+        Priority::Critical => 3,
+    }
+}
+
+/// Milliseconds as a `BIGINT`, saturating.
+pub(crate) fn millis(value: u128) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds as a `BIGINT`, saturating.
+pub(crate) fn millis_u64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A duration in milliseconds as a `BIGINT`, saturating.
+pub(crate) fn duration_ms(value: Duration) -> i64 {
+    i64::try_from(value.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A count as a `BIGINT`, saturating.
+pub(crate) fn count_to_sql(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Reads column `name` of a row of `backend`'s queue.
+pub(crate) fn column<T: sea_orm::TryGetable>(
+    backend: &str,
+    row: &QueryResult,
+    name: &str,
+) -> Result<T, QueueError> {
+    row.try_get::<T>("", name).map_err(|error| {
+        QueueError::Backend(format!("{backend} queue row, column {name}: {error}"))
+    })
+}
+
+/// Reads a task back from its metadata and payload, both JSON text in the row's columns
+/// `metadata` and `payload`; the error says which part could not be read.
+pub(crate) fn task_of<P: DeserializeOwned>(row: &QueryResult) -> Result<ScheduledTask<P>, String> {
+    let text = |column: &str| {
+        row.try_get::<String>("", column)
+            .map_err(|error| format!("column {column}: {error}"))
+    };
+    let meta: TaskMetadata = serde_json::from_str(&text("metadata")?)
+        .map_err(|error| format!("metadata does not deserialise: {error}"))?;
+    let payload: P = serde_json::from_str(&text("payload")?)
+        .map_err(|error| format!("payload does not deserialise: {error}"))?;
+    Ok(ScheduledTask { meta, payload })
+}
+
+/// The record of one task in a [`ParkRows`] array, as `jsonb_to_recordset` reads it.
+pub(crate) const PARK_RECORD: &str = "entry BIGINT, task_id BIGINT, tenant TEXT, user_id TEXT, \
+     session_id TEXT, priority SMALLINT, kind SMALLINT, units BIGINT, created_at_ms BIGINT, \
+     rank_time_ms BIGINT, deadline_ms BIGINT, metadata JSONB, payload JSONB";
+
+/// Tasks to park, written as one JSON array of [`PARK_RECORD`]s: a park statement takes any
+/// number of them in one `$rows` parameter, so its text is the same for any group and the
+/// server prepares it once. Each task is encoded as it is pushed, before any await (payloads
+/// need not be `Sync`).
+pub(crate) struct ParkRows {
+    backend: &'static str,
+    rows: JsonRows,
+}
+
+impl ParkRows {
+    /// No rows yet, for `backend`'s queue (named in errors).
+    pub(crate) fn new(backend: &'static str) -> Self {
+        Self {
+            backend,
+            rows: JsonRows::new(),
+        }
+    }
+
+    /// Adds `task` as entry `entry`, ranked at `rank_time_ms`; an error (and no row) when its
+    /// metadata or payload does not serialise.
+    pub(crate) fn push<P: Serialize>(
+        &mut self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: &ScheduledTask<P>,
+    ) -> Result<(), QueueError> {
+        let encode = |what: &str, error: serde_json::Error| {
+            QueueError::Backend(format!(
+                "{} queue: the task's {what} does not serialise: {error}",
+                self.backend
+            ))
+        };
+        let metadata = serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?;
+        let payload = serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?;
+        let meta = &task.meta;
+        let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
+        self.rows
+            .row()
+            .int("entry", entry_to_sql(entry))
+            .int("task_id", meta.id as i64)
+            .text("tenant", Some(&key.tenant.0))
+            .text("user_id", key.user_id.as_deref())
+            .text("session_id", key.session_id.as_deref())
+            .int("priority", i64::from(priority_to_sql(meta.priority)))
+            .int("kind", meta.cost.kind.index() as i64)
+            .int("units", i64::from(meta.cost.units))
+            .int("created_at_ms", millis(meta.created_at_ms))
+            .int("rank_time_ms", millis_u64(rank_time_ms))
+            .int_or_null("deadline_ms", meta.deadline_ms.map(millis))
+            .json("metadata", Some(&metadata))
+            .json("payload", Some(&payload));
+        Ok(())
+    }
+
+    /// The array.
+    pub(crate) fn finish(self) -> String {
+        self.rows.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_keep_their_order_as_sql_numbers() {
+        let entries = [0, 1, 1 << 63, u64::MAX];
+        let stored: Vec<i64> = entries.iter().map(|&entry| entry_to_sql(entry)).collect();
+        assert!(
+            stored.windows(2).all(|pair| pair[0] < pair[1]),
+            "{stored:?}"
+        );
+        for entry in entries {
+            assert_eq!(entry_from_sql(entry_to_sql(entry)), entry);
+        }
+        assert_eq!(
+            entries_to_sql(&[0, u64::MAX]),
+            format!("{{{},{}}}", i64::MIN, i64::MAX)
+        );
+    }
+}
