@@ -26,6 +26,7 @@ use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, Statement};
 use tokio::runtime::Handle;
 
 use crate::core::PoolError;
+use crate::util::redact;
 
 /// How long connecting, or waiting for a free connection, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -222,9 +223,10 @@ impl PgDatabase {
     }
 }
 
-/// Says what went wrong with a database call in words a user can act on, without the URL.
+/// Says what went wrong with a database call in words a user can act on, without the URL
+/// or any other credential (the driver quotes a connection string it cannot parse).
 pub(crate) fn describe(error: &DbErr) -> String {
-    let text = error.to_string();
+    let text = redact::text(&error.to_string());
     if text.contains("Connection refused") || text.contains("connection refused") {
         return "the server refused the connection (is PostgreSQL running, and on that host and \
                 port?)"
