@@ -8,11 +8,13 @@
 
 mod announce;
 mod listen;
+mod nodelay;
 #[cfg(feature = "pgmq")]
 mod pgmq;
 pub(crate) mod rows;
 mod schema;
 
+pub use nodelay::set_tcp_nodelay;
 #[cfg(feature = "pgmq")]
 pub use pgmq::PgmqSource;
 pub use schema::Identifier;
@@ -84,6 +86,7 @@ impl PgDatabase {
             .connect_timeout(CONNECT_TIMEOUT)
             .acquire_timeout(CONNECT_TIMEOUT)
             .sqlx_logging(false);
+        set_tcp_nodelay(&mut options, url);
         let connection = thread
             .block_on(Database::connect(options))?
             .map_err(|error| {
