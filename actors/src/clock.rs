@@ -19,3 +19,9 @@ pub fn now_ms() -> u128 {
         .map(|elapsed| elapsed.as_millis())
         .unwrap_or(0)
 }
+
+/// Milliseconds since the Unix epoch as the engine counts them (`u64`, which lasts half a
+/// billion years; a later reading saturates).
+pub fn engine_now_ms() -> u64 {
+    u64::try_from(now_ms()).unwrap_or(u64::MAX)
+}

@@ -16,6 +16,7 @@
 //! paths existing code imports and adds the facades and the backends.
 
 pub mod budget;
+pub(crate) mod cancellation;
 pub mod clock;
 pub mod contain;
 pub mod domain;

@@ -48,54 +48,10 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::Notify;
-
+pub use crate::cancellation::Cancellation;
 pub use crate::stream::{Partials, StreamClosed};
-
-/// A task's cancellation flag. Cheap to clone; every clone sees the same flag.
-#[derive(Clone, Debug, Default)]
-pub struct Cancellation(Arc<Flag>);
-
-#[derive(Debug, Default)]
-struct Flag {
-    cancelled: AtomicBool,
-    changed: Notify,
-}
-
-impl Cancellation {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
-    /// Raises the flag (once; later calls do nothing) and wakes whoever awaits it.
-    pub(crate) fn cancel(&self) {
-        if !self.0.cancelled.swap(true, Ordering::AcqRel) {
-            self.0.changed.notify_waiters();
-        }
-    }
-
-    /// Whether the task was cancelled (by `cancel`, its timeout, a dropped stream or the
-    /// shutdown's deadline).
-    pub fn is_cancelled(&self) -> bool {
-        self.0.cancelled.load(Ordering::Acquire)
-    }
-
-    /// Completes once the task is cancelled.
-    pub async fn cancelled(&self) {
-        loop {
-            let changed = self.0.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.is_cancelled() {
-                return;
-            }
-            changed.await;
-        }
-    }
-}
 
 /// The context of the task a worker thread runs: its flag, and its stream if it has one.
 #[derive(Clone)]

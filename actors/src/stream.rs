@@ -29,10 +29,10 @@ use std::time::Instant;
 
 use futures_util::Stream;
 
+use crate::cancellation::Cancellation;
 use crate::contain::drop_contained;
 use crate::domain::PoolError;
 use crate::parker::block_on_until;
-use crate::running::Cancellation;
 
 /// The smallest stream buffer: one partial.
 pub const MIN_STREAM_BUFFER: usize = 1;

@@ -72,10 +72,27 @@ impl MailboxKey {
     /// assert_eq!(a.tenant.0.len(), "anonymous-".len() + 32);
     /// ```
     pub fn anonymous() -> Self {
-        Self::new(format!(
-            "{ANONYMOUS_PREFIX}{:032x}",
-            crate::random::random_u128()
-        ))
+        Self::anonymous_from_bits(crate::random::random_u128())
+    }
+
+    /// The anonymous key whose tenant carries `bits` (see [`anonymous_bits`](Self::anonymous_bits)).
+    pub(crate) fn anonymous_from_bits(bits: u128) -> Self {
+        Self::new(format!("{ANONYMOUS_PREFIX}{bits:032x}"))
+    }
+
+    /// The 128 bits of a tenant that [`anonymous`](Self::anonymous) made, when the tenant is
+    /// exactly such a name (`anonymous-` and 32 lowercase hex digits): the engine keeps these
+    /// 16 bytes instead of the 42-byte name for tasks that wait.
+    pub(crate) fn anonymous_bits(tenant: &TenantId) -> Option<u128> {
+        let digits = tenant.0.strip_prefix(ANONYMOUS_PREFIX)?;
+        let lowercase_hex = digits.len() == 32
+            && digits
+                .bytes()
+                .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+        if !lowercase_hex {
+            return None;
+        }
+        u128::from_str_radix(digits, 16).ok()
     }
 
     /// Whether the tenant is one [`anonymous`](Self::anonymous) made up (or a caller named

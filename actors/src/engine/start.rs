@@ -17,15 +17,17 @@ use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
-use crate::queue::actor::{QueueActor, QueueMsg, QueueState};
-use crate::queue::TaskQueue;
+use crate::queue::actor::{QueueActor, QueueMsg, QueueReports, QueueState};
+use crate::queue::{StoredEntry, TaskQueue};
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
 use crate::scheduler::core::ParkingLot;
+use crate::scheduler::driver::{Driver, Results};
 use crate::scheduler::gpu_watch::GpuWatch;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
-use crate::scheduler::shared::{SharedLink, SharedParking};
-use crate::scheduler::state::{Parking, Results, SchedulerArgs};
+use crate::scheduler::shared::{SharedIo, SharedParking};
+use crate::scheduler::shell::storage::{LocalRoom, SharedRoom, Storage};
+use crate::scheduler::shell::ShellArgs;
 use crate::spawn::Spawn;
 use crate::stats::PoolCounters;
 use crate::supervisor::{
@@ -52,7 +54,10 @@ pub struct PoolSpec<P, R, E> {
     pub restart: RestartPolicy,
     /// The user's work.
     pub executor: E,
-    /// Where parked tasks are stored.
+    /// Where parked tasks are stored. A durable queue is driven through the queue actor;
+    /// a queue that is not durable is not called at all (tasks parked in it before the pool
+    /// starts are taken over): the scheduler keeps parked tasks in its own ledger, which
+    /// costs far less memory per task than a second map of them.
     pub queue: Box<dyn TaskQueue<P>>,
     /// Where results are stored.
     pub mailbox: Arc<dyn Mailbox<R>>,
@@ -70,8 +75,7 @@ pub struct PoolSpec<P, R, E> {
     pub retention: Option<Duration>,
     /// A queue this pool shares with other nodes, if any: tasks that would park here go
     /// there, and the pool claims from it whenever it has room (see
-    /// [`SharedParking`](crate::scheduler::shared::SharedParking)). `queue` then only holds
-    /// claimed tasks that found their capacity taken meanwhile.
+    /// [`SharedParking`](crate::scheduler::shared::SharedParking)). `queue` is then not used.
     pub shared: Option<SharedParking<P>>,
     /// What a durable queue (local or shared) stores, and so what a crash costs.
     pub durability: Durability,
@@ -171,12 +175,6 @@ where
     E: TaskExecutor<P, R> + 'static,
 {
     let core = spec.validate()?;
-    let stored = spec.queue.load_parked().await.map_err(|error| {
-        PoolError::Internal(format!(
-            "{} queue: could not load its parked tasks: {error}",
-            spec.queue.backend()
-        ))
-    })?;
     let pool: Arc<str> = Arc::from(spec.name.as_str());
     let counters = Arc::new(PoolCounters::default());
     let inbox = Arc::new(Inbox::<P, R>::new());
@@ -231,58 +229,84 @@ where
         Results::Actor(mailbox_actor)
     };
 
-    // A shared queue keeps what is parked in it; claimed tasks parked here are kept too (their
-    // leases run out and another node runs them).
-    let durable = spec.queue.is_durable() || spec.shared.is_some();
-    // The durability setting of a local queue applies to a durable one that awaits (the
-    // queue actor drives it); a pool sharing a queue with other nodes applies it there.
-    let durability = spec.durability;
-    let local_durability =
-        (spec.queue.is_durable() && spec.queue.inline().is_none() && spec.shared.is_none())
-            .then_some(durability);
-    let shared = spec
-        .shared
-        .take()
-        .map(|parking| SharedLink::new(parking, durability));
-    let parking = if spec.queue.inline().is_some() {
-        Parking::Inline(spec.queue)
-    } else {
-        let queue_state = QueueState {
-            queue: spec.queue,
-            scheduler: scheduler_slot.clone(),
-        };
-        let queue: ActorRef<QueueMsg<P>> =
-            once("queue", start_once(QueueActor::<P>::default, queue_state))
-                .await?
-                .into();
-        Parking::Actor(queue)
+    let (storage, shared, stored, queue) = match spec.shared.take() {
+        Some(parking) => {
+            // The shared queue keeps what is parked; the local queue is not used.
+            let room = SharedRoom::new(
+                parking.queue.backend(),
+                parking.lease,
+                parking.claim_ahead,
+                spec.durability,
+            );
+            (
+                Storage::Shared(room),
+                Some(SharedIo::new(&parking)),
+                Vec::new(),
+                None,
+            )
+        }
+        None if spec.queue.is_durable() => {
+            let stored = load_parked(&*spec.queue).await?;
+            let reports: QueueReports<P> = {
+                let scheduler_slot = scheduler_slot.clone();
+                Arc::new(move |report| match scheduler_slot.get() {
+                    Some(scheduler) => {
+                        let _ = scheduler.send_message(SchedulerMsg(Internal::Queue(report)));
+                    }
+                    None => tracing::error!("the queue actor has no scheduler to report to"),
+                })
+            };
+            let queue_state = QueueState {
+                queue: spec.queue,
+                reports,
+            };
+            let queue: ActorRef<QueueMsg<P>> =
+                once("queue", start_once(QueueActor::<P>::default, queue_state))
+                    .await?
+                    .into();
+            let stored = stored.into_iter().map(|entry| (entry, None)).collect();
+            let room = LocalRoom::new(spec.durability);
+            (Storage::Local(room), None, stored, Some(queue))
+        }
+        None => {
+            // In memory: the scheduler's ledger keeps parked tasks itself. Tasks parked in
+            // the queue before the pool started move into it.
+            let stored = take_parked(&*spec.queue).await?;
+            (Storage::Memory, None, stored, None)
+        }
     };
 
-    let mut subscribers: Vec<Arc<dyn EventSubscriber>> = vec![counters.clone()];
-    subscribers.extend(spec.subscribers);
-    let scheduler_args = SchedulerArgs {
+    let shell = ShellArgs {
         pool: pool.clone(),
         core,
         default_timeout: spec.default_timeout,
-        jobs,
-        parking,
-        durable,
-        results,
-        inbox: inbox.clone(),
+        storage,
         counters: counters.clone(),
-        subscribers,
-        stored,
+        subscribers: spec.subscribers,
+        mailbox: spec.mailbox.clone(),
+        gpu_sampled: false,
+    };
+    let driver = Driver {
+        pool: pool.clone(),
+        jobs,
+        queue,
         shared,
+        results,
+        gpu: None,
+        spare: Vec::new(),
+    };
+    let start = SchedulerStart {
+        shell,
+        driver,
+        inbox: inbox.clone(),
+        stored,
         gpu: spec.gpu,
-        durability: local_durability,
+        counters: counters.clone(),
         scheduler_slot: scheduler_slot.clone(),
     };
     let scheduler: ActorRef<SchedulerMsg<P>> = once(
         "scheduler",
-        start_once(
-            SchedulerActor::<P, R>::default,
-            SchedulerStart(scheduler_args),
-        ),
+        start_once(SchedulerActor::<P, R>::default, start),
     )
     .await?
     .into();
@@ -296,7 +320,7 @@ where
             settings: spec.workers.clone(),
             jobs,
             executor: executor.clone(),
-            inbox: inbox.clone(),
+            reports: inbox.clone(),
             counters: counters.clone(),
             nested: nested.clone(),
         };
@@ -332,6 +356,38 @@ where
         owns_supervisor,
         nested,
     }))
+}
+
+/// The parked tasks a durable queue kept, to be indexed again.
+async fn load_parked<P: Send + 'static>(
+    queue: &dyn TaskQueue<P>,
+) -> Result<Vec<StoredEntry>, PoolError> {
+    queue.load_parked().await.map_err(|error| {
+        PoolError::Internal(format!(
+            "{} queue: could not load its parked tasks: {error}",
+            queue.backend()
+        ))
+    })
+}
+
+/// Takes every task parked in a queue that keeps nothing the process does not, with its
+/// payload, for the scheduler's ledger to keep.
+async fn take_parked<P: Send + 'static>(
+    queue: &dyn TaskQueue<P>,
+) -> Result<Vec<(StoredEntry, Option<P>)>, PoolError> {
+    let mut taken = Vec::new();
+    for stored in load_parked(queue).await? {
+        let removed = queue.remove(stored.entry).await.map_err(|error| {
+            PoolError::Internal(format!(
+                "{} queue: could not take a parked task: {error}",
+                queue.backend()
+            ))
+        })?;
+        if let Some(task) = removed {
+            taken.push((stored, Some(task.payload)));
+        }
+    }
+    Ok(taken)
 }
 
 /// A start function for a child that is started once (not restartable): its arguments are

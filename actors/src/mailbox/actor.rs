@@ -22,9 +22,8 @@ use tracing::Instrument;
 
 use super::notify::Notifiers;
 use super::{Delivery, Mailbox};
-use crate::clock::now_ms;
+use crate::clock::engine_now_ms;
 use crate::domain::MailboxKey;
-use crate::scheduler::core::clamp_ms;
 
 /// What runs after a store, told whether the result is stored.
 pub(crate) type AfterStore = Box<dyn FnOnce(bool) + Send>;
@@ -220,7 +219,7 @@ where
             return;
         };
         let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-        let cutoff = clamp_ms(now_ms()).saturating_sub(retention_ms);
+        let cutoff = engine_now_ms().saturating_sub(retention_ms);
         match self.mailbox.purge_stored_before(cutoff).await {
             Ok(0) => {}
             Ok(purged) => {

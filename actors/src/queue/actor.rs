@@ -8,7 +8,7 @@
 //! never neither.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
@@ -16,7 +16,6 @@ use tracing::Instrument;
 use super::{EntryId, Settlement, TaskQueue};
 use crate::contain::drop_contained;
 use crate::domain::ScheduledTask;
-use crate::scheduler::protocol::{Internal, QueueReport, SchedulerMsg};
 
 /// Messages the queue actor handles.
 pub(crate) enum QueueMsg<P> {
@@ -36,6 +35,24 @@ pub(crate) enum QueueMsg<P> {
     Remove { entry: EntryId },
 }
 
+/// What the queue actor reports back, for every park and every claim.
+pub(crate) enum QueueReport<P> {
+    /// A parked entry is stored: answer its submitter.
+    Parked { entry: EntryId },
+    /// A parked entry could not be stored.
+    ParkFailed { entry: EntryId, reason: String },
+    /// A claimed entry could not be handed to its worker.
+    ClaimFailed { entry: EntryId, reason: String },
+    /// A claimed entry's task, for the scheduler to send to its worker.
+    Claimed {
+        entry: EntryId,
+        task: ScheduledTask<P>,
+    },
+}
+
+/// Where the queue actor's reports go (the scheduler, which the engine connects).
+pub(crate) type QueueReports<P> = Arc<dyn Fn(QueueReport<P>) + Send + Sync>;
+
 /// The queue actor. See the module docs.
 pub(crate) struct QueueActor<P>(PhantomData<fn() -> P>);
 
@@ -49,8 +66,8 @@ impl<P> Default for QueueActor<P> {
 pub(crate) struct QueueState<P> {
     /// The backend.
     pub queue: Box<dyn TaskQueue<P>>,
-    /// The scheduler, set once it is started.
-    pub scheduler: Arc<OnceLock<ActorRef<SchedulerMsg<P>>>>,
+    /// Where reports go.
+    pub reports: QueueReports<P>,
 }
 
 impl<P> Actor for QueueActor<P>
@@ -87,7 +104,7 @@ where
                             reason: format!("{backend} queue: {error}"),
                         },
                     };
-                    state.report(report);
+                    (state.reports)(report);
                 }
                 QueueMsg::Claim { entry } => {
                     let report = match state.queue.claim(entry).await {
@@ -101,7 +118,7 @@ where
                             reason: format!("{backend} queue: {error}"),
                         },
                     };
-                    state.report(report);
+                    (state.reports)(report);
                 }
                 QueueMsg::Settle { entry, settlement } => {
                     if let Err(error) = state.queue.settle(entry, settlement).await {
@@ -119,16 +136,5 @@ where
         }
         .instrument(span)
         .await
-    }
-}
-
-impl<P: Send + 'static> QueueState<P> {
-    fn report(&self, report: QueueReport<P>) {
-        match self.scheduler.get() {
-            Some(scheduler) => {
-                let _ = scheduler.send_message(SchedulerMsg(Internal::Queue(report)));
-            }
-            None => tracing::error!("the queue actor has no scheduler to report to"),
-        }
     }
 }

@@ -1,8 +1,9 @@
 //! The scheduler actor of one pool: the only writer of its capacity.
 //!
-//! It hosts the [`Scheduler`] state (and through it the pure core) and does only what needs
-//! an actor: it receives requests and the engine's events, drains the [inbox](super::inbox)
-//! when rung, and keeps a timer armed for the core's next time-driven event.
+//! It hosts the [shell](super::shell) (and through it the pure core) with the
+//! [driver](super::driver) that carries out the shell's effects, and does only what needs an
+//! actor: it receives requests and the engine's events, drains the [inbox](super::inbox)
+//! when rung, and keeps a timer armed for the shell's next time-driven event.
 //!
 //! Wait strategy: after draining the inbox the actor (unless the queue actor owes it an
 //! answer, which arrives as a message) keeps checking it for a short, bounded while, yielding the CPU (`sched_yield`) and its runtime between checks, because under
@@ -11,15 +12,23 @@
 //! an idle pool burns no CPU.
 
 use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::protocol::{Extras, Internal, Reply, SchedulerMsg, SchedulerRequest};
-use super::state::{Scheduler, SchedulerArgs};
-use crate::clock::now_ms;
+use super::driver::Driver;
+use super::gpu_watch::GpuWatch;
+use super::inbox::{Finish, Inbox};
+use super::protocol::{Extras, Internal, Reply, SchedulerMsg, SchedulerRequest, Submission};
+use super::shell::{Shell, ShellArgs, Shutdown};
+use crate::clock::engine_now_ms;
+use crate::domain::{MailboxKey, PoolError};
+use crate::queue::StoredEntry;
 use crate::spin::{Spin, SPIN_TIME};
+use crate::stats::PoolCounters;
 
 /// How many times the scheduler re-checks an empty inbox before it sleeps. A round is a
 /// `sched_yield` (well under a microsecond when no other thread wants the core), and every
@@ -31,6 +40,9 @@ const IDLE_SPIN_ROUNDS: u32 = 96;
 /// messages (see [`drain`]).
 const DRAIN_ROUNDS: u32 = 64;
 
+/// How many submissions one drain round admits before it looks for finishes again.
+const SUBMISSIONS_PER_ROUND: usize = 64;
+
 /// The scheduler actor. See the module docs.
 pub struct SchedulerActor<P, R>(PhantomData<fn() -> (P, R)>);
 
@@ -40,11 +52,30 @@ impl<P, R> Default for SchedulerActor<P, R> {
     }
 }
 
-/// The scheduler actor's state (opaque outside the engine).
-pub struct SchedulerState<P, R>(Scheduler<P, R>);
+/// The scheduler actor's state (opaque outside the engine): the shell, the driver that
+/// carries out its effects, and the inbox that feeds it.
+pub struct SchedulerState<P, R> {
+    shell: Shell<P, R>,
+    driver: Driver<P, R>,
+    inbox: Arc<Inbox<P, R>>,
+    /// When the armed `Tick` is due, if one is.
+    armed_tick: Option<u64>,
+}
 
 /// What the scheduler actor starts with (opaque outside the engine).
-pub struct SchedulerStart<P, R>(pub(crate) SchedulerArgs<P, R>);
+pub struct SchedulerStart<P, R> {
+    pub(crate) shell: ShellArgs<R>,
+    pub(crate) driver: Driver<P, R>,
+    pub(crate) inbox: Arc<Inbox<P, R>>,
+    /// Parked tasks a queue kept, with their payloads where the ledger keeps them.
+    pub(crate) stored: Vec<(StoredEntry, Option<P>)>,
+    /// The pool's GPU, if it is sized from one.
+    pub(crate) gpu: Option<GpuWatch>,
+    pub(crate) counters: Arc<PoolCounters>,
+    /// Where the queue actor (and escalation) find the scheduler: filled in before the
+    /// shell restores stored tasks, whose claims the queue actor answers.
+    pub(crate) scheduler_slot: Arc<OnceLock<ActorRef<SchedulerMsg<P>>>>,
+}
 
 impl<P, R> Actor for SchedulerActor<P, R>
 where
@@ -58,22 +89,46 @@ where
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        args: Self::Arguments,
+        start: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let inbox = args.0.inbox.clone();
-        // Before restoring: the claims of restored tasks are answered to this actor.
-        let _ = args.0.scheduler_slot.set(myself.clone());
-        let mut scheduler = Scheduler::new(args.0, now());
-        scheduler.publish();
-        arm_timer(&myself, &mut scheduler, now());
-        if let Some(shared) = &mut scheduler.shared {
+        let SchedulerStart {
+            mut shell,
+            mut driver,
+            inbox,
+            stored,
+            gpu,
+            counters,
+            scheduler_slot,
+        } = start;
+        let _ = scheduler_slot.set(myself.clone());
+        let now = engine_now_ms();
+        if let Some(watch) = gpu {
+            let mut link = super::gpu_watch::GpuLink::new(watch, shell.pool.clone(), counters);
+            // Before restoring: the first sample caps what restored tasks may take.
+            if let Some(first) = link.first_sample() {
+                shell.core.set_headroom(first.kind, first.units, now);
+            }
+            shell.gpu_sampled = true;
+            driver.gpu = Some(link);
+        }
+        let mut shell = Shell::new(shell, stored, now);
+        shell.publish();
+        if let Some(shared) = &mut driver.shared {
             shared.connect(myself.clone());
         }
-        if let Some(gpu) = &mut scheduler.gpu {
+        if let Some(gpu) = &mut driver.gpu {
             gpu.connect(myself.clone())?;
         }
+        driver.carry_out(&mut shell, now);
+        let mut state = SchedulerState {
+            shell,
+            driver,
+            inbox: inbox.clone(),
+            armed_tick: None,
+        };
+        arm_timer(&myself, &mut state, now);
         inbox.connect(myself);
-        Ok(SchedulerState(scheduler))
+        Ok(state)
     }
 
     async fn post_stop(
@@ -81,7 +136,7 @@ where
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.0.inbox.close();
+        state.inbox.close();
         Ok(())
     }
 
@@ -91,37 +146,39 @@ where
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("scheduler", myself.get_id(), state.0.pool());
+        let span = crate::spans::actor("scheduler", myself.get_id(), state.shell.pool());
         async move {
-            let scheduler = &mut state.0;
-            let now = now();
+            let now = engine_now_ms();
             match message.0 {
-                Internal::Drain => drain(&myself, scheduler).await,
+                Internal::Drain => drain(&myself, state).await,
                 Internal::Request(request) => {
-                    scheduler.drain_inbox(now);
-                    request_received(&myself, scheduler, request, now);
+                    drain_inbox(state, now);
+                    request_received(&myself, state, request, now);
                 }
                 Internal::Tick => {
-                    scheduler.armed_tick = None;
-                    scheduler.tick(now);
+                    state.armed_tick = None;
+                    state.shell.tick(now);
                 }
-                Internal::Escalated { reason } => scheduler.escalated(reason, now),
+                Internal::Escalated { reason } => state.shell.escalated(reason, now),
                 Internal::WorkerLost { worker, reason } => {
-                    scheduler.worker_lost(worker, reason, now)
+                    state.shell.worker_lost(worker, reason, now)
                 }
                 Internal::DrainDeadline => {
-                    scheduler.drain_inbox(now);
-                    scheduler.drain_deadline(now);
+                    drain_inbox(state, now);
+                    state.shell.drain_deadline(now);
                 }
-                Internal::Queue(report) => scheduler.queue_report(report, now),
+                Internal::Queue(report) => state.shell.queue_report(report, now),
                 Internal::Shared(report) => {
-                    scheduler.drain_inbox(now);
-                    scheduler.shared_report(report, now);
+                    drain_inbox(state, now);
+                    state.shell.shared_report(report, now);
                 }
-                Internal::Headroom(headroom) => scheduler.headroom(headroom, now),
+                Internal::Headroom(headroom) => {
+                    state.shell.set_headroom(headroom.kind, headroom.units, now)
+                }
             }
-            scheduler.publish();
-            arm_timer(&myself, scheduler, now);
+            state.driver.carry_out(&mut state.shell, now);
+            state.shell.publish();
+            arm_timer(&myself, state, now);
             Ok(())
         }
         .instrument(span)
@@ -131,19 +188,20 @@ where
 
 fn request_received<P, R>(
     myself: &ActorRef<SchedulerMsg<P>>,
-    scheduler: &mut Scheduler<P, R>,
+    state: &mut SchedulerState<P, R>,
     request: SchedulerRequest<P>,
     now: u64,
 ) where
     P: Send + 'static,
     R: Send + 'static,
 {
+    let shell = &mut state.shell;
     match request {
         SchedulerRequest::Submit {
             task,
             options,
             reply,
-        } => scheduler.submit(task, options, Reply::Port(reply), None, now),
+        } => shell.submit(task, options, Reply::Port(reply), None, now),
         SchedulerRequest::SubmitStreaming {
             task,
             options,
@@ -154,18 +212,119 @@ fn request_received<P, R>(
                 stream: Some(stream),
                 slot: None,
             });
-            scheduler.submit(task, options, Reply::Port(reply), Some(extras), now);
+            shell.submit(task, options, Reply::Port(reply), Some(extras), now);
         }
-        SchedulerRequest::Cancel { key, id, reply } => scheduler.cancel(key, id, reply, now),
+        SchedulerRequest::Cancel { key, id, reply } => shell.cancel(key, id, reply, now),
         SchedulerRequest::Shutdown { drain, reply } => {
-            if scheduler.shutdown(reply, now) {
+            if let Shutdown::Begins = shell.shutdown(reply, now) {
                 arm_drain_deadline(myself, drain);
             }
         }
         SchedulerRequest::Stats { reply } => {
-            let _ = reply.send(scheduler.stats());
+            let _ = reply.send(shell.stats());
         }
     }
+}
+
+/// Takes everything waiting in the inbox, finishes first (freeing capacity before admitting
+/// more means a newcomer never takes a slot a parked task was owed), carrying out the
+/// effects of each as it goes.
+fn drain_inbox<P, R>(state: &mut SchedulerState<P, R>, now: u64)
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    loop {
+        let mut handled = 0;
+        while let Some(Finish { entry, outcome }) = state.inbox.next_finish() {
+            state.shell.finish(entry, outcome, now);
+            state.driver.carry_out(&mut state.shell, now);
+            handled += 1;
+        }
+        for _ in 0..SUBMISSIONS_PER_ROUND {
+            let Some(submission) = state.inbox.next_submission() else {
+                break;
+            };
+            submitted(state, submission, now);
+            handled += 1;
+        }
+        if handled == 0 {
+            return;
+        }
+    }
+}
+
+/// Admits one submission from the inbox (a batch task by task) and carries out the effects.
+fn submitted<P, R>(state: &mut SchedulerState<P, R>, submission: Submission<P>, now: u64)
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    match submission {
+        Submission::One {
+            task,
+            options,
+            reply,
+            extras,
+        } => {
+            state.shell.submit(task, options, reply, extras, now);
+            state.driver.carry_out(&mut state.shell, now);
+        }
+        Submission::Batch {
+            tasks,
+            options,
+            reply,
+            slots,
+        } => {
+            let mut answers = Vec::with_capacity(tasks.len());
+            let mut slots = slots.into_iter();
+            for task in tasks {
+                let (answer, wait) = oneshot::channel();
+                let extras = slots.next().map(|slot| {
+                    Box::new(Extras {
+                        stream: None,
+                        slot: Some(slot),
+                    })
+                });
+                state
+                    .shell
+                    .submit(task, options, Reply::Oneshot(answer), extras, now);
+                answers.push(wait);
+            }
+            state.driver.carry_out(&mut state.shell, now);
+            answer_batch(answers, reply);
+        }
+    }
+}
+
+/// Answers a batch: at once when every task's answer is in, else (a task whose park awaits a
+/// queue) once the last one arrives.
+fn answer_batch(
+    answers: Vec<oneshot::Receiver<Result<MailboxKey, PoolError>>>,
+    reply: oneshot::Sender<Vec<Result<MailboxKey, PoolError>>>,
+) {
+    let mut ready = Vec::with_capacity(answers.len());
+    let mut waiting = Vec::new();
+    for (index, mut answer) in answers.into_iter().enumerate() {
+        match answer.try_recv() {
+            Ok(answer) => ready.push(answer),
+            Err(oneshot::error::TryRecvError::Empty) => {
+                ready.push(Err(PoolError::Shutdown));
+                waiting.push((index, answer));
+            }
+            Err(oneshot::error::TryRecvError::Closed) => ready.push(Err(PoolError::Shutdown)),
+        }
+    }
+    if waiting.is_empty() {
+        let _ = reply.send(ready);
+        return;
+    }
+    tokio::spawn(async move {
+        for (index, answer) in waiting {
+            ready[index] = answer.await.unwrap_or(Err(PoolError::Shutdown));
+        }
+        let _ = reply.send(ready);
+    });
 }
 
 /// Drains the inbox until it stays empty through a short spin, then marks it idle. Under a
@@ -173,20 +332,20 @@ fn request_received<P, R>(
 /// [`DRAIN_ROUNDS`] rounds, keeping the inbox marked as scheduled and sending itself the
 /// next `Drain`: the requests waiting in the actor's mailbox (shutdown, cancel, stats, the
 /// timer's tick) are handled in between, never starved by the inbox.
-async fn drain<P, R>(myself: &ActorRef<SchedulerMsg<P>>, scheduler: &mut Scheduler<P, R>)
+async fn drain<P, R>(myself: &ActorRef<SchedulerMsg<P>>, state: &mut SchedulerState<P, R>)
 where
     P: Send + 'static,
     R: Send + 'static,
 {
     for _ in 0..DRAIN_ROUNDS {
-        scheduler.drain_inbox(now());
-        scheduler.publish();
+        drain_inbox(state, engine_now_ms());
+        state.shell.publish();
         // The queue actor's answers come as messages: let the actor take them rather than
         // spin on the inbox while they wait.
-        if !scheduler.awaiting_queue() && spin_until_busy(scheduler).await {
+        if !state.shell.awaiting_queue() && spin_until_busy(&state.inbox).await {
             continue;
         }
-        if !scheduler.inbox.try_idle() {
+        if !state.inbox.try_idle() {
             return;
         }
     }
@@ -195,14 +354,14 @@ where
 }
 
 /// Spins (bounded) while the inbox is empty; returns whether something arrived.
-async fn spin_until_busy<P, R>(scheduler: &Scheduler<P, R>) -> bool
+async fn spin_until_busy<P, R>(inbox: &Inbox<P, R>) -> bool
 where
     P: Send + 'static,
     R: Send + 'static,
 {
     let mut spin = Spin::new(IDLE_SPIN_ROUNDS, SPIN_TIME);
     for round in 1.. {
-        if !scheduler.inbox.is_empty() {
+        if !inbox.is_empty() {
             return true;
         }
         if !spin.round() {
@@ -212,22 +371,22 @@ where
             tokio::task::yield_now().await;
         }
     }
-    !scheduler.inbox.is_empty()
+    !inbox.is_empty()
 }
 
 /// Makes sure a `Tick` arrives by the core's next time-driven event.
-fn arm_timer<P, R>(myself: &ActorRef<SchedulerMsg<P>>, scheduler: &mut Scheduler<P, R>, now: u64)
+fn arm_timer<P, R>(myself: &ActorRef<SchedulerMsg<P>>, state: &mut SchedulerState<P, R>, now: u64)
 where
     P: Send + 'static,
     R: Send + 'static,
 {
-    let Some(next) = scheduler.next_wakeup() else {
+    let Some(next) = state.shell.next_wakeup() else {
         return;
     };
-    if scheduler.armed_tick.is_some_and(|armed| armed <= next) {
+    if state.armed_tick.is_some_and(|armed| armed <= next) {
         return;
     }
-    scheduler.armed_tick = Some(next);
+    state.armed_tick = Some(next);
     let delay = Duration::from_millis(next.saturating_sub(now));
     myself.send_after(delay, || SchedulerMsg(Internal::Tick));
 }
@@ -239,8 +398,4 @@ fn arm_drain_deadline<P: Send + 'static>(myself: &ActorRef<SchedulerMsg<P>>, dra
         return;
     }
     myself.send_after(drain, || SchedulerMsg(Internal::DrainDeadline));
-}
-
-fn now() -> u64 {
-    super::core::clamp_ms(now_ms())
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 
-use super::protocol::{Internal, SchedulerMsg};
+use super::protocol::{Headroom, Internal, SchedulerMsg};
 use crate::domain::{PoolError, ResourceKind};
 use crate::stats::{GpuStats, PoolCounters};
 
@@ -225,7 +225,7 @@ impl GpuLink {
     /// guard (`None` without one): apply it before admitting or restoring anything.
     pub fn first_sample(&mut self) -> Option<Headroom> {
         let headroom = self.sampler.as_mut()?.sample();
-        self.live_guard.then(|| Headroom::vram(headroom))
+        self.live_guard.then(|| vram(headroom))
     }
 
     /// Starts the sampler thread, which reports to `scheduler`.
@@ -251,7 +251,7 @@ impl GpuLink {
                 if !live_guard {
                     continue;
                 }
-                let message = Internal::Headroom(Headroom::vram(headroom));
+                let message = Internal::Headroom(vram(headroom));
                 if scheduler.send_message(SchedulerMsg(message)).is_err() {
                     return;
                 }
@@ -275,20 +275,11 @@ impl GpuLink {
     }
 }
 
-/// A headroom sample for the core: what the world outside the pool leaves of `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Headroom {
-    pub kind: ResourceKind,
-    /// `None`: no cap (the sample failed).
-    pub units: Option<u32>,
-}
-
-impl Headroom {
-    fn vram(units: Option<u32>) -> Self {
-        Self {
-            kind: ResourceKind::GpuVram,
-            units,
-        }
+/// A VRAM headroom sample for the core (`None`: no cap, the sample failed).
+fn vram(units: Option<u32>) -> Headroom {
+    Headroom {
+        kind: ResourceKind::GpuVram,
+        units,
     }
 }
 

@@ -29,8 +29,9 @@ use ractor::ActorRef;
 use super::protocol::{Internal, SchedulerMsg, Submission};
 use crate::domain::PoolError;
 use crate::queue::EntryId;
+use crate::worker::RunReports;
 
-/// A worker thread's report that a task's run is over.
+/// A worker thread's report that a task's run is over (see [`RunReports`]).
 pub(crate) struct Finish<R> {
     /// The task's entry.
     pub entry: EntryId,
@@ -145,5 +146,15 @@ where
             return false;
         }
         !self.scheduled.swap(true, Ordering::AcqRel)
+    }
+}
+
+impl<P, R> RunReports<R> for Inbox<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    fn finished(&self, entry: EntryId, outcome: Result<R, PoolError>) {
+        Inbox::finished(self, Finish { entry, outcome });
     }
 }

@@ -1,5 +1,6 @@
 //! What the scheduler actor hears: the public request protocol, and the crate-private events
-//! the rest of the engine sends it.
+//! and reports the rest of the engine sends it (each report type lives here, beside the
+//! message that carries it, except the queue actor's, which lives with that actor).
 //!
 //! Callers that speak to the actor tree directly hold a
 //! `DerivedActorRef<SchedulerRequest<P>>` (see `PoolClient::scheduler`) and can only send
@@ -14,8 +15,9 @@ use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
 use crate::budget::SlotGuard;
-use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
-use crate::queue::EntryId;
+use crate::domain::{MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId};
+use crate::queue::actor::QueueReport;
+use crate::queue::{DeadLetter, EntryId, Lease, QueueError};
 use crate::stats::PoolStats;
 use crate::stream::StreamAttachment;
 
@@ -109,24 +111,55 @@ pub(crate) enum Internal<P> {
     /// The queue actor answered.
     Queue(QueueReport<P>),
     /// A shared-queue call answered, or its poll interval passed.
-    Shared(super::shared::SharedReport<P>),
+    Shared(SharedReport<P>),
     /// The GPU sampler's latest headroom for the live guard.
-    Headroom(super::gpu_watch::Headroom),
+    Headroom(Headroom),
 }
 
-/// What the queue actor reports back.
-pub(crate) enum QueueReport<P> {
-    /// A parked entry is stored: answer its submitter.
-    Parked { entry: EntryId },
-    /// A parked entry could not be stored.
-    ParkFailed { entry: EntryId, reason: String },
-    /// A claimed entry could not be handed to its worker.
-    ClaimFailed { entry: EntryId, reason: String },
-    /// A claimed entry's task, for the scheduler to send to its worker.
-    Claimed {
-        entry: EntryId,
-        task: ScheduledTask<P>,
+/// What a shared-queue call answered, back on the scheduler.
+pub(crate) enum SharedReport<P> {
+    /// The poll interval passed.
+    Poll,
+    /// The queue says a task may have been parked (a database notification).
+    Wake,
+    /// A group of tasks this node handed to the shared queue is stored (or not, each).
+    Enqueued(Vec<Enqueued>),
+    /// A claim's answer: the leases it took, best-ranked first.
+    Claimed(Result<Vec<Lease<P>>, QueueError>),
+    /// A cancel's removal from the shared queue.
+    Removed {
+        key: MailboxKey,
+        id: TaskId,
+        reply: RpcReplyPort<Result<(), PoolError>>,
+        result: Result<Option<ScheduledTask<P>>, QueueError>,
     },
+    /// A task started at once is stored as this node's claim (or not); its submitter waits
+    /// in the task's record until then.
+    Recorded {
+        entry: EntryId,
+        result: Result<Lease<P>, QueueError>,
+    },
+    /// Leases a renewal found lost (expired and rescued by another node).
+    Lost(Vec<EntryId>),
+    /// Tasks the queue gave up on: their submitters get a failure.
+    Dead(Vec<DeadLetter>),
+}
+
+/// One task of a park group, and whether the queue stored it.
+pub(crate) struct Enqueued {
+    pub task_id: TaskId,
+    pub key: MailboxKey,
+    pub cost: ResourceCost,
+    pub reply: Reply,
+    pub result: Result<(), QueueError>,
+}
+
+/// A headroom for the core's live guard: at most `units` of `kind` may be used now (`None`:
+/// no cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Headroom {
+    pub kind: ResourceKind,
+    pub units: Option<u32>,
 }
 
 impl<P> From<SchedulerRequest<P>> for SchedulerMsg<P> {

@@ -1,43 +1,29 @@
-//! A pool's part in a shared queue: the [`SharedQueue`] mode of the scheduler.
+//! A pool's part in a shared queue: the node's settings ([`SharedParking`]) and the I/O side
+//! of the shared mode ([`SharedIo`]), which makes the calls the shell asks for
+//! (`SharedCall`) and reports their answers back to the scheduler.
 //!
-//! In this mode a pool is one *node* of several that park to and claim from one queue (a
-//! database table that API servers and GPU nodes share). The pool's own core still decides
-//! everything local: a new task that fits this node's free capacity starts here at once, as in
-//! local mode. A task that would park goes to the shared queue instead, where any node may
-//! claim it. Whenever this node has an idle worker, free capacity and nothing parked locally
-//! (after every finish, and every `poll` for the work other nodes parked), it claims the
-//! best-ranked shared task that fits its free units, under a lease it renews while the task
-//! runs and settles when it ends. A node that dies stops renewing; any node's poll parks its
-//! expired claims again (`rescue_expired`), so their tasks run again elsewhere: at-least-once.
+//! What the mode decides (what to park there, when to claim, which leases to renew) is the
+//! shell's (`shell/storage/shared.rs`); this file only talks to the queue. Every call runs in
+//! a task of its own on the pool's runtime, so a slow database never holds up the scheduler:
+//! parks and settles go in groups through a loop each, claims and cancels one at a time.
 //!
-//! Rules that differ from local mode, each because no node sees the whole queue at once:
-//! - A leased task that finds its capacity taken meanwhile (a local task started while the
-//!   claim was in flight) parks in the node's local lot, still under its lease; the core's
-//!   ordering then protects it like any parked task, and the node claims nothing more until it
-//!   has started.
-//! - A shared task's deadline is checked when a node claims it: past it, the task ends
-//!   `Expired` there.
-//! - Cancel reaches a shared task only while it is parked: the node that takes the cancel
-//!   removes it by its key and id. Once claimed, it is the claiming node's to cancel.
-//! - Task ids are unique per tenant among the tasks live on one node; the shared queue does
-//!   not refuse an id another node parked.
-//! - Results go to the pool's mailbox: nodes that should answer each other's callers share a
-//!   mailbox (a database one) as they share the queue.
-//!
-//! Every queue call runs in a task of its own on the pool's runtime, so a slow database never
-//! holds up the scheduler; answers come back as [`SharedReport`] messages.
+//! Two maintenance duties run beside the node on their own timers, whatever it is doing:
+//! the lease rescuer parks again the claims whose lease ran out (any node's: a node that
+//! died), and the dead-letter reader hands the tasks the queue gave up on to the scheduler,
+//! which stores their failure for their submitters.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{ActorRef, RpcReplyPort};
+use ractor::ActorRef;
 use tokio::sync::mpsc;
 
-use super::protocol::{Internal, Reply, SchedulerMsg};
-use crate::domain::{Durability, MailboxKey, PoolError, ResourceCost, ScheduledTask, TaskId};
-use crate::queue::{DeadLetter, EntryId, FitQuery, Lease, QueueError, Settlement, SharedQueue};
+use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
+use super::shell::effects::SharedCall;
+use crate::domain::{MailboxKey, PoolError, ScheduledTask};
+use crate::queue::{EntryId, QueueError, Settlement, SharedQueue};
 
-/// Dead letters one poll reports at most (the next poll takes the rest).
+/// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
 
 /// Parks or settles one group takes at most (a database statement's size stays bounded).
@@ -137,45 +123,6 @@ impl<P> SharedParking<P> {
         }
         Ok(())
     }
-}
-
-/// What a shared-queue call answered, back on the scheduler.
-pub(crate) enum SharedReport<P> {
-    /// The poll interval passed.
-    Poll,
-    /// The queue says a task may have been parked (a database notification).
-    Wake,
-    /// A group of tasks this node handed to the shared queue is stored (or not, each).
-    Enqueued(Vec<Enqueued>),
-    /// A claim's answer: the leases it took, best-ranked first.
-    Claimed(Result<Vec<Lease<P>>, QueueError>),
-    /// A cancel's removal from the shared queue.
-    Removed {
-        key: MailboxKey,
-        id: TaskId,
-        reply: RpcReplyPort<Result<(), PoolError>>,
-        result: Result<Option<ScheduledTask<P>>, QueueError>,
-    },
-    /// A task started at once is stored as this node's claim (or not).
-    Recorded {
-        entry: EntryId,
-        key: MailboxKey,
-        reply: Reply,
-        result: Result<Lease<P>, QueueError>,
-    },
-    /// Leases a renewal found lost (expired and rescued by another node).
-    Lost(Vec<EntryId>),
-    /// Tasks the queue gave up on: their submitters get a failure.
-    Dead(Vec<DeadLetter>),
-}
-
-/// One task of a park group, and whether the queue stored it.
-pub(crate) struct Enqueued {
-    pub task_id: TaskId,
-    pub key: MailboxKey,
-    pub cost: ResourceCost,
-    pub reply: Reply,
-    pub result: Result<(), QueueError>,
 }
 
 /// Ends a node's claims on the shared queue: a handle on the node's settle loop (see
@@ -308,8 +255,8 @@ async fn park_loop<P: Send + 'static>(
     }
 }
 
-/// The scheduler's handle on the shared queue.
-pub(crate) struct SharedLink<P> {
+/// The I/O side of the shared mode. See the module docs.
+pub(crate) struct SharedIo<P> {
     queue: Arc<dyn SharedQueue<P>>,
     node: Arc<str>,
     lease: Duration,
@@ -321,42 +268,31 @@ pub(crate) struct SharedLink<P> {
     /// The settle loop's handle, and its receiver until `connect` starts the loop.
     settler: Settler,
     settles_waiting: Option<mpsc::UnboundedReceiver<(EntryId, Settlement)>>,
-    /// A claim is in flight: at most one at a time.
-    claiming: bool,
-    /// When leases were last renewed.
-    renewed_at: u64,
-    /// Whether tasks started at once are stored too (`Durability::Accepted`).
-    records_starts: bool,
-    /// See [`SharedParking::with_claim_ahead`].
-    claim_ahead: usize,
 }
 
-impl<P> SharedLink<P>
+impl<P> SharedIo<P>
 where
     P: Send + 'static,
 {
-    pub fn new(parking: SharedParking<P>, durability: Durability) -> Self {
+    /// The I/O side of the node `parking` describes.
+    pub fn new(parking: &SharedParking<P>) -> Self {
         let (parks, parks_waiting) = mpsc::unbounded_channel();
         let (settles, settles_waiting) = mpsc::unbounded_channel();
         Self {
+            queue: parking.queue.clone(),
+            node: Arc::from(parking.node.as_str()),
+            lease: parking.lease,
+            poll: parking.poll,
+            scheduler: None,
             parks,
             parks_waiting: Some(parks_waiting),
             settler: Settler { settles },
             settles_waiting: Some(settles_waiting),
-            records_starts: durability.writes_started_tasks(),
-            queue: parking.queue,
-            node: Arc::from(parking.node),
-            lease: parking.lease,
-            poll: parking.poll,
-            scheduler: None,
-            claiming: false,
-            renewed_at: 0,
-            claim_ahead: parking.claim_ahead,
         }
     }
 
-    /// Connects the link to its scheduler and starts the poll timer and the park and settle
-    /// loops.
+    /// Connects to the scheduler: starts the poll timer, the park and settle loops, the
+    /// maintenance duties, and the queue's wake-ups.
     pub fn connect(&mut self, scheduler: ActorRef<SchedulerMsg<P>>) {
         if let Some(parks) = self.parks_waiting.take() {
             tokio::spawn(park_loop(self.queue.clone(), scheduler.clone(), parks));
@@ -368,6 +304,18 @@ where
         scheduler.send_interval(self.poll, || {
             SchedulerMsg(Internal::Shared(SharedReport::Poll))
         });
+        tokio::spawn(rescue_leases(
+            self.queue.clone(),
+            self.node.clone(),
+            self.poll,
+            scheduler.clone(),
+        ));
+        tokio::spawn(read_dead_letters(
+            self.queue.clone(),
+            self.node.clone(),
+            self.poll,
+            scheduler.clone(),
+        ));
         if let Some(mut parked) = self.queue.watch() {
             let wake = scheduler.clone();
             tokio::spawn(async move {
@@ -382,52 +330,76 @@ where
         self.scheduler = Some(scheduler);
     }
 
-    pub fn backend(&self) -> &'static str {
-        self.queue.backend()
+    /// A handle that ends this node's claims from anywhere on the pool's runtime (the
+    /// mailbox actor, once a result is stored).
+    pub fn settler(&self) -> Settler {
+        self.settler.clone()
     }
 
-    /// How many claimed tasks may wait here beyond those that start at once.
-    pub fn claim_ahead(&self) -> usize {
-        self.claim_ahead
-    }
-
-    /// Whether a task this node starts at once is stored before it runs.
-    pub fn records_starts(&self) -> bool {
-        self.records_starts
-    }
-
-    /// The shared queue's entry id of a task admitted here: unique across nodes and, within
-    /// one node and millisecond, increasing in admission order: `sequence` (the admission's
-    /// count within its millisecond) in the high 16 bits, 48 random bits below.
-    pub fn entry_for(sequence: u16) -> EntryId {
-        const RANDOM_BITS: u32 = 48;
-        let random = (crate::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
-        (u64::from(sequence) << RANDOM_BITS) | random
-    }
-
-    /// Stores a task this node starts at once as its claim; the answer comes back as
-    /// [`SharedReport::Recorded`] with the task to run.
-    pub fn record_start(
-        &self,
-        (entry, shared_entry): (EntryId, EntryId),
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
-        now: u64,
-    ) {
-        let lease = self.lease;
-        self.spawn(move |queue, node| async move {
-            let result = queue
-                .enqueue_claimed(&node, shared_entry, rank_time_ms, task, lease, now)
-                .await;
-            Some(SharedReport::Recorded {
+    /// Makes the call the shell asked for.
+    pub fn call(&self, call: SharedCall<P>) {
+        match call {
+            SharedCall::Enqueue {
                 entry,
+                rank_time_ms,
+                task,
                 key,
                 reply,
-                result,
-            })
-        });
+            } => {
+                let park = ToPark {
+                    entry,
+                    rank_time_ms,
+                    task,
+                    key,
+                    reply,
+                };
+                if let Err(mpsc::error::SendError(park)) = self.parks.send(park) {
+                    // Not connected any more: the pool is stopping.
+                    park.reply.send(Err(PoolError::Shutdown));
+                }
+            }
+            SharedCall::RecordStart {
+                entry,
+                shared_entry,
+                rank_time_ms,
+                task,
+                now,
+            } => {
+                let lease = self.lease;
+                self.spawn(move |queue, node| async move {
+                    let result = queue
+                        .enqueue_claimed(&node, shared_entry, rank_time_ms, task, lease, now)
+                        .await;
+                    Some(SharedReport::Recorded { entry, result })
+                });
+            }
+            SharedCall::Claim { query, max, now } => {
+                let lease = self.lease;
+                self.spawn(move |queue, node| async move {
+                    let claimed = queue.claim_batch(&node, &query, max, lease, now).await;
+                    Some(SharedReport::Claimed(claimed))
+                });
+            }
+            SharedCall::Settle { entry, settlement } => self.settler.settle(entry, settlement),
+            SharedCall::RemoveTask { key, id, reply } => {
+                self.spawn(move |queue, _| async move {
+                    let result = queue.remove_task(&key, id).await;
+                    Some(SharedReport::Removed {
+                        key,
+                        id,
+                        reply,
+                        result,
+                    })
+                });
+            }
+            SharedCall::Renew { held, now } => {
+                let lease = self.lease;
+                self.spawn(move |queue, node| async move {
+                    let lost = renew_leases(&*queue, &node, &held, lease, now).await;
+                    (!lost.is_empty()).then_some(SharedReport::Lost(lost))
+                });
+            }
+        }
     }
 
     /// Runs `call` on the queue in a task of its own and reports its answer.
@@ -444,117 +416,89 @@ where
             }
         });
     }
+}
 
-    /// Hands a task to the shared queue; the answer goes to `reply` once it is stored (by
-    /// the park loop, with the tasks handed over meanwhile). It ranks by its admission time
-    /// `rank_time_ms`, then by its entry id (see [`entry_for`](Self::entry_for)).
-    pub fn enqueue(
-        &self,
-        task: ScheduledTask<P>,
-        key: MailboxKey,
-        (rank_time_ms, sequence): (u64, u16),
-        reply: Reply,
-    ) {
-        let park = ToPark {
-            entry: Self::entry_for(sequence),
-            rank_time_ms,
-            task,
-            key,
-            reply,
-        };
-        if let Err(mpsc::error::SendError(park)) = self.parks.send(park) {
-            // Not connected any more: the pool is stopping.
-            park.reply.send(Err(PoolError::Shutdown));
+/// The lease renewer's one run: extends `node`'s lease on each of `held`, and returns those
+/// the queue says are not this node's any more (expired and rescued by another node).
+async fn renew_leases<P: Send + 'static>(
+    queue: &dyn SharedQueue<P>,
+    node: &str,
+    held: &[EntryId],
+    lease: Duration,
+    now: u64,
+) -> Vec<EntryId> {
+    let mut lost = Vec::new();
+    for &entry in held {
+        match queue.renew(node, entry, lease, now).await {
+            Ok(()) => {}
+            Err(QueueError::NotClaimed(_)) => lost.push(entry),
+            Err(error) => {
+                tracing::warn!(node = %node, entry, %error, "shared queue lease renewal failed");
+            }
         }
     }
+    lost
+}
 
-    /// Claims the best shared tasks that fit `query` together, at most `max` (the node's idle
-    /// workers, plus its claim-ahead room), unless a claim is in flight.
-    pub fn claim(&mut self, query: FitQuery, max: usize, now: u64) {
-        if self.claiming || max == 0 {
+/// The lease rescuer: every `interval`, parks again the claims whose lease ran out. Ends
+/// with the scheduler.
+async fn rescue_leases<P: Send + 'static>(
+    queue: Arc<dyn SharedQueue<P>>,
+    node: Arc<str>,
+    interval: Duration,
+    scheduler: ActorRef<SchedulerMsg<P>>,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if stopped(&scheduler) {
             return;
         }
-        self.claiming = true;
-        let lease = self.lease;
-        self.spawn(move |queue, node| async move {
-            let claimed = queue.claim_batch(&node, &query, max, lease, now).await;
-            Some(SharedReport::Claimed(claimed))
-        });
-    }
-
-    /// A claim answered.
-    pub fn claimed(&mut self) {
-        self.claiming = false;
-    }
-
-    /// Ends this node's claim on `entry` (see [`Settler::settle`]).
-    pub fn settle(&self, entry: EntryId, settlement: Settlement) {
-        self.settler.settle(entry, settlement);
-    }
-
-    /// A handle that ends this node's claims from anywhere on the pool's runtime (the
-    /// mailbox actor, once a result is stored).
-    pub fn settler(&self) -> Settler {
-        self.settler.clone()
-    }
-
-    /// Removes the parked task `id` of `key` for a cancel.
-    pub fn remove_task(
-        &self,
-        key: MailboxKey,
-        id: TaskId,
-        reply: RpcReplyPort<Result<(), PoolError>>,
-    ) {
-        self.spawn(move |queue, _| async move {
-            let result = queue.remove_task(&key, id).await;
-            Some(SharedReport::Removed {
-                key,
-                id,
-                reply,
-                result,
-            })
-        });
-    }
-
-    /// Poll-time upkeep: renews `held` leases when a third of the lease has passed, and parks
-    /// expired claims (any node's) again.
-    pub fn upkeep(&mut self, held: Vec<EntryId>, now: u64) {
-        let third = u64::try_from((self.lease / 3).as_millis()).unwrap_or(u64::MAX);
-        let renew = now.saturating_sub(self.renewed_at) >= third;
-        if renew {
-            self.renewed_at = now;
+        match queue.rescue_expired(crate::clock::engine_now_ms()).await {
+            Ok(0) => {}
+            Ok(rescued) => {
+                tracing::info!(node = %node, rescued, "parked expired shared leases again")
+            }
+            Err(error) => tracing::warn!(node = %node, %error, "shared queue rescue failed"),
         }
-        let held = if renew { held } else { Vec::new() };
-        let lease = self.lease;
-        self.spawn(move |queue, node| async move {
-            let mut lost = Vec::new();
-            for entry in held {
-                match queue.renew(&node, entry, lease, now).await {
-                    Ok(()) => {}
-                    Err(QueueError::NotClaimed(_)) => lost.push(entry),
-                    Err(error) => {
-                        tracing::warn!(node = %node, entry, %error, "shared queue lease renewal failed");
-                    }
-                }
-            }
-            match queue.rescue_expired(now).await {
-                Ok(0) => {}
-                Ok(rescued) => tracing::info!(node = %node, rescued, "parked expired shared leases again"),
-                Err(error) => tracing::warn!(node = %node, %error, "shared queue rescue failed"),
-            }
-            if !lost.is_empty() {
-                return Some(SharedReport::Lost(lost));
-            }
-            match queue.take_dead_letters(DEAD_LETTERS_PER_POLL).await {
-                Ok(dead) if !dead.is_empty() => Some(SharedReport::Dead(dead)),
-                Ok(_) => None,
-                Err(error) => {
-                    tracing::warn!(node = %node, %error, "shared queue dead letters unread");
-                    None
-                }
-            }
-        });
     }
+}
+
+/// The dead-letter reader: every `interval`, hands the tasks the queue gave up on to the
+/// scheduler, which stores their failure for their submitters. Ends with the scheduler.
+async fn read_dead_letters<P: Send + 'static>(
+    queue: Arc<dyn SharedQueue<P>>,
+    node: Arc<str>,
+    interval: Duration,
+    scheduler: ActorRef<SchedulerMsg<P>>,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if stopped(&scheduler) {
+            return;
+        }
+        match queue.take_dead_letters(DEAD_LETTERS_PER_POLL).await {
+            Ok(dead) if dead.is_empty() => {}
+            Ok(dead) => {
+                let report = SchedulerMsg(Internal::Shared(SharedReport::Dead(dead)));
+                if scheduler.send_message(report).is_err() {
+                    return;
+                }
+            }
+            Err(error) => tracing::warn!(node = %node, %error, "shared queue dead letters unread"),
+        }
+    }
+}
+
+/// Whether the scheduler is gone or going: the duties end with it.
+fn stopped<P>(scheduler: &ActorRef<SchedulerMsg<P>>) -> bool {
+    matches!(
+        scheduler.get_status(),
+        ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+    )
 }
 
 #[cfg(test)]

@@ -12,17 +12,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
 
 use super::thread::{self, WorkerThreadSpec};
+use super::WorkerMsg;
 use crate::executor::TaskExecutor;
-
-/// Messages a worker actor handles.
-#[derive(Debug)]
-pub(crate) enum WorkerMsg {
-    /// The thread caught an executor panic and exited.
-    ThreadDied {
-        /// The panic message.
-        reason: String,
-    },
-}
 
 /// Marks the payload, result and executor types without owning any.
 type Types<P, R, E> = PhantomData<fn() -> (P, R, E)>;

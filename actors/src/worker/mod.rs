@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::Mutex;
 
-use crate::domain::ScheduledTask;
+use crate::domain::{PoolError, ScheduledTask};
 use crate::queue::EntryId;
 use crate::running::RunContext;
 
@@ -55,6 +55,24 @@ pub struct Job<P> {
     /// The task's span (disabled unless a subscriber wants it): its run is instrumented
     /// with it.
     pub span: tracing::Span,
+}
+
+/// Where a worker thread reports that a run is over (the scheduler's inbox): the worker
+/// names the task's entry and what its executor produced, or how the run ended without a
+/// result. The report frees the task's capacity and its worker.
+pub(crate) trait RunReports<R>: Send + Sync {
+    /// The run of `entry` is over.
+    fn finished(&self, entry: EntryId, outcome: Result<R, PoolError>);
+}
+
+/// Messages a worker actor handles (sent by its own thread).
+#[derive(Debug)]
+pub(crate) enum WorkerMsg {
+    /// The thread caught an executor panic and exited.
+    ThreadDied {
+        /// The panic message.
+        reason: String,
+    },
 }
 
 /// How worker threads are built.

@@ -25,13 +25,11 @@ use ractor::ActorRef;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::actor::WorkerMsg;
-use super::{Job, JobReceiver, WorkerSettings};
+use super::{Job, JobReceiver, RunReports, WorkerMsg, WorkerSettings};
 use crate::budget::SlotBudget;
 use crate::contain::{drop_contained, panic_message};
 use crate::domain::PoolError;
 use crate::executor::TaskExecutor;
-use crate::scheduler::inbox::{Finish, Inbox};
 use crate::spin::{Spin, SPIN_TIME};
 use crate::stats::PoolCounters;
 
@@ -48,7 +46,7 @@ pub struct WorkerThreadSpec<P, R, E> {
     /// The user's work.
     pub(crate) executor: Arc<E>,
     /// Where finished runs are reported.
-    pub(crate) inbox: Arc<Inbox<P, R>>,
+    pub(crate) reports: Arc<dyn RunReports<R>>,
     /// The pool's counters (`live_worker_threads`).
     pub(crate) counters: Arc<PoolCounters>,
     /// The pool's nested slots: the thread marks itself as this pool's, so submissions it
@@ -64,7 +62,7 @@ impl<P, R, E> Clone for WorkerThreadSpec<P, R, E> {
             settings: self.settings.clone(),
             jobs: self.jobs.clone(),
             executor: self.executor.clone(),
-            inbox: self.inbox.clone(),
+            reports: self.reports.clone(),
             counters: self.counters.clone(),
             nested: self.nested.clone(),
         }
@@ -171,7 +169,7 @@ where
                 (outcome, Some(message))
             }
         };
-        spec.inbox.finished(Finish { entry, outcome });
+        spec.reports.finished(entry, outcome);
         if panic.is_some() {
             return panic;
         }

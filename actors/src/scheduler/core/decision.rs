@@ -30,6 +30,32 @@ impl Admit {
             other => (other, Vec::new()),
         }
     }
+
+    /// What happens to the newcomer, with the parked tasks that start with it (see
+    /// [`Admit::StartWith`]): the same answer as [`split_started`](Self::split_started), in a
+    /// type that has no `StartWith` left to handle.
+    pub fn newcomer(self) -> (Newcomer, Vec<TaskId>) {
+        match self {
+            Admit::Start => (Newcomer::Start, Vec::new()),
+            Admit::StartWith(started) => (Newcomer::Start, started),
+            Admit::Park => (Newcomer::Park, Vec::new()),
+            Admit::Expire => (Newcomer::Expire, Vec::new()),
+            Admit::Reject(rejection) => (Newcomer::Reject(rejection), Vec::new()),
+        }
+    }
+}
+
+/// What admission does with the newcomer itself (see [`Admit::newcomer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Newcomer {
+    /// It starts now; its capacity is held from this moment.
+    Start,
+    /// It waits in the parking lot.
+    Park,
+    /// Its deadline has passed already.
+    Expire,
+    /// It is refused.
+    Reject(Rejection),
 }
 
 /// Why admission refused a task.

@@ -105,7 +105,7 @@ use std::collections::BTreeSet;
 
 use backfill::TimeoutIndex;
 pub use cost_index::CostIndex;
-pub use decision::{Admit, Cancel, Rejection, Tick, UnknownTask};
+pub use decision::{Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
 use fair_share::TenantBook;
 pub use rank::RankKey;
 

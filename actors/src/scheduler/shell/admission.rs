@@ -1,0 +1,125 @@
+//! Admission: what a task being admitted carries, why a submission is refused before the
+//! core is asked, and how a newcomer the core expired or refused ends.
+
+use crate::contain::drop_contained;
+use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskStatus};
+use crate::events::TaskStep;
+use crate::mailbox::Mailbox;
+use crate::queue::{EntryId, Settlement};
+use crate::scheduler::protocol::{Extras, Reply};
+use crate::stream::StreamShared;
+
+use super::effects::SharedCall;
+use super::storage::Storage;
+use super::tasks::Tasks;
+use std::time::Duration;
+
+/// A task being admitted, from a submitter or from a shared queue's claim.
+pub(super) struct Admission<P> {
+    pub task: ScheduledTask<P>,
+    pub key: MailboxKey,
+    pub timeout: Option<Duration>,
+    pub origin: Origin,
+}
+
+/// Where an admitted task comes from.
+pub(super) enum Origin {
+    /// A submitter waits for the answer.
+    Submitted {
+        reply: Reply,
+        extras: Option<Box<Extras>>,
+    },
+    /// This node claimed it from the shared queue under a lease.
+    Leased { shared_entry: EntryId, attempt: u32 },
+}
+
+/// Why the mailbox cannot take another outcome, if it cannot.
+pub(super) fn mailbox_has_room<R: Send + 'static>(
+    mailbox: &dyn Mailbox<R>,
+    live: usize,
+) -> Result<(), PoolError> {
+    let Some(inline) = mailbox.inline() else {
+        return Ok(());
+    };
+    let stored = inline.stored_now();
+    let max_messages = inline.max_messages();
+    if stored.saturating_add(live) >= max_messages {
+        return Err(PoolError::MailboxFull {
+            stored,
+            live,
+            max_messages,
+        });
+    }
+    Ok(())
+}
+
+/// Why a streamed submission cannot be taken here, if so.
+pub(super) fn streamable<R: Send + 'static>(
+    pool: &str,
+    storage: &Storage,
+    extras: Option<&Extras>,
+) -> Result<(), PoolError> {
+    let Some(stream) = extras.and_then(|extras| extras.stream.as_ref()) else {
+        return Ok(());
+    };
+    if storage.is_shared() {
+        return Err(PoolError::InvalidConfig(format!(
+            "pool {}: streamed submissions need a local queue; this pool's queue is shared \
+             with other nodes, which could not reach the stream (submit without streaming, \
+             or stream from a pool with an in_memory, yaque or local queue)",
+            pool
+        )));
+    }
+    if !stream.0.is::<StreamShared<R>>() {
+        return Err(PoolError::InvalidConfig(format!(
+            "pool {}: the stream's item type is not this pool's result type; make the \
+             stream with ResultStream::<R>::channel for the pool's R",
+            pool
+        )));
+    }
+    Ok(())
+}
+
+/// A newcomer the core expired or refused: its submitter hears why; a leased task's
+/// claim ends and its mailbox hears it.
+pub(super) fn end_unadmitted<P: Send + 'static, R: Send + 'static>(
+    tasks: &mut Tasks<P, R>,
+    admission: Admission<P>,
+    error: PoolError,
+    now: u64,
+) {
+    let Admission {
+        mut task,
+        key,
+        origin,
+        ..
+    } = admission;
+    match origin {
+        Origin::Submitted { reply, .. } if error == PoolError::Expired => {
+            let step = TaskStep::Ended(TaskStatus::Expired);
+            tasks.step_unrecorded(&task.meta, &key, &step, now);
+            tasks.fx.answer(reply, Err(error));
+            drop_contained(task);
+        }
+        Origin::Submitted { reply, .. } => {
+            task.meta.mailbox = Some(key);
+            tasks.refuse(task, error, reply, now);
+        }
+        Origin::Leased {
+            shared_entry,
+            attempt,
+        } => {
+            let settlement = match &error {
+                PoolError::Expired => Settlement::Done,
+                other => Settlement::Failed(other.to_string()),
+            };
+            tasks.fx.shared(SharedCall::Settle {
+                entry: shared_entry,
+                settlement,
+            });
+            let (id, cost) = (task.meta.id, task.meta.cost);
+            tasks.deliver_report(key, id, cost, attempt, Err(error), now);
+            drop_contained(task);
+        }
+    }
+}

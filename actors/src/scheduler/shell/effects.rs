@@ -1,0 +1,157 @@
+//! What the shell asks the world to do: its effects, as data.
+//!
+//! The shell never sends, stores or awaits anything itself. Each event it handles appends
+//! effects here, in the order they must happen, and the scheduler actor's driver carries them
+//! out (see `scheduler::driver`), as quinn-proto's connection hands its transmits to the
+//! endpoint that owns the socket. A test carries them out against a model instead.
+//!
+//! Where carrying one out can fail (a worker's channel closed, the queue actor gone), the
+//! driver tells the shell with the event that failure stands for, so every failure takes the
+//! same path as the report a backend would have sent.
+
+use ractor::RpcReplyPort;
+
+use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
+use crate::mailbox::Delivery;
+use crate::queue::actor::QueueMsg;
+use crate::queue::{EntryId, FitQuery, Settlement};
+use crate::scheduler::protocol::{Reply, ShutdownReport};
+use crate::stream::StreamAttachment;
+use crate::worker::Job;
+
+/// Where a cancel's answer goes.
+pub(crate) type CancelReply = RpcReplyPort<Result<(), PoolError>>;
+
+/// One thing the shell asks for. See the module docs.
+pub(crate) enum Effect<P, R> {
+    /// Answer a submitter: admitted under a key, or why not.
+    Answer {
+        reply: Reply,
+        answer: Result<MailboxKey, PoolError>,
+    },
+    /// Answer a cancel.
+    AnswerCancel {
+        reply: CancelReply,
+        answer: Result<(), PoolError>,
+    },
+    /// Answer a caller of `shutdown` with the drain's report.
+    AnswerShutdown {
+        reply: RpcReplyPort<ShutdownReport>,
+        report: ShutdownReport,
+    },
+    /// Hand a started task's job to worker `worker`. If its channel is closed, the driver
+    /// reports [`Shell::job_lost`](super::Shell::job_lost).
+    Run { worker: usize, job: Job<P> },
+    /// A call to the pool's durable local queue, made through the queue actor, which keeps
+    /// one entry's calls in order and answers parks and claims with a `QueueReport`.
+    Queue(QueueMsg<P>),
+    /// A call to the shared queue; answers come back as `SharedReport`s.
+    Shared(SharedCall<P>),
+    /// Store an outcome in the mailbox and tell the notifiers.
+    Deliver(Outcome<R>),
+    /// End a streamed task's stream with its outcome (it goes there, not to the mailbox).
+    EndStream {
+        stream: StreamAttachment,
+        outcome: Result<R, PoolError>,
+    },
+    /// Tell the GPU sampler that tasks wait for memory, so it samples at once.
+    WakeGpu,
+}
+
+/// A terminal outcome on its way to the mailbox.
+pub(crate) struct Outcome<R> {
+    /// Where it goes.
+    pub key: MailboxKey,
+    /// What is stored.
+    pub delivery: Delivery<R>,
+    /// Which run of the task produced it.
+    pub attempt: u32,
+    /// The shared claim to end once it is stored (a node that dies in between leaves the
+    /// claim to run out, and the task runs again elsewhere rather than being lost with its
+    /// result).
+    pub settle: Option<(EntryId, Settlement)>,
+}
+
+/// A call to the shared queue (see `scheduler::shared_io`, which makes each one in a task of
+/// its own so a slow database never holds up the scheduler).
+pub(crate) enum SharedCall<P> {
+    /// Park a task for any node; `reply` hears once it is stored (`SharedReport::Enqueued`).
+    Enqueue {
+        /// Its shared entry id.
+        entry: EntryId,
+        /// Its admission time: its rank among equal priorities.
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+    },
+    /// Store a task this node starts at once as its own claim (`SharedReport::Recorded`).
+    RecordStart {
+        /// The task's local entry.
+        entry: EntryId,
+        /// Its shared entry id.
+        shared_entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        now: u64,
+    },
+    /// Claim up to `max` of the best tasks that fit `query` together (`SharedReport::Claimed`).
+    Claim {
+        query: FitQuery,
+        max: usize,
+        now: u64,
+    },
+    /// End this node's claim on a shared entry.
+    Settle {
+        entry: EntryId,
+        settlement: Settlement,
+    },
+    /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
+    RemoveTask {
+        key: MailboxKey,
+        id: TaskId,
+        reply: CancelReply,
+    },
+    /// Renew the leases this node holds (`SharedReport::Lost` names those it lost).
+    Renew { held: Vec<EntryId>, now: u64 },
+}
+
+/// The effects of the events handled so far, in order.
+pub(crate) struct Effects<P, R> {
+    queue: Vec<Effect<P, R>>,
+}
+
+impl<P, R> Default for Effects<P, R> {
+    fn default() -> Self {
+        Self { queue: Vec::new() }
+    }
+}
+
+impl<P, R> Effects<P, R> {
+    /// Asks for `effect` after those asked for before.
+    pub fn push(&mut self, effect: Effect<P, R>) {
+        self.queue.push(effect);
+    }
+
+    /// Asks to answer a submitter.
+    pub fn answer(&mut self, reply: Reply, answer: Result<MailboxKey, PoolError>) {
+        self.push(Effect::Answer { reply, answer });
+    }
+
+    /// Asks for a shared-queue call.
+    pub fn shared(&mut self, call: SharedCall<P>) {
+        self.push(Effect::Shared(call));
+    }
+
+    /// Whether nothing is asked.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Hands over everything asked so far, leaving the buffer empty; `spare` (an emptied
+    /// batch handed back) becomes the new buffer, so carrying effects out allocates nothing.
+    pub fn take(&mut self, spare: Vec<Effect<P, R>>) -> Vec<Effect<P, R>> {
+        debug_assert!(spare.is_empty());
+        std::mem::replace(&mut self.queue, spare)
+    }
+}

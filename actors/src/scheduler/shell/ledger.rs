@@ -1,0 +1,537 @@
+//! The ledger: every task the shell has admitted and not yet ended, by entry and by caller.
+//!
+//! A record holds what the shell needs of a task between its admission and its end: its
+//! identity (entry id, the caller's task id and mailbox key), the metadata its executor gets
+//! back, its execution timeout, its payload while the ledger is where it waits (see
+//! [`Record::payload`]), its phase (parked, or running with its cancellation flag) and, boxed,
+//! what few tasks carry (a stream, a nested slot, a submitter still waiting for a store, a
+//! shared lease, an enabled span).
+//!
+//! # Memory
+//!
+//! A million parked tasks are a million records, so a record is kept small: an anonymous
+//! mailbox key is its 128 random bits, not its 42-byte name; the rare parts are one pointer;
+//! records sit in one vector, reused through a free list; the two indexes are tables of
+//! 4-byte slot numbers hashed by a key the record itself holds, so no key is stored twice.
+//!
+//! # Invariants
+//!
+//! - Every record is reachable from `by_entry` under its entry and from `by_caller` under its
+//!   (tenant, task id); no two records share either.
+//! - `len` counts the occupied slots; `vacant` lists exactly the empty ones.
+
+use std::borrow::Cow;
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
+
+use hashbrown::HashTable;
+
+use crate::budget::SlotGuard;
+use crate::cancellation::Cancellation;
+use crate::domain::{
+    MailboxKey, Priority, ResourceCost, ScheduledTask, TaskId, TaskMetadata, TenantId,
+};
+use crate::queue::EntryId;
+use crate::scheduler::protocol::Reply;
+use crate::stream::StreamAttachment;
+
+/// Entry ids are the admission time in milliseconds shifted left by this many bits, plus a
+/// counter within the millisecond: increasing in admission order and across restarts.
+pub(crate) const ENTRY_TIME_SHIFT: u32 = 16;
+
+/// The admission time (ms) an entry id carries.
+pub(crate) fn admitted_ms(entry: EntryId) -> u64 {
+    entry >> ENTRY_TIME_SHIFT
+}
+
+/// The count within its millisecond an entry id carries.
+pub(crate) fn sequence_of(entry: EntryId) -> u16 {
+    (entry & ((1 << ENTRY_TIME_SHIFT) - 1)) as u16
+}
+
+/// A `timeout_ms` that means "no execution timeout".
+const NO_TIMEOUT: u64 = u64::MAX;
+
+/// A tenant as the caller index hashes it: an anonymous tenant by its bits, so a record that
+/// keeps only the bits and a caller that names the full key find each other.
+#[derive(Hash, PartialEq, Eq, Clone, Copy)]
+enum Tenant<'a> {
+    Anonymous(u128),
+    Named(&'a str),
+}
+
+impl<'a> Tenant<'a> {
+    fn of(tenant: &'a TenantId) -> Self {
+        match MailboxKey::anonymous_bits(tenant) {
+            Some(bits) => Tenant::Anonymous(bits),
+            None => Tenant::Named(&tenant.0),
+        }
+    }
+}
+
+/// A task's mailbox key, as small as it can be kept.
+pub(crate) enum TaskKey {
+    /// A key [`MailboxKey::anonymous`] made: its bits.
+    Anonymous(u128),
+    /// Any other key.
+    Named(Box<MailboxKey>),
+}
+
+impl TaskKey {
+    /// Keeps `key` in its smallest form.
+    pub fn of(key: MailboxKey) -> Self {
+        let bare = key.user_id.is_none() && key.session_id.is_none();
+        match MailboxKey::anonymous_bits(&key.tenant) {
+            Some(bits) if bare => TaskKey::Anonymous(bits),
+            _ => TaskKey::Named(Box::new(key)),
+        }
+    }
+
+    fn tenant(&self) -> Tenant<'_> {
+        match self {
+            TaskKey::Anonymous(bits) => Tenant::Anonymous(*bits),
+            TaskKey::Named(key) => Tenant::of(&key.tenant),
+        }
+    }
+
+    /// The full key (built from the bits for an anonymous one).
+    pub fn key(&self) -> Cow<'_, MailboxKey> {
+        match self {
+            TaskKey::Anonymous(bits) => Cow::Owned(MailboxKey::anonymous_from_bits(*bits)),
+            TaskKey::Named(key) => Cow::Borrowed(key),
+        }
+    }
+
+    /// The full key, kept in full from now on (a task that starts is reported several times).
+    pub fn expand(&mut self) -> &MailboxKey {
+        if let TaskKey::Anonymous(bits) = *self {
+            *self = TaskKey::Named(Box::new(MailboxKey::anonymous_from_bits(bits)));
+        }
+        match self {
+            TaskKey::Named(key) => key,
+            TaskKey::Anonymous(_) => unreachable!("expanded just above"),
+        }
+    }
+
+    /// Whether `key` is exactly this key.
+    pub fn is(&self, key: &MailboxKey) -> bool {
+        match self {
+            TaskKey::Anonymous(bits) => {
+                key.user_id.is_none()
+                    && key.session_id.is_none()
+                    && MailboxKey::anonymous_bits(&key.tenant) == Some(*bits)
+            }
+            TaskKey::Named(own) => **own == *key,
+        }
+    }
+}
+
+/// Where a task is in its life.
+pub(crate) enum Phase {
+    /// In the parking lot (the core's, or a claimed task parked here).
+    Parked,
+    /// Started on the worker slot the core gave it.
+    Running(Run),
+}
+
+/// A started task's run.
+pub(crate) struct Run {
+    /// When it started (the event stream's run times start here).
+    pub started_ms: u64,
+    /// Raised to stop the run; the job carries a clone (a streamed task's is its stream's).
+    pub cancellation: Cancellation,
+    /// Its job was sent to its worker.
+    pub sent: bool,
+    /// Its outcome was delivered already (the watchdog or the drain deadline): the worker's
+    /// late report only releases its capacity.
+    pub ended: bool,
+    /// Its payload came from the local durable queue, which must hear how it ended.
+    pub from_queue: bool,
+}
+
+/// What few tasks carry (boxed: the rest pay one null pointer).
+#[derive(Default)]
+pub(crate) struct Rare {
+    /// Its `task` span, when a subscriber wants one.
+    pub span: Option<tracing::Span>,
+    /// A streamed task's buffer: its outcome goes there, not to the mailbox.
+    pub stream: Option<StreamAttachment>,
+    /// The nested slot of a task submitted from one of the pool's own workers, held until
+    /// its worker is free again (see [`crate::budget`]).
+    pub slot: Option<SlotGuard>,
+    /// Its submitter, waiting until the queue has stored the task.
+    pub reply: Option<Reply>,
+    /// The shared queue's entry and claim count of a task this node claimed from it.
+    pub lease: Option<(EntryId, u32)>,
+}
+
+/// One admitted task. See the module docs.
+pub(crate) struct Record<P> {
+    /// The pool's id of the task.
+    pub entry: EntryId,
+    /// The caller's id of the task.
+    pub task_id: TaskId,
+    /// Where its outcome goes.
+    pub key: TaskKey,
+    /// The caller's creation time, as given (the rank uses the entry id).
+    pub created_at_ms: u128,
+    /// The caller's deadline, as given.
+    pub deadline_ms: Option<u128>,
+    /// What it holds while it runs.
+    pub cost: ResourceCost,
+    /// Its priority.
+    pub priority: Priority,
+    /// Its execution timeout in ms, or [`NO_TIMEOUT`].
+    timeout_ms: u64,
+    /// Its payload while the ledger is where it waits: parked in a pool whose queue keeps
+    /// nothing the process does not (in memory), spinning before a durable queue stores it,
+    /// or claimed from a shared queue and parked here. `None` once it left (to its worker,
+    /// or to a durable queue).
+    pub payload: Option<P>,
+    /// Parked or running.
+    pub phase: Phase,
+    /// See [`Rare`].
+    pub rare: Option<Box<Rare>>,
+}
+
+impl<P> Record<P> {
+    /// A parked record of `meta`'s task under `key`.
+    pub fn new(
+        entry: EntryId,
+        meta: &TaskMetadata,
+        key: TaskKey,
+        timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            entry,
+            task_id: meta.id,
+            key,
+            created_at_ms: meta.created_at_ms,
+            deadline_ms: meta.deadline_ms,
+            cost: meta.cost,
+            priority: meta.priority,
+            timeout_ms: timeout.map_or(NO_TIMEOUT, |limit| {
+                u64::try_from(limit.as_millis())
+                    .unwrap_or(NO_TIMEOUT - 1)
+                    .min(NO_TIMEOUT - 1)
+            }),
+            payload: None,
+            phase: Phase::Parked,
+            rare: None,
+        }
+    }
+
+    /// Its execution timeout.
+    pub fn timeout(&self) -> Option<Duration> {
+        (self.timeout_ms != NO_TIMEOUT).then(|| Duration::from_millis(self.timeout_ms))
+    }
+
+    /// When it was admitted, ms.
+    pub fn admitted_ms(&self) -> u64 {
+        admitted_ms(self.entry)
+    }
+
+    /// The metadata its executor sees: the caller's, with the mailbox key filled in.
+    pub fn meta(&self) -> TaskMetadata {
+        TaskMetadata {
+            id: self.task_id,
+            mailbox: Some(self.key.key().into_owned()),
+            priority: self.priority,
+            cost: self.cost,
+            deadline_ms: self.deadline_ms,
+            created_at_ms: self.created_at_ms,
+        }
+    }
+
+    /// Its task, rebuilt around its payload, if the ledger holds it.
+    pub fn take_task(&mut self) -> Option<ScheduledTask<P>> {
+        let payload = self.payload.take()?;
+        Some(ScheduledTask {
+            meta: self.meta(),
+            payload,
+        })
+    }
+
+    /// Its rare parts, made on first use.
+    pub fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Its rare parts, if it has any.
+    pub fn rare(&self) -> Option<&Rare> {
+        self.rare.as_deref()
+    }
+
+    /// The shared lease it runs under, if any.
+    pub fn lease(&self) -> Option<(EntryId, u32)> {
+        self.rare()?.lease
+    }
+
+    /// Which run of the task this is: 1, or its lease's claim count.
+    pub fn attempt(&self) -> u32 {
+        self.lease().map_or(1, |(_, attempt)| attempt)
+    }
+
+    /// Its stream, if it is a streamed task.
+    pub fn stream(&self) -> Option<&StreamAttachment> {
+        self.rare()?.stream.as_ref()
+    }
+
+    /// Takes its submitter's pending answer, if one waits for a store.
+    pub fn take_reply(&mut self) -> Option<Reply> {
+        self.rare.as_mut()?.reply.take()
+    }
+
+    /// Gives back its nested slot, if it holds one: before its outcome is visible, so a
+    /// parent that reads it and submits the next child finds the slot free.
+    pub fn release_nested_slot(&mut self) {
+        if let Some(rare) = &mut self.rare {
+            rare.slot = None;
+        }
+    }
+
+    /// Its run, if it is running.
+    pub fn run_mut(&mut self) -> Option<&mut Run> {
+        match &mut self.phase {
+            Phase::Running(run) => Some(run),
+            Phase::Parked => None,
+        }
+    }
+
+    /// Its run, if it is running.
+    pub fn run(&self) -> Option<&Run> {
+        match &self.phase {
+            Phase::Running(run) => Some(run),
+            Phase::Parked => None,
+        }
+    }
+}
+
+/// The live tasks. See the module docs.
+pub(crate) struct Ledger<P> {
+    slots: Vec<Option<Record<P>>>,
+    vacant: Vec<u32>,
+    by_entry: HashTable<u32>,
+    by_caller: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    len: usize,
+    last_entry: EntryId,
+}
+
+impl<P> Default for Ledger<P> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            vacant: Vec::new(),
+            by_entry: HashTable::new(),
+            by_caller: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            len: 0,
+            last_entry: 0,
+        }
+    }
+}
+
+impl<P> Ledger<P> {
+    /// A fresh entry id for a task admitted at `now`: above every id given so far.
+    pub fn next_entry(&mut self, now: u64) -> EntryId {
+        let stamp = now.saturating_mul(1 << ENTRY_TIME_SHIFT);
+        self.last_entry = stamp.max(self.last_entry.saturating_add(1));
+        self.last_entry
+    }
+
+    /// Notes an entry id given before (a stored task), so fresh ids stay above it.
+    pub fn note_entry(&mut self, entry: EntryId) {
+        self.last_entry = self.last_entry.max(entry);
+    }
+
+    /// How many tasks are live.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the caller `(tenant, id)` has a live task.
+    pub fn has_caller(&self, tenant: &TenantId, id: TaskId) -> bool {
+        self.entry_of_caller(tenant, id).is_some()
+    }
+
+    /// The entry of the caller's live task `(tenant, id)`, if any.
+    pub fn entry_of_caller(&self, tenant: &TenantId, id: TaskId) -> Option<EntryId> {
+        let tenant = Tenant::of(tenant);
+        let hash = self.hash_caller(tenant, id);
+        let slot = self.by_caller.find(hash, |&slot| {
+            let record = self.record(slot);
+            record.task_id == id && record.key.tenant() == tenant
+        })?;
+        Some(self.record(*slot).entry)
+    }
+
+    /// Adds a record. The caller checked that neither its entry nor its caller is live.
+    pub fn insert(&mut self, record: Record<P>) {
+        let entry_hash = self.hasher.hash_one(record.entry);
+        let caller_hash = self.hash_caller(record.key.tenant(), record.task_id);
+        let slot = match self.vacant.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(record);
+                slot
+            }
+            None => {
+                self.slots.push(Some(record));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 live tasks")
+            }
+        };
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_entry.insert_unique(entry_hash, slot, |&slot| {
+            hasher.hash_one(occupied(slots, slot).entry)
+        });
+        self.by_caller.insert_unique(caller_hash, slot, |&slot| {
+            let record = occupied(slots, slot);
+            hasher.hash_one((record.key.tenant(), record.task_id))
+        });
+        self.len += 1;
+    }
+
+    /// The record of `entry`, if it is live.
+    pub fn get(&self, entry: EntryId) -> Option<&Record<P>> {
+        let slot = self.slot_of(entry)?;
+        Some(self.record(slot))
+    }
+
+    /// The record of `entry`, if it is live.
+    pub fn get_mut(&mut self, entry: EntryId) -> Option<&mut Record<P>> {
+        let slot = self.slot_of(entry)?;
+        self.slots[slot as usize].as_mut()
+    }
+
+    /// Removes and returns the record of `entry`, if it is live.
+    pub fn remove(&mut self, entry: EntryId) -> Option<Record<P>> {
+        let entry_hash = self.hasher.hash_one(entry);
+        let slots = &self.slots;
+        let found = self
+            .by_entry
+            .find_entry(entry_hash, |&slot| occupied(slots, slot).entry == entry)
+            .ok()?;
+        let (slot, _) = found.remove();
+        let record = self.slots[slot as usize]
+            .take()
+            .expect("an indexed slot is occupied");
+        let caller_hash = self.hash_caller(record.key.tenant(), record.task_id);
+        if let Ok(found) = self
+            .by_caller
+            .find_entry(caller_hash, |&other| other == slot)
+        {
+            found.remove();
+        }
+        self.vacant.push(slot);
+        self.len -= 1;
+        if self.len == 0 {
+            self.slots.clear();
+            self.vacant.clear();
+        }
+        Some(record)
+    }
+
+    /// Every live record, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Record<P>> {
+        self.slots.iter().flatten()
+    }
+
+    /// Every live entry, in no particular order.
+    pub fn entries(&self) -> Vec<EntryId> {
+        self.iter().map(|record| record.entry).collect()
+    }
+
+    fn slot_of(&self, entry: EntryId) -> Option<u32> {
+        let hash = self.hasher.hash_one(entry);
+        self.by_entry
+            .find(hash, |&slot| self.record(slot).entry == entry)
+            .copied()
+    }
+
+    fn record(&self, slot: u32) -> &Record<P> {
+        occupied(&self.slots, slot)
+    }
+
+    fn hash_caller(&self, tenant: Tenant<'_>, id: TaskId) -> u64 {
+        self.hasher.hash_one((tenant, id))
+    }
+}
+
+fn occupied<P>(slots: &[Option<Record<P>>], slot: u32) -> &Record<P> {
+    slots[slot as usize]
+        .as_ref()
+        .expect("an indexed slot is occupied")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ResourceCost;
+
+    fn record(entry: EntryId, id: TaskId, key: MailboxKey) -> Record<u8> {
+        let meta = TaskMetadata::new(id, ResourceCost::cpu(1));
+        Record::new(entry, &meta, TaskKey::of(key), None)
+    }
+
+    #[test]
+    fn records_are_found_by_entry_and_by_caller_until_removed() {
+        let mut ledger = Ledger::default();
+        let anonymous = MailboxKey::anonymous();
+        ledger.insert(record(1, 7, MailboxKey::new("acme")));
+        ledger.insert(record(2, 7, anonymous.clone()));
+        ledger.insert(record(3, 8, MailboxKey::new("acme").with_user("ada")));
+        assert_eq!(ledger.len(), 3);
+        assert_eq!(ledger.entry_of_caller(&TenantId::from("acme"), 7), Some(1));
+        assert_eq!(ledger.entry_of_caller(&anonymous.tenant, 7), Some(2));
+        assert_eq!(ledger.entry_of_caller(&TenantId::from("acme"), 8), Some(3));
+        assert_eq!(ledger.entry_of_caller(&TenantId::from("other"), 7), None);
+        assert!(ledger.get(2).expect("live").key.is(&anonymous));
+        assert!(matches!(
+            ledger.get(2).expect("live").key,
+            TaskKey::Anonymous(_)
+        ));
+
+        let removed = ledger.remove(1).expect("live");
+        assert_eq!(removed.task_id, 7);
+        assert!(ledger.get(1).is_none());
+        assert!(!ledger.has_caller(&TenantId::from("acme"), 7));
+        ledger.insert(record(4, 7, MailboxKey::new("acme")));
+        assert_eq!(ledger.entry_of_caller(&TenantId::from("acme"), 7), Some(4));
+        assert_eq!(ledger.slots.len(), 3, "the vacant slot was reused");
+        let mut entries = ledger.entries();
+        entries.sort_unstable();
+        assert_eq!(entries, [2, 3, 4]);
+    }
+
+    #[test]
+    fn an_anonymous_key_keeps_its_bits_and_gives_back_the_same_key() {
+        let key = MailboxKey::anonymous();
+        let mut kept = TaskKey::of(key.clone());
+        assert!(matches!(kept, TaskKey::Anonymous(_)));
+        assert_eq!(*kept.key(), key);
+        assert_eq!(*kept.expand(), key);
+        assert!(kept.is(&key));
+        assert!(!kept.is(&key.clone().with_user("ada")));
+        let narrowed = TaskKey::of(key.clone().with_session("s"));
+        assert!(matches!(narrowed, TaskKey::Named(_)));
+        assert!(narrowed.tenant() == Tenant::of(&key.tenant));
+        assert!(Tenant::of(&TenantId::from("anonymous-XYZ")) == Tenant::Named("anonymous-XYZ"));
+    }
+
+    #[test]
+    fn entry_ids_grow_with_time_and_within_a_millisecond() {
+        let mut ledger = Ledger::<u8>::default();
+        let first = ledger.next_entry(5);
+        let second = ledger.next_entry(5);
+        assert_eq!((admitted_ms(first), sequence_of(first)), (5, 0));
+        assert_eq!((admitted_ms(second), sequence_of(second)), (5, 1));
+        let later = ledger.next_entry(9) + 10;
+        ledger.note_entry(later);
+        assert!(ledger.next_entry(9) > (9 << ENTRY_TIME_SHIFT) + 10);
+        assert_eq!(
+            ledger.next_entry(3) >> ENTRY_TIME_SHIFT,
+            9,
+            "never goes back"
+        );
+    }
+}

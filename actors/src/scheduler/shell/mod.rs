@@ -1,0 +1,778 @@
+//! The scheduler's shell: the sans-I/O state machine around the pure core.
+//!
+//! The core decides which task runs, parks, expires or is refused. The shell holds everything
+//! else a pool must remember between events, and turns the core's decisions into
+//! [effects](effects): a job for a worker, a call to a queue, an outcome for the mailbox, an
+//! answer for a caller. It takes events with the current time (a submission, a finished run,
+//! a queue's report, a tick) and appends effects, in order; the scheduler actor's driver
+//! carries them out. It reads no clock, sends nothing and awaits nothing, so the property
+//! tests in `tests.rs` drive every storage mode with random events and no runtime.
+//!
+//! What it holds, each in a room of its own:
+//! - the [`ParkingLot`] core;
+//! - the [ledger](ledger) of live tasks, by entry and by caller;
+//! - the [storage mode](storage), chosen once: memory, a local durable queue, or a queue
+//!   shared with other nodes, each with only its own state;
+//! - the [lifecycle](lifecycle): open, escalated, draining, stopped;
+//! - the [observers](observe) that hear every step.
+//!
+//! # Invariants
+//!
+//! - Every admitted task is in the ledger until it has ended and its capacity is released.
+//! - Exactly one outcome per admitted task reaches its mailbox or stream: once the watchdog
+//!   or the drain deadline delivered one for a running task (`Run::ended`), the worker's late
+//!   outcome only releases capacity and is dropped.
+//! - Capacity is released (core `complete`) exactly once, when the worker reports the run
+//!   over or the job provably never reached a worker, because until then its memory may be
+//!   in use. An outcome from a finish is asked for after its release (and after the gauges
+//!   are published); only the watchdog's and the drain deadline's come before it.
+//! - Queue calls for one entry are asked in order: park, then claim or remove, then settle.
+
+mod admission;
+pub(crate) mod effects;
+pub(crate) mod ledger;
+pub(crate) mod lifecycle;
+pub(crate) mod observe;
+pub(crate) mod storage;
+pub(crate) mod tasks;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::contain::drop_contained;
+use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
+use crate::events::TaskStep;
+use crate::mailbox::Mailbox;
+use crate::queue::actor::QueueReport;
+use crate::queue::{EntryId, Lease, QueueError, Settlement, StoredEntry};
+use crate::scheduler::core::{Cancel, Newcomer, ParkingLot};
+use crate::scheduler::protocol::{Extras, Reply, SharedReport, SubmitOptions};
+use crate::stats::PoolStats;
+
+use admission::{end_unadmitted, mailbox_has_room, streamable, Admission, Origin};
+use effects::{CancelReply, Effect, Effects, SharedCall};
+use ledger::{admitted_ms, sequence_of, Record};
+use lifecycle::Lifecycle;
+pub(crate) use lifecycle::Shutdown;
+use observe::Observers;
+use storage::{SharedRoom, Storage};
+use tasks::{Prepared, Tasks};
+
+/// Everything a shell starts with.
+pub(crate) struct ShellArgs<R> {
+    /// The pool's name.
+    pub pool: Arc<str>,
+    /// The core, with the pool's limits.
+    pub core: ParkingLot,
+    /// The execution timeout of tasks that set none.
+    pub default_timeout: Option<Duration>,
+    /// Where parked tasks are kept.
+    pub storage: Storage,
+    /// The pool's counters (the first observer).
+    pub counters: Arc<crate::stats::PoolCounters>,
+    /// Who else hears every event.
+    pub subscribers: Vec<Arc<dyn crate::events::EventSubscriber>>,
+    /// The mailbox, read (never written) to refuse work it has no room to answer.
+    pub mailbox: Arc<dyn Mailbox<R>>,
+    /// Whether a GPU sampler wants to hear that tasks wait for memory.
+    pub gpu_sampled: bool,
+}
+
+/// The shell. See the module docs.
+pub(crate) struct Shell<P, R> {
+    /// The live tasks, their capacity and the effects asked so far.
+    tasks: Tasks<P, R>,
+    /// Where parked tasks are kept.
+    storage: Storage,
+    /// Open, escalated, draining or stopped.
+    lifecycle: Lifecycle,
+    /// The mailbox, read (never written) to refuse work it has no room to answer.
+    mailbox: Arc<dyn Mailbox<R>>,
+    /// Whether a GPU sampler wants to hear that tasks wait for memory.
+    gpu_sampled: bool,
+}
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// A shell for `args`, with the parked tasks a durable queue kept (indexed again, then
+    /// started as they fit).
+    pub fn new(args: ShellArgs<R>, stored: Vec<(StoredEntry, Option<P>)>, now: u64) -> Self {
+        let observers = Observers::new(args.counters, args.subscribers, args.core.limits());
+        let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
+        tasks.restore(stored, now);
+        let mut shell = Self {
+            tasks,
+            storage: args.storage,
+            lifecycle: Lifecycle::default(),
+            mailbox: args.mailbox,
+            gpu_sampled: args.gpu_sampled,
+        };
+        shell.tick(now);
+        shell
+    }
+
+    /// A submission: start, park or refuse it.
+    pub fn submit(
+        &mut self,
+        mut task: ScheduledTask<P>,
+        options: SubmitOptions,
+        reply: Reply,
+        extras: Option<Box<Extras>>,
+        now: u64,
+    ) {
+        let admissible = self
+            .lifecycle
+            .admits()
+            .and_then(|()| mailbox_has_room(&*self.mailbox, self.tasks.ledger.len()))
+            .and_then(|()| streamable::<R>(&self.tasks.pool, &self.storage, extras.as_deref()));
+        if let Err(refusal) = admissible {
+            self.tasks.refuse(task, refusal, reply, now);
+            return;
+        }
+        let key = task
+            .meta
+            .mailbox
+            .take()
+            .unwrap_or_else(MailboxKey::anonymous);
+        if self.tasks.ledger.has_caller(&key.tenant, task.meta.id) {
+            let duplicate = PoolError::DuplicateTask(task.meta.id);
+            task.meta.mailbox = Some(key);
+            self.tasks.refuse(task, duplicate, reply, now);
+            return;
+        }
+        let timeout = options.timeout.or(self.tasks.default_timeout);
+        let origin = Origin::Submitted { reply, extras };
+        self.admit(
+            Admission {
+                task,
+                key,
+                timeout,
+                origin,
+            },
+            now,
+        );
+    }
+
+    /// Admits a task claimed from the shared queue, as its lease's holder.
+    fn run_leased(&mut self, lease: Lease<P>, now: u64) {
+        let Lease {
+            entry: shared_entry,
+            task,
+            attempt,
+            ..
+        } = lease;
+        if !self.lifecycle.is_open() {
+            // Stopping: its lease runs out and another node runs it.
+            drop_contained(task);
+            return;
+        }
+        let key = task
+            .meta
+            .mailbox
+            .clone()
+            .unwrap_or_else(MailboxKey::anonymous);
+        if self.tasks.ledger.has_caller(&key.tenant, task.meta.id) {
+            let id = task.meta.id;
+            let reason = format!("task id {id} is live on this node already");
+            self.tasks.fx.shared(SharedCall::Settle {
+                entry: shared_entry,
+                settlement: Settlement::Failed(reason),
+            });
+            let outcome = Err(PoolError::DuplicateTask(id));
+            self.tasks
+                .deliver_report(key, id, task.meta.cost, attempt, outcome, now);
+            drop_contained(task);
+            return;
+        }
+        let timeout = self.tasks.default_timeout;
+        let origin = Origin::Leased {
+            shared_entry,
+            attempt,
+        };
+        self.admit(
+            Admission {
+                task,
+                key,
+                timeout,
+                origin,
+            },
+            now,
+        );
+    }
+
+    /// Asks the core, then carries out its answer for the newcomer and for the parked tasks
+    /// that start with it.
+    fn admit(&mut self, admission: Admission<P>, now: u64) {
+        let entry = self.tasks.ledger.next_entry(now);
+        let ticket = self.tasks.ticket(
+            entry,
+            &admission.task.meta,
+            &admission.key,
+            admission.timeout,
+        );
+        let (newcomer, unblocked) = self.tasks.core.admit(ticket, now).newcomer();
+        match newcomer {
+            Newcomer::Start => self.start_admitted(entry, admission, now),
+            Newcomer::Park => self.park_admitted(entry, admission, now),
+            Newcomer::Expire => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
+            Newcomer::Reject(rejection) => {
+                end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
+            }
+        }
+        self.start_parked(unblocked, now);
+    }
+
+    /// A newcomer that starts at once.
+    fn start_admitted(&mut self, entry: EntryId, admission: Admission<P>, now: u64) {
+        let Admission {
+            mut task,
+            key,
+            timeout,
+            origin,
+        } = admission;
+        let rank_time_ms = admitted_ms(entry);
+        match origin {
+            Origin::Submitted { reply, .. } if self.storage.records_starts_shared() => {
+                // Stored as this node's claim first; it runs, and its submitter hears, once
+                // the queue answers (`SharedReport::Recorded`).
+                let shared_entry = SharedRoom::entry_for(sequence_of(entry));
+                self.tasks.track(entry, &task.meta, &key, timeout, None);
+                self.tasks.set_lease(entry, shared_entry, 1);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, false, now);
+                if let Some(record) = self.tasks.ledger.get_mut(entry) {
+                    record.rare_mut().reply = Some(reply);
+                }
+                task.meta.mailbox = Some(key);
+                self.tasks.fx.shared(SharedCall::RecordStart {
+                    entry,
+                    shared_entry,
+                    rank_time_ms,
+                    task,
+                    now,
+                });
+            }
+            Origin::Submitted { reply, extras } if self.storage.stores_starts_locally() => {
+                // Stored as running first: parked and claimed through the queue; it runs,
+                // and its submitter hears, once the queue hands it back.
+                self.tasks.track(entry, &task.meta, &key, timeout, extras);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, true, now);
+                if let Some(record) = self.tasks.ledger.get_mut(entry) {
+                    record.rare_mut().reply = Some(reply);
+                }
+                task.meta.mailbox = Some(key);
+                if let Some(room) = self.storage.local() {
+                    room.park(entry, task, &mut self.tasks.fx);
+                    room.claim(entry, &mut self.tasks.fx);
+                }
+            }
+            Origin::Submitted { reply, extras } => {
+                self.tasks.track(entry, &task.meta, &key, timeout, extras);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, false, now);
+                task.meta.mailbox = Some(key.clone());
+                self.tasks.fx.answer(reply, Ok(key));
+                self.send_job(entry, task, now);
+            }
+            Origin::Leased {
+                shared_entry,
+                attempt,
+            } => {
+                self.tasks.track(entry, &task.meta, &key, timeout, None);
+                self.tasks.set_lease(entry, shared_entry, attempt);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, false, now);
+                task.meta.mailbox = Some(key);
+                self.send_job(entry, task, now);
+            }
+        }
+    }
+
+    /// A newcomer that waits.
+    fn park_admitted(&mut self, entry: EntryId, admission: Admission<P>, now: u64) {
+        let Admission {
+            mut task,
+            key,
+            timeout,
+            origin,
+        } = admission;
+        let (reply, extras) = match origin {
+            Origin::Submitted { reply, .. } if self.storage.is_shared() => {
+                // It parks in the shared queue, where any node may claim it, not here.
+                if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
+                    self.start_parked(started, now);
+                }
+                task.meta.mailbox = Some(key.clone());
+                self.tasks.fx.shared(SharedCall::Enqueue {
+                    entry: SharedRoom::entry_for(sequence_of(entry)),
+                    rank_time_ms: admitted_ms(entry),
+                    task,
+                    key,
+                    reply,
+                });
+                return;
+            }
+            Origin::Submitted { reply, extras } => (Some(reply), extras),
+            Origin::Leased {
+                shared_entry,
+                attempt,
+            } => {
+                // Its capacity was taken while the claim was in flight: it parks here, under
+                // its lease, where the core's order protects it.
+                self.tasks.track(entry, &task.meta, &key, timeout, None);
+                self.tasks.set_lease(entry, shared_entry, attempt);
+                self.tasks.keep_parked(entry, task.payload, None, key, now);
+                return;
+            }
+        };
+        self.tasks.track(entry, &task.meta, &key, timeout, extras);
+        let spin = self.storage.local().map(|room| room.spin());
+        match spin {
+            // In memory: the ledger is the store.
+            None => self.tasks.keep_parked(entry, task.payload, reply, key, now),
+            Some(Some(spin)) => {
+                if let Some(room) = self.storage.local() {
+                    room.spin_from(entry, spin, now);
+                }
+                self.tasks.keep_parked(entry, task.payload, reply, key, now);
+            }
+            Some(None) => {
+                if let (Some(record), Some(reply)) = (self.tasks.ledger.get_mut(entry), reply) {
+                    record.rare_mut().reply = Some(reply);
+                }
+                task.meta.mailbox = Some(key);
+                if let Some(room) = self.storage.local() {
+                    room.park(entry, task, &mut self.tasks.fx);
+                }
+            }
+        }
+    }
+
+    /// Hands a started task's job to its worker slot.
+    fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
+        match self.tasks.prepare_job(entry, task) {
+            Prepared::Job { worker, job } => self.tasks.fx.push(Effect::Run { worker, job }),
+            Prepared::Abandoned => self.finish(entry, Err(PoolError::Cancelled), now),
+            Prepared::NotRunning => {}
+        }
+    }
+
+    /// Starts parked tasks the core chose, in order.
+    fn start_parked(&mut self, started: Vec<EntryId>, now: u64) {
+        for entry in started {
+            let Some(record) = self.tasks.ledger.get_mut(entry) else {
+                tracing::error!(pool = %self.tasks.pool, entry, "bug: the core started a task the ledger does not hold");
+                continue;
+            };
+            match record.take_task() {
+                // Kept in the ledger (memory, a spin, a claimed task parked here).
+                Some(task) => {
+                    self.tasks.begin_run(entry, false, now);
+                    self.send_job(entry, task, now);
+                }
+                // Stored in the local durable queue: taken back through the queue actor.
+                None => {
+                    self.tasks.begin_run(entry, true, now);
+                    if let Some(room) = self.storage.local() {
+                        room.claim(entry, &mut self.tasks.fx);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A run is over (the worker reported it, or the job never reached a worker): release
+    /// the capacity, settle with the queue, deliver the outcome unless one was delivered,
+    /// and start what the freed capacity fits.
+    pub fn finish(&mut self, entry: EntryId, outcome: Result<R, PoolError>, now: u64) {
+        let Some((record, started)) = self.tasks.release(entry, now) else {
+            tracing::warn!(pool = %self.tasks.pool, entry, "a finish for a task the scheduler does not hold");
+            drop_contained(outcome);
+            return;
+        };
+        let (ended, from_queue) = record
+            .run()
+            .map_or((false, false), |run| (run.ended, run.from_queue));
+        let settlement = match &outcome {
+            Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
+            _ => Settlement::Done,
+        };
+        if from_queue {
+            if let Some(room) = self.storage.local() {
+                room.settle(entry, settlement.clone(), &mut self.tasks.fx);
+            }
+        }
+        let settle = record
+            .lease()
+            .map(|(shared_entry, _)| (shared_entry, settlement));
+        if ended {
+            drop_contained(outcome);
+            if let Some((entry, settlement)) = settle {
+                self.tasks
+                    .fx
+                    .shared(SharedCall::Settle { entry, settlement });
+            }
+        } else {
+            self.tasks.deliver(record, outcome, settle, now);
+        }
+        self.lifecycle.note_finished();
+        self.start_parked(started, now);
+        self.stop_if_drained();
+        self.claim_if_room(now);
+        if self.gpu_sampled && self.tasks.core.parked_len() > 0 {
+            self.tasks.fx.push(Effect::WakeGpu);
+        }
+    }
+
+    /// A job's worker channel was closed: it never reached a worker.
+    pub fn job_lost(&mut self, entry: EntryId, now: u64) {
+        self.finish(entry, Err(PoolError::Shutdown), now);
+    }
+
+    /// A new headroom from the GPU sampler (the live guard): start what it lets through.
+    pub fn set_headroom(&mut self, kind: ResourceKind, units: Option<u32>, now: u64) {
+        let started = self.tasks.core.set_headroom(kind, units, now);
+        self.start_parked(started, now);
+        self.claim_if_room(now);
+    }
+
+    /// What the queue actor reported.
+    pub fn queue_report(&mut self, report: QueueReport<P>, now: u64) {
+        let Storage::Local(room) = &mut self.storage else {
+            return;
+        };
+        match report {
+            QueueReport::Parked { entry } => room.stored(&mut self.tasks, entry, now),
+            QueueReport::ParkFailed { entry, reason } => {
+                let started = room.park_failed(&mut self.tasks, entry, reason, now);
+                self.start_parked(started, now);
+            }
+            QueueReport::Claimed { entry, task } => {
+                room.answered();
+                self.send_job(entry, task, now);
+            }
+            QueueReport::ClaimFailed { entry, reason } => {
+                room.answered();
+                self.claim_failed(entry, reason, now);
+            }
+        }
+    }
+
+    /// A started task's payload could not be taken from the queue: it never reached a
+    /// worker, so its capacity is released at once and it fails.
+    fn claim_failed(&mut self, entry: EntryId, reason: String, now: u64) {
+        self.tasks.observers.queue_error();
+        if let Some(run) = self.tasks.ledger.get_mut(entry).and_then(Record::run_mut) {
+            run.from_queue = false;
+        }
+        let reason = format!("could not take the task from the queue: {reason}");
+        self.finish(entry, Err(PoolError::Failed(reason)), now);
+    }
+
+    /// What a shared-queue call answered, or a poll.
+    pub fn shared_report(&mut self, report: SharedReport<P>, now: u64) {
+        let Storage::Shared(room) = &mut self.storage else {
+            return;
+        };
+        match report {
+            SharedReport::Poll => {
+                room.renew_if_due(&mut self.tasks, now);
+                self.claim_if_room(now);
+            }
+            SharedReport::Wake => self.claim_if_room(now),
+            SharedReport::Enqueued(group) => {
+                for enqueued in group {
+                    room.enqueued(&mut self.tasks, enqueued, now);
+                }
+            }
+            SharedReport::Claimed(claimed) => self.claimed(claimed, now),
+            SharedReport::Removed {
+                key,
+                id,
+                reply,
+                result,
+            } => room.removed(&mut self.tasks, (key, id, reply), result, now),
+            SharedReport::Recorded { entry, result } => self.recorded(entry, result, now),
+            SharedReport::Dead(letters) => room.dead(&mut self.tasks, letters, now),
+            SharedReport::Lost(entries) => room.lost(&self.tasks, entries),
+        }
+    }
+
+    fn claimed(&mut self, claimed: Result<Vec<Lease<P>>, QueueError>, now: u64) {
+        if let Some(room) = self.storage.shared() {
+            room.claim_answered();
+        }
+        match claimed {
+            Ok(leases) if leases.is_empty() => {}
+            Ok(leases) => {
+                for lease in leases {
+                    self.run_leased(lease, now);
+                }
+                self.claim_if_room(now);
+            }
+            Err(error) => {
+                self.tasks.observers.queue_error();
+                tracing::warn!(pool = %self.tasks.pool, %error, "shared queue claim failed; retrying at the next poll");
+            }
+        }
+    }
+
+    /// A task started at once was stored as this node's claim, or could not be.
+    fn recorded(&mut self, entry: EntryId, result: Result<Lease<P>, QueueError>, now: u64) {
+        let reply = self
+            .tasks
+            .ledger
+            .get_mut(entry)
+            .and_then(Record::take_reply);
+        let lease = match result {
+            Ok(lease) => lease,
+            Err(error) => {
+                self.tasks.observers.queue_error();
+                let backend = self.storage.backend();
+                let text = format!("could not store the task: {backend} queue: {error}");
+                if let Some(record) = self.tasks.ledger.get_mut(entry) {
+                    // Its submitter hears the error; nothing goes to the mailbox.
+                    record.rare_mut().lease = None;
+                    if let Some(run) = record.run_mut() {
+                        run.ended = true;
+                    }
+                }
+                self.finish(entry, Err(PoolError::Internal(text.clone())), now);
+                if let Some(reply) = reply {
+                    self.tasks.fx.answer(reply, Err(PoolError::Internal(text)));
+                }
+                return;
+            }
+        };
+        if let (Some(reply), Some(record)) = (reply, self.tasks.ledger.get(entry)) {
+            self.tasks
+                .fx
+                .answer(reply, Ok(record.key.key().into_owned()));
+        }
+        let ended = self
+            .tasks
+            .ledger
+            .get(entry)
+            .map(|record| record.run().is_none_or(|run| run.ended));
+        match ended {
+            Some(false) => self.send_job(entry, lease.task, now),
+            // Cancelled (or timed out) while it was being stored: its outcome is delivered
+            // and no worker will report it, so it ends here (which releases its capacity
+            // and settles its claim).
+            Some(true) => {
+                drop_contained(lease.task);
+                self.finish(entry, Err(PoolError::Cancelled), now);
+            }
+            None => {
+                drop_contained(lease.task);
+                self.tasks.fx.shared(SharedCall::Settle {
+                    entry: lease.entry,
+                    settlement: Settlement::Done,
+                });
+            }
+        }
+    }
+
+    /// Claims from the shared queue if this node has room (see [`SharedRoom::claim_wanted`]).
+    fn claim_if_room(&mut self, now: u64) {
+        if !self.lifecycle.is_open() {
+            return;
+        }
+        if let Storage::Shared(room) = &mut self.storage {
+            room.claim_if_room(&mut self.tasks, now);
+        }
+    }
+
+    /// Cancels the live task `id` of exactly `key`, here or parked in the shared queue.
+    pub fn cancel(&mut self, key: MailboxKey, id: TaskId, reply: CancelReply, now: u64) {
+        let answer = match self.tasks.entry_of(&key, id) {
+            Some(entry) => self.cancel_local(entry, id, now),
+            None if self.storage.is_shared() => {
+                self.tasks
+                    .fx
+                    .shared(SharedCall::RemoveTask { key, id, reply });
+                return;
+            }
+            None => Err(PoolError::TaskNotFound(id)),
+        };
+        self.tasks.fx.push(Effect::AnswerCancel { reply, answer });
+    }
+
+    fn cancel_local(&mut self, entry: EntryId, id: TaskId, now: u64) -> Result<(), PoolError> {
+        match self.tasks.core.cancel(entry, now) {
+            Ok(Cancel::Parked { started }) => {
+                self.end_parked(entry, PoolError::Cancelled, now);
+                self.start_parked(started, now);
+                Ok(())
+            }
+            Ok(Cancel::Running) => {
+                if let Some(run) = self.tasks.ledger.get_mut(entry).and_then(Record::run_mut) {
+                    run.cancellation.cancel();
+                }
+                Ok(())
+            }
+            Err(_) => Err(PoolError::TaskNotFound(id)),
+        }
+    }
+
+    /// Ends a task the core no longer holds as parked (removing it from the local durable
+    /// queue, where it is stored there).
+    fn end_parked(&mut self, entry: EntryId, outcome: PoolError, now: u64) {
+        let stored_in_queue = self.tasks.end_parked(entry, outcome, now);
+        if let (true, Some(room)) = (stored_in_queue, self.storage.local()) {
+            room.remove(entry, &mut self.tasks.fx);
+        }
+    }
+
+    /// Time-driven work: spins that are over, deadlines, the watchdog, starvation aging.
+    pub fn tick(&mut self, now: u64) {
+        if let Storage::Local(room) = &mut self.storage {
+            room.store_spun(&mut self.tasks, now, false);
+        }
+        let tick = self.tasks.core.tick(now);
+        for entry in tick.expired {
+            self.end_parked(entry, PoolError::Expired, now);
+        }
+        for entry in tick.overdue {
+            self.tasks.end_running(entry, PoolError::TimedOut, now);
+        }
+        self.start_parked(tick.started, now);
+    }
+
+    /// A worker failed and will not be restarted: retire its slot; its task can never
+    /// finish, so it fails and its capacity is released.
+    pub fn worker_lost(&mut self, worker: usize, reason: String, now: u64) {
+        if let Some(entry) = self.tasks.core.retire_worker(worker) {
+            let outcome = Err(PoolError::Failed(format!("its worker is gone: {reason}")));
+            self.finish(entry, outcome, now);
+        }
+        self.stop_if_drained();
+    }
+
+    /// The supervisor gave up: refuse new work; parked tasks of a durable queue are kept,
+    /// the others fail with the reason.
+    pub fn escalated(&mut self, reason: String, now: u64) {
+        self.lifecycle.escalate(reason.clone());
+        self.take_parked(PoolError::Failed(reason), now);
+    }
+
+    /// Empties the parking lot: kept by a durable or shared queue, or ended with `outcome`.
+    /// Returns (kept, ended).
+    fn take_parked(&mut self, outcome: PoolError, now: u64) -> (usize, usize) {
+        let parked = self.tasks.core.take_parked();
+        let count = parked.len();
+        if !self.storage.keeps_parked() {
+            for entry in parked {
+                self.end_parked(entry, outcome.clone(), now);
+            }
+            return (0, count);
+        }
+        if let Storage::Local(room) = &mut self.storage {
+            room.store_spun(&mut self.tasks, now, true);
+        }
+        for entry in parked {
+            if let Storage::Local(room) = &self.storage {
+                if room.is_parking(entry) {
+                    // Kept until the queue answers its park (see `LocalRoom::stored`).
+                    continue;
+                }
+            }
+            if let Some(mut record) = self.tasks.ledger.remove(entry) {
+                self.tasks.answer_pending_park(&mut record);
+                if let Some(payload) = record.payload.take() {
+                    // A claimed task parked here: its lease runs out and another node runs it.
+                    drop_contained(payload);
+                }
+            }
+        }
+        (count, 0)
+    }
+
+    /// Stops admitting and drains. Every caller waits for the same drain and gets the same
+    /// report. `Begins` for the first caller, which arms the drain deadline.
+    pub fn shutdown(
+        &mut self,
+        reply: ractor::RpcReplyPort<crate::scheduler::protocol::ShutdownReport>,
+        now: u64,
+    ) -> Shutdown {
+        let mut lifecycle = std::mem::take(&mut self.lifecycle);
+        let mut effects = Effects::default();
+        let shutdown = lifecycle.shutdown(reply, &mut effects, || {
+            self.take_parked(PoolError::Cancelled, now)
+        });
+        self.lifecycle = lifecycle;
+        for effect in effects.take(Vec::new()) {
+            self.tasks.fx.push(effect);
+        }
+        self.stop_if_drained();
+        shutdown
+    }
+
+    /// The drain deadline passed: running tasks end `Cancelled` now.
+    pub fn drain_deadline(&mut self, now: u64) {
+        if !self.lifecycle.is_draining() {
+            return;
+        }
+        let abandoned = self
+            .tasks
+            .ledger
+            .entries()
+            .into_iter()
+            .filter(|&entry| self.tasks.end_running(entry, PoolError::Cancelled, now))
+            .count();
+        self.lifecycle.note_abandoned(abandoned);
+        self.lifecycle.stop(&mut self.tasks.fx);
+    }
+
+    fn stop_if_drained(&mut self) {
+        if self.lifecycle.is_draining() && self.tasks.core.running_len() == 0 {
+            self.lifecycle.stop(&mut self.tasks.fx);
+        }
+    }
+
+    /// Hands over the effects asked for so far; `spare` (the last batch, emptied) becomes
+    /// the next buffer.
+    pub fn take_effects(&mut self, spare: Vec<Effect<P, R>>) -> Vec<Effect<P, R>> {
+        self.tasks.fx.take(spare)
+    }
+
+    /// Whether effects wait to be carried out.
+    pub fn has_effects(&self) -> bool {
+        !self.tasks.fx.is_empty()
+    }
+
+    /// Publishes the gauges to every observer.
+    pub fn publish(&self) {
+        self.tasks.observers.publish(&self.tasks.core);
+    }
+
+    /// The pool's name.
+    pub fn pool(&self) -> &Arc<str> {
+        &self.tasks.pool
+    }
+
+    /// Whether the queue actor owes answers: the scheduler then should not spin on its
+    /// inbox, since those answers arrive as actor messages the spin would keep waiting.
+    pub fn awaiting_queue(&self) -> bool {
+        matches!(&self.storage, Storage::Local(room) if room.awaiting())
+    }
+
+    /// When the next tick has work to do.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        match (self.tasks.core.next_wakeup(), self.storage.next_due()) {
+            (Some(core), Some(spin)) => Some(core.min(spin)),
+            (core, spin) => core.or(spin),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> PoolStats {
+        self.tasks.observers.counters.snapshot()
+    }
+}

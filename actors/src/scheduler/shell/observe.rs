@@ -1,0 +1,127 @@
+//! The shell's observers: the event stream's subscribers (the pool's counters first, then
+//! metrics and the application's own), told of every step of every task and, after each
+//! batch of steps, of the pool's gauges.
+//!
+//! Subscribers are called in place, on the scheduler's thread, not through an effect: the
+//! [`EventSubscriber`] contract makes them count or hand the event on at once, and an event
+//! borrows the task's key, which an effect would have to copy for every step.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::domain::{MailboxKey, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId};
+use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
+use crate::scheduler::core::ParkingLot;
+use crate::stats::PoolCounters;
+
+use super::ledger::{Phase, Record};
+
+/// Who hears the pool's events.
+pub(crate) struct Observers {
+    /// The pool's counters (also the first subscriber).
+    pub counters: Arc<PoolCounters>,
+    subscribers: Vec<Arc<dyn EventSubscriber>>,
+}
+
+/// What an event adds to a task's identity: the interval it closes and the priority.
+#[derive(Clone, Copy)]
+pub(crate) struct Detail {
+    pub since_ms: Option<u64>,
+    pub priority: Option<Priority>,
+}
+
+impl Detail {
+    /// For a task reported from outside the ledger (a shared queue's report).
+    pub const NONE: Detail = Detail {
+        since_ms: None,
+        priority: None,
+    };
+
+    /// For a step of a task the ledger holds: a start closes its wait (from admission), an
+    /// end closes its run (from its start, if it started).
+    pub fn of<P>(record: &Record<P>, step: &TaskStep) -> Detail {
+        let since_ms = match (step, &record.phase) {
+            (TaskStep::Started, _) => Some(record.admitted_ms()),
+            (TaskStep::Ended(_), Phase::Running(run)) => Some(run.started_ms),
+            _ => None,
+        };
+        Detail {
+            since_ms,
+            priority: Some(record.priority),
+        }
+    }
+}
+
+impl Observers {
+    /// The counters, then `subscribers`; the counters learn the pool's capacity.
+    pub fn new(
+        counters: Arc<PoolCounters>,
+        subscribers: Vec<Arc<dyn EventSubscriber>>,
+        limits: &PoolLimits,
+    ) -> Self {
+        for (gauge, kind) in counters.total.iter().zip(ResourceKind::ALL) {
+            gauge.store(u64::from(limits.capacity.get(kind)), Relaxed);
+        }
+        counters.worker_count.store(limits.worker_slots, Relaxed);
+        let mut all: Vec<Arc<dyn EventSubscriber>> = vec![counters.clone()];
+        all.extend(subscribers);
+        Self {
+            counters,
+            subscribers: all,
+        }
+    }
+
+    /// Tells every subscriber of a step of a task the ledger holds.
+    pub fn record_step<P>(&self, record: &Record<P>, step: &TaskStep, now: u64) {
+        if let Some(span) = record.rare().and_then(|rare| rare.span.as_ref()) {
+            tracing::trace!(parent: span, ?step, at_ms = now, "task step");
+        }
+        let key = record.key.key();
+        let detail = Detail::of(record, step);
+        self.step(record.task_id, &key, record.cost, step, now, detail);
+    }
+
+    /// Tells every subscriber of a step.
+    pub fn step(
+        &self,
+        task_id: TaskId,
+        key: &MailboxKey,
+        cost: ResourceCost,
+        step: &TaskStep,
+        now: u64,
+        detail: Detail,
+    ) {
+        let event = TaskEvent {
+            task_id,
+            key,
+            cost,
+            step,
+            at_ms: now,
+            since_ms: detail.since_ms,
+            priority: detail.priority,
+        };
+        for subscriber in &self.subscribers {
+            subscriber.on_event(&event);
+        }
+    }
+
+    /// Publishes the core's gauges (running, parked, units held) and the failure counts to
+    /// every subscriber, the pool's counters first.
+    pub fn publish(&self, core: &ParkingLot) {
+        let reading = PoolReading {
+            running: core.running_len(),
+            parked: core.parked_len(),
+            used_by_kind: ResourceKind::ALL.map(|kind| u64::from(core.used(kind))),
+            worker_restarts: self.counters.worker_restarts.load(Relaxed),
+            queue_errors: self.counters.queue_errors.load(Relaxed),
+        };
+        for subscriber in &self.subscribers {
+            subscriber.on_reading(&reading);
+        }
+    }
+
+    /// Counts a failed queue call.
+    pub fn queue_error(&self) {
+        PoolCounters::bump(&self.counters.queue_errors);
+    }
+}

@@ -1,0 +1,239 @@
+//! The local durable mode: parked tasks are stored in a queue of this node's own (an embedded
+//! file queue), through the queue actor, so the scheduler never awaits its I/O.
+//!
+//! The queue actor handles one entry's calls in the order they were asked (park, then claim
+//! or remove, then settle) and answers every park and every claim, stored or failed. Until a
+//! park's answer comes, its submitter waits (its reply sits in the task's record).
+//!
+//! Durability (see [`Durability`]):
+//! - `Accepted`: a task that starts at once takes its capacity at once, and is parked and
+//!   claimed through the queue (so it is stored as running); its submitter is answered and its
+//!   job sent only once the queue handed it back. It is settled when it ends.
+//! - `Parked { spin }` with a non-zero spin: a task that starts at once touches no file; a
+//!   task that would park is answered at once and waits `spin` in the ledger, and is stored
+//!   only if it is still parked then; one that starts, is cancelled or expires within the spin
+//!   never touches the queue. A stop stores every spinning task.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use crate::domain::{Durability, PoolError, ScheduledTask};
+use crate::events::{Refusal, TaskStep};
+use crate::queue::actor::QueueMsg;
+use crate::queue::{EntryId, Settlement};
+use crate::scheduler::core::Cancel;
+use crate::scheduler::shell::effects::{Effect, Effects};
+use crate::scheduler::shell::ledger::{Phase, Record};
+use crate::scheduler::shell::tasks::Tasks;
+
+/// The local durable mode's state. See the module docs.
+pub(crate) struct LocalRoom {
+    durability: Durability,
+    /// When each spinning task is due to be stored, in that order. A task that left the
+    /// spin meanwhile (started, cancelled, expired) is skipped when its time comes.
+    spin_due: VecDeque<(u64, EntryId)>,
+    /// Parks and claims asked of the queue actor and not yet answered.
+    waits: usize,
+    /// The entries whose park is asked and not yet answered: a stop keeps their records
+    /// until the answer, so a park that fails still reaches its task.
+    parking: HashSet<EntryId>,
+}
+
+impl LocalRoom {
+    /// The mode with `durability`.
+    pub fn new(durability: Durability) -> Self {
+        Self {
+            durability,
+            spin_due: VecDeque::new(),
+            waits: 0,
+            parking: HashSet::new(),
+        }
+    }
+
+    /// Whether a task that starts at once is stored (as running) before it runs.
+    pub fn stores_starts(&self) -> bool {
+        self.durability.writes_started_tasks()
+    }
+
+    /// How long a task that would park waits in memory before it is stored, if it does.
+    pub fn spin(&self) -> Option<Duration> {
+        match self.durability {
+            Durability::Parked { spin } if !spin.is_zero() => Some(spin),
+            _ => None,
+        }
+    }
+
+    /// Lets a task spin until `now + spin` before it is stored.
+    pub fn spin_from(&mut self, entry: EntryId, spin: Duration, now: u64) {
+        let spin_ms = u64::try_from(spin.as_millis()).unwrap_or(u64::MAX);
+        self.spin_due
+            .push_back((now.saturating_add(spin_ms), entry));
+    }
+
+    /// The next task whose spin is over at `now` (`all`: any spinning task, for a stop).
+    pub fn next_spun(&mut self, now: u64, all: bool) -> Option<EntryId> {
+        let &(due, entry) = self.spin_due.front()?;
+        if !all && due > now {
+            return None;
+        }
+        self.spin_due.pop_front();
+        Some(entry)
+    }
+
+    /// When the next spinning task is due.
+    pub fn next_due(&self) -> Option<u64> {
+        self.spin_due.front().map(|&(due, _)| due)
+    }
+
+    /// Stores a parked task (answered with `QueueReport::Parked` or `ParkFailed`).
+    pub fn park<P, R>(&mut self, entry: EntryId, task: ScheduledTask<P>, fx: &mut Effects<P, R>) {
+        self.waits += 1;
+        self.parking.insert(entry);
+        fx.push(Effect::Queue(QueueMsg::Park { entry, task }));
+    }
+
+    /// Takes a started task's payload back (answered with `Claimed` or `ClaimFailed`).
+    pub fn claim<P, R>(&mut self, entry: EntryId, fx: &mut Effects<P, R>) {
+        self.waits += 1;
+        fx.push(Effect::Queue(QueueMsg::Claim { entry }));
+    }
+
+    /// Ends a claim.
+    pub fn settle<P, R>(&self, entry: EntryId, settlement: Settlement, fx: &mut Effects<P, R>) {
+        fx.push(Effect::Queue(QueueMsg::Settle { entry, settlement }));
+    }
+
+    /// Removes a parked task (cancelled, expired).
+    pub fn remove<P, R>(&self, entry: EntryId, fx: &mut Effects<P, R>) {
+        fx.push(Effect::Queue(QueueMsg::Remove { entry }));
+    }
+
+    /// A park is stored: its submitter, if it still waits, hears it was admitted.
+    pub fn stored<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        entry: EntryId,
+        now: u64,
+    ) {
+        self.answered();
+        self.parking.remove(&entry);
+        if tasks
+            .ledger
+            .get(entry)
+            .is_some_and(|record| kept_at_stop(tasks, record))
+        {
+            // Kept by the queue at a stop: the submitter hears it was admitted; the record
+            // has done its work.
+            if let Some(mut record) = tasks.ledger.remove(entry) {
+                tasks.answer_pending_park(&mut record);
+            }
+            return;
+        }
+        let Some(record) = tasks.ledger.get_mut(entry) else {
+            return;
+        };
+        let Some(reply) = record.take_reply() else {
+            return;
+        };
+        let key = record.key.key().into_owned();
+        if matches!(record.phase, Phase::Parked) {
+            tasks.step(entry, TaskStep::Admitted, now);
+            tasks.step(entry, TaskStep::Parked, now);
+        }
+        tasks.fx.answer(reply, Ok(key));
+    }
+
+    /// A park was refused by the queue. A parked task was never admitted after all; a task
+    /// stored as it started is refused, and its claim (asked after the park) fails next and
+    /// releases its capacity. Returns the parked tasks the freed place in the core starts.
+    pub fn park_failed<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        entry: EntryId,
+        reason: String,
+        now: u64,
+    ) -> Vec<EntryId> {
+        self.answered();
+        self.parking.remove(&entry);
+        tasks.observers.queue_error();
+        let Some(record) = tasks.ledger.get_mut(entry) else {
+            return Vec::new();
+        };
+        if let Some(run) = record.run_mut() {
+            run.ended = true;
+            run.from_queue = false;
+            let reply = record.take_reply();
+            tasks.step(entry, TaskStep::Refused(Refusal::QueueError), now);
+            if let Some(reply) = reply {
+                let error = PoolError::Internal(format!("could not store the task: {reason}"));
+                tasks.fx.answer(reply, Err(error));
+            }
+            return Vec::new();
+        }
+        let Some(mut record) = tasks.ledger.remove(entry) else {
+            return Vec::new();
+        };
+        record.release_nested_slot();
+        let started = match tasks.core.cancel(entry, now) {
+            Ok(Cancel::Parked { started }) => started,
+            _ => Vec::new(),
+        };
+        let error = PoolError::Internal(format!("could not park the task: {reason}"));
+        match record.take_reply() {
+            Some(reply) => {
+                tasks
+                    .observers
+                    .record_step(&record, &TaskStep::Refused(Refusal::QueueError), now);
+                tasks.fx.answer(reply, Err(error));
+            }
+            // Its submitter was told it is admitted (a spun task): it ends with the failure,
+            // so the submitter's wait for a result ends too.
+            None => tasks.deliver(record, Err(error), None, now),
+        }
+        started
+    }
+
+    /// Stores the parked tasks whose spin is over (`all`: every spinning task).
+    pub fn store_spun<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        now: u64,
+        all: bool,
+    ) {
+        while let Some(entry) = self.next_spun(now, all) {
+            let Some(record) = tasks.ledger.get_mut(entry) else {
+                continue;
+            };
+            if !matches!(record.phase, Phase::Parked) {
+                continue;
+            }
+            if let Some(task) = record.take_task() {
+                self.park(entry, task, &mut tasks.fx);
+            }
+        }
+    }
+
+    /// Whether a park of `entry` is asked and not yet answered.
+    pub fn is_parking(&self, entry: EntryId) -> bool {
+        self.parking.contains(&entry)
+    }
+
+    /// The queue actor answered a park or a claim.
+    pub fn answered(&mut self) {
+        self.waits = self.waits.saturating_sub(1);
+    }
+
+    /// Whether the queue actor owes answers.
+    pub fn awaiting(&self) -> bool {
+        self.waits > 0
+    }
+}
+
+/// Whether `record` is a parked task the pool let go of at a stop (the core holds it no
+/// more), kept only until its park is answered.
+fn kept_at_stop<P: Send + 'static, R: Send + 'static>(
+    tasks: &Tasks<P, R>,
+    record: &Record<P>,
+) -> bool {
+    matches!(record.phase, Phase::Parked) && tasks.core.state(record.entry).is_none()
+}

@@ -1,0 +1,291 @@
+//! The shared mode: this pool is one *node* of several that park to and claim from one queue
+//! (a database table that API servers and GPU nodes share).
+//!
+//! The pool's own core still decides everything local: a new task that fits this node's free
+//! capacity starts here at once. A task that would park goes to the shared queue instead,
+//! where any node may claim it. Whenever this node has an idle worker, free capacity and
+//! nothing parked here (after every finish, every poll, and every notice that work was
+//! parked), it claims the best-ranked shared tasks that fit its free units, under leases it
+//! renews while they run and settles when they end. A node that dies stops renewing; the
+//! rescuer parks its expired claims again, so their tasks run again elsewhere: at-least-once.
+//!
+//! Rules that differ from the local modes, each because no node sees the whole queue:
+//! - A claimed task that finds its capacity taken meanwhile (a local task started while the
+//!   claim was in flight) parks in this node's ledger, still under its lease; the core's
+//!   order then protects it like any parked task, and the node claims nothing more until it
+//!   has started.
+//! - A shared task's deadline is checked when a node claims it: past it, it ends `Expired`.
+//! - Cancel reaches a shared task only while it is parked: the node that takes the cancel
+//!   removes it by its key and id. Once claimed, it is the claiming node's to cancel.
+//! - Task ids are unique per tenant among the tasks live on one node.
+//! - Results go to the pool's mailbox: nodes that answer each other's callers share one.
+
+use std::time::Duration;
+
+use crate::contain::drop_contained;
+use crate::domain::{
+    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+};
+use crate::events::{Refusal, TaskStep};
+use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
+use crate::scheduler::core::ParkingLot;
+use crate::scheduler::protocol::Enqueued;
+use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
+use crate::scheduler::shell::ledger::{Phase, Record};
+use crate::scheduler::shell::observe::Detail;
+use crate::scheduler::shell::tasks::Tasks;
+
+/// The shared mode's state. See the module docs.
+pub(crate) struct SharedRoom {
+    /// The queue's backend name, for errors.
+    backend: &'static str,
+    /// Whether a task this node starts at once is stored as its claim before it runs
+    /// (`Durability::Accepted`).
+    records_starts: bool,
+    /// How many claimed tasks may wait here beyond those that start at once.
+    claim_ahead: usize,
+    /// How long a claim is this node's without renewal, ms.
+    lease_ms: u64,
+    /// A claim is in flight: at most one at a time.
+    claiming: bool,
+    /// When this node's leases were last renewed.
+    renewed_at: u64,
+}
+
+impl SharedRoom {
+    /// The mode for a queue of `backend`, with the node's lease and claim-ahead.
+    pub fn new(
+        backend: &'static str,
+        lease: Duration,
+        claim_ahead: usize,
+        durability: Durability,
+    ) -> Self {
+        Self {
+            backend,
+            records_starts: durability.writes_started_tasks(),
+            claim_ahead,
+            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            claiming: false,
+            renewed_at: 0,
+        }
+    }
+
+    /// The queue's backend name.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// Whether a task this node starts at once is stored before it runs.
+    pub fn records_starts(&self) -> bool {
+        self.records_starts
+    }
+
+    /// The shared queue's entry id of a task admitted here: unique across nodes and, within
+    /// one node and millisecond, increasing in admission order: `sequence` (the admission's
+    /// count within its millisecond) in the high 16 bits, 48 random bits below.
+    pub fn entry_for(sequence: u16) -> EntryId {
+        const RANDOM_BITS: u32 = 48;
+        let random = (crate::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
+        (u64::from(sequence) << RANDOM_BITS) | random
+    }
+
+    /// Whether the leases held are due for renewal (a third of the lease has passed since
+    /// the last); if so, the renewal is counted as made now.
+    pub fn renewal_due(&mut self, now: u64) -> bool {
+        if now.saturating_sub(self.renewed_at) < self.lease_ms / 3 {
+            return false;
+        }
+        self.renewed_at = now;
+        true
+    }
+
+    /// Asks to renew the leases this node holds, when a third of the lease has passed.
+    pub fn renew_if_due<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        now: u64,
+    ) {
+        if !self.renewal_due(now) {
+            return;
+        }
+        let held = tasks
+            .ledger
+            .iter()
+            .filter_map(Record::lease)
+            .map(|(lease, _)| lease)
+            .collect();
+        tasks.fx.shared(SharedCall::Renew { held, now });
+    }
+
+    /// Tasks the queue gave up on: their submitters get a failure.
+    pub fn dead<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &mut Tasks<P, R>,
+        letters: Vec<DeadLetter>,
+        now: u64,
+    ) {
+        for letter in letters {
+            tracing::warn!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
+            let outcome = Err(PoolError::Failed(letter.reason));
+            // The attempt that gave up is not known here; the first is reported.
+            tasks.deliver_report(letter.key, letter.task_id, letter.cost, 1, outcome, now);
+        }
+    }
+
+    /// Leases a renewal found lost (expired, and rescued by another node).
+    pub fn lost<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &Tasks<P, R>,
+        entries: Vec<EntryId>,
+    ) {
+        for lost in entries {
+            let held = tasks
+                .ledger
+                .iter()
+                .any(|record| record.lease().is_some_and(|(lease, _)| lease == lost));
+            if held {
+                tracing::warn!(pool = %tasks.pool, entry = lost, "a shared lease was lost while its task ran here; another node may run it too");
+            }
+        }
+    }
+
+    /// Claims from the shared queue if this node has room (see [`claim_wanted`](Self::claim_wanted)).
+    pub fn claim_if_room<P: Send + 'static, R: Send + 'static>(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        now: u64,
+    ) {
+        let parked = tasks
+            .ledger
+            .iter()
+            .filter(|record| matches!(record.phase, Phase::Parked))
+            .map(|record| record.cost);
+        if let Some((query, max)) = self.claim_wanted(&tasks.core, parked, now) {
+            tasks.fx.shared(SharedCall::Claim { query, max, now });
+        }
+    }
+
+    /// A task handed to the shared queue is stored (its submitter hears it is accepted), or
+    /// could not be (its submitter hears why).
+    pub fn enqueued<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &mut Tasks<P, R>,
+        enqueued: Enqueued,
+        now: u64,
+    ) {
+        let Enqueued {
+            task_id,
+            key,
+            cost,
+            reply,
+            result,
+        } = enqueued;
+        match result {
+            Ok(()) => {
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
+                tasks.fx.answer(reply, Ok(key));
+            }
+            Err(error) => {
+                tasks.observers.queue_error();
+                let refused = TaskStep::Refused(Refusal::QueueError);
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &refused, now, Detail::NONE);
+                let backend = self.backend;
+                let text = format!("could not park the task: {backend} queue: {error}");
+                tasks.fx.answer(reply, Err(PoolError::Internal(text)));
+            }
+        }
+    }
+
+    pub fn removed<P: Send + 'static, R: Send + 'static>(
+        &self,
+        tasks: &mut Tasks<P, R>,
+        (key, id, reply): (MailboxKey, TaskId, CancelReply),
+        result: Result<Option<ScheduledTask<P>>, QueueError>,
+        now: u64,
+    ) {
+        let answer = match result {
+            Ok(Some(task)) => {
+                let cost = task.meta.cost;
+                drop_contained(task);
+                tasks.deliver_report(key, id, cost, 1, Err(PoolError::Cancelled), now);
+                Ok(())
+            }
+            Ok(None) => Err(PoolError::TaskNotFound(id)),
+            Err(error) => {
+                tasks.observers.queue_error();
+                Err(PoolError::Internal(format!(
+                    "could not cancel in the shared queue: {error}"
+                )))
+            }
+        };
+        tasks.fx.push(Effect::AnswerCancel { reply, answer });
+    }
+
+    /// A claim answered: the next may go.
+    pub fn claim_answered(&mut self) {
+        self.claiming = false;
+    }
+
+    /// What this node should claim now, if anything: `(query, at most)`; marks the claim in
+    /// flight. `parked` are the costs of the claimed tasks waiting here.
+    ///
+    /// It claims when it could start a task now (an idle worker, free capacity, nothing
+    /// claimed waiting here), or, with claim-ahead, when at most half the claimed tasks it may
+    /// hold wait here: at most the idle workers plus the free claim-ahead room, within the
+    /// free units less what the waiting tasks need. A node without workers (a producer) runs
+    /// nothing, so it claims nothing. With claim-ahead, a busy node waits until half its
+    /// waiting room is free and then fills it in one claim, rather than claiming a task or
+    /// two after every finish.
+    pub fn claim_wanted(
+        &mut self,
+        core: &ParkingLot,
+        parked: impl Iterator<Item = ResourceCost>,
+        now: u64,
+    ) -> Option<(FitQuery, usize)> {
+        let waiting = core.parked_len();
+        let workers = core.live_workers();
+        let idle = workers - core.busy_workers();
+        let room = (idle + self.claim_ahead).saturating_sub(waiting);
+        if self.claiming
+            || workers == 0
+            || room == 0
+            || (waiting > 0 && self.claim_ahead == 0)
+            || (idle == 0 && waiting > self.claim_ahead / 2)
+        {
+            return None;
+        }
+        let mut free = ResourceKind::ALL
+            .into_iter()
+            .fold(Capacity::uniform(0), |free, kind| {
+                free.with(kind, core.free(kind))
+            });
+        if waiting > 0 {
+            for cost in parked {
+                free = free.with(cost.kind, free.get(cost.kind).saturating_sub(cost.units));
+            }
+        }
+        if free.is_empty() {
+            return None;
+        }
+        let limits = core.limits();
+        let starvation = limits.starvation.max_park_ms.map(|age| StarvationRule {
+            capacity: limits.capacity,
+            parked_before_ms: now.saturating_sub(age),
+        });
+        self.claiming = true;
+        Some((
+            FitQuery {
+                starvation,
+                ..FitQuery::within(free)
+            },
+            room,
+        ))
+    }
+}

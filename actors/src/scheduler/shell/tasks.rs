@@ -1,0 +1,467 @@
+//! The live tasks and their capacity: the core, the ledger, the observers and the effects
+//! asked so far, with what every storage mode does to a task the same way: record it, start
+//! it, hand its job over, release it, deliver its outcome, report its steps.
+//!
+//! The [shell](super) decides, per storage mode and lifecycle, which of these happen; the
+//! storage rooms use them for their own reports. Nothing here knows the storage mode.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::contain::drop_contained;
+use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId, TaskMetadata};
+use crate::events::{Refusal, TaskStep};
+use crate::mailbox::{status_of, Delivery};
+use crate::queue::{EntryId, Settlement, StoredEntry};
+use crate::running::{Cancellation, RunContext};
+use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
+use crate::scheduler::protocol::{Extras, Reply};
+use crate::stream::{StreamAttachment, StreamShared};
+use crate::worker::Job;
+
+use super::effects::{Effect, Effects, Outcome, SharedCall};
+use super::ledger::{admitted_ms, Ledger, Phase, Record, Run, TaskKey};
+use super::observe::{Detail, Observers};
+
+/// How long after a task's execution timeout the watchdog declares it `TimedOut` itself,
+/// for executors that block their thread and so cannot be interrupted.
+const WATCHDOG_GRACE_MS: u64 = 10;
+
+/// See the module docs.
+pub(crate) struct Tasks<P, R> {
+    /// The pool's name.
+    pub pool: Arc<str>,
+    /// The pure core: capacity, parked tasks, decisions.
+    pub core: ParkingLot,
+    /// The live tasks.
+    pub ledger: Ledger<P>,
+    /// Who hears every step.
+    pub observers: Observers,
+    /// The effects asked for so far.
+    pub fx: Effects<P, R>,
+    /// The execution timeout of tasks that set none.
+    pub default_timeout: Option<Duration>,
+    /// Turns a mailbox tenant into the core's tenant key (seeded per pool, so nobody can
+    /// pick two tenant names that share a fair share on purpose).
+    tenant_keys: foldhash::fast::RandomState,
+}
+
+/// What [`Tasks::prepare_job`] made of a started task. (Returned once per start and moved
+/// straight into an effect: boxing the common, large variant would cost an allocation.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Prepared<P> {
+    /// Its job, for worker `worker`.
+    Job { worker: usize, job: Job<P> },
+    /// A streamed task whose reader left while it was parked: it never runs, and ends
+    /// `Cancelled` (its capacity is released).
+    Abandoned,
+    /// It is not running here (a bug, logged).
+    NotRunning,
+}
+
+impl<P, R> Tasks<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// The live tasks of a pool with `core`, none yet.
+    pub fn new(
+        pool: Arc<str>,
+        core: ParkingLot,
+        observers: Observers,
+        default_timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            pool,
+            core,
+            ledger: Ledger::default(),
+            observers,
+            fx: Effects::default(),
+            default_timeout,
+            tenant_keys: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    /// The job of a task that started on its worker slot, marked sent.
+    pub fn prepare_job(&mut self, entry: EntryId, task: ScheduledTask<P>) -> Prepared<P> {
+        let worker = self.core.worker_of(entry);
+        let carried = self.ledger.get_mut(entry).and_then(|record| {
+            let stream = record.stream().map(|stream| stream.0.clone());
+            let timeout = record.timeout();
+            let span = record.rare().and_then(|rare| rare.span.clone());
+            let run = record.run_mut().filter(|run| !run.sent)?;
+            run.sent = true;
+            let context = RunContext {
+                cancellation: run.cancellation.clone(),
+                stream,
+            };
+            Some((context, timeout, span))
+        });
+        let (Some(worker), Some((context, timeout, span))) = (worker, carried) else {
+            tracing::error!(pool = %self.pool, entry, "bug: a job for a task that is not running");
+            drop_contained(task);
+            return Prepared::NotRunning;
+        };
+        if context.cancellation.is_cancelled() {
+            drop_contained(task);
+            return Prepared::Abandoned;
+        }
+        let job = Job {
+            entry,
+            task,
+            timeout,
+            context,
+            span: span.unwrap_or_else(tracing::Span::none),
+        };
+        Prepared::Job { worker, job }
+    }
+
+    /// Indexes stored parked tasks again (with their payloads where the ledger keeps them).
+    pub fn restore(&mut self, stored: Vec<(StoredEntry, Option<P>)>, now: u64) {
+        for (StoredEntry { entry, meta }, payload) in stored {
+            self.ledger.note_entry(entry);
+            let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
+            let ticket = self.ticket(entry, &meta, &key, self.default_timeout);
+            if self.core.restore(ticket, now).is_err() {
+                tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
+                continue;
+            }
+            let mut record = self.record(entry, &meta, &key, self.default_timeout);
+            record.payload = payload;
+            self.ledger.insert(record);
+        }
+    }
+
+    /// The entry of the live task `id` whose key is exactly `key`, if any.
+    pub fn entry_of(&self, key: &MailboxKey, id: TaskId) -> Option<EntryId> {
+        let entry = self.ledger.entry_of_caller(&key.tenant, id)?;
+        let exact = self.ledger.get(entry)?.key.is(key);
+        exact.then_some(entry)
+    }
+
+    /// Ends a task the core no longer holds as parked: drops its payload (or, where it is
+    /// not in the ledger, returns `true`: a durable queue holds it and must remove it),
+    /// ends its shared claim, answers a submitter still waiting for its park and delivers
+    /// `outcome`.
+    pub fn end_parked(&mut self, entry: EntryId, outcome: PoolError, now: u64) -> bool {
+        let Some(mut record) = self.ledger.remove(entry) else {
+            return false;
+        };
+        let payload = record.payload.take();
+        let stored_elsewhere = payload.is_none();
+        drop_contained(payload);
+        if let Some((lease, _)) = record.lease() {
+            self.fx.shared(SharedCall::Settle {
+                entry: lease,
+                settlement: Settlement::Done,
+            });
+        }
+        self.answer_pending_park(&mut record);
+        record.release_nested_slot();
+        self.deliver(record, Err(outcome), None, now);
+        stored_elsewhere
+    }
+
+    /// Releases a finished run's capacity: removes its record, frees what it held in the
+    /// core and publishes the gauges. Returns the record and the parked tasks that the freed
+    /// capacity starts, or `None` for a task the ledger does not hold.
+    pub fn release(&mut self, entry: EntryId, now: u64) -> Option<(Record<P>, Vec<EntryId>)> {
+        let mut record = self.ledger.remove(entry)?;
+        let started = self.core.complete(entry, now).unwrap_or_else(|error| {
+            tracing::error!(pool = %self.pool, %error, "capacity release refused");
+            Vec::new()
+        });
+        self.observers.publish(&self.core);
+        record.release_nested_slot();
+        Some((record, started))
+    }
+
+    /// Keeps a parked task's payload in its record, announces it and answers its submitter.
+    pub fn keep_parked(
+        &mut self,
+        entry: EntryId,
+        payload: P,
+        reply: Option<Reply>,
+        key: MailboxKey,
+        now: u64,
+    ) {
+        if let Some(record) = self.ledger.get_mut(entry) {
+            record.payload = Some(payload);
+        }
+        self.step(entry, TaskStep::Admitted, now);
+        self.step(entry, TaskStep::Parked, now);
+        if let Some(reply) = reply {
+            self.fx.answer(reply, Ok(key));
+        }
+    }
+
+    /// Refuses a submission: its submitter hears why.
+    pub fn refuse(&mut self, task: ScheduledTask<P>, error: PoolError, reply: Reply, now: u64) {
+        let key = task
+            .meta
+            .mailbox
+            .clone()
+            .unwrap_or_else(|| MailboxKey::new(""));
+        let step = TaskStep::Refused(Refusal::of(&error));
+        self.step_unrecorded(&task.meta, &key, &step, now);
+        self.fx.answer(reply, Err(error));
+        drop_contained(task);
+    }
+
+    /// Records an admitted task, not yet running.
+    pub fn track(
+        &mut self,
+        entry: EntryId,
+        meta: &TaskMetadata,
+        key: &MailboxKey,
+        timeout: Option<Duration>,
+        extras: Option<Box<Extras>>,
+    ) {
+        let mut record = self.record(entry, meta, key, timeout);
+        if let Some(extras) = extras {
+            let rare = record.rare_mut();
+            rare.stream = extras.stream;
+            rare.slot = extras.slot;
+        }
+        self.ledger.insert(record);
+    }
+
+    /// A fresh record of a task, with its span when a subscriber wants one.
+    pub fn record(
+        &self,
+        entry: EntryId,
+        meta: &TaskMetadata,
+        key: &MailboxKey,
+        timeout: Option<Duration>,
+    ) -> Record<P> {
+        let mut record = Record::new(entry, meta, TaskKey::of(key.clone()), timeout);
+        let span = task_span(&self.pool, meta, key);
+        if !span.is_disabled() {
+            record.rare_mut().span = Some(span);
+        }
+        record
+    }
+
+    pub fn set_lease(&mut self, entry: EntryId, shared_entry: EntryId, attempt: u32) {
+        if let Some(record) = self.ledger.get_mut(entry) {
+            record.rare_mut().lease = Some((shared_entry, attempt));
+        }
+    }
+
+    /// Marks a task running on the slot the core gave it and arms its watchdog.
+    pub fn begin_run(&mut self, entry: EntryId, from_queue: bool, now: u64) {
+        let Some(record) = self.ledger.get_mut(entry) else {
+            return;
+        };
+        let cancellation = record
+            .stream()
+            .and_then(stream_of::<R>)
+            .map_or_else(Cancellation::new, |stream| stream.cancellation().clone());
+        // Started before the queue confirmed its park: its submitter keeps waiting for that
+        // confirmation, now as a running task's, and it is announced as parked first.
+        let announce = matches!(record.phase, Phase::Parked)
+            && record.rare().is_some_and(|rare| rare.reply.is_some());
+        record.key.expand();
+        record.phase = Phase::Running(Run {
+            started_ms: now,
+            cancellation,
+            sent: false,
+            ended: false,
+            from_queue,
+        });
+        if let Some(limit) = record.timeout() {
+            let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+            let at = now.saturating_add(limit).saturating_add(WATCHDOG_GRACE_MS);
+            if at < u64::MAX {
+                self.core.watch(entry, at);
+            }
+        }
+        if announce {
+            self.step(entry, TaskStep::Admitted, now);
+            self.step(entry, TaskStep::Parked, now);
+        }
+        self.step(entry, TaskStep::Started, now);
+    }
+
+    /// Answers a submitter still waiting for its park to be stored: the task was admitted.
+    pub fn answer_pending_park(&mut self, record: &mut Record<P>) {
+        if let Some(reply) = record.take_reply() {
+            self.fx.answer(reply, Ok(record.key.key().into_owned()));
+        }
+    }
+
+    /// Delivers an outcome for a running task before its thread returns, and asks the thread
+    /// to drop its future. Its capacity stays held until the thread reports back.
+    pub fn end_running(&mut self, entry: EntryId, outcome: PoolError, now: u64) -> bool {
+        let Some(record) = self.ledger.get_mut(entry) else {
+            return false;
+        };
+        let Some(run) = record.run_mut().filter(|run| !run.ended) else {
+            return false;
+        };
+        run.ended = true;
+        run.cancellation.cancel();
+        if let Some(reply) = record.take_reply() {
+            // Its submitter still waits for the queue to store it: it hears the outcome
+            // instead of being admitted, and nothing goes to the mailbox.
+            self.fx.answer(reply, Err(outcome));
+            return true;
+        }
+        let outcome = Err(outcome);
+        let step = TaskStep::Ended(status_of(&outcome));
+        self.observers.record_step(record, &step, now);
+        let key = record.key.key().into_owned();
+        let (task_id, attempt) = (record.task_id, record.attempt());
+        let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
+        self.send_outcome(stream, key, task_id, attempt, outcome, None, now);
+        true
+    }
+
+    /// Delivers an ended task's outcome (to its stream, or to the mailbox), then settles
+    /// `settle` once it is stored.
+    pub fn deliver(
+        &mut self,
+        mut record: Record<P>,
+        outcome: Result<R, PoolError>,
+        settle: Option<(EntryId, Settlement)>,
+        now: u64,
+    ) {
+        let step = TaskStep::Ended(status_of(&outcome));
+        self.observers.record_step(&record, &step, now);
+        let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
+        let (task_id, attempt) = (record.task_id, record.attempt());
+        let key = match record.key {
+            TaskKey::Named(key) => *key,
+            TaskKey::Anonymous(bits) => MailboxKey::anonymous_from_bits(bits),
+        };
+        self.send_outcome(stream, key, task_id, attempt, outcome, settle, now);
+    }
+
+    /// Delivers the outcome of a task the ledger does not hold (a shared queue's report).
+    pub fn deliver_report(
+        &mut self,
+        key: MailboxKey,
+        task_id: TaskId,
+        cost: crate::domain::ResourceCost,
+        attempt: u32,
+        outcome: Result<R, PoolError>,
+        now: u64,
+    ) {
+        let step = TaskStep::Ended(status_of(&outcome));
+        self.observers
+            .step(task_id, &key, cost, &step, now, Detail::NONE);
+        self.send_outcome(None, key, task_id, attempt, outcome, None, now);
+    }
+
+    /// Asks for an outcome to go to `stream`, or to the mailbox under `key`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_outcome(
+        &mut self,
+        stream: Option<StreamAttachment>,
+        key: MailboxKey,
+        task_id: TaskId,
+        attempt: u32,
+        outcome: Result<R, PoolError>,
+        settle: Option<(EntryId, Settlement)>,
+        now: u64,
+    ) {
+        if let Some(stream) = stream {
+            // A streamed outcome goes to its stream, behind the partials (nobody could
+            // retrieve it from the mailbox).
+            self.fx.push(Effect::EndStream { stream, outcome });
+            if let Some((entry, settlement)) = settle {
+                self.fx.shared(SharedCall::Settle { entry, settlement });
+            }
+            return;
+        }
+        let delivery = Delivery {
+            task_id,
+            outcome,
+            stored_at_ms: now,
+        };
+        self.fx.push(Effect::Deliver(Outcome {
+            key,
+            delivery,
+            attempt,
+            settle,
+        }));
+    }
+
+    pub fn step(&self, entry: EntryId, step: TaskStep, now: u64) {
+        if let Some(record) = self.ledger.get(entry) {
+            self.observers.record_step(record, &step, now);
+        }
+    }
+
+    pub fn step_unrecorded(
+        &self,
+        meta: &TaskMetadata,
+        key: &MailboxKey,
+        step: &TaskStep,
+        now: u64,
+    ) {
+        let detail = Detail {
+            since_ms: None,
+            priority: Some(meta.priority),
+        };
+        self.observers
+            .step(meta.id, key, meta.cost, step, now, detail);
+    }
+
+    /// The core's ticket for an entry: ranked by admission (the entry id), not by the
+    /// caller's `created_at_ms`, which stays metadata; with the execution timeout it will run
+    /// under, and its tenant's key when the pool has a fair share.
+    pub fn ticket(
+        &self,
+        entry: EntryId,
+        meta: &TaskMetadata,
+        key: &MailboxKey,
+        timeout: Option<Duration>,
+    ) -> Ticket {
+        let tenant = if self.core.limits().fair_share.is_some() {
+            tenant_key(&self.tenant_keys, key)
+        } else {
+            0
+        };
+        Ticket {
+            id: entry,
+            priority: meta.priority,
+            cost: meta.cost,
+            created_at_ms: admitted_ms(entry),
+            deadline_ms: meta.deadline_ms.map(clamp_ms),
+            tenant,
+            timeout_ms: timeout.map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+/// A task's span: pool, task id, tenant, priority and cost, as fields. The macro evaluates
+/// none of them (and allocates nothing) unless a subscriber enables `task` spans at DEBUG.
+fn task_span(pool: &str, meta: &TaskMetadata, key: &MailboxKey) -> tracing::Span {
+    tracing::debug_span!(
+        "task",
+        pool,
+        task_id = meta.id,
+        tenant = %key.tenant,
+        priority = ?meta.priority,
+        kind = ?meta.cost.kind,
+        units = meta.cost.units,
+    )
+}
+
+/// The fair share's key of a mailbox tenant. Every task submitted without a mailbox gets a
+/// fresh anonymous tenant of its own ([`MailboxKey::anonymous`]); counted one by one they
+/// would escape any cap, so all of them share key 0, as one tenant. Named tenants hash to a
+/// key other than 0 (a 64-bit keyed hash: two names sharing one is a 2^-64 chance).
+fn tenant_key(keys: &foldhash::fast::RandomState, key: &MailboxKey) -> TenantKey {
+    use std::hash::BuildHasher;
+    if key.is_anonymous() {
+        return 0;
+    }
+    keys.hash_one(&key.tenant).max(1)
+}
+
+/// The typed buffer behind a stream attachment (checked at admission, so always `Some`).
+pub(crate) fn stream_of<R: Send + 'static>(stream: &StreamAttachment) -> Option<&StreamShared<R>> {
+    stream.0.downcast_ref::<StreamShared<R>>()
+}

@@ -1,0 +1,756 @@
+//! Property tests of the shell: random event sequences against each storage mode (memory,
+//! durable local with either durability, shared), with no runtime. A model world carries out
+//! the effects the way the driver and the backends would: workers hold jobs until an event
+//! finishes them, the local queue answers its calls in order (or fails them), the shared
+//! queue answers each call when an event says so (or fails it).
+//!
+//! Checked after every event: the core's invariants; every job a worker holds is running
+//! in the core on that worker; queue calls for one entry come in order (park, then claim
+//! or remove, then settle); an outcome is delivered only after its capacity is released,
+//! unless the watchdog or the drain deadline delivered it while the run goes on (then it
+//! says `TimedOut` or `Cancelled`). Checked at the end, once every run finished and every
+//! call was answered: every accepted task reached exactly one terminal outcome, or is still
+//! held by a durable or shared queue; nothing refused was delivered; no capacity is held.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use proptest::prelude::*;
+use tokio::sync::{oneshot, Notify};
+
+use super::effects::{Effect, SharedCall};
+use super::storage::{LocalRoom, SharedRoom, Storage};
+use super::{Shell, ShellArgs};
+use crate::domain::{
+    Durability, MailboxKey, PoolError, PoolLimits, Priority, ResourceCost, ResourceKind,
+    ScheduledTask, TaskId, TaskMetadata,
+};
+use crate::mailbox::{Delivery, Mailbox, MailboxError};
+use crate::queue::actor::{QueueMsg, QueueReport};
+use crate::queue::{DeadLetter, EntryId, Lease};
+use crate::scheduler::core::ParkingLot;
+use crate::scheduler::protocol::{Enqueued, Reply, SharedReport, SubmitOptions};
+use crate::stats::PoolCounters;
+
+/// The storage mode a run drives.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Memory,
+    Local(Durability),
+    Shared {
+        durability: Durability,
+        claim_ahead: usize,
+    },
+}
+
+/// One event of a run.
+#[derive(Debug, Clone)]
+enum Event {
+    /// A submission: priority, units, a deadline `ms` ahead, a timeout, a tenant (`None`:
+    /// anonymous), and whether it reuses the last id.
+    Submit {
+        priority: u8,
+        units: u32,
+        deadline: Option<u64>,
+        timeout: Option<u64>,
+        tenant: Option<u8>,
+        duplicate: bool,
+    },
+    /// The `n`th busy worker's run ends: well, with an error, or `Failed`.
+    Finish { n: usize, outcome: u8 },
+    /// Cancel the `n`th task submitted.
+    Cancel { n: usize },
+    /// Time passes.
+    Tick { ms: u64 },
+    /// The local queue answers its oldest call, or fails it.
+    QueueAnswer { fail: bool },
+    /// The shared queue answers its `n`th pending call, or fails it.
+    SharedAnswer { n: usize, fail: bool },
+    /// A poll of the shared queue; with `lose`, the renewal finds every held lease lost.
+    Poll { lose: bool },
+    /// The shared queue gives up on its `n`th parked task (a dead letter).
+    Dead { n: usize },
+    /// The supervisor gave up on the pool.
+    Escalate,
+    /// Shutdown asked; with `deadline`, the drain deadline passes at once.
+    Shutdown { deadline: bool },
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => (0u8..4, 1u32..5, prop::option::weighted(0.2, 1u64..50), prop::option::weighted(0.3, 1u64..80), prop::option::of(0u8..3), prop::bool::weighted(0.1))
+            .prop_map(|(priority, units, deadline, timeout, tenant, duplicate)| Event::Submit { priority, units, deadline, timeout, tenant, duplicate }),
+        5 => (0usize..4, 0u8..3).prop_map(|(n, outcome)| Event::Finish { n, outcome }),
+        1 => (0usize..40).prop_map(|n| Event::Cancel { n }),
+        2 => (1u64..40).prop_map(|ms| Event::Tick { ms }),
+        4 => prop::bool::weighted(0.15).prop_map(|fail| Event::QueueAnswer { fail }),
+        4 => (0usize..6, prop::bool::weighted(0.15)).prop_map(|(n, fail)| Event::SharedAnswer { n, fail }),
+        1 => prop::bool::weighted(0.2).prop_map(|lose| Event::Poll { lose }),
+        1 => (0usize..6).prop_map(|n| Event::Dead { n }),
+        1 => Just(Event::Escalate),
+        1 => prop::bool::ANY.prop_map(|deadline| Event::Shutdown { deadline }),
+    ]
+}
+
+/// A mailbox the shell only reads (for its bound): it has no inline face, so no bound.
+struct NoMailbox;
+
+#[async_trait]
+impl Mailbox<u32> for NoMailbox {
+    fn backend(&self) -> &'static str {
+        "none"
+    }
+    async fn store(&self, _: &MailboxKey, _: Delivery<u32>) -> Result<(), MailboxError> {
+        Ok(())
+    }
+    async fn take(&self, _: &MailboxKey) -> Result<Option<Delivery<u32>>, MailboxError> {
+        Ok(None)
+    }
+    async fn take_task(
+        &self,
+        _: &MailboxKey,
+        _: TaskId,
+    ) -> Result<Option<Delivery<u32>>, MailboxError> {
+        Ok(None)
+    }
+    async fn list(&self, _: &MailboxKey) -> Result<Vec<TaskId>, MailboxError> {
+        Ok(Vec::new())
+    }
+    async fn purge_stored_before(&self, _: u64) -> Result<usize, MailboxError> {
+        Ok(0)
+    }
+    async fn stored_count(&self) -> Result<usize, MailboxError> {
+        Ok(0)
+    }
+    fn subscribe(&self, _: &MailboxKey) -> Arc<Notify> {
+        Arc::new(Notify::new())
+    }
+}
+
+/// Where a queue call for one entry stands (the order rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueStep {
+    Parked,
+    Claimed,
+    Over,
+}
+
+/// The world the shell's effects act on. See the module docs.
+struct World {
+    mode: Mode,
+    shell: Shell<u32, u32>,
+    now: u64,
+    next_id: TaskId,
+    /// Every submission's id, key (once known) and answer.
+    submissions: Vec<(TaskId, Option<MailboxKey>)>,
+    answers: Vec<(TaskId, oneshot::Receiver<Result<MailboxKey, PoolError>>)>,
+    /// How many submissions of each (key, id) were accepted (an id may be reused once
+    /// its first task ended).
+    accepted: HashMap<(MailboxKey, TaskId), usize>,
+    refused: HashSet<TaskId>,
+    delivered: HashMap<(MailboxKey, TaskId), usize>,
+    /// Jobs the workers hold: (worker, entry, key, id).
+    running: Vec<(usize, EntryId, MailboxKey, TaskId)>,
+    /// Which entry each started task ran under.
+    entry_of: HashMap<(MailboxKey, TaskId), EntryId>,
+    /// The local queue: calls in order, what it stores, where each entry stands.
+    queue_calls: VecDeque<QueueMsg<u32>>,
+    stored: HashMap<EntryId, ScheduledTask<u32>>,
+    claimed: HashSet<EntryId>,
+    order: HashMap<EntryId, QueueStep>,
+    /// The shared queue: calls not yet answered, what is parked, what is claimed.
+    shared_calls: Vec<SharedCall<u32>>,
+    shared_parked: Vec<(EntryId, u64, ScheduledTask<u32>)>,
+    shared_claimed: HashMap<EntryId, ScheduledTask<u32>>,
+    shared_held: Vec<EntryId>,
+}
+
+impl World {
+    fn new(mode: Mode) -> Self {
+        let limits = PoolLimits::new(6, 2).with_max_queue_depth(12);
+        let storage = match mode {
+            Mode::Memory => Storage::Memory,
+            Mode::Local(durability) => Storage::Local(LocalRoom::new(durability)),
+            Mode::Shared {
+                durability,
+                claim_ahead,
+            } => Storage::Shared(SharedRoom::new(
+                "model",
+                Duration::from_millis(300),
+                claim_ahead,
+                durability,
+            )),
+        };
+        let args = ShellArgs {
+            pool: Arc::from("model"),
+            core: ParkingLot::new(limits).expect("limits"),
+            default_timeout: None,
+            storage,
+            counters: Arc::new(PoolCounters::default()),
+            subscribers: Vec::new(),
+            mailbox: Arc::new(NoMailbox),
+            gpu_sampled: false,
+        };
+        let now = 1_000_000;
+        Self {
+            mode,
+            shell: Shell::new(args, Vec::new(), now),
+            now,
+            next_id: 1,
+            submissions: Vec::new(),
+            answers: Vec::new(),
+            accepted: HashMap::new(),
+            refused: HashSet::new(),
+            delivered: HashMap::new(),
+            running: Vec::new(),
+            entry_of: HashMap::new(),
+            queue_calls: VecDeque::new(),
+            stored: HashMap::new(),
+            claimed: HashSet::new(),
+            order: HashMap::new(),
+            shared_calls: Vec::new(),
+            shared_parked: Vec::new(),
+            shared_claimed: HashMap::new(),
+            shared_held: Vec::new(),
+        }
+    }
+
+    fn apply(&mut self, event: Event) -> Result<(), TestCaseError> {
+        match event {
+            Event::Submit {
+                priority,
+                units,
+                deadline,
+                timeout,
+                tenant,
+                duplicate,
+            } => self.submit(priority, units, deadline, timeout, tenant, duplicate),
+            Event::Finish { n, outcome } => {
+                if !self.running.is_empty() {
+                    let (_, entry, _, id) = self.running.remove(n % self.running.len());
+                    let outcome = match outcome {
+                        0 => Ok(u32::try_from(id).unwrap_or(0)),
+                        1 => Err(PoolError::Failed("it broke".into())),
+                        _ => Err(PoolError::Cancelled),
+                    };
+                    self.shell.finish(entry, outcome, self.now);
+                }
+            }
+            Event::Cancel { n } => {
+                if let Some((id, Some(key))) = self.submissions.get(n).cloned() {
+                    let (reply, _answer) = oneshot::channel();
+                    let reply = ractor::RpcReplyPort::from(reply);
+                    self.shell.cancel(key, id, reply, self.now);
+                }
+            }
+            Event::Tick { ms } => {
+                self.now += ms;
+                self.shell.tick(self.now);
+            }
+            Event::QueueAnswer { fail } => self.answer_queue(fail),
+            Event::SharedAnswer { n, fail } => self.answer_shared(n, fail),
+            Event::Poll { lose } => {
+                if lose && !self.shared_held.is_empty() {
+                    let lost = std::mem::take(&mut self.shared_held);
+                    self.shell.shared_report(SharedReport::Lost(lost), self.now);
+                }
+                if matches!(self.mode, Mode::Shared { .. }) {
+                    self.shell.shared_report(SharedReport::Poll, self.now);
+                }
+            }
+            Event::Dead { n } => {
+                if matches!(self.mode, Mode::Shared { .. }) && !self.shared_parked.is_empty() {
+                    let (_, _, task) = self.shared_parked.remove(n % self.shared_parked.len());
+                    let letter = DeadLetter {
+                        key: task.meta.mailbox.clone().expect("stored with its key"),
+                        task_id: task.meta.id,
+                        cost: task.meta.cost,
+                        reason: "gave up".into(),
+                    };
+                    self.shell
+                        .shared_report(SharedReport::Dead(vec![letter]), self.now);
+                }
+            }
+            Event::Escalate => self.shell.escalated("gave up".into(), self.now),
+            Event::Shutdown { deadline } => {
+                let (reply, _report) = oneshot::channel();
+                let _ = self
+                    .shell
+                    .shutdown(ractor::RpcReplyPort::from(reply), self.now);
+                if deadline {
+                    self.shell.drain_deadline(self.now);
+                }
+            }
+        }
+        self.carry_out()?;
+        self.check()
+    }
+
+    fn submit(
+        &mut self,
+        priority: u8,
+        units: u32,
+        deadline: Option<u64>,
+        timeout: Option<u64>,
+        tenant: Option<u8>,
+        duplicate: bool,
+    ) {
+        let shared = matches!(self.mode, Mode::Shared { .. });
+        let id = if duplicate && !shared && self.next_id > 1 {
+            self.next_id - 1
+        } else {
+            self.next_id += 1;
+            self.next_id - 1
+        };
+        let priority = [
+            Priority::Low,
+            Priority::Normal,
+            Priority::High,
+            Priority::Critical,
+        ][usize::from(priority)];
+        let mut meta = TaskMetadata::new(id, ResourceCost::gpu_vram(units)).with_priority(priority);
+        meta.deadline_ms = deadline.map(|ms| u128::from(self.now + ms));
+        meta.mailbox = tenant.map(|tenant| MailboxKey::new(format!("t{tenant}")));
+        self.submissions.push((id, meta.mailbox.clone()));
+        let options = SubmitOptions {
+            timeout: timeout.map(Duration::from_millis),
+        };
+        let (reply, answer) = oneshot::channel();
+        self.answers.push((id, answer));
+        let task = ScheduledTask { meta, payload: 7 };
+        self.shell
+            .submit(task, options, Reply::Oneshot(reply), None, self.now);
+    }
+
+    /// Carries out every effect, as the driver and the backends would.
+    fn carry_out(&mut self) -> Result<(), TestCaseError> {
+        while self.shell.has_effects() {
+            for effect in self.shell.take_effects(Vec::new()) {
+                self.effect(effect)?;
+            }
+        }
+        self.read_answers();
+        Ok(())
+    }
+
+    fn effect(&mut self, effect: Effect<u32, u32>) -> Result<(), TestCaseError> {
+        match effect {
+            Effect::Answer { reply, answer } => reply.send(answer),
+            Effect::AnswerCancel { .. } | Effect::AnswerShutdown { .. } | Effect::WakeGpu => {}
+            Effect::Run { worker, job } => {
+                let key = job
+                    .task
+                    .meta
+                    .mailbox
+                    .clone()
+                    .expect("a job carries its key");
+                prop_assert!(
+                    self.running.iter().all(|&(busy, ..)| busy != worker),
+                    "worker {worker} got a second job"
+                );
+                self.entry_of
+                    .insert((key.clone(), job.task.meta.id), job.entry);
+                self.running
+                    .push((worker, job.entry, key, job.task.meta.id));
+            }
+            Effect::Queue(call) => {
+                self.order_rule(&call)?;
+                self.queue_calls.push_back(call);
+            }
+            Effect::Shared(SharedCall::Settle { entry, .. }) => {
+                self.shared_held.retain(|&held| held != entry);
+                self.shared_claimed.remove(&entry);
+            }
+            Effect::Shared(call) => self.shared_calls.push(call),
+            Effect::Deliver(outcome) => {
+                let id = outcome.delivery.task_id;
+                let task = (outcome.key.clone(), id);
+                *self.delivered.entry(task.clone()).or_default() += 1;
+                if let Some(&entry) = self.entry_of.get(&task) {
+                    let still_running = self.running.iter().any(|run| run.1 == entry);
+                    if still_running {
+                        prop_assert!(
+                            matches!(
+                                outcome.delivery.outcome,
+                                Err(PoolError::TimedOut | PoolError::Cancelled)
+                            ),
+                            "task {id} delivered {:?} while its run goes on",
+                            outcome.delivery.outcome
+                        );
+                    } else {
+                        prop_assert!(
+                            self.shell.tasks.core.worker_of(entry).is_none(),
+                            "task {id} delivered before its capacity was released"
+                        );
+                    }
+                }
+                if let Some((shared_entry, _)) = outcome.settle {
+                    self.shared_held.retain(|&held| held != shared_entry);
+                    self.shared_claimed.remove(&shared_entry);
+                }
+            }
+            Effect::EndStream { .. } => prop_assert!(false, "no task here streams"),
+        }
+        Ok(())
+    }
+
+    /// Park, then claim or remove, then settle: in that order, once each.
+    fn order_rule(&mut self, call: &QueueMsg<u32>) -> Result<(), TestCaseError> {
+        let (entry, next) = match call {
+            QueueMsg::Park { entry, .. } => (*entry, QueueStep::Parked),
+            QueueMsg::Claim { entry } => (*entry, QueueStep::Claimed),
+            QueueMsg::Remove { entry } | QueueMsg::Settle { entry, .. } => {
+                (*entry, QueueStep::Over)
+            }
+        };
+        let now = self.order.get(&entry).copied();
+        let allowed = matches!(
+            (now, call),
+            (None, QueueMsg::Park { .. })
+                | (
+                    Some(QueueStep::Parked),
+                    QueueMsg::Claim { .. } | QueueMsg::Remove { .. }
+                )
+                | (Some(QueueStep::Claimed), QueueMsg::Settle { .. })
+        );
+        prop_assert!(allowed, "entry {entry}: {next:?} after {now:?}");
+        self.order.insert(entry, next);
+        Ok(())
+    }
+
+    /// The local queue actor answers its oldest call.
+    fn answer_queue(&mut self, fail: bool) {
+        let Some(call) = self.queue_calls.pop_front() else {
+            return;
+        };
+        let report = match call {
+            QueueMsg::Park { entry, .. } if fail => QueueReport::ParkFailed {
+                entry,
+                reason: "disk full".into(),
+            },
+            QueueMsg::Park { entry, task } => {
+                self.stored.insert(entry, task);
+                QueueReport::Parked { entry }
+            }
+            QueueMsg::Claim { entry } => match self.stored.remove(&entry) {
+                Some(task) if !fail => {
+                    self.claimed.insert(entry);
+                    QueueReport::Claimed { entry, task }
+                }
+                _ => QueueReport::ClaimFailed {
+                    entry,
+                    reason: "not there".into(),
+                },
+            },
+            QueueMsg::Settle { entry, .. } => {
+                self.claimed.remove(&entry);
+                return;
+            }
+            QueueMsg::Remove { entry } => {
+                self.stored.remove(&entry);
+                return;
+            }
+        };
+        self.shell.queue_report(report, self.now);
+    }
+
+    /// The shared queue answers one pending call.
+    fn answer_shared(&mut self, n: usize, fail: bool) {
+        if self.shared_calls.is_empty() {
+            return;
+        }
+        let call = self.shared_calls.remove(n % self.shared_calls.len());
+        let report = match call {
+            SharedCall::Enqueue {
+                entry,
+                rank_time_ms,
+                task,
+                key,
+                reply,
+            } => {
+                let (task_id, cost) = (task.meta.id, task.meta.cost);
+                let result = if fail {
+                    Err(crate::queue::QueueError::Backend("down".into()))
+                } else {
+                    self.shared_parked.push((entry, rank_time_ms, task));
+                    Ok(())
+                };
+                SharedReport::Enqueued(vec![Enqueued {
+                    task_id,
+                    key,
+                    cost,
+                    reply,
+                    result,
+                }])
+            }
+            SharedCall::RecordStart {
+                entry,
+                shared_entry,
+                task,
+                ..
+            } => {
+                let result = if fail {
+                    Err(crate::queue::QueueError::Backend("down".into()))
+                } else {
+                    self.shared_claimed.insert(shared_entry, task.clone());
+                    self.shared_held.push(shared_entry);
+                    Ok(Lease {
+                        entry: shared_entry,
+                        task,
+                        attempt: 1,
+                        expires_at_ms: self.now + 300,
+                    })
+                };
+                SharedReport::Recorded { entry, result }
+            }
+            SharedCall::Claim { query, max, .. } if !fail => {
+                let mut free = query.free;
+                let mut leases = Vec::new();
+                self.shared_parked.sort_by_key(|(entry, rank, task)| {
+                    (std::cmp::Reverse(task.meta.priority), *rank, *entry)
+                });
+                let mut index = 0;
+                while index < self.shared_parked.len() && leases.len() < max {
+                    let cost = self.shared_parked[index].2.meta.cost;
+                    if cost.units <= free.get(cost.kind) {
+                        let (entry, _, task) = self.shared_parked.remove(index);
+                        free = free.with(cost.kind, free.get(cost.kind) - cost.units);
+                        self.shared_claimed.insert(entry, task.clone());
+                        self.shared_held.push(entry);
+                        leases.push(Lease {
+                            entry,
+                            task,
+                            attempt: 1,
+                            expires_at_ms: self.now + 300,
+                        });
+                    } else {
+                        index += 1;
+                    }
+                }
+                SharedReport::Claimed(Ok(leases))
+            }
+            SharedCall::Claim { .. } => {
+                SharedReport::Claimed(Err(crate::queue::QueueError::Backend("down".into())))
+            }
+            SharedCall::RemoveTask { key, id, reply } => {
+                let found = self.shared_parked.iter().position(|(_, _, task)| {
+                    task.meta.id == id && task.meta.mailbox.as_ref() == Some(&key)
+                });
+                let result = Ok(found.map(|index| self.shared_parked.remove(index).2));
+                SharedReport::Removed {
+                    key,
+                    id,
+                    reply,
+                    result,
+                }
+            }
+            SharedCall::Renew { .. } => return,
+            SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
+        };
+        self.shell.shared_report(report, self.now);
+    }
+
+    fn read_answers(&mut self) {
+        let mut waiting = Vec::new();
+        for (id, mut answer) in self.answers.drain(..) {
+            match answer.try_recv() {
+                Ok(Ok(key)) => {
+                    for submission in &mut self.submissions {
+                        if submission.0 == id && submission.1.is_none() {
+                            submission.1 = Some(key.clone());
+                        }
+                    }
+                    *self.accepted.entry((key, id)).or_default() += 1;
+                }
+                Ok(Err(_)) => {
+                    self.refused.insert(id);
+                }
+                Err(oneshot::error::TryRecvError::Empty) => waiting.push((id, answer)),
+                Err(oneshot::error::TryRecvError::Closed) => {}
+            }
+        }
+        self.answers = waiting;
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let core = &self.shell.tasks.core;
+        prop_assert_eq!(core.check_invariants(), Ok(()));
+        for &(worker, entry, _, id) in &self.running {
+            prop_assert_eq!(
+                core.worker_of(entry),
+                Some(worker),
+                "task {} runs on worker {} but the core does not hold it there",
+                id,
+                worker
+            );
+        }
+        Ok(())
+    }
+
+    /// Ends the run: every call answered, every run finished, the pool shut down.
+    fn wind_down(&mut self) -> Result<(), TestCaseError> {
+        for _ in 0..200 {
+            if self.queue_calls.is_empty()
+                && self.shared_calls.is_empty()
+                && self.running.is_empty()
+            {
+                break;
+            }
+            if !self.queue_calls.is_empty() {
+                self.answer_queue(false);
+            }
+            if !self.shared_calls.is_empty() {
+                self.answer_shared(0, false);
+            }
+            if let Some((_, entry, _, id)) = self.running.pop() {
+                let outcome = Ok(u32::try_from(id).unwrap_or(0));
+                self.shell.finish(entry, outcome, self.now);
+            }
+            self.carry_out()?;
+            self.check()?;
+        }
+        let (reply, _report) = oneshot::channel();
+        let _ = self
+            .shell
+            .shutdown(ractor::RpcReplyPort::from(reply), self.now);
+        self.carry_out()?;
+        self.shell.drain_deadline(self.now + 1);
+        self.carry_out()?;
+        while let Some((_, entry, _, _)) = self.running.pop() {
+            self.shell
+                .finish(entry, Err(PoolError::Cancelled), self.now);
+            self.carry_out()?;
+        }
+        while !self.queue_calls.is_empty() || !self.shared_calls.is_empty() {
+            self.answer_queue(false);
+            self.answer_shared(0, false);
+            self.carry_out()?;
+        }
+        self.check()
+    }
+
+    /// The end-of-run rules (see the module docs).
+    fn verify(&self) -> Result<(), TestCaseError> {
+        let core = &self.shell.tasks.core;
+        prop_assert_eq!(core.running_len(), 0, "nothing runs after the drain");
+        for kind in ResourceKind::ALL {
+            prop_assert_eq!(core.used(kind), 0, "{:?} units still held", kind);
+        }
+        let kept: HashSet<TaskId> = self
+            .stored
+            .values()
+            .chain(self.shared_parked.iter().map(|(_, _, task)| task))
+            .chain(self.shared_claimed.values())
+            .map(|task| task.meta.id)
+            .collect();
+        for (task, &delivered) in &self.delivered {
+            let accepted = self.accepted.get(task).copied().unwrap_or(0);
+            prop_assert!(
+                delivered <= accepted,
+                "task {:?}: {} outcomes for {} accepted submissions",
+                task,
+                delivered,
+                accepted
+            );
+        }
+        for (task, &accepted) in &self.accepted {
+            let delivered = self.delivered.get(task).copied().unwrap_or(0);
+            prop_assert!(
+                delivered == accepted || kept.contains(&task.1),
+                "task {:?}: {} accepted submissions, {} outcomes, not kept by a queue",
+                task,
+                accepted,
+                delivered
+            );
+        }
+        if matches!(self.mode, Mode::Memory) {
+            prop_assert_eq!(self.shell.tasks.ledger.len(), 0, "the ledger is empty");
+        }
+        Ok(())
+    }
+}
+
+fn run(mode: Mode, events: Vec<Event>) -> Result<(), TestCaseError> {
+    let mut world = World::new(mode);
+    for event in events {
+        world.apply(event)?;
+    }
+    world.wind_down()?;
+    world.verify()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn memory_mode_holds_its_invariants(events in prop::collection::vec(event(), 1..120)) {
+        run(Mode::Memory, events)?;
+    }
+
+    #[test]
+    fn durable_local_mode_accepted_holds_its_invariants(events in prop::collection::vec(event(), 1..120)) {
+        run(Mode::Local(Durability::Accepted), events)?;
+    }
+
+    #[test]
+    fn durable_local_mode_parked_with_a_spin_holds_its_invariants(events in prop::collection::vec(event(), 1..120)) {
+        let durability = Durability::Parked { spin: Duration::from_millis(15) };
+        run(Mode::Local(durability), events)?;
+    }
+
+    #[test]
+    fn shared_mode_holds_its_invariants(
+        events in prop::collection::vec(event(), 1..120),
+        accepted in prop::bool::ANY,
+        claim_ahead in 0usize..3,
+    ) {
+        let durability = if accepted {
+            Durability::Accepted
+        } else {
+            Durability::Parked { spin: Duration::ZERO }
+        };
+        run(Mode::Shared { durability, claim_ahead }, events)?;
+    }
+}
+
+#[test]
+fn a_refused_submission_is_answered_and_never_delivered() {
+    let mut world = World::new(Mode::Memory);
+    let too_big = Event::Submit {
+        priority: 1,
+        units: 99,
+        deadline: None,
+        timeout: None,
+        tenant: Some(0),
+        duplicate: false,
+    };
+    world.apply(too_big).expect("invariants");
+    assert_eq!(world.refused.len(), 1, "a task above capacity is refused");
+    assert!(world.delivered.is_empty());
+}
+
+#[test]
+fn a_duplicate_live_id_is_refused_and_the_first_runs_once() {
+    let mut world = World::new(Mode::Memory);
+    let submit = |duplicate| Event::Submit {
+        priority: 1,
+        units: 1,
+        deadline: None,
+        timeout: None,
+        tenant: Some(1),
+        duplicate,
+    };
+    world.apply(submit(false)).expect("invariants");
+    world.apply(submit(true)).expect("invariants");
+    assert_eq!(
+        world.refused.len(),
+        1,
+        "the second submission is a duplicate"
+    );
+    assert_eq!(world.running.len(), 1);
+    world.wind_down().expect("winds down");
+    world.verify().expect("verified");
+    assert_eq!(world.delivered.len(), 1);
+}
