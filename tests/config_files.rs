@@ -97,6 +97,7 @@ fn the_shipped_files_load() {
     ));
 
     std::env::set_var("PL_WEBHOOK_TOKEN", "s3cr3t-token");
+    std::env::set_var("WEBHOOK_URL", "https://hooks.internal.test/task-complete");
     std::env::set_var("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
     let cloud = SchedulerConfig::from_path(shipped("cloud.json")).unwrap();
     let Some(NotifierSettings::Http {

@@ -21,6 +21,11 @@
 //! The same way, [`the_seed_tauri_config_works_as_written`] runs a child in a fresh working
 //! directory that builds the seed's Tauri pool from its configuration exactly as written
 //! (`"path": "./data/queues"`, relative to the working directory).
+//!
+//! Who owns a stream: an **owner** child opens a queue, parks a task and waits. Killed with
+//! `SIGKILL` and left unreaped (a zombie, which still has its pid), it must not keep the
+//! queue closed; alive, it must, and the error must name it and say what to do. A yaque lock
+//! file naming a live process that is no queue (a pid reused after a reboot) is stale.
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -346,6 +351,149 @@ fn kill_9_mid_load_loses_no_accepted_task() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Who owns a stream
+// ---------------------------------------------------------------------------------------------
+
+const OWNED_STREAM: &str = "owned";
+
+/// The child's role: open the queue, park task 7, say so, and wait to be killed.
+fn owner_child() {
+    let dir = PathBuf::from(std::env::var(DIR_ENV).expect("started by an owner test"));
+    processes::on_runtime(async move {
+        let queue = YaqueQueue::<u64>::open(&dir, OWNED_STREAM).expect("the owner opens");
+        let meta = TaskMetadata::new(7, ResourceCost::gpu_vram(1));
+        queue
+            .park(1, ScheduledTask::new(meta, 7))
+            .await
+            .expect("parked");
+        std::fs::write(dir.join("owner.ready"), std::process::id().to_string()).expect("ready");
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        drop(queue);
+        panic!("the parent never killed the owner");
+    });
+}
+
+/// Starts an owner child in `dir` and waits until it holds the queue.
+fn start_owner(dir: &Path) -> ChildGuard {
+    let mut owner = ChildGuard::run("owner_child", dir, "own");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.join("owner.ready").exists() {
+        if let Some(status) = owner.0.try_wait().expect("try_wait") {
+            panic!("the owner exited early: {status:?}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the owner did not open the queue"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    owner
+}
+
+/// The state letter of process `pid` in `/proc` (`Z` for a zombie).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Runs one future to its end on a runtime of its own (the queue's calls do plain file I/O).
+fn block_on<F: std::future::Future>(work: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(work)
+}
+
+fn open_owned(dir: &Path) -> Result<YaqueQueue<u64>, String> {
+    YaqueQueue::open(dir, OWNED_STREAM).map_err(|error| error.to_string())
+}
+
+fn fresh_dir(label: &str) -> TempDir {
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("pl-yaque-{label}-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    dir
+}
+
+fn a_killed_owner_left_a_zombie_does_not_lock_the_queue() {
+    let dir = fresh_dir("zombie");
+    let mut owner = start_owner(&dir.0);
+    let pid = owner.0.id();
+    let target = libc::pid_t::try_from(pid).expect("pid");
+    // SAFETY: kill(2) with a pid this process spawned and has not reaped.
+    assert_eq!(
+        unsafe { libc::kill(target, libc::SIGKILL) },
+        0,
+        "SIGKILL sent"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_state(pid) != Some('Z') {
+        assert!(
+            Instant::now() < deadline,
+            "the killed owner never became a zombie: {:?}",
+            process_state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+
+    let queue = open_owned(&dir.0).expect("a zombie owner does not keep the queue closed");
+    assert_eq!(process_state(pid), Some('Z'), "still unreaped while opened");
+    let parked = block_on(queue.load_parked()).expect("load");
+    assert_eq!(
+        parked
+            .iter()
+            .map(|s| (s.entry, s.meta.id))
+            .collect::<Vec<_>>(),
+        vec![(1, 7)],
+        "the owner's parked task is there"
+    );
+    drop(queue);
+    let status = owner.0.wait().expect("reaped");
+    assert!(!status.success());
+}
+
+fn a_live_owner_keeps_the_queue_and_the_error_says_what_to_do() {
+    let dir = fresh_dir("live-owner");
+    let mut owner = start_owner(&dir.0);
+    let pid = owner.0.id();
+    let Err(error) = open_owned(&dir.0) else {
+        panic!("a second process opened a queue its live owner holds");
+    };
+    assert!(
+        error.contains("in use")
+            && error.contains(&format!("process {pid}"))
+            && error.contains("stop that process"),
+        "the error names the owner and what to do: {error}"
+    );
+    owner.sigkill();
+    let queue = open_owned(&dir.0).expect("opens once the owner is gone");
+    assert_eq!(block_on(queue.counts()).unwrap().parked, 1);
+}
+
+fn a_lock_file_naming_a_live_process_that_is_no_queue_is_stale() {
+    let dir = fresh_dir("reused-pid");
+    drop(open_owned(&dir.0).expect("opens"));
+    // After a reboot, the pid in a left-over lock file may be any live process's.
+    let mut unrelated = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep starts");
+    let stream = dir.0.join(OWNED_STREAM);
+    let lock = format!("pid={}\ntoken=42\n", unrelated.id());
+    std::fs::write(stream.join("send.lock"), &lock).unwrap();
+    std::fs::create_dir_all(stream.join("version")).unwrap();
+    std::fs::write(stream.join("version").join("lock"), &lock).unwrap();
+
+    let opened = open_owned(&dir.0);
+    let _ = unrelated.kill();
+    let _ = unrelated.wait();
+    let queue = opened.expect("a lock file of a process that is no queue is stale");
+    let meta = TaskMetadata::new(3, ResourceCost::gpu_vram(1));
+    block_on(queue.park(1, ScheduledTask::new(meta, 3))).expect("takes parks");
+}
+
+// ---------------------------------------------------------------------------------------------
 // The seed's Tauri configuration, as written
 // ---------------------------------------------------------------------------------------------
 
@@ -418,7 +566,23 @@ fn main() {
                 "the_seed_tauri_config_works_as_written",
                 the_seed_tauri_config_works_as_written,
             ),
+            (
+                "a_killed_owner_left_a_zombie_does_not_lock_the_queue",
+                a_killed_owner_left_a_zombie_does_not_lock_the_queue,
+            ),
+            (
+                "a_live_owner_keeps_the_queue_and_the_error_says_what_to_do",
+                a_live_owner_keeps_the_queue_and_the_error_says_what_to_do,
+            ),
+            (
+                "a_lock_file_naming_a_live_process_that_is_no_queue_is_stale",
+                a_lock_file_naming_a_live_process_that_is_no_queue_is_stale,
+            ),
         ],
-        &[("crash_child", crash_child), ("seed_child", seed_child)],
+        &[
+            ("crash_child", crash_child),
+            ("seed_child", seed_child),
+            ("owner_child", owner_child),
+        ],
     );
 }

@@ -32,6 +32,7 @@ use super::secret::{expand_field, expand_secret, Secret};
 use super::validate::ConfigError;
 use super::{quote, strict_json, WorkerPoolConfig};
 use crate::core::{Capacity, Durability, FairShare, StarvationGuard};
+use crate::util::redact;
 
 /// Every pool of a deployment, by name.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -290,7 +291,10 @@ fn default_mailbox_table() -> String {
 }
 
 /// A webhook for terminal events.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+///
+/// `Debug` shows `base_url` as its origin only (a webhook's path or query is often its
+/// token) and the secrets as `Secret(***)`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum NotifierSettings {
     /// POST JSON to a URL.
@@ -310,6 +314,25 @@ pub enum NotifierSettings {
         #[serde(default)]
         max_retries: Option<u32>,
     },
+}
+
+impl fmt::Debug for NotifierSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let NotifierSettings::Http {
+            base_url,
+            auth_header,
+            hmac_secret,
+            timeout_ms,
+            max_retries,
+        } = self;
+        f.debug_struct("Http")
+            .field("base_url", &redact::url(base_url))
+            .field("auth_header", auth_header)
+            .field("hmac_secret", hmac_secret)
+            .field("timeout_ms", timeout_ms)
+            .field("max_retries", max_retries)
+            .finish()
+    }
 }
 
 impl SchedulerConfig {
@@ -341,10 +364,8 @@ impl SchedulerConfig {
 
     /// Parses and validates YAML.
     pub fn from_yaml_str(text: &str) -> Result<Self, ConfigError> {
-        let value = serde_saphyr::from_str(text).map_err(|error| ConfigError::Syntax {
-            format: "YAML",
-            reason: error.to_string(),
-        })?;
+        let value = serde_saphyr::from_str(text)
+            .map_err(|error| ConfigError::syntax("YAML", &error.to_string()))?;
         Self::from_value(value)
     }
 

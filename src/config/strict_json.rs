@@ -33,10 +33,7 @@ pub(crate) fn parse(text: &str) -> Result<Value, ConfigError> {
 }
 
 fn syntax(error: &serde_json::Error) -> ConfigError {
-    ConfigError::Syntax {
-        format: "JSON",
-        reason: error.to_string(),
-    }
+    ConfigError::syntax("JSON", &error.to_string())
 }
 
 /// A JSON value whose objects had no key twice.

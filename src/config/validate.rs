@@ -45,6 +45,8 @@
 //! characters, and never a value read from the environment. The loaders validate the
 //! configuration with its references replaced but quote it as written, so a bad
 //! `base_url: "${WEBHOOK_URL}"` is shown as `"${WEBHOOK_URL}"`; secrets are never quoted.
+//! Every message, a parser's included (which may quote a line of the file), has its
+//! credentials masked ([`redact`](crate::util::redact)): `https://user:***@host/x?token=***`.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -58,6 +60,7 @@ use super::file::{
 use super::quote;
 use super::secret::Secret;
 use crate::core::PoolError;
+use crate::util::redact;
 use prometheus_parking_lot_actors::worker::default_worker_count;
 
 /// Why a configuration was refused.
@@ -96,11 +99,21 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// An error about one field.
+    /// An error about one field. Credentials in the text (a URL's password, a `token=`
+    /// value) are masked: the problem may quote what the user wrote.
     pub fn invalid(path: impl Into<String>, problem: impl Into<String>) -> Self {
         ConfigError::Invalid {
-            path: path.into(),
-            problem: problem.into(),
+            path: redact::text(&path.into()),
+            problem: redact::text(&problem.into()),
+        }
+    }
+
+    /// The text is not valid `format`; the parser's `reason` may quote the document, so its
+    /// credentials are masked.
+    pub(crate) fn syntax(format: &'static str, reason: &str) -> Self {
+        ConfigError::Syntax {
+            format,
+            reason: redact::text(reason),
         }
     }
 }

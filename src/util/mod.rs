@@ -1,4 +1,5 @@
 //! Small shared pieces: the clock and the serializable domain types.
 
 pub mod clock;
+pub(crate) mod redact;
 pub mod serde;

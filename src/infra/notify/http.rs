@@ -36,12 +36,14 @@ use super::outbox::Outbox;
 use super::signature::{Signer, SIGNATURE_HEADER};
 use crate::config::{NotifierSettings, Secret};
 use crate::core::{Notifier, PoolError, TerminalEvent};
+use crate::util::redact;
 use crate::util::serde::TaskId;
 
 /// How an [`HttpNotifier`] delivers: the endpoint and its credentials from the config, plus
 /// delivery tuning with sensible defaults.
 ///
-/// `Debug` shows the secrets as `Secret(***)`.
+/// `Debug` shows the secrets as `Secret(***)` and the URL as its origin only (a webhook's
+/// path or query is often its token).
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,8 +57,9 @@ use crate::util::serde::TaskId;
 ///     .with_timeout(Duration::from_secs(2))
 ///     .with_max_retries(3);
 /// assert!(!format!("{settings:?}").contains("hunter2"));
+/// assert!(!format!("{settings:?}").contains("/done"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct HttpNotifierSettings {
     name: String,
     base_url: String,
@@ -197,6 +200,23 @@ impl HttpNotifierSettings {
             )));
         }
         Ok(url)
+    }
+}
+
+impl fmt::Debug for HttpNotifierSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpNotifierSettings")
+            .field("name", &self.name)
+            .field("base_url", &redact::url(&self.base_url))
+            .field("auth_header", &self.auth_header)
+            .field("hmac_secret", &self.hmac_secret)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("backoff_base", &self.backoff_base)
+            .field("backoff_cap", &self.backoff_cap)
+            .field("outbox_capacity", &self.outbox_capacity)
+            .field("max_in_flight", &self.max_in_flight)
+            .finish()
     }
 }
 
@@ -559,7 +579,7 @@ impl Sender {
             .map_err(|error| {
                 PoolError::Internal(format!(
                     "webhook: could not build its HTTP client: {}",
-                    error.without_url()
+                    describe(error)
                 ))
             })?;
         Ok(Self {
@@ -646,7 +666,7 @@ fn judge(status: StatusCode) -> Attempt {
     }
 }
 
-/// A transport error with its causes, without the URL.
+/// A transport error with its causes, without the URL or any other credential.
 fn describe(error: reqwest::Error) -> String {
     let error = error.without_url();
     let mut text = error.to_string();
@@ -656,7 +676,7 @@ fn describe(error: reqwest::Error) -> String {
         text.push_str(&inner.to_string());
         cause = inner.source();
     }
-    text
+    redact::text(&text)
 }
 
 /// Retry `attempt` (1 for the first retry) waits a uniformly random time in

@@ -81,7 +81,7 @@ impl Announcer {
             );
             if let Err(error) = connection.execute_raw(statement).await {
                 // Listeners also poll: a lost announcement delays work, it never loses any.
-                tracing::warn!(%error, "postgres NOTIFY failed; nodes will find the work at their next poll");
+                tracing::warn!(error = %super::describe(&error), "postgres NOTIFY failed; nodes will find the work at their next poll");
             }
         }
     }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use sea_orm::sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::util::redact;
+
 /// One registration: a channel, whether its owner still lives, and what to call.
 pub(crate) struct Listener {
     pub channel: String,
@@ -28,7 +30,7 @@ pub(crate) async fn run(pool: PgPool, mut commands: UnboundedReceiver<Listener>)
                 if pool.is_closed() {
                     return;
                 }
-                tracing::warn!(%error, "cannot open the postgres LISTEN connection; retrying");
+                tracing::warn!(error = %redact::text(&error.to_string()), "cannot open the postgres LISTEN connection; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
                 continue;
@@ -36,7 +38,7 @@ pub(crate) async fn run(pool: PgPool, mut commands: UnboundedReceiver<Listener>)
         };
         let channels: Vec<&str> = by_channel.keys().map(String::as_str).collect();
         if let Err(error) = listener.listen_all(channels).await {
-            tracing::warn!(%error, "cannot LISTEN on postgres; retrying");
+            tracing::warn!(error = %redact::text(&error.to_string()), "cannot LISTEN on postgres; retrying");
             tokio::time::sleep(pause).await;
             continue;
         }
@@ -54,7 +56,7 @@ pub(crate) async fn run(pool: PgPool, mut commands: UnboundedReceiver<Listener>)
                     let Some(new) = command else { return };
                     if !by_channel.contains_key(&new.channel) {
                         if let Err(error) = listener.listen(&new.channel).await {
-                            tracing::warn!(%error, "LISTEN failed; reconnecting");
+                            tracing::warn!(error = %redact::text(&error.to_string()), "LISTEN failed; reconnecting");
                             by_channel.entry(new.channel.clone()).or_default().push(new);
                             break;
                         }
@@ -75,7 +77,7 @@ pub(crate) async fn run(pool: PgPool, mut commands: UnboundedReceiver<Listener>)
                         }
                     }
                     Err(error) => {
-                        tracing::warn!(%error, "the postgres LISTEN connection failed; reconnecting");
+                        tracing::warn!(error = %redact::text(&error.to_string()), "the postgres LISTEN connection failed; reconnecting");
                         break;
                     }
                 },
@@ -91,7 +93,7 @@ pub(crate) async fn run(pool: PgPool, mut commands: UnboundedReceiver<Listener>)
                     });
                     for channel in gone {
                         if let Err(error) = listener.unlisten(&channel).await {
-                            tracing::warn!(%error, "UNLISTEN failed; reconnecting");
+                            tracing::warn!(error = %redact::text(&error.to_string()), "UNLISTEN failed; reconnecting");
                             break;
                         }
                     }

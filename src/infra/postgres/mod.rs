@@ -29,6 +29,7 @@ pub(crate) mod codec;
 mod groups;
 mod listen;
 pub(crate) mod named;
+mod nodelay;
 mod outage;
 #[cfg(feature = "pgmq")]
 mod pgmq;
@@ -40,6 +41,7 @@ mod schema;
 pub(crate) mod shared_queue;
 mod statements;
 
+pub use nodelay::set_tcp_nodelay;
 #[cfg(feature = "pgmq")]
 pub use pgmq::PgmqSource;
 pub use retry::RetryPolicy;
@@ -56,6 +58,7 @@ use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, Statement};
 use tokio::runtime::Handle;
 
 use crate::core::PoolError;
+use crate::util::redact;
 
 /// How long connecting, or waiting for a free connection, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -113,6 +116,7 @@ impl PgDatabase {
             .connect_timeout(CONNECT_TIMEOUT)
             .acquire_timeout(CONNECT_TIMEOUT)
             .sqlx_logging(false);
+        set_tcp_nodelay(&mut options, url);
         let connection = thread
             .block_on(Database::connect(options))?
             .map_err(|error| {
@@ -252,9 +256,10 @@ impl PgDatabase {
     }
 }
 
-/// Says what went wrong with a database call in words a user can act on, without the URL.
+/// Says what went wrong with a database call in words a user can act on, without the URL
+/// or any other credential (the driver quotes a connection string it cannot parse).
 pub(crate) fn describe(error: &DbErr) -> String {
-    let text = error.to_string();
+    let text = redact::text(&error.to_string());
     if text.contains("Connection refused") || text.contains("connection refused") {
         return "the server refused the connection (is PostgreSQL running, and on that host and \
                 port?)"

@@ -15,6 +15,7 @@
 //! [`PROBE_TIMEOUT`]; every later one within [`PROBE_TIMEOUT`]. A probe that connects ends
 //! the outage, and statements run again.
 
+use crate::util::redact;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -89,7 +90,7 @@ impl Cause {
         match error.kind() {
             std::io::ErrorKind::ConnectionRefused => Self::Refused,
             std::io::ErrorKind::TimedOut => Self::TimedOut,
-            _ => Self::Lost(error.to_string()),
+            _ => Self::Lost(redact::text(&error.to_string())),
         }
     }
 
@@ -183,8 +184,9 @@ pub(crate) async fn probe(database: &PgDatabase) -> Result<(), Cause> {
                 tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(&options)).await;
             Ok(match connected {
                 Err(_) => Err(Cause::TimedOut),
-                Ok(Err(error)) => Err(Cause::of_driver(&error)
-                    .unwrap_or_else(|| Cause::Lost(format!("connecting failed: {error}")))),
+                Ok(Err(error)) => Err(Cause::of_driver(&error).unwrap_or_else(|| {
+                    Cause::Lost(redact::text(&format!("connecting failed: {error}")))
+                })),
                 Ok(Ok(connection)) => {
                     let _ = connection.close().await;
                     Ok(())
@@ -192,7 +194,7 @@ pub(crate) async fn probe(database: &PgDatabase) -> Result<(), Cause> {
             })
         })
         .await;
-    outcome.unwrap_or_else(|error| Err(Cause::Lost(error.to_string())))
+    outcome.unwrap_or_else(|error| Err(Cause::Lost(redact::text(&error.to_string()))))
 }
 
 /// What a queue knows of its server's outage. See the module docs.

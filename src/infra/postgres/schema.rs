@@ -150,19 +150,37 @@ pub(crate) enum Table<'a> {
 impl PgDatabase {
     /// Creates `table` and its indexes unless they exist, under the schema lock. Safe to call
     /// from any number of processes at once, and again.
+    ///
+    /// A table that is up to date (its last index, created in the same transaction as the
+    /// rest, exists) is left alone: its DDL would take the table's locks even when it changes
+    /// nothing (`ADD COLUMN IF NOT EXISTS` takes an exclusive one), and a node starting
+    /// while other nodes claim from the table could then deadlock with them.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
-        let sql = match table {
-            Table::Queue(name) => queue_table(name),
-            Table::Mailbox(name) => mailbox_table(name),
+        let (sql, last_index) = match table {
+            Table::Queue(name) => (queue_table(name), format!("{}_dead", name.as_str())),
+            Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
         };
         self.run(move |connection| async move {
+            use sea_orm::{ConnectionTrait, Statement};
             let transaction = connection.begin().await?;
             execute_batch_in(
                 &transaction,
                 &format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
             )
             .await?;
-            execute_batch_in(&transaction, &sql).await?;
+            let up_to_date = transaction
+                .query_one_raw(Statement::from_sql_and_values(
+                    sea_orm::DatabaseBackend::Postgres,
+                    "SELECT to_regclass($1) IS NOT NULL AS present",
+                    [last_index.clone().into()],
+                ))
+                .await?
+                .map(|row| row.try_get::<bool>("", "present"))
+                .transpose()?
+                .unwrap_or(false);
+            if !up_to_date {
+                execute_batch_in(&transaction, &sql).await?;
+            }
             transaction.commit().await
         })
         .await

@@ -32,14 +32,26 @@
 //! this leaves a log whose replay gives the same state: the old segments are deleted only
 //! once the snapshot is written, and always as a prefix.
 //!
-//! **Start.** Stale lock files of a process that died (`send.lock`, the version lock) are
-//! cleared with [`yaque::recovery::unlock`], which leaves a live owner's lock alone (the
-//! queue then refuses to open: one process per stream). Every segment is read with a
-//! checking reader of this module rather than yaque's `Receiver`, which panics on a damaged
-//! header and waits for ever on a truncated tail. Entries that were claimed when the process
-//! died are parked again (their runs were lost: at-least-once). Two live entries of one
-//! caller's task id (tenant and id) are kept once, the first admitted (de-duplication by
-//! task id).
+//! **A full disk.** A rewrite needs room for a copy of the live tasks next to the old log, so
+//! it runs only when the disk has that room (plus 64 KiB); otherwise the queue goes on
+//! appending to the log as it is and rewrites it later, at a start or a threshold with room.
+//! So a queue whose disk filled up starts again once 64 KiB are free; with less, the start
+//! fails with an error saying so. A write that fails is cut off the segment again: yaque's
+//! writer keeps the bytes it could not write and writes them when it is dropped, or writes
+//! part of them, and without the cut a task refused for lack of space would come back after
+//! a restart. (Should the cut fail too, the entry's true state is written again before the
+//! next record.)
+//!
+//! **Start.** The stream belongs to whoever holds an OS lock (`flock`) on
+//! `STREAM/owner.lock`: a lock that dies with its process, so an owner that was killed, even
+//! one left a zombie, or a pid from before a reboot, never keeps the queue closed. A live owner's lock is
+//! respected: the queue refuses to open, naming the owner (one process per stream). yaque's
+//! own lock files found by the new owner are left-overs and are removed. Every segment is
+//! read with a checking reader of this module rather than yaque's `Receiver`, which panics on
+//! a damaged header and waits for ever on a truncated tail. Entries that were claimed when
+//! the process died are parked again (their runs were lost: at-least-once). Two live entries
+//! of one caller's task id (tenant and id) are kept once, the first admitted (de-duplication
+//! by task id).
 //!
 //! **Damage.** A truncated or corrupt record is **quarantined**: its bytes are copied to
 //! `PATH/STREAM.quarantine/SEGMENT.q@OFFSET.bad`, a `tracing` warning names the segment file
@@ -56,7 +68,9 @@
 //! Each call does its file I/O (a `write` of a few hundred bytes) on the queue actor's task;
 //! the scheduler never waits for it.
 
-use std::collections::{BTreeMap, HashMap};
+mod os;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::marker::PhantomData;
@@ -84,10 +98,11 @@ const FRAME_HEADER: usize = 4;
 const MAX_FRAME: usize = (1 << 26) - 1;
 /// yaque's end-of-segment marker.
 const SEGMENT_END: [u8; 4] = [0xFF; 4];
-/// A segment holds about this much before yaque starts the next one.
-const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
 /// The log is rewritten once this much (and four times the live tasks' size) was appended.
 const COMPACT_FLOOR: u64 = 8 * 1024 * 1024;
+/// Free space a start needs besides the log it keeps, with slack: the lock files and the
+/// first block of a fresh segment. A rewrite needs this beyond the copy of the live tasks.
+const START_ROOM: u64 = 64 * 1024;
 
 const PARK: u8 = 1;
 const CLAIM: u8 = 2;
@@ -132,8 +147,14 @@ struct Store {
     dir: PathBuf,
     /// Where damaged records and undecodable tasks are set aside.
     quarantine: PathBuf,
-    /// `None` only after a compaction could not reopen the writer: every call then fails.
+    /// The stream's ownership, held while the queue is open.
+    _owner: os::OwnerLock,
+    /// `None` after a failed write or rewrite: the next record opens a new writer.
     sender: Option<Sender>,
+    /// The segment the writer appends to (it never moves to another by itself).
+    segment: PathBuf,
+    /// The bytes of `segment` that hold whole records: where a failed write is cut back to.
+    segment_len: u64,
     /// Live entries, in entry order.
     entries: BTreeMap<EntryId, Kept>,
     claimed: usize,
@@ -141,6 +162,10 @@ struct Store {
     live_bytes: u64,
     /// Bytes appended since the last rewrite.
     appended: u64,
+    /// Entries whose state in the log may differ from the index: the start dropped them (a
+    /// duplicate task id, an undecodable task), or a failed write of theirs could not be cut
+    /// back. Their state is written again before the next record.
+    uncertain: BTreeSet<EntryId>,
 }
 
 /// A live entry: its task as stored, and whether it is running.
@@ -329,36 +354,59 @@ where
 }
 
 impl Store {
-    /// Clears stale locks, replays the log (quarantining damage), parks left-over claims
-    /// again, drops duplicate task ids, and rewrites the log into a fresh segment.
+    /// Takes the stream, replays the log (quarantining damage), parks left-over claims
+    /// again, drops duplicate task ids, and rewrites the log into a fresh segment when the
+    /// disk has room for it (else opens a writer on the log as it is).
     fn open(dir: PathBuf, quarantine: &Path) -> io::Result<(Self, Vec<Quarantined>)> {
+        Self::start(dir.clone(), quarantine).map_err(|error| explain_full_disk(&dir, error))
+    }
+
+    fn start(dir: PathBuf, quarantine: &Path) -> io::Result<(Self, Vec<Quarantined>)> {
         fs::create_dir_all(&dir)?;
-        for lock in [dir.join("send.lock"), dir.join("version").join("lock")] {
-            clear_stale_lock(&lock)?;
-        }
+        let owner = os::OwnerLock::take(&dir)?;
+        os::clear_yaque_locks(&dir)?;
         let mut replay = Replay::default();
         let mut quarantined = Vec::new();
-        let segments = segments(&dir, quarantine, &mut quarantined)?;
-        for (_, file) in &segments {
+        let mut log_bytes = 0;
+        for (_, file) in &segments(&dir, quarantine, &mut quarantined)? {
             let bytes = fs::read(file)?;
+            log_bytes += bytes.len() as u64;
             replay.segment(file, &bytes, quarantine, &mut quarantined)?;
         }
-        let entries = replay.finish(&dir, quarantine, &mut quarantined)?;
-        let next = segments.last().map_or(0, |&(number, _)| number + 1);
+        let (entries, dropped) = replay.finish(&dir, quarantine, &mut quarantined)?;
+        let live_bytes = entries
+            .values()
+            .map(|kept| record_len(kept.task.len()))
+            .sum();
         let mut store = Store {
             dir,
             quarantine: quarantine.to_path_buf(),
+            _owner: owner,
             sender: None,
+            segment: PathBuf::new(),
+            segment_len: 0,
             entries,
             claimed: 0,
-            live_bytes: 0,
-            appended: 0,
+            live_bytes,
+            appended: log_bytes.saturating_sub(live_bytes),
+            uncertain: dropped.into_iter().collect(),
         };
-        store.rewrite(next, &segments)?;
+        match store.compact() {
+            Ok(true) => {}
+            Ok(false) => {
+                store.writer()?;
+            }
+            Err(error) => {
+                // A failed rewrite leaves the old log whole.
+                tracing::warn!(dir = %store.dir.display(), %error, "could not rewrite the queue's log at start; it is kept as it is");
+                store.writer()?;
+            }
+        }
         Ok((store, quarantined))
     }
 
-    /// Appends one record. On failure nothing changes in the index.
+    /// Appends one record (after restating uncertain entries). On failure nothing changes in
+    /// the index, and nothing of the record stays in the log.
     fn append(&mut self, kind: u8, entry: EntryId, body: &[u8]) -> Result<(), QueueError> {
         let record = encode(kind, entry, body);
         if record.len() > MAX_FRAME {
@@ -369,17 +417,106 @@ impl Store {
                 MAX_FRAME - RECORD_OVERHEAD
             )));
         }
-        let sender = self.sender.as_mut().ok_or_else(|| {
-            QueueError::Backend(format!(
-                "the queue in {} lost its writer after a failed compaction; restart the pool",
-                self.dir.display()
-            ))
-        })?;
-        sender.try_send(&record).map_err(|error| {
+        let written = self
+            .restate()
+            .and_then(|()| self.write(&[record], &[entry]));
+        written.map_err(|error| {
             QueueError::Backend(format!("writing to {}: {error}", self.dir.display()))
-        })?;
-        self.appended += (FRAME_HEADER + record.len()) as u64;
+        })
+    }
+
+    /// Appends `records` (of `entries`) with one write. A failed write is cut off the
+    /// segment: yaque's writer keeps the bytes it could not write and writes them when it is
+    /// dropped, or writes part of them, so without the cut a record reported as not stored
+    /// could be found after a restart. If the cut fails, the entries' state is written again
+    /// before the next record instead.
+    fn write(&mut self, records: &[Vec<u8>], entries: &[EntryId]) -> io::Result<()> {
+        let written = self
+            .writer()?
+            .try_send_batch(records.iter())
+            .map_err(|error| io::Error::other(error.to_string()));
+        if let Err(error) = written {
+            // The writer goes first: dropping it is what may write the failed bytes.
+            self.sender = None;
+            let cut = fs::OpenOptions::new()
+                .write(true)
+                .open(&self.segment)
+                .and_then(|file| file.set_len(self.segment_len));
+            if let Err(cut_error) = cut {
+                tracing::warn!(segment = %self.segment.display(), error = %cut_error, "could not cut a failed write off the queue's log; its entries are written again before the next record");
+                self.uncertain.extend(entries);
+            }
+            return Err(error);
+        }
+        let bytes = records
+            .iter()
+            .map(|record| (FRAME_HEADER + record.len()) as u64)
+            .sum::<u64>();
+        self.segment_len += bytes;
+        self.appended += bytes;
         Ok(())
+    }
+
+    /// Writes the index's state of every uncertain entry again (`park`, and `claim` if it
+    /// runs, or `gone`), so that whatever a failed write left in the log is overridden.
+    fn restate(&mut self) -> io::Result<()> {
+        if self.uncertain.is_empty() {
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        for entry in &self.uncertain {
+            match self.entries.get(entry) {
+                Some(kept) => {
+                    records.push(encode(PARK, *entry, &kept.task));
+                    if kept.claimed {
+                        records.push(encode(CLAIM, *entry, &[]));
+                    }
+                }
+                None => records.push(encode(GONE, *entry, &[])),
+            }
+        }
+        let entries: Vec<EntryId> = self.uncertain.iter().copied().collect();
+        self.write(&records, &entries)?;
+        self.uncertain.clear();
+        Ok(())
+    }
+
+    /// The log's writer; after a failed write or rewrite, a new one on a fresh segment.
+    fn writer(&mut self) -> io::Result<&mut Sender> {
+        let sender = match self.sender.take() {
+            Some(sender) => sender,
+            None => self.new_writer()?,
+        };
+        Ok(self.sender.insert(sender))
+    }
+
+    /// A writer appending to a fresh segment after every existing one. Called with no writer
+    /// open, so yaque's lock files, if any, are left-overs of a failed open.
+    fn new_writer(&mut self) -> io::Result<Sender> {
+        os::clear_yaque_locks(&self.dir)?;
+        let next = segments(&self.dir, Path::new(""), &mut Vec::new())?
+            .last()
+            .map_or(0, |&(number, _)| number + 1);
+        let segment = self.dir.join(format!("{next}.q"));
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&segment)?;
+        let dir = &self.dir;
+        // yaque appends to the highest segment; with no size limit it stays on this one,
+        // whose length is then known (rewrites keep the log small).
+        let sender = catch_unwind(AssertUnwindSafe(|| {
+            SenderBuilder::new().segment_size(u64::MAX).open(dir)
+        }))
+        .map_err(|_| {
+            io::Error::other(format!(
+                "yaque could not read the queue's version file in {}",
+                dir.display()
+            ))
+        })??;
+        self.segment = segment;
+        self.segment_len = 0;
+        Ok(sender)
     }
 
     /// Moves a task this build cannot decode out of the queue, into the quarantine.
@@ -413,88 +550,73 @@ impl Store {
         if self.appended <= COMPACT_FLOOR.max(self.live_bytes.saturating_mul(4)) {
             return;
         }
-        let result = segments(&self.dir, Path::new(""), &mut Vec::new()).and_then(|segments| {
-            let next = segments.last().map_or(0, |&(number, _)| number + 1);
-            self.rewrite(next, &segments)
+        let compacted = self.compact().unwrap_or_else(|error| {
+            tracing::error!(dir = %self.dir.display(), %error, "yaque queue compaction failed; the log keeps growing until the next rewrite");
+            false
         });
-        if let Err(error) = result {
-            tracing::error!(dir = %self.dir.display(), %error, "yaque queue compaction failed; the log keeps growing until the next start");
+        if !compacted {
+            // Tried again once as much more was appended, not at every record.
+            self.appended = 0;
         }
     }
 
-    /// Moves the writer to the fresh segment `next`, writes every live entry there, then
-    /// deletes `older` segments, oldest first.
-    fn rewrite(&mut self, next: u64, older: &[(u64, PathBuf)]) -> io::Result<()> {
+    /// Rewrites the log if the disk has room for a copy of the live entries: moves the
+    /// writer to a fresh segment, writes every live entry there, then deletes the older
+    /// segments, oldest first. `Ok(false)`: no room, the log is left as it is.
+    fn compact(&mut self) -> io::Result<bool> {
+        let claims = self.entries.values().filter(|kept| kept.claimed).count() as u64;
+        let snapshot = self.live_bytes + claims * record_len(0);
+        let needed = snapshot + START_ROOM;
+        if let Some(free) = os::free_bytes(&self.dir).filter(|&free| free < needed) {
+            tracing::warn!(dir = %self.dir.display(), free, needed, "too little free space to rewrite the queue's log; it is kept as it is, and rewritten once there is room");
+            return Ok(false);
+        }
+        let older = segments(&self.dir, Path::new(""), &mut Vec::new())?;
         self.sender = None;
-        fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("{next}.q")))?;
-        let dir = self.dir.clone();
-        let sender = catch_unwind(AssertUnwindSafe(|| {
-            SenderBuilder::new().segment_size(SEGMENT_BYTES).open(&dir)
-        }))
-        .map_err(|_| {
-            io::Error::other(format!(
-                "yaque could not read the queue's version file in {}",
-                dir.display()
-            ))
-        })??;
         let mut records = Vec::with_capacity(self.entries.len());
-        let mut live_bytes = 0;
         for (&entry, kept) in &self.entries {
             records.push(encode(PARK, entry, &kept.task));
-            live_bytes += record_len(kept.task.len());
             if kept.claimed {
                 records.push(encode(CLAIM, entry, &[]));
             }
         }
-        let sender = self.sender.insert(sender);
+        self.writer()?;
         for chunk in records.chunks(1024) {
-            sender
-                .try_send_batch(chunk.iter())
-                .map_err(|error| io::Error::other(error.to_string()))?;
-        }
-        self.live_bytes = live_bytes;
-        self.appended = 0;
-        for (number, file) in older.iter().filter(|(number, _)| *number < next) {
-            if let Err(error) = fs::remove_file(file) {
-                tracing::warn!(segment = number, file = %file.display(), %error, "could not delete a compacted segment");
-                break;
+            if let Err(error) = self.write(chunk, &[]) {
+                // Half a snapshot only repeats live entries; it goes, the old log stays.
+                let _ = fs::remove_file(&self.segment);
+                return Err(error);
             }
         }
-        Ok(())
+        self.appended = 0;
+        for (number, file) in &older {
+            if let Err(error) = fs::remove_file(file) {
+                tracing::warn!(segment = number, file = %file.display(), %error, "could not delete a compacted segment");
+                return Ok(true);
+            }
+        }
+        // Whatever a failed write left behind was in the deleted segments.
+        self.uncertain.clear();
+        Ok(true)
     }
 }
 
-/// Removes a lock file left by a process that died. A lock a live process holds is kept and
-/// reported; a lock file torn by a kill while it was written (no owner in it) is removed.
-fn clear_stale_lock(lock: &Path) -> io::Result<()> {
-    let contents = match fs::read_to_string(lock) {
-        Ok(contents) => contents,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    let field = |name: &str| {
-        contents
-            .split(name)
-            .nth(1)
-            .is_some_and(|rest| rest.chars().next().is_some_and(|c| c.is_ascii_digit()))
-    };
-    if !(field("pid=") && field("token=")) {
-        tracing::warn!(lock = %lock.display(), "removing a torn lock file left by a killed process");
-        return fs::remove_file(lock);
+/// Adds to a full disk's error what the queue needs to start.
+fn explain_full_disk(dir: &Path, error: io::Error) -> io::Error {
+    if error.kind() != io::ErrorKind::StorageFull {
+        return error;
     }
-    match catch_unwind(|| yaque::recovery::unlock(lock)) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(io::Error::other(format!(
-            "the queue is in use ({error}); one process at a time may open a stream"
-        ))),
-        Err(_) => Err(io::Error::other(format!(
-            "the lock file {} cannot be read; delete it if no process uses the queue",
-            lock.display()
-        ))),
-    }
+    let free = os::free_bytes(dir).map_or_else(String::new, |free| format!(", {free} bytes free"));
+    io::Error::new(
+        io::ErrorKind::StorageFull,
+        format!(
+            "{error} (the disk holding {}{free}): the queue needs about {} KiB free to start; \
+             it keeps its log as it is and rewrites it once the disk has room for a copy of \
+             its live tasks",
+            dir.display(),
+            START_ROOM / 1024
+        ),
+    )
 }
 
 /// The segment files of `dir` in order. A `.q` file whose name is no number (which yaque
@@ -612,14 +734,14 @@ impl Replay {
         }
     }
 
-    /// The live entries: left-over claims parked again, one entry per caller's task id.
-    /// An entry whose metadata does not decode is quarantined.
+    /// The live entries (left-over claims parked again, one entry per caller's task id), and
+    /// the entries dropped: duplicates, and those whose metadata does not decode (quarantined).
     fn finish(
         self,
         dir: &Path,
         quarantine: &Path,
         quarantined: &mut Vec<Quarantined>,
-    ) -> io::Result<BTreeMap<EntryId, Kept>> {
+    ) -> io::Result<(BTreeMap<EntryId, Kept>, Vec<EntryId>)> {
         let mut entries = self.entries;
         let mut seen: HashMap<(String, u64), EntryId> = HashMap::new();
         let mut dropped = Vec::new();
@@ -660,13 +782,13 @@ impl Replay {
                 }
             }
         }
-        for entry in dropped {
-            entries.remove(&entry);
+        for entry in &dropped {
+            entries.remove(entry);
         }
         if rerun > 0 {
             tracing::warn!(tasks = rerun, "tasks that were running when the process stopped are parked again and will run again");
         }
-        Ok(entries)
+        Ok((entries, dropped))
     }
 }
 
