@@ -79,12 +79,12 @@ pub(crate) enum TaskKey {
 }
 
 impl TaskKey {
-    /// Keeps `key` in its smallest form.
-    pub fn of(key: MailboxKey) -> Self {
+    /// Keeps `key` in its smallest form (an anonymous key costs no allocation).
+    pub fn of(key: &MailboxKey) -> Self {
         let bare = key.user_id.is_none() && key.session_id.is_none();
         match MailboxKey::anonymous_bits(&key.tenant) {
             Some(bits) if bare => TaskKey::Anonymous([(bits >> 64) as u64, bits as u64]),
-            _ => TaskKey::Named(Box::new(key)),
+            _ => TaskKey::Named(Box::new(key.clone())),
         }
     }
 
@@ -150,9 +150,8 @@ pub(crate) enum Phase<P> {
     /// process does not (in memory), spinning before a durable queue stores it, or claimed
     /// from a shared queue and parked here. `None` when a durable queue holds it.
     Parked(Option<P>),
-    /// Started on the worker slot the core gave it (its payload went with its job). Boxed:
-    /// a parked record, of which a pool may hold millions, stays small.
-    Running(Box<Run>),
+    /// Started on the worker slot the core gave it (its payload went with its job).
+    Running(Run),
 }
 
 /// A time in milliseconds as the caller gave it (`u128`), kept in two words so the record
@@ -178,10 +177,11 @@ impl From<Millis> for u128 {
     }
 }
 
-/// A started task's run.
+/// A started task's run. (16 bytes, so a running record needs no box of its own.)
 pub(crate) struct Run {
-    /// When it started (the event stream's run times start here).
-    pub started_ms: u64,
+    /// How long after its admission it started, ms (saturating at 49 days): its start time
+    /// is `admitted_ms + waited_ms`, where the event stream's run times start.
+    pub waited_ms: u32,
     /// Raised to stop the run; the job carries a clone (a streamed task's is its stream's).
     pub cancellation: Cancellation,
     /// Its job was sent to its worker.
@@ -300,6 +300,12 @@ impl<P> Record<P> {
         admitted_ms(self.entry)
     }
 
+    /// When it started, ms, if it is running.
+    pub fn started_ms(&self) -> Option<u64> {
+        let run = self.run()?;
+        Some(self.admitted_ms().saturating_add(u64::from(run.waited_ms)))
+    }
+
     /// The metadata its executor sees: the caller's, with the mailbox key filled in.
     pub fn meta(&self) -> TaskMetadata {
         TaskMetadata {
@@ -362,7 +368,7 @@ impl<P> Record<P> {
     /// Its run, if it is running.
     pub fn run_mut(&mut self) -> Option<&mut Run> {
         match &mut self.phase {
-            Phase::Running(run) => Some(&mut **run),
+            Phase::Running(run) => Some(run),
             Phase::Parked(_) => None,
         }
     }
@@ -539,7 +545,7 @@ mod tests {
 
     fn record(entry: EntryId, id: TaskId, key: MailboxKey) -> Record<u8> {
         let meta = TaskMetadata::new(id, ResourceCost::cpu(1));
-        Record::new(entry, &meta, TaskKey::of(key), None)
+        Record::new(entry, &meta, TaskKey::of(&key), None)
     }
 
     #[test]
@@ -575,13 +581,13 @@ mod tests {
     #[test]
     fn an_anonymous_key_keeps_its_bits_and_gives_back_the_same_key() {
         let key = MailboxKey::anonymous();
-        let mut kept = TaskKey::of(key.clone());
+        let mut kept = TaskKey::of(&key);
         assert!(matches!(kept, TaskKey::Anonymous(_)));
         assert_eq!(*kept.key(), key);
         assert_eq!(*kept.expand(), key);
         assert!(kept.is(&key));
         assert!(!kept.is(&key.clone().with_user("ada")));
-        let narrowed = TaskKey::of(key.clone().with_session("s"));
+        let narrowed = TaskKey::of(&key.clone().with_session("s"));
         assert!(matches!(narrowed, TaskKey::Named(_)));
         assert!(narrowed.tenant() == Tenant::of(&key.tenant));
         assert!(Tenant::of(&TenantId::from("anonymous-XYZ")) == Tenant::Named("anonymous-XYZ"));
@@ -595,7 +601,7 @@ mod tests {
             created_at_ms: (1 << 70) + 5,
             ..TaskMetadata::new(3, ResourceCost::gpu_vram(9))
         };
-        let record = Record::<u8>::new(1, &meta, TaskKey::of(MailboxKey::new("acme")), None);
+        let record = Record::<u8>::new(1, &meta, TaskKey::of(&MailboxKey::new("acme")), None);
         let again = record.meta();
         assert_eq!(
             (again.deadline_ms, again.created_at_ms),

@@ -14,7 +14,7 @@ use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 use crate::scheduler::core::ParkingLot;
 use crate::stats::PoolCounters;
 
-use super::ledger::{Phase, Record};
+use super::ledger::Record;
 
 /// Who hears the pool's events.
 pub(crate) struct Observers {
@@ -40,9 +40,9 @@ impl Detail {
     /// For a step of a task the ledger holds: a start closes its wait (from admission), an
     /// end closes its run (from its start, if it started).
     pub fn of<P>(record: &Record<P>, step: &TaskStep) -> Detail {
-        let since_ms = match (step, &record.phase) {
-            (TaskStep::Started, _) => Some(record.admitted_ms()),
-            (TaskStep::Ended(_), Phase::Running(run)) => Some(run.started_ms),
+        let since_ms = match step {
+            TaskStep::Started => Some(record.admitted_ms()),
+            TaskStep::Ended(_) => record.started_ms(),
             _ => None,
         };
         Detail {
@@ -73,12 +73,23 @@ impl Observers {
 
     /// Tells every subscriber of a step of a task the ledger holds.
     pub fn record_step<P>(&self, record: &Record<P>, step: &TaskStep, now: u64) {
+        self.record_step_as(record, &record.key.key(), step, now);
+    }
+
+    /// [`record_step`](Self::record_step) with the task's full key given (a record keeps an
+    /// anonymous key as its bits; building it again for every step would cost an allocation).
+    pub fn record_step_as<P>(
+        &self,
+        record: &Record<P>,
+        key: &MailboxKey,
+        step: &TaskStep,
+        now: u64,
+    ) {
         if let Some(span) = record.rare().and_then(|rare| rare.span.as_ref()) {
             tracing::trace!(parent: span, ?step, at_ms = now, "task step");
         }
-        let key = record.key.key();
         let detail = Detail::of(record, step);
-        self.step(record.task_id, &key, record.cost(), step, now, detail);
+        self.step(record.task_id, key, record.cost(), step, now, detail);
     }
 
     /// Tells every subscriber of a step.

@@ -189,9 +189,11 @@ where
     ) {
         if let Some(record) = self.ledger.get_mut(entry) {
             record.keep_payload(payload);
+            // Reported with the key in hand: the record keeps an anonymous key compact.
+            for step in [TaskStep::Admitted, TaskStep::Parked] {
+                self.observers.record_step_as(record, &key, &step, now);
+            }
         }
-        self.step(entry, TaskStep::Admitted, now);
-        self.step(entry, TaskStep::Parked, now);
         if let Some(reply) = reply {
             self.fx.answer(reply, Ok(key));
         }
@@ -236,7 +238,7 @@ where
         key: &MailboxKey,
         timeout: Option<Duration>,
     ) -> Record<P> {
-        let mut record = Record::new(entry, meta, TaskKey::of(key.clone()), timeout);
+        let mut record = Record::new(entry, meta, TaskKey::of(key), timeout);
         let span = task_span(&self.pool, meta, key);
         if !span.is_disabled() {
             record.rare_mut().span = Some(span);
@@ -263,13 +265,14 @@ where
         // confirmation, now as a running task's, and it is announced as parked first.
         let announce = record.is_parked() && record.rare().is_some_and(|rare| rare.reply.is_some());
         record.key.expand();
-        record.phase = Phase::Running(Box::new(Run {
-            started_ms: now,
+        let waited_ms = now.saturating_sub(record.admitted_ms());
+        record.phase = Phase::Running(Run {
+            waited_ms: u32::try_from(waited_ms).unwrap_or(u32::MAX),
             cancellation,
             sent: false,
             ended: false,
             from_queue,
-        }));
+        });
         if let Some(limit) = record.timeout() {
             let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
             let at = now.saturating_add(limit).saturating_add(WATCHDOG_GRACE_MS);
@@ -328,10 +331,11 @@ where
         now: u64,
     ) {
         let step = TaskStep::Ended(status_of(&outcome));
-        self.observers.record_step(&record, &step, now);
+        // The record ends here: its key moves out (built once, for an anonymous one).
+        let key = std::mem::replace(&mut record.key, TaskKey::Anonymous([0, 0])).into_key();
+        self.observers.record_step_as(&record, &key, &step, now);
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
         let (task_id, attempt) = (record.task_id, record.attempt());
-        let key = record.key.into_key();
         self.send_outcome(stream, key, task_id, attempt, outcome, settle, now);
     }
 
