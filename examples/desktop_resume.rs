@@ -95,7 +95,7 @@ async fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("  got task 1: {first}");
     println!("the app is closed (the prompt running now may finish first)");
-    let report = pool.shutdown(Duration::from_secs(10)).await?;
+    let report = pool.shutdown_with_drain(Duration::from_secs(10)).await?;
     let mut waiting = Vec::new();
     for id in 2..=prompts.len() as u64 {
         match pool.retrieve_task(&inbox, id, Duration::ZERO).await {
@@ -122,6 +122,6 @@ async fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         println!("  got task {id}: {answer}");
     }
-    pool.shutdown(Duration::from_secs(10)).await?;
+    pool.shutdown_with_drain(Duration::from_secs(10)).await?;
     Ok(())
 }

@@ -339,6 +339,6 @@ async fn run(args: Args) -> Result<(), PoolError> {
         println!("{outcome:<28}{:>12}", end.value(name, &[]));
     }
     println!("\n(every figure above is read from the pool's Prometheus metrics)");
-    pool.shutdown(Duration::from_secs(5)).await?;
+    pool.shutdown_with_drain(Duration::from_secs(5)).await?;
     Ok(())
 }

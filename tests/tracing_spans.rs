@@ -64,7 +64,9 @@ async fn tasks_and_actors_run_in_spans_that_name_them() {
             Ok(id * 2)
         );
     }
-    pool.shutdown(Duration::from_secs(5)).await.expect("stops");
+    pool.shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .expect("stops");
 
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).expect("utf-8");
     for id in 1..=3 {

@@ -164,8 +164,12 @@ where
         self.client.stats()
     }
 
-    /// Stops admitting, drains running tasks for up to `drain`, cancels the rest.
-    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+    /// Shuts the pool down: stops admitting, lets running tasks finish for up to `drain`
+    /// (`Duration::MAX`: for ever), cancels the rest, and reports what it did. Parked tasks of
+    /// an in-memory queue end `Cancelled`; a durable queue keeps them for the next start.
+    /// Every caller, concurrent or later, gets the same report. The same call as
+    /// [`WorkerPool::shutdown_with_drain`](crate::WorkerPool::shutdown_with_drain).
+    pub async fn shutdown_with_drain(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
         self.stop_on_drop.disarm();
         self.client.shutdown(drain).await
     }

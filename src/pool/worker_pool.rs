@@ -85,6 +85,8 @@ where
 pub struct WorkerPool<P, R, E> {
     client: PoolClient<P, R>,
     stop_on_drop: ShutdownOnDrop,
+    /// How long `shutdown()` and a drop let running tasks finish.
+    drain: Duration,
     executor: PhantomData<fn() -> E>,
 }
 
@@ -108,6 +110,7 @@ where
         Ok(Self {
             stop_on_drop: client.shutdown_on_drop(config.drain_on_drop),
             client,
+            drain: config.drain_on_drop,
             executor: PhantomData,
         })
     }
@@ -234,8 +237,50 @@ where
         self.client.stats()
     }
 
-    /// Stops admitting, lets running tasks finish for up to `drain`, cancels the rest.
-    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+    /// Shuts the pool down and blocks the calling thread until it has stopped: admission
+    /// closes at once (later submits fail with [`PoolError::Shutdown`], which code written
+    /// for the upstream crate matches as `PoolError::PoolShutdown`), running tasks get the
+    /// pool's `drain_on_drop` (30 s by default) to finish, then the rest end `Cancelled`, as
+    /// do parked ones. Stored results stay retrievable.
+    ///
+    /// Safe from a plain thread and at the end of a `#[tokio::test]` body (a current-thread
+    /// runtime): the drain runs on a thread of its own. Calling it again, or after
+    /// [`shutdown_with_drain`](Self::shutdown_with_drain), does nothing more. Do not call it
+    /// from the pool's own executor: the drain would wait for the very task that waits for it,
+    /// until `drain_on_drop` ends it.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
+    /// use prometheus_parking_lot::{ResourceCost, WorkerPoolConfig};
+    ///
+    /// #[derive(Clone)]
+    /// struct Echo;
+    ///
+    /// #[async_trait::async_trait]
+    /// impl WorkerExecutor<u32, u32> for Echo {
+    ///     async fn execute(&self, payload: u32, _meta: TaskMetadata) -> u32 {
+    ///         payload
+    ///     }
+    /// }
+    ///
+    /// let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(1), Echo)?;
+    /// pool.shutdown();
+    /// let refused = pool.submit(1, TaskMetadata::new(1, ResourceCost::cpu(1)));
+    /// assert!(matches!(refused, Err(PoolError::PoolShutdown)));
+    /// pool.shutdown(); // harmless
+    /// # Ok::<(), PoolError>(())
+    /// ```
+    pub fn shutdown(&self) {
+        self.stop_on_drop.disarm();
+        if let Err(error) = super::shut_down_blocking(&self.client, self.drain) {
+            tracing::error!(pool = self.client.name(), %error, "the pool's shutdown failed");
+        }
+    }
+
+    /// Shuts the pool down and waits for it asynchronously: stops admitting, lets running
+    /// tasks finish for up to `drain` (`Duration::MAX`: for ever), cancels the rest, and
+    /// reports what it did. Every caller, concurrent or later, gets the same report.
+    pub async fn shutdown_with_drain(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
         self.stop_on_drop.disarm();
         self.client.shutdown(drain).await
     }
