@@ -28,7 +28,34 @@ use super::queue::QueueSettings;
 use super::secret::Secret;
 use crate::core::{Capacity, Durability, FairShare, StarvationGuard};
 
-/// Every pool of a deployment, by name.
+/// Every pool of a deployment, by name: what a configuration file holds.
+///
+/// Load one with [`from_path`](Self::from_path) (`.json`, `.yaml`, `.yml`),
+/// [`from_json_str`](Self::from_json_str) or [`from_yaml_str`](Self::from_yaml_str); each
+/// validates what it read, and its error names the field. Then
+/// [`build_pools_from_scheduler_config`](crate::build_pools_from_scheduler_config) starts the
+/// pools.
+///
+/// ```
+/// use prometheus_parking_lot::config::{MaxUnits, SchedulerConfig};
+///
+/// let config = SchedulerConfig::from_yaml_str(
+///     "pools:
+///   chat:
+///     max_units: 24
+///     worker_threads: 4
+///     starvation: { max_park_ms: 2000 }
+///   batch:
+///     max_units: 8
+/// ",
+/// )?;
+/// assert_eq!(config.pools["chat"].max_units, MaxUnits::Units(24));
+/// assert_eq!(config.pools.keys().collect::<Vec<_>>(), ["batch", "chat"]);
+///
+/// let typo = SchedulerConfig::from_yaml_str("pools:\n  chat:\n    max_unit: 24\n").unwrap_err();
+/// assert_eq!(typo.to_string(), "pools.chat.max_unit: unknown field `max_unit`; did you mean `max_units`?");
+/// # Ok::<(), prometheus_parking_lot::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {

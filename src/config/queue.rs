@@ -6,7 +6,21 @@
 
 use serde::Deserialize;
 
-/// Where a pool's parked tasks wait.
+/// Where a pool's parked tasks wait: the `"queue"` of a pool in a configuration file,
+/// chosen by its `"type"`.
+///
+/// ```
+/// use prometheus_parking_lot::config::{QueueSettings, SchedulerConfig};
+///
+/// let config = SchedulerConfig::from_json_str(
+///     r#"{ "pools": { "desktop": { "queue": { "type": "yaque", "path": "./data/queues", "stream": "llm" } } } }"#,
+/// )?;
+/// assert_eq!(
+///     config.pools["desktop"].queue,
+///     QueueSettings::Yaque { path: "./data/queues".into(), stream: "llm".into() }
+/// );
+/// # Ok::<(), prometheus_parking_lot::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum QueueSettings {

@@ -40,7 +40,9 @@ pub enum PoolError {
         max_messages: usize,
     },
     /// The caller stopped waiting for a result; the result, if any, stays retrievable.
-    #[error("timed out waiting for the result")]
+    #[error(
+        "timed out waiting for the result (nothing was taken: a later retrieve can still get it)"
+    )]
     Timeout,
     /// No result is stored under that key.
     #[error("no result found for that mailbox key")]
