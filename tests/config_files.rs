@@ -302,37 +302,45 @@ async fn a_loaded_configuration_builds_running_pools() {
     );
 }
 
-#[test]
-fn a_backend_missing_from_this_build_is_named_with_its_feature() {
-    let config = SchedulerConfig::from_json_str(&fixture("seed_readme_pools.json")).unwrap();
+/// The configuration error that building `config`'s pools is refused with.
+fn build_refusal(config: &SchedulerConfig) -> String {
     let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
-        &config,
+        config,
         &QueueBuilderContext::Embedded,
         None,
         |_name| Echo,
         TokioSpawner,
     )
     .err()
-    .expect("no durable backends in this build");
-    let text = error.to_string();
-    // With the pgmq feature the queue is built, and needs a database the seed does not name.
-    #[cfg(feature = "pgmq")]
+    .expect("the build is refused");
+    let PoolError::InvalidConfig(text) = error else {
+        panic!("not a configuration error: {error:?}");
+    };
+    text
+}
+
+#[test]
+fn a_backend_missing_from_this_build_is_named_with_its_feature() {
+    let config = SchedulerConfig::from_json_str(&fixture("seed_readme_pools.json")).unwrap();
+    let text = build_refusal(&config);
+    // With every backend the seed names built, the pgmq queue needs a database the seed does
+    // not name. Otherwise the first backend this build lacks is refused, naming its feature.
+    #[cfg(all(feature = "pgmq", feature = "webhook", feature = "yaque"))]
     assert!(
-        text.starts_with("invalid configuration: pools.llm_inference.")
+        text.starts_with("pools.llm_inference.")
             && text.contains(": a postgres backend needs a database; set database_url"),
         "{text}"
     );
-    #[cfg(not(feature = "pgmq"))]
-    assert!(
-        text.starts_with(
-            "invalid configuration: pools.llm_inference.queue.type: the postgres_pgmq queue is \
-             not available in this build of prometheus_parking_lot (it needs the cargo feature \
-             `pgmq`); available here: the in_memory"
-        ),
-        "{text}"
-    );
-    #[cfg(not(feature = "pgmq"))]
-    features::assert_lists_what_this_build_has(&text);
+    #[cfg(not(all(feature = "pgmq", feature = "webhook", feature = "yaque")))]
+    {
+        let needed = text
+            .split_once("is not available in this build of prometheus_parking_lot (it needs the cargo feature `")
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(feature, _)| feature)
+            .unwrap_or_else(|| panic!("no missing feature named in {text:?}"));
+        assert!(!features::built_with(needed), "{needed} is built: {text}");
+        features::assert_lists_what_this_build_has(&text);
+    }
 }
 
 #[cfg(not(feature = "yaque"))]
@@ -340,18 +348,7 @@ fn a_backend_missing_from_this_build_is_named_with_its_feature() {
 fn without_the_yaque_feature_a_yaque_pool_is_refused_with_the_feature_named() {
     let config =
         SchedulerConfig::from_json_str(&one_pool(&fixture("seed_tauri_snippet.json"))).unwrap();
-    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
-        &config,
-        &QueueBuilderContext::Embedded,
-        None,
-        |_name| Echo,
-        TokioSpawner,
-    )
-    .err()
-    .expect("no yaque queue in this build");
-    let PoolError::InvalidConfig(text) = error else {
-        panic!("not a configuration error: {error:?}");
-    };
+    let text = build_refusal(&config);
     assert!(
         text.starts_with(
             "pools.p.queue.type: the yaque queue is not available in this build of \
@@ -360,6 +357,34 @@ fn without_the_yaque_feature_a_yaque_pool_is_refused_with_the_feature_named() {
         "{text}"
     );
     features::assert_lists_what_this_build_has(&text);
+}
+
+/// A yaque `path` that names a file, not a directory: the error names the field and says
+/// what to give instead.
+#[cfg(feature = "yaque")]
+#[test]
+fn a_yaque_path_that_cannot_be_opened_names_the_field_with_advice() {
+    let not_a_directory =
+        std::env::temp_dir().join(format!("pl-config-queue-file-{}", std::process::id()));
+    std::fs::write(&not_a_directory, "").expect("file written");
+    let config = SchedulerConfig::from_json_str(&one_pool(&format!(
+        r#"{{ "queue": {{ "type": "yaque", "path": {:?}, "stream": "llm" }} }}"#,
+        not_a_directory.display().to_string()
+    )))
+    .expect("a valid configuration");
+    let text = build_refusal(&config);
+    let _ = std::fs::remove_file(&not_a_directory);
+    assert!(
+        text.starts_with("pools.p.queue.path: could not open the yaque stream llm in "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "; give a directory this process can create and write, in which no other running \
+             process has this stream open"
+        ),
+        "{text}"
+    );
 }
 
 /// Without the `webhook` feature a pool naming the http notifier is refused before anything
@@ -371,18 +396,7 @@ fn the_http_notifier_needs_the_webhook_feature() {
         r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h/x" } } }"#,
     ))
     .unwrap();
-    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
-        &config,
-        &QueueBuilderContext::Embedded,
-        None,
-        |_name| Echo,
-        TokioSpawner,
-    )
-    .err()
-    .expect("no http notifier in this build");
-    let PoolError::InvalidConfig(text) = error else {
-        panic!("not a configuration error: {error:?}");
-    };
+    let text = build_refusal(&config);
     assert!(
         text.starts_with(
             "pools.p.mailbox.notifier.type: the http notifier is not available in this build of \

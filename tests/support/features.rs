@@ -4,6 +4,9 @@
 //! here: ...`, naming what the enabled cargo features provide. Tests check that list against
 //! `cfg!` so they hold in every feature set CI builds (default, all, each one alone).
 
+// Each test file uses the part it needs.
+#![allow(dead_code)]
+
 /// Asserts that `message` ends with the list of what this build has: every backend of an
 /// enabled feature named, none of a disabled one.
 pub fn assert_lists_what_this_build_has(message: &str) {
@@ -29,4 +32,17 @@ pub fn assert_lists_what_this_build_has(message: &str) {
         );
     }
     assert!(available.ends_with("for max_units"), "{available:?}");
+}
+
+/// Whether this build has the cargo feature `feature` of the root crate.
+pub fn built_with(feature: &str) -> bool {
+    match feature {
+        "metrics" => cfg!(feature = "metrics"),
+        "postgres" => cfg!(feature = "postgres"),
+        "pgmq" => cfg!(feature = "pgmq"),
+        "gpu" => cfg!(feature = "gpu"),
+        "yaque" => cfg!(feature = "yaque"),
+        "webhook" => cfg!(feature = "webhook"),
+        other => panic!("{other} is no feature of prometheus_parking_lot"),
+    }
 }
