@@ -202,7 +202,7 @@ async fn through_pool(path: Route, batch: bool, tasks: u64, scratch: &Scratch) -
         assert_eq!(length, 200);
     }
     let elapsed = started.elapsed();
-    pool.shutdown(Duration::from_secs(10))
+    pool.shutdown_with_drain(Duration::from_secs(10))
         .await
         .expect("shutdown");
     drop(pool);

@@ -312,7 +312,7 @@ fn shut_down(runtime: &Runtime, pool: Arc<NoOpPool>, expected_completed: u64) {
         "every task completes"
     );
     runtime
-        .block_on(pool.shutdown(Duration::from_secs(5)))
+        .block_on(pool.shutdown_with_drain(Duration::from_secs(5)))
         .expect("pool shuts down");
 }
 

@@ -260,7 +260,7 @@ fn main() {
     println!("| `notify` on the caller's thread, outbox full: {notify_ns:.0} ns per call |");
     for (_, pool) in &paths {
         runtime
-            .block_on(pool.shutdown(Duration::from_millis(100)))
+            .block_on(pool.shutdown_with_drain(Duration::from_millis(100)))
             .expect("shutdown");
     }
 }

@@ -1,6 +1,10 @@
 //! Speaking to the actor tree directly: spawn a supervisor on your own tokio runtime, start a
 //! pool under it, and send the scheduler a typed `Submit` message with a reply port.
 //!
+//! Its output: the task's answer (the words it counted), then the pool's counters after it,
+//! one per line: one task submitted and completed, none running or parked, and the units the
+//! task held given back.
+//!
 //! ```text
 //! cargo run --example actor_submit
 //! ```
@@ -80,7 +84,20 @@ async fn main() -> Result<(), PoolError> {
         CallResult::Timeout | CallResult::SenderError => return Err(PoolError::Shutdown),
     };
     let words = pool.retrieve(&key, Duration::from_secs(5)).await?;
-    println!("task 1 counted {words} words; stats: {:?}", pool.stats());
+    println!("task 1 counted {words} words");
+    let stats = pool.stats();
+    for (counter, value) in [
+        ("worker threads", stats.worker_count as u64),
+        ("tasks submitted", stats.submitted_tasks),
+        ("tasks completed", stats.completed_tasks),
+        ("tasks failed", stats.failed_tasks),
+        ("tasks running", stats.active_tasks as u64),
+        ("tasks parked", stats.queued_tasks as u64),
+        ("units in use", stats.used_units),
+        ("units in total", stats.total_units),
+    ] {
+        println!("  {counter:<16}{value:>4}");
+    }
 
     pool.shutdown(Duration::from_secs(5)).await?;
     supervisor.stop(None);

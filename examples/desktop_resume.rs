@@ -13,6 +13,11 @@
 //!
 //! The queue files go to a temporary directory (the shipped file says `./data/queues`),
 //! removed at the end.
+//!
+//! Its output: the first run's answer to task 1 (and any prompt that finished while the app
+//! closed), the tasks left queued on disk; then the second run resuming them and each
+//! answer as it comes, and that run's counters: nothing submitted, yet tasks completed,
+//! since the resumed prompts were submitted to the first run.
 
 use std::path::Path;
 use std::time::Duration;
@@ -95,7 +100,7 @@ async fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("  got task 1: {first}");
     println!("the app is closed (the prompt running now may finish first)");
-    let report = pool.shutdown(Duration::from_secs(10)).await?;
+    let report = pool.shutdown_with_drain(Duration::from_secs(10)).await?;
     let mut waiting = Vec::new();
     for id in 2..=prompts.len() as u64 {
         match pool.retrieve_task(&inbox, id, Duration::ZERO).await {
@@ -122,6 +127,13 @@ async fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         println!("  got task {id}: {answer}");
     }
-    pool.shutdown(Duration::from_secs(10)).await?;
+    let stats = pool.stats();
+    println!(
+        "  this run's counters: {} submitted, {} completed (the resumed prompts were submitted \
+         to the first run; a pool counts the submissions it took, and the ends of every task \
+         it ran)",
+        stats.submitted_tasks, stats.completed_tasks
+    );
+    pool.shutdown_with_drain(Duration::from_secs(10)).await?;
     Ok(())
 }

@@ -8,6 +8,12 @@
 //!
 //! Without a GPU (or without the `gpu` feature) it runs on a fake 24 GiB card and says so;
 //! the fake plays another process that holds most of the card and later exits.
+//!
+//! Its output: which GPU it uses, the device's memory and the pool sized from it (total less
+//! the reserve). On the fake card, a 6,000 MiB task stays parked while the other process
+//! holds the memory, although it fits the pool, and a 1,500 MiB one runs past it; the big
+//! one finishes shortly after the memory is freed. On a real GPU, four small tasks run under
+//! the live guard.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

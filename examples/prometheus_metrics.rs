@@ -10,8 +10,12 @@
 //! curl -s http://127.0.0.1:9898/metrics | grep parking_lot_
 //! ```
 //!
-//! `--seconds 0` runs until interrupted. README.md's metrics table says what each series
-//! means.
+//! `--seconds 0` runs until interrupted; `--help` lists the flags. README.md's metrics table
+//! says what each series means.
+//!
+//! Its output: the address it serves on, then, when the time is up, how many tasks the pool
+//! admitted, completed, lost to a panic (`failed`) and refused (the ones larger than the
+//! pool). The figures themselves are in the scrape.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -20,6 +24,10 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use prometheus_parking_lot::config::WorkerPoolConfig;
 use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
+
+#[path = "support/flags.rs"]
+mod flags;
+use flags::Flags;
 
 /// Sleeps for the payload's milliseconds, or panics on a payload of 0.
 #[derive(Clone)]
@@ -34,32 +42,21 @@ impl WorkerExecutor<u64, u64> for FakeModel {
     }
 }
 
-/// `--port PORT` (default 9898) and `--seconds N` (default 60; 0: for ever).
+const USAGE: &str = "\
+usage: cargo run --example prometheus_metrics -- [--port PORT] [--seconds N]
+
+  --port PORT    where the metrics are served, on 127.0.0.1 (default 9898)
+  --seconds N    how long the pool is kept busy (default 60; 0: until interrupted)";
+
+/// `--port` and `--seconds`, or their defaults.
 fn parse_args() -> Result<(u16, u64), String> {
-    let (mut port, mut seconds) = (9898, 60);
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let value = given
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = |what: &str| {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("{flag} {value}: {what}"))
-        };
-        match flag.as_str() {
-            "--port" => {
-                port = u16::try_from(number("use a port from 1 to 65535")?)
-                    .map_err(|_| format!("--port {value}: use a port from 1 to 65535"))?;
-            }
-            "--seconds" => seconds = number("use a whole number of seconds")?,
-            other => {
-                return Err(format!(
-                    "unknown argument {other}; use --port PORT --seconds N"
-                ))
-            }
-        }
-    }
+    let flags = Flags::from_env(USAGE, &["--port", "--seconds"])?;
+    let port = flags
+        .number("--port", "a port from 1 to 65535")?
+        .unwrap_or(9898);
+    let seconds = flags
+        .number("--seconds", "a whole number of seconds")?
+        .unwrap_or(60);
     Ok((port, seconds))
 }
 

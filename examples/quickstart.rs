@@ -8,7 +8,14 @@
 //! The pool comes from a configuration file, `config/local.json` by default (24 units of
 //! "VRAM", 8 worker threads, a 1 s execution timeout), built by
 //! `build_pools_from_scheduler_config`; `--config FILE` picks another file and `--pool NAME`
-//! one of its pools (default: the first).
+//! one of its pools (default: the first); `--help` says so.
+//!
+//! Its output: a progress bar while the requests run, then a summary: throughput, the VRAM
+//! units in use on average (how well the pool packs the card), panics survived (workers
+//! restarted), per priority how many requests started and their wait before starting (p50,
+//! p99: the higher the priority, the shorter), and how many requests completed, failed (the
+//! panics), expired (tight deadlines that passed while parked), timed out (the runaways) and
+//! were refused.
 //!
 //! The progress bar and the summary read the pool's metrics, rendered by the same
 //! `metrics-exporter-prometheus` recorder that would serve them to Prometheus (see
@@ -34,6 +41,10 @@ use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
+
+#[path = "support/flags.rs"]
+mod flags;
+use flags::Flags;
 
 const REQUESTS: u64 = 1_500;
 
@@ -155,6 +166,12 @@ impl Scrape {
     }
 }
 
+const USAGE: &str = "\
+usage: cargo run --release --example quickstart -- [--config FILE] [--pool NAME]
+
+  --config FILE   the configuration file, JSON or YAML (default config/local.json)
+  --pool NAME     which of its pools to run the requests through (default: the first)";
+
 /// `--config FILE` and `--pool NAME`.
 struct Args {
     config: String,
@@ -162,26 +179,12 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        config: concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.json").to_owned(),
-        pool: None,
-    };
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let value = given
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--config" => args.config = value,
-            "--pool" => args.pool = Some(value),
-            other => {
-                return Err(format!(
-                    "unknown argument {other}; use --config FILE [--pool NAME]"
-                ))
-            }
-        }
-    }
-    Ok(args)
+    let flags = Flags::from_env(USAGE, &["--config", "--pool"])?;
+    let default_config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.json");
+    Ok(Args {
+        config: flags.text("--config").unwrap_or(default_config).to_owned(),
+        pool: flags.text("--pool").map(str::to_owned),
+    })
 }
 
 /// Loads the configuration and builds the chosen pool.
@@ -201,7 +204,12 @@ fn build_pool(
         TokioSpawner,
     )?;
     let pool = built.pools.remove(&name).ok_or_else(|| {
-        PoolError::InvalidConfig(format!("{}: no pool named {name}", args.config))
+        let known: Vec<&str> = config.pools.keys().map(String::as_str).collect();
+        PoolError::InvalidConfig(format!(
+            "{}: no pool named {name}; its pools are {}",
+            args.config,
+            known.join(", ")
+        ))
     })?;
     Ok((name, pool))
 }
@@ -209,11 +217,11 @@ fn build_pool(
 #[tokio::main]
 async fn main() {
     std::panic::set_hook(Box::new(|_| {}));
-    let outcome = match parse_args() {
-        Ok(args) => run(args).await,
-        Err(usage) => Err(PoolError::InvalidConfig(usage)),
-    };
-    if let Err(error) = outcome {
+    let args = parse_args().unwrap_or_else(|usage| {
+        eprintln!("quickstart: {usage}");
+        std::process::exit(2);
+    });
+    if let Err(error) = run(args).await {
         eprintln!("quickstart: {error}");
         std::process::exit(2);
     }
@@ -339,6 +347,6 @@ async fn run(args: Args) -> Result<(), PoolError> {
         println!("{outcome:<28}{:>12}", end.value(name, &[]));
     }
     println!("\n(every figure above is read from the pool's Prometheus metrics)");
-    pool.shutdown(Duration::from_secs(5)).await?;
+    pool.shutdown_with_drain(Duration::from_secs(5)).await?;
     Ok(())
 }

@@ -128,6 +128,6 @@ async fn main() -> Result<(), PoolError> {
     b.await.expect("client B ran")?;
     a.await.expect("client A ran")?;
     say(start, &pool, "both clients done");
-    pool.shutdown(Duration::from_secs(5)).await?;
+    pool.shutdown_with_drain(Duration::from_secs(5)).await?;
     Ok(())
 }

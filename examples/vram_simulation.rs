@@ -6,6 +6,14 @@
 //! ```text
 //! cargo run --release --example vram_simulation
 //! ```
+//!
+//! Its output: a table of both schedulers' makespan, VRAM utilisation, waits per priority
+//! (p50 / p99) and the longest wait of a large task, then why the makespans match. The
+//! requests arrive slower than the card can serve them on average, so both schedulers end
+//! shortly after the last arrival: the run is bound by arrivals, and packing cannot shorten
+//! it. What the parking lot changes is who waits: high-priority requests start at once
+//! instead of queueing behind whatever is at the head, and the low-priority batch jobs pay
+//! for it with longer tail waits.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -218,5 +226,35 @@ fn main() {
     println!(
         "| largest tasks (>= 10 GB) max wait (ms) | {} | {} |",
         parking.largest_max_wait_ms, fifo.largest_max_wait_ms
+    );
+    explain(&requests, &mut parking, &mut fifo);
+}
+
+/// Why the makespans match, and where the difference is, in this run's numbers.
+fn explain(requests: &[Request], parking: &mut Outcome, fifo: &mut Outcome) {
+    let last_arrival_ms = requests.last().map_or(0, |request| request.arrives_ms);
+    let p99 = |outcome: &mut Outcome, priority| {
+        let waits = outcome
+            .waits
+            .get_mut(&priority)
+            .expect("every priority occurs");
+        percentile(waits, 0.99)
+    };
+    println!(
+        "\nWhy the makespans match: the last request arrives at {:.1} s and the work keeps the \
+         card {:.0}% busy, so the card keeps up and both schedulers finish {:.1} s after that \
+         arrival. The run is bound by arrivals, not by packing.",
+        last_arrival_ms as f64 / 1e3,
+        parking.utilisation * 100.0,
+        (parking.makespan_ms - last_arrival_ms) as f64 / 1e3,
+    );
+    println!(
+        "The gain is in who waits: a high-priority request waits {} ms at p99 in the parking \
+         lot against {} ms in the FIFO, where it queues behind whatever is at the head; \
+         low-priority batch jobs pay for it ({} ms against {} ms at p99).",
+        p99(parking, Priority::High),
+        p99(fifo, Priority::High),
+        p99(parking, Priority::Low),
+        p99(fifo, Priority::Low),
     );
 }

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: every crate, every feature, doc tests included.
+# The whole test suite, for every feature set a user can build:
+#
+# - the suite with the default features (what `cargo test` gives a fresh clone), then with
+#   every feature, doc tests included;
+# - each cargo feature of the root crate on its own, and none at all: built with its tests,
+#   examples and benches, and linted, so code that only one feature set compiles cannot rot;
+# - the real-NVML test with its report shown, and the loom models.
 #
 # Tests that talk to PostgreSQL use a real server (DATABASE_URL, default
 # postgres://postgres@127.0.0.1:5432/test). When one is installed locally but stopped, this
@@ -31,13 +37,34 @@ if ! postgres_reachable; then
   exit 1
 fi
 
+section() { printf '\n=== %s\n' "$*"; }
+
+section "the suite with the default features"
+cargo test --workspace --all-targets
+cargo test --workspace --doc
+
+section "the suite with every feature"
 cargo test --workspace --all-features --all-targets
 cargo test --workspace --all-features --doc
 
-# The real-NVML test again, with its report shown: the GPUs it found, or why it could not look.
+# The features of the root crate, read from its manifest: the names in [features] but
+# `default`.
+root_features() {
+  sed -n '/^\[features\]/,/^\[/p' Cargo.toml | sed -n 's/^\([a-z0-9_-]*\) *=.*/\1/p' | grep -vx default
+}
+
+section "each feature on its own"
+for feature in "" $(root_features); do
+  echo "--no-default-features ${feature:+--features $feature}"
+  cargo clippy --no-default-features ${feature:+--features "$feature"} --all-targets --quiet -- -D warnings
+done
+
+section "the real-NVML test, with its report: the GPUs it found, or why it could not look"
 cargo test --all-features --test gpu_nvml -- --nocapture
 
-# The loom models of the parker and the slot budget (actors/tests/loom_*.rs), in their own
-# target directory so the cfg(loom) build does not throw away the main build cache.
-CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" \
+# The loom models of the parker and the slot budget (actors/tests/loom_*.rs), in a target
+# directory of their own (inside the caller's CARGO_TARGET_DIR when one is set) so the
+# cfg(loom) build does not throw away the main build cache.
+section "the loom models"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" RUSTFLAGS="--cfg loom" \
   cargo test -p prometheus_parking_lot_actors --release --test loom_parker --test loom_budget

@@ -401,8 +401,17 @@ where
     match settings {
         #[cfg(feature = "yaque")]
         QueueSettings::Yaque { path, stream } => {
-            let queue = crate::infra::queue::yaque::YaqueQueue::open(path, stream)
-                .map_err(|error| PoolError::Internal(format!("pools.{name}.queue: {error}")))?;
+            let queue =
+                crate::infra::queue::yaque::YaqueQueue::open(path, stream).map_err(|error| {
+                    let reason = match error {
+                        crate::core::QueueError::Backend(reason) => reason,
+                        other => other.to_string(),
+                    };
+                    PoolError::InvalidConfig(format!(
+                        "pools.{name}.queue.path: {reason}; give a directory this process can \
+                         create and write, in which no other running process has this stream open"
+                    ))
+                })?;
             Ok(Box::new(queue))
         }
         QueueSettings::InMemory => Ok(Box::new(InMemoryQueue::new())),

@@ -1,24 +1,81 @@
 //! # prometheus_parking_lot
 //!
 //! Keeps AI workloads from over-subscribing scarce resources (GPU memory, KV-cache blocks,
-//! worker threads). A task declares a [`ResourceCost`]; the scheduler starts it at once when
-//! it fits the pool's free capacity and otherwise *parks* it, then wakes the best-ranked
-//! parked task that fits whenever capacity frees.
+//! worker threads). Every task declares a [`ResourceCost`]; a task that fits the pool's free
+//! capacity starts at once on a worker thread, one that does not is *parked*, and whenever
+//! capacity frees the best-ranked parked task that fits starts.
 //!
-//! This crate is the public face. The engine (domain types, the pure parking-lot core and
-//! the actor tree) lives in the workspace member `prometheus_parking_lot_actors`; every name
-//! users need is re-exported here, at the paths existing code imports:
+//! ## Two ways in
 //!
-//! - [`core`]: pools ([`WorkerPool`], [`ResourcePool`]), executors, backend traits, limits,
-//!   statuses, errors and the pure scheduling core;
-//! - [`config`]: pool settings; [`infra`]: queue and mailbox backends; [`gpu`]: GPU probes
-//!   (NVML with the cargo feature `gpu`, and a fake); [`runtime`]: where a pool's actors
-//!   run; [`actors`]: the actor tree itself, for callers that send messages;
-//! - [`util::serde`]: the serializable domain types; [`util::clock::now_ms`];
+//! **A pool in code.** [`WorkerPool`] runs your [`WorkerExecutor`] on dedicated threads:
+//! submit a payload with its [`TaskMetadata`] (cost, priority, deadline), get a
+//! [`MailboxKey`], retrieve the result under it.
+//!
+//! ```
+//! use std::time::Duration;
+//! use prometheus_parking_lot::{Priority, ResourceCost, TaskMetadata, WorkerExecutor, WorkerPool, WorkerPoolConfig};
+//!
+//! #[derive(Clone)]
+//! struct Model;
+//!
+//! #[async_trait::async_trait]
+//! impl WorkerExecutor<String, String> for Model {
+//!     async fn execute(&self, prompt: String, _meta: TaskMetadata) -> String {
+//!         format!("echo: {prompt}")
+//!     }
+//! }
+//!
+//! let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(2).with_max_units(24), Model)?;
+//! let meta = TaskMetadata::new(1, ResourceCost::gpu_vram(16)).with_priority(Priority::High);
+//! let key = pool.submit("hello".to_string(), meta)?;
+//! assert_eq!(pool.retrieve(&key, Duration::from_secs(5))?, "echo: hello");
+//! # Ok::<(), prometheus_parking_lot::PoolError>(())
+//! ```
+//!
+//! **Pools from a configuration file.** [`SchedulerConfig::from_path`] reads and validates a
+//! JSON or YAML file (every error names the field); [`build_pools_from_scheduler_config`]
+//! starts its pools as [`ResourcePool`]s, with the queue (in memory, an embedded file queue,
+//! PostgreSQL, pgmq), mailbox and webhook each pool names. The [`config`] module lists every
+//! field; `config/` in the repository has ready files.
+//!
+//! ```
+//! use prometheus_parking_lot::{build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner};
+//! # use prometheus_parking_lot::{TaskExecutor, TaskMetadata};
+//! # #[derive(Clone)]
+//! # struct Model;
+//! # #[async_trait::async_trait]
+//! # impl TaskExecutor<String, String> for Model {
+//! #     async fn execute(&self, prompt: String, _meta: TaskMetadata) -> String { prompt }
+//! # }
+//!
+//! let config = SchedulerConfig::from_yaml_str("pools:\n  chat: { max_units: 24, worker_threads: 2 }\n")?;
+//! let built = build_pools_from_scheduler_config::<String, String, Model, TokioSpawner>(
+//!     &config, &QueueBuilderContext::Embedded, None, |_pool_name| Model, TokioSpawner)?;
+//! assert_eq!(built.pools["chat"].stats().total_units, 24);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Where the rest is
+//!
+//! - [`core`]: the pools, executors, backend traits ([`TaskQueue`], [`Mailbox`]), limits,
+//!   statuses and [`PoolError`]; [`core::scheduling`]: the pure parking-lot core;
+//! - [`config`]: settings in code ([`WorkerPoolConfig`]) and in files ([`SchedulerConfig`]);
+//! - [`infra`]: the queue and mailbox backends; [`runtime`]: where a pool's actors run;
+//!   [`gpu`]: GPU probes (NVML with the cargo feature `gpu`, and a fake);
+//! - [`actors`]: the actor tree itself, for callers that send it messages;
 //! - [`stream`] and [`running`]: streamed results, and what a running task sees of its run
-//!   (its cancellation flag, its partial-result sink); [`budget`]: the nested-work slots.
+//!   (its cancellation, its partial-result sink); [`budget`]: the nested-work slots;
+//! - [`util`]: the serializable domain types and [`util::now_ms`];
 //! - `metrics` (cargo feature `metrics`, on by default): every pool's metrics through the
 //!   `metrics` facade, named for Prometheus.
+//!
+//! The engine (domain types, the scheduling core, the actor tree) lives in the workspace
+//! member `prometheus_parking_lot_actors`; every name users need is re-exported here.
+//!
+//! ## The machine underneath
+//!
+//! Both faces drive one pure state machine, [`ParkingLot`]: it takes [`Ticket`]s and the
+//! time, and answers with decisions; `PARKING_LOT.md` explains its algorithm and bounds.
 //!
 //! ```
 //! use prometheus_parking_lot::{ParkingLot, PoolLimits, Priority, ResourceCost, Ticket};

@@ -7,6 +7,11 @@ use std::time::Duration;
 use prometheus_parking_lot::config::{MaxUnits, NotifierSettings, QueueSettings, StorageSettings};
 use prometheus_parking_lot::*;
 
+// Every test that reads the list is about a feature this build lacks.
+#[cfg(not(all(feature = "pgmq", feature = "yaque", feature = "webhook")))]
+#[path = "support/features.rs"]
+mod features;
+
 fn fixture(name: &str) -> String {
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(path).expect("fixture")
@@ -157,8 +162,10 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (r#"{ "pools": {} }"#, "pools: no pool is defined; define at least one"),
         (r#"{ "pools": { "": {} } }"#, r#"pools.: "" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
-        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
-        (r#"{ "pool": {} }"#, "pool: unknown field `pool`, expected `pools` or `database_url`"),
+        (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`; did you mean `max_units`?"),
+        (r#"{ "pools": { "p": { "maxUnits": 3 } } }"#, "pools.p.maxUnits: unknown field `maxUnits`; did you mean `max_units`?"),
+        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
+        (r#"{ "pool": {} }"#, "pool: unknown field `pool`; did you mean `pools`?"),
         (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is allowed only on a shared queue (postgres, postgres_pgmq), for a producer-only node; use 1 to 1024"),
         (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 0 to 1024"),
         (&one_pool(r#"{ "thread_stack_size": 1024 }"#), "pools.p.thread_stack_size: 1024 is out of range; use 65536 to 1073741824"),
@@ -166,6 +173,9 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "max_units": 5000000000 }"#), r#"pools.p.max_units: 5000000000 is out of range; use 1 to 4294967295 units, or "auto""#),
         (&one_pool(r#"{ "max_units": "lots" }"#), r#"pools.p.max_units: invalid value: string "lots", expected a whole number of units or "auto""#),
         (&one_pool(r#"{ "max_units": -3 }"#), r#"pools.p.max_units: invalid type: integer `-3`, expected a whole number of units or "auto""#),
+        (&one_pool(r#"{ "worker_threads": "four" }"#), r#"pools.p.worker_threads: invalid type: string "four", expected a whole number (0 or more)"#),
+        (&one_pool(r#"{ "worker_threads": 1.5 }"#), "pools.p.worker_threads: invalid type: number `1.5`, expected a whole number (0 or more)"),
+        (&one_pool(r#"{ "starvation": 3 }"#), "pools.p.starvation: invalid type: integer `3`, expected a mapping of settings ({ ... })"),
         (&one_pool(r#"{ "max_queue_depth": 0 }"#), "pools.p.max_queue_depth: 0 is out of range; use 1 to 100000000"),
         (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
         (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
@@ -178,9 +188,10 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "max_units": 24, "fair_share": { "max_units_per_tenant": 25 } }"#), "pools.p.fair_share.max_units_per_tenant: 25 is out of range; use 1 to 24 (the pool's max_units: a larger cap would cap nothing)"),
         (&one_pool(r#"{ "fair_share": { "max_fraction": 0 } }"#), "pools.p.fair_share.max_fraction: 0 is out of range; use a number greater than 0 and at most 1"),
         (&one_pool(r#"{ "fair_share": { "max_fraction": 1.5 } }"#), "pools.p.fair_share.max_fraction: 1.5 is out of range; use a number greater than 0 and at most 1"),
-        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`, expected `max_units_per_tenant` or `max_fraction`"),
+        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`; use `max_units_per_tenant` or `max_fraction`"),
         (&one_pool(r#"{ "backfill": "on" }"#), r#"pools.p.backfill: invalid type: string "on", expected a boolean"#),
-        (&one_pool(r#"{ "queue": { "type": "redis" } }"#), "pools.p.queue.type: unknown variant `redis`, expected one of `in_memory`, `yaque`, `postgres`, `postgres_pgmq`"),
+        (&one_pool(r#"{ "queue": { "type": "redis" } }"#), "pools.p.queue.type: unknown value `redis`; use one of `in_memory`, `yaque`, `postgres`, `postgres_pgmq`"),
+        (&one_pool(r#"{ "queue": { "type": "yaqe" } }"#), "pools.p.queue.type: unknown value `yaqe`; did you mean `yaque`?"),
         (&one_pool(r#"{ "queue": { "type": "yaque", "path": " ", "stream": "s" } }"#), "pools.p.queue.path: is empty; give the directory of the queue files"),
         (&one_pool(r#"{ "queue": { "type": "yaque", "path": "./q", "stream": "../etc" } }"#), r#"pools.p.queue.stream: "../etc" is not allowed; stream names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (&one_pool(r#"{ "queue": { "type": "postgres", "table": "jobs; DROP TABLE users" } }"#), r#"pools.p.queue.table: "jobs; DROP TABLE users" is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most 63 characters"#),
@@ -195,15 +206,15 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h", "max_retries": 1000 } } }"#), "pools.p.mailbox.notifier.max_retries: 1000 is out of range; use 0 to 100"),
         (&one_pool(r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h", "auth_header": "${bad name}" } } }"#), "pools.p.mailbox.notifier.auth_header: `${bad name}` is not a valid environment variable reference; names are letters, digits and '_'"),
         (&one_pool(r#"{ "durability": "parked" }"#), "pools.p.durability: applies to durable queues only (yaque, postgres, postgres_pgmq); the in_memory queue keeps nothing across a restart: remove the field or choose a durable queue"),
-        (&one_pool(r#"{ "durability": "sometimes", "queue": { "type": "yaque", "path": "./q", "stream": "s" } }"#), "pools.p.durability: unknown variant `sometimes`, expected `accepted` or `parked`"),
+        (&one_pool(r#"{ "durability": "sometimes", "queue": { "type": "yaque", "path": "./q", "stream": "s" } }"#), "pools.p.durability: unknown value `sometimes`; use `accepted` or `parked`"),
         (&one_pool(r#"{ "spin_ms": 5, "queue": { "type": "yaque", "path": "./q", "stream": "s" } }"#), r#"pools.p.spin_ms: applies only with "durability": "parked"; set that, or remove spin_ms"#),
         (&one_pool(r#"{ "durability": "parked", "spin_ms": 5, "queue": { "type": "postgres" } }"#), "pools.p.spin_ms: applies to the yaque queue only; a shared queue (postgres) parks a task at once, where other nodes can claim it: set 0 or remove spin_ms"),
         (&one_pool(r#"{ "durability": "parked", "spin_ms": 600000, "queue": { "type": "yaque", "path": "./q", "stream": "s" } }"#), "pools.p.spin_ms: 600000 is out of range; use 0 to 60000"),
         (r#"{ "pools": { "a": { "queue": { "type": "postgres_pgmq", "queue_name": "q" } }, "b": { "queue": { "type": "postgres_pgmq", "queue_name": "q" } } } }"#, "pools.b.queue: pool a uses the pgmq queue q already; give each pool its own queue"),
         (r#"{ "pools": { "a": { "queue": { "type": "yaque", "path": "./q", "stream": "s" } }, "b": { "queue": { "type": "yaque", "path": "./q", "stream": "s" } } } }"#, "pools.b.queue: pool a uses the yaque stream s in ./q already; give each pool its own queue"),
-        (&one_pool(r#"{ "gpu": { "devcie": 1 } }"#), "pools.p.gpu.devcie: unknown field `devcie`, expected one of `device`, `devices`, `reserve_fraction`, `live_guard`, `sample_ms`"),
+        (&one_pool(r#"{ "gpu": { "devcie": 1 } }"#), "pools.p.gpu.devcie: unknown field `devcie`; did you mean `device`?"),
         (&one_pool(r#"{ "gpu": { "device": 300 } }"#), "pools.p.gpu.device: 300 is out of range; use 0 to 255"),
-        (&one_pool(r#"{ "gpu": { "device": -1 } }"#), "pools.p.gpu.device: invalid value: integer `-1`, expected u32"),
+        (&one_pool(r#"{ "gpu": { "device": -1 } }"#), "pools.p.gpu.device: invalid value: integer `-1`, expected a whole number from 0 to 4294967295"),
         (&one_pool(r#"{ "gpu": { "device": 0, "devices": [1] } }"#), "pools.p.gpu.devices: gpu.device is set too; set one of the two (device: this pool on one GPU; devices: one pool per GPU)"),
         (&one_pool(r#"{ "gpu": { "devices": [] } }"#), "pools.p.gpu.devices: is empty; list at least one device index"),
         (&one_pool(r#"{ "gpu": { "devices": [0, 1, 0] } }"#), "pools.p.gpu.devices: device 0 is listed twice; list each device once"),
@@ -292,92 +303,88 @@ async fn a_loaded_configuration_builds_running_pools() {
     );
 }
 
-#[test]
-fn a_backend_missing_from_this_build_is_named_with_its_feature() {
-    let config = SchedulerConfig::from_json_str(&fixture("seed_readme_pools.json")).unwrap();
+/// The configuration error that building `config`'s pools is refused with.
+fn build_refusal(config: &SchedulerConfig) -> String {
     let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
-        &config,
+        config,
         &QueueBuilderContext::Embedded,
         None,
         |_name| Echo,
         TokioSpawner,
     )
     .err()
-    .expect("no durable backends in this build");
-    let text = error.to_string();
-    // With the pgmq feature the queue is built, and needs a database the seed does not name.
-    #[cfg(feature = "pgmq")]
+    .expect("the build is refused");
+    let PoolError::InvalidConfig(text) = error else {
+        panic!("not a configuration error: {error:?}");
+    };
+    text
+}
+
+#[test]
+fn a_backend_missing_from_this_build_is_named_with_its_feature() {
+    let config = SchedulerConfig::from_json_str(&fixture("seed_readme_pools.json")).unwrap();
+    let text = build_refusal(&config);
+    // With every backend the seed names built, the pgmq queue needs a database the seed does
+    // not name. Otherwise the first backend this build lacks is refused, naming its feature.
+    #[cfg(all(feature = "pgmq", feature = "webhook", feature = "yaque"))]
     assert!(
-        text.starts_with("invalid configuration: pools.llm_inference.")
+        text.starts_with("pools.llm_inference.")
             && text.contains(": a postgres backend needs a database; set database_url"),
         "{text}"
     );
-    #[cfg(not(feature = "pgmq"))]
-    assert!(
-        text.starts_with(
-            "invalid configuration: pools.llm_inference.queue.type: the postgres_pgmq queue is \
-             not available in this build of prometheus_parking_lot (it needs the cargo feature \
-             `pgmq`); available here: the in_memory"
-        ),
-        "{text}"
-    );
-    // The list of what is available names what this build has; CI builds every feature
-    // but pgmq in this check's build below.
-    #[cfg(all(
-        feature = "yaque",
-        feature = "postgres",
-        feature = "webhook",
-        feature = "gpu",
-        not(feature = "pgmq")
-    ))]
-    assert!(
-        text.ends_with(
-            "available here: the in_memory, yaque, postgres queues, the in_memory and postgres \
-             mailboxes, the http notifier and a number or \"auto\" for max_units"
-        ),
-        "{text}"
-    );
-    #[cfg(not(any(
-        feature = "yaque",
-        feature = "postgres",
-        feature = "webhook",
-        feature = "gpu"
-    )))]
-    assert!(
-        text.ends_with(
-            "available here: the in_memory queue, the in_memory mailbox and a number for max_units"
-        ),
-        "{text}"
-    );
+    #[cfg(not(all(feature = "pgmq", feature = "webhook", feature = "yaque")))]
+    {
+        let needed = text
+            .split_once("is not available in this build of prometheus_parking_lot (it needs the cargo feature `")
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(feature, _)| feature)
+            .unwrap_or_else(|| panic!("no missing feature named in {text:?}"));
+        assert!(!features::built_with(needed), "{needed} is built: {text}");
+        features::assert_lists_what_this_build_has(&text);
+    }
 }
 
-#[cfg(not(any(
-    feature = "yaque",
-    feature = "postgres",
-    feature = "webhook",
-    feature = "gpu"
-)))]
+#[cfg(not(feature = "yaque"))]
 #[test]
 fn without_the_yaque_feature_a_yaque_pool_is_refused_with_the_feature_named() {
     let config =
         SchedulerConfig::from_json_str(&one_pool(&fixture("seed_tauri_snippet.json"))).unwrap();
-    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
-        &config,
-        &QueueBuilderContext::Embedded,
-        None,
-        |_name| Echo,
-        TokioSpawner,
-    )
-    .err()
-    .expect("no yaque queue in this build");
-    assert_eq!(
-        error,
-        PoolError::InvalidConfig(
+    let text = build_refusal(&config);
+    assert!(
+        text.starts_with(
             "pools.p.queue.type: the yaque queue is not available in this build of \
-             prometheus_parking_lot (it needs the cargo feature `yaque`); available here: the \
-             in_memory queue, the in_memory mailbox and a number for max_units"
-                .into()
-        )
+             prometheus_parking_lot (it needs the cargo feature `yaque`); available here: "
+        ),
+        "{text}"
+    );
+    features::assert_lists_what_this_build_has(&text);
+}
+
+/// A yaque `path` that names a file, not a directory: the error names the field and says
+/// what to give instead.
+#[cfg(feature = "yaque")]
+#[test]
+fn a_yaque_path_that_cannot_be_opened_names_the_field_with_advice() {
+    let not_a_directory =
+        std::env::temp_dir().join(format!("pl-config-queue-file-{}", std::process::id()));
+    std::fs::write(&not_a_directory, "").expect("file written");
+    let config = SchedulerConfig::from_json_str(&one_pool(&format!(
+        r#"{{ "queue": {{ "type": "yaque", "path": {:?}, "stream": "llm" }} }}"#,
+        not_a_directory.display().to_string()
+    )))
+    .expect("a valid configuration");
+    let text = build_refusal(&config);
+    let _ = std::fs::remove_file(&not_a_directory);
+    assert!(
+        text.starts_with("pools.p.queue.path: could not open the yaque stream llm in "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "; give a directory this process can create and write, in which no other running \
+             process has this stream open"
+        ),
+        "{text}"
     );
 }
 
@@ -390,24 +397,15 @@ fn the_http_notifier_needs_the_webhook_feature() {
         r#"{ "mailbox": { "notifier": { "type": "http", "base_url": "https://h/x" } } }"#,
     ))
     .unwrap();
-    let error = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
-        &config,
-        &QueueBuilderContext::Embedded,
-        None,
-        |_name| Echo,
-        TokioSpawner,
-    )
-    .err()
-    .expect("no http notifier in this build");
-    assert_eq!(
-        error,
-        PoolError::InvalidConfig(
+    let text = build_refusal(&config);
+    assert!(
+        text.starts_with(
             "pools.p.mailbox.notifier.type: the http notifier is not available in this build of \
-             prometheus_parking_lot (it needs the cargo feature `webhook`); available here: the \
-             in_memory queue and mailbox and a number for max_units"
-                .into()
-        )
+             prometheus_parking_lot (it needs the cargo feature `webhook`); available here: "
+        ),
+        "{text}"
     );
+    features::assert_lists_what_this_build_has(&text);
 }
 
 /// Holds every task until the test lets it finish.

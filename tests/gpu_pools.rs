@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 use prometheus_parking_lot::gpu::{FakeGpu, GpuError, GpuStats};
 use prometheus_parking_lot::*;
 
+#[cfg(not(feature = "gpu"))]
+#[path = "support/features.rs"]
+mod features;
+
 /// Says which pool ran the task; a task whose payload is `slow` takes half a second.
 #[derive(Clone)]
 struct Named(String);
@@ -385,12 +389,16 @@ fn without_the_gpu_feature_the_plain_builder_refuses_auto_naming_the_feature() {
     )
     .err()
     .expect("no NVML in this build");
-    assert_eq!(
-        error.to_string(),
-        "invalid configuration: pools.llm.max_units: \"auto\" (GPU sizing) is not available in \
-         this build of prometheus_parking_lot (it needs the cargo feature `gpu`); available \
-         here: the in_memory queue and mailbox and a number for max_units"
+    let text = error.to_string();
+    assert!(
+        text.starts_with(
+            "invalid configuration: pools.llm.max_units: \"auto\" (GPU sizing) is not available \
+             in this build of prometheus_parking_lot (it needs the cargo feature `gpu`); \
+             available here: "
+        ),
+        "{text}"
     );
+    features::assert_lists_what_this_build_has(&text);
 }
 
 /// A finished task's memory counts at once: the scheduler asks for a sample when a task

@@ -66,7 +66,9 @@ async fn each_gpu_pool_has_one_sampler_thread_until_it_shuts_down() {
     .unwrap();
     wait_for_samplers(2).await;
     for pool in built.pools.values() {
-        pool.shutdown(Duration::from_secs(5)).await.unwrap();
+        pool.shutdown_with_drain(Duration::from_secs(5))
+            .await
+            .unwrap();
     }
     drop(built);
     wait_for_samplers(0).await;

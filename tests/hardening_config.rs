@@ -335,9 +335,7 @@ fn alias_bombs_and_deep_nesting_are_answered_quickly() {
 
 #[test]
 fn unknown_fields_are_named_in_both_formats() {
-    let expected = "pools.p.max_unit: unknown field `max_unit`, expected one of `worker_threads`, \
-                    `thread_stack_size`, `max_units`, `max_queue_depth`, `default_timeout_secs`, \
-                    `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`";
+    let expected = "pools.p.max_unit: unknown field `max_unit`; did you mean `max_units`?";
     assert_eq!(
         json_error(r#"{ "pools": { "p": { "max_unit": 3 } } }"#),
         expected
@@ -345,7 +343,6 @@ fn unknown_fields_are_named_in_both_formats() {
     assert_eq!(yaml_error("pools:\n  p:\n    max_unit: 3\n"), expected);
     assert_eq!(
         yaml_error("pools:\n  p:\n    mailbox:\n      notifier: { type: http, base_url: \"https://h\", tiemout_ms: 5 }\n"),
-        "pools.p.mailbox.notifier: unknown field `tiemout_ms`, expected one of \
-         `base_url`, `auth_header`, `hmac_secret`, `timeout_ms`, `max_retries`"
+        "pools.p.mailbox.notifier: unknown field `tiemout_ms`; did you mean `timeout_ms`?"
     );
 }

@@ -77,18 +77,22 @@ async fn concurrent_shutdowns_wait_for_the_same_drain_and_get_the_same_report() 
     let pool = Arc::new(lab.pool);
     let first = tokio::spawn({
         let pool = pool.clone();
-        async move { pool.shutdown(Duration::from_secs(2)).await }
+        async move { pool.shutdown_with_drain(Duration::from_secs(2)).await }
     });
     tokio::time::sleep(Duration::from_millis(20)).await;
     let second = tokio::spawn({
         let pool = pool.clone();
-        async move { pool.shutdown(Duration::from_secs(2)).await }
+        async move { pool.shutdown_with_drain(Duration::from_secs(2)).await }
     });
     let first = bounded("first shutdown", first).await.unwrap();
     let second = bounded("second shutdown", second).await.unwrap();
     assert_eq!(first, Ok(BUSY_REPORT));
     assert_eq!(second, first, "every caller gets the same report");
-    let later = bounded("a later shutdown", pool.shutdown(Duration::from_secs(2))).await;
+    let later = bounded(
+        "a later shutdown",
+        pool.shutdown_with_drain(Duration::from_secs(2)),
+    )
+    .await;
     assert_eq!(later, first, "a shutdown after the drain reports it again");
 
     assert_eq!(
@@ -189,7 +193,7 @@ async fn every_submit_accepted_while_shutdown_races_gets_exactly_one_outcome() {
         while accepted_so_far.load(Ordering::Relaxed) < 600 {
             tokio::task::yield_now().await;
         }
-        pool.shutdown(Duration::from_secs(2)).await
+        pool.shutdown_with_drain(Duration::from_secs(2)).await
     };
     let report = bounded("shutdown", shutdown).await.unwrap();
 
@@ -268,7 +272,7 @@ async fn a_steady_stream_of_submits_does_not_hold_off_a_shutdown() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let asked = Instant::now();
-    let report = bounded("shutdown", pool.shutdown(Duration::from_secs(1))).await;
+    let report = bounded("shutdown", pool.shutdown_with_drain(Duration::from_secs(1))).await;
     let took = asked.elapsed();
     assert!(report.is_ok(), "{report:?}");
     while let Some(refused_at) = bounded("clients", clients.join_next()).await {
@@ -325,7 +329,7 @@ async fn duration_max_waits_for_ever_in_retrieve_and_shutdown() {
         .await
         .unwrap();
     let began = Instant::now();
-    let report = bounded("shutdown(MAX)", pool.shutdown(Duration::MAX))
+    let report = bounded("shutdown(MAX)", pool.shutdown_with_drain(Duration::MAX))
         .await
         .unwrap();
     assert_eq!(report.finished_running, 1);

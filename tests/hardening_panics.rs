@@ -257,7 +257,7 @@ async fn an_uncollected_result_that_panics_when_dropped_does_not_escape_the_pool
     let pool = WorkerPool::new(settings("bomb-left", 1, 8), Hazards).unwrap();
     submit(&pool, Act::BombResult, 1).await;
     eventually("the bomb is stored", || pool.stats().completed_tasks == 1).await;
-    let report = tokio::time::timeout(WAIT, pool.shutdown(Duration::from_secs(1)))
+    let report = tokio::time::timeout(WAIT, pool.shutdown_with_drain(Duration::from_secs(1)))
         .await
         .unwrap();
     assert!(report.is_ok(), "{report:?}");

@@ -98,7 +98,7 @@ async fn shutdown_gives_every_parked_in_memory_task_its_cancelled_outcome() {
         .into_iter()
         .collect::<Result<_, _>>()
         .unwrap();
-    let report = tokio::time::timeout(WAIT, lab.pool.shutdown(Duration::from_secs(5)))
+    let report = tokio::time::timeout(WAIT, lab.pool.shutdown_with_drain(Duration::from_secs(5)))
         .await
         .unwrap()
         .unwrap();

@@ -608,7 +608,7 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere(backen
         .collect();
     assert_eq!(on_a.len(), 2, "node a ran 2 at once before it died");
     assert_eq!(pool.stats().active_tasks, 6);
-    pool.shutdown(Duration::from_millis(10))
+    pool.shutdown_with_drain(Duration::from_millis(10))
         .await
         .expect("node b stops");
     clean_up(backend, &queue, &mailbox).await;

@@ -430,7 +430,11 @@ async fn shutdown_cancels_parked_tasks_drains_running_ones_and_refuses_new_work(
         .await
         .unwrap();
     assert_eq!(lab.next_start().await, 1);
-    let report = lab.pool.shutdown(Duration::from_secs(5)).await.unwrap();
+    let report = lab
+        .pool
+        .shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(
         (
             report.cancelled_parked,
@@ -467,7 +471,11 @@ async fn shutdown_never_waits_past_its_deadline_for_a_stuck_task() {
         .unwrap();
     assert_eq!(lab.next_start().await, 1);
     let began = Instant::now();
-    let report = lab.pool.shutdown(Duration::from_millis(100)).await.unwrap();
+    let report = lab
+        .pool
+        .shutdown_with_drain(Duration::from_millis(100))
+        .await
+        .unwrap();
     assert!(
         began.elapsed() < Duration::from_secs(3),
         "took {:?}",
@@ -754,7 +762,10 @@ async fn a_durable_queue_keeps_parked_tasks_at_shutdown_and_the_next_pool_runs_t
         first.submit(task(id, 1, priority)).await.unwrap();
     }
     assert_eq!(first.stats().queued_tasks, 3);
-    let report = first.shutdown(Duration::from_secs(5)).await.unwrap();
+    let report = first
+        .shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!((report.kept_parked, report.cancelled_parked), (3, 0));
     assert_eq!(report.finished_running, 1);
     assert_eq!(first.retrieve(&running, WAIT).await, Ok(300));
@@ -770,7 +781,10 @@ async fn a_durable_queue_keeps_parked_tasks_at_shutdown_and_the_next_pool_runs_t
     let second = start("durable-b");
     eventually("kept tasks ran", || second.stats().completed_tasks == 3).await;
     assert_eq!(stored.counts().await.unwrap(), QueueCounts::default());
-    second.shutdown(Duration::from_secs(1)).await.unwrap();
+    second
+        .shutdown_with_drain(Duration::from_secs(1))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

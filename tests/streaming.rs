@@ -313,7 +313,7 @@ async fn the_shutdown_deadline_raises_the_flag_of_a_blocking_executor() {
         .expect("admitted");
     eventually("the task runs", || llm.saw("token:4:0")).await;
     let report = pool
-        .shutdown(Duration::from_millis(50))
+        .shutdown_with_drain(Duration::from_millis(50))
         .await
         .expect("shuts down");
     assert_eq!(report.abandoned_running, 1);

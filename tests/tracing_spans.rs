@@ -3,8 +3,6 @@
 //! message an actor handles (kind, id, what it serves). One test: it installs the process's
 //! global subscriber.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,20 +11,9 @@ use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::util::serde::ResourceCost;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// Everything the subscriber writes, shared with the test.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+#[path = "support/captured_log.rs"]
+mod captured_log;
+use captured_log::Captured;
 
 #[derive(Clone)]
 struct Double;
@@ -64,9 +51,11 @@ async fn tasks_and_actors_run_in_spans_that_name_them() {
             Ok(id * 2)
         );
     }
-    pool.shutdown(Duration::from_secs(5)).await.expect("stops");
+    pool.shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .expect("stops");
 
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).expect("utf-8");
+    let text = captured.text();
     for id in 1..=3 {
         let span = format!("task{{pool=\"traced\" task_id={id}");
         assert!(text.contains(&span), "no span {span} in:\n{text}");

@@ -392,7 +392,9 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
     for id in [2, 5] {
         assert!(client.try_retrieve(&key(&format!("s{id}"))).await.is_ok());
     }
-    pool.shutdown(Duration::from_secs(1)).await.unwrap();
+    pool.shutdown_with_drain(Duration::from_secs(1))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -604,8 +606,13 @@ async fn a_hanging_endpoint_blocks_neither_its_pool_nor_another_pool() {
         "no more deliveries under way than slots"
     );
     let stopping = async {
-        stuck.shutdown(Duration::from_millis(200)).await.unwrap();
-        fine.shutdown(Duration::from_millis(200)).await.unwrap();
+        stuck
+            .shutdown_with_drain(Duration::from_millis(200))
+            .await
+            .unwrap();
+        fine.shutdown_with_drain(Duration::from_millis(200))
+            .await
+            .unwrap();
     };
     tokio::time::timeout(WAIT, stopping)
         .await
@@ -630,7 +637,9 @@ async fn shutdown_delivers_what_the_outbox_holds_before_it_returns() {
         before < 24,
         "the outbox still held notifications ({before} arrived)"
     );
-    pool.shutdown(Duration::from_secs(5)).await.unwrap();
+    pool.shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .unwrap();
     let after = receiver.requests();
     assert_eq!(
         distinct_deliveries(&after),

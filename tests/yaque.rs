@@ -695,7 +695,11 @@ async fn shutdown_stores_spinning_tasks_and_a_restarted_pool_runs_them() {
     lab.submit(1, Normal).await;
     assert_eq!(lab.next_start().await, 1);
     lab.submit(2, Normal).await;
-    let report = lab.pool.shutdown(Duration::from_millis(20)).await.unwrap();
+    let report = lab
+        .pool
+        .shutdown_with_drain(Duration::from_millis(20))
+        .await
+        .unwrap();
     assert_eq!(report.kept_parked, 1);
     assert_eq!(
         ops_of(&ops),
@@ -729,7 +733,11 @@ async fn a_restarted_pool_runs_what_was_parked_by_priority_then_admission() {
     ] {
         lab.submit(id, priority).await;
     }
-    let report = lab.pool.shutdown(Duration::from_millis(20)).await.unwrap();
+    let report = lab
+        .pool
+        .shutdown_with_drain(Duration::from_millis(20))
+        .await
+        .unwrap();
     assert_eq!(report.kept_parked, 6);
     drop(lab);
 

@@ -154,7 +154,7 @@ fn crash_child() {
                     };
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                pool.shutdown(Duration::from_secs(10))
+                pool.shutdown_with_drain(Duration::from_secs(10))
                     .await
                     .expect("shutdown");
                 drop(pool);

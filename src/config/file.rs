@@ -1,11 +1,7 @@
-//! The configuration file: every pool of a deployment, in JSON or YAML.
+//! The configuration file's shape: every pool of a deployment, as JSON or YAML writes it.
 //!
-//! Both formats are read into one JSON value first (a key given twice in one mapping is an
-//! error in both), then deserialized with the path of every field tracked, then their
-//! `${NAME}` references are replaced, once, then validated (see
-//! [`validate`](super::validate)). So a YAML file and a JSON file with the same content
-//! behave the same, and every error names the field it is about, like
-//! `pools.llm_inference.queue.queue_name`.
+//! This file holds the types a file deserializes into; [`load`](super::load) reads and
+//! checks a file, [`validate`](super::validate) holds the rules.
 //!
 //! ```
 //! use prometheus_parking_lot::config::{QueueSettings, SchedulerConfig};
@@ -21,20 +17,46 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::gpu::GpuSettings;
-use super::secret::{expand_field, expand_secret, Secret};
-use super::validate::ConfigError;
-use super::{quote, strict_json, WorkerPoolConfig};
+use super::pool::WorkerPoolConfig;
+use super::queue::QueueSettings;
+use super::secret::Secret;
 use crate::core::{Capacity, Durability, FairShare, StarvationGuard};
 use crate::util::redact;
 
-/// Every pool of a deployment, by name.
+/// Every pool of a deployment, by name: what a configuration file holds.
+///
+/// Load one with [`from_path`](Self::from_path) (`.json`, `.yaml`, `.yml`),
+/// [`from_json_str`](Self::from_json_str) or [`from_yaml_str`](Self::from_yaml_str); each
+/// validates what it read, and its error names the field. Then
+/// [`build_pools_from_scheduler_config`](crate::build_pools_from_scheduler_config) starts the
+/// pools.
+///
+/// ```
+/// use prometheus_parking_lot::config::{MaxUnits, SchedulerConfig};
+///
+/// let config = SchedulerConfig::from_yaml_str(
+///     "pools:
+///   chat:
+///     max_units: 24
+///     worker_threads: 4
+///     starvation: { max_park_ms: 2000 }
+///   batch:
+///     max_units: 8
+/// ",
+/// )?;
+/// assert_eq!(config.pools["chat"].max_units, MaxUnits::Units(24));
+/// assert_eq!(config.pools.keys().collect::<Vec<_>>(), ["batch", "chat"]);
+///
+/// let typo = SchedulerConfig::from_yaml_str("pools:\n  chat:\n    max_unit: 24\n").unwrap_err();
+/// assert_eq!(typo.to_string(), "pools.chat.max_unit: unknown field `max_unit`; did you mean `max_units`?");
+/// # Ok::<(), prometheus_parking_lot::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {
@@ -189,64 +211,6 @@ impl FairShareSettings {
     }
 }
 
-/// Where a pool's parked tasks wait.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum QueueSettings {
-    /// In memory (the default): nothing survives the process.
-    #[default]
-    InMemory,
-    /// An embedded file queue (desktop apps).
-    Yaque {
-        /// The queue directory.
-        path: String,
-        /// The stream within it.
-        stream: String,
-    },
-    /// A Postgres table through SeaORM.
-    Postgres {
-        /// The table. Default `pl_queue_jobs`.
-        #[serde(default = "default_queue_table")]
-        table: String,
-        /// The queue within the table. Default: the pool's name.
-        #[serde(default)]
-        queue_name: Option<String>,
-        /// How long a node's claim on a task lasts without renewal, ms. Default 30,000.
-        #[serde(default)]
-        lease_ms: Option<u64>,
-        /// Claims a task may have before a lost run dead-letters it. Default 3.
-        #[serde(default)]
-        max_attempts: Option<u32>,
-        /// Claimed tasks a node may hold waiting for a worker, beyond those it starts at
-        /// once: claims then fetch many tasks per round trip (throughput for short jobs), at
-        /// the price of tasks held by a busy node while another may be idle. Default 0.
-        #[serde(default)]
-        claim_ahead: Option<u32>,
-    },
-    /// PGMQ queues (one per priority level) that many nodes share (cargo feature `pgmq`).
-    PostgresPgmq {
-        /// The queue name prefix: the levels are `<queue_name>_crit`, `_high`, `_norm` and
-        /// `_low`, the dead letters `<queue_name>_dlq`.
-        queue_name: String,
-        /// How long a node's claim on a task (the message's visibility timeout) lasts without
-        /// renewal, ms. Default 30,000.
-        #[serde(default)]
-        lease_ms: Option<u64>,
-        /// The `read_ct` at which a lost run dead-letters the message. Default 3.
-        #[serde(default)]
-        max_attempts: Option<u32>,
-        /// Claimed tasks a node may hold waiting for a worker, beyond those it starts at
-        /// once: claims then fetch many tasks per round trip (throughput for short jobs), at
-        /// the price of tasks held by a busy node while another may be idle. Default 0.
-        #[serde(default)]
-        claim_ahead: Option<u32>,
-    },
-}
-
-fn default_queue_table() -> String {
-    "pl_queue_jobs".into()
-}
-
 /// Where a pool's results wait, and who hears about them.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -336,90 +300,6 @@ impl fmt::Debug for NotifierSettings {
 }
 
 impl SchedulerConfig {
-    /// Reads a configuration file; `.json` is JSON, `.yaml` / `.yml` YAML.
-    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        let path = path.as_ref();
-        let shown = path.display().to_string();
-        let extension = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or_default();
-        let read = |path: &Path| {
-            std::fs::read_to_string(path).map_err(|error| ConfigError::Unreadable {
-                file: shown.clone(),
-                reason: error.to_string(),
-            })
-        };
-        match extension.to_ascii_lowercase().as_str() {
-            "json" => Self::from_json_str(&read(path)?),
-            "yaml" | "yml" => Self::from_yaml_str(&read(path)?),
-            _ => Err(ConfigError::UnknownFormat { file: shown }),
-        }
-    }
-
-    /// Parses and validates JSON.
-    pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
-        Self::from_value(strict_json::parse(text)?)
-    }
-
-    /// Parses and validates YAML.
-    pub fn from_yaml_str(text: &str) -> Result<Self, ConfigError> {
-        let value = serde_saphyr::from_str(text)
-            .map_err(|error| ConfigError::syntax("YAML", &error.to_string()))?;
-        Self::from_value(value)
-    }
-
-    /// Deserializes an already parsed document, replaces its `${NAME}` references and
-    /// validates it.
-    ///
-    /// This is the one place references are replaced: the returned configuration holds the
-    /// values, and nothing (building pools included) looks for references in them again, so
-    /// a secret that contains `${` is kept as it is. A configuration deserialized some other
-    /// way gets no replacement; read it into a `serde_json::Value` and call this instead.
-    pub fn from_value(value: serde_json::Value) -> Result<Self, ConfigError> {
-        let written: Self = serde_path_to_error::deserialize(value).map_err(|error| {
-            ConfigError::invalid(
-                quote::path(error.path()),
-                quote::problem(&error.inner().to_string()),
-            )
-        })?;
-        let config = written.clone().with_environment()?;
-        config.validate_quoting(&written)?;
-        Ok(config)
-    }
-
-    /// The same configuration with every `${NAME}` reference replaced. Fields that may hold
-    /// references: `database_url`, a yaque queue's `path`, a notifier's `base_url`,
-    /// `auth_header` and `hmac_secret`.
-    fn with_environment(mut self) -> Result<Self, ConfigError> {
-        if let Some(url) = &mut self.database_url {
-            expand_secret("database_url", url)?;
-        }
-        for (name, pool) in &mut self.pools {
-            let name = quote::name(name);
-            if let QueueSettings::Yaque { path, .. } = &mut pool.queue {
-                expand_field(&format!("pools.{name}.queue.path"), path)?;
-            }
-            if let Some(NotifierSettings::Http {
-                base_url,
-                auth_header,
-                hmac_secret,
-                ..
-            }) = &mut pool.mailbox.notifier
-            {
-                let at = format!("pools.{name}.mailbox.notifier");
-                expand_field(&format!("{at}.base_url"), base_url)?;
-                if let Some(header) = auth_header {
-                    expand_secret(&format!("{at}.auth_header"), header)?;
-                }
-                if let Some(secret) = hmac_secret {
-                    expand_secret(&format!("{at}.hmac_secret"), secret)?;
-                }
-            }
-        }
-        Ok(self)
-    }
-
     /// The settings of one pool as a [`WorkerPoolConfig`] (the pool must be in `pools`; a
     /// `max_units` of `"auto"` is resolved by the caller).
     pub fn worker_pool_config(&self, name: &str, max_units: u32) -> Option<WorkerPoolConfig> {

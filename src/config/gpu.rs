@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::file::QueueSettings;
-use super::validate::{in_range, ConfigError};
+use super::error::ConfigError;
+use super::queue::QueueSettings;
+use super::range::in_range;
 
 /// The `"gpu"` section of a pool. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]

@@ -1,24 +1,37 @@
-//! Configuration.
+//! Configuration: one pool's settings in code, or every pool of a deployment from a file.
 //!
-//! - [`WorkerPoolConfig`]: one pool's settings, built in code;
+//! - [`WorkerPoolConfig`]: one pool's settings, built in code (`with_*` calls);
 //! - [`PoolConfig`]: the same in the seed API's serializable shape;
 //! - [`SchedulerConfig`]: every pool of a deployment, loaded from a JSON or YAML file and
 //!   validated before it is returned; `build_pools_from_scheduler_config` turns it into
-//!   running pools.
+//!   running pools. A pool's fields are those of [`PoolSettings`] (each documented with its
+//!   default), its `"queue"` a [`QueueSettings`], its `"mailbox"` a [`MailboxSettings`], its
+//!   `"gpu"` a [`GpuSettings`].
+//!
+//! Errors are [`ConfigError`]s that name the field (`pools.chat.max_units`), what was found
+//! and what is allowed, in the configuration's words: a misspelt field suggests the likely
+//! one, and a wrong type says "a whole number" rather than a Rust type. Text fields that may
+//! hold credentials or deployment values may reference environment variables as `${NAME}`.
 
+mod error;
 mod file;
 mod gpu;
+mod load;
 mod pool;
+mod queue;
 mod quote;
+mod range;
 mod secret;
 mod strict_json;
 mod validate;
+mod wording;
 
+pub use error::ConfigError;
 pub use file::{
     DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
-    QueueSettings, SchedulerConfig, StarvationSettings, StorageSettings,
+    SchedulerConfig, StarvationSettings, StorageSettings,
 };
 pub use gpu::GpuSettings;
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
+pub use queue::QueueSettings;
 pub use secret::Secret;
-pub use validate::ConfigError;

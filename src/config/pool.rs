@@ -215,7 +215,20 @@ impl WorkerPoolConfig {
     }
 }
 
-/// A pool's settings in the shape configuration files and the seed API use.
+/// A pool's settings in the shape configuration files and the seed API use: what
+/// [`ResourcePool::new`](crate::ResourcePool::new) takes. It converts into the full
+/// [`WorkerPoolConfig`].
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot::config::{PoolConfig, WorkerPoolConfig};
+///
+/// let config = PoolConfig { worker_threads: 4, max_units: 24, default_timeout_ms: 60_000, ..PoolConfig::default() };
+/// let settings = WorkerPoolConfig::try_from(config)?;
+/// assert_eq!(settings.worker_count, 4);
+/// assert_eq!(settings.timeout, Some(Duration::from_secs(60)));
+/// # Ok::<(), prometheus_parking_lot::PoolError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolConfig {
     /// Dedicated worker threads. Default: the number of CPUs.

@@ -10,8 +10,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use super::error::ConfigError;
 use super::quote;
-use super::validate::ConfigError;
 
 /// A credential from the configuration (an auth header, a database URL).
 ///

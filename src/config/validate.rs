@@ -49,80 +49,17 @@
 //! credentials masked ([`redact`](crate::util::redact)): `https://user:***@host/x?token=***`.
 
 use std::collections::HashMap;
-use std::fmt::Display;
 
-use thiserror::Error;
-
+use super::error::ConfigError;
 use super::file::{
     DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
-    QueueSettings, SchedulerConfig, StorageSettings,
+    SchedulerConfig, StorageSettings,
 };
+use super::queue::QueueSettings;
 use super::quote;
+use super::range::in_range;
 use super::secret::Secret;
-use crate::core::PoolError;
-use crate::util::redact;
 use prometheus_parking_lot_actors::worker::default_worker_count;
-
-/// Why a configuration was refused.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ConfigError {
-    /// A field is wrong: `path` names it, `problem` says what is allowed.
-    #[error("{path}: {problem}")]
-    Invalid {
-        /// The dotted path of the field, like `pools.llm.max_units`.
-        path: String,
-        /// What is wrong and what is allowed.
-        problem: String,
-    },
-    /// The text is not valid JSON or YAML.
-    #[error("not valid {format}: {reason}")]
-    Syntax {
-        /// `JSON` or `YAML`.
-        format: &'static str,
-        /// The parser's message, with its position.
-        reason: String,
-    },
-    /// The file could not be read.
-    #[error("cannot read {file}: {reason}")]
-    Unreadable {
-        /// The file.
-        file: String,
-        /// Why.
-        reason: String,
-    },
-    /// The file's extension names no known format.
-    #[error("{file}: unknown configuration format; use a .json, .yaml or .yml file")]
-    UnknownFormat {
-        /// The file.
-        file: String,
-    },
-}
-
-impl ConfigError {
-    /// An error about one field. Credentials in the text (a URL's password, a `token=`
-    /// value) are masked: the problem may quote what the user wrote.
-    pub fn invalid(path: impl Into<String>, problem: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            path: redact::text(&path.into()),
-            problem: redact::text(&problem.into()),
-        }
-    }
-
-    /// The text is not valid `format`; the parser's `reason` may quote the document, so its
-    /// credentials are masked.
-    pub(crate) fn syntax(format: &'static str, reason: &str) -> Self {
-        ConfigError::Syntax {
-            format,
-            reason: redact::text(reason),
-        }
-    }
-}
-
-impl From<ConfigError> for PoolError {
-    fn from(error: ConfigError) -> Self {
-        PoolError::InvalidConfig(error.to_string())
-    }
-}
 
 const MAX_WORKERS: usize = 1_024;
 /// Worker threads of all pools of one configuration together: four pools at the per-pool
@@ -502,22 +439,6 @@ fn validate_fair_share(
              max_fraction (a share of each kind's units, greater than 0 and at most 1)",
         )),
     }
-}
-
-pub(super) fn in_range<T: PartialOrd + Display>(
-    path: &str,
-    field: &str,
-    value: T,
-    min: T,
-    max: T,
-) -> Result<(), ConfigError> {
-    if value < min || value > max {
-        return Err(ConfigError::invalid(
-            format!("{path}.{field}"),
-            format!("{value} is out of range; use {min} to {max}"),
-        ));
-    }
-    Ok(())
 }
 
 /// Names that end up in thread names and file names.

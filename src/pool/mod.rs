@@ -7,15 +7,18 @@ pub mod resource_pool;
 pub mod worker_pool;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
 use prometheus_parking_lot_actors::events::EventSubscriber;
 use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
+use prometheus_parking_lot_actors::scheduler::protocol::ShutdownReport;
 use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{Mailbox, PoolError, Spawn, TaskExecutor, TaskQueue};
+use crate::util::serde::{MailboxKey, TaskId};
 
 /// What a pool stores into and reports to, beyond its settings.
 pub(crate) struct Backends<P, R> {
@@ -100,4 +103,73 @@ where
         gpu,
     };
     start_pool_blocking(spawner, spec)
+}
+
+/// Shuts the pool down (see [`PoolClient::shutdown`]) and blocks the calling thread until it
+/// has stopped.
+///
+/// The drain runs on a thread of its own with its own runtime, so the caller may be a plain
+/// thread or a task of any tokio runtime, a current-thread one included: the pool's actors
+/// and workers run on their own threads, and nothing the drain waits for needs the caller's
+/// runtime to make progress.
+fn shut_down_blocking<P, R>(
+    client: &PoolClient<P, R>,
+    drain: Duration,
+) -> Result<ShutdownReport, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    let client = client.clone();
+    let drainer = std::thread::Builder::new()
+        .name("parking-lot-shutdown".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|error| {
+                    PoolError::Internal(format!("could not build the shutdown runtime: {error}"))
+                })?;
+            runtime.block_on(client.shutdown(drain))
+        })
+        .map_err(|error| {
+            PoolError::Internal(format!("could not start the shutdown thread: {error}"))
+        })?;
+    drainer
+        .join()
+        .unwrap_or_else(|_| Err(PoolError::Internal("the shutdown thread panicked".into())))
+}
+
+/// Passes a retrieve's outcome through, first logging (at debug level) one that gave up:
+/// `PoolError::Timeout` carries nothing (code matches it as a bare variant), so the log line
+/// says which key and task, how long it waited, and what the pool was doing then.
+fn noting_give_up<P, R, T>(
+    client: &PoolClient<P, R>,
+    key: &MailboxKey,
+    task: Option<TaskId>,
+    waited: std::time::Duration,
+    outcome: Result<T, PoolError>,
+) -> Result<T, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    if outcome
+        .as_ref()
+        .is_err_and(|error| *error == PoolError::Timeout)
+    {
+        let stats = client.stats();
+        tracing::debug!(
+            pool = client.name(),
+            tenant = %key.tenant,
+            user = key.user_id.as_deref(),
+            session = key.session_id.as_deref(),
+            task,
+            waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            running = stats.active_tasks,
+            parked = stats.queued_tasks,
+            "a retrieve gave up before a result came; a later retrieve can still take it"
+        );
+    }
+    outcome
 }

@@ -52,6 +52,67 @@ use crate::util::serde::{MailboxKey, TaskId};
 /// # Ok(())
 /// # }
 /// ```
+///
+/// Its methods at work: tasks under one shared key, a timeout of a task's own, a cancel, a
+/// retrieve that gives up (and takes nothing) and ones that take, the counters, the shutdown.
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot::core::SubmitOptions;
+/// use prometheus_parking_lot::infra::{mailbox::InMemoryMailbox, queue::InMemoryQueue};
+/// use prometheus_parking_lot::{
+///     MailboxKey, PoolConfig, PoolError, ResourceCost, ResourcePool, ScheduledTask,
+///     TaskExecutor, TaskMetadata, TokioSpawner,
+/// };
+///
+/// /// Sleeps for the payload's milliseconds, then returns them.
+/// #[derive(Clone)]
+/// struct Sleep;
+///
+/// #[async_trait::async_trait]
+/// impl TaskExecutor<u64, u64> for Sleep {
+///     async fn execute(&self, ms: u64, _meta: TaskMetadata) -> u64 {
+///         tokio::time::sleep(Duration::from_millis(ms)).await;
+///         ms
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), PoolError> {
+/// let pool = ResourcePool::new(
+///     PoolConfig { worker_threads: 2, max_units: 4, ..PoolConfig::default() },
+///     Sleep,
+///     Box::new(InMemoryQueue::new()),
+///     Box::new(InMemoryMailbox::new()),
+///     Box::new(TokioSpawner::new()),
+/// )?;
+/// let inbox = MailboxKey::new("acme").with_user("ada");
+/// let task = |id, ms| {
+///     let meta = TaskMetadata::new(id, ResourceCost::cpu(2)).with_mailbox(inbox.clone());
+///     ScheduledTask::new(meta, ms)
+/// };
+///
+/// pool.submit(task(1, 1_000)).await?;
+/// // A timeout of its own: this task ends `TimedOut` instead of sleeping 10 s.
+/// let short = SubmitOptions { timeout: Some(Duration::from_millis(200)) };
+/// pool.submit_with(task(2, 10_000), short).await?;
+/// // The two hold all 4 units: the third waits for them, and is cancelled.
+/// pool.submit(task(3, 10_000)).await?;
+/// pool.cancel(&inbox, 3).await?;
+///
+/// // A retrieve that gives up takes nothing: the result stays for the next one.
+/// let early = pool.retrieve_task(&inbox, 1, Duration::from_millis(1)).await;
+/// assert_eq!(early, Err(PoolError::Timeout));
+/// assert_eq!(pool.retrieve_task(&inbox, 1, Duration::from_secs(5)).await, Ok(1_000));
+/// assert_eq!(pool.retrieve_task(&inbox, 2, Duration::from_secs(5)).await, Err(PoolError::TimedOut));
+/// assert_eq!(pool.retrieve_task(&inbox, 3, Duration::from_secs(5)).await, Err(PoolError::Cancelled));
+///
+/// assert_eq!(pool.stats().worker_count, 2);
+/// let report = pool.shutdown_with_drain(Duration::from_secs(5)).await?;
+/// assert_eq!(report.abandoned_running, 0);
+/// # Ok(())
+/// # }
+/// ```
 pub struct ResourcePool<P, R, E> {
     client: PoolClient<P, R>,
     stop_on_drop: ShutdownOnDrop,
@@ -112,12 +173,17 @@ where
         })
     }
 
-    /// Submits a task; returns the key its result will be stored under.
+    /// Submits a task; returns the key its result will be stored under: the task's
+    /// `mailbox`, or a fresh key of its own. It starts at once when its cost fits the free
+    /// units and a worker is free, and is parked otherwise; it is refused (`QueueFull`,
+    /// `InsufficientResources`, `DuplicateTask`, `Shutdown`...) only when it could not be
+    /// parked either.
     pub async fn submit(&self, task: ScheduledTask<P>) -> Result<MailboxKey, PoolError> {
         self.client.submit(task, SubmitOptions::default()).await
     }
 
-    /// Submits a task with per-task options.
+    /// Submits a task with per-task options: an execution timeout of its own (see the
+    /// type's second example).
     pub async fn submit_with(
         &self,
         task: ScheduledTask<P>,
@@ -138,19 +204,26 @@ where
             .await
     }
 
-    /// Waits up to `timeout` for the result under `key` (cancel-safe).
+    /// Waits up to `timeout` (`Duration::MAX`: for ever) for the oldest result under `key`
+    /// and takes it: it is removed from the mailbox, so the next retrieve gets the next
+    /// result or waits. A task that ended without a result gives the error that says how
+    /// (`Failed`, `TimedOut`, `Cancelled`, `Expired`). A retrieve that gives up returns
+    /// `Timeout` and takes nothing. Cancel-safe: dropping the future loses no result.
     pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
-        self.client.retrieve(key, timeout).await
+        let outcome = self.client.retrieve(key, timeout).await;
+        super::noting_give_up(&self.client, key, None, timeout, outcome)
     }
 
-    /// Waits up to `timeout` for the result of task `id` under `key` (cancel-safe).
+    /// Like [`retrieve`](Self::retrieve), for the result of task `id` under `key`, when
+    /// several tasks share a key (see the type's second example).
     pub async fn retrieve_task(
         &self,
         key: &MailboxKey,
         id: TaskId,
         timeout: Duration,
     ) -> Result<R, PoolError> {
-        self.client.retrieve_task(key, id, timeout).await
+        let outcome = self.client.retrieve_task(key, id, timeout).await;
+        super::noting_give_up(&self.client, key, Some(id), timeout, outcome)
     }
 
     /// Cancels the parked or running task `id` submitted under `key` (the key `submit`
@@ -159,13 +232,23 @@ where
         self.client.cancel(key, id).await
     }
 
-    /// The pool's counters.
+    /// The pool's counters, read without a round trip (task counts follow the pool's
+    /// events, so they may trail a result just retrieved by a moment).
+    ///
+    /// They count what this pool did since it started. Tasks it resumed from a durable
+    /// queue, or claimed from a shared one, were submitted elsewhere (to an earlier run, or
+    /// another node): they count in `completed_tasks` and the other outcomes, not in
+    /// `submitted_tasks`. So after a restart `completed_tasks` may exceed `submitted_tasks`.
     pub fn stats(&self) -> PoolStats {
         self.client.stats()
     }
 
-    /// Stops admitting, drains running tasks for up to `drain`, cancels the rest.
-    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+    /// Shuts the pool down: stops admitting, lets running tasks finish for up to `drain`
+    /// (`Duration::MAX`: for ever), cancels the rest, and reports what it did. Parked tasks of
+    /// an in-memory queue end `Cancelled`; a durable queue keeps them for the next start.
+    /// Every caller, concurrent or later, gets the same report. The same call as
+    /// [`WorkerPool::shutdown_with_drain`](crate::WorkerPool::shutdown_with_drain).
+    pub async fn shutdown_with_drain(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
         self.stop_on_drop.disarm();
         self.client.shutdown(drain).await
     }

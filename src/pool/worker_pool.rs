@@ -85,6 +85,8 @@ where
 pub struct WorkerPool<P, R, E> {
     client: PoolClient<P, R>,
     stop_on_drop: ShutdownOnDrop,
+    /// How long `shutdown()` and a drop let running tasks finish.
+    drain: Duration,
     executor: PhantomData<fn() -> E>,
 }
 
@@ -108,12 +110,16 @@ where
         Ok(Self {
             stop_on_drop: client.shutdown_on_drop(config.drain_on_drop),
             client,
+            drain: config.drain_on_drop,
             executor: PhantomData,
         })
     }
 
     /// Submits a task; returns the key its result will be stored under (the metadata's
-    /// mailbox, or a fresh unique key).
+    /// mailbox, or a fresh unique key). It starts at once when its cost fits the free units
+    /// and a worker is free, and is parked otherwise; it is refused (`QueueFull`,
+    /// `InsufficientResources`, `DuplicateTask`, `Shutdown`...) only when it could not be
+    /// parked either.
     pub async fn submit_async(
         &self,
         payload: P,
@@ -123,7 +129,31 @@ where
             .await
     }
 
-    /// Submits a task with per-task options (an execution timeout of its own).
+    /// Submits a task with per-task options: an execution timeout of its own.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use prometheus_parking_lot::{PoolError, ResourceCost, TaskMetadata, WorkerExecutor, WorkerPool, WorkerPoolConfig};
+    /// use prometheus_parking_lot::core::SubmitOptions;
+    /// # #[derive(Clone)]
+    /// # struct Sleep;
+    /// # #[async_trait::async_trait]
+    /// # impl WorkerExecutor<u64, u64> for Sleep {
+    /// #     async fn execute(&self, ms: u64, _meta: TaskMetadata) -> u64 {
+    /// #         tokio::time::sleep(Duration::from_millis(ms)).await;
+    /// #         ms
+    /// #     }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), PoolError> {
+    /// # let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(1), Sleep)?;
+    ///
+    /// let options = SubmitOptions { timeout: Some(Duration::from_millis(50)) };
+    /// let key = pool.submit_with(60_000, TaskMetadata::new(1, ResourceCost::cpu(1)), options).await?;
+    /// assert_eq!(pool.retrieve_async(&key, Duration::from_secs(5)).await, Err(PoolError::TimedOut));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn submit_with(
         &self,
         payload: P,
@@ -195,21 +225,30 @@ where
             .submit_blocking(ScheduledTask { meta, payload }, SubmitOptions::default())
     }
 
-    /// Waits up to `timeout` (`Duration::MAX`: for ever) for the result under `key`, blocking
-    /// the calling thread; use it from synchronous code or `spawn_blocking`. It needs no
-    /// runtime and keeps working after shutdown, like `retrieve_async`.
+    /// Waits up to `timeout` (`Duration::MAX`: for ever) for the result under `key` and takes
+    /// it, blocking the calling thread; use it from synchronous code or `spawn_blocking`. It
+    /// needs no runtime and keeps working after shutdown, like `retrieve_async`.
+    ///
+    /// The result is removed from the mailbox: the next retrieve of the key gets the next
+    /// result or waits. A task that ended without a result gives the error that says how
+    /// (`Failed`, `TimedOut`, `Cancelled`, `Expired`). A retrieve that gives up returns
+    /// `Timeout` and takes nothing: a later retrieve still gets the result.
     pub fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
-        self.client.retrieve_blocking(key, None, timeout)
+        let outcome = self.client.retrieve_blocking(key, None, timeout);
+        super::noting_give_up(&self.client, key, None, timeout, outcome)
     }
 
-    /// Waits up to `timeout` for the result under `key`. Cancel-safe, and it ties up no
-    /// thread while waiting; a timeout leaves the result for a later retrieve.
+    /// Waits up to `timeout` for the result under `key` and takes it, as
+    /// [`retrieve`](Self::retrieve) does. Cancel-safe (dropping the future loses no result),
+    /// and it ties up no thread while waiting; a timeout leaves the result for a later
+    /// retrieve.
     pub async fn retrieve_async(
         &self,
         key: &MailboxKey,
         timeout: Duration,
     ) -> Result<R, PoolError> {
-        self.client.retrieve(key, timeout).await
+        let outcome = self.client.retrieve(key, timeout).await;
+        super::noting_give_up(&self.client, key, None, timeout, outcome)
     }
 
     /// Waits up to `timeout` for the result of task `id` under `key`, for keys that several
@@ -220,7 +259,8 @@ where
         id: TaskId,
         timeout: Duration,
     ) -> Result<R, PoolError> {
-        self.client.retrieve_task(key, id, timeout).await
+        let outcome = self.client.retrieve_task(key, id, timeout).await;
+        super::noting_give_up(&self.client, key, Some(id), timeout, outcome)
     }
 
     /// Cancels the parked or running task `id` submitted under `key` (the key `submit`
@@ -229,13 +269,61 @@ where
         self.client.cancel(key, id).await
     }
 
-    /// The pool's counters.
+    /// The pool's counters, read without a round trip (task counts follow the pool's
+    /// events, so they may trail a result just retrieved by a moment).
+    ///
+    /// They count what this pool did since it started. Tasks it resumed from a durable
+    /// queue, or claimed from a shared one, were submitted elsewhere (to an earlier run, or
+    /// another node): they count in `completed_tasks` and the other outcomes, not in
+    /// `submitted_tasks`. So after a restart `completed_tasks` may exceed `submitted_tasks`.
     pub fn stats(&self) -> PoolStats {
         self.client.stats()
     }
 
-    /// Stops admitting, lets running tasks finish for up to `drain`, cancels the rest.
-    pub async fn shutdown(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+    /// Shuts the pool down and blocks the calling thread until it has stopped: admission
+    /// closes at once (later submits fail with [`PoolError::Shutdown`], which code written
+    /// for the upstream crate matches as `PoolError::PoolShutdown`), running tasks get the
+    /// pool's `drain_on_drop` (30 s by default) to finish, then the rest end `Cancelled`, as
+    /// do parked ones. Stored results stay retrievable.
+    ///
+    /// Safe from a plain thread and at the end of a `#[tokio::test]` body (a current-thread
+    /// runtime): the drain runs on a thread of its own. Calling it again, or after
+    /// [`shutdown_with_drain`](Self::shutdown_with_drain), does nothing more. Do not call it
+    /// from the pool's own executor: the drain would wait for the very task that waits for it,
+    /// until `drain_on_drop` ends it.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
+    /// use prometheus_parking_lot::{ResourceCost, WorkerPoolConfig};
+    ///
+    /// #[derive(Clone)]
+    /// struct Echo;
+    ///
+    /// #[async_trait::async_trait]
+    /// impl WorkerExecutor<u32, u32> for Echo {
+    ///     async fn execute(&self, payload: u32, _meta: TaskMetadata) -> u32 {
+    ///         payload
+    ///     }
+    /// }
+    ///
+    /// let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(1), Echo)?;
+    /// pool.shutdown();
+    /// let refused = pool.submit(1, TaskMetadata::new(1, ResourceCost::cpu(1)));
+    /// assert!(matches!(refused, Err(PoolError::PoolShutdown)));
+    /// pool.shutdown(); // harmless
+    /// # Ok::<(), PoolError>(())
+    /// ```
+    pub fn shutdown(&self) {
+        self.stop_on_drop.disarm();
+        if let Err(error) = super::shut_down_blocking(&self.client, self.drain) {
+            tracing::error!(pool = self.client.name(), %error, "the pool's shutdown failed");
+        }
+    }
+
+    /// Shuts the pool down and waits for it asynchronously: stops admitting, lets running
+    /// tasks finish for up to `drain` (`Duration::MAX`: for ever), cancels the rest, and
+    /// reports what it did. Every caller, concurrent or later, gets the same report.
+    pub async fn shutdown_with_drain(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
         self.stop_on_drop.disarm();
         self.client.shutdown(drain).await
     }

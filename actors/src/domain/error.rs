@@ -40,7 +40,9 @@ pub enum PoolError {
         max_messages: usize,
     },
     /// The caller stopped waiting for a result; the result, if any, stays retrievable.
-    #[error("timed out waiting for the result")]
+    #[error(
+        "timed out waiting for the result (nothing was taken: a later retrieve can still get it)"
+    )]
     Timeout,
     /// No result is stored under that key.
     #[error("no result found for that mailbox key")]
@@ -80,4 +82,30 @@ pub enum PoolError {
         /// The pool's nested slots.
         slots: usize,
     },
+}
+
+impl PoolError {
+    /// The name code written for the upstream crate matches on: the same error as
+    /// [`Shutdown`](PoolError::Shutdown), so both names work in patterns and in comparisons.
+    ///
+    /// It is a constant, not a second variant, so there is one error and a `match` on
+    /// either name catches it. A constant in a pattern does not look through a reference the
+    /// way a variant does: match on the error itself (`match result { Err(PoolError::
+    /// PoolShutdown) => .. }`), or write `*error` or `&PoolError::PoolShutdown` when you hold
+    /// a `&PoolError`.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::PoolError;
+    ///
+    /// let refused: Result<(), PoolError> = Err(PoolError::Shutdown);
+    /// assert!(matches!(refused, Err(PoolError::PoolShutdown)));
+    /// assert!(matches!(PoolError::PoolShutdown, PoolError::Shutdown));
+    /// assert_eq!(PoolError::PoolShutdown, PoolError::Shutdown);
+    ///
+    /// let by_reference = &PoolError::Shutdown;
+    /// assert!(matches!(*by_reference, PoolError::PoolShutdown));
+    /// assert!(matches!(by_reference, &PoolError::PoolShutdown));
+    /// ```
+    #[allow(non_upper_case_globals)]
+    pub const PoolShutdown: PoolError = PoolError::Shutdown;
 }

@@ -48,6 +48,15 @@ impl Capacity {
 ///
 /// A starving task is *reserved*: nothing ranked below it starts until it has started, so the
 /// pool drains for it. `PARKING_LOT.md` derives the waiting bound this gives.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{PoolLimits, StarvationGuard};
+///
+/// let guard = StarvationGuard { max_park_ms: Some(2_000), max_skips: Some(64) };
+/// let limits = PoolLimits::new(24, 8).with_starvation(guard);
+/// assert_eq!(limits.starvation.max_skips, Some(64));
+/// assert_eq!(StarvationGuard::default().max_park_ms, Some(30_000));
+/// ```
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StarvationGuard {
     /// A task parked at least this long (milliseconds) is starving. `None` turns the age rule

@@ -6,6 +6,18 @@ use serde::{Deserialize, Serialize};
 
 /// The tenant that owns a mailbox. Every mailbox backend filters by tenant, so a key of one
 /// tenant never reads another tenant's results.
+///
+/// It compares with its name as text, either way round:
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::MailboxKey;
+///
+/// let key = MailboxKey::new("acme");
+/// assert!(key.tenant == "acme");
+/// assert!(key.tenant == String::from("acme"));
+/// assert!("acme" == key.tenant);
+/// assert!(key.tenant != "globex");
+/// ```
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(transparent)]
 pub struct TenantId(pub String);
@@ -19,6 +31,43 @@ impl From<String> for TenantId {
 impl From<&str> for TenantId {
     fn from(tenant: &str) -> Self {
         Self(tenant.to_owned())
+    }
+}
+
+/// A tenant compares with its name as text: `key.tenant == "acme"`.
+impl PartialEq<str> for TenantId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for TenantId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for TenantId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<TenantId> for str {
+    fn eq(&self, other: &TenantId) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<TenantId> for &str {
+    fn eq(&self, other: &TenantId) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<TenantId> for String {
+    fn eq(&self, other: &TenantId) -> bool {
+        *self == other.0
     }
 }
 

@@ -10,6 +10,14 @@ pub type TaskId = u64;
 
 /// How urgent a task is. Higher priorities are unparked first: `Low < Normal < High <
 /// Critical`.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::Priority;
+///
+/// assert!(Priority::Critical > Priority::High);
+/// assert_eq!(Priority::default(), Priority::Normal);
+/// assert_eq!(Priority::ALL.iter().max(), Some(&Priority::Critical));
+/// ```
 #[derive(
     Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
 )]
@@ -36,6 +44,27 @@ impl Priority {
 }
 
 /// Everything the scheduler needs to know about a task, apart from its payload.
+///
+/// Built with [`TaskMetadata::new`] and the `with_*` calls, or as a struct literal:
+///
+/// ```
+/// use prometheus_parking_lot_actors::clock::now_ms;
+/// use prometheus_parking_lot_actors::domain::{MailboxKey, Priority, ResourceCost, TaskMetadata};
+///
+/// let chat = TaskMetadata::new(1, ResourceCost::gpu_vram(2))
+///     .with_priority(Priority::High)
+///     .with_mailbox(MailboxKey::new("acme").with_user("ada"))
+///     .with_deadline_ms(now_ms() + 30_000);
+/// let batch = TaskMetadata {
+///     id: 2,
+///     mailbox: None,
+///     priority: Priority::Low,
+///     cost: ResourceCost::gpu_vram(12),
+///     deadline_ms: None,
+///     created_at_ms: now_ms(),
+/// };
+/// assert!(chat.priority > batch.priority);
+/// ```
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TaskMetadata {
     /// The caller's id for this task; unique among the pool's live tasks.
@@ -95,6 +124,14 @@ impl TaskMetadata {
 }
 
 /// A task as queues store it: its metadata and the payload the executor receives.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{ResourceCost, ScheduledTask, TaskMetadata};
+///
+/// let task = ScheduledTask::new(TaskMetadata::new(7, ResourceCost::cpu(1)), "summarise".to_string());
+/// assert_eq!(task.meta.id, 7);
+/// assert_eq!(task.payload, "summarise");
+/// ```
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ScheduledTask<P> {
     /// Scheduling information.

@@ -75,7 +75,7 @@ pub struct PoolSpec<P, R, E> {
     pub retention: Option<Duration>,
     /// A queue this pool shares with other nodes, if any: tasks that would park here go
     /// there, and the pool claims from it whenever it has room (see
-    /// [`SharedParking`](crate::scheduler::shared::SharedParking)). `queue` is then not used.
+    /// [`SharedParking`]). `queue` is then not used.
     pub shared: Option<SharedParking<P>>,
     /// What a durable queue (local or shared) stores, and so what a crash costs.
     pub durability: Durability,

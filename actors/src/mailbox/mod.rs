@@ -1,6 +1,6 @@
 //! Where results wait for their submitter: the [`Mailbox`] contract every storage backend
 //! implements, the [`Notifier`] hook for terminal events ([`notify`]), and the
-//! [`MailboxActor`](actor::MailboxActor) that stores results off the scheduler.
+//! mailbox actor (`actor.rs`) that stores results off the scheduler.
 //!
 //! Every operation takes a full [`MailboxKey`], tenant included, and backends match keys
 //! exactly, so a key of one tenant can never read, list or remove another tenant's results.

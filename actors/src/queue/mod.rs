@@ -1,5 +1,5 @@
 //! The parking lot's storage: the two queue contracts, and the
-//! [`QueueActor`](actor::QueueActor) that keeps an awaiting backend's I/O off the scheduler.
+//! queue actor (`actor.rs`) that keeps an awaiting backend's I/O off the scheduler.
 //!
 //! # Entries
 //!

@@ -1,9 +1,9 @@
 //! The scheduler actor of one pool: the only writer of its capacity.
 //!
-//! It hosts the [shell](super::shell) (and through it the pure core) with the
-//! [driver](super::driver) that carries out the shell's effects, and does only what needs an
-//! actor: it receives requests and the engine's events, drains the [inbox](super::inbox)
-//! when rung, and keeps a timer armed for the shell's next time-driven event.
+//! It hosts the shell (`shell/`, and through it the pure core) with the driver
+//! (`driver.rs`) that carries out the shell's effects, and does only what needs an actor: it
+//! receives requests and the engine's events, drains the inbox (`inbox.rs`) when rung, and
+//! keeps a timer armed for the shell's next time-driven event.
 //!
 //! Wait strategy: after draining the inbox the actor (unless the queue actor owes it an
 //! answer, which arrives as a message) keeps checking it for a short, bounded while, yielding the CPU (`sched_yield`) and its runtime between checks, because under

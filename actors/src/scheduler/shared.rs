@@ -1,5 +1,5 @@
 //! A pool's part in a shared queue: the node's settings ([`SharedParking`]) and the I/O side
-//! of the shared mode ([`SharedIo`]), which makes the calls the shell asks for
+//! of the shared mode (`SharedIo`), which makes the calls the shell asks for
 //! (`SharedCall`) and reports their answers back to the scheduler.
 //!
 //! What the mode decides (what to park there, when to claim, which leases to renew) is the

@@ -1,4 +1,4 @@
-//! Worker threads: each [`WorkerActor`](actor::WorkerActor) owns one named OS thread running
+//! Worker threads: each worker actor (`actor.rs`) owns one named OS thread running
 //! its own current-thread tokio runtime, which takes jobs from its own job channel.
 //!
 //! Worker `i` has job channel `i`. The scheduler's core gives every task it starts an idle

@@ -1,4 +1,7 @@
 //! Queue backends implementing [`TaskQueue`](crate::core::TaskQueue).
+//!
+//! [`InMemoryQueue`] is also here, beside its module, where code written for the upstream
+//! crate imports it.
 
 pub mod memory;
 #[cfg(feature = "pgmq")]
@@ -8,3 +11,5 @@ pub mod postgres;
 pub mod shared_memory;
 #[cfg(feature = "yaque")]
 pub mod yaque;
+
+pub use memory::InMemoryQueue;

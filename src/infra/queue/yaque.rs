@@ -5,7 +5,7 @@
 //!
 //! The scheduler's core ranks parked tasks and tells the queue which entry to hand over, in
 //! any order (skip-ahead); a FIFO cannot do that by itself. So the queue is a **log**: every
-//! change is one record appended to a [`yaque`] queue (its [`Sender`](yaque::Sender) writes
+//! change is one record appended to a [`yaque`] queue (its [`Sender`] writes
 //! the segment files `0.q`, `1.q`, ... in `PATH/STREAM/`, each append one `write` that a
 //! killed process cannot tear in half), and an in-memory index, rebuilt from the log at
 //! start, answers every call:
