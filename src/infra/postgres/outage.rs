@@ -220,9 +220,15 @@ impl OutageGate {
     }
 
     /// The cause of a statement's failure `error`, if the server was away, full or busy
-    /// (probing it when the error does not say); `None` for any other failure.
+    /// (probing it when the error does not say); `None` for any other failure. A connection
+    /// that broke is a symptom, not a cause: the probe tells whether the server went away
+    /// (and how) or the connection alone was lost.
     pub(crate) async fn cause_of(&self, database: &PgDatabase, error: &DbErr) -> Option<Cause> {
         let cause = match Cause::of(error) {
+            Some(Cause::Lost(lost)) => match self.diagnose(database).await {
+                Err(cause) => cause,
+                Ok(()) => Cause::Lost(lost),
+            },
             Some(cause) => cause,
             None if matches!(error, DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)) => {
                 match self.diagnose(database).await {
