@@ -222,6 +222,11 @@ where
         extras: Option<Box<Extras>>,
     ) {
         let mut record = self.record(entry, meta, key, timeout);
+        if self.core.state(entry) == Some(crate::domain::WakeState::Running) {
+            // It starts now: its key is kept in full at once (it is reported several
+            // times), rather than built from its bits for its admission and again at start.
+            record.key.expand();
+        }
         if let Some(extras) = extras {
             let rare = record.rare_mut();
             rare.stream = extras.stream;
