@@ -102,6 +102,10 @@ pub struct PoolSettings {
     /// it could start. Default `true`.
     #[serde(default)]
     pub backfill: Option<bool>,
+    /// Preemption of running permits of lower priority, e.g. `{"max_per_task": 3}`.
+    /// Default: off.
+    #[serde(default)]
+    pub preemption: Option<PreemptionSettings>,
     /// Where parked tasks wait. Default: in memory.
     #[serde(default)]
     pub queue: QueueSettings,
@@ -118,6 +122,14 @@ pub struct PoolSettings {
     /// The GPU the pool's VRAM units (MiB) live on; implied by `"max_units": "auto"`.
     #[serde(default)]
     pub gpu: Option<GpuSettings>,
+}
+
+/// A pool's `preemption` section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreemptionSettings {
+    /// How many times one task id may be asked to yield (at least 1).
+    pub max_per_task: u32,
 }
 
 /// The `durability` of a pool on a durable queue (see [`Durability`]).
@@ -339,6 +351,9 @@ impl SchedulerConfig {
         }
         if let Some(backfill) = pool.backfill {
             settings = settings.with_backfill(backfill);
+        }
+        if let Some(preemption) = pool.preemption {
+            settings = settings.with_preemption(preemption.max_per_task);
         }
         Some(settings)
     }

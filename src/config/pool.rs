@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Capacity, Durability, FairShare, PoolError, PoolLimits, StarvationGuard};
+use crate::core::{
+    Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption, StarvationGuard,
+};
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings};
 
@@ -48,6 +50,9 @@ pub struct WorkerPoolConfig {
     /// Whether a task may start past a reserved task when its execution timeout ends before
     /// the reserved task could start (backfill). Default on.
     pub backfill: bool,
+    /// Whether a waiter may ask running permits of lower priority to give way, and how often
+    /// one task id may be asked (see [`Preemption`]). Default: off.
+    pub preemption: Option<Preemption>,
     /// How often workers may be restarted before the pool gives up.
     pub restart: RestartPolicy,
     /// How long uncollected results are kept. Default one hour.
@@ -82,6 +87,7 @@ impl WorkerPoolConfig {
             starvation: StarvationGuard::default(),
             fair_share: None,
             backfill: true,
+            preemption: None,
             restart: RestartPolicy::default(),
             retention: Some(Duration::from_secs(3_600)),
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
@@ -163,6 +169,20 @@ impl WorkerPoolConfig {
         self
     }
 
+    /// Preemption on, asking one task id to yield at most `max_per_task` times (see
+    /// [`Preemption`]); 0 is refused when the pool or gate is built.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_preemption(3);
+    /// assert_eq!(config.preemption.map(|p| p.max_per_task), Some(3));
+    /// ```
+    pub fn with_preemption(mut self, max_per_task: u32) -> Self {
+        self.preemption = Some(Preemption::new(max_per_task));
+        self
+    }
+
     /// Backfill on or off (see [`backfill`](Self::backfill)).
     pub fn with_backfill(mut self, backfill: bool) -> Self {
         self.backfill = backfill;
@@ -202,6 +222,7 @@ impl WorkerPoolConfig {
             starvation: self.starvation,
             fair_share: self.fair_share,
             backfill: self.backfill,
+            preemption: self.preemption,
         }
     }
 

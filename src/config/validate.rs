@@ -232,6 +232,15 @@ impl PoolSettings {
                 in_range(path, "starvation.max_skips", skips, 1, MAX_SKIPS)?;
             }
         }
+        if let Some(preemption) = &self.preemption {
+            in_range(
+                path,
+                "preemption.max_per_task",
+                preemption.max_per_task,
+                1,
+                u32::MAX,
+            )?;
+        }
         if let Some(fair_share) = &self.fair_share {
             validate_fair_share(&format!("{path}.fair_share"), fair_share, self.max_units)?;
         }

@@ -4,8 +4,8 @@
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
-    Capacity, Durability, FairShare, PoolError, PoolLimits, ScheduledTask, StarvationGuard,
-    TaskMetadata, TaskStatus, WakeState,
+    Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption, ScheduledTask,
+    StarvationGuard, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::PoolClient;
 pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};

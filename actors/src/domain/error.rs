@@ -82,6 +82,17 @@ pub enum PoolError {
         /// The pool's nested slots.
         slots: usize,
     },
+    /// A permit (or more units for one) was asked for with `try_acquire` or `try_grow`,
+    /// which never wait, and the gate could not grant it at once.
+    #[error("the gate cannot grant that at once: the units are held, or better-ranked waiters come first; acquire (or grow) and wait, or try again later")]
+    WouldWait,
+    /// A permit asked to grow while every other holder of units of its kind waits to grow
+    /// too: nobody would ever release anything, so the wait is refused instead.
+    #[error("growing would deadlock: every other holder of {kind:?} units waits to grow as well; shrink or drop a permit (or preempt) before growing")]
+    WouldDeadlock {
+        /// The kind every holder waits for.
+        kind: ResourceKind,
+    },
 }
 
 impl PoolError {

@@ -165,6 +165,38 @@ pub struct PoolLimits {
     /// `PARKING_LOT.md`), and tasks without a timeout never backfill.
     #[serde(default = "backfill_default")]
     pub backfill: bool,
+    /// Whether a waiter may ask running permits of lower priority to give way (see
+    /// [`Preemption`]); `None`: never.
+    #[serde(default)]
+    pub preemption: Option<Preemption>,
+}
+
+/// Opt-in preemption: when a waiter cannot fit but would if holders of strictly lower
+/// priority gave way, the scheduler asks the fewest such holders (lowest priority first,
+/// most recently started first within a priority) to yield. Nothing is killed: a holder
+/// hears it and decides when to let go.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preemption {
+    /// How many times one task id may be asked to yield; after that it runs undisturbed.
+    /// At least 1.
+    pub max_per_task: u32,
+}
+
+impl Preemption {
+    /// Preemption with this bound per task id.
+    pub fn new(max_per_task: u32) -> Self {
+        Self { max_per_task }
+    }
+
+    /// Checks the bound, naming what is allowed.
+    pub fn validate(&self) -> Result<(), PoolError> {
+        if self.max_per_task == 0 {
+            return Err(PoolError::InvalidConfig(
+                "preemption.max_per_task is 0; use at least 1, or leave preemption out to turn it off".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn backfill_default() -> bool {
@@ -189,6 +221,7 @@ impl PoolLimits {
             starvation: StarvationGuard::default(),
             fair_share: None,
             backfill: true,
+            preemption: None,
         }
     }
 
@@ -213,6 +246,12 @@ impl PoolLimits {
     /// The same limits with a per-tenant fair share (`None`: off).
     pub fn with_fair_share(mut self, fair_share: Option<FairShare>) -> Self {
         self.fair_share = fair_share;
+        self
+    }
+
+    /// The same limits with preemption on (`Some`) or off.
+    pub fn with_preemption(mut self, preemption: Option<Preemption>) -> Self {
+        self.preemption = preemption;
         self
     }
 
@@ -248,6 +287,9 @@ impl PoolLimits {
         }
         if let Some(fair_share) = &self.fair_share {
             fair_share.validate()?;
+        }
+        if let Some(preemption) = &self.preemption {
+            preemption.validate()?;
         }
         Ok(())
     }

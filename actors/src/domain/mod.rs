@@ -12,7 +12,7 @@ mod task;
 
 pub use durability::Durability;
 pub use error::PoolError;
-pub use limits::{Capacity, FairShare, PoolLimits, StarvationGuard};
+pub use limits::{Capacity, FairShare, PoolLimits, Preemption, StarvationGuard};
 pub use mailbox_key::{MailboxKey, TenantId};
 pub use resource::{ResourceCost, ResourceKind};
 pub use status::{TaskStatus, WakeState};
