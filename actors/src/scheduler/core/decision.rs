@@ -155,4 +155,39 @@ pub enum UnknownTask {
     /// `cancel` of a task that is neither parked nor running.
     #[error("task {0} is neither parked nor running")]
     NotLive(TaskId),
+    /// `absorb` of two running tasks that cannot become one (rule 14).
+    #[error("task {child} cannot be absorbed into task {parent}: {reason}")]
+    CannotAbsorb {
+        /// The task whose units were to move.
+        child: TaskId,
+        /// The task that was to take them.
+        parent: TaskId,
+        /// What differs between them.
+        reason: AbsorbRefusal,
+    },
+}
+
+/// Why two running tasks cannot become one: units move only within one kind and one tenant,
+/// so the pool's and the tenants' books stay exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum AbsorbRefusal {
+    /// Child and parent are the same task.
+    #[error("a task cannot absorb itself")]
+    SameTask,
+    /// They hold different kinds.
+    #[error("the child holds {child:?}, the parent {parent:?}")]
+    OtherKind {
+        /// The child's kind.
+        child: ResourceKind,
+        /// The parent's kind.
+        parent: ResourceKind,
+    },
+    /// They count against different tenants.
+    #[error("the child counts against tenant {child}, the parent against tenant {parent}")]
+    OtherTenant {
+        /// The child's tenant.
+        child: u64,
+        /// The parent's tenant.
+        parent: u64,
+    },
 }

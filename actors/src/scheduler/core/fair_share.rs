@@ -220,6 +220,33 @@ impl TenantBook {
         self.forget_if_idle(tenant);
     }
 
+    /// A running task of `tenant` took `units` more of `kind` (a permit grew, rule 14 of
+    /// the core).
+    pub(super) fn grow(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32) {
+        let t = self.tenants.entry(tenant).or_default();
+        t.used[kind.index()] += units;
+        self.relist(tenant);
+    }
+
+    /// A running task of `tenant` gave back `units` of `kind` and goes on running.
+    pub(super) fn shrink(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32) {
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        t.used[kind.index()] = t.used[kind.index()].saturating_sub(units);
+        self.relist(tenant);
+    }
+
+    /// Two running tasks of `tenant` became one (a permit absorbed a child): its units are
+    /// unchanged, it runs one task fewer.
+    pub(super) fn merge(&mut self, tenant: TenantKey) {
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        t.running = t.running.saturating_sub(1);
+        self.relist(tenant);
+    }
+
     fn forget_if_idle(&mut self, tenant: TenantKey) {
         if self.tenants.get(&tenant).is_some_and(Tenant::is_idle) {
             self.tenants.remove(&tenant);

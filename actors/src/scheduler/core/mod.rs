@@ -99,13 +99,14 @@ mod backfill;
 mod cost_index;
 mod decision;
 mod fair_share;
+mod permits;
 mod rank;
 
 use std::collections::BTreeSet;
 
 use backfill::TimeoutIndex;
 pub use cost_index::CostIndex;
-pub use decision::{Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
+pub use decision::{AbsorbRefusal, Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
 use fair_share::TenantBook;
 pub use rank::RankKey;
 
@@ -186,6 +187,8 @@ struct Parked {
     timeout_ms: u32,
     priority: Priority,
     kind: ResourceKind,
+    /// A capacity permit (rule 14): started, it holds units but no worker slot.
+    slotless: bool,
 }
 
 impl Parked {
@@ -207,28 +210,51 @@ struct Shadow {
     kind: ResourceKind,
     /// Units of that kind free at the shadow time beyond the reservation's cost.
     spare_units: u32,
-    /// Worker slots idle at the shadow time beyond the reservation's.
+    /// Worker slots idle at the shadow time beyond the reservation's (a permit needs none).
     spare_slots: usize,
 }
 
 impl Shadow {
     /// Whether a task costing `cost`, however long it runs, leaves the reservation what it
     /// needs at the shadow time.
-    fn spares(&self, cost: ResourceCost) -> bool {
-        self.spare_slots > 0 && (cost.kind != self.kind || cost.units <= self.spare_units)
+    /// A `slotless` task (a permit, rule 14) needs no spare slot.
+    fn spares(&self, cost: ResourceCost, slotless: bool) -> bool {
+        (slotless || self.spare_slots > 0)
+            && (cost.kind != self.kind || cost.units <= self.spare_units)
     }
 }
 
 /// The headroom of a kind that has none: its free units are its budget's.
 const UNLIMITED: u32 = u32::MAX;
 
+/// The worker slot of a claim that holds none (a permit, rule 14).
+const NO_WORKER: u32 = u32::MAX;
+
+/// What a start asks for: the ticket's data a claim needs.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    id: TaskId,
+    cost: ResourceCost,
+    tenant: TenantKey,
+    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT`.
+    timeout_ms: u32,
+    priority: Priority,
+    /// A permit: it takes no worker slot.
+    slotless: bool,
+}
+
 /// What a running task holds.
 #[derive(Debug, Clone, Copy)]
 struct Claim {
     kind: ResourceKind,
     units: u32,
+    /// Its worker slot, or `NO_WORKER` for a permit.
     worker: u32,
     tenant: TenantKey,
+    /// Its ticket's priority: preemption takes lower priorities first (rule 14).
+    priority: Priority,
+    /// The pool's start counter when it started: preemption takes the newest first.
+    started: u64,
     /// When the watchdog reports it overdue; `None` once reported, or when unwatched.
     overdue_at: Option<u64>,
     /// Its start plus its execution timeout, when it has one (rule 13).
@@ -269,11 +295,16 @@ pub struct ParkingLot {
     /// `retired[w]`: slot `w`'s thread is gone for good; it is never handed out again.
     retired: Vec<bool>,
     parked: FastMap<TaskId, Parked>,
+    /// Parked tasks that need a worker slot, per kind.
     by_cost: [CostIndex; KINDS],
+    /// Parked permits (rule 14), per kind: they can start while every slot is busy.
+    permits_by_cost: [CostIndex; KINDS],
     by_deadline: BTreeSet<(u64, TaskId)>,
     by_park_time: BTreeSet<(u64, TaskId)>,
     starving: BTreeSet<RankKey>,
     running: FastMap<TaskId, Claim>,
+    /// Running permits: `running.len()` less this is the number of busy worker slots.
+    running_permits: usize,
     by_overdue: BTreeSet<(u64, TaskId)>,
     /// Per-tenant shares, when the limits set a fair share (rule 12).
     tenants: Option<TenantBook>,
@@ -303,10 +334,12 @@ impl ParkingLot {
             retired: vec![false; limits.worker_slots],
             parked: FastMap::default(),
             by_cost: Default::default(),
+            permits_by_cost: Default::default(),
             by_deadline: BTreeSet::new(),
             by_park_time: BTreeSet::new(),
             starving: BTreeSet::new(),
             running: FastMap::default(),
+            running_permits: 0,
             by_overdue: BTreeSet::new(),
             tenants: limits.fair_share.map(|share| {
                 TenantBook::new(ResourceKind::ALL.map(|kind| share.cap(limits.capacity.get(kind))))
@@ -396,14 +429,17 @@ impl ParkingLot {
         self.used.iter().map(|&units| u64::from(units)).sum()
     }
 
-    /// Worker slots held by running tasks.
+    /// Worker slots held by running tasks (permits hold none).
     pub fn busy_workers(&self) -> usize {
-        self.running.len()
+        self.running.len() - self.running_permits
     }
 
-    /// The worker slot a running task holds.
+    /// The worker slot a running task holds; `None` for a permit (rule 14).
     pub fn worker_of(&self, id: TaskId) -> Option<usize> {
-        self.running.get(&id).map(|claim| claim.worker as usize)
+        self.running
+            .get(&id)
+            .filter(|claim| claim.worker != NO_WORKER)
+            .map(|claim| claim.worker as usize)
     }
 
     /// The running task holding worker slot `worker`, if any. O(running).
@@ -446,7 +482,7 @@ impl ParkingLot {
         self.parked.len()
     }
 
-    /// Number of running tasks.
+    /// Number of running tasks, permits included.
     pub fn running_len(&self) -> usize {
         self.running.len()
     }
@@ -501,6 +537,11 @@ impl ParkingLot {
 
     /// Admits a task at time `now`: start it, park it, expire it or reject it.
     pub fn admit(&mut self, ticket: Ticket, now: u64) -> Admit {
+        self.admit_ticket(ticket, false, now)
+    }
+
+    /// Admits a task, or a permit (`slotless`, rule 14).
+    fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Admit {
         let Ticket { id, cost, .. } = ticket;
         if self.parked.contains_key(&id) || self.running.contains_key(&id) {
             return Admit::Reject(Rejection::DuplicateId(id));
@@ -529,12 +570,20 @@ impl ParkingLot {
         self.clock = now;
         self.promote_aged(now);
         let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
-        let timeout = ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout);
-        if self.may_start(&rank, ticket.tenant, cost, timeout, now)
-            && self.claim(id, cost, ticket.tenant, timeout, now)
-        {
+        let request = Request {
+            id,
+            cost,
+            tenant: ticket.tenant,
+            timeout_ms: ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout),
+            priority: ticket.priority,
+            slotless,
+        };
+        if self.may_start(&rank, &request, now) && self.claim(&request, now) {
             self.count_skip_of_head(&rank);
-            if self.tenants.is_none() || self.starving.is_empty() {
+            // Under a fair share a start changes its tenant's keys: that can move the
+            // reservation, or (for a permit started while every slot is busy) let a permit
+            // overtake a task that waits for a slot.
+            if self.tenants.is_none() || (self.starving.is_empty() && !slotless) {
                 return Admit::Start;
             }
             let mut started = Vec::new();
@@ -550,7 +599,7 @@ impl ParkingLot {
                 max_queue_depth: self.limits.max_queue_depth,
             });
         }
-        self.park(ticket, now);
+        self.park(ticket, slotless, now);
         Admit::Park
     }
 
@@ -564,18 +613,11 @@ impl ParkingLot {
         let kind = claim.kind.index();
         debug_assert!(self.used[kind] >= claim.units);
         self.used[kind] = self.used[kind].saturating_sub(claim.units);
-        if let Some(at) = claim.overdue_at {
-            self.by_overdue.remove(&(at, id));
-        }
-        if let Some(at) = claim.ends_by {
-            self.by_end.remove(&(at, id));
-        }
+        self.stop_watching(id, &claim);
         if let Some(book) = &mut self.tenants {
             book.release(claim.tenant, claim.kind, claim.units);
         }
-        if !self.retired[claim.worker as usize] {
-            self.idle_workers.push(claim.worker);
-        }
+        self.free_worker_of(&claim);
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
@@ -629,7 +671,7 @@ impl ParkingLot {
         if self.parked.contains_key(&id) || self.running.contains_key(&id) {
             return Err(Rejection::DuplicateId(id));
         }
-        self.park(ticket, now);
+        self.park(ticket, false, now);
         Ok(())
     }
 
@@ -643,6 +685,7 @@ impl ParkingLot {
         ranks.sort_unstable();
         self.parked.clear();
         self.by_cost = Default::default();
+        self.permits_by_cost = Default::default();
         self.by_deadline.clear();
         self.by_park_time.clear();
         self.starving.clear();
@@ -675,8 +718,13 @@ impl ParkingLot {
             return Err(format!("task {id} is both parked and running"));
         }
         let indexed: usize = self.by_cost.iter().map(CostIndex::len).sum();
-        if indexed != self.parked.len() {
-            return Err(format!("{indexed} indexed vs {} parked", self.parked.len()));
+        let permits: usize = self.permits_by_cost.iter().map(CostIndex::len).sum();
+        let parked_permits = self.parked.values().filter(|p| p.slotless).count();
+        if indexed + permits != self.parked.len() || permits != parked_permits {
+            return Err(format!(
+                "{indexed} tasks and {permits} permits indexed vs {} parked ({parked_permits} permits)",
+                self.parked.len()
+            ));
         }
         if self.parked.len() > self.limits.max_queue_depth {
             return Err(format!("{} parked past the queue depth", self.parked.len()));
@@ -732,9 +780,10 @@ impl ParkingLot {
                 fits.then(|| book.key(tenant, parked.kind, rank))
             })
             .min();
-        let ceiling = ResourceKind::ALL
+        let ceiling = self
+            .best_within(&self.by_cost, &free)
             .into_iter()
-            .filter_map(|kind| self.by_cost[kind.index()].best_within(free[kind.index()]))
+            .chain(self.best_within(&self.permits_by_cost, &free))
             .min()
             .map(|best| best.priority());
         let searched = ceiling.and_then(|ceiling| book.best_fit(&free, ceiling));
@@ -749,8 +798,19 @@ impl ParkingLot {
     /// Every slot is idle, held by exactly one running task, or retired (and idle never).
     fn check_workers(&self) -> Result<(), String> {
         let mut holders = vec![0u32; self.worker_slots as usize];
+        let mut permits = 0;
         for claim in self.running.values() {
-            holders[claim.worker as usize] += 1;
+            match holders.get_mut(claim.worker as usize) {
+                Some(count) => *count += 1,
+                None if claim.worker == NO_WORKER => permits += 1,
+                None => return Err(format!("worker {} does not exist", claim.worker)),
+            }
+        }
+        if permits != self.running_permits {
+            return Err(format!(
+                "{permits} permits running vs {} counted",
+                self.running_permits
+            ));
         }
         for &idle in &self.idle_workers {
             holders[idle as usize] += 1;
@@ -784,15 +844,22 @@ impl ParkingLot {
     /// The parked task to start next, if any: the best that fits the free capacity (and its
     /// tenant's room) and is not held back by the reservation; failing that, the best task
     /// the reservation holds back that may backfill.
+    ///
+    /// With every worker slot busy only permits (rule 14) may start: the best permit that
+    /// fits, in rank order; under a fair share the fair-best task if it is a permit, and
+    /// nothing if it needs a slot (a permit then waits behind it).
     fn best_fit(&self, now: u64) -> Option<RankKey> {
-        if self.idle_workers.is_empty() {
+        let slot_idle = !self.idle_workers.is_empty();
+        let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        let permit = self.best_within(&self.permits_by_cost, &free);
+        if !slot_idle && permit.is_none() {
             return None;
         }
-        let best = ResourceKind::ALL
-            .into_iter()
-            .filter(|kind| !self.by_cost[kind.index()].is_empty())
-            .filter_map(|kind| self.by_cost[kind.index()].best_within(self.free(kind)))
-            .min()?;
+        // Without an idle slot a task's rank still bounds the fair order's ceiling.
+        let task = (slot_idle || self.tenants.is_some())
+            .then(|| self.best_within(&self.by_cost, &free))
+            .flatten();
+        let best = permit.into_iter().chain(task).min()?;
         // Under a fair share, nothing fits if nothing fits the free units: the tenants need
         // not be asked (the common last decision of an unpark).
         let Some(book) = &self.tenants else {
@@ -803,15 +870,32 @@ impl ParkingLot {
                 _ => Some(best),
             };
         };
-        let free = ResourceKind::ALL.map(|kind| self.free(kind));
         let ceiling = best.priority();
         let best = book.best_fit(&free, ceiling)?;
         match self.fair_reservation(book) {
             Some(reserved) if reserved < best => {
                 self.backfill_candidate(reserved.rank(), ceiling, now)
             }
+            _ if !slot_idle && !self.is_permit(best.rank()) => None,
             _ => Some(best.rank()),
         }
+    }
+
+    /// The best-ranked task of `indexes` that fits `free`.
+    fn best_within(&self, indexes: &[CostIndex; KINDS], free: &[u32; KINDS]) -> Option<RankKey> {
+        indexes
+            .iter()
+            .zip(free)
+            .filter(|(index, _)| !index.is_empty())
+            .filter_map(|(index, &free)| index.best_within(free))
+            .min()
+    }
+
+    /// Whether parked task `rank` is a permit.
+    fn is_permit(&self, rank: RankKey) -> bool {
+        self.parked
+            .get(&rank.id())
+            .is_some_and(|parked| parked.slotless)
     }
 
     /// The reservation under a fair share (rule 12).
@@ -831,16 +915,15 @@ impl ParkingLot {
         }
     }
 
-    /// Whether a newcomer ranked `rank`, of `tenant`, costing `cost`, with `timeout_ms`
-    /// (or `NO_TIMEOUT`), may start now as far as the reservations go (rules 6, 12, 13).
-    fn may_start(
-        &self,
-        rank: &RankKey,
-        tenant: TenantKey,
-        cost: ResourceCost,
-        timeout_ms: u32,
-        now: u64,
-    ) -> bool {
+    /// Whether a newcomer ranked `rank` asking for `request` may start now as far as the
+    /// reservations go (rules 6, 12, 13).
+    fn may_start(&self, rank: &RankKey, request: &Request, now: u64) -> bool {
+        let Request {
+            cost,
+            tenant,
+            timeout_ms,
+            ..
+        } = *request;
         let reserved = match &self.tenants {
             None => self
                 .starving
@@ -852,6 +935,9 @@ impl ParkingLot {
                     return false;
                 }
                 let key = book.key(tenant, cost.kind, *rank);
+                if request.slotless && self.fair_best_waits_for_a_slot(book, key) {
+                    return false;
+                }
                 self.fair_reservation(book)
                     .filter(|reserved| *reserved < key)
                     .map(|reserved| reserved.rank())
@@ -866,7 +952,26 @@ impl ParkingLot {
         let Some(shadow) = self.shadow(reserved, now) else {
             return false;
         };
-        now.saturating_add(u64::from(timeout_ms)) <= shadow.at || shadow.spares(cost)
+        now.saturating_add(u64::from(timeout_ms)) <= shadow.at
+            || shadow.spares(cost, request.slotless)
+    }
+
+    /// Whether, with every worker slot busy, a parked task that fits ranks ahead of a
+    /// newcomer permit keyed `key` under the fair order: the newcomer then waits in line
+    /// behind it, as a parked permit would (rule 14).
+    fn fair_best_waits_for_a_slot(&self, book: &TenantBook, key: rank::FairKey) -> bool {
+        if !self.idle_workers.is_empty() {
+            return false;
+        }
+        let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        let ceiling = self
+            .best_within(&self.by_cost, &free)
+            .into_iter()
+            .chain(self.best_within(&self.permits_by_cost, &free))
+            .min();
+        ceiling
+            .and_then(|best| book.best_fit(&free, best.priority()))
+            .is_some_and(|best| best < key)
     }
 
     /// The task held back by `reserved` to backfill (rule 13), if any may: it has a
@@ -886,12 +991,14 @@ impl ParkingLot {
         let shadow = self.shadow(reserved, now)?;
         let limit = shadow.at.checked_sub(now)?;
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        let slot_idle = !self.idle_workers.is_empty();
         let within_share = |candidate: RankKey, parked: &Parked| {
-            self.tenants.as_ref().is_none_or(|book| {
-                let tenant = book.tenant_of(candidate.id());
-                parked.units <= book.room(tenant, parked.kind)
-                    && !book.starving_ahead_of(tenant, &candidate)
-            })
+            (slot_idle || parked.slotless)
+                && self.tenants.as_ref().is_none_or(|book| {
+                    let tenant = book.tenant_of(candidate.id());
+                    parked.units <= book.room(tenant, parked.kind)
+                        && !book.starving_ahead_of(tenant, &candidate)
+                })
         };
         let ends_in_time = |candidate: RankKey| {
             self.parked.get(&candidate.id()).is_some_and(|parked| {
@@ -899,10 +1006,12 @@ impl ParkingLot {
                     && within_share(candidate, parked)
             })
         };
+        // In the spare room, a task needs a spare slot unless it is a permit.
+        let permits_parked = !self.permits_by_cost.iter().all(CostIndex::is_empty);
         let any_timeout = |candidate: RankKey| {
-            self.parked
-                .get(&candidate.id())
-                .is_some_and(|parked| within_share(candidate, parked))
+            self.parked.get(&candidate.id()).is_some_and(|parked| {
+                (shadow.spare_slots > 0 || parked.slotless) && within_share(candidate, parked)
+            })
         };
         let mut spare = free;
         spare[shadow.kind.index()] = spare[shadow.kind.index()].min(shadow.spare_units);
@@ -916,7 +1025,7 @@ impl ParkingLot {
             let in_time = (!all_spare)
                 .then(|| by_timeout.largest_within(priority, limit, &free, ends_in_time))
                 .flatten();
-            let in_spare_room = (shadow.spare_slots > 0)
+            let in_spare_room = (shadow.spare_slots > 0 || permits_parked)
                 .then(|| by_timeout.largest_within(priority, u64::MAX, &spare, any_timeout))
                 .flatten();
             let found = [in_time, in_spare_room]
@@ -943,13 +1052,14 @@ impl ParkingLot {
         }
         let mut free = self.limits.capacity.get(kind) - self.used[kind.index()];
         let mut idle = self.idle_workers.len();
+        let slots = usize::from(!parked.slotless);
         let shadow_at = |at: u64, free: u32, idle: usize| Shadow {
             at,
             kind,
             spare_units: free - parked.units,
-            spare_slots: idle - 1,
+            spare_slots: idle - slots,
         };
-        if free >= parked.units && idle > 0 {
+        if free >= parked.units && idle >= slots {
             return Some(shadow_at(now, free, idle));
         }
         for &(ends_by, id) in self.by_end.range((now, 0)..) {
@@ -959,32 +1069,36 @@ impl ParkingLot {
             if claim.kind == kind {
                 free += claim.units;
             }
-            if !self.retired[claim.worker as usize] {
+            if self.retired.get(claim.worker as usize) == Some(&false) {
                 idle += 1;
             }
-            if free >= parked.units && idle > 0 {
+            if free >= parked.units && idle >= slots {
                 return Some(shadow_at(ends_by, free, idle));
             }
         }
         None
     }
 
-    /// The best-ranked parked task of any kind.
+    /// The best-ranked parked task of any kind, permits included.
     fn head(&self) -> Option<RankKey> {
-        self.by_cost.iter().filter_map(CostIndex::best).min()
+        self.by_cost
+            .iter()
+            .chain(&self.permits_by_cost)
+            .filter_map(CostIndex::best)
+            .min()
     }
 
-    /// Takes `cost` and a worker slot for `id` of `tenant` if both fit (and the tenant's
-    /// share, under a fair share); returns whether it did.
-    fn claim(
-        &mut self,
-        id: TaskId,
-        cost: ResourceCost,
-        tenant: TenantKey,
-        timeout_ms: u32,
-        now: u64,
-    ) -> bool {
-        if self.idle_workers.is_empty() {
+    /// Takes the request's cost and a worker slot (none for a permit) if both fit (and the
+    /// tenant's share, under a fair share); returns whether it did.
+    fn claim(&mut self, request: &Request, now: u64) -> bool {
+        let Request {
+            id,
+            cost,
+            tenant,
+            timeout_ms,
+            ..
+        } = *request;
+        if !request.slotless && self.idle_workers.is_empty() {
             return false;
         }
         let kind = cost.kind.index();
@@ -999,8 +1113,14 @@ impl ParkingLot {
                 return false;
             }
         }
-        let Some(worker) = self.idle_workers.pop() else {
-            return false;
+        let worker = if request.slotless {
+            self.running_permits += 1;
+            NO_WORKER
+        } else {
+            let Some(worker) = self.idle_workers.pop() else {
+                return false;
+            };
+            worker
         };
         self.used[kind] = used;
         if self.headroom[kind] != UNLIMITED {
@@ -1022,6 +1142,8 @@ impl ParkingLot {
                 units: cost.units,
                 worker,
                 tenant,
+                priority: request.priority,
+                started: self.starts,
                 overdue_at: None,
                 ends_by,
             },
@@ -1029,7 +1151,36 @@ impl ParkingLot {
         true
     }
 
-    fn park(&mut self, ticket: Ticket, now: u64) {
+    /// Drops a task that left the running set from the watchdog's and backfill's indexes.
+    fn stop_watching(&mut self, id: TaskId, claim: &Claim) {
+        if let Some(at) = claim.overdue_at {
+            self.by_overdue.remove(&(at, id));
+        }
+        if let Some(at) = claim.ends_by {
+            self.by_end.remove(&(at, id));
+        }
+    }
+
+    /// Gives the worker slot of a claim that ended back, unless it is retired or the claim
+    /// is a permit's (which holds none).
+    fn free_worker_of(&mut self, claim: &Claim) {
+        if claim.worker == NO_WORKER {
+            self.running_permits -= 1;
+        } else if !self.retired[claim.worker as usize] {
+            self.idle_workers.push(claim.worker);
+        }
+    }
+
+    /// The index that holds a parked task or permit of `kind`.
+    fn index_mut(&mut self, kind: ResourceKind, slotless: bool) -> &mut CostIndex {
+        if slotless {
+            &mut self.permits_by_cost[kind.index()]
+        } else {
+            &mut self.by_cost[kind.index()]
+        }
+    }
+
+    fn park(&mut self, ticket: Ticket, slotless: bool, now: u64) {
         let parked = Parked {
             created_at_ms: ticket.created_at_ms,
             deadline_ms: ticket.deadline_ms,
@@ -1039,9 +1190,11 @@ impl ParkingLot {
             timeout_ms: ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout),
             priority: ticket.priority,
             kind: ticket.cost.kind,
+            slotless,
         };
         let rank = parked.rank(ticket.id);
-        self.by_cost[parked.kind.index()].insert(parked.units, rank);
+        self.index_mut(parked.kind, slotless)
+            .insert(parked.units, rank);
         if let Some(deadline) = parked.deadline_ms {
             self.by_deadline.insert((deadline, ticket.id));
         }
@@ -1062,7 +1215,8 @@ impl ParkingLot {
     fn remove_parked(&mut self, id: TaskId) -> Option<(Parked, TenantKey)> {
         let parked = self.parked.remove(&id)?;
         let rank = parked.rank(id);
-        self.by_cost[parked.kind.index()].remove(parked.units, rank);
+        self.index_mut(parked.kind, parked.slotless)
+            .remove(parked.units, rank);
         if let Some(deadline) = parked.deadline_ms {
             self.by_deadline.remove(&(deadline, id));
         }
@@ -1082,8 +1236,15 @@ impl ParkingLot {
         let Some((parked, tenant)) = self.remove_parked(rank.id()) else {
             return;
         };
-        let cost = ResourceCost::new(parked.kind, parked.units);
-        let claimed = self.claim(rank.id(), cost, tenant, parked.timeout_ms, now);
+        let request = Request {
+            id: rank.id(),
+            cost: ResourceCost::new(parked.kind, parked.units),
+            tenant,
+            timeout_ms: parked.timeout_ms,
+            priority: parked.priority,
+            slotless: parked.slotless,
+        };
+        let claimed = self.claim(&request, now);
         debug_assert!(claimed, "best_fit only returns tasks that fit");
         self.count_skip_of_head(&rank);
     }
@@ -1141,3 +1302,5 @@ impl ParkingLot {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_permits;

@@ -1,0 +1,237 @@
+//! Capacity permits (rule 14 of the core): tickets whose run happens outside the pool, such
+//! as a batching LLM engine's requests holding KV-cache blocks.
+//!
+//! A permit is ranked, parked, reserved for and expired like any ticket, but started it holds
+//! units only, no worker slot, so it may start while every slot is busy. Its units can change
+//! while it runs: [`ParkingLot::grow_now`] takes more at once if they fit, a ranked growth
+//! parks a child ticket and [`ParkingLot::absorb`]s it once it starts,
+//! [`ParkingLot::shrink`] gives units back. When a waiter of a higher priority cannot fit,
+//! [`ParkingLot::preemption_victims`] names the running tickets to ask to yield.
+
+use super::{AbsorbRefusal, Admit, Claim, ParkingLot, Ticket, UnknownTask, UNLIMITED};
+use crate::domain::{ResourceKind, TaskId};
+
+impl ParkingLot {
+    /// Admits a permit at time `now`, like [`admit`](Self::admit) but needing no worker slot:
+    /// started, it holds units only; parked, it can start while every slot is busy. A lot
+    /// [`without_workers`](Self::without_workers) grants permits as any other.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
+    /// use prometheus_parking_lot_actors::scheduler::core::{Admit, ParkingLot, Ticket};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(10, 1)).unwrap();
+    /// let ticket = |id, units| Ticket {
+    ///     id,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(units),
+    ///     created_at_ms: id,
+    ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
+    /// };
+    /// assert_eq!(lot.admit(ticket(1, 2), 0), Admit::Start); // the one slot is busy now
+    /// assert_eq!(lot.admit_permit(ticket(2, 4), 0), Admit::Start); // a permit needs none
+    /// assert_eq!(lot.worker_of(2), None);
+    /// assert_eq!(lot.grow_now(2, 3), Ok(true)); // 2 + 7 of 10 held
+    /// assert_eq!(lot.shrink(2, 5, 1), Ok(vec![]));
+    /// assert_eq!(lot.units_of(2), Some(2));
+    /// ```
+    pub fn admit_permit(&mut self, ticket: Ticket, now: u64) -> Admit {
+        self.admit_ticket(ticket, true, now)
+    }
+
+    /// Running ticket `id` takes `extra` more units of its kind at once, if they fit now (the
+    /// free units, the headroom of rule 11, its tenant's room under a fair share) and no
+    /// reservation (rules 6, 12) waits; returns whether it did. It never parks anything.
+    ///
+    /// Under a fair share a growth changes its tenant's place in the fair order, which could
+    /// let a parked task start; such a growth is refused too (the caller then waits in rank
+    /// with a child ticket, see [`absorb`](Self::absorb)), so the saturation invariant holds.
+    pub fn grow_now(&mut self, id: TaskId, extra: u32) -> Result<bool, UnknownTask> {
+        let claim = *self.running.get(&id).ok_or(UnknownTask::NotRunning(id))?;
+        if extra > self.free(claim.kind) || self.reserved().is_some() {
+            return Ok(false);
+        }
+        if let Some(book) = &self.tenants {
+            if extra > book.room(claim.tenant, claim.kind) {
+                return Ok(false);
+            }
+        }
+        self.take_units(id, &claim, extra);
+        if self.tenants.is_some() && self.best_fit(self.clock).is_some() {
+            self.give_units(id, &claim, extra);
+            let headroom = &mut self.headroom[claim.kind.index()];
+            if *headroom != UNLIMITED {
+                *headroom += extra;
+            }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Running ticket `id` gives back `min(units, held)` units at once (it may keep none and
+    /// go on running), and what now fits starts. Returns the started ids in the order they
+    /// started, like [`complete`](Self::complete).
+    pub fn shrink(&mut self, id: TaskId, units: u32, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        let claim = *self.running.get(&id).ok_or(UnknownTask::NotRunning(id))?;
+        self.give_units(id, &claim, units.min(claim.units));
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        Ok(started)
+    }
+
+    /// Running ticket `child`'s units move into running ticket `parent`'s claim: `child`
+    /// leaves the running set without releasing them (a worker slot it held is freed), so the
+    /// pool's and its tenant's books stay exact. Both must hold the same kind and count
+    /// against the same tenant. A freed slot, or the tenant's one running task fewer under a
+    /// fair share, may let parked tasks start: returns them, in the order they started.
+    ///
+    /// This is a ranked growth: the driver parks a child ticket for the extra units and,
+    /// once it starts, absorbs it into the permit.
+    pub fn absorb(
+        &mut self,
+        child: TaskId,
+        parent: TaskId,
+        now: u64,
+    ) -> Result<Vec<TaskId>, UnknownTask> {
+        let of_child = *self
+            .running
+            .get(&child)
+            .ok_or(UnknownTask::NotRunning(child))?;
+        let of_parent = *self
+            .running
+            .get(&parent)
+            .ok_or(UnknownTask::NotRunning(parent))?;
+        let refuse = |reason| UnknownTask::CannotAbsorb {
+            child,
+            parent,
+            reason,
+        };
+        if child == parent {
+            return Err(refuse(AbsorbRefusal::SameTask));
+        }
+        if of_child.kind != of_parent.kind {
+            return Err(refuse(AbsorbRefusal::OtherKind {
+                child: of_child.kind,
+                parent: of_parent.kind,
+            }));
+        }
+        if of_child.tenant != of_parent.tenant {
+            return Err(refuse(AbsorbRefusal::OtherTenant {
+                child: of_child.tenant,
+                parent: of_parent.tenant,
+            }));
+        }
+        self.running.remove(&child);
+        self.stop_watching(child, &of_child);
+        if let Some(claim) = self.running.get_mut(&parent) {
+            claim.units += of_child.units;
+        }
+        if let Some(book) = &mut self.tenants {
+            book.merge(of_child.tenant);
+        }
+        self.free_worker_of(&of_child);
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        Ok(started)
+    }
+
+    /// The running tickets to ask to yield so that parked `waiter` fits (rule 14), lowest
+    /// priority first, or `None` when the waiter is not parked or even every candidate
+    /// cannot make room. `pending` counts units already asked to yield and not yet released.
+    ///
+    /// The waiter needs `units - free - pending` (saturating) more units of its kind; none
+    /// needed gives `Some(vec![])`. Candidates are running tickets of its kind holding units,
+    /// of a priority strictly below its own, that `may_yield`; they are taken lowest priority
+    /// first and, within a priority, the most recently started first, until they cover the
+    /// need; then, from the last taken back, any whose units are not needed to cover it is
+    /// dropped.
+    pub fn preemption_victims(
+        &self,
+        waiter: TaskId,
+        pending: u32,
+        may_yield: impl Fn(TaskId) -> bool,
+    ) -> Option<Vec<TaskId>> {
+        let parked = self.parked.get(&waiter)?;
+        let need = parked
+            .units
+            .saturating_sub(self.free(parked.kind))
+            .saturating_sub(pending);
+        if need == 0 {
+            return Some(Vec::new());
+        }
+        let mut candidates: Vec<(TaskId, &Claim)> = self
+            .running
+            .iter()
+            .filter(|(_, claim)| {
+                claim.kind == parked.kind && claim.units > 0 && claim.priority < parked.priority
+            })
+            .filter(|(&id, _)| may_yield(id))
+            .map(|(&id, claim)| (id, claim))
+            .collect();
+        candidates
+            .sort_unstable_by_key(|(_, claim)| (claim.priority, std::cmp::Reverse(claim.started)));
+        let mut chosen = Vec::new();
+        let mut covered = 0u64;
+        for (id, claim) in candidates {
+            if covered >= u64::from(need) {
+                break;
+            }
+            covered += u64::from(claim.units);
+            chosen.push((id, claim.units));
+        }
+        if covered < u64::from(need) {
+            return None;
+        }
+        for at in (0..chosen.len()).rev() {
+            let units = u64::from(chosen[at].1);
+            if covered - units >= u64::from(need) {
+                covered -= units;
+                chosen.remove(at);
+            }
+        }
+        Some(chosen.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// Running tickets of `kind` holding at least one unit. O(running).
+    pub fn holders(&self, kind: ResourceKind) -> usize {
+        self.running
+            .values()
+            .filter(|claim| claim.kind == kind && claim.units > 0)
+            .count()
+    }
+
+    /// The units running ticket `id` holds, or `None` when it is not running.
+    pub fn units_of(&self, id: TaskId) -> Option<u32> {
+        self.running.get(&id).map(|claim| claim.units)
+    }
+
+    /// Running ticket `id`, whose claim was `claim`, takes `units` more, which the caller
+    /// checked fit: the pool's, the headroom's and the tenant's books follow.
+    fn take_units(&mut self, id: TaskId, claim: &Claim, units: u32) {
+        let kind = claim.kind.index();
+        if let Some(held) = self.running.get_mut(&id) {
+            held.units += units;
+        }
+        self.used[kind] += units;
+        if self.headroom[kind] != UNLIMITED {
+            self.headroom[kind] -= units;
+        }
+        if let Some(book) = &mut self.tenants {
+            book.grow(claim.tenant, claim.kind, units);
+        }
+    }
+
+    /// Running ticket `id`, whose claim was `claim`, gives back `units` it holds. They do
+    /// not return to the headroom, as at `complete`: the next sample will show them.
+    fn give_units(&mut self, id: TaskId, claim: &Claim, units: u32) {
+        if let Some(held) = self.running.get_mut(&id) {
+            held.units -= units;
+        }
+        self.used[claim.kind.index()] -= units;
+        if let Some(book) = &mut self.tenants {
+            book.shrink(claim.tenant, claim.kind, units);
+        }
+    }
+}
