@@ -10,7 +10,8 @@
 //! # Capacity
 //!
 //! A pool has, per [`ResourceKind`], a budget of units, plus `worker_slots`. A running task
-//! holds `cost.units` of `cost.kind` and one worker slot. `used[kind] <= capacity[kind]` and
+//! holds `cost.units` of `cost.kind` and one worker slot; a running permit (rule 14) holds
+//! units only. `used[kind] <= capacity[kind]` and
 //! `busy_workers <= worker_slots` always hold; all sums are checked.
 //!
 //! # Rank
@@ -75,13 +76,33 @@
 //!     backfill; without a bounded shadow time nothing does. Of the tasks that may, the
 //!     highest priority starts first, and within a priority the one that uses the most of
 //!     the free units (then rank).
+//! 14. **Permits** (see `permits.rs`). A permit ([`ParkingLot::admit_permit`]) is a ticket
+//!     whose run happens outside the pool (a batching engine holding KV-cache blocks). It is
+//!     ranked by the rules above, but started it holds units and no worker slot, so it may
+//!     start while every slot is busy: then the best parked permit that fits starts, ahead
+//!     of better-ranked tasks waiting for a slot; with a slot idle, rank order holds across
+//!     tasks and permits. Under a fair share with every slot busy, the fair-best task that
+//!     fits starts only if it is a permit: if it needs a slot, nothing starts, and permits
+//!     (a newcomer too) wait behind it. Backfill never starts a task that needs a slot when
+//!     none is idle. A running ticket may grow at once if the units fit now and no
+//!     reservation waits ([`ParkingLot::grow_now`]; under a fair share, not when the growth
+//!     would let a parked task start), give units back ([`ParkingLot::shrink`]), or take a
+//!     running child's units of its kind and tenant ([`ParkingLot::absorb`]: a ranked
+//!     growth). [`ParkingLot::preemption_victims`] names, for a parked waiter, the running
+//!     tickets of its kind and of a strictly lower priority to ask to yield: lowest
+//!     priority first, newest start first within a priority, until their units cover what
+//!     the waiter lacks (less the units already asked for), then trimmed of any whose units
+//!     are not needed.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
-//! - `0 <= used[kind] <= capacity[kind]` and it equals the sum of running costs of that kind;
-//!   every running task holds a distinct worker slot; the idle slots are exactly the slots
+//! - `0 <= used[kind] <= capacity[kind]` and it equals the sum of the units of the running
+//!   claims of that kind, permits included; every running task but a permit holds a
+//!   distinct worker slot (`busy_workers` counts them); the idle slots are exactly the slots
 //!   neither held nor retired.
-//! - No task is both parked and running; every index holds exactly the parked tasks.
+//! - No task is both parked and running; every parked ticket is in exactly one cost index
+//!   (`by_cost` for tasks, `permits_by_cost` for permits); the other indexes hold exactly
+//!   the parked tasks.
 //! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
 //!   of it.
 //!
@@ -93,7 +114,8 @@
 //! task parked or running, O(T) with a 32-step walk for the few that could win (see
 //! `fair_share.rs`); a backfill decision, made only while a reservation waits, walks at most
 //! 128 timeout classes per priority level and the running tasks (see `backfill.rs`).
-//! Without a fair share the decision path is the one above plus one branch.
+//! Without a fair share the decision path is the one above plus one branch; permits add a
+//! look at their own index (empty: four `is_empty` checks) and a branch per start and end.
 
 mod backfill;
 mod cost_index;
