@@ -101,6 +101,7 @@ pub mod actors;
 pub mod builders;
 pub mod config;
 pub mod core;
+pub mod gate;
 pub mod gpu;
 pub mod infra;
 #[cfg(feature = "metrics")]
@@ -119,6 +120,7 @@ pub use crate::core::{
     ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus,
     WakeState, WorkerExecutor, WorkerPool,
 };
+pub use crate::gate::{CapacityGate, Permit};
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};
 pub use prometheus_parking_lot_actors::stream::ResultStream;

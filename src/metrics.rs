@@ -58,6 +58,12 @@ pub mod names {
     pub const WORKER_RESTARTS: &str = "parking_lot_worker_restarts_total";
     /// Counter: queue backend calls that failed.
     pub const QUEUE_ERRORS: &str = "parking_lot_queue_errors_total";
+    /// Counter: capacity permits asked to yield to a waiter of higher priority.
+    pub const PREEMPTIONS_ASKED: &str = "parking_lot_preemptions_asked_total";
+    /// Counter: permits asked to yield that were dropped since.
+    pub const PREEMPTIONS_HONOURED: &str = "parking_lot_preemptions_honoured_total";
+    /// Counter: units that permits asked to yield gave back.
+    pub const PREEMPTED_UNITS: &str = "parking_lot_preempted_units_total";
     /// Counter, label `reason`: webhook notifications that failed.
     pub const WEBHOOK_FAILURES: &str = "parking_lot_webhook_failures_total";
 }
@@ -111,6 +117,9 @@ pub struct PoolMetrics {
     run: Histogram,
     worker_restarts: Counter,
     queue_errors: Counter,
+    preemptions_asked: Counter,
+    preemptions_honoured: Counter,
+    preempted_units: Counter,
 }
 
 impl PoolMetrics {
@@ -149,6 +158,9 @@ impl PoolMetrics {
             }),
             run: histogram!(names::TASK_RUN, "pool" => pool.clone()),
             worker_restarts: with_pool(names::WORKER_RESTARTS),
+            preemptions_asked: with_pool(names::PREEMPTIONS_ASKED),
+            preemptions_honoured: with_pool(names::PREEMPTIONS_HONOURED),
+            preempted_units: with_pool(names::PREEMPTED_UNITS),
             queue_errors: with_pool(names::QUEUE_ERRORS),
         }
     }
@@ -188,6 +200,11 @@ impl EventSubscriber for PoolMetrics {
                 self.ended(status);
             }
             TaskStep::Refused(reason) => self.rejected[reason.index()].increment(1),
+            TaskStep::YieldAsked => self.preemptions_asked.increment(1),
+            TaskStep::Yielded { units } => {
+                self.preemptions_honoured.increment(1);
+                self.preempted_units.increment(u64::from(*units));
+            }
         }
     }
 
@@ -275,6 +292,18 @@ fn describe() {
             "Worker threads restarted after a panic.",
         ),
         (names::QUEUE_ERRORS, "Queue backend calls that failed."),
+        (
+            names::PREEMPTIONS_ASKED,
+            "Capacity permits asked to yield to a waiter of higher priority.",
+        ),
+        (
+            names::PREEMPTIONS_HONOURED,
+            "Permits asked to yield that were dropped since.",
+        ),
+        (
+            names::PREEMPTED_UNITS,
+            "Units that permits asked to yield gave back.",
+        ),
         (
             names::WEBHOOK_FAILURES,
             "Webhook notifications that failed, by reason.",

@@ -27,6 +27,13 @@ pub enum TaskStep {
     Ended(TaskStatus),
     /// Refused at admission, for this reason (never admitted, so no `Ended` follows).
     Refused(Refusal),
+    /// A held capacity permit was asked to yield to a waiter of higher priority.
+    YieldAsked,
+    /// A permit asked to yield was dropped, giving back `units`.
+    Yielded {
+        /// The units it held when it was dropped.
+        units: u32,
+    },
 }
 
 /// Why admission refused a task, in a few stable categories (a metrics label; the

@@ -25,6 +25,7 @@ pub mod events;
 pub mod executor;
 pub mod mailbox;
 pub mod parker;
+pub mod permit;
 pub mod queue;
 pub mod random;
 pub mod running;

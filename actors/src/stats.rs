@@ -53,6 +53,12 @@ pub struct PoolStats {
     pub queue_errors: u64,
     /// Worker threads alive right now.
     pub live_worker_threads: usize,
+    /// Capacity permits asked to yield to a waiter of higher priority.
+    pub preemptions_asked: u64,
+    /// Permits asked to yield that were dropped since.
+    pub preemptions_honoured: u64,
+    /// Units those dropped permits gave back.
+    pub preempted_units: u64,
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
@@ -101,6 +107,9 @@ pub struct PoolCounters {
     pub(crate) gpu: OnceLock<GpuStats>,
     /// The GPU's free memory at the last sample, MiB.
     pub(crate) gpu_free_mib: AtomicU64,
+    pub(crate) preemptions_asked: AtomicU64,
+    pub(crate) preemptions_honoured: AtomicU64,
+    pub(crate) preempted_units: AtomicU64,
 }
 
 impl PoolCounters {
@@ -129,6 +138,9 @@ impl PoolCounters {
             worker_restarts: read(&self.worker_restarts),
             queue_errors: read(&self.queue_errors),
             live_worker_threads: self.live_threads.load(Relaxed),
+            preemptions_asked: read(&self.preemptions_asked),
+            preemptions_honoured: read(&self.preemptions_honoured),
+            preempted_units: read(&self.preempted_units),
             gpu: self.gpu.get().map(|gpu| GpuStats {
                 free_mib: read(&self.gpu_free_mib),
                 ..gpu.clone()
@@ -162,6 +174,11 @@ impl EventSubscriber for PoolCounters {
         match event.step {
             TaskStep::Admitted => Self::bump(&self.submitted),
             TaskStep::Parked | TaskStep::Started => {}
+            TaskStep::YieldAsked => Self::bump(&self.preemptions_asked),
+            TaskStep::Yielded { units } => {
+                Self::bump(&self.preemptions_honoured);
+                self.preempted_units.fetch_add(u64::from(*units), Relaxed);
+            }
             TaskStep::Refused(_) => Self::bump(&self.rejected),
             TaskStep::Ended(status) => Self::bump(match status {
                 TaskStatus::Completed => &self.completed,

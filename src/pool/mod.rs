@@ -9,7 +9,9 @@ pub mod worker_pool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_parking_lot_actors::engine::{start_pool_blocking, PoolClient, PoolSpec};
+use prometheus_parking_lot_actors::engine::{
+    start_gate_blocking, start_pool_blocking, PoolClient, PoolSpec,
+};
 use prometheus_parking_lot_actors::events::EventSubscriber;
 use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
@@ -77,6 +79,41 @@ where
     R: Send + 'static,
     E: TaskExecutor<P, R> + 'static,
 {
+    start_pool_blocking(spawner, spec(config, executor, backends))
+}
+
+/// Starts a pool that only grants capacity permits: no worker threads, nothing to run.
+pub(crate) fn start_gate(config: &WorkerPoolConfig) -> Result<PoolClient<(), ()>, PoolError> {
+    use crate::infra::mailbox::memory::InMemoryMailbox;
+    use crate::infra::queue::memory::InMemoryQueue;
+
+    /// A gate's pool runs nothing: its permits are held outside it.
+    struct Nothing;
+
+    #[async_trait::async_trait]
+    impl TaskExecutor<(), ()> for Nothing {
+        async fn execute(&self, (): (), _: crate::core::TaskMetadata) {}
+    }
+
+    let backends = Backends::local(
+        Box::new(InMemoryQueue::new()),
+        Arc::new(InMemoryMailbox::new()),
+    );
+    let spawner = crate::runtime::tokio_spawner::TokioSpawner;
+    start_gate_blocking(&spawner, spec(config, Nothing, backends))
+}
+
+/// The engine spec of the public settings.
+fn spec<P, R, E>(
+    config: &WorkerPoolConfig,
+    executor: E,
+    backends: Backends<P, R>,
+) -> PoolSpec<P, R, E>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
     let Backends {
         queue,
         mailbox,
@@ -85,7 +122,7 @@ where
         shared,
         gpu,
     } = backends;
-    let spec = PoolSpec {
+    PoolSpec {
         name: config.name.clone(),
         limits: config.limits(),
         workers: config.worker_settings(),
@@ -101,8 +138,7 @@ where
         shared,
         durability: config.durability,
         gpu,
-    };
-    start_pool_blocking(spawner, spec)
+    }
 }
 
 /// Shuts the pool down (see [`PoolClient::shutdown`]) and blocks the calling thread until it

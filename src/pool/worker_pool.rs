@@ -328,6 +328,13 @@ where
         self.client.shutdown(drain).await
     }
 
+    /// A gate over this pool's capacity: its permits and the pool's tasks share one budget
+    /// and one order (see [`CapacityGate`](crate::CapacityGate)). Permits take units, not
+    /// worker threads.
+    pub fn gate(&self) -> crate::CapacityGate {
+        crate::CapacityGate::of_pool(&self.client)
+    }
+
     /// The engine client, for the actor-level API.
     pub fn client(&self) -> &PoolClient<P, R> {
         &self.client

@@ -18,6 +18,7 @@ use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
 use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
+use crate::permit::{Gate, PermitPort};
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
     Extras, Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
@@ -141,6 +142,13 @@ where
                 nested,
             }),
         }
+    }
+
+    /// A gate over this pool's capacity: its [`Permit`](crate::permit::Permit)s and its
+    /// tasks share one budget and one order.
+    pub fn gate(&self) -> Gate {
+        let port: Arc<dyn PermitPort> = self.inner.inbox.clone();
+        Gate::new(port, self.inner.counters.clone())
     }
 
     /// The pool's name.

@@ -17,4 +17,4 @@ pub mod client;
 pub mod start;
 
 pub use client::{PoolClient, ShutdownOnDrop};
-pub use start::{spawn_supervisor, start_pool, start_pool_blocking, PoolSpec};
+pub use start::{spawn_supervisor, start_gate_blocking, start_pool, start_pool_blocking, PoolSpec};

@@ -86,7 +86,12 @@ pub struct PoolSpec<P, R, E> {
 }
 
 impl<P, R, E> PoolSpec<P, R, E> {
-    fn validate(&mut self) -> Result<ParkingLot, PoolError> {
+    /// Checks the spec and builds its core; `gate`: a pool that only grants permits, with no
+    /// worker threads (`workers.count` is ignored).
+    fn validate(&mut self, gate: bool) -> Result<ParkingLot, PoolError> {
+        if gate {
+            self.workers.count = 0;
+        }
         if self.name.trim().is_empty() {
             return Err(PoolError::InvalidConfig(
                 "pool name is empty; give the pool a name".into(),
@@ -97,7 +102,7 @@ impl<P, R, E> PoolSpec<P, R, E> {
                 "pool name contains a NUL character; thread names cannot hold one".into(),
             ));
         }
-        if self.workers.count == 0 && self.shared.is_none() {
+        if self.workers.count == 0 && self.shared.is_none() && !gate {
             return Err(PoolError::InvalidConfig(
                 "worker_threads is 0; a pool needs at least 1 worker thread (only a node of a \
                  shared queue, such as postgres, may run none: a producer-only node)"
@@ -161,20 +166,32 @@ where
     R: Send + 'static,
     E: TaskExecutor<P, R> + 'static,
 {
-    start_pool_with(supervisor, spec, false).await
+    start_pool_with(supervisor, spec, Ownership::Shared).await
+}
+
+/// Who owns the supervisor a pool is started under, and what the pool is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ownership {
+    /// The caller's supervisor.
+    Shared,
+    /// The pool's own: its shutdown stops it.
+    Own,
+    /// The pool's own, for a pool that only grants permits (no worker threads).
+    OwnGate,
 }
 
 async fn start_pool_with<P, R, E>(
     supervisor: &ActorRef<SupervisorMsg>,
     mut spec: PoolSpec<P, R, E>,
-    owns_supervisor: bool,
+    ownership: Ownership,
 ) -> Result<PoolClient<P, R>, PoolError>
 where
     P: Send + 'static,
     R: Send + 'static,
     E: TaskExecutor<P, R> + 'static,
 {
-    let core = spec.validate()?;
+    let core = spec.validate(ownership == Ownership::OwnGate)?;
+    let owns_supervisor = ownership != Ownership::Shared;
     let pool: Arc<str> = Arc::from(spec.name.as_str());
     let counters = Arc::new(PoolCounters::default());
     let inbox = Arc::new(Inbox::<P, R>::new());
@@ -441,6 +458,34 @@ where
     R: Send + 'static,
     E: TaskExecutor<P, R> + 'static,
 {
+    start_blocking(spawner, spec, Ownership::Own)
+}
+
+/// [`start_pool_blocking`] for a pool that only grants capacity permits
+/// ([`PoolClient::gate`]): it starts no worker threads (`spec.workers.count` is ignored)
+/// and its executor is never called.
+pub fn start_gate_blocking<P, R, E>(
+    spawner: &dyn Spawn,
+    spec: PoolSpec<P, R, E>,
+) -> Result<PoolClient<P, R>, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
+    start_blocking(spawner, spec, Ownership::OwnGate)
+}
+
+fn start_blocking<P, R, E>(
+    spawner: &dyn Spawn,
+    spec: PoolSpec<P, R, E>,
+    ownership: Ownership,
+) -> Result<PoolClient<P, R>, PoolError>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
     let (started, wait) = std::sync::mpsc::sync_channel(1);
     spawner.spawn(Box::pin(async move {
         let (supervisor, running) = match Actor::spawn(None, SupervisorActor, ()).await {
@@ -452,7 +497,7 @@ where
                 return;
             }
         };
-        let client = start_pool_with(&supervisor, spec, true).await;
+        let client = start_pool_with(&supervisor, spec, ownership).await;
         if client.is_err() {
             supervisor.stop(None);
         }

@@ -241,6 +241,12 @@ where
             state.driver.carry_out(&mut state.shell, now);
             handled += 1;
         }
+        // Permit requests next: a release frees capacity, as a finish does.
+        while let Some(op) = state.inbox.next_permit_op() {
+            state.shell.permit(op, now);
+            state.driver.carry_out(&mut state.shell, now);
+            handled += 1;
+        }
         for _ in 0..SUBMISSIONS_PER_ROUND {
             let Some(submission) = state.inbox.next_submission() else {
                 break;

@@ -85,6 +85,11 @@ where
                     drop_contained(outcome);
                 }
             },
+            Effect::Permit(effect) => {
+                if let Some(undo) = effect.carry_out() {
+                    shell.permit(undo, now);
+                }
+            }
             Effect::WakeGpu => {
                 if let Some(gpu) = &self.gpu {
                     gpu.wake();

@@ -28,6 +28,7 @@ use ractor::ActorRef;
 
 use super::protocol::{Internal, SchedulerMsg, Submission};
 use crate::domain::PoolError;
+use crate::permit::{PermitOp, PermitPort};
 use crate::queue::EntryId;
 use crate::worker::RunReports;
 
@@ -43,6 +44,8 @@ pub(crate) struct Finish<R> {
 pub(crate) struct Inbox<P, R> {
     finishes: SegQueue<Finish<R>>,
     submissions: SegQueue<Submission<P>>,
+    /// Requests about capacity permits (see `crate::permit`).
+    permits: SegQueue<PermitOp>,
     scheduled: AtomicBool,
     /// Set once the scheduler has stopped: nothing will drain the inbox any more, so whoever
     /// pushes refuses what it finds.
@@ -59,6 +62,7 @@ where
         Self {
             finishes: SegQueue::new(),
             submissions: SegQueue::new(),
+            permits: SegQueue::new(),
             scheduled: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             scheduler: OnceLock::new(),
@@ -98,6 +102,9 @@ where
         while let Some(finish) = self.finishes.pop() {
             crate::contain::drop_contained(finish.outcome);
         }
+        while let Some(op) = self.permits.pop() {
+            op.refuse(PoolError::Shutdown);
+        }
     }
 
     fn ring(&self) {
@@ -132,9 +139,14 @@ where
         self.submissions.pop()
     }
 
+    /// The next permit request, if any.
+    pub fn next_permit_op(&self) -> Option<PermitOp> {
+        self.permits.pop()
+    }
+
     /// Whether anything waits.
     pub fn is_empty(&self) -> bool {
-        self.finishes.is_empty() && self.submissions.is_empty()
+        self.finishes.is_empty() && self.submissions.is_empty() && self.permits.is_empty()
     }
 
     /// The scheduler stops draining. Returns `true` if something arrived meanwhile and the
@@ -146,6 +158,17 @@ where
             return false;
         }
         !self.scheduled.swap(true, Ordering::AcqRel)
+    }
+}
+
+impl<P, R> PermitPort for Inbox<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    fn send(&self, op: PermitOp) {
+        self.permits.push(op);
+        self.ring();
     }
 }
 

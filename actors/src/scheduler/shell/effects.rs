@@ -56,6 +56,8 @@ pub(crate) enum Effect<P, R> {
     },
     /// Tell the GPU sampler that tasks wait for memory, so it samples at once.
     WakeGpu,
+    /// Answer a permit's holder, or ask it to yield.
+    Permit(super::permits::PermitEffect),
 }
 
 /// A terminal outcome on its way to the mailbox.

@@ -33,6 +33,7 @@ pub(crate) mod effects;
 pub(crate) mod ledger;
 pub(crate) mod lifecycle;
 pub(crate) mod observe;
+pub(crate) mod permits;
 pub(crate) mod storage;
 pub(crate) mod tasks;
 #[cfg(test)]
@@ -92,6 +93,8 @@ pub(crate) struct Shell<P, R> {
     mailbox: Arc<dyn Mailbox<R>>,
     /// Whether a GPU sampler wants to hear that tasks wait for memory.
     gpu_sampled: bool,
+    /// Capacity permits, held and waiting.
+    permits: permits::Permits,
 }
 
 impl<P, R> Shell<P, R>
@@ -103,6 +106,7 @@ where
     /// started as they fit).
     pub fn new(args: ShellArgs<R>, stored: Vec<(StoredEntry, Option<P>)>, now: u64) -> Self {
         let observers = Observers::new(args.counters, args.subscribers, args.core.limits());
+        let permits = permits::Permits::new(args.core.limits().preemption);
         let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
         tasks.restore(stored, now);
         let mut shell = Self {
@@ -111,6 +115,7 @@ where
             lifecycle: Lifecycle::default(),
             mailbox: args.mailbox,
             gpu_sampled: args.gpu_sampled,
+            permits,
         };
         shell.tick(now);
         shell
@@ -210,7 +215,11 @@ where
         let (newcomer, unblocked) = self.tasks.core.admit(ticket, now).newcomer();
         match newcomer {
             Newcomer::Start => self.start_admitted(entry, admission, now),
-            Newcomer::Park => self.park_admitted(entry, admission, now),
+            Newcomer::Park => {
+                let kind = ticket.cost.kind;
+                self.park_admitted(entry, admission, now);
+                self.preempt_for(entry, kind, now);
+            }
             Newcomer::Expire => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
             Newcomer::Reject(rejection) => {
                 end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
@@ -358,6 +367,10 @@ where
     /// Starts parked tasks the core chose, in order.
     fn start_parked(&mut self, started: Vec<EntryId>, now: u64) {
         for entry in started {
+            if self.permits.is_waiting(entry) {
+                self.permit_started(entry, now);
+                continue;
+            }
             let Some(record) = self.tasks.ledger.get_mut(entry) else {
                 tracing::error!(pool = %self.tasks.pool, entry, "bug: the core started a task the ledger does not hold");
                 continue;
@@ -628,7 +641,7 @@ where
             room.store_spun(&mut self.tasks, now, false);
         }
         let tick = self.tasks.core.tick(now);
-        for entry in tick.expired {
+        for entry in self.end_waiters(tick.expired, &PoolError::Expired) {
             self.end_parked(entry, PoolError::Expired, now);
         }
         for entry in tick.overdue {
@@ -658,6 +671,7 @@ where
     /// Returns (kept, ended).
     fn take_parked(&mut self, outcome: PoolError, now: u64) -> (usize, usize) {
         let parked = self.tasks.core.take_parked();
+        let parked = self.end_waiters(parked, &PoolError::Shutdown);
         let count = parked.len();
         if !self.storage.keeps_parked() {
             for entry in parked {
@@ -723,7 +737,9 @@ where
     }
 
     fn stop_if_drained(&mut self) {
-        if self.lifecycle.is_draining() && self.tasks.core.running_len() == 0 {
+        // Held permits do not hold a drain up: they run outside the pool.
+        if self.lifecycle.is_draining() && self.tasks.core.running_len() <= self.permits.held_len()
+        {
             self.lifecycle.stop(&mut self.tasks.fx);
         }
     }

@@ -1,0 +1,272 @@
+//! The holder's side of permits: [`Gate`] asks, [`Permit`] holds.
+
+use std::fmt;
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::answer::{Answer, Withdrawal};
+use super::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp, PermitPort};
+use crate::domain::{PoolError, TaskId, TaskMetadata};
+use crate::parker::block_on_until;
+use crate::queue::EntryId;
+use crate::stats::{PoolCounters, PoolStats};
+
+/// Hands out [`Permit`]s for a pool's capacity, ranked by the pool's scheduler with the
+/// same rules as its tasks. Cheap to clone; `Send + Sync`.
+///
+/// Get one from a running pool with `PoolClient::gate` (or, at the crate root,
+/// `CapacityGate::new` for a gate with no worker threads at all).
+#[derive(Clone)]
+pub struct Gate {
+    port: Arc<dyn PermitPort>,
+    counters: Arc<PoolCounters>,
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gate").finish_non_exhaustive()
+    }
+}
+
+/// Waits for an answer; dropped before it came (the future was dropped, a deadline passed),
+/// it withdraws: the scheduler forgets the waiter, or what was granted meanwhile is given
+/// back (see `answer.rs` for why nothing leaks either way).
+async fn answer_of<T>(answer: &Answer<T>) -> T {
+    poll_fn(|cx| answer.poll_take(cx)).await
+}
+
+/// An acquire in flight (see [`answer_of`]).
+struct AcquireGuard<'a> {
+    port: &'a Arc<dyn PermitPort>,
+    answer: Arc<AcquireAnswer>,
+    /// Set once the answer was taken: nothing to withdraw.
+    settled: bool,
+}
+
+impl Drop for AcquireGuard<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        match self.answer.withdraw() {
+            Withdrawal::WasWaiting => self
+                .port
+                .send(PermitOp::WithdrawAcquire(self.answer.clone())),
+            Withdrawal::Answered(Ok(grant)) => {
+                self.port.send(PermitOp::Release { entry: grant.entry })
+            }
+            Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
+        }
+    }
+}
+
+/// A grow in flight (see [`answer_of`]).
+struct GrowGuard<'a> {
+    permit: &'a Permit,
+    answer: Arc<GrowAnswer>,
+    extra: u32,
+    /// Set once the answer was taken: nothing to withdraw.
+    settled: bool,
+}
+
+impl Drop for GrowGuard<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let permit = self.permit;
+        match self.answer.withdraw() {
+            Withdrawal::WasWaiting => permit
+                .port
+                .send(PermitOp::WithdrawGrow(self.answer.clone())),
+            Withdrawal::Answered(Ok(())) => {
+                let units = permit.holding.take(self.extra);
+                permit.port.send(PermitOp::Shrink {
+                    entry: permit.entry,
+                    units,
+                });
+            }
+            Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
+        }
+    }
+}
+
+impl Gate {
+    pub(crate) fn new(port: Arc<dyn PermitPort>, counters: Arc<PoolCounters>) -> Self {
+        Self { port, counters }
+    }
+
+    /// A permit for `meta.cost`, ranked among waiters as a task with this metadata would be
+    /// (priority, skip-ahead, the starvation guard, fair share by the mailbox key's tenant,
+    /// the deadline). Waits until it is granted.
+    ///
+    /// Cancel-safe: dropping the future withdraws the waiter; a grant that raced the drop is
+    /// released at once. Refused like a task: `InsufficientResources` (more than the pool
+    /// has of that kind), `QueueFull`, `Expired` (its deadline passed while it waited),
+    /// `DuplicateTask`, `Shutdown`.
+    pub async fn acquire(&self, meta: TaskMetadata) -> Result<Permit, PoolError> {
+        self.request(meta, true).await
+    }
+
+    /// [`acquire`](Self::acquire) for plain threads: waits on the calling thread (no
+    /// runtime involved) at most `timeout`, then withdraws and returns `Timeout`.
+    pub fn acquire_blocking(
+        &self,
+        meta: TaskMetadata,
+        timeout: Duration,
+    ) -> Result<Permit, PoolError> {
+        let deadline = Instant::now().checked_add(timeout);
+        block_on_until(self.request(meta, true), deadline).unwrap_or(Err(PoolError::Timeout))
+    }
+
+    /// A permit only if it is granted at once, as a task that starts at once would be;
+    /// `WouldWait` otherwise. It never waits in the queue, but it does wait one trip to the
+    /// scheduler and back on the calling thread (microseconds): do not call it from a task
+    /// of the runtime the pool's own actors run on (a `ResourcePool` started with a spawner
+    /// of yours on a single-threaded runtime); `acquire` is right there.
+    pub fn try_acquire(&self, meta: TaskMetadata) -> Result<Permit, PoolError> {
+        block_on_until(self.request(meta, false), None).unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    async fn request(&self, meta: TaskMetadata, wait: bool) -> Result<Permit, PoolError> {
+        let id = meta.id;
+        let answer = Arc::new(AcquireAnswer::new());
+        self.port.send(PermitOp::Acquire {
+            meta,
+            wait,
+            answer: answer.clone(),
+        });
+        let mut guard = AcquireGuard {
+            port: &self.port,
+            answer,
+            settled: false,
+        };
+        let granted = answer_of(&guard.answer).await;
+        guard.settled = true;
+        let Grant { entry, holding } = granted?;
+        Ok(Permit {
+            entry,
+            id,
+            holding,
+            port: self.port.clone(),
+        })
+    }
+
+    /// The pool's counters: permits held count as active tasks, waiting ones as queued.
+    pub fn stats(&self) -> PoolStats {
+        self.counters.snapshot()
+    }
+}
+
+/// Units granted by a [`Gate`], held until the permit is dropped (released exactly once).
+/// `Send + Sync`: the code that generates with it may share it by reference.
+pub struct Permit {
+    entry: EntryId,
+    id: TaskId,
+    holding: Arc<Holding>,
+    port: Arc<dyn PermitPort>,
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("id", &self.id)
+            .field("units", &self.units())
+            .field("preempted", &self.is_preempted())
+            .finish()
+    }
+}
+
+impl Permit {
+    /// The id of the metadata it was acquired with.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// Units held now.
+    pub fn units(&self) -> u32 {
+        self.holding.units()
+    }
+
+    /// Takes `extra` more units now, if the fast path would grant them (they are free, and
+    /// no waiter is reserved against starvation); `WouldWait` if not, or
+    /// `InsufficientResources` if the pool could never hold that many for one holder.
+    /// Waits one trip to the scheduler, as [`Gate::try_acquire`] does.
+    pub fn try_grow(&self, extra: u32) -> Result<(), PoolError> {
+        if extra == 0 {
+            return Ok(());
+        }
+        block_on_until(self.grow_with(extra, false), None).unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    /// Waits, ranked as the permit itself was, for `extra` more units, keeping what it holds.
+    /// Cancel-safe as [`Gate::acquire`] is.
+    ///
+    /// Refused with `WouldDeadlock` when every other holder of units of this kind is waiting
+    /// to grow as well: nobody would ever release anything, so this wait is refused rather
+    /// than joined (shrink or drop a permit, then grow again). `InsufficientResources` when
+    /// the pool could never hold that many for one holder.
+    pub async fn grow(&self, extra: u32) -> Result<(), PoolError> {
+        if extra == 0 {
+            return Ok(());
+        }
+        self.grow_with(extra, true).await
+    }
+
+    async fn grow_with(&self, extra: u32, wait: bool) -> Result<(), PoolError> {
+        let answer = Arc::new(GrowAnswer::new());
+        self.port.send(PermitOp::Grow {
+            entry: self.entry,
+            extra,
+            wait,
+            answer: answer.clone(),
+        });
+        let mut guard = GrowGuard {
+            permit: self,
+            answer,
+            extra,
+            settled: false,
+        };
+        let grown = answer_of(&guard.answer).await;
+        guard.settled = true;
+        grown
+    }
+
+    /// Gives `units` back at once (at most what it holds); waiters that now fit are granted.
+    pub fn shrink(&self, units: u32) {
+        let units = self.holding.take(units);
+        if units > 0 {
+            self.port.send(PermitOp::Shrink {
+                entry: self.entry,
+                units,
+            });
+        }
+    }
+
+    /// Whether a waiter of higher priority asked this permit to yield. Nothing is taken
+    /// away: the holder decides when to drop it (and, for an engine, to recompute later).
+    pub fn is_preempted(&self) -> bool {
+        self.holding.is_preempted()
+    }
+
+    /// Resolves once a waiter of higher priority asks this permit to yield (at once if one
+    /// did already).
+    pub async fn preempted(&self) {
+        loop {
+            let notified = self.holding.yielding.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_preempted() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.port.send(PermitOp::Release { entry: self.entry });
+    }
+}

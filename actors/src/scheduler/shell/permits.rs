@@ -1,0 +1,572 @@
+//! Permits in the shell: tickets of the core whose run happens outside the pool.
+//!
+//! A permit is admitted as a task is (same ticket, same rank), but through
+//! [`ParkingLot::admit_permit`]: it takes units and no worker slot. Granted, it is *held*
+//! here until its holder drops it; waiting, it is a *waiter* here and a parked ticket in the
+//! core. A ranked grow is a second, child ticket for the extra units, ranked as its permit
+//! was; once the core starts it, it is absorbed into the permit.
+//!
+//! # Rules
+//!
+//! - **Deadlock.** A grow that cannot be granted at once is refused (`WouldDeadlock`)
+//!   instead of parked when every other holder of units of its kind is itself waiting to
+//!   grow: none of them would ever release anything.
+//! - **Preemption** (opt-in, [`Preemption`]). When a waiter parks, the core names the fewest
+//!   held permits of strictly lower priority whose units, with the free units and those
+//!   already asked to yield, would let it fit (rule 14 of the core). Each is asked once; a
+//!   task id is asked at most `max_per_task` times (the count is forgotten once a permit of
+//!   that id is dropped without having been asked). Pool tasks are never asked: their
+//!   payload has moved into the executor, so they could not be run again.
+//!
+//! # Invariants
+//!
+//! - Every waiter is parked in the core, and answered exactly once: granted, refused, or
+//!   withdrawn by its holder (then never answered).
+//! - `yielding[kind]` is the sum of the units of held permits asked to yield.
+
+use std::sync::Arc;
+
+use super::Shell;
+use crate::domain::TaskMetadata;
+use crate::domain::{
+    MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId,
+};
+use crate::events::TaskStep;
+use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
+use crate::queue::EntryId;
+use crate::scheduler::core::{Cancel, FastMap, Newcomer, Ticket};
+use crate::scheduler::shell::effects::Effect;
+use crate::scheduler::shell::ledger::admitted_ms;
+use crate::scheduler::shell::observe::Detail;
+
+const KINDS: usize = ResourceKind::COUNT;
+
+/// A granted permit.
+struct Held {
+    holding: Arc<Holding>,
+    id: TaskId,
+    cost: ResourceCost,
+    priority: Priority,
+    tenant: u64,
+    /// Units it held when asked to yield (0: not asked).
+    asked_units: u32,
+    asked: bool,
+    /// Its grows waiting in the core.
+    growing: u32,
+}
+
+/// A waiter: an acquire or a grow, parked in the core.
+enum Waiter {
+    Acquire {
+        answer: Arc<AcquireAnswer>,
+        id: TaskId,
+        cost: ResourceCost,
+        priority: Priority,
+        tenant: u64,
+    },
+    Grow {
+        answer: Arc<GrowAnswer>,
+        parent: EntryId,
+        kind: ResourceKind,
+    },
+}
+
+/// What the driver does for permits.
+pub(crate) enum PermitEffect {
+    /// Hand a grant to its waiter; one that withdrew meanwhile is released.
+    Grant {
+        answer: Arc<AcquireAnswer>,
+        grant: Grant,
+    },
+    /// Add `extra` units to a holder and tell its grow; one that withdrew gives them back.
+    Grew {
+        answer: Arc<GrowAnswer>,
+        holding: Arc<Holding>,
+        parent: EntryId,
+        extra: u32,
+    },
+    RefuseAcquire {
+        answer: Arc<AcquireAnswer>,
+        error: PoolError,
+    },
+    RefuseGrow {
+        answer: Arc<GrowAnswer>,
+        error: PoolError,
+    },
+    /// Ask a holder to yield.
+    Preempt(Arc<Holding>),
+}
+
+impl PermitEffect {
+    /// Carries it out; returns the request that undoes a grant nobody took.
+    pub fn carry_out(self) -> Option<PermitOp> {
+        match self {
+            PermitEffect::Grant { answer, grant } => match answer.give(Ok(grant)) {
+                Ok(()) => None,
+                Err(Ok(grant)) => Some(PermitOp::Release { entry: grant.entry }),
+                Err(Err(_)) => None,
+            },
+            PermitEffect::Grew {
+                answer,
+                holding,
+                parent,
+                extra,
+            } => {
+                holding.add(extra);
+                match answer.give(Ok(())) {
+                    Ok(()) => None,
+                    Err(_) => Some(PermitOp::Shrink {
+                        entry: parent,
+                        units: holding.take(extra),
+                    }),
+                }
+            }
+            PermitEffect::RefuseAcquire { answer, error } => {
+                let _ = answer.give(Err(error));
+                None
+            }
+            PermitEffect::RefuseGrow { answer, error } => {
+                let _ = answer.give(Err(error));
+                None
+            }
+            PermitEffect::Preempt(holding) => {
+                holding.preempt();
+                None
+            }
+        }
+    }
+}
+
+/// The shell's permits. See the module docs.
+pub(crate) struct Permits {
+    held: FastMap<EntryId, Held>,
+    waiting: FastMap<EntryId, Waiter>,
+    /// Waiters by their answer's address, for withdrawals.
+    by_answer: FastMap<usize, EntryId>,
+    /// Units of held permits asked to yield, per kind.
+    yielding: [u32; KINDS],
+    /// Held permits with a grow waiting, per kind (the deadlock rule).
+    growing: [usize; KINDS],
+    /// Times each task id was asked to yield.
+    asked: FastMap<TaskId, u32>,
+    preemption: Option<Preemption>,
+    /// The key of permits acquired without a mailbox key (events name one).
+    anonymous: MailboxKey,
+}
+
+fn address<T>(answer: &Arc<T>) -> usize {
+    Arc::as_ptr(answer) as *const () as usize
+}
+
+impl Permits {
+    pub fn new(preemption: Option<Preemption>) -> Self {
+        Self {
+            held: FastMap::default(),
+            waiting: FastMap::default(),
+            by_answer: FastMap::default(),
+            yielding: [0; KINDS],
+            growing: [0; KINDS],
+            asked: FastMap::default(),
+            preemption,
+            anonymous: MailboxKey::anonymous(),
+        }
+    }
+
+    /// Whether `entry` is a waiter (the core may start it).
+    pub fn is_waiting(&self, entry: EntryId) -> bool {
+        !self.waiting.is_empty() && self.waiting.contains_key(&entry)
+    }
+
+    /// Permits held now.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether the held permit of `entry` may be asked to yield.
+    fn may_yield(&self, entry: EntryId, max_per_task: u32) -> bool {
+        self.held.get(&entry).is_some_and(|held| {
+            !held.asked && self.asked.get(&held.id).copied().unwrap_or(0) < max_per_task
+        })
+    }
+
+    fn grow_ended(&mut self, parent: EntryId, kind: ResourceKind) {
+        if let Some(held) = self.held.get_mut(&parent) {
+            held.growing = held.growing.saturating_sub(1);
+            if held.growing == 0 {
+                self.growing[kind.index()] = self.growing[kind.index()].saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// A request about permits.
+    pub fn permit(&mut self, op: PermitOp, now: u64) {
+        match op {
+            PermitOp::Acquire { meta, wait, answer } => self.acquire(meta, wait, answer, now),
+            PermitOp::WithdrawAcquire(answer) => self.withdraw(address(&answer), now),
+            PermitOp::Grow {
+                entry,
+                extra,
+                wait,
+                answer,
+            } => self.grow(entry, extra, wait, answer, now),
+            PermitOp::WithdrawGrow(answer) => self.withdraw(address(&answer), now),
+            PermitOp::Shrink { entry, units } => {
+                if let Ok(started) = self.tasks.core.shrink(entry, units, now) {
+                    self.start_parked(started, now);
+                }
+            }
+            PermitOp::Release { entry } => self.release(entry, now),
+        }
+    }
+
+    fn fx_permit(&mut self, effect: PermitEffect) {
+        self.tasks.fx.push(Effect::Permit(effect));
+    }
+
+    fn acquire(&mut self, meta: TaskMetadata, wait: bool, answer: Arc<AcquireAnswer>, now: u64) {
+        if let Err(error) = self.lifecycle.admits() {
+            self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
+            return;
+        }
+        let entry = self.tasks.ledger.next_entry(now);
+        let key = meta.mailbox.as_ref().unwrap_or(&self.permits.anonymous);
+        let ticket = self.tasks.ticket(entry, &meta, key, None);
+        let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
+        match newcomer {
+            Newcomer::Start => {
+                let held = self.held(meta.id, ticket.cost, ticket.priority, ticket.tenant);
+                self.grant(entry, answer, held);
+            }
+            Newcomer::Park if wait => {
+                self.permits.by_answer.insert(address(&answer), entry);
+                let waiter = Waiter::Acquire {
+                    answer,
+                    id: meta.id,
+                    cost: meta.cost,
+                    priority: ticket.priority,
+                    tenant: ticket.tenant,
+                };
+                self.permits.waiting.insert(entry, waiter);
+                self.preempt_for(entry, meta.cost.kind, now);
+            }
+            Newcomer::Park => {
+                if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
+                    self.start_parked(started, now);
+                }
+                let error = PoolError::WouldWait;
+                self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
+            }
+            Newcomer::Expire => {
+                let error = PoolError::Expired;
+                self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
+            }
+            Newcomer::Reject(rejection) => {
+                let error = rejection.into();
+                self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
+            }
+        }
+        self.start_parked(unblocked, now);
+    }
+
+    /// A held permit, as it is granted.
+    fn held(&self, id: TaskId, cost: ResourceCost, priority: Priority, tenant: u64) -> Held {
+        Held {
+            holding: Holding::with_units(cost.units),
+            id,
+            cost,
+            priority,
+            tenant,
+            asked_units: 0,
+            asked: false,
+            growing: 0,
+        }
+    }
+
+    /// Grants the permit `entry`.
+    fn grant(&mut self, entry: EntryId, answer: Arc<AcquireAnswer>, held: Held) {
+        let holding = held.holding.clone();
+        self.permits.held.insert(entry, held);
+        let grant = Grant { entry, holding };
+        self.fx_permit(PermitEffect::Grant { answer, grant });
+    }
+
+    /// The core started the waiter `entry` (see `Shell::start_parked`).
+    pub(super) fn permit_started(&mut self, entry: EntryId, now: u64) {
+        let Some(waiter) = self.permits.waiting.remove(&entry) else {
+            return;
+        };
+        match waiter {
+            Waiter::Acquire {
+                answer,
+                id,
+                cost,
+                priority,
+                tenant,
+            } => {
+                self.permits.by_answer.remove(&address(&answer));
+                let held = self.held(id, cost, priority, tenant);
+                self.grant(entry, answer, held);
+            }
+            Waiter::Grow {
+                answer,
+                parent,
+                kind,
+            } => {
+                self.permits.by_answer.remove(&address(&answer));
+                self.permits.grow_ended(parent, kind);
+                let extra = self.tasks.core.units_of(entry).unwrap_or(0);
+                let holding = self
+                    .permits
+                    .held
+                    .get(&parent)
+                    .map(|held| held.holding.clone());
+                match (holding, self.tasks.core.absorb(entry, parent, now)) {
+                    (Some(holding), Ok(started)) => {
+                        self.fx_permit(PermitEffect::Grew {
+                            answer,
+                            holding,
+                            parent,
+                            extra,
+                        });
+                        self.start_parked(started, now);
+                    }
+                    _ => {
+                        // Its permit is gone: the child ends, and its units with it.
+                        if let Ok(started) = self.tasks.core.complete(entry, now) {
+                            self.start_parked(started, now);
+                        }
+                        let error = PoolError::Shutdown;
+                        self.fx_permit(PermitEffect::RefuseGrow { answer, error });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    fn grow(&mut self, entry: EntryId, extra: u32, wait: bool, answer: Arc<GrowAnswer>, now: u64) {
+        let refuse = |shell: &mut Self, answer, error| {
+            shell.fx_permit(PermitEffect::RefuseGrow { answer, error });
+        };
+        let Some(held) = self.permits.held.get(&entry) else {
+            return refuse(self, answer, PoolError::Shutdown);
+        };
+        let (kind, holding, priority, tenant) = (
+            held.cost.kind,
+            held.holding.clone(),
+            held.priority,
+            held.tenant,
+        );
+        let units = self.tasks.core.units_of(entry).unwrap_or(0);
+        let available = self.tasks.core.tenant_cap(kind);
+        let needed = units.saturating_add(extra);
+        if needed > available {
+            let error = PoolError::InsufficientResources {
+                kind,
+                needed: needed as usize,
+                available: available as usize,
+            };
+            return refuse(self, answer, error);
+        }
+        if self.tasks.core.grow_now(entry, extra) == Ok(true) {
+            let grew = PermitEffect::Grew {
+                answer,
+                holding,
+                parent: entry,
+                extra,
+            };
+            return self.fx_permit(grew);
+        }
+        if !wait {
+            return refuse(self, answer, PoolError::WouldWait);
+        }
+        if let Err(error) = self.lifecycle.admits() {
+            return refuse(self, answer, error);
+        }
+        if self.would_deadlock(entry, kind, units) {
+            return refuse(self, answer, PoolError::WouldDeadlock { kind });
+        }
+        let child = self.tasks.ledger.next_entry(now);
+        let ticket = Ticket {
+            id: child,
+            priority,
+            cost: ResourceCost::new(kind, extra),
+            created_at_ms: admitted_ms(entry),
+            deadline_ms: None,
+            tenant,
+            timeout_ms: None,
+        };
+        let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
+        match newcomer {
+            Newcomer::Start => match self.tasks.core.absorb(child, entry, now) {
+                Ok(started) => {
+                    self.fx_permit(PermitEffect::Grew {
+                        answer,
+                        holding,
+                        parent: entry,
+                        extra,
+                    });
+                    self.start_parked(started, now);
+                }
+                Err(_) => {
+                    if let Ok(started) = self.tasks.core.complete(child, now) {
+                        self.start_parked(started, now);
+                    }
+                    refuse(self, answer, PoolError::Shutdown);
+                }
+            },
+            Newcomer::Park => {
+                self.permits.by_answer.insert(address(&answer), child);
+                let waiter = Waiter::Grow {
+                    answer,
+                    parent: entry,
+                    kind,
+                };
+                self.permits.waiting.insert(child, waiter);
+                if let Some(held) = self.permits.held.get_mut(&entry) {
+                    held.growing += 1;
+                    if held.growing == 1 {
+                        self.permits.growing[kind.index()] += 1;
+                    }
+                }
+                self.preempt_for(child, kind, now);
+            }
+            Newcomer::Expire => refuse(self, answer, PoolError::Expired),
+            Newcomer::Reject(rejection) => refuse(self, answer, rejection.into()),
+        }
+        self.start_parked(unblocked, now);
+    }
+
+    /// Whether every other holder of `kind` units waits to grow (the deadlock rule), for
+    /// the permit `entry` holding `units`.
+    fn would_deadlock(&self, entry: EntryId, kind: ResourceKind, units: u32) -> bool {
+        let others_holding = self.tasks.core.holders(kind) - usize::from(units > 0);
+        let already_growing = self
+            .permits
+            .held
+            .get(&entry)
+            .is_some_and(|held| held.growing > 0 && units > 0);
+        let others_growing = self.permits.growing[kind.index()] - usize::from(already_growing);
+        others_holding <= others_growing
+    }
+
+    /// A waiter gave up.
+    fn withdraw(&mut self, answer: usize, now: u64) {
+        let Some(entry) = self.permits.by_answer.remove(&answer) else {
+            return;
+        };
+        if let Some(Waiter::Grow { parent, kind, .. }) = self.permits.waiting.remove(&entry) {
+            self.permits.grow_ended(parent, kind);
+        }
+        if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
+            self.start_parked(started, now);
+        }
+    }
+
+    /// A permit was dropped: its units return and waiters that now fit are granted.
+    fn release(&mut self, entry: EntryId, now: u64) {
+        let Some(held) = self.permits.held.remove(&entry) else {
+            return;
+        };
+        if held.asked {
+            let kind = held.cost.kind.index();
+            self.permits.yielding[kind] =
+                self.permits.yielding[kind].saturating_sub(held.asked_units);
+            let units = self.tasks.core.units_of(entry).unwrap_or(0);
+            let key = self.permits.anonymous.clone();
+            let step = TaskStep::Yielded { units };
+            self.tasks
+                .observers
+                .step(held.id, &key, held.cost, &step, now, Detail::NONE);
+        } else if !self.permits.asked.is_empty() {
+            // It ran to its end: its id starts afresh.
+            self.permits.asked.remove(&held.id);
+        }
+        if held.growing > 0 {
+            let kind = held.cost.kind.index();
+            self.permits.growing[kind] = self.permits.growing[kind].saturating_sub(1);
+        }
+        if let Ok(started) = self.tasks.core.complete(entry, now) {
+            self.start_parked(started, now);
+        }
+        self.stop_if_drained();
+    }
+
+    /// Asks held permits of lower priority to yield for the waiter `entry` of `kind`, when
+    /// preemption is on and they would let it fit (see the module docs).
+    pub(super) fn preempt_for(&mut self, entry: EntryId, kind: ResourceKind, now: u64) {
+        let Some(preemption) = self.permits.preemption else {
+            return;
+        };
+        if self.permits.held.is_empty() {
+            return;
+        }
+        let pending = self.permits.yielding[kind.index()];
+        let permits = &self.permits;
+        let victims = self
+            .tasks
+            .core
+            .preemption_victims(entry, pending, |victim| {
+                permits.may_yield(victim, preemption.max_per_task)
+            });
+        for victim in victims.unwrap_or_default() {
+            let units = self.tasks.core.units_of(victim).unwrap_or(0);
+            let Some(held) = self.permits.held.get_mut(&victim) else {
+                continue;
+            };
+            held.asked = true;
+            held.asked_units = units;
+            let (id, cost, holding) = (held.id, held.cost, held.holding.clone());
+            self.permits.yielding[kind.index()] += units;
+            *self.permits.asked.entry(id).or_default() += 1;
+            let key = self.permits.anonymous.clone();
+            self.tasks
+                .observers
+                .step(id, &key, cost, &TaskStep::YieldAsked, now, Detail::NONE);
+            self.fx_permit(PermitEffect::Preempt(holding));
+        }
+    }
+
+    /// Ends waiters the core no longer holds (expired, or emptied at a stop) with `error`;
+    /// returns the entries that were not waiters.
+    pub(super) fn end_waiters(&mut self, entries: Vec<EntryId>, error: &PoolError) -> Vec<EntryId> {
+        if self.permits.waiting.is_empty() {
+            return entries;
+        }
+        let mut tasks = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Some(waiter) = self.permits.waiting.remove(&entry) else {
+                tasks.push(entry);
+                continue;
+            };
+            let error = error.clone();
+            match waiter {
+                Waiter::Acquire { answer, .. } => {
+                    self.permits.by_answer.remove(&address(&answer));
+                    self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
+                }
+                Waiter::Grow {
+                    answer,
+                    parent,
+                    kind,
+                } => {
+                    self.permits.by_answer.remove(&address(&answer));
+                    self.permits.grow_ended(parent, kind);
+                    self.fx_permit(PermitEffect::RefuseGrow { answer, error });
+                }
+            }
+        }
+        tasks
+    }
+}
