@@ -8,7 +8,8 @@
 //! in the core on that worker; queue calls for one entry come in order (park, then claim
 //! or remove, then settle); an outcome is delivered only after its capacity is released,
 //! unless the watchdog or the drain deadline delivered it while the run goes on (then it
-//! says `TimedOut` or `Cancelled`). Checked at the end, once every run finished and every
+//! says `TimedOut` or `Cancelled`); every permit's holder sees the units the core holds for
+//! it (acquires, grows, shrinks, withdrawals racing grants, preemption). Checked at the end, once every run finished and every
 //! call was answered: every accepted task reached exactly one terminal outcome, or is still
 //! held by a durable or shared queue; nothing refused was delivered; no capacity is held.
 
@@ -24,10 +25,12 @@ use super::effects::{Effect, SharedCall};
 use super::storage::{LocalRoom, SharedRoom, Storage};
 use super::{Shell, ShellArgs};
 use crate::domain::{
-    Durability, MailboxKey, PoolError, PoolLimits, Priority, ResourceCost, ResourceKind,
-    ScheduledTask, TaskId, TaskMetadata,
+    Durability, MailboxKey, PoolError, PoolLimits, Preemption, Priority, ResourceCost,
+    ResourceKind, ScheduledTask, TaskId, TaskMetadata,
 };
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
+use crate::permit::answer::Withdrawal;
+use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::{QueueMsg, QueueReport};
 use crate::queue::{DeadLetter, EntryId, Lease};
 use crate::scheduler::core::ParkingLot;
@@ -76,6 +79,20 @@ enum Event {
     Escalate,
     /// Shutdown asked; with `deadline`, the drain deadline passes at once.
     Shutdown { deadline: bool },
+    /// A permit is asked for: ranked (`wait`) or only at once.
+    Acquire {
+        priority: u8,
+        units: u32,
+        wait: bool,
+    },
+    /// The `n`th held permit grows: ranked (`wait`) or only at once.
+    Grow { n: usize, extra: u32, wait: bool },
+    /// The `n`th held permit gives units back.
+    Shrink { n: usize, units: u32 },
+    /// The `n`th held permit is dropped.
+    Release { n: usize },
+    /// The `n`th waiter (acquires first, then grows) gives up, as a dropped future does.
+    Withdraw { n: usize },
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -91,7 +108,28 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0usize..6).prop_map(|n| Event::Dead { n }),
         1 => Just(Event::Escalate),
         1 => prop::bool::ANY.prop_map(|deadline| Event::Shutdown { deadline }),
+        3 => (0u8..4, 1u32..5, prop::bool::weighted(0.8)).prop_map(|(priority, units, wait)| Event::Acquire { priority, units, wait }),
+        2 => (0usize..4, 1u32..4, prop::bool::ANY).prop_map(|(n, extra, wait)| Event::Grow { n, extra, wait }),
+        1 => (0usize..4, 1u32..4).prop_map(|(n, units)| Event::Shrink { n, units }),
+        3 => (0usize..4).prop_map(|n| Event::Release { n }),
+        2 => (0usize..4).prop_map(|n| Event::Withdraw { n }),
     ]
+}
+
+const PRIORITIES: [Priority; 4] = [
+    Priority::Low,
+    Priority::Normal,
+    Priority::High,
+    Priority::Critical,
+];
+
+/// Takes an answer if it came, as a holder's future would when woken.
+fn taken<T>(answer: &crate::permit::answer::Answer<T>) -> Option<T> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match answer.poll_take(&mut cx) {
+        std::task::Poll::Ready(value) => Some(value),
+        std::task::Poll::Pending => None,
+    }
 }
 
 /// A mailbox the shell only reads (for its bound): it has no inline face, so no bound.
@@ -165,11 +203,18 @@ struct World {
     shared_parked: Vec<(EntryId, u64, ScheduledTask<u32>)>,
     shared_claimed: HashMap<EntryId, ScheduledTask<u32>>,
     shared_held: Vec<EntryId>,
+    /// Permits granted and taken by their holders.
+    permits: Vec<(EntryId, Arc<Holding>)>,
+    /// Acquires and grows not answered yet.
+    acquires: Vec<Arc<AcquireAnswer>>,
+    grows: Vec<(EntryId, u32, Arc<GrowAnswer>)>,
 }
 
 impl World {
     fn new(mode: Mode) -> Self {
-        let limits = PoolLimits::new(6, 2).with_max_queue_depth(12);
+        let limits = PoolLimits::new(6, 2)
+            .with_max_queue_depth(12)
+            .with_preemption(Some(Preemption::new(2)));
         let storage = match mode {
             Mode::Memory => Storage::Memory,
             Mode::Local(durability) => Storage::Local(LocalRoom::new(durability)),
@@ -214,6 +259,9 @@ impl World {
             shared_parked: Vec::new(),
             shared_claimed: HashMap::new(),
             shared_held: Vec::new(),
+            permits: Vec::new(),
+            acquires: Vec::new(),
+            grows: Vec::new(),
         }
     }
 
@@ -274,6 +322,46 @@ impl World {
                 }
             }
             Event::Escalate => self.shell.escalated("gave up".into(), self.now),
+            Event::Acquire {
+                priority,
+                units,
+                wait,
+            } => {
+                let meta = TaskMetadata::new(self.next_id, ResourceCost::gpu_vram(units))
+                    .with_priority(PRIORITIES[usize::from(priority)]);
+                self.next_id += 1;
+                let answer = Arc::new(AcquireAnswer::new());
+                self.acquires.push(answer.clone());
+                let op = PermitOp::Acquire { meta, wait, answer };
+                self.shell.permit(op, self.now);
+            }
+            Event::Grow { n, extra, wait } => {
+                if !self.permits.is_empty() {
+                    let entry = self.permits[n % self.permits.len()].0;
+                    let answer = Arc::new(GrowAnswer::new());
+                    self.grows.push((entry, extra, answer.clone()));
+                    let op = PermitOp::Grow {
+                        entry,
+                        extra,
+                        wait,
+                        answer,
+                    };
+                    self.shell.permit(op, self.now);
+                }
+            }
+            Event::Shrink { n, units } => {
+                if !self.permits.is_empty() {
+                    let (entry, holding) = &self.permits[n % self.permits.len()];
+                    let units = holding.take(units);
+                    let op = PermitOp::Shrink {
+                        entry: *entry,
+                        units,
+                    };
+                    self.shell.permit(op, self.now);
+                }
+            }
+            Event::Release { n } => self.release(n),
+            Event::Withdraw { n } => self.withdraw(n),
             Event::Shutdown { deadline } => {
                 let (reply, _report) = oneshot::channel();
                 let _ = self
@@ -286,6 +374,64 @@ impl World {
         }
         self.carry_out()?;
         self.check()
+    }
+
+    /// The `n`th held permit is dropped, as `Permit`'s `Drop` does (its grows first: a
+    /// grow borrows its permit).
+    fn release(&mut self, n: usize) {
+        if self.permits.is_empty() {
+            return;
+        }
+        let (entry, _) = self.permits.remove(n % self.permits.len());
+        while let Some(index) = self.grows.iter().position(|grow| grow.0 == entry) {
+            self.withdraw(self.acquires.len() + index);
+        }
+        self.shell.permit(PermitOp::Release { entry }, self.now);
+    }
+
+    /// A waiter gives up, as the acquire and grow guards do.
+    fn withdraw(&mut self, n: usize) {
+        let waiters = self.acquires.len() + self.grows.len();
+        if waiters == 0 {
+            return;
+        }
+        let n = n % waiters;
+        let op = if n < self.acquires.len() {
+            let answer = self.acquires.remove(n);
+            match answer.withdraw() {
+                Withdrawal::WasWaiting => Some(PermitOp::WithdrawAcquire(answer)),
+                Withdrawal::Answered(Ok(grant)) => Some(PermitOp::Release { entry: grant.entry }),
+                Withdrawal::Answered(Err(_)) | Withdrawal::Settled => None,
+            }
+        } else {
+            let (entry, extra, answer) = self.grows.remove(n - self.acquires.len());
+            match answer.withdraw() {
+                Withdrawal::WasWaiting => Some(PermitOp::WithdrawGrow(answer)),
+                Withdrawal::Answered(Ok(())) => {
+                    let holding = self.permits.iter().find(|held| held.0 == entry);
+                    let units = holding.map_or(extra, |(_, holding)| holding.take(extra));
+                    Some(PermitOp::Shrink { entry, units })
+                }
+                Withdrawal::Answered(Err(_)) | Withdrawal::Settled => None,
+            }
+        };
+        if let Some(op) = op {
+            self.shell.permit(op, self.now);
+        }
+    }
+
+    /// Holders take the answers that came.
+    fn take_permit_answers(&mut self) {
+        let mut waiting = Vec::new();
+        for answer in std::mem::take(&mut self.acquires) {
+            match taken(&answer) {
+                Some(Ok(Grant { entry, holding })) => self.permits.push((entry, holding)),
+                Some(Err(_)) => {}
+                None => waiting.push(answer),
+            }
+        }
+        self.acquires = waiting;
+        self.grows.retain(|(_, _, answer)| taken(answer).is_none());
     }
 
     fn submit(
@@ -332,6 +478,7 @@ impl World {
             }
         }
         self.read_answers();
+        self.take_permit_answers();
         Ok(())
     }
 
@@ -392,6 +539,11 @@ impl World {
                 }
             }
             Effect::EndStream { .. } => prop_assert!(false, "no task here streams"),
+            Effect::Permit(effect) => {
+                if let Some(undo) = effect.carry_out() {
+                    self.shell.permit(undo, self.now);
+                }
+            }
         }
         Ok(())
     }
@@ -586,11 +738,30 @@ impl World {
                 worker
             );
         }
+        for (entry, holding) in &self.permits {
+            prop_assert_eq!(
+                core.units_of(*entry),
+                Some(holding.units()),
+                "permit {} holds other units than the core's",
+                entry
+            );
+        }
         Ok(())
     }
 
-    /// Ends the run: every call answered, every run finished, the pool shut down.
+    /// Ends the run: every waiter gone, every permit dropped, every call answered, every
+    /// run finished, the pool shut down.
     fn wind_down(&mut self) -> Result<(), TestCaseError> {
+        while !self.acquires.is_empty() || !self.grows.is_empty() {
+            self.withdraw(0);
+            self.carry_out()?;
+            self.check()?;
+        }
+        while !self.permits.is_empty() {
+            self.release(0);
+            self.carry_out()?;
+            self.check()?;
+        }
         for _ in 0..200 {
             if self.queue_calls.is_empty()
                 && self.shared_calls.is_empty()
