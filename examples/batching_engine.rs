@@ -10,12 +10,20 @@
 //! 2. lets go of every sequence whose permit was asked to yield (`is_preempted()`): the gate
 //!    asks when a waiter of higher priority could not fit otherwise;
 //! 3. generates one token per sequence, best-ranked first, `try_grow`ing its permit by one
-//!    block whenever its last block is full; when no block is free (`WouldWait`) it preempts
-//!    its own lowest-ranked sequence and tries again, as vLLM does;
+//!    block whenever its last block is full. When no block is free (`WouldWait`) the
+//!    sequence waits: it starts a `grow(1)`, a claim parked at its permit's rank, and the
+//!    loop preempts its own lowest-ranked sequence, as vLLM does, once per step until the
+//!    claim is granted. If the gate refuses the claim (`WouldDeadlock`: every other holder
+//!    waits to grow as well), the lowest-ranked sequence is preempted, whichever it is;
 //! 4. drops the permits of the sequences that are done.
 //!
 //! A preempted sequence loses its permit and its progress: it goes back to a handler, which
 //! acquires its prompt's blocks again, and it is generated from the start (recompute).
+//!
+//! Why a claim and not a second `try_grow` after the preemption: the blocks a preemption
+//! frees go first to the best-ranked ticket waiting at the gate. A claim ranks with its
+//! permit, ahead of requests that arrived later, so it gets them; without one they would go
+//! to a newcomer, which joins the batch, is the next to be preempted, and the batch churns.
 //!
 //! The scenario: 64 blocks, preemption on (a request is asked to yield at most 3 times). A
 //! burst of low-priority batch requests fills the blocks; once the batch has run for 30 steps,
@@ -31,10 +39,13 @@
 //! ```
 
 use std::cmp::Reverse;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use prometheus_parking_lot::{
     CapacityGate, Permit, PoolError, Priority, ResourceCost, TaskMetadata, WorkerPoolConfig,
 };
@@ -188,9 +199,45 @@ impl Handlers {
 /// A sequence in the batch and the blocks it holds.
 struct Running {
     sequence: Sequence,
-    permit: Permit,
+    /// Shared with its claim while one waits.
+    permit: Arc<Permit>,
+    /// A `grow(1)` not yet granted, polled once a step.
+    claim: Option<Claim>,
     /// When it joined the batch (a counter): the latest to join is preempted first.
     joined: u64,
+}
+
+/// A ranked wait for one more block: `grow(1)` on the sequence's permit.
+type Claim = Pin<Box<dyn Future<Output = Result<(), PoolError>> + Send>>;
+
+impl Running {
+    fn claim_block(&mut self) {
+        let permit = Arc::clone(&self.permit);
+        self.claim = Some(Box::pin(async move { permit.grow(1).await.map(|_| ()) }));
+    }
+
+    /// Gives the blocks back: the claim is withdrawn, then the permit dropped.
+    fn release(self) -> Sequence {
+        let Running {
+            sequence,
+            permit,
+            claim,
+            ..
+        } = self;
+        drop(claim);
+        drop(permit);
+        sequence
+    }
+}
+
+/// Where a sequence stands for its next token.
+enum Room {
+    /// It has the block: it generates.
+    Ready,
+    /// Its claim waits: it generates nothing this step.
+    Waiting,
+    /// It was preempted itself and left the batch.
+    Preempted,
 }
 
 /// Why a running sequence lost its blocks.
@@ -245,11 +292,12 @@ impl Engine {
     fn take_admitted(&mut self) -> Result<(), PoolError> {
         while let Ok(Admitted { sequence, permit }) = self.admitted.try_recv() {
             self.joined += 1;
-            let permit = permit?;
+            let permit = Arc::new(permit?);
             let joined = self.joined;
             self.running.push(Running {
                 sequence,
                 permit,
+                claim: None,
                 joined,
             });
         }
@@ -269,53 +317,81 @@ impl Engine {
         }
     }
 
-    /// Every sequence of the batch generates one token, best-ranked first; one that finds no
-    /// block for it waits for the next step.
+    /// Every sequence of the batch generates one token, best-ranked first, unless it waits
+    /// for a block.
     fn decode(&mut self) -> Result<(), PoolError> {
         let mut index = 0;
         while index < self.running.len() {
-            if self.make_room(index)? {
-                self.running[index].sequence.generated += 1;
+            match self.make_room(index)? {
+                Room::Ready => {
+                    self.running[index].sequence.generated += 1;
+                    index += 1;
+                }
+                Room::Waiting => index += 1,
+                Room::Preempted => {}
             }
-            index += 1;
         }
         Ok(())
     }
 
-    /// Whether the sequence at `index` has a block for its next token: it grows its permit
-    /// by one block when its last one is full, preempting the lowest-ranked sequence of the
-    /// batch (the last) while none is free. When it is the last itself it waits a step
-    /// instead: the blocks it lacks are held by sequences on their way to the batch, which
-    /// rank below it and will be preempted for it next step. (vLLM would preempt it; here
-    /// that would let the oldest sequence be recomputed for ever while newcomers rotate.)
-    fn make_room(&mut self, index: usize) -> Result<bool, PoolError> {
-        loop {
-            let running = &self.running[index];
+    /// Whether the sequence at `index` has a block for its next token. When its last block
+    /// is full it tries to grow at once; failing that it claims a block and, while the claim
+    /// waits, preempts the lowest-ranked sequence of the batch (the last) once a step.
+    fn make_room(&mut self, index: usize) -> Result<Room, PoolError> {
+        let running = &mut self.running[index];
+        // While a claim waits the sequence generates nothing, so the block it brings is the
+        // one the next token needs.
+        if running.claim.is_none() {
             if running.permit.units() >= running.sequence.blocks_for_next_token() {
-                return Ok(true);
+                return Ok(Room::Ready);
             }
             match running.permit.try_grow(1) {
-                Ok(_) => return Ok(true),
-                Err(PoolError::WouldWait) if index + 1 < self.running.len() => {
-                    if let Some(victim) = self.running.pop() {
-                        self.preempt(victim, Cause::NoFreeBlock);
-                    }
-                }
-                Err(PoolError::WouldWait) => return Ok(false),
+                Ok(_) => return Ok(Room::Ready),
+                Err(PoolError::WouldWait) => running.claim_block(),
                 Err(error) => return Err(error),
             }
+        }
+        let granted = running
+            .claim
+            .as_mut()
+            .and_then(|claim| claim.as_mut().now_or_never());
+        match granted {
+            Some(Ok(())) => {
+                running.claim = None;
+                Ok(Room::Ready)
+            }
+            Some(Err(PoolError::WouldDeadlock { .. })) => {
+                running.claim = None;
+                Ok(self.preempt_last(index))
+            }
+            Some(Err(error)) => Err(error),
+            None => {
+                if index + 1 < self.running.len() {
+                    self.preempt_last(index);
+                }
+                Ok(Room::Waiting)
+            }
+        }
+    }
+
+    /// Preempts the lowest-ranked sequence of the batch for the one at `index`, which may be
+    /// that sequence itself.
+    fn preempt_last(&mut self, index: usize) -> Room {
+        let Some(victim) = self.running.pop() else {
+            return Room::Waiting;
+        };
+        self.preempt(victim, Cause::NoFreeBlock);
+        if index == self.running.len() {
+            Room::Preempted
+        } else {
+            Room::Waiting
         }
     }
 
     /// Frees the sequence's blocks and sends it back to a handler: it will acquire its
     /// prompt's blocks again and be generated from the start.
     fn preempt(&self, running: Running, cause: Cause) {
-        let Running {
-            mut sequence,
-            permit,
-            ..
-        } = running;
-        drop(permit);
+        let mut sequence = running.release();
         match cause {
             Cause::AskedToYield => sequence.yielded += 1,
             Cause::NoFreeBlock => sequence.evicted += 1,
@@ -331,13 +407,7 @@ impl Engine {
             .into_iter()
             .partition(|running| running.sequence.done());
         self.running = running;
-        for Running {
-            sequence, permit, ..
-        } in done
-        {
-            drop(permit);
-            self.finished.push(sequence);
-        }
+        self.finished.extend(done.into_iter().map(Running::release));
     }
 }
 
