@@ -5,7 +5,7 @@
 //! capacity starts at once on a worker thread, one that does not is *parked*, and whenever
 //! capacity frees the best-ranked parked task that fits starts.
 //!
-//! ## Two ways in
+//! ## Three ways in
 //!
 //! **A pool in code.** [`WorkerPool`] runs your [`WorkerExecutor`] on dedicated threads:
 //! submit a payload with its [`TaskMetadata`] (cost, priority, deadline), get a
@@ -54,6 +54,13 @@
 //! assert_eq!(built.pools["chat"].stats().total_units, 24);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! **Permits, for an engine that runs its own loop.** A [`CapacityGate`] hands out
+//! [`Permit`]s ranked by the same core as tasks: a permit holds units (KV-cache blocks, say)
+//! and no worker slot until it is dropped, grows and shrinks as a sequence generates, and,
+//! with preemption on, is asked to yield to a request of higher priority. The README's
+//! "Permits for batching engines" shows it; `examples/batching_engine.rs` runs an engine
+//! loop on it.
 //!
 //! ## Where the rest is
 //!
