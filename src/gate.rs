@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
 use prometheus_parking_lot_actors::permit::Gate;
-pub use prometheus_parking_lot_actors::permit::Permit;
+pub use prometheus_parking_lot_actors::permit::{Acquire, Permit};
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{PoolError, PoolStats, TaskMetadata};
@@ -91,11 +91,13 @@ impl CapacityGate {
         }
     }
 
-    /// Waits, in rank order, for a permit for `meta.cost` (see [`Gate::acquire`]): ranked
-    /// as a task with this metadata would be, cancel-safe, refused like a task
-    /// (`InsufficientResources`, `QueueFull`, `Expired`, `Shutdown`).
-    pub async fn acquire(&self, meta: TaskMetadata) -> Result<Permit, PoolError> {
-        self.gate.acquire(meta).await
+    /// Asks for a permit for `meta.cost` and returns the future that waits for it, in rank
+    /// order: ranked as a task with this metadata would be, refused like a task
+    /// (`InsufficientResources`, `QueueFull`, `Expired` once its deadline passes while it
+    /// waits, `Shutdown`). The request is made at once; dropping the future, polled or not,
+    /// withdraws it, and a grant that raced the drop is released (cancel-safe).
+    pub fn acquire(&self, meta: TaskMetadata) -> Acquire<'_> {
+        self.gate.acquire(meta)
     }
 
     /// [`acquire`](Self::acquire) on the calling thread, at most `timeout` (then `Timeout`).

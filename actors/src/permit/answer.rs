@@ -17,6 +17,7 @@
 //! - A waiter that polled before the answer came is woken: the waker is stored under the
 //!   same lock `give` takes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use sync::Mutex;
@@ -41,6 +42,9 @@ enum State<T> {
 /// See the module docs.
 pub struct Answer<T> {
     state: Mutex<State<T>>,
+    /// A number the scheduler files the waiter under (its entry), read back when the waiter
+    /// withdraws; only the scheduler's thread reads or writes it.
+    tag: AtomicU64,
 }
 
 /// What a withdrawal found.
@@ -65,7 +69,18 @@ impl<T> Answer<T> {
     pub fn new() -> Self {
         Self {
             state: Mutex::new(State::Waiting(None)),
+            tag: AtomicU64::new(0),
         }
+    }
+
+    /// Files the waiter under `tag` (see the field).
+    pub fn set_tag(&self, tag: u64) {
+        self.tag.store(tag, Ordering::Relaxed);
+    }
+
+    /// The tag the waiter was filed under.
+    pub fn tag(&self) -> u64 {
+        self.tag.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> impl std::ops::DerefMut<Target = State<T>> + '_ {
@@ -112,6 +127,18 @@ impl<T> Answer<T> {
             settled => {
                 *state = settled;
                 Poll::Pending
+            }
+        }
+    }
+
+    /// The answer if it was given, without waiting (nor keeping a waker).
+    pub fn try_take(&self) -> Option<T> {
+        let mut state = self.lock();
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Given(value) => Some(value),
+            other => {
+                *state = other;
+                None
             }
         }
     }

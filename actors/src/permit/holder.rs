@@ -10,7 +10,11 @@ use super::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp, PermitPort};
 use crate::domain::{PoolError, TaskId, TaskMetadata};
 use crate::parker::block_on_until;
 use crate::queue::EntryId;
+use crate::spin::AdaptiveSpin;
 use crate::stats::{PoolCounters, PoolStats};
+
+/// How many rounds an acquire spins for its answer at most (see `crate::spin`).
+const ANSWER_SPIN_ROUNDS: u32 = 64;
 
 /// Hands out [`Permit`]s for a pool's capacity, ranked by the pool's scheduler with the
 /// same rules as its tasks. Cheap to clone; `Send + Sync`.
@@ -21,6 +25,8 @@ use crate::stats::{PoolCounters, PoolStats};
 pub struct Gate {
     port: Arc<dyn PermitPort>,
     counters: Arc<PoolCounters>,
+    /// How long acquires spin for their answer before they sleep.
+    spin: Arc<AdaptiveSpin>,
 }
 
 impl fmt::Debug for Gate {
@@ -36,26 +42,69 @@ async fn answer_of<T>(answer: &Answer<T>) -> T {
     poll_fn(|cx| answer.poll_take(cx)).await
 }
 
-/// An acquire in flight (see [`answer_of`]).
-struct AcquireGuard<'a> {
-    port: &'a Arc<dyn PermitPort>,
-    answer: Arc<AcquireAnswer>,
-    /// Set once the answer was taken: nothing to withdraw.
-    settled: bool,
+/// The future of [`Gate::acquire`]: the request is made when `acquire` is called, and the
+/// future waits for its answer.
+///
+/// Cancel-safe: dropped before it returned (polled or not), it withdraws: the scheduler
+/// forgets the waiter, or a grant that came meanwhile is released at once (see `answer.rs`
+/// for why nothing leaks either way). It holds one reference to its answer and nothing
+/// else of the request, so a million waiters cost little beyond the scheduler's books.
+#[must_use = "a permit is requested at once and withdrawn when this future is dropped"]
+pub struct Acquire<'a> {
+    gate: &'a Gate,
+    /// `None` once answered.
+    answer: Option<Arc<AcquireAnswer>>,
+    id: TaskId,
+    /// Whether the first poll spun for the answer already.
+    spun: bool,
 }
 
-impl Drop for AcquireGuard<'_> {
-    fn drop(&mut self) {
-        if self.settled {
-            return;
+impl std::future::Future for Acquire<'_> {
+    type Output = Result<Permit, PoolError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(answer) = &this.answer else {
+            return std::task::Poll::Ready(Err(PoolError::Shutdown));
+        };
+        let mut granted = None;
+        if !this.spun {
+            // The scheduler usually answers within microseconds: a short spin spares a
+            // sleep and a wake-up (see `crate::spin`).
+            this.spun = true;
+            granted = this.gate.spin.spin(|| answer.try_take());
         }
-        match self.answer.withdraw() {
-            Withdrawal::WasWaiting => self
+        let granted = match granted {
+            Some(granted) => granted,
+            None => match answer.poll_take(cx) {
+                std::task::Poll::Ready(granted) => granted,
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            },
+        };
+        this.answer = None;
+        std::task::Poll::Ready(granted.map(|Grant { entry, holding }| Permit {
+            entry,
+            id: this.id,
+            holding,
+            port: this.gate.port.clone(),
+        }))
+    }
+}
+
+impl Drop for Acquire<'_> {
+    fn drop(&mut self) {
+        let Some(answer) = self.answer.take() else {
+            return;
+        };
+        match answer.withdraw() {
+            Withdrawal::WasWaiting => self.gate.port.send(PermitOp::WithdrawAcquire(answer)),
+            Withdrawal::Answered(Ok(grant)) => self
+                .gate
                 .port
-                .send(PermitOp::WithdrawAcquire(self.answer.clone())),
-            Withdrawal::Answered(Ok(grant)) => {
-                self.port.send(PermitOp::Release { entry: grant.entry })
-            }
+                .send(PermitOp::Release { entry: grant.entry }),
             Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
         }
     }
@@ -94,7 +143,11 @@ impl Drop for GrowGuard<'_> {
 
 impl Gate {
     pub(crate) fn new(port: Arc<dyn PermitPort>, counters: Arc<PoolCounters>) -> Self {
-        Self { port, counters }
+        Self {
+            port,
+            counters,
+            spin: Arc::new(AdaptiveSpin::with_max(ANSWER_SPIN_ROUNDS)),
+        }
     }
 
     /// A permit for `meta.cost`, ranked among waiters as a task with this metadata would be
@@ -105,8 +158,8 @@ impl Gate {
     /// released at once. Refused like a task: `InsufficientResources` (more than the pool
     /// has of that kind), `QueueFull`, `Expired` (its deadline passed while it waited),
     /// `DuplicateTask`, `Shutdown`.
-    pub async fn acquire(&self, meta: TaskMetadata) -> Result<Permit, PoolError> {
-        self.request(meta, true).await
+    pub fn acquire(&self, meta: TaskMetadata) -> Acquire<'_> {
+        self.request(meta, true)
     }
 
     /// [`acquire`](Self::acquire) for plain threads: waits on the calling thread (no
@@ -129,7 +182,7 @@ impl Gate {
         block_on_until(self.request(meta, false), None).unwrap_or(Err(PoolError::Shutdown))
     }
 
-    async fn request(&self, meta: TaskMetadata, wait: bool) -> Result<Permit, PoolError> {
+    fn request(&self, meta: TaskMetadata, wait: bool) -> Acquire<'_> {
         let id = meta.id;
         let answer = Arc::new(AcquireAnswer::new());
         self.port.send(PermitOp::Acquire {
@@ -137,20 +190,12 @@ impl Gate {
             wait,
             answer: answer.clone(),
         });
-        let mut guard = AcquireGuard {
-            port: &self.port,
-            answer,
-            settled: false,
-        };
-        let granted = answer_of(&guard.answer).await;
-        guard.settled = true;
-        let Grant { entry, holding } = granted?;
-        Ok(Permit {
-            entry,
+        Acquire {
+            gate: self,
+            answer: Some(answer),
             id,
-            holding,
-            port: self.port.clone(),
-        })
+            spun: false,
+        }
     }
 
     /// The pool's counters: permits held count as active tasks, waiting ones as queued.

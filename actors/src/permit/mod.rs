@@ -30,7 +30,7 @@ use crate::domain::{PoolError, TaskMetadata};
 use crate::queue::EntryId;
 use answer::Answer;
 
-pub use holder::{Gate, Permit};
+pub use holder::{Acquire, Gate, Permit};
 
 /// What a granted permit shares between its holder and the scheduler.
 #[derive(Debug, Default)]

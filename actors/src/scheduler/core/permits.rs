@@ -8,8 +8,8 @@
 //! [`ParkingLot::shrink`] gives units back. When a waiter of a higher priority cannot fit,
 //! [`ParkingLot::preemption_victims`] names the running tickets to ask to yield.
 
-use super::{AbsorbRefusal, Admit, Claim, ParkingLot, Ticket, UnknownTask, UNLIMITED};
-use crate::domain::{ResourceKind, TaskId};
+use super::{AbsorbRefusal, Admit, Claim, ParkingLot, TenantKey, Ticket, UnknownTask, UNLIMITED};
+use crate::domain::{Priority, ResourceCost, ResourceKind, TaskId};
 
 impl ParkingLot {
     /// Admits a permit at time `now`, like [`admit`](Self::admit) but needing no worker slot:
@@ -200,6 +200,15 @@ impl ParkingLot {
             .values()
             .filter(|claim| claim.kind == kind && claim.units > 0)
             .count()
+    }
+
+    /// What running ticket `id` holds, its priority and its tenant, or `None` when it is not
+    /// running.
+    pub fn claim_of(&self, id: TaskId) -> Option<(ResourceCost, Priority, TenantKey)> {
+        self.running.get(&id).map(|claim| {
+            let cost = ResourceCost::new(claim.kind, claim.units);
+            (cost, claim.priority, claim.tenant)
+        })
     }
 
     /// The units running ticket `id` holds, or `None` when it is not running.

@@ -60,9 +60,6 @@ enum Waiter {
     Acquire {
         answer: Arc<AcquireAnswer>,
         id: TaskId,
-        cost: ResourceCost,
-        priority: Priority,
-        tenant: u64,
     },
     Grow {
         answer: Arc<GrowAnswer>,
@@ -140,9 +137,8 @@ impl PermitEffect {
 /// The shell's permits. See the module docs.
 pub(crate) struct Permits {
     held: FastMap<EntryId, Held>,
+    /// Waiters by entry (each answer is tagged with its waiter's entry, for withdrawals).
     waiting: FastMap<EntryId, Waiter>,
-    /// Waiters by their answer's address, for withdrawals.
-    by_answer: FastMap<usize, EntryId>,
     /// Units of held permits asked to yield, per kind.
     yielding: [u32; KINDS],
     /// Held permits with a grow waiting, per kind (the deadlock rule).
@@ -154,16 +150,11 @@ pub(crate) struct Permits {
     anonymous: MailboxKey,
 }
 
-fn address<T>(answer: &Arc<T>) -> usize {
-    Arc::as_ptr(answer) as *const () as usize
-}
-
 impl Permits {
     pub fn new(preemption: Option<Preemption>) -> Self {
         Self {
             held: FastMap::default(),
             waiting: FastMap::default(),
-            by_answer: FastMap::default(),
             yielding: [0; KINDS],
             growing: [0; KINDS],
             asked: FastMap::default(),
@@ -208,14 +199,28 @@ where
     pub fn permit(&mut self, op: PermitOp, now: u64) {
         match op {
             PermitOp::Acquire { meta, wait, answer } => self.acquire(meta, wait, answer, now),
-            PermitOp::WithdrawAcquire(answer) => self.withdraw(address(&answer), now),
+            PermitOp::WithdrawAcquire(answer) => {
+                let entry = answer.tag();
+                let filed = matches!(self.permits.waiting.get(&entry),
+                    Some(Waiter::Acquire { answer: waiting, .. }) if Arc::ptr_eq(waiting, &answer));
+                if filed {
+                    self.withdraw(entry, now);
+                }
+            }
             PermitOp::Grow {
                 entry,
                 extra,
                 wait,
                 answer,
             } => self.grow(entry, extra, wait, answer, now),
-            PermitOp::WithdrawGrow(answer) => self.withdraw(address(&answer), now),
+            PermitOp::WithdrawGrow(answer) => {
+                let entry = answer.tag();
+                let filed = matches!(self.permits.waiting.get(&entry),
+                    Some(Waiter::Grow { answer: waiting, .. }) if Arc::ptr_eq(waiting, &answer));
+                if filed {
+                    self.withdraw(entry, now);
+                }
+            }
             PermitOp::Shrink { entry, units } => {
                 if let Ok(started) = self.tasks.core.shrink(entry, units, now) {
                     self.start_parked(started, now);
@@ -244,13 +249,10 @@ where
                 self.grant(entry, answer, held);
             }
             Newcomer::Park if wait => {
-                self.permits.by_answer.insert(address(&answer), entry);
+                answer.set_tag(entry);
                 let waiter = Waiter::Acquire {
                     answer,
                     id: meta.id,
-                    cost: meta.cost,
-                    priority: ticket.priority,
-                    tenant: ticket.tenant,
                 };
                 self.permits.waiting.insert(entry, waiter);
                 self.preempt_for(entry, meta.cost.kind, now);
@@ -302,14 +304,10 @@ where
             return;
         };
         match waiter {
-            Waiter::Acquire {
-                answer,
-                id,
-                cost,
-                priority,
-                tenant,
-            } => {
-                self.permits.by_answer.remove(&address(&answer));
+            Waiter::Acquire { answer, id } => {
+                let Some((cost, priority, tenant)) = self.tasks.core.claim_of(entry) else {
+                    return;
+                };
                 let held = self.held(id, cost, priority, tenant);
                 self.grant(entry, answer, held);
             }
@@ -318,7 +316,6 @@ where
                 parent,
                 kind,
             } => {
-                self.permits.by_answer.remove(&address(&answer));
                 self.permits.grow_ended(parent, kind);
                 let extra = self.tasks.core.units_of(entry).unwrap_or(0);
                 let holding = self
@@ -427,7 +424,7 @@ where
                 }
             },
             Newcomer::Park => {
-                self.permits.by_answer.insert(address(&answer), child);
+                answer.set_tag(child);
                 let waiter = Waiter::Grow {
                     answer,
                     parent: entry,
@@ -461,11 +458,8 @@ where
         others_holding <= others_growing
     }
 
-    /// A waiter gave up.
-    fn withdraw(&mut self, answer: usize, now: u64) {
-        let Some(entry) = self.permits.by_answer.remove(&answer) else {
-            return;
-        };
+    /// The waiter `entry` gave up.
+    fn withdraw(&mut self, entry: EntryId, now: u64) {
         if let Some(Waiter::Grow { parent, kind, .. }) = self.permits.waiting.remove(&entry) {
             self.permits.grow_ended(parent, kind);
         }
@@ -553,7 +547,6 @@ where
             let error = error.clone();
             match waiter {
                 Waiter::Acquire { answer, .. } => {
-                    self.permits.by_answer.remove(&address(&answer));
                     self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
                 }
                 Waiter::Grow {
@@ -561,7 +554,6 @@ where
                     parent,
                     kind,
                 } => {
-                    self.permits.by_answer.remove(&address(&answer));
                     self.permits.grow_ended(parent, kind);
                     self.fx_permit(PermitEffect::RefuseGrow { answer, error });
                 }
