@@ -55,8 +55,11 @@ pub struct Acquire<'a> {
     /// `None` once answered.
     answer: Option<Arc<AcquireAnswer>>,
     id: TaskId,
-    /// Whether the first poll spun for the answer already.
-    spun: bool,
+    /// Whether the first poll still may spin for the answer: only for a caller that blocks
+    /// its thread anyway. An async caller never spins: a spin would hold its runtime's
+    /// worker thread, which the other tasks on it (other clients, often the holders about
+    /// to release) need.
+    spin: bool,
 }
 
 impl std::future::Future for Acquire<'_> {
@@ -71,10 +74,10 @@ impl std::future::Future for Acquire<'_> {
             return std::task::Poll::Ready(Err(PoolError::Shutdown));
         };
         let mut granted = None;
-        if !this.spun {
+        if this.spin {
             // The scheduler usually answers within microseconds: a short spin spares a
             // sleep and a wake-up (see `crate::spin`).
-            this.spun = true;
+            this.spin = false;
             granted = this.gate.spin.spin(|| answer.try_take());
         }
         let granted = match granted {
@@ -159,7 +162,7 @@ impl Gate {
     /// has of that kind), `QueueFull`, `Expired` (its deadline passed while it waited),
     /// `DuplicateTask`, `Shutdown`.
     pub fn acquire(&self, meta: TaskMetadata) -> Acquire<'_> {
-        self.request(meta, true)
+        self.request(meta, true, false)
     }
 
     /// [`acquire`](Self::acquire) for plain threads: waits on the calling thread (no
@@ -170,7 +173,7 @@ impl Gate {
         timeout: Duration,
     ) -> Result<Permit, PoolError> {
         let deadline = Instant::now().checked_add(timeout);
-        block_on_until(self.request(meta, true), deadline).unwrap_or(Err(PoolError::Timeout))
+        block_on_until(self.request(meta, true, true), deadline).unwrap_or(Err(PoolError::Timeout))
     }
 
     /// A permit only if it is granted at once, as a task that starts at once would be;
@@ -179,10 +182,10 @@ impl Gate {
     /// of the runtime the pool's own actors run on (a `ResourcePool` started with a spawner
     /// of yours on a single-threaded runtime); `acquire` is right there.
     pub fn try_acquire(&self, meta: TaskMetadata) -> Result<Permit, PoolError> {
-        block_on_until(self.request(meta, false), None).unwrap_or(Err(PoolError::Shutdown))
+        block_on_until(self.request(meta, false, true), None).unwrap_or(Err(PoolError::Shutdown))
     }
 
-    fn request(&self, meta: TaskMetadata, wait: bool) -> Acquire<'_> {
+    fn request(&self, meta: TaskMetadata, wait: bool, spin: bool) -> Acquire<'_> {
         let id = meta.id;
         let answer = Arc::new(AcquireAnswer::new());
         self.port.send(PermitOp::Acquire {
@@ -194,7 +197,7 @@ impl Gate {
             gate: self,
             answer: Some(answer),
             id,
-            spun: false,
+            spin,
         }
     }
 

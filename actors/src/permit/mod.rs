@@ -14,9 +14,9 @@
 //!   ([`Permit::grow`]), shrinks at once, and hears when a waiter of higher priority asks it
 //!   to yield ([`Permit::preempted`]).
 //!
-//! How it reaches the scheduler: every request is a [`PermitOp`] pushed onto the pool's
+//! How it reaches the scheduler: every request is a `PermitOp` pushed onto the pool's
 //! inbox (the queue submissions take), and every answer comes back through an
-//! [`Answer`](answer::Answer) cell, which keeps a waiter that gives up from leaking units.
+//! [`answer::Answer`] cell, which keeps a waiter that gives up from leaking units.
 
 pub mod answer;
 mod holder;
