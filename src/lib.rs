@@ -108,7 +108,6 @@ pub mod actors;
 pub mod builders;
 pub mod config;
 pub mod core;
-pub mod gate;
 pub mod gpu;
 pub mod infra;
 #[cfg(feature = "metrics")]
@@ -127,7 +126,7 @@ pub use crate::core::{
     ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus,
     WakeState, WorkerExecutor, WorkerPool,
 };
-pub use crate::gate::{CapacityGate, Permit};
+pub use crate::pool::gate::{Acquire, CapacityGate, Permit};
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};
 pub use prometheus_parking_lot_actors::stream::ResultStream;

@@ -3,6 +3,7 @@
 //! backends). Both are a [`PoolClient`] over the same actor tree; neither schedules anything
 //! itself.
 
+pub mod gate;
 pub mod resource_pool;
 pub mod worker_pool;
 

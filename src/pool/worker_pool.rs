@@ -329,10 +329,10 @@ where
     }
 
     /// A gate over this pool's capacity: its permits and the pool's tasks share one budget
-    /// and one order (see [`CapacityGate`](crate::CapacityGate)). Permits take units, not
+    /// and one order (see [`CapacityGate`](super::gate::CapacityGate)). Permits take units, not
     /// worker threads.
-    pub fn gate(&self) -> crate::CapacityGate {
-        crate::CapacityGate::of_pool(&self.client)
+    pub fn gate(&self) -> super::gate::CapacityGate {
+        super::gate::CapacityGate::of_pool(&self.client)
     }
 
     /// The engine client, for the actor-level API.

@@ -13,11 +13,13 @@ use ractor::RpcReplyPort;
 
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
 use crate::mailbox::Delivery;
+use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, FitQuery, Settlement};
 use crate::scheduler::protocol::{Reply, ShutdownReport};
 use crate::stream::StreamAttachment;
 use crate::worker::Job;
+use std::sync::Arc;
 
 /// Where a cancel's answer goes.
 pub(crate) type CancelReply = RpcReplyPort<Result<(), PoolError>>;
@@ -57,7 +59,73 @@ pub(crate) enum Effect<P, R> {
     /// Tell the GPU sampler that tasks wait for memory, so it samples at once.
     WakeGpu,
     /// Answer a permit's holder, or ask it to yield.
-    Permit(super::permits::PermitEffect),
+    Permit(PermitEffect),
+}
+
+/// What the driver does for permits.
+pub(crate) enum PermitEffect {
+    /// Hand a grant to its waiter; one that withdrew meanwhile is released.
+    Grant {
+        answer: Arc<AcquireAnswer>,
+        grant: Grant,
+    },
+    /// Add `extra` units to a holder and tell its grow; one that withdrew gives them back.
+    Grew {
+        answer: Arc<GrowAnswer>,
+        holding: Arc<Holding>,
+        parent: EntryId,
+        extra: u32,
+    },
+    RefuseAcquire {
+        answer: Arc<AcquireAnswer>,
+        error: PoolError,
+    },
+    RefuseGrow {
+        answer: Arc<GrowAnswer>,
+        error: PoolError,
+    },
+    /// Ask a holder to yield.
+    Preempt(Arc<Holding>),
+}
+
+impl PermitEffect {
+    /// Carries it out; returns the request that undoes a grant nobody took.
+    pub fn carry_out(self) -> Option<PermitOp> {
+        match self {
+            PermitEffect::Grant { answer, grant } => match answer.give(Ok(grant)) {
+                Ok(()) => None,
+                Err(Ok(grant)) => Some(PermitOp::Release { entry: grant.entry }),
+                Err(Err(_)) => None,
+            },
+            PermitEffect::Grew {
+                answer,
+                holding,
+                parent,
+                extra,
+            } => {
+                holding.add(extra);
+                match answer.give(Ok(())) {
+                    Ok(()) => None,
+                    Err(_) => Some(PermitOp::Shrink {
+                        entry: parent,
+                        units: holding.take(extra),
+                    }),
+                }
+            }
+            PermitEffect::RefuseAcquire { answer, error } => {
+                let _ = answer.give(Err(error));
+                None
+            }
+            PermitEffect::RefuseGrow { answer, error } => {
+                let _ = answer.give(Err(error));
+                None
+            }
+            PermitEffect::Preempt(holding) => {
+                holding.preempt();
+                None
+            }
+        }
+    }
 }
 
 /// A terminal outcome on its way to the mailbox.

@@ -35,7 +35,7 @@ use crate::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::EntryId;
 use crate::scheduler::core::{Cancel, FastMap, Newcomer, Ticket};
-use crate::scheduler::shell::effects::Effect;
+use crate::scheduler::shell::effects::{Effect, PermitEffect};
 use crate::scheduler::shell::ledger::admitted_ms;
 use crate::scheduler::shell::observe::Detail;
 
@@ -66,72 +66,6 @@ enum Waiter {
         parent: EntryId,
         kind: ResourceKind,
     },
-}
-
-/// What the driver does for permits.
-pub(crate) enum PermitEffect {
-    /// Hand a grant to its waiter; one that withdrew meanwhile is released.
-    Grant {
-        answer: Arc<AcquireAnswer>,
-        grant: Grant,
-    },
-    /// Add `extra` units to a holder and tell its grow; one that withdrew gives them back.
-    Grew {
-        answer: Arc<GrowAnswer>,
-        holding: Arc<Holding>,
-        parent: EntryId,
-        extra: u32,
-    },
-    RefuseAcquire {
-        answer: Arc<AcquireAnswer>,
-        error: PoolError,
-    },
-    RefuseGrow {
-        answer: Arc<GrowAnswer>,
-        error: PoolError,
-    },
-    /// Ask a holder to yield.
-    Preempt(Arc<Holding>),
-}
-
-impl PermitEffect {
-    /// Carries it out; returns the request that undoes a grant nobody took.
-    pub fn carry_out(self) -> Option<PermitOp> {
-        match self {
-            PermitEffect::Grant { answer, grant } => match answer.give(Ok(grant)) {
-                Ok(()) => None,
-                Err(Ok(grant)) => Some(PermitOp::Release { entry: grant.entry }),
-                Err(Err(_)) => None,
-            },
-            PermitEffect::Grew {
-                answer,
-                holding,
-                parent,
-                extra,
-            } => {
-                holding.add(extra);
-                match answer.give(Ok(())) {
-                    Ok(()) => None,
-                    Err(_) => Some(PermitOp::Shrink {
-                        entry: parent,
-                        units: holding.take(extra),
-                    }),
-                }
-            }
-            PermitEffect::RefuseAcquire { answer, error } => {
-                let _ = answer.give(Err(error));
-                None
-            }
-            PermitEffect::RefuseGrow { answer, error } => {
-                let _ = answer.give(Err(error));
-                None
-            }
-            PermitEffect::Preempt(holding) => {
-                holding.preempt();
-                None
-            }
-        }
-    }
 }
 
 /// The shell's permits. See the module docs.

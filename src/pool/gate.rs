@@ -1,41 +1,4 @@
 //! [`CapacityGate`]: ranked capacity permits for engines that run their own loop.
-//!
-//! A batching inference engine steps every live sequence in one loop and never hands a
-//! request to a pool, yet its KV-cache blocks are as scarce as any pool's units. A gate
-//! hands out [`Permit`]s for them, ranked by the same scheduler core as a pool's tasks:
-//! priority, skip-ahead, the starvation guard and backfill, fair share by tenant, deadlines
-//! and the queue bound all apply. A permit holds units (no worker thread) until it is
-//! dropped, grows at once or in rank order, shrinks at once, and, with preemption on, hears
-//! when a waiter of higher priority asks it to yield.
-//!
-//! ```
-//! use std::time::Duration;
-//! use prometheus_parking_lot::{CapacityGate, PoolError, Priority, ResourceCost, TaskMetadata, WorkerPoolConfig};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), PoolError> {
-//! let gate = CapacityGate::new(WorkerPoolConfig::new().with_max_units(64).with_preemption(3))?;
-//! let permit = gate.acquire(TaskMetadata::new(1, ResourceCost::gpu_vram(16))).await?;
-//! permit.try_grow(4)?; // 20 held now
-//! permit.shrink(10); // 10 held now
-//! assert_eq!(permit.units(), 10);
-//!
-//! // A critical waiter that does not fit asks lower-priority holders to yield.
-//! let hog = gate.try_acquire(TaskMetadata::new(2, ResourceCost::gpu_vram(54)))?;
-//! let urgent = TaskMetadata::new(3, ResourceCost::gpu_vram(40)).with_priority(Priority::Critical);
-//! let waiter = gate.acquire(urgent);
-//! tokio::pin!(waiter);
-//! tokio::select! {
-//!     _ = &mut waiter => unreachable!("54 + 10 of 64 units are held"),
-//!     () = hog.preempted() => {}
-//! }
-//! drop(hog); // the holder decides when to yield
-//! let critical = waiter.await?;
-//! assert_eq!(critical.units(), 40);
-//! # let _ = Duration::ZERO;
-//! # Ok(())
-//! # }
-//! ```
 
 use std::time::Duration;
 
@@ -50,7 +13,44 @@ use crate::core::{PoolError, PoolStats, TaskMetadata};
 ///
 /// [`CapacityGate::new`] makes a gate of its own (a scheduler with no worker threads);
 /// `WorkerPool::gate` and `ResourcePool::gate` make one over a pool's capacity, so permits
-/// and the pool's tasks share one budget and one order. See the [module docs](self).
+/// and the pool's tasks share one budget and one order.
+///
+/// A batching inference engine steps every live sequence in one loop and never hands a
+/// request to a pool, yet its KV-cache blocks are as scarce as any pool's units. A gate
+/// hands out [`Permit`]s for them, ranked by the same scheduler core as a pool's tasks:
+/// priority, skip-ahead, the starvation guard and backfill, fair share by tenant, deadlines
+/// and the queue bound all apply. A permit holds units (no worker thread) until it is
+/// dropped, grows at once or in rank order, shrinks at once, and, with preemption on, hears
+/// when a waiter of higher priority asks it to yield.
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot::{CapacityGate, PoolError, Priority, ResourceCost, TaskMetadata, WorkerPoolConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), PoolError> {
+/// let gate = CapacityGate::new(WorkerPoolConfig::new().with_max_units(64).with_preemption(3))?;
+/// let permit = gate.acquire(TaskMetadata::new(1, ResourceCost::gpu_vram(16))).await?;
+/// permit.try_grow(4)?; // 20 held now
+/// permit.shrink(10); // 10 held now
+/// assert_eq!(permit.units(), 10);
+///
+/// // A critical waiter that does not fit asks lower-priority holders to yield.
+/// let hog = gate.try_acquire(TaskMetadata::new(2, ResourceCost::gpu_vram(54)))?;
+/// let urgent = TaskMetadata::new(3, ResourceCost::gpu_vram(40)).with_priority(Priority::Critical);
+/// let waiter = gate.acquire(urgent);
+/// tokio::pin!(waiter);
+/// tokio::select! {
+///     _ = &mut waiter => unreachable!("54 + 10 of 64 units are held"),
+///     () = hog.preempted() => {}
+/// }
+/// drop(hog); // the holder decides when to yield
+/// let critical = waiter.await?;
+/// assert_eq!(critical.units(), 40);
+/// # let _ = Duration::ZERO;
+/// # Ok(())
+/// # }
+/// ```
 pub struct CapacityGate {
     gate: Gate,
     /// A gate of its own stops its scheduler when dropped (waiters are refused `Shutdown`;
@@ -71,7 +71,7 @@ impl CapacityGate {
     /// preemption. It runs nothing itself: `worker_count`, `timeout` and the worker thread
     /// settings are ignored.
     pub fn new(config: WorkerPoolConfig) -> Result<Self, PoolError> {
-        let client = crate::pool::start_gate(&config)?;
+        let client = super::start_gate(&config)?;
         let stop = client.shutdown_on_drop(Duration::ZERO);
         Ok(Self {
             gate: client.gate(),
