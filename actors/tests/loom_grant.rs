@@ -8,11 +8,12 @@
 //! these, never none.
 #![cfg(loom)]
 
-use std::future::poll_fn;
+use std::task::{Context, Poll};
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use prometheus_parking_lot_actors::parker::Parker;
 use prometheus_parking_lot_actors::permit::answer::{Answer, Withdrawal};
 
 /// A grant racing a withdrawal: the units are released exactly once, by one side.
@@ -54,7 +55,17 @@ fn a_waiter_racing_a_grant_is_woken_and_takes_it() {
             let answer = answer.clone();
             thread::spawn(move || answer.give(7).is_ok())
         };
-        let taken = loom::future::block_on(poll_fn(|cx| answer.poll_take(cx)));
+        // The waiter polls, and parks between polls until its waker unparks it (as
+        // `block_on_until` does; the parker is itself model-checked in loom_parker.rs).
+        let parker = std::sync::Arc::new(Parker::new());
+        let waker = parker.waker();
+        let mut cx = Context::from_waker(&waker);
+        let taken = loop {
+            match answer.poll_take(&mut cx) {
+                Poll::Ready(value) => break value,
+                Poll::Pending => parker.park(),
+            }
+        };
         assert_eq!(taken, 7);
         assert!(scheduler.join().unwrap());
         assert_eq!(answer.withdraw(), Withdrawal::Settled);

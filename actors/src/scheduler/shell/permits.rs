@@ -68,6 +68,16 @@ enum Waiter {
     },
 }
 
+impl Waiter {
+    /// Where its answer lives: who it is, for a withdrawal.
+    fn answer(&self) -> *const () {
+        match self {
+            Waiter::Acquire { answer, .. } => Arc::as_ptr(answer).cast(),
+            Waiter::Grow { answer, .. } => Arc::as_ptr(answer).cast(),
+        }
+    }
+}
+
 /// The shell's permits. See the module docs.
 pub(crate) struct Permits {
     held: FastMap<EntryId, Held>,
@@ -134,12 +144,7 @@ where
         match op {
             PermitOp::Acquire { meta, wait, answer } => self.acquire(meta, wait, answer, now),
             PermitOp::WithdrawAcquire(answer) => {
-                let entry = answer.tag();
-                let filed = matches!(self.permits.waiting.get(&entry),
-                    Some(Waiter::Acquire { answer: waiting, .. }) if Arc::ptr_eq(waiting, &answer));
-                if filed {
-                    self.withdraw(entry, now);
-                }
+                self.withdraw(answer.tag(), Arc::as_ptr(&answer).cast(), now)
             }
             PermitOp::Grow {
                 entry,
@@ -148,12 +153,7 @@ where
                 answer,
             } => self.grow(entry, extra, wait, answer, now),
             PermitOp::WithdrawGrow(answer) => {
-                let entry = answer.tag();
-                let filed = matches!(self.permits.waiting.get(&entry),
-                    Some(Waiter::Grow { answer: waiting, .. }) if Arc::ptr_eq(waiting, &answer));
-                if filed {
-                    self.withdraw(entry, now);
-                }
+                self.withdraw(answer.tag(), Arc::as_ptr(&answer).cast(), now)
             }
             PermitOp::Shrink { entry, units } => {
                 if let Ok(started) = self.tasks.core.shrink(entry, units, now) {
@@ -392,8 +392,13 @@ where
         others_holding <= others_growing
     }
 
-    /// The waiter `entry` gave up.
-    fn withdraw(&mut self, entry: EntryId, now: u64) {
+    /// The waiter filed under `entry` with the answer at `answer` gave up (a waiter answered
+    /// meanwhile is not filed any more, and its entry may be another's by now).
+    fn withdraw(&mut self, entry: EntryId, answer: *const (), now: u64) {
+        let filed = self.permits.waiting.get(&entry);
+        if filed.is_none_or(|waiter| waiter.answer() != answer) {
+            return;
+        }
         if let Some(Waiter::Grow { parent, kind, .. }) = self.permits.waiting.remove(&entry) {
             self.permits.grow_ended(parent, kind);
         }
