@@ -1326,3 +1326,5 @@ impl ParkingLot {
 mod tests;
 #[cfg(test)]
 mod tests_permits;
+#[cfg(test)]
+mod tests_share;

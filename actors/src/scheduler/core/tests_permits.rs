@@ -2,31 +2,10 @@
 
 use proptest::prelude::*;
 
+use super::tests::{normal, ticket};
+use super::tests_share::of;
 use super::*;
 use crate::domain::{FairShare, StarvationGuard};
-
-fn ticket(id: TaskId, priority: Priority, units: u32) -> Ticket {
-    Ticket {
-        id,
-        priority,
-        cost: ResourceCost::gpu_vram(units),
-        created_at_ms: id,
-        deadline_ms: None,
-        tenant: 0,
-        timeout_ms: None,
-    }
-}
-
-fn normal(id: TaskId, units: u32) -> Ticket {
-    ticket(id, Priority::Normal, units)
-}
-
-fn of(tenant: TenantKey, id: TaskId, units: u32) -> Ticket {
-    Ticket {
-        tenant,
-        ..normal(id, units)
-    }
-}
 
 /// 10 VRAM units, `workers` slots, queue of 100, no starvation guard.
 fn lot(workers: usize) -> ParkingLot {

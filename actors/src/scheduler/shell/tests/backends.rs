@@ -1,0 +1,142 @@
+//! The model's backends: the local queue actor and the shared queue, answering the calls the
+//! shell asked for, in order or when an event says so, or failing them.
+
+use super::World;
+use crate::queue::actor::{QueueMsg, QueueReport};
+use crate::queue::Lease;
+use crate::scheduler::protocol::{Enqueued, SharedReport};
+use crate::scheduler::shell::effects::SharedCall;
+
+impl World {
+    /// The local queue actor answers its oldest call.
+    pub(super) fn answer_queue(&mut self, fail: bool) {
+        let Some(call) = self.queue_calls.pop_front() else {
+            return;
+        };
+        let report = match call {
+            QueueMsg::Park { entry, .. } if fail => QueueReport::ParkFailed {
+                entry,
+                reason: "disk full".into(),
+            },
+            QueueMsg::Park { entry, task } => {
+                self.stored.insert(entry, task);
+                QueueReport::Parked { entry }
+            }
+            QueueMsg::Claim { entry } => match self.stored.remove(&entry) {
+                Some(task) if !fail => {
+                    self.claimed.insert(entry);
+                    QueueReport::Claimed { entry, task }
+                }
+                _ => QueueReport::ClaimFailed {
+                    entry,
+                    reason: "not there".into(),
+                },
+            },
+            QueueMsg::Settle { entry, .. } => {
+                self.claimed.remove(&entry);
+                return;
+            }
+            QueueMsg::Remove { entry } => {
+                self.stored.remove(&entry);
+                return;
+            }
+        };
+        self.shell.queue_report(report, self.now);
+    }
+
+    /// The shared queue answers one pending call.
+    pub(super) fn answer_shared(&mut self, n: usize, fail: bool) {
+        if self.shared_calls.is_empty() {
+            return;
+        }
+        let call = self.shared_calls.remove(n % self.shared_calls.len());
+        let report = match call {
+            SharedCall::Enqueue {
+                entry,
+                rank_time_ms,
+                task,
+                key,
+                reply,
+            } => {
+                let (task_id, cost) = (task.meta.id, task.meta.cost);
+                let result = if fail {
+                    Err(crate::queue::QueueError::Backend("down".into()))
+                } else {
+                    self.shared_parked.push((entry, rank_time_ms, task));
+                    Ok(())
+                };
+                SharedReport::Enqueued(vec![Enqueued {
+                    task_id,
+                    key,
+                    cost,
+                    reply,
+                    result,
+                }])
+            }
+            SharedCall::RecordStart {
+                entry,
+                shared_entry,
+                task,
+                ..
+            } => {
+                let result = if fail {
+                    Err(crate::queue::QueueError::Backend("down".into()))
+                } else {
+                    self.shared_claimed.insert(shared_entry, task.clone());
+                    self.shared_held.push(shared_entry);
+                    Ok(Lease {
+                        entry: shared_entry,
+                        task,
+                        attempt: 1,
+                        expires_at_ms: self.now + 300,
+                    })
+                };
+                SharedReport::Recorded { entry, result }
+            }
+            SharedCall::Claim { query, max, .. } if !fail => {
+                let mut free = query.free;
+                let mut leases = Vec::new();
+                self.shared_parked.sort_by_key(|(entry, rank, task)| {
+                    (std::cmp::Reverse(task.meta.priority), *rank, *entry)
+                });
+                let mut index = 0;
+                while index < self.shared_parked.len() && leases.len() < max {
+                    let cost = self.shared_parked[index].2.meta.cost;
+                    if cost.units <= free.get(cost.kind) {
+                        let (entry, _, task) = self.shared_parked.remove(index);
+                        free = free.with(cost.kind, free.get(cost.kind) - cost.units);
+                        self.shared_claimed.insert(entry, task.clone());
+                        self.shared_held.push(entry);
+                        leases.push(Lease {
+                            entry,
+                            task,
+                            attempt: 1,
+                            expires_at_ms: self.now + 300,
+                        });
+                    } else {
+                        index += 1;
+                    }
+                }
+                SharedReport::Claimed(Ok(leases))
+            }
+            SharedCall::Claim { .. } => {
+                SharedReport::Claimed(Err(crate::queue::QueueError::Backend("down".into())))
+            }
+            SharedCall::RemoveTask { key, id, reply } => {
+                let found = self.shared_parked.iter().position(|(_, _, task)| {
+                    task.meta.id == id && task.meta.mailbox.as_ref() == Some(&key)
+                });
+                let result = Ok(found.map(|index| self.shared_parked.remove(index).2));
+                SharedReport::Removed {
+                    key,
+                    id,
+                    reply,
+                    result,
+                }
+            }
+            SharedCall::Renew { .. } => return,
+            SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
+        };
+        self.shell.shared_report(report, self.now);
+    }
+}
