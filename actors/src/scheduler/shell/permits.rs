@@ -27,9 +27,8 @@
 use std::sync::Arc;
 
 use super::Shell;
-use crate::domain::TaskMetadata;
 use crate::domain::{
-    MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId,
+    MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
 };
 use crate::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
@@ -53,6 +52,22 @@ struct Held {
     asked: bool,
     /// Its grows waiting in the core.
     growing: u32,
+}
+
+impl Held {
+    /// A permit as it is granted.
+    fn new(id: TaskId, cost: ResourceCost, priority: Priority, tenant: u64) -> Self {
+        Self {
+            holding: Holding::with_units(cost.units),
+            id,
+            cost,
+            priority,
+            tenant,
+            asked_units: 0,
+            asked: false,
+            growing: 0,
+        }
+    }
 }
 
 /// A waiter: an acquire or a grow, parked in the core.
@@ -179,7 +194,7 @@ where
         let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
         match newcomer {
             Newcomer::Start => {
-                let held = self.held(meta.id, ticket.cost, ticket.priority, ticket.tenant);
+                let held = Held::new(meta.id, ticket.cost, ticket.priority, ticket.tenant);
                 self.grant(entry, answer, held);
             }
             Newcomer::Park if wait => {
@@ -210,20 +225,6 @@ where
         self.start_parked(unblocked, now);
     }
 
-    /// A held permit, as it is granted.
-    fn held(&self, id: TaskId, cost: ResourceCost, priority: Priority, tenant: u64) -> Held {
-        Held {
-            holding: Holding::with_units(cost.units),
-            id,
-            cost,
-            priority,
-            tenant,
-            asked_units: 0,
-            asked: false,
-            growing: 0,
-        }
-    }
-
     /// Grants the permit `entry`.
     fn grant(&mut self, entry: EntryId, answer: Arc<AcquireAnswer>, held: Held) {
         let holding = held.holding.clone();
@@ -242,7 +243,7 @@ where
                 let Some((cost, priority, tenant)) = self.tasks.core.claim_of(entry) else {
                     return;
                 };
-                let held = self.held(id, cost, priority, tenant);
+                let held = Held::new(id, cost, priority, tenant);
                 self.grant(entry, answer, held);
             }
             Waiter::Grow {
