@@ -385,3 +385,109 @@ fn the_config_file_turns_preemption_on_and_checks_its_bound() {
     let invalid = CapacityGate::new(WorkerPoolConfig::new().with_preemption(0)).unwrap_err();
     assert!(invalid.to_string().contains("max_per_task"), "{invalid}");
 }
+
+/// Payload 0 returns at once; any other runs until it is preempted or 400 ms pass, and
+/// returns which run of it this was.
+#[derive(Clone)]
+struct Yielding {
+    runs: Arc<std::sync::atomic::AtomicU32>,
+}
+
+#[async_trait::async_trait]
+impl WorkerExecutor<u32, u32> for Yielding {
+    async fn execute(&self, payload: u32, _meta: TaskMetadata) -> u32 {
+        if payload == 0 {
+            return 0;
+        }
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let started = std::time::Instant::now();
+        while !prometheus_parking_lot::running::is_preempted()
+            && started.elapsed() < Duration::from_millis(400)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        run
+    }
+}
+
+#[tokio::test]
+async fn a_preempted_pool_task_parks_again_and_runs_again_at_most_max_per_task_times() {
+    let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let config = WorkerPoolConfig::new()
+        .with_worker_count(2)
+        .with_max_units(4)
+        .with_preemption(1);
+    let pool = WorkerPool::new(config, Yielding { runs: runs.clone() }).unwrap();
+    pool.preempt_tasks();
+    let low = pool
+        .submit_async(1, meta(1, 4, Priority::Low))
+        .await
+        .unwrap();
+    while runs.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // A critical task that does not fit asks the low one to yield; it runs first.
+    let asked_at = std::time::Instant::now();
+    let critical = pool
+        .submit_async(0, meta(2, 2, Priority::Critical))
+        .await
+        .unwrap();
+    assert_eq!(pool.retrieve_async(&critical, WAIT).await.unwrap(), 0);
+    assert!(
+        asked_at.elapsed() < Duration::from_millis(300),
+        "the low task yielded at once"
+    );
+    // The low task parked again and runs a second time; it may not be asked again.
+    while runs.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let second = pool
+        .submit_async(0, meta(3, 4, Priority::Critical))
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.retrieve_async(&low, WAIT).await.unwrap(),
+        2,
+        "only the second run's result is delivered"
+    );
+    assert_eq!(pool.retrieve_async(&second, WAIT).await.unwrap(), 0);
+    let stats = pool.stats();
+    assert_eq!(
+        (
+            stats.preemptions_asked,
+            stats.preemptions_honoured,
+            stats.preempted_units
+        ),
+        (1, 1, 4)
+    );
+    assert_eq!(stats.completed_tasks, 3);
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn without_preempt_tasks_a_pool_task_is_never_asked() {
+    let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let config = WorkerPoolConfig::new()
+        .with_worker_count(2)
+        .with_max_units(4)
+        .with_preemption(3);
+    let pool = WorkerPool::new(config, Yielding { runs: runs.clone() }).unwrap();
+    let low = pool
+        .submit_async(1, meta(1, 4, Priority::Low))
+        .await
+        .unwrap();
+    while runs.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let critical = pool
+        .submit_async(0, meta(2, 2, Priority::Critical))
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.retrieve_async(&low, WAIT).await.unwrap(),
+        1,
+        "it ran to its end, once"
+    );
+    assert_eq!(pool.retrieve_async(&critical, WAIT).await.unwrap(), 0);
+    assert_eq!(pool.stats().preemptions_asked, 0);
+}

@@ -14,6 +14,9 @@ pub struct Cancellation(Arc<Flag>);
 #[derive(Debug, Default)]
 struct Flag {
     cancelled: AtomicBool,
+    /// Why: set (before the flag) when the run was asked to yield to a waiter of higher
+    /// priority, so the task is parked again and rerun rather than ended.
+    preempted: AtomicBool,
     changed: Notify,
 }
 
@@ -29,8 +32,22 @@ impl Cancellation {
         }
     }
 
-    /// Whether the task was cancelled (by `cancel`, its timeout, a dropped stream or the
-    /// shutdown's deadline).
+    /// Raises the flag because a waiter of higher priority needs the run's units: the task
+    /// will be parked again at its rank and rerun, so whatever the run returns is discarded.
+    pub(crate) fn preempt(&self) {
+        self.0.preempted.store(true, Ordering::Release);
+        self.cancel();
+    }
+
+    /// Whether the flag was raised to preempt the run (see [`running::is_preempted`]).
+    ///
+    /// [`running::is_preempted`]: crate::running::is_preempted
+    pub fn is_preempted(&self) -> bool {
+        self.0.preempted.load(Ordering::Acquire)
+    }
+
+    /// Whether the task was cancelled (by `cancel`, its timeout, a dropped stream, the
+    /// shutdown's deadline, or a preemption).
     pub fn is_cancelled(&self) -> bool {
         self.0.cancelled.load(Ordering::Acquire)
     }

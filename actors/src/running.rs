@@ -97,6 +97,14 @@ pub fn is_cancelled() -> bool {
     with_current(|context| context.cancellation.is_cancelled()).unwrap_or(false)
 }
 
+/// Whether the task this worker thread is running was asked to yield to a waiter of higher
+/// priority (its pool preempts tasks: `WorkerPool::preempt_tasks`); `false` outside a run.
+/// The flag of [`is_cancelled`] is raised too. Return soon: the task is parked again at its
+/// rank and runs again later, and what this run returns is discarded.
+pub fn is_preempted() -> bool {
+    with_current(|context| context.cancellation.is_preempted()).unwrap_or(false)
+}
+
 /// The partial-result sink of the task this worker thread is running, when its submitter
 /// streams results of type `R` (`submit_streaming`); `None` otherwise (not streamed, another
 /// item type, or outside a run).

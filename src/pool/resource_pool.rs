@@ -260,6 +260,19 @@ where
         super::gate::CapacityGate::of_pool(&self.client)
     }
 
+    /// Lets the pool preempt its running tasks, not only permits, when its config turns
+    /// preemption on (`with_preemption`) and its queue is in memory: a task asked to yield
+    /// sees `running::is_preempted()` (and its cancellation flag) raised; once its executor
+    /// returns, what it returned is discarded and the task parks again at its rank, to run
+    /// again later (at most `max_per_task` times). The pool keeps a clone of each running
+    /// task's payload for this, hence `Clone`.
+    pub fn preempt_tasks(&self)
+    where
+        P: Clone,
+    {
+        self.client.preempt_tasks();
+    }
+
     /// The engine client, for the actor-level API.
     pub fn client(&self) -> &PoolClient<P, R> {
         &self.client

@@ -173,8 +173,9 @@ pub struct PoolLimits {
 
 /// Opt-in preemption: when a waiter cannot fit but would if holders of strictly lower
 /// priority gave way, the scheduler asks the fewest such holders (lowest priority first,
-/// most recently started first within a priority) to yield. Nothing is killed: a holder
-/// hears it and decides when to let go.
+/// most recently started first within a priority) to yield: capacity permits, and the
+/// running tasks of a pool that can run them again (`PoolClient::preempt_tasks`). Nothing
+/// is killed: a holder hears it and decides when to let go.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Preemption {
     /// How many times one task id may be asked to yield; after that it runs undisturbed.

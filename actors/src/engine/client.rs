@@ -23,6 +23,7 @@ use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
     Extras, Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
 };
+use crate::scheduler::shell::Rerun;
 use crate::spin::AdaptiveSpin;
 use crate::stats::{PoolCounters, PoolStats};
 use crate::stream::{ResultStream, StreamAttachment};
@@ -83,6 +84,8 @@ pub(crate) struct ClientParts<P, R> {
     pub owns_supervisor: bool,
     /// The nested slots that submissions from the pool's own workers must take.
     pub nested: Arc<SlotBudget>,
+    /// How the scheduler copies payloads to rerun preempted tasks (see `preempt_tasks`).
+    pub rerun: Rerun<P>,
 }
 
 struct ClientInner<P, R> {
@@ -102,6 +105,7 @@ struct ClientInner<P, R> {
     /// How long submitters re-check for their admission answer before they sleep.
     answer_spin: AdaptiveSpin,
     nested: Arc<SlotBudget>,
+    rerun: Rerun<P>,
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -125,6 +129,7 @@ where
             supervisor,
             owns_supervisor,
             nested,
+            rerun,
         } = parts;
         Self {
             inner: Arc::new(ClientInner {
@@ -140,6 +145,7 @@ where
                 result_spin: AdaptiveSpin::new(),
                 answer_spin: AdaptiveSpin::with_max(ANSWER_SPIN_ROUNDS),
                 nested,
+                rerun,
             }),
         }
     }
@@ -149,6 +155,20 @@ where
     pub fn gate(&self) -> Gate {
         let port: Arc<dyn PermitPort> = self.inner.inbox.clone();
         Gate::new(port, self.inner.counters.clone())
+    }
+
+    /// Lets the pool preempt its running tasks too, not only permits, when its limits turn
+    /// preemption on (`PoolLimits::preemption`) and its queue is in memory: a task asked to
+    /// yield sees [`running::is_preempted`](crate::running::is_preempted) (and its
+    /// cancellation flag) raised; when its executor returns, what it returned is discarded
+    /// and the task parks again at its rank and runs again later, at most `max_per_task`
+    /// times. The pool keeps a clone of each running task's payload for this, which is why
+    /// the payload must be `Clone`. Calling it again does nothing.
+    pub fn preempt_tasks(&self)
+    where
+        P: Clone,
+    {
+        let _ = self.inner.rerun.set(<P as Clone>::clone);
     }
 
     /// The pool's name.

@@ -27,7 +27,7 @@ use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
 use crate::scheduler::shared::{SharedIo, SharedParking};
 use crate::scheduler::shell::storage::{LocalRoom, SharedRoom, Storage};
-use crate::scheduler::shell::ShellArgs;
+use crate::scheduler::shell::{Rerun, ShellArgs};
 use crate::spawn::Spawn;
 use crate::stats::PoolCounters;
 use crate::supervisor::{
@@ -293,6 +293,7 @@ where
         }
     };
 
+    let rerun: Rerun<P> = Arc::default();
     let shell = ShellArgs {
         pool: pool.clone(),
         core,
@@ -302,6 +303,7 @@ where
         subscribers: spec.subscribers,
         mailbox: spec.mailbox.clone(),
         gpu_sampled: false,
+        rerun: rerun.clone(),
     };
     let driver = Driver {
         pool: pool.clone(),
@@ -372,6 +374,7 @@ where
         supervisor: supervisor.clone(),
         owns_supervisor,
         nested,
+        rerun,
     }))
 }
 

@@ -64,7 +64,7 @@ pub struct SchedulerState<P, R> {
 
 /// What the scheduler actor starts with (opaque outside the engine).
 pub struct SchedulerStart<P, R> {
-    pub(crate) shell: ShellArgs<R>,
+    pub(crate) shell: ShellArgs<P, R>,
     pub(crate) driver: Driver<P, R>,
     pub(crate) inbox: Arc<Inbox<P, R>>,
     /// Parked tasks a queue kept, with their payloads where the ledger keeps them.

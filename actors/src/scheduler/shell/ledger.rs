@@ -207,6 +207,13 @@ pub(crate) struct Rare {
     pub reply: Option<Reply>,
     /// The shared queue's entry and claim count of a task this node claimed from it.
     pub lease: Option<(EntryId, u32)>,
+    /// A copy of the running task's payload, kept while it may be preempted, so it can run
+    /// again (a `P`; see `rerun.rs`).
+    pub spare: Option<Box<dyn std::any::Any + Send>>,
+    /// Units the run held when it was asked to yield; `None`: not asked.
+    pub asked_units: Option<u32>,
+    /// How many times the task was asked to yield.
+    pub preemptions: u32,
 }
 
 /// One admitted task. See the module docs. (The cost and the times are kept in parts, so

@@ -34,6 +34,7 @@ pub(crate) mod ledger;
 pub(crate) mod lifecycle;
 pub(crate) mod observe;
 pub(crate) mod permits;
+mod rerun;
 pub(crate) mod storage;
 pub(crate) mod tasks;
 #[cfg(test)]
@@ -61,8 +62,12 @@ use observe::Observers;
 use storage::{SharedRoom, Storage};
 use tasks::{Prepared, Tasks};
 
+/// How a pool copies a payload, to run a preempted task again (set by
+/// `PoolClient::preempt_tasks`, for payloads that are `Clone`).
+pub(crate) type Rerun<P> = Arc<std::sync::OnceLock<fn(&P) -> P>>;
+
 /// Everything a shell starts with.
-pub(crate) struct ShellArgs<R> {
+pub(crate) struct ShellArgs<P, R> {
     /// The pool's name.
     pub pool: Arc<str>,
     /// The core, with the pool's limits.
@@ -79,6 +84,8 @@ pub(crate) struct ShellArgs<R> {
     pub mailbox: Arc<dyn Mailbox<R>>,
     /// Whether a GPU sampler wants to hear that tasks wait for memory.
     pub gpu_sampled: bool,
+    /// How to copy a payload, once the pool preempts its tasks.
+    pub rerun: Rerun<P>,
 }
 
 /// The shell. See the module docs.
@@ -95,6 +102,8 @@ pub(crate) struct Shell<P, R> {
     gpu_sampled: bool,
     /// Capacity permits, held and waiting.
     permits: permits::Permits,
+    /// How to copy a payload, once the pool preempts its tasks (see `rerun.rs`).
+    rerun: Rerun<P>,
 }
 
 impl<P, R> Shell<P, R>
@@ -104,7 +113,7 @@ where
 {
     /// A shell for `args`, with the parked tasks a durable queue kept (indexed again, then
     /// started as they fit).
-    pub fn new(args: ShellArgs<R>, stored: Vec<(StoredEntry, Option<P>)>, now: u64) -> Self {
+    pub fn new(args: ShellArgs<P, R>, stored: Vec<(StoredEntry, Option<P>)>, now: u64) -> Self {
         let observers = Observers::new(args.counters, args.subscribers, args.core.limits());
         let permits = permits::Permits::new(args.core.limits().preemption);
         let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
@@ -116,6 +125,7 @@ where
             mailbox: args.mailbox,
             gpu_sampled: args.gpu_sampled,
             permits,
+            rerun: args.rerun,
         };
         shell.tick(now);
         shell
@@ -357,6 +367,7 @@ where
 
     /// Hands a started task's job to its worker slot.
     fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
+        self.keep_spare(entry, &task);
         match self.tasks.prepare_job(entry, task) {
             Prepared::Job { worker, job } => self.tasks.fx.push(Effect::Run { worker, job }),
             Prepared::Abandoned => self.finish(entry, Err(PoolError::Cancelled), now),
@@ -396,6 +407,9 @@ where
     /// the capacity, settle with the queue, deliver the outcome unless one was delivered,
     /// and start what the freed capacity fits.
     pub fn finish(&mut self, entry: EntryId, outcome: Result<R, PoolError>, now: u64) {
+        let Some(outcome) = self.rerun_if_yielded(entry, outcome, now) else {
+            return;
+        };
         let Some((record, started)) = self.tasks.release(entry, now) else {
             tracing::warn!(pool = %self.tasks.pool, entry, "a finish for a task the scheduler does not hold");
             drop_contained(outcome);

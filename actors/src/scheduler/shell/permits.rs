@@ -15,8 +15,8 @@
 //!   held permits of strictly lower priority whose units, with the free units and those
 //!   already asked to yield, would let it fit (rule 14 of the core). Each is asked once; a
 //!   task id is asked at most `max_per_task` times (the count is forgotten once a permit of
-//!   that id is dropped without having been asked). Pool tasks are never asked: their
-//!   payload has moved into the executor, so they could not be run again.
+//!   that id is dropped without having been asked). A running pool task is asked only where
+//!   the pool can run it again (`rerun.rs`).
 //!
 //! # Invariants
 //!
@@ -137,6 +137,16 @@ impl Permits {
         self.held.get(&entry).is_some_and(|held| {
             !held.asked && self.asked.get(&held.id).copied().unwrap_or(0) < max_per_task
         })
+    }
+
+    /// Units asked to yield (of a pool task: `rerun.rs`) are on their way back.
+    pub fn asked(&mut self, kind: ResourceKind, units: u32) {
+        self.yielding[kind.index()] += units;
+    }
+
+    /// Units asked to yield came back, or will not.
+    pub fn yielded(&mut self, kind: ResourceKind, units: u32) {
+        self.yielding[kind.index()] = self.yielding[kind.index()].saturating_sub(units);
     }
 
     fn grow_ended(&mut self, parent: EntryId, kind: ResourceKind) {
@@ -443,20 +453,25 @@ where
         let Some(preemption) = self.permits.preemption else {
             return;
         };
-        if self.permits.held.is_empty() {
+        let tasks_may_yield = self.rerun.get().is_some();
+        if self.permits.held.is_empty() && !tasks_may_yield {
             return;
         }
         let pending = self.permits.yielding[kind.index()];
-        let permits = &self.permits;
+        let (permits, ledger) = (&self.permits, &self.tasks.ledger);
         let victims = self
             .tasks
             .core
             .preemption_victims(entry, pending, |victim| {
                 permits.may_yield(victim, preemption.max_per_task)
+                    || (tasks_may_yield && super::rerun::task_may_yield(ledger, victim))
             });
         for victim in victims.unwrap_or_default() {
             let units = self.tasks.core.units_of(victim).unwrap_or(0);
             let Some(held) = self.permits.held.get_mut(&victim) else {
+                if self.ask_task(victim, units, now) {
+                    self.permits.asked(kind, units);
+                }
                 continue;
             };
             held.asked = true;

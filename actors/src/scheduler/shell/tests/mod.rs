@@ -9,7 +9,8 @@
 //! or remove, then settle); an outcome is delivered only after its capacity is released,
 //! unless the watchdog or the drain deadline delivered it while the run goes on (then it
 //! says `TimedOut` or `Cancelled`); every permit's holder sees the units the core holds for
-//! it (acquires, grows, shrinks, withdrawals racing grants, preemption). Checked at the end, once every run finished and every
+//! it (acquires, grows, shrinks, withdrawals racing grants, preemption of permits and of
+//! running tasks, which then park again and run again). Checked at the end, once every run finished and every
 //! call was answered: every accepted task reached exactly one terminal outcome, or is still
 //! held by a durable or shared queue; nothing refused was delivered; no capacity is held.
 
@@ -239,6 +240,13 @@ impl World {
             subscribers: Vec::new(),
             mailbox: Arc::new(NoMailbox),
             gpu_sampled: false,
+            rerun: {
+                // Running tasks may be preempted and run again (memory mode only: the other
+                // modes must ignore it).
+                let rerun: super::Rerun<u32> = Arc::default();
+                let _ = rerun.set(<u32 as Clone>::clone);
+                rerun
+            },
         };
         let now = 1_000_000;
         Self {
