@@ -236,8 +236,18 @@ where
 {
     loop {
         let mut handled = 0;
-        while let Some(Finish { entry, outcome }) = state.inbox.next_finish() {
-            state.shell.finish(entry, outcome, now);
+        while let Some(Finish {
+            entry,
+            outcome,
+            rests,
+        }) = state.inbox.next_finish()
+        {
+            state.shell.finish_run(entry, outcome, rests, now);
+            state.driver.carry_out(&mut state.shell, now);
+            handled += 1;
+        }
+        while let Some(worker) = state.inbox.next_ready() {
+            state.shell.worker_ready(worker, now);
             state.driver.carry_out(&mut state.shell, now);
             handled += 1;
         }

@@ -38,11 +38,16 @@ pub(crate) struct Finish<R> {
     pub entry: EntryId,
     /// What the executor produced, or how the run ended without a result.
     pub outcome: Result<R, PoolError>,
+    /// Its worker's thread still has work the task left on it: the slot rests until the
+    /// worker reports it ready.
+    pub rests: bool,
 }
 
 /// See the module docs.
 pub(crate) struct Inbox<P, R> {
     finishes: SegQueue<Finish<R>>,
+    /// Workers whose resting slot can take a job again.
+    readies: SegQueue<usize>,
     submissions: SegQueue<Submission<P>>,
     /// Requests about capacity permits (see `crate::permit`).
     permits: SegQueue<PermitOp>,
@@ -61,6 +66,7 @@ where
     pub fn new() -> Self {
         Self {
             finishes: SegQueue::new(),
+            readies: SegQueue::new(),
             submissions: SegQueue::new(),
             permits: SegQueue::new(),
             scheduled: AtomicBool::new(false),
@@ -129,6 +135,11 @@ where
         }
     }
 
+    /// The next worker whose slot is ready again, if any.
+    pub fn next_ready(&self) -> Option<usize> {
+        self.readies.pop()
+    }
+
     /// The next finished task, if any.
     pub fn next_finish(&self) -> Option<Finish<R>> {
         self.finishes.pop()
@@ -146,7 +157,10 @@ where
 
     /// Whether anything waits.
     pub fn is_empty(&self) -> bool {
-        self.finishes.is_empty() && self.submissions.is_empty() && self.permits.is_empty()
+        self.finishes.is_empty()
+            && self.readies.is_empty()
+            && self.submissions.is_empty()
+            && self.permits.is_empty()
     }
 
     /// The scheduler stops draining. Returns `true` if something arrived meanwhile and the
@@ -177,7 +191,19 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
-    fn finished(&self, entry: EntryId, outcome: Result<R, PoolError>) {
-        Inbox::finished(self, Finish { entry, outcome });
+    fn finished(&self, entry: EntryId, outcome: Result<R, PoolError>, rests: bool) {
+        Inbox::finished(
+            self,
+            Finish {
+                entry,
+                outcome,
+                rests,
+            },
+        );
+    }
+
+    fn ready(&self, worker: usize) {
+        self.readies.push(worker);
+        self.ring();
     }
 }

@@ -61,8 +61,12 @@ pub struct Job<P> {
 /// names the task's entry and what its executor produced, or how the run ended without a
 /// result. The report frees the task's capacity and its worker.
 pub(crate) trait RunReports<R>: Send + Sync {
-    /// The run of `entry` is over.
-    fn finished(&self, entry: EntryId, outcome: Result<R, PoolError>);
+    /// The run of `entry` is over. `rests`: the worker's thread still has work the task
+    /// left on it (tasks it spawned), so its slot takes no job until [`ready`](Self::ready).
+    fn finished(&self, entry: EntryId, outcome: Result<R, PoolError>, rests: bool);
+
+    /// Worker `worker`'s thread, which rested, can take a job again.
+    fn ready(&self, worker: usize);
 }
 
 /// Messages a worker actor handles (sent by its own thread).

@@ -6,7 +6,10 @@
 //! same channel: jobs sent meanwhile wait there. The whole loop runs inside one `block_on` of
 //! the thread's current-thread runtime, so the runtime is driven the entire time the thread
 //! lives: tasks an executor spawned keep running between jobs. After each job the thread
-//! reports the outcome through the scheduler's inbox, which frees its slot.
+//! reports the outcome through the scheduler's inbox, which frees its slot; when tasks the
+//! executor spawned are still alive on the runtime, the slot *rests* instead, and the thread
+//! reports it ready once it has let them run (a spawned task that blocks the thread holds
+//! that report up, so no job is handed to a thread that cannot take it).
 //!
 //! Everything a job does runs inside one panic boundary: the executor's future, and the
 //! drops of its payload, its future (on timeout or cancel) and its panic payload. A panic
@@ -169,9 +172,21 @@ where
                 (outcome, Some(message))
             }
         };
-        spec.reports.finished(entry, outcome);
+        // Tasks the executor spawned on this thread's runtime may still be there to run
+        // (a token producer, say). If so, the slot rests: the next job goes to another
+        // worker until this thread has given them their turn and can take one again.
+        let rests = panic.is_none()
+            && tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+                > 0;
+        spec.reports.finished(entry, outcome, rests);
         if panic.is_some() {
             return panic;
+        }
+        if rests {
+            tokio::task::yield_now().await;
+            spec.reports.ready(spec.index);
         }
     }
     None

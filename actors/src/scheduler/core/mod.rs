@@ -45,7 +45,12 @@
 //! 9. **Worker slots have identities.** A started task is given one idle worker slot (the
 //!    most recently freed first: its thread's caches are warm), which [`ParkingLot::worker_of`]
 //!    names; `complete` frees it. A slot whose thread is gone for good is *retired*
-//!    ([`ParkingLot::retire_worker`]) and never handed out again.
+//!    ([`ParkingLot::retire_worker`]) and never handed out again. A slot whose task ended
+//!    while its thread is still busy with work the task left on it (a task it spawned that
+//!    blocks the thread) *rests* ([`ParkingLot::complete_resting`]): its task's units are
+//!    free at once, but no task is given the slot until the driver reports it ready
+//!    ([`ParkingLot::worker_ready`]), so a job never waits on a busy thread while another
+//!    slot could take it.
 //! 10. **Execution watchdog.** The driver may give a running task a time by which it must
 //!     have finished ([`ParkingLot::watch`]); `tick` reports it *overdue* once, at that time.
 //!     Its capacity and slot stay held until `complete`, because a thread blocked in
@@ -316,6 +321,9 @@ pub struct ParkingLot {
     idle_workers: Vec<u32>,
     /// `retired[w]`: slot `w`'s thread is gone for good; it is never handed out again.
     retired: Vec<bool>,
+    /// `resting[w]`: slot `w`'s task ended, but its thread is still busy with work the task
+    /// left on it (rule 9); the slot takes no task until [`ParkingLot::worker_ready`].
+    resting: Vec<bool>,
     parked: FastMap<TaskId, Parked>,
     /// Parked tasks that need a worker slot, per kind.
     by_cost: [CostIndex; KINDS],
@@ -354,6 +362,7 @@ impl ParkingLot {
             headroom: [UNLIMITED; KINDS],
             idle_workers: (0..worker_slots).rev().collect(),
             retired: vec![false; limits.worker_slots],
+            resting: vec![false; limits.worker_slots],
             parked: FastMap::default(),
             by_cost: Default::default(),
             permits_by_cost: Default::default(),
@@ -383,6 +392,7 @@ impl ParkingLot {
         lot.worker_slots = 0;
         lot.idle_workers.clear();
         lot.retired.clear();
+        lot.resting.clear();
         Ok(lot)
     }
 
@@ -478,6 +488,7 @@ impl ParkingLot {
     pub fn retire_worker(&mut self, worker: usize) -> Option<TaskId> {
         let slot = self.retired.get_mut(worker)?;
         *slot = true;
+        self.resting[worker] = false;
         self.idle_workers.retain(|&idle| idle as usize != worker);
         self.task_on(worker)
     }
@@ -628,6 +639,35 @@ impl ParkingLot {
     /// Releases a running task's capacity (it finished, failed, panicked, timed out or was
     /// stopped) and starts what now fits, in rank order. Returns the started ids.
     pub fn complete(&mut self, id: TaskId, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        self.end_claim(id, false, now)
+    }
+
+    /// [`complete`](Self::complete) for a task whose worker thread is still busy with work
+    /// the task left on it: its units are released now, its worker slot *rests* until
+    /// [`worker_ready`](Self::worker_ready) (rule 9).
+    pub fn complete_resting(&mut self, id: TaskId, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        self.end_claim(id, true, now)
+    }
+
+    /// Worker slot `worker`, resting, is ready for a task again; returns the tasks that
+    /// start on the slots now idle, in order. Does nothing for a slot that does not rest.
+    pub fn worker_ready(&mut self, worker: usize, now: u64) -> Vec<TaskId> {
+        let mut started = Vec::new();
+        let Some(resting) = self.resting.get_mut(worker) else {
+            return started;
+        };
+        if !std::mem::take(resting) {
+            return started;
+        }
+        if !self.retired[worker] {
+            self.idle_workers.push(worker as u32);
+        }
+        self.unpark(now, &mut started);
+        started
+    }
+
+    /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
+    fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
         let claim = self
             .running
             .remove(&id)
@@ -639,7 +679,7 @@ impl ParkingLot {
         if let Some(book) = &mut self.tenants {
             book.release(claim.tenant, claim.kind, claim.units);
         }
-        self.free_worker_of(&claim);
+        self.free_worker_of(&claim, rest);
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
@@ -838,6 +878,12 @@ impl ParkingLot {
             holders[idle as usize] += 1;
             if self.retired[idle as usize] {
                 return Err(format!("retired worker {idle} is idle"));
+            }
+        }
+        for (worker, _) in self.resting.iter().enumerate().filter(|(_, rests)| **rests) {
+            holders[worker] += 1;
+            if self.retired[worker] {
+                return Err(format!("retired worker {worker} rests"));
             }
         }
         for (worker, &count) in holders.iter().enumerate() {
@@ -1185,10 +1231,15 @@ impl ParkingLot {
 
     /// Gives the worker slot of a claim that ended back, unless it is retired or the claim
     /// is a permit's (which holds none).
-    fn free_worker_of(&mut self, claim: &Claim) {
+    fn free_worker_of(&mut self, claim: &Claim, rest: bool) {
+        let worker = claim.worker as usize;
         if claim.worker == NO_WORKER {
             self.running_permits -= 1;
-        } else if !self.retired[claim.worker as usize] {
+        } else if self.retired[worker] {
+            // Gone for good: never handed out again.
+        } else if rest {
+            self.resting[worker] = true;
+        } else {
             self.idle_workers.push(claim.worker);
         }
     }

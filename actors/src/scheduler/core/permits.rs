@@ -131,7 +131,7 @@ impl ParkingLot {
         if let Some(book) = &mut self.tenants {
             book.merge(of_child.tenant);
         }
-        self.free_worker_of(&of_child);
+        self.free_worker_of(&of_child, false);
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)

@@ -517,3 +517,35 @@ fn a_cost_above_the_budget_is_still_rejected_under_a_headroom() {
         Admit::Reject(Rejection::InsufficientResources { .. })
     ));
 }
+
+#[test]
+fn a_resting_slot_takes_no_task_until_it_is_ready() {
+    let mut lot = lot_with(PoolLimits::new(10, 2).with_starvation(StarvationGuard::disabled()));
+    assert_eq!(lot.admit(normal(1, 1), 0), Admit::Start);
+    let rested = lot.worker_of(1).expect("task 1 runs");
+    // Its thread still runs work task 1 left on it: its units are free, its slot rests.
+    assert!(lot.complete_resting(1, 1).unwrap().is_empty());
+    assert_eq!(lot.used(ResourceKind::GpuVram), 0);
+    assert_eq!(lot.admit(normal(2, 1), 2), Admit::Start);
+    assert_ne!(lot.worker_of(2), Some(rested), "the other slot takes it");
+    assert_eq!(lot.admit(normal(3, 1), 3), Admit::Park, "no idle slot");
+    lot.check_invariants().expect("invariants");
+    assert_eq!(lot.worker_ready(rested, 4), vec![3]);
+    assert_eq!(lot.worker_of(3), Some(rested));
+    assert!(
+        lot.worker_ready(rested, 5).is_empty(),
+        "a slot that does not rest"
+    );
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_retired_resting_slot_is_never_handed_out() {
+    let mut lot = lot_with(PoolLimits::new(10, 1).with_starvation(StarvationGuard::disabled()));
+    assert_eq!(lot.admit(normal(1, 1), 0), Admit::Start);
+    lot.complete_resting(1, 1).unwrap();
+    assert_eq!(lot.retire_worker(0), None);
+    assert!(lot.worker_ready(0, 2).is_empty());
+    assert_eq!(lot.admit(normal(2, 1), 3), Admit::Park);
+    lot.check_invariants().expect("invariants");
+}

@@ -407,10 +407,22 @@ where
     /// the capacity, settle with the queue, deliver the outcome unless one was delivered,
     /// and start what the freed capacity fits.
     pub fn finish(&mut self, entry: EntryId, outcome: Result<R, PoolError>, now: u64) {
-        let Some(outcome) = self.rerun_if_yielded(entry, outcome, now) else {
+        self.finish_run(entry, outcome, false, now);
+    }
+
+    /// [`finish`](Self::finish) as a worker reports it: `rests` when its thread still has
+    /// work the task left on it, so its slot takes no job until [`worker_ready`](Self::worker_ready).
+    pub fn finish_run(
+        &mut self,
+        entry: EntryId,
+        outcome: Result<R, PoolError>,
+        rests: bool,
+        now: u64,
+    ) {
+        let Some(outcome) = self.rerun_if_yielded(entry, outcome, rests, now) else {
             return;
         };
-        let Some((record, started)) = self.tasks.release(entry, now) else {
+        let Some((record, started)) = self.tasks.release(entry, rests, now) else {
             tracing::warn!(pool = %self.tasks.pool, entry, "a finish for a task the scheduler does not hold");
             drop_contained(outcome);
             return;
@@ -447,6 +459,13 @@ where
         if self.gpu_sampled && self.tasks.core.parked_len() > 0 {
             self.tasks.fx.push(Effect::WakeGpu);
         }
+    }
+
+    /// A worker whose slot rested can take a job again: start what it fits.
+    pub fn worker_ready(&mut self, worker: usize, now: u64) {
+        let started = self.tasks.core.worker_ready(worker, now);
+        self.start_parked(started, now);
+        self.claim_if_room(now);
     }
 
     /// A job's worker channel was closed: it never reached a worker.

@@ -94,6 +94,7 @@ where
         &mut self,
         entry: EntryId,
         outcome: Result<R, PoolError>,
+        rests: bool,
         now: u64,
     ) -> Option<Result<R, PoolError>> {
         let Some(record) = self.tasks.ledger.get_mut(entry) else {
@@ -124,7 +125,12 @@ where
         self.tasks
             .observers
             .step(id, &key, cost, &step, now, Detail::NONE);
-        let started = match self.tasks.core.complete(entry, now) {
+        let released = if rests {
+            self.tasks.core.complete_resting(entry, now)
+        } else {
+            self.tasks.core.complete(entry, now)
+        };
+        let started = match released {
             Ok(started) => started,
             Err(error) => {
                 tracing::error!(pool = %self.tasks.pool, %error, "capacity release refused");

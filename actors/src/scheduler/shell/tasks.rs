@@ -167,9 +167,19 @@ where
     /// Releases a finished run's capacity: removes its record, frees what it held in the
     /// core and publishes the gauges. Returns the record and the parked tasks that the freed
     /// capacity starts, or `None` for a task the ledger does not hold.
-    pub fn release(&mut self, entry: EntryId, now: u64) -> Option<(Record<P>, Vec<EntryId>)> {
+    pub fn release(
+        &mut self,
+        entry: EntryId,
+        rests: bool,
+        now: u64,
+    ) -> Option<(Record<P>, Vec<EntryId>)> {
         let mut record = self.ledger.remove(entry)?;
-        let started = self.core.complete(entry, now).unwrap_or_else(|error| {
+        let released = if rests {
+            self.core.complete_resting(entry, now)
+        } else {
+            self.core.complete(entry, now)
+        };
+        let started = released.unwrap_or_else(|error| {
             tracing::error!(pool = %self.pool, %error, "capacity release refused");
             Vec::new()
         });

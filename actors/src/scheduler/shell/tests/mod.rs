@@ -64,8 +64,11 @@ enum Event {
         tenant: Option<u8>,
         duplicate: bool,
     },
-    /// The `n`th busy worker's run ends: well, with an error, or `Failed`.
-    Finish { n: usize, outcome: u8 },
+    /// The `n`th busy worker's run ends: well, with an error, or `Failed`; with `rests`, its
+    /// thread still has work the task left on it.
+    Finish { n: usize, outcome: u8, rests: bool },
+    /// The `n`th resting worker can take a job again.
+    Ready { n: usize },
     /// Cancel the `n`th task submitted.
     Cancel { n: usize },
     /// Time passes.
@@ -102,7 +105,8 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         6 => (0u8..4, 1u32..5, prop::option::weighted(0.2, 1u64..50), prop::option::weighted(0.3, 1u64..80), prop::option::of(0u8..3), prop::bool::weighted(0.1))
             .prop_map(|(priority, units, deadline, timeout, tenant, duplicate)| Event::Submit { priority, units, deadline, timeout, tenant, duplicate }),
-        5 => (0usize..4, 0u8..3).prop_map(|(n, outcome)| Event::Finish { n, outcome }),
+        5 => (0usize..4, 0u8..3, prop::bool::weighted(0.2)).prop_map(|(n, outcome, rests)| Event::Finish { n, outcome, rests }),
+        1 => (0usize..4).prop_map(|n| Event::Ready { n }),
         1 => (0usize..40).prop_map(|n| Event::Cancel { n }),
         2 => (1u64..40).prop_map(|ms| Event::Tick { ms }),
         4 => prop::bool::weighted(0.15).prop_map(|fail| Event::QueueAnswer { fail }),
@@ -206,6 +210,8 @@ struct World {
     shared_parked: Vec<(EntryId, u64, ScheduledTask<u32>)>,
     shared_claimed: HashMap<EntryId, ScheduledTask<u32>>,
     shared_held: Vec<EntryId>,
+    /// Workers whose slot rests (their thread still busy after a task).
+    resting: Vec<usize>,
     /// Permits granted and taken by their holders.
     permits: Vec<(EntryId, Arc<Holding>)>,
     /// Acquires and grows not answered yet.
@@ -269,6 +275,7 @@ impl World {
             shared_parked: Vec::new(),
             shared_claimed: HashMap::new(),
             shared_held: Vec::new(),
+            resting: Vec::new(),
             permits: Vec::new(),
             acquires: Vec::new(),
             grows: Vec::new(),
@@ -285,15 +292,24 @@ impl World {
                 tenant,
                 duplicate,
             } => self.submit(priority, units, deadline, timeout, tenant, duplicate),
-            Event::Finish { n, outcome } => {
+            Event::Finish { n, outcome, rests } => {
                 if !self.running.is_empty() {
-                    let (_, entry, _, id) = self.running.remove(n % self.running.len());
+                    let (worker, entry, _, id) = self.running.remove(n % self.running.len());
                     let outcome = match outcome {
                         0 => Ok(u32::try_from(id).unwrap_or(0)),
                         1 => Err(PoolError::Failed("it broke".into())),
                         _ => Err(PoolError::Cancelled),
                     };
-                    self.shell.finish(entry, outcome, self.now);
+                    if rests {
+                        self.resting.push(worker);
+                    }
+                    self.shell.finish_run(entry, outcome, rests, self.now);
+                }
+            }
+            Event::Ready { n } => {
+                if !self.resting.is_empty() {
+                    let worker = self.resting.remove(n % self.resting.len());
+                    self.shell.worker_ready(worker, self.now);
                 }
             }
             Event::Cancel { n } => {
@@ -507,6 +523,10 @@ impl World {
                     self.running.iter().all(|&(busy, ..)| busy != worker),
                     "worker {worker} got a second job"
                 );
+                prop_assert!(
+                    !self.resting.contains(&worker),
+                    "worker {worker} got a job while its thread is still busy"
+                );
                 self.entry_of
                     .insert((key.clone(), job.task.meta.id), job.entry);
                 self.running
@@ -637,6 +657,11 @@ impl World {
         }
         while !self.permits.is_empty() {
             self.release(0);
+            self.carry_out()?;
+            self.check()?;
+        }
+        while let Some(worker) = self.resting.pop() {
+            self.shell.worker_ready(worker, self.now);
             self.carry_out()?;
             self.check()?;
         }
