@@ -11,7 +11,9 @@
 //! # Rules
 //!
 //! - A task is asked at most `max_per_task` times; from then on no spare is kept and it
-//!   runs undisturbed.
+//!   runs undisturbed. A streamed task is never asked (its partial results went out).
+//! - It parks again without its deadline: it started in time, and a deadline is a time to
+//!   start by.
 //! - Only a run that was asked and has not ended otherwise (the watchdog, the drain
 //!   deadline) parks again, and only while the pool is open: a stopping pool delivers what
 //!   the run returned.
@@ -58,6 +60,10 @@ where
         let Some(record) = self.tasks.ledger.get_mut(entry) else {
             return;
         };
+        if record.stream().is_some() {
+            // Its partial results went out already: a second run would send them again.
+            return;
+        }
         let rare = record.rare_mut();
         if rare.preemptions < preemption.max_per_task {
             rare.spare = Some(Box::new(copy(&task.payload)));
@@ -137,7 +143,9 @@ where
                 Vec::new()
             }
         };
-        let ticket = self.tasks.ticket(entry, &meta, &key, timeout);
+        let mut ticket = self.tasks.ticket(entry, &meta, &key, timeout);
+        // It started before its deadline: a deadline is a time to start by.
+        ticket.deadline_ms = None;
         if self.tasks.core.restore(ticket, now).is_err() {
             tracing::error!(pool = %self.tasks.pool, entry, "bug: a preempted task is still held");
         }
