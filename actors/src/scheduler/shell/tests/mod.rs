@@ -23,6 +23,7 @@ use proptest::prelude::*;
 use tokio::sync::{oneshot, Notify};
 
 mod backends;
+mod permits;
 
 use super::effects::{Effect, SharedCall};
 use super::storage::{LocalRoom, SharedRoom, Storage};
@@ -32,8 +33,7 @@ use crate::domain::{
     ResourceKind, ScheduledTask, TaskId, TaskMetadata,
 };
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
-use crate::permit::answer::Withdrawal;
-use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
+use crate::permit::{AcquireAnswer, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{DeadLetter, EntryId};
 use crate::scheduler::core::ParkingLot;
@@ -400,64 +400,6 @@ impl World {
         }
         self.carry_out()?;
         self.check()
-    }
-
-    /// The `n`th held permit is dropped, as `Permit`'s `Drop` does (its grows first: a
-    /// grow borrows its permit).
-    fn release(&mut self, n: usize) {
-        if self.permits.is_empty() {
-            return;
-        }
-        let (entry, _) = self.permits.remove(n % self.permits.len());
-        while let Some(index) = self.grows.iter().position(|grow| grow.0 == entry) {
-            self.withdraw(self.acquires.len() + index);
-        }
-        self.shell.permit(PermitOp::Release { entry }, self.now);
-    }
-
-    /// A waiter gives up, as the acquire and grow guards do.
-    fn withdraw(&mut self, n: usize) {
-        let waiters = self.acquires.len() + self.grows.len();
-        if waiters == 0 {
-            return;
-        }
-        let n = n % waiters;
-        let op = if n < self.acquires.len() {
-            let answer = self.acquires.remove(n);
-            match answer.withdraw() {
-                Withdrawal::WasWaiting => Some(PermitOp::WithdrawAcquire(answer)),
-                Withdrawal::Answered(Ok(grant)) => Some(PermitOp::Release { entry: grant.entry }),
-                Withdrawal::Answered(Err(_)) | Withdrawal::Settled => None,
-            }
-        } else {
-            let (entry, extra, answer) = self.grows.remove(n - self.acquires.len());
-            match answer.withdraw() {
-                Withdrawal::WasWaiting => Some(PermitOp::WithdrawGrow(answer)),
-                Withdrawal::Answered(Ok(())) => {
-                    let holding = self.permits.iter().find(|held| held.0 == entry);
-                    let units = holding.map_or(extra, |(_, holding)| holding.take(extra));
-                    Some(PermitOp::Shrink { entry, units })
-                }
-                Withdrawal::Answered(Err(_)) | Withdrawal::Settled => None,
-            }
-        };
-        if let Some(op) = op {
-            self.shell.permit(op, self.now);
-        }
-    }
-
-    /// Holders take the answers that came.
-    fn take_permit_answers(&mut self) {
-        let mut waiting = Vec::new();
-        for answer in std::mem::take(&mut self.acquires) {
-            match taken(&answer) {
-                Some(Ok(Grant { entry, holding })) => self.permits.push((entry, holding)),
-                Some(Err(_)) => {}
-                None => waiting.push(answer),
-            }
-        }
-        self.acquires = waiting;
-        self.grows.retain(|(_, _, answer)| taken(answer).is_none());
     }
 
     fn submit(
