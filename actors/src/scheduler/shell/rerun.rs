@@ -131,18 +131,7 @@ where
         self.tasks
             .observers
             .step(id, &key, cost, &step, now, Detail::NONE);
-        let released = if rests {
-            self.tasks.core.complete_resting(entry, now)
-        } else {
-            self.tasks.core.complete(entry, now)
-        };
-        let started = match released {
-            Ok(started) => started,
-            Err(error) => {
-                tracing::error!(pool = %self.tasks.pool, %error, "capacity release refused");
-                Vec::new()
-            }
-        };
+        let started = self.tasks.release_capacity(entry, rests, now);
         let mut ticket = self.tasks.ticket(entry, &meta, &key, timeout);
         // It started before its deadline: a deadline is a time to start by.
         ticket.deadline_ms = None;

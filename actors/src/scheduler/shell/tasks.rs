@@ -174,18 +174,24 @@ where
         now: u64,
     ) -> Option<(Record<P>, Vec<EntryId>)> {
         let mut record = self.ledger.remove(entry)?;
+        let started = self.release_capacity(entry, rests, now);
+        self.observers.publish(&self.core);
+        record.release_nested_slot();
+        Some((record, started))
+    }
+
+    /// Frees what the run of `entry` held in the core (its worker slot rests, with `rests`);
+    /// returns the parked tasks the freed capacity starts.
+    pub fn release_capacity(&mut self, entry: EntryId, rests: bool, now: u64) -> Vec<EntryId> {
         let released = if rests {
             self.core.complete_resting(entry, now)
         } else {
             self.core.complete(entry, now)
         };
-        let started = released.unwrap_or_else(|error| {
+        released.unwrap_or_else(|error| {
             tracing::error!(pool = %self.pool, %error, "capacity release refused");
             Vec::new()
-        });
-        self.observers.publish(&self.core);
-        record.release_nested_slot();
-        Some((record, started))
+        })
     }
 
     /// Keeps a parked task's payload in its record, announces it and answers its submitter.
