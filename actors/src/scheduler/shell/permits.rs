@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use super::Shell;
 use crate::domain::{
-    MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
+    MailboxKey, PoolError, Preemption, ResourceCost, ResourceKind, TaskId, TaskMetadata,
 };
 use crate::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
@@ -40,31 +40,24 @@ use crate::scheduler::shell::observe::Detail;
 
 const KINDS: usize = ResourceKind::COUNT;
 
-/// A granted permit.
+/// A granted permit. (What it holds, its priority and its tenant are the core's claim:
+/// [`ParkingLot::claim_of`](crate::scheduler::core::ParkingLot::claim_of).)
 struct Held {
     holding: Arc<Holding>,
     id: TaskId,
-    cost: ResourceCost,
-    priority: Priority,
-    tenant: u64,
-    /// Units it held when asked to yield (0: not asked).
-    asked_units: u32,
-    asked: bool,
+    /// Units it held when asked to yield; `None`: not asked.
+    asked_units: Option<u32>,
     /// Its grows waiting in the core.
     growing: u32,
 }
 
 impl Held {
-    /// A permit as it is granted.
-    fn new(id: TaskId, cost: ResourceCost, priority: Priority, tenant: u64) -> Self {
+    /// Permit `id`, granted `units`.
+    fn new(id: TaskId, units: u32) -> Self {
         Self {
-            holding: Holding::with_units(cost.units),
+            holding: Holding::with_units(units),
             id,
-            cost,
-            priority,
-            tenant,
-            asked_units: 0,
-            asked: false,
+            asked_units: None,
             growing: 0,
         }
     }
@@ -135,7 +128,8 @@ impl Permits {
     /// Whether the held permit of `entry` may be asked to yield.
     fn may_yield(&self, entry: EntryId, max_per_task: u32) -> bool {
         self.held.get(&entry).is_some_and(|held| {
-            !held.asked && self.asked.get(&held.id).copied().unwrap_or(0) < max_per_task
+            held.asked_units.is_none()
+                && self.asked.get(&held.id).copied().unwrap_or(0) < max_per_task
         })
     }
 
@@ -204,8 +198,7 @@ where
         let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
         match newcomer {
             Newcomer::Start => {
-                let held = Held::new(meta.id, ticket.cost, ticket.priority, ticket.tenant);
-                self.grant(entry, answer, held);
+                self.grant(entry, answer, Held::new(meta.id, ticket.cost.units));
             }
             Newcomer::Park if wait => {
                 answer.set_tag(entry);
@@ -250,11 +243,8 @@ where
         };
         match waiter {
             Waiter::Acquire { answer, id } => {
-                let Some((cost, priority, tenant)) = self.tasks.core.claim_of(entry) else {
-                    return;
-                };
-                let held = Held::new(id, cost, priority, tenant);
-                self.grant(entry, answer, held);
+                let units = self.tasks.core.units_of(entry).unwrap_or(0);
+                self.grant(entry, answer, Held::new(id, units));
             }
             Waiter::Grow {
                 answer,
@@ -301,16 +291,17 @@ where
         let refuse = |shell: &mut Self, answer, error| {
             shell.fx_permit(PermitEffect::RefuseGrow { answer, error });
         };
-        let Some(held) = self.permits.held.get(&entry) else {
+        let holding = self
+            .permits
+            .held
+            .get(&entry)
+            .map(|held| held.holding.clone());
+        let (Some(holding), Some((cost, priority, tenant))) =
+            (holding, self.tasks.core.claim_of(entry))
+        else {
             return refuse(self, answer, PoolError::Shutdown);
         };
-        let (kind, holding, priority, tenant) = (
-            held.cost.kind,
-            held.holding.clone(),
-            held.priority,
-            held.tenant,
-        );
-        let units = self.tasks.core.units_of(entry).unwrap_or(0);
+        let (kind, units) = (cost.kind, cost.units);
         let available = self.tasks.core.tenant_cap(kind);
         let needed = units.saturating_add(extra);
         if needed > available {
@@ -420,25 +411,25 @@ where
 
     /// A permit was dropped: its units return and waiters that now fit are granted.
     fn release(&mut self, entry: EntryId, now: u64) {
-        let Some(held) = self.permits.held.remove(&entry) else {
+        let (Some(held), Some((cost, _, _))) = (
+            self.permits.held.remove(&entry),
+            self.tasks.core.claim_of(entry),
+        ) else {
             return;
         };
-        if held.asked {
-            let kind = held.cost.kind.index();
-            self.permits.yielding[kind] =
-                self.permits.yielding[kind].saturating_sub(held.asked_units);
-            let units = self.tasks.core.units_of(entry).unwrap_or(0);
-            let key = self.permits.anonymous.clone();
-            let step = TaskStep::Yielded { units };
+        if let Some(asked_units) = held.asked_units {
+            self.permits.yielded(cost.kind, asked_units);
+            let step = TaskStep::Yielded { units: cost.units };
+            let key = &self.permits.anonymous;
             self.tasks
                 .observers
-                .step(held.id, &key, held.cost, &step, now, Detail::NONE);
+                .step(held.id, key, cost, &step, now, Detail::NONE);
         } else if !self.permits.asked.is_empty() {
             // It ran to its end: its id starts afresh.
             self.permits.asked.remove(&held.id);
         }
         if held.growing > 0 {
-            let kind = held.cost.kind.index();
+            let kind = cost.kind.index();
             self.permits.growing[kind] = self.permits.growing[kind].saturating_sub(1);
         }
         if let Ok(started) = self.tasks.core.complete(entry, now) {
@@ -467,22 +458,23 @@ where
                     || (tasks_may_yield && super::rerun::task_may_yield(ledger, victim))
             });
         for victim in victims.unwrap_or_default() {
-            let units = self.tasks.core.units_of(victim).unwrap_or(0);
+            let Some((cost, _, _)) = self.tasks.core.claim_of(victim) else {
+                continue;
+            };
             let Some(held) = self.permits.held.get_mut(&victim) else {
-                if self.ask_task(victim, units, now) {
-                    self.permits.asked(kind, units);
+                if self.ask_task(victim, cost.units, now) {
+                    self.permits.asked(kind, cost.units);
                 }
                 continue;
             };
-            held.asked = true;
-            held.asked_units = units;
-            let (id, cost, holding) = (held.id, held.cost, held.holding.clone());
-            self.permits.yielding[kind.index()] += units;
+            held.asked_units = Some(cost.units);
+            let (id, holding) = (held.id, held.holding.clone());
+            self.permits.asked(kind, cost.units);
             *self.permits.asked.entry(id).or_default() += 1;
-            let key = self.permits.anonymous.clone();
+            let key = &self.permits.anonymous;
             self.tasks
                 .observers
-                .step(id, &key, cost, &TaskStep::YieldAsked, now, Detail::NONE);
+                .step(id, key, cost, &TaskStep::YieldAsked, now, Detail::NONE);
             self.fx_permit(PermitEffect::Preempt(holding));
         }
     }
