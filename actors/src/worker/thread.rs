@@ -157,6 +157,7 @@ where
     E: TaskExecutor<P, R>,
 {
     let mut jobs = spec.jobs.clone().lock_owned().await;
+    let runtime = tokio::runtime::Handle::current().metrics();
     while let Some(job) = next_job(&mut jobs).await {
         let entry = job.entry;
         let (outcome, panic) = match AssertUnwindSafe(run_job(spec.executor.as_ref(), job))
@@ -175,11 +176,7 @@ where
         // Tasks the executor spawned on this thread's runtime may still be there to run
         // (a token producer, say). If so, the slot rests: the next job goes to another
         // worker until this thread has given them their turn and can take one again.
-        let rests = panic.is_none()
-            && tokio::runtime::Handle::current()
-                .metrics()
-                .num_alive_tasks()
-                > 0;
+        let rests = panic.is_none() && runtime.num_alive_tasks() > 0;
         spec.reports.finished(entry, outcome, rests);
         if panic.is_some() {
             return panic;
