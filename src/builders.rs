@@ -215,9 +215,10 @@ where
                     PoolError::Internal(format!("pool {name} vanished from its config"))
                 })?
                 .with_name(&instance.name);
+            let shared = sources.shared_queue(name, pool)?;
             let results = match &mailbox {
-                Some(shared) => shared.clone(),
-                None => sources.mailbox(name, &pool.mailbox.storage)?,
+                Some(given) => given.clone(),
+                None => sources.mailbox(name, &pool.mailbox.storage, shared.as_ref())?,
             };
             // One pool per GPU is allowed only on the in-memory queue: each gets its own.
             let local = queues
@@ -229,7 +230,7 @@ where
                 result_encoder: Some(json_result::<R>),
                 ..Backends::local(local, results)
             };
-            sources.queue(name, pool, &mut backends)?;
+            backends.shared = shared.map(|shared| shared.parking);
             let built = ResourcePool::with_backends(
                 settings,
                 executor_for(&instance.name),
@@ -428,6 +429,13 @@ where
     }
 }
 
+/// A pool's part in a shared queue, and the queue's fence for a mailbox in its database.
+struct SharedPart<P> {
+    parking: prometheus_parking_lot_actors::scheduler::shared::SharedParking<P>,
+    #[cfg(feature = "postgres")]
+    fence: crate::infra::postgres::ClaimFence,
+}
+
 /// Where built pools' backends come from: the database, connected once for every pool that
 /// needs it.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
@@ -451,11 +459,15 @@ impl<'a> Sources<'a> {
         }
     }
 
-    /// The mailbox `storage` describes.
-    fn mailbox<R>(
+    /// The mailbox `storage` describes. A Postgres mailbox of a pool on a shared Postgres
+    /// queue ends the queue's claims in the transaction that stores their results (it lives
+    /// in the same database): see `PostgresMailbox::settling_claims_of`.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    fn mailbox<P, R>(
         &mut self,
         pool: &str,
         storage: &StorageSettings,
+        shared: Option<&SharedPart<P>>,
     ) -> Result<Arc<dyn Mailbox<R>>, PoolError>
     where
         R: Serialize + DeserializeOwned + Send + 'static,
@@ -471,9 +483,14 @@ impl<'a> Sources<'a> {
             #[cfg(feature = "postgres")]
             StorageSettings::Postgres { table } => {
                 let database = self.database(pool, "mailbox.storage.type")?;
-                let mailbox =
+                let mut mailbox =
                     crate::infra::mailbox::postgres::PostgresMailbox::open(&database, table)
                         .map_err(|error| in_pool(pool, "mailbox.storage", error))?;
+                if let Some(fence) = shared.map(|shared| shared.fence.clone()) {
+                    mailbox = mailbox
+                        .settling_claims_of(fence)
+                        .map_err(|error| in_pool(pool, "mailbox.storage", error))?;
+                }
                 Ok(Arc::new(mailbox))
             }
             #[cfg(not(feature = "postgres"))]
@@ -486,22 +503,20 @@ impl<'a> Sources<'a> {
         }
     }
 
-    /// Sets up the queue `settings` describe in `backends`: the local queue, or a shared one.
+    /// The shared queue `settings` name, if any (a local queue is opened by `queue_for`).
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    fn queue<P, R>(
+    fn shared_queue<P>(
         &mut self,
         pool: &str,
         settings: &PoolSettings,
-        backends: &mut Backends<P, R>,
-    ) -> Result<(), PoolError>
+    ) -> Result<Option<SharedPart<P>>, PoolError>
     where
         P: Serialize + DeserializeOwned + Send + 'static,
     {
         match &settings.queue {
-            // Local queues are opened by `queue_for`.
-            QueueSettings::InMemory => Ok(()),
+            QueueSettings::InMemory => Ok(None),
             #[cfg(feature = "yaque")]
-            QueueSettings::Yaque { .. } => Ok(()),
+            QueueSettings::Yaque { .. } => Ok(None),
             #[cfg(feature = "postgres")]
             QueueSettings::Postgres {
                 table,
@@ -521,11 +536,10 @@ impl<'a> Sources<'a> {
                 .map_err(|error| in_pool(pool, "queue", error))?
                 .with_retry(retry_policy(*max_attempts))
                 .with_pool(pool);
-                backends.shared = Some(
-                    shared_parking(Arc::new(queue), pool, *lease_ms)
-                        .with_claim_ahead(claim_ahead.unwrap_or(0) as usize),
-                );
-                Ok(())
+                let fence = queue.fence();
+                let parking = shared_parking(Arc::new(queue), pool, *lease_ms)
+                    .with_claim_ahead(claim_ahead.unwrap_or(0) as usize);
+                Ok(Some(SharedPart { parking, fence }))
             }
             #[cfg(feature = "pgmq")]
             QueueSettings::PostgresPgmq {
@@ -541,11 +555,10 @@ impl<'a> Sources<'a> {
                     .map_err(|error| in_pool(pool, "queue", error))?
                     .with_retry(retry_policy(*max_attempts))
                     .with_pool(pool);
-                backends.shared = Some(
-                    shared_parking(Arc::new(queue), pool, *lease_ms)
-                        .with_claim_ahead(claim_ahead.unwrap_or(0) as usize),
-                );
-                Ok(())
+                let fence = queue.fence();
+                let parking = shared_parking(Arc::new(queue), pool, *lease_ms)
+                    .with_claim_ahead(claim_ahead.unwrap_or(0) as usize);
+                Ok(Some(SharedPart { parking, fence }))
             }
             // Reached only in builds without some queue feature.
             #[allow(unreachable_patterns)]

@@ -64,6 +64,9 @@ pub mod names {
     pub const PREEMPTIONS_HONOURED: &str = "parking_lot_preemptions_honoured_total";
     /// Counter: units that permits asked to yield gave back.
     pub const PREEMPTED_UNITS: &str = "parking_lot_preempted_units_total";
+    /// Counter: runs of shared-queue tasks whose claim was lost (nothing they produced was
+    /// published).
+    pub const LOST_LEASES: &str = "parking_lot_lost_leases_total";
     /// Counter, label `reason`: webhook notifications that failed.
     pub const WEBHOOK_FAILURES: &str = "parking_lot_webhook_failures_total";
 }
@@ -120,6 +123,7 @@ pub struct PoolMetrics {
     preemptions_asked: Counter,
     preemptions_honoured: Counter,
     preempted_units: Counter,
+    lost_leases: Counter,
 }
 
 impl PoolMetrics {
@@ -161,6 +165,7 @@ impl PoolMetrics {
             preemptions_asked: with_pool(names::PREEMPTIONS_ASKED),
             preemptions_honoured: with_pool(names::PREEMPTIONS_HONOURED),
             preempted_units: with_pool(names::PREEMPTED_UNITS),
+            lost_leases: with_pool(names::LOST_LEASES),
             queue_errors: with_pool(names::QUEUE_ERRORS),
         }
     }
@@ -205,6 +210,7 @@ impl EventSubscriber for PoolMetrics {
                 self.preemptions_honoured.increment(1);
                 self.preempted_units.increment(u64::from(*units));
             }
+            TaskStep::LeaseLost => self.lost_leases.increment(1),
         }
     }
 
@@ -303,6 +309,10 @@ fn describe() {
         (
             names::PREEMPTED_UNITS,
             "Units that permits asked to yield gave back.",
+        ),
+        (
+            names::LOST_LEASES,
+            "Runs of shared-queue tasks whose claim was lost; nothing they produced was published.",
         ),
         (
             names::WEBHOOK_FAILURES,

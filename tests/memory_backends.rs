@@ -120,7 +120,7 @@ async fn two_nodes_claim_every_shared_entry_exactly_once() {
             let mut claimed = Vec::new();
             while let Some(leased) = lot.claim_best_fit(name, &free, lease, 0).await.unwrap() {
                 assert_eq!(leased.attempt, 1, "claimed once");
-                lot.settle(name, leased.entry, Settlement::Done)
+                lot.settle(name, leased.claim(), Settlement::Done)
                     .await
                     .expect("the holder settles");
                 claimed.push(leased.entry);

@@ -620,7 +620,8 @@ async fn a_pgmq_message_that_cannot_be_read_is_dead_lettered_and_the_claim_goes_
         dead[0].reason
     );
     let done = prometheus_parking_lot::core::Settlement::Done;
-    assert_eq!(queue.settle("n", 2, done).await, Ok(()));
+    let claim = prometheus_parking_lot::core::Claim::new(2, 1);
+    assert_eq!(queue.settle("n", claim, done).await, Ok(()));
     let archived = one_row(format!(
         "SELECT (SELECT count(*) FROM pgmq.a_{name}_dlq) AS dead, \
                 (SELECT count(*) FROM pgmq.a_{name}_norm) AS done"

@@ -17,6 +17,9 @@ struct Flag {
     /// Why: set (before the flag) when the run was asked to yield to a waiter of higher
     /// priority, so the task is parked again and rerun rather than ended.
     preempted: AtomicBool,
+    /// Why: set (before the flag) when the run's shared claim was lost, so another node may
+    /// run the task and nothing this run produces is published.
+    lease_lost: AtomicBool,
     changed: Notify,
 }
 
@@ -39,6 +42,21 @@ impl Cancellation {
         self.cancel();
     }
 
+    /// Raises the flag because the run's shared claim was lost (its lease ran out and another
+    /// node may run the task): whatever the run returns is discarded.
+    pub(crate) fn lose_lease(&self) {
+        self.0.lease_lost.store(true, Ordering::Release);
+        self.cancel();
+    }
+
+    /// Whether the flag was raised because the run's shared claim was lost (see
+    /// [`running::is_lease_lost`]).
+    ///
+    /// [`running::is_lease_lost`]: crate::running::is_lease_lost
+    pub fn is_lease_lost(&self) -> bool {
+        self.0.lease_lost.load(Ordering::Acquire)
+    }
+
     /// Whether the flag was raised to preempt the run (see [`running::is_preempted`]).
     ///
     /// [`running::is_preempted`]: crate::running::is_preempted
@@ -47,7 +65,7 @@ impl Cancellation {
     }
 
     /// Whether the task was cancelled (by `cancel`, its timeout, a dropped stream, the
-    /// shutdown's deadline, or a preemption).
+    /// shutdown's deadline, a preemption, or a lost shared claim).
     pub fn is_cancelled(&self) -> bool {
         self.0.cancelled.load(Ordering::Acquire)
     }

@@ -34,6 +34,11 @@ pub enum TaskStep {
         /// The units it held when it was dropped.
         units: u32,
     },
+    /// A task this node claimed from a shared queue lost its claim (its lease ran out and
+    /// another node may run it): its run here was stopped, or its outcome was refused by the
+    /// claim's fence, so nothing of this run was published. Another node's run ends it; no
+    /// `Ended` follows here.
+    LeaseLost,
 }
 
 /// Why admission refused a task, in a few stable categories (a metrics label; the

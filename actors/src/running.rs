@@ -5,7 +5,8 @@
 //! publishes the rest for the duration of the run, in a thread-local the functions here read:
 //!
 //! - [`is_cancelled`] / [`cancellation`]: set by `cancel(task_id)`, the execution timeout
-//!   (the watchdog), a dropped result stream and the shutdown's drain deadline. An async
+//!   (the watchdog), a dropped result stream, the shutdown's drain deadline, a preemption
+//!   ([`is_preempted`]) and a lost shared claim ([`is_lease_lost`]). An async
 //!   executor is stopped at its next `.await` anyway (its future is dropped); an executor
 //!   that blocks its thread (a token loop in sync code) checks the flag between steps.
 //! - [`partials`]: the sink of a task submitted with `submit_streaming`; `None` for tasks
@@ -103,6 +104,16 @@ pub fn is_cancelled() -> bool {
 /// rank and runs again later, and what this run returns is discarded.
 pub fn is_preempted() -> bool {
     with_current(|context| context.cancellation.is_preempted()).unwrap_or(false)
+}
+
+/// Whether the task this worker thread is running lost its shared claim: this node's lease
+/// on it ran out (the node stalled, or lost the database for longer than the lease) and
+/// another node may be running it now. The flag of [`is_cancelled`] is raised too. Stop and
+/// return: nothing this run returns or stores through the pool is published, so it cannot
+/// race the other node's result. `false` outside a run and for tasks not claimed from a
+/// shared queue.
+pub fn is_lease_lost() -> bool {
+    with_current(|context| context.cancellation.is_lease_lost()).unwrap_or(false)
 }
 
 /// The partial-result sink of the task this worker thread is running, when its submitter

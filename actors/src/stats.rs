@@ -59,6 +59,9 @@ pub struct PoolStats {
     pub preemptions_honoured: u64,
     /// Units those dropped permits gave back.
     pub preempted_units: u64,
+    /// Runs of shared-queue tasks whose claim was lost (the lease ran out while they ran or
+    /// before their outcome was stored): stopped, nothing published, not counted as ended.
+    pub lost_leases: u64,
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
@@ -110,6 +113,7 @@ pub struct PoolCounters {
     pub(crate) preemptions_asked: AtomicU64,
     pub(crate) preemptions_honoured: AtomicU64,
     pub(crate) preempted_units: AtomicU64,
+    pub(crate) lost_leases: AtomicU64,
 }
 
 impl PoolCounters {
@@ -141,6 +145,7 @@ impl PoolCounters {
             preemptions_asked: read(&self.preemptions_asked),
             preemptions_honoured: read(&self.preemptions_honoured),
             preempted_units: read(&self.preempted_units),
+            lost_leases: read(&self.lost_leases),
             gpu: self.gpu.get().map(|gpu| GpuStats {
                 free_mib: read(&self.gpu_free_mib),
                 ..gpu.clone()
@@ -180,6 +185,7 @@ impl EventSubscriber for PoolCounters {
                 self.preempted_units.fetch_add(u64::from(*units), Relaxed);
             }
             TaskStep::Refused(_) => Self::bump(&self.rejected),
+            TaskStep::LeaseLost => Self::bump(&self.lost_leases),
             TaskStep::Ended(status) => Self::bump(match status {
                 TaskStatus::Completed => &self.completed,
                 TaskStatus::Expired => &self.expired,

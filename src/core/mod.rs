@@ -11,11 +11,11 @@ pub use prometheus_parking_lot_actors::engine::PoolClient;
 pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};
 pub use prometheus_parking_lot_actors::executor::TaskExecutor;
 pub use prometheus_parking_lot_actors::mailbox::{
-    json_result, Delivery, InlineMailbox, Mailbox, MailboxError, Notifier, ResultEncoder,
-    TerminalEvent,
+    json_result, Delivery, FencedDelivery, InlineMailbox, Mailbox, MailboxError, Notifier,
+    ResultEncoder, TerminalEvent,
 };
 pub use prometheus_parking_lot_actors::queue::{
-    DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, Lease, LeaseRenewer,
+    Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, Lease, LeaseRenewer,
     LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement, SharedQueue,
     StarvationRule, StoredEntry, TaskQueue,
 };

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Capacity, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask,
+    Capacity, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask,
     Settlement, SharedQueue, StarvationRule,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
@@ -72,6 +72,8 @@ where
         counts_follow_every_step,
         a_group_park_refuses_only_the_duplicates,
         a_group_settle_ends_only_the_nodes_claims,
+        a_claim_taken_again_fences_out_the_old_one,
+        a_release_hands_claims_back_at_once_without_an_attempt,
         backend_is_named,
     );
 }
@@ -79,6 +81,11 @@ where
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 // ---------------------------------------------------------------------------------------------
+
+/// The first claim of `entry`.
+fn first_claim(entry: EntryId) -> Claim {
+    Claim::new(entry, 1)
+}
 
 /// Free units of one kind only.
 fn only(kind: ResourceKind, units: u32) -> Capacity {
@@ -364,7 +371,7 @@ pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
         Err(QueueError::Duplicate(1))
     );
     assert_eq!(
-        queue.settle(NODE_B, 1, Settlement::Done).await,
+        queue.settle(NODE_B, first_claim(1), Settlement::Done).await,
         Err(QueueError::NotClaimed(1))
     );
     assert_eq!(queue.renew(NODE_A, 1, LEASE, at(1_000)).await, Ok(()));
@@ -375,7 +382,17 @@ pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
         rescued.map(|lease| (lease.entry, lease.attempt, lease.task)),
         Some((1, 2, started))
     );
-    assert_eq!(queue.settle(NODE_B, 1, Settlement::Done).await, Ok(()));
+    assert_eq!(
+        queue.settle(NODE_B, first_claim(1), Settlement::Done).await,
+        Err(QueueError::NotClaimed(1)),
+        "the first claim is over"
+    );
+    assert_eq!(
+        queue
+            .settle(NODE_B, Claim::new(1, 2), Settlement::Done)
+            .await,
+        Ok(())
+    );
     assert_counts(queue, 0, 0, "settled").await;
 }
 
@@ -583,29 +600,40 @@ pub async fn only_the_holder_renews_or_settles(queue: &dyn SharedQueue<Job>) {
     let not_claimed = Err(QueueError::NotClaimed(1));
     assert_eq!(queue.renew(NODE_B, 1, LEASE, at(10)).await, not_claimed);
     for settlement in [Settlement::Done, Settlement::Failed("stolen".into())] {
-        assert_eq!(queue.settle(NODE_B, 1, settlement).await, not_claimed);
+        assert_eq!(
+            queue.settle(NODE_B, first_claim(1), settlement).await,
+            not_claimed
+        );
     }
     assert_counts(queue, 1, 1, "refusals to another node").await;
 
     assert_eq!(queue.renew(NODE_A, 1, LEASE, at(10)).await, Ok(()));
     let failed = Settlement::Failed("boom".into());
-    assert_eq!(queue.settle(NODE_A, 1, failed).await, Ok(()));
+    assert_eq!(queue.settle(NODE_A, first_claim(1), failed).await, Ok(()));
     assert_counts(queue, 1, 0, "settled by the holder").await;
-    assert_eq!(queue.settle(NODE_A, 1, Settlement::Done).await, not_claimed);
+    assert_eq!(
+        queue.settle(NODE_A, first_claim(1), Settlement::Done).await,
+        not_claimed
+    );
     assert_eq!(queue.renew(NODE_A, 1, LEASE, at(20)).await, not_claimed);
 
     for entry in [2, 404] {
         let not_claimed = Err(QueueError::NotClaimed(entry));
         let renewed = queue.renew(NODE_A, entry, LEASE, at(20)).await;
         assert_eq!(renewed, not_claimed, "renew of entry {entry}");
-        let settled = queue.settle(NODE_A, entry, Settlement::Done).await;
+        let settled = queue
+            .settle(NODE_A, first_claim(entry), Settlement::Done)
+            .await;
         assert_eq!(settled, not_claimed, "settle of entry {entry}");
     }
     assert_counts(queue, 1, 0, "refusals of unclaimed entries").await;
 
     let leased = claim(queue, NODE_B, within(only(Cpu, 1)), 30).await;
     assert_eq!(leased.map(|lease| lease.entry), Some(2));
-    assert_eq!(queue.settle(NODE_B, 2, Settlement::Done).await, Ok(()));
+    assert_eq!(
+        queue.settle(NODE_B, first_claim(2), Settlement::Done).await,
+        Ok(())
+    );
     assert_counts(queue, 0, 0, "everything settled").await;
 }
 
@@ -674,12 +702,12 @@ pub async fn a_group_settle_ends_only_the_nodes_claims(queue: &dyn SharedQueue<J
         .settle_many(
             NODE_A,
             vec![
-                (1, Settlement::Done),
-                (4, Settlement::Done),
-                (2, Settlement::Failed("boom".into())),
-                (404, Settlement::Done),
-                (3, Settlement::Done),
-                (1, Settlement::Done),
+                (first_claim(1), Settlement::Done),
+                (first_claim(4), Settlement::Done),
+                (first_claim(2), Settlement::Failed("boom".into())),
+                (first_claim(404), Settlement::Done),
+                (first_claim(3), Settlement::Done),
+                (first_claim(1), Settlement::Done),
             ],
         )
         .await;
@@ -695,8 +723,94 @@ pub async fn a_group_settle_ends_only_the_nodes_claims(queue: &dyn SharedQueue<J
         ]
     );
     assert_counts(queue, 0, 1, "node B's claim is left").await;
-    assert_eq!(queue.settle(NODE_B, 4, Settlement::Done).await, Ok(()));
+    assert_eq!(
+        queue.settle(NODE_B, first_claim(4), Settlement::Done).await,
+        Ok(())
+    );
     assert_counts(queue, 0, 0, "everything settled").await;
+}
+
+/// A claim is its fencing token: once its lease ran out and the entry was claimed again,
+/// even by the same node, the old claim settles nothing (`NotClaimed`), in a group or alone,
+/// and the new claim is untouched by the attempt.
+pub async fn a_claim_taken_again_fences_out_the_old_one(queue: &dyn SharedQueue<Job>) {
+    enqueue_all(queue, &[(1, &cpu(1, Normal, 0, 1))]).await;
+    let stale = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+    assert_eq!(stale.as_ref().map(Lease::claim), Some(first_claim(1)));
+    assert_eq!(
+        rescue(queue, LEASE_MS).await,
+        1,
+        "node a stalled past its lease"
+    );
+    let fresh = claim(queue, NODE_A, within(only(Cpu, 1)), LEASE_MS + 1).await;
+    let fresh = fresh.expect("claimed again").claim();
+    assert_eq!(fresh, Claim::new(1, 2));
+
+    let not_claimed = Err(QueueError::NotClaimed(1));
+    for settlement in [Settlement::Done, Settlement::Failed("late".into())] {
+        let late = queue
+            .settle(NODE_A, first_claim(1), settlement.clone())
+            .await;
+        assert_eq!(late, not_claimed, "the stale claim's {settlement:?}");
+        let group = queue
+            .settle_many(NODE_A, vec![(first_claim(1), settlement)])
+            .await;
+        assert_eq!(group, vec![not_claimed.clone()]);
+    }
+    let released = queue
+        .release_many(NODE_A, vec![first_claim(1)], at(0))
+        .await;
+    assert_eq!(released, vec![not_claimed.clone()], "nor is it released");
+    assert_counts(queue, 0, 1, "the fresh claim stands").await;
+    assert_eq!(queue.settle(NODE_A, fresh, Settlement::Done).await, Ok(()));
+    assert_counts(queue, 0, 0, "settled under the fresh claim").await;
+}
+
+/// `release_many` hands a node's claims back: each entry is parked again at its rank, any
+/// node may claim it at once (no lease to wait for, no backoff), and the claim that was
+/// handed back does not count as an attempt. A claim the node does not hold is `NotClaimed`
+/// and does not stop the others.
+pub async fn a_release_hands_claims_back_at_once_without_an_attempt(queue: &dyn SharedQueue<Job>) {
+    let (high, low) = (cpu(1, High, 0, 1), cpu(2, Low, 0, 1));
+    enqueue_all(queue, &[(1, &high), (2, &low), (3, &cpu(3, Normal, 0, 1))]).await;
+    let mine = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 2)), 2, LEASE, at(10))
+        .await
+        .expect("claim");
+    let claims: Vec<Claim> = mine.iter().map(Lease::claim).collect();
+    assert_eq!(claims, [first_claim(1), first_claim(3)]);
+    let theirs = claim(queue, NODE_B, within(only(Cpu, 1)), 10).await;
+    assert_eq!(theirs.map(|lease| lease.entry), Some(2));
+
+    let released = queue
+        .release_many(
+            NODE_A,
+            vec![first_claim(3), first_claim(2), first_claim(1)],
+            at(20),
+        )
+        .await;
+    assert_eq!(
+        released,
+        vec![Ok(()), Err(QueueError::NotClaimed(2)), Ok(())],
+        "node b's claim is not node a's to hand back"
+    );
+    assert_counts(queue, 2, 1, "handed back").await;
+
+    let taken = claim(queue, NODE_B, within(only(Cpu, 1)), 20).await;
+    let expected = Lease {
+        entry: 1,
+        task: high,
+        attempt: 1,
+        expires_at_ms: at(20 + LEASE_MS),
+    };
+    assert_eq!(
+        taken,
+        Some(expected),
+        "at once, at its rank, still its first attempt"
+    );
+    let next = claim(queue, NODE_B, within(only(Cpu, 1)), 20).await;
+    assert_eq!(next.map(|lease| (lease.entry, lease.attempt)), Some((3, 1)));
+    assert_counts(queue, 0, 3, "everything claimed again").await;
 }
 
 /// `renew` moves the expiry to `now + lease`: a rescue at the old expiry leaves the claim
@@ -734,7 +848,10 @@ pub async fn an_expired_lease_is_the_holders_until_rescued(queue: &dyn SharedQue
 
     let late = 2 * LEASE_MS;
     assert_eq!(queue.renew(NODE_A, 1, LEASE, at(late)).await, Ok(()));
-    assert_eq!(queue.settle(NODE_A, 2, Settlement::Done).await, Ok(()));
+    assert_eq!(
+        queue.settle(NODE_A, first_claim(2), Settlement::Done).await,
+        Ok(())
+    );
     assert_eq!(rescue(queue, late).await, 0, "renewed until late + lease");
     assert_counts(queue, 0, 1, "a late renew and settle").await;
 }
@@ -768,9 +885,13 @@ pub async fn an_expired_lease_is_rescued_and_claimed_by_another_node(queue: &dyn
         expires_at_ms: at(31_000 + LEASE_MS),
     };
     assert_eq!(reclaimed, Some(expected), "rescued with its rank and task");
-    assert_eq!(queue.settle(NODE_A, 1, Settlement::Done).await, not_claimed);
+    assert_eq!(
+        queue.settle(NODE_A, first_claim(1), Settlement::Done).await,
+        not_claimed
+    );
     assert_eq!(rescue(queue, 31_000).await, 0, "node b's lease is fresh");
-    assert_eq!(queue.settle(NODE_B, 1, Settlement::Done).await, Ok(()));
+    let second = Claim::new(1, 2);
+    assert_eq!(queue.settle(NODE_B, second, Settlement::Done).await, Ok(()));
     assert_counts(queue, 1, 0, "settled by node b").await;
 }
 
@@ -798,7 +919,10 @@ pub async fn rescue_parks_exactly_the_expired_leases_at_their_rank(queue: &dyn S
         reclaimed.push((lease.entry, lease.attempt));
     }
     assert_eq!(reclaimed, [(1, 2), (2, 2), (4, 1)]);
-    assert_eq!(queue.settle(NODE_B, 3, Settlement::Done).await, Ok(()));
+    assert_eq!(
+        queue.settle(NODE_B, first_claim(3), Settlement::Done).await,
+        Ok(())
+    );
     assert_counts(queue, 0, 3, "reclaiming everything").await;
 }
 
@@ -819,7 +943,7 @@ pub async fn remove_takes_only_parked_entries(queue: &dyn SharedQueue<Job>) {
     assert_eq!(queue.remove(2).await, Ok(None), "claimed entry");
     assert_counts(queue, 0, 1, "remove of a claimed entry").await;
     assert_eq!(
-        queue.settle(NODE_A, 2, Settlement::Done).await,
+        queue.settle(NODE_A, first_claim(2), Settlement::Done).await,
         Ok(()),
         "still claimed"
     );
@@ -903,11 +1027,11 @@ pub async fn counts_follow_every_step(queue: &dyn SharedQueue<Job>) {
     queue.renew(NODE_A, 1, LEASE, at(1)).await.expect("renew");
     assert_counts(queue, 2, 2, "renew").await;
     queue
-        .settle(NODE_B, 2, Settlement::Done)
+        .settle(NODE_B, first_claim(2), Settlement::Done)
         .await
         .expect("settle");
     assert_counts(queue, 2, 1, "settle").await;
-    let refused = queue.settle(NODE_B, 1, Settlement::Done).await;
+    let refused = queue.settle(NODE_B, first_claim(1), Settlement::Done).await;
     assert_eq!(refused, Err(QueueError::NotClaimed(1)));
     assert_counts(queue, 2, 1, "a refused settle").await;
     queue.remove(4).await.expect("remove").expect("parked");
@@ -915,8 +1039,12 @@ pub async fn counts_follow_every_step(queue: &dyn SharedQueue<Job>) {
     assert_eq!(rescue(queue, 1 + LEASE_MS).await, 1);
     assert_counts(queue, 2, 0, "rescue").await;
     let failed = Settlement::Failed("boom".into());
-    assert!(claim(queue, NODE_B, one, LEASE_MS + 2).await.is_some());
-    queue.settle(NODE_B, 1, failed).await.expect("settle");
+    let again = claim(queue, NODE_B, one, LEASE_MS + 2).await;
+    assert_eq!(again.as_ref().map(Lease::claim), Some(Claim::new(1, 2)));
+    queue
+        .settle(NODE_B, Claim::new(1, 2), failed)
+        .await
+        .expect("settle");
     assert_counts(queue, 1, 0, "settled Failed").await;
 }
 

@@ -243,7 +243,10 @@ where
             notifiers: notifiers(),
         }
     } else {
-        Results::Actor(mailbox_actor)
+        Results::Actor {
+            actor: mailbox_actor,
+            fences: spec.mailbox.fences_claims(),
+        }
     };
 
     let (storage, shared, stored, queue) = match spec.shared.take() {

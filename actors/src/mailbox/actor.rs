@@ -21,12 +21,33 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
 
 use super::notify::Notifiers;
-use super::{Delivery, Mailbox};
+use super::{Delivery, FencedDelivery, Mailbox};
 use crate::clock::engine_now_ms;
-use crate::domain::MailboxKey;
+use crate::domain::{MailboxKey, TaskId};
+use crate::queue::{Claim, Settlement};
 
-/// What runs after a store, told whether the result is stored.
-pub(crate) type AfterStore = Box<dyn FnOnce(bool) + Send>;
+/// How a store ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// The result is stored (and its claim, if it had one, ended).
+    Yes,
+    /// Its run's shared claim was lost: nothing was stored.
+    ClaimLost,
+    /// The backend failed: nothing was stored.
+    Failed,
+}
+
+/// What runs after a store, told how it ended.
+pub(crate) type AfterStore = Box<dyn FnOnce(Stored) + Send>;
+
+/// The shared claim a delivery's run held, for a mailbox that ends claims in the store's
+/// transaction ([`Mailbox::fences_claims`]).
+pub(crate) struct Fence {
+    /// The node holding the claim.
+    pub node: Arc<str>,
+    pub claim: Claim,
+    pub settlement: Settlement,
+}
 
 /// Messages the mailbox actor handles.
 pub(crate) enum MailboxMsg<R> {
@@ -38,8 +59,9 @@ pub(crate) enum MailboxMsg<R> {
         delivery: Delivery<R>,
         /// Which run of the task it was (see [`TerminalEvent::attempt`](super::TerminalEvent::attempt)).
         attempt: u32,
-        /// Runs once the store is done, told whether it succeeded (a shared queue's claim is
-        /// settled only after its task's result is stored).
+        /// The claim the run held, stored under (see [`Mailbox::store_fenced`]).
+        fence: Option<Fence>,
+        /// Runs once the store is done, told how it ended.
         then: Option<AfterStore>,
     },
     /// Write the buffered deliveries (sent by the actor to itself).
@@ -56,6 +78,7 @@ struct Waiting<R> {
     key: MailboxKey,
     delivery: Delivery<R>,
     event: Option<super::TerminalEvent>,
+    fence: Option<Fence>,
     then: Option<AfterStore>,
 }
 
@@ -124,6 +147,7 @@ where
                     key,
                     delivery,
                     attempt,
+                    fence,
                     then,
                 } => {
                     let state = &held.state;
@@ -139,6 +163,7 @@ where
                         key,
                         delivery,
                         event,
+                        fence,
                         then,
                     });
                 }
@@ -173,47 +198,90 @@ impl<R> MailboxHeld<R>
 where
     R: Send + 'static,
 {
-    /// Writes the oldest buffered deliveries (at most [`WRITE_AT_MOST`]) in one
-    /// [`Mailbox::store_many`], then notifies and runs what follows each stored one.
+    /// Writes the oldest buffered deliveries (at most [`WRITE_AT_MOST`]): the plain ones in
+    /// one [`Mailbox::store_many`], those under a shared claim in one
+    /// [`Mailbox::store_fenced`]; then notifies and runs what follows each stored one.
     async fn write_some(&mut self) {
         let count = self.buffer.len().min(WRITE_AT_MOST);
-        let mut deliveries = Vec::with_capacity(count);
-        let mut after = Vec::with_capacity(count);
+        let mut plain = Vec::with_capacity(count);
+        let mut plain_after = Vec::with_capacity(count);
+        let mut fenced = Vec::new();
+        let mut fenced_after = Vec::new();
+        let mut node: Option<Arc<str>> = None;
         for waiting in self.buffer.drain(..count) {
-            after.push((waiting.delivery.task_id, waiting.event, waiting.then));
-            deliveries.push((waiting.key, waiting.delivery));
+            let after = (waiting.delivery.task_id, waiting.event, waiting.then);
+            match waiting.fence {
+                Some(fence) => {
+                    node.get_or_insert(fence.node);
+                    fenced_after.push(after);
+                    fenced.push(FencedDelivery {
+                        key: waiting.key,
+                        delivery: waiting.delivery,
+                        claim: fence.claim,
+                        settlement: fence.settlement,
+                    });
+                }
+                None => {
+                    plain_after.push(after);
+                    plain.push((waiting.key, waiting.delivery));
+                }
+            }
         }
         let state = &self.state;
-        let mut stored = state.mailbox.store_many(deliveries).await.into_iter();
+        if !plain.is_empty() {
+            let stored = state.mailbox.store_many(plain).await.into_iter();
+            state.answer(plain_after, stored.map(|stored| stored.map(|()| true)));
+        }
+        if let Some(node) = node {
+            // One pool is one node: every fenced delivery of a group names the same.
+            let stored = state.mailbox.store_fenced(&node, fenced).await.into_iter();
+            state.answer(fenced_after, stored);
+        }
+    }
+}
+
+/// What follows one store: its task, its terminal event, and who hears how it ended.
+type After = (TaskId, Option<super::TerminalEvent>, Option<AfterStore>);
+
+impl<R> MailboxState<R>
+where
+    R: Send + 'static,
+{
+    /// Notifies for each delivery stored and tells each one's follower how its store ended
+    /// (`Ok(false)`: its claim was lost).
+    fn answer(
+        &self,
+        after: Vec<After>,
+        mut stored: impl Iterator<Item = Result<bool, super::MailboxError>>,
+    ) {
         for (task_id, event, then) in after {
             let outcome = stored.next().unwrap_or_else(|| {
                 Err(super::MailboxError::Backend(
                     "the backend answered fewer stores than it was given".into(),
                 ))
             });
-            let ok = match outcome {
-                Ok(()) => {
+            let ended = match outcome {
+                Ok(true) => {
                     if let Some(event) = event {
-                        state.notifiers.notify(&event);
+                        self.notifiers.notify(&event);
                     }
-                    true
+                    Stored::Yes
+                }
+                Ok(false) => {
+                    tracing::warn!(pool = %self.pool, task_id, "a result was not stored: its run's shared claim was lost");
+                    Stored::ClaimLost
                 }
                 Err(error) => {
-                    tracing::error!(pool = %state.pool, task_id, %error, "could not store a result");
-                    false
+                    tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
+                    Stored::Failed
                 }
             };
             if let Some(then) = then {
-                then(ok);
+                then(ended);
             }
         }
     }
-}
 
-impl<R> MailboxState<R>
-where
-    R: Send + 'static,
-{
     async fn purge_expired(&mut self) {
         let Some(retention) = self.retention else {
             return;

@@ -17,6 +17,7 @@ use thiserror::Error;
 use tokio::sync::Notify;
 
 use crate::domain::{MailboxKey, PoolError, TaskId, TaskStatus};
+use crate::queue::{Claim, Settlement};
 
 /// A failure of a mailbox backend.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -35,6 +36,20 @@ pub struct Delivery<R> {
     pub outcome: Result<R, PoolError>,
     /// When it was stored, milliseconds since the Unix epoch.
     pub stored_at_ms: u64,
+}
+
+/// A delivery whose run held a shared claim: stored only while the claim holds (see
+/// [`Mailbox::store_fenced`]).
+#[derive(Debug)]
+pub struct FencedDelivery<R> {
+    /// Where it goes.
+    pub key: MailboxKey,
+    /// What is stored.
+    pub delivery: Delivery<R>,
+    /// The claim its run held: the fencing token.
+    pub claim: Claim,
+    /// How the claim ends.
+    pub settlement: Settlement,
 }
 
 impl<R> Delivery<R> {
@@ -90,6 +105,33 @@ where
             stored.push(self.store(&key, delivery).await);
         }
         stored
+    }
+
+    /// Whether this mailbox ends a shared queue's claims in the transaction that stores their
+    /// results ([`store_fenced`](Self::store_fenced)): it lives in the queue's database and was
+    /// linked to the queue. `false` (the default): a node settles a claim first and stores
+    /// its result only once the settle succeeded (see `PARKING_LOT.md`, "Fencing").
+    fn fences_claims(&self) -> bool {
+        false
+    }
+
+    /// Stores the results of runs that held shared claims, each only while `node` still holds
+    /// its claim, and ends the claim (with its settlement) in the same transaction. One
+    /// answer per delivery, in order: `Ok(true)` stored and settled, `Ok(false)` the claim was
+    /// lost (its lease ran out and the task was claimed again, or it was settled already), so
+    /// nothing was stored; an error stores and settles nothing. Only called when
+    /// [`fences_claims`](Self::fences_claims); the default refuses every delivery.
+    async fn store_fenced(
+        &self,
+        node: &str,
+        deliveries: Vec<FencedDelivery<R>>,
+    ) -> Vec<Result<bool, MailboxError>> {
+        let _ = node;
+        let refused = MailboxError::Backend(format!(
+            "the {} mailbox cannot settle a shared queue's claims",
+            self.backend()
+        ));
+        deliveries.iter().map(|_| Err(refused.clone())).collect()
     }
 
     /// Removes and returns the oldest delivery under exactly `key`.

@@ -79,6 +79,15 @@ pub(crate) struct Notifiers<R> {
     encoder: Option<ResultEncoder<R>>,
 }
 
+impl<R> Clone for Notifiers<R> {
+    fn clone(&self) -> Self {
+        Self {
+            listeners: self.listeners.clone(),
+            encoder: self.encoder,
+        }
+    }
+}
+
 impl<R> Notifiers<R> {
     pub fn new(listeners: Vec<Arc<dyn Notifier>>, encoder: Option<ResultEncoder<R>>) -> Self {
         Self { listeners, encoder }

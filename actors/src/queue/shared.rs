@@ -97,6 +97,27 @@ pub struct StarvationRule {
     pub parked_before_ms: u64,
 }
 
+/// One claim of a shared entry: the entry and which claim of it this is. It is the *fencing
+/// token* of the run the claim started: a settle, a release, or a result stored with its
+/// settle, is carried out only while this very claim holds the entry. After the lease ran
+/// out and the entry was claimed again (by any node, this one included), the old claim's
+/// writes are refused with [`QueueError::NotClaimed`], so a node that stalled past its lease
+/// cannot end, or publish for, a run another node took over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Claim {
+    /// The entry claimed.
+    pub entry: EntryId,
+    /// Which claim of the entry it is: its lease's [`attempt`](Lease::attempt).
+    pub attempt: u32,
+}
+
+impl Claim {
+    /// The claim of `entry` that is its `attempt`-th.
+    pub fn new(entry: EntryId, attempt: u32) -> Self {
+        Self { entry, attempt }
+    }
+}
+
 /// A task claimed under a lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease<P> {
@@ -124,6 +145,11 @@ pub struct DeadLetter {
 }
 
 impl<P> Lease<P> {
+    /// The claim this lease stands for: its fencing token.
+    pub fn claim(&self) -> Claim {
+        Claim::new(self.entry, self.attempt)
+    }
+
     /// When a lease of `lease` taken at `now_ms` runs out, milliseconds since the Unix epoch.
     pub fn expiry(now_ms: u64, lease: Duration) -> u64 {
         now_ms.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
@@ -229,11 +255,12 @@ where
         now_ms: u64,
     ) -> Result<(), QueueError>;
 
-    /// Ends `node`'s claim on `entry`; `NotClaimed` if it does not hold it.
+    /// Ends `node`'s `claim`; `NotClaimed` unless `node` holds the entry under this very
+    /// claim (see [`Claim`]: a claim that ran out and was taken again is refused).
     async fn settle(
         &self,
         node: &str,
-        entry: EntryId,
+        claim: Claim,
         settlement: Settlement,
     ) -> Result<(), QueueError>;
 
@@ -243,14 +270,26 @@ where
     async fn settle_many(
         &self,
         node: &str,
-        settlements: Vec<(EntryId, Settlement)>,
+        settlements: Vec<(Claim, Settlement)>,
     ) -> Vec<Result<(), QueueError>> {
         let mut settled = Vec::with_capacity(settlements.len());
-        for (entry, settlement) in settlements {
-            settled.push(self.settle(node, entry, settlement).await);
+        for (claim, settlement) in settlements {
+            settled.push(self.settle(node, claim, settlement).await);
         }
         settled
     }
+
+    /// Hands `node`'s claims back to the queue at once, as a node that stops does with the
+    /// work it will not run: each entry is parked again, claimable by any node from `now_ms`
+    /// at its old rank, and the claim does not count as an attempt (the task was not at
+    /// fault). One result per claim, in order: `NotClaimed` unless `node` holds the entry
+    /// under this very claim.
+    async fn release_many(
+        &self,
+        node: &str,
+        claims: Vec<Claim>,
+        now_ms: u64,
+    ) -> Vec<Result<(), QueueError>>;
 
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;

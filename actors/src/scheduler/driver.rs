@@ -9,15 +9,18 @@ use std::sync::Arc;
 use ractor::ActorRef;
 
 use super::gpu_watch::GpuLink;
-use super::shared::SharedIo;
+use super::protocol::SharedReport;
+use super::shared::{AfterSettle, SharedIo};
 use super::shell::effects::{Effect, Outcome};
 use super::shell::tasks::stream_of;
 use super::shell::Shell;
 use crate::contain::drop_contained;
-use crate::mailbox::actor::{AfterStore, MailboxMsg};
+use crate::domain::MailboxKey;
+use crate::mailbox::actor::{AfterStore, Fence, MailboxMsg, Stored};
 use crate::mailbox::notify::Notifiers;
-use crate::mailbox::{Mailbox, MailboxError};
+use crate::mailbox::{Delivery, Mailbox, MailboxError};
 use crate::queue::actor::{QueueMsg, QueueReport};
+use crate::queue::QueueError;
 use crate::worker::{Job, JobSenders};
 
 /// Where outcomes are stored: directly, for a mailbox with an inline face, or through the
@@ -27,7 +30,11 @@ pub(crate) enum Results<R> {
         mailbox: Arc<dyn Mailbox<R>>,
         notifiers: Notifiers<R>,
     },
-    Actor(ActorRef<MailboxMsg<R>>),
+    Actor {
+        actor: ActorRef<MailboxMsg<R>>,
+        /// The mailbox ends shared claims in the store's transaction.
+        fences: bool,
+    },
 }
 
 /// See the module docs.
@@ -139,56 +146,190 @@ where
         shell.queue_report(report, now);
     }
 
-    /// Stores an outcome and tells the notifiers; then ends its shared claim, once stored.
+    /// Stores an outcome and tells the notifiers. An outcome whose run held a shared claim
+    /// is [published](Self::publish) under it instead.
     fn deliver(&self, outcome: Outcome<R>) {
         let Outcome {
             key,
             delivery,
             attempt,
             settle,
+            later,
         } = outcome;
-        let settle: Option<AfterStore> = settle.and_then(|(entry, settlement)| {
-            let settler = self.shared.as_ref()?.settler();
-            let after: AfterStore = Box::new(move |stored: bool| {
-                if stored {
-                    settler.settle(entry, settlement);
-                }
+        if let (Some((claim, settlement)), Some(later), Some(shared)) =
+            (settle, later, self.shared.as_ref())
+        {
+            let fence = Fence {
+                node: shared.node(),
+                claim,
+                settlement,
+            };
+            let report = shared.reporter();
+            let told = key.clone();
+            let then: AfterStore = Box::new(move |stored| {
+                report(SharedReport::Published {
+                    key: told,
+                    later,
+                    stored,
+                })
             });
-            Some(after)
-        });
+            self.publish(key, delivery, attempt, fence, then, shared);
+            return;
+        }
         match &self.results {
-            Results::Inline { mailbox, notifiers } => {
-                let task_id = delivery.task_id;
-                let event = notifiers.event_for(&self.pool, &key, &delivery, attempt);
-                let stored = match mailbox.inline() {
-                    Some(inline) => inline.store_now(&key, delivery),
-                    None => Err(MailboxError::Backend(
-                        "the mailbox lost its inline face".into(),
-                    )),
-                };
-                match (&stored, event) {
-                    (Err(error), _) => {
-                        tracing::error!(pool = %self.pool, task_id, %error, "could not store a result");
-                    }
-                    (Ok(()), Some(event)) => notifiers.notify(&event),
-                    (Ok(()), None) => {}
-                }
-                if let Some(settle) = settle {
-                    settle(stored.is_ok());
-                }
-            }
-            Results::Actor(mailbox) => {
-                let task_id = delivery.task_id;
-                let message = MailboxMsg::Deliver {
-                    key,
-                    delivery,
-                    attempt,
-                    then: settle,
-                };
-                if let Err(error) = mailbox.send_message(message) {
-                    tracing::error!(pool = %self.pool, task_id, %error, "the mailbox actor is gone; outcome dropped");
-                }
+            Results::Inline { mailbox, notifiers } => store_inline(
+                &self.pool, &**mailbox, notifiers, key, delivery, attempt, None,
+            ),
+            Results::Actor { actor, .. } => {
+                store_through(&self.pool, actor, key, delivery, attempt, None)
             }
         }
+    }
+
+    /// Publishes the outcome of a run that held a shared claim, only while the claim holds,
+    /// and ends the claim with it (the fencing rule, `PARKING_LOT.md`, "Fencing"): a node
+    /// whose lease ran out while it ran, and whose task another node claimed since, stores
+    /// nothing and notifies no one.
+    ///
+    /// A mailbox that ends claims in its own transaction does both at once. With any other
+    /// mailbox the claim is ended first and the outcome stored once that succeeded, so a
+    /// node that dies in between loses that one result (its task ended, its submitter waits
+    /// in vain): keep results in the queue's database to close that window.
+    fn publish(
+        &self,
+        key: MailboxKey,
+        delivery: Delivery<R>,
+        attempt: u32,
+        fence: Fence,
+        then: AfterStore,
+        shared: &SharedIo<P>,
+    ) {
+        if let Results::Actor {
+            fences: true,
+            actor,
+        } = &self.results
+        {
+            let task_id = delivery.task_id;
+            let message = MailboxMsg::Deliver {
+                key,
+                delivery,
+                attempt,
+                fence: Some(fence),
+                then: Some(then),
+            };
+            if let Err(error) = actor.send_message(message) {
+                tracing::error!(pool = %self.pool, task_id, %error, "the mailbox actor is gone; outcome dropped");
+            }
+            return;
+        }
+        let results = self.results.handle();
+        let pool = self.pool.clone();
+        let after: AfterSettle = Box::new(move |settled| match settled {
+            Ok(()) => results.store(&pool, key, delivery, attempt, Some(then)),
+            Err(QueueError::NotClaimed(_)) => then(Stored::ClaimLost),
+            Err(_) => then(Stored::Failed),
+        });
+        shared
+            .settler()
+            .settle_then(fence.claim, fence.settlement, Some(after));
+    }
+}
+
+impl<R: Send + 'static> Results<R> {
+    /// A handle that stores outcomes from anywhere (a settle's answer, on the runtime).
+    fn handle(&self) -> ResultsHandle<R> {
+        match self {
+            Results::Inline { mailbox, notifiers } => ResultsHandle::Inline {
+                mailbox: mailbox.clone(),
+                notifiers: notifiers.clone(),
+            },
+            Results::Actor { actor, .. } => ResultsHandle::Actor(actor.clone()),
+        }
+    }
+}
+
+/// Where outcomes are stored, owned: see [`Results`].
+enum ResultsHandle<R> {
+    Inline {
+        mailbox: Arc<dyn Mailbox<R>>,
+        notifiers: Notifiers<R>,
+    },
+    Actor(ActorRef<MailboxMsg<R>>),
+}
+
+impl<R: Send + 'static> ResultsHandle<R> {
+    /// Stores `delivery` under `key` and tells the notifiers; then `then`.
+    fn store(
+        &self,
+        pool: &Arc<str>,
+        key: MailboxKey,
+        delivery: Delivery<R>,
+        attempt: u32,
+        then: Option<AfterStore>,
+    ) {
+        match self {
+            ResultsHandle::Inline { mailbox, notifiers } => {
+                store_inline(pool, &**mailbox, notifiers, key, delivery, attempt, then)
+            }
+            ResultsHandle::Actor(actor) => store_through(pool, actor, key, delivery, attempt, then),
+        }
+    }
+}
+
+/// Stores `delivery` under `key` in an inline mailbox and tells the notifiers; then `then`,
+/// told how the store ended.
+fn store_inline<R: Send + 'static>(
+    pool: &Arc<str>,
+    mailbox: &dyn Mailbox<R>,
+    notifiers: &Notifiers<R>,
+    key: MailboxKey,
+    delivery: Delivery<R>,
+    attempt: u32,
+    then: Option<AfterStore>,
+) {
+    let task_id = delivery.task_id;
+    let event = notifiers.event_for(pool, &key, &delivery, attempt);
+    let stored = match mailbox.inline() {
+        Some(inline) => inline.store_now(&key, delivery),
+        None => Err(MailboxError::Backend(
+            "the mailbox lost its inline face".into(),
+        )),
+    };
+    let ended = match (stored, event) {
+        (Err(error), _) => {
+            tracing::error!(pool = %pool, task_id, %error, "could not store a result");
+            Stored::Failed
+        }
+        (Ok(()), Some(event)) => {
+            notifiers.notify(&event);
+            Stored::Yes
+        }
+        (Ok(()), None) => Stored::Yes,
+    };
+    if let Some(then) = then {
+        then(ended);
+    }
+}
+
+/// Hands `delivery` to the mailbox actor, which stores it, tells the notifiers and then
+/// `then`.
+fn store_through<R: Send + 'static>(
+    pool: &Arc<str>,
+    actor: &ActorRef<MailboxMsg<R>>,
+    key: MailboxKey,
+    delivery: Delivery<R>,
+    attempt: u32,
+    then: Option<AfterStore>,
+) {
+    let task_id = delivery.task_id;
+    let message = MailboxMsg::Deliver {
+        key,
+        delivery,
+        attempt,
+        fence: None,
+        then,
+    };
+    if let Err(error) = actor.send_message(message) {
+        tracing::error!(pool = %pool, task_id, %error, "the mailbox actor is gone; outcome dropped");
     }
 }

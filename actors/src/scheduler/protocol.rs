@@ -15,7 +15,10 @@ use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
 use crate::budget::SlotGuard;
-use crate::domain::{MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId};
+use crate::domain::{
+    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
+};
+use crate::mailbox::actor::Stored;
 use crate::queue::actor::QueueReport;
 use crate::queue::{DeadLetter, EntryId, Lease, QueueError};
 use crate::stats::PoolStats;
@@ -141,8 +144,27 @@ pub(crate) enum SharedReport<P> {
     },
     /// Leases a renewal found lost (expired and rescued by another node).
     Lost(Vec<EntryId>),
+    /// An outcome that went out under its task's shared claim was published (or fenced out,
+    /// or could not be stored): the task's `Ended` step, held back until now.
+    Published {
+        key: MailboxKey,
+        later: EndedLater,
+        stored: Stored,
+    },
     /// Tasks the queue gave up on: their submitters get a failure.
     Dead(Vec<DeadLetter>),
+}
+
+/// The `Ended` step of a task whose outcome goes out under a shared claim, held back until
+/// the store answers: told as `Ended` once published, as `LeaseLost` when the claim was lost
+/// or the store failed (nothing was published, so this run did not end the task).
+pub(crate) struct EndedLater {
+    pub task_id: TaskId,
+    pub cost: ResourceCost,
+    pub status: TaskStatus,
+    /// When its run started, if it started here.
+    pub since_ms: Option<u64>,
+    pub priority: Option<Priority>,
 }
 
 /// One task of a park group, and whether the queue stored it.

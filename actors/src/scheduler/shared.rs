@@ -22,7 +22,7 @@ use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
-use crate::queue::{EntryId, QueueError, Settlement, SharedQueue};
+use crate::queue::{Claim, EntryId, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -126,20 +126,47 @@ impl<P> SharedParking<P> {
     }
 }
 
+/// What runs once a settle is done, told how it ended.
+pub(crate) type AfterSettle = Box<dyn FnOnce(Result<(), QueueError>) + Send>;
+
+/// A claim to end, waiting for the settle loop.
+struct ToSettle {
+    claim: Claim,
+    settlement: Settlement,
+    then: Option<AfterSettle>,
+}
+
 /// Ends a node's claims on the shared queue: a handle on the node's settle loop (see
 /// [`settle_loop`]). Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Settler {
-    settles: mpsc::UnboundedSender<(EntryId, Settlement)>,
+    settles: mpsc::UnboundedSender<ToSettle>,
 }
 
 impl Settler {
-    /// Ends the claim on `entry`, with the other claims that end meanwhile. A backend error
-    /// (a database that is away) is retried for up to half the lease; after that the lease
-    /// runs out and the task runs again elsewhere (at-least-once).
-    pub fn settle(&self, entry: EntryId, settlement: Settlement) {
-        // The loop ends only with the link, and then nothing is left to settle.
-        let _ = self.settles.send((entry, settlement));
+    /// Ends `claim`, with the other claims that end meanwhile. A backend error (a database
+    /// that is away) is retried for up to half the lease; after that the lease runs out and
+    /// the task runs again elsewhere (at-least-once).
+    pub fn settle(&self, claim: Claim, settlement: Settlement) {
+        self.settle_then(claim, settlement, None);
+    }
+
+    /// [`settle`](Self::settle), then `then`, told how the settle ended (`NotClaimed`: the
+    /// claim was lost).
+    pub fn settle_then(&self, claim: Claim, settlement: Settlement, then: Option<AfterSettle>) {
+        let settle = ToSettle {
+            claim,
+            settlement,
+            then,
+        };
+        if let Err(mpsc::error::SendError(settle)) = self.settles.send(settle) {
+            // The loop ends only with the link: the pool is gone, and nothing was settled.
+            if let Some(then) = settle.then {
+                then(Err(QueueError::Backend(
+                    "the pool's shared queue link is gone".into(),
+                )));
+            }
+        }
     }
 }
 
@@ -149,7 +176,7 @@ async fn settle_loop<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     node: Arc<str>,
     lease: Duration,
-    mut settles: mpsc::UnboundedReceiver<(EntryId, Settlement)>,
+    mut settles: mpsc::UnboundedReceiver<ToSettle>,
 ) {
     let mut group = Vec::new();
     while settles.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
@@ -157,20 +184,34 @@ async fn settle_loop<P: Send + 'static>(
         let give_up = tokio::time::Instant::now() + lease / 2;
         let mut pause = Duration::from_millis(50);
         while !pending.is_empty() {
-            let settled = queue.settle_many(&node, pending.clone()).await;
+            let claims = pending
+                .iter()
+                .map(|settle: &ToSettle| (settle.claim, settle.settlement.clone()))
+                .collect();
+            let settled = queue.settle_many(&node, claims).await;
             let mut again = Vec::new();
-            for ((entry, settlement), result) in pending.into_iter().zip(settled) {
-                match result {
-                    Ok(()) => {}
+            for (settle, result) in pending.into_iter().zip(settled) {
+                let entry = settle.claim.entry;
+                let result = match result {
                     Err(QueueError::Backend(error))
                         if tokio::time::Instant::now() + pause < give_up =>
                     {
                         tracing::warn!(node = %node, entry, %error, "shared queue settle failed; retrying");
-                        again.push((entry, settlement));
+                        again.push(settle);
+                        continue;
+                    }
+                    Err(error @ QueueError::NotClaimed(_)) => {
+                        tracing::warn!(node = %node, entry, "a shared claim ended elsewhere: its lease ran out and the task was claimed again");
+                        Err(error)
                     }
                     Err(error) => {
                         tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
+                        Err(error)
                     }
+                    Ok(()) => Ok(()),
+                };
+                if let Some(then) = settle.then {
+                    then(result);
                 }
             }
             if !again.is_empty() {
@@ -268,7 +309,7 @@ pub(crate) struct SharedIo<P> {
     parks_waiting: Option<mpsc::UnboundedReceiver<ToPark<P>>>,
     /// The settle loop's handle, and its receiver until `connect` starts the loop.
     settler: Settler,
-    settles_waiting: Option<mpsc::UnboundedReceiver<(EntryId, Settlement)>>,
+    settles_waiting: Option<mpsc::UnboundedReceiver<ToSettle>>,
 }
 
 impl<P> SharedIo<P>
@@ -332,10 +373,24 @@ where
         self.scheduler = Some(scheduler);
     }
 
-    /// A handle that ends this node's claims from anywhere on the pool's runtime (the
-    /// mailbox actor, once a result is stored).
+    /// A handle that ends this node's claims from anywhere on the pool's runtime.
     pub fn settler(&self) -> Settler {
         self.settler.clone()
+    }
+
+    /// This node's name in the queue's claims.
+    pub fn node(&self) -> Arc<str> {
+        self.node.clone()
+    }
+
+    /// Sends `report` to the scheduler from anywhere (once connected).
+    pub fn reporter(&self) -> impl Fn(SharedReport<P>) + Send + Clone + 'static {
+        let scheduler = self.scheduler.clone();
+        move |report| {
+            if let Some(scheduler) = &scheduler {
+                let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(report)));
+            }
+        }
     }
 
     /// Makes the call the shell asked for.
@@ -382,7 +437,20 @@ where
                     Some(SharedReport::Claimed(claimed))
                 });
             }
-            SharedCall::Settle { entry, settlement } => self.settler.settle(entry, settlement),
+            SharedCall::Settle { claim, settlement } => self.settler.settle(claim, settlement),
+            SharedCall::Release { claims, now } => {
+                self.spawn(move |queue, node| async move {
+                    let count = claims.len();
+                    let released = queue.release_many(&node, claims, now).await;
+                    let handed = released.iter().filter(|result| result.is_ok()).count();
+                    if let Some(error) = released.into_iter().find_map(Result::err) {
+                        tracing::warn!(node = %node, handed, count, %error, "some claims could not be handed back; their leases will run out");
+                    } else {
+                        tracing::info!(node = %node, handed, "handed claims back to the shared queue");
+                    }
+                    None
+                });
+            }
             SharedCall::RemoveTask { key, id, reply } => {
                 self.spawn(move |queue, _| async move {
                     let result = queue.remove_task(&key, id).await;

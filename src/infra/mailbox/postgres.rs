@@ -22,14 +22,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, QueryResult, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, QueryResult, TransactionTrait, Value};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::core::{Delivery, Mailbox, MailboxError, PoolError, TaskStatus};
+use crate::core::{
+    Claim, Delivery, FencedDelivery, Mailbox, MailboxError, PoolError, Settlement, TaskStatus,
+};
+use crate::infra::postgres::codec::entry_to_sql;
 use crate::infra::postgres::rows::JsonRows;
-use crate::infra::postgres::{backend_error, Identifier, PgDatabase, Table};
+use crate::infra::postgres::{backend_error, ClaimFence, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, TaskId};
 
 /// A [`Mailbox`] in a PostgreSQL table. See the module docs.
@@ -46,6 +49,8 @@ use crate::util::serde::{MailboxKey, TaskId};
 pub struct PostgresMailbox<R> {
     database: PgDatabase,
     table: Identifier,
+    /// The shared queue whose claims a result store ends in its own transaction, if linked.
+    fence: Option<ClaimFence>,
     waiters: Arc<Waiters>,
     /// The take loop's inbox (see [`take_loop`]).
     takes: mpsc::UnboundedSender<TakeTask>,
@@ -227,10 +232,43 @@ impl<R> PostgresMailbox<R> {
         Ok(Self {
             database: database.clone(),
             table,
+            fence: None,
             waiters,
             takes,
             _result: PhantomData,
         })
+    }
+
+    /// Links the mailbox to the shared queue `fence` comes from ([`PgQueue::fence`]), which
+    /// must live in the mailbox's database: the result of a run that held one of its claims
+    /// is then stored in the transaction that ends the claim, and only while the run's node
+    /// still holds it, so a node that stalled past its lease never publishes a result (see
+    /// [`ClaimFence`]). Pools built from a configuration file are linked this way.
+    ///
+    /// ```no_run
+    /// use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
+    /// use prometheus_parking_lot::infra::postgres::PgDatabase;
+    /// use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
+    ///
+    /// # fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+    /// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
+    /// let queue = PostgresQueue::<String>::open(&database, "pl_queue_jobs", "llm")?;
+    /// let results = PostgresMailbox::<String>::open(&database, "pl_mailbox_messages")?
+    ///     .settling_claims_of(queue.fence())?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`PgQueue::fence`]: crate::infra::postgres::PgQueue::fence
+    pub fn settling_claims_of(mut self, fence: ClaimFence) -> Result<Self, PoolError> {
+        if fence.database != self.database {
+            return Err(PoolError::InvalidConfig(
+                "the mailbox can settle only the claims of a queue reached through the same \
+                 PgDatabase handle (one transaction covers both); open both on one handle"
+                    .into(),
+            ));
+        }
+        self.fence = Some(fence);
+        Ok(self)
     }
 
     /// `WHERE` conditions on the full key, from parameter `$first` on, and their values.
@@ -247,6 +285,46 @@ impl<R> PostgresMailbox<R> {
             }
         }
         (sql, values)
+    }
+
+    /// Runs `write` (a store of `results` results, at once or not at all, so it can be
+    /// repeated) until it succeeds, for up to [`STORE_PATIENCE`]: while the database is away
+    /// the results wait here (and the mailbox actor's buffer behind them) instead of being
+    /// dropped.
+    async fn with_patience<T, W, Fut>(&self, results: usize, write: W) -> Result<T, MailboxError>
+    where
+        T: Send + 'static,
+        W: Fn(DatabaseConnection) -> Fut + Send + Clone + 'static,
+        Fut: std::future::Future<Output = Result<T, DbErr>> + Send + 'static,
+    {
+        let mut pause = Duration::from_millis(50);
+        let give_up = Instant::now() + STORE_PATIENCE;
+        loop {
+            match self.database.run(write.clone()).await {
+                Ok(written) => return Ok(written),
+                Err(error) if Instant::now() + pause < give_up => {
+                    tracing::warn!(table = %self.table, results, error = %backend_error("store", &error), "retrying a result store");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => return Err(failed("store")(error)),
+            }
+        }
+    }
+
+    /// Wakes the waiters of the keys of `hashes` here, and announces the stores to the other
+    /// processes.
+    fn wake(&self, mut hashes: Vec<u64>) {
+        hashes.sort_unstable();
+        hashes.dedup();
+        for hash in &hashes {
+            self.waiters.wake_hash(*hash);
+        }
+        for hash in &hashes {
+            // The announcer joins these into as few notifications as their size allows.
+            self.database
+                .announce(self.table.as_str(), format!("{hash:x}"));
+        }
     }
 
     async fn query_all(&self, sql: String, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
@@ -328,6 +406,73 @@ fn encoded<R: Serialize>(delivery: &Delivery<R>) -> Result<EncodedOutcome, Mailb
     }
 }
 
+/// The columns a store writes, and their types in the JSON records it is given.
+const STORED_COLUMNS: &str =
+    "tenant, user_id, session_id, task_id, created_at_ms, status, payload, error";
+const STORED_RECORD: &str = "tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT, \
+     created_at_ms BIGINT, status TEXT, payload JSONB, error JSONB";
+
+/// The JSON records of a store, one per delivery that could be encoded, in order (so the
+/// rows' ids, the order `take` follows, are the deliveries' order), with an answer per
+/// delivery so far and the key hashes to wake.
+struct Rows {
+    json: JsonRows,
+    answers: Vec<Result<(), MailboxError>>,
+    /// The hash of each encoded delivery's key, in order.
+    hashes: Vec<u64>,
+    /// The hash of each delivery's key, `None` where it could not be encoded.
+    hash_of: Vec<Option<u64>>,
+}
+
+impl Rows {
+    fn new(capacity: usize) -> Self {
+        Self {
+            json: JsonRows::new(),
+            answers: Vec::with_capacity(capacity),
+            hashes: Vec::with_capacity(capacity),
+            hash_of: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Adds the record of one delivery, with the entry of its `claim`, if any; `false` when
+    /// it cannot be encoded (its answer says why).
+    fn add<R: Serialize>(
+        &mut self,
+        key: &MailboxKey,
+        delivery: &Delivery<R>,
+        claim: Option<Claim>,
+    ) -> bool {
+        let (payload, error) = match encoded(delivery) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                self.answers.push(Err(error));
+                self.hash_of.push(None);
+                return false;
+            }
+        };
+        let row = self.json.row();
+        row.text("tenant", Some(&key.tenant.0))
+            .text("user_id", key.user_id.as_deref())
+            .text("session_id", key.session_id.as_deref())
+            .int("task_id", delivery.task_id as i64)
+            .int(
+                "created_at_ms",
+                i64::try_from(delivery.stored_at_ms).unwrap_or(i64::MAX),
+            )
+            .text("status", Some(status_word(&delivery.status())))
+            .json("payload", payload.as_deref())
+            .json("error", error.as_deref());
+        if let Some(claim) = claim {
+            row.int("entry", entry_to_sql(claim.entry));
+        }
+        let hash = key_hash(key);
+        self.hashes.push(hash);
+        self.hash_of.push(Some(hash));
+        self.answers.push(Ok(()));
+        true
+    }
+}
+
 /// How long a store keeps retrying while the database cannot be reached.
 const STORE_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -351,78 +496,115 @@ where
         &self,
         deliveries: Vec<(MailboxKey, Delivery<R>)>,
     ) -> Vec<Result<(), MailboxError>> {
-        let mut stored: Vec<Result<(), MailboxError>> = Vec::with_capacity(deliveries.len());
-        let mut rows = JsonRows::new();
-        let mut hashes = Vec::with_capacity(deliveries.len());
+        let mut rows = Rows::new(deliveries.len());
         for (key, delivery) in &deliveries {
-            match encoded(delivery) {
-                Ok((payload, error)) => {
-                    rows.row()
-                        .text("tenant", Some(&key.tenant.0))
-                        .text("user_id", key.user_id.as_deref())
-                        .text("session_id", key.session_id.as_deref())
-                        .int("task_id", delivery.task_id as i64)
-                        .int(
-                            "created_at_ms",
-                            i64::try_from(delivery.stored_at_ms).unwrap_or(i64::MAX),
-                        )
-                        .text("status", Some(status_word(&delivery.status())))
-                        .json("payload", payload.as_deref())
-                        .json("error", error.as_deref());
-                    hashes.push(key_hash(key));
-                    stored.push(Ok(()));
-                }
-                Err(error) => stored.push(Err(error)),
-            }
+            rows.add(key, delivery, None);
         }
-        if hashes.is_empty() {
-            return stored;
+        if rows.hashes.is_empty() {
+            return rows.answers;
         }
-        // Rows are inserted in the array's order, so their ids (the order `take` follows)
-        // are the deliveries' order.
         let sql = format!(
-            "INSERT INTO {t} (tenant, user_id, session_id, task_id, created_at_ms, status, \
-                              payload, error) \
-             SELECT tenant, user_id, session_id, task_id, created_at_ms, status, payload, error \
-               FROM jsonb_to_recordset($1::jsonb) AS r(tenant TEXT, user_id TEXT, \
-                    session_id TEXT, task_id BIGINT, created_at_ms BIGINT, status TEXT, \
-                    payload JSONB, error JSONB)",
+            "INSERT INTO {t} ({STORED_COLUMNS}) SELECT {STORED_COLUMNS} \
+               FROM jsonb_to_recordset($1::jsonb) AS r({STORED_RECORD})",
             t = self.table
         );
-        let values: Vec<Value> = vec![rows.finish().into()];
-        // The rows are stored at once or not at all (one statement), so a failed attempt can
-        // be repeated: while the database is away the results wait here (and the mailbox
-        // actor's buffer behind them) instead of being dropped.
-        let mut pause = Duration::from_millis(50);
-        let give_up = Instant::now() + STORE_PATIENCE;
-        loop {
-            match self.query_all(sql.clone(), values.clone()).await {
-                Ok(_) => break,
-                Err(error) if Instant::now() + pause < give_up => {
-                    tracing::warn!(table = %self.table, results = hashes.len(), error = %backend_error("store", &error), "retrying a result store");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                Err(error) => {
-                    let error = failed("store")(error);
-                    for result in stored.iter_mut().filter(|result| result.is_ok()) {
-                        *result = Err(error.clone());
-                    }
-                    return stored;
+        let values: Vec<Value> = vec![rows.json.finish().into()];
+        let written = self
+            .with_patience(rows.hashes.len(), move |db| {
+                let (sql, values) = (sql.clone(), values.clone());
+                async move { db.query_all_raw(PgDatabase::statement(sql, values)).await }
+            })
+            .await;
+        let mut answers = rows.answers;
+        match written {
+            Ok(_) => self.wake(rows.hashes),
+            Err(error) => {
+                for answer in answers.iter_mut().filter(|answer| answer.is_ok()) {
+                    *answer = Err(error.clone());
                 }
             }
         }
-        hashes.sort_unstable();
-        hashes.dedup();
-        for hash in &hashes {
-            self.waiters.wake_hash(*hash);
+        answers
+    }
+
+    fn fences_claims(&self) -> bool {
+        self.fence.is_some()
+    }
+
+    /// One transaction: the queue's settles of the claims (which return the entries still
+    /// held), then the results of those entries only.
+    async fn store_fenced(
+        &self,
+        node: &str,
+        deliveries: Vec<FencedDelivery<R>>,
+    ) -> Vec<Result<bool, MailboxError>> {
+        let Some(fence) = self.fence.clone() else {
+            let refused = MailboxError::Backend(
+                "the postgres mailbox is linked to no shared queue (settling_claims_of)".into(),
+            );
+            return deliveries.iter().map(|_| Err(refused.clone())).collect();
+        };
+        let mut rows = Rows::new(deliveries.len());
+        let mut claims: Vec<(Claim, Settlement)> = Vec::with_capacity(deliveries.len());
+        for fenced in &deliveries {
+            if rows.add(&fenced.key, &fenced.delivery, Some(fenced.claim)) {
+                claims.push((fenced.claim, fenced.settlement.clone()));
+            }
         }
-        for hash in &hashes {
-            // The announcer joins these into as few notifications as their size allows.
-            self.database
-                .announce(self.table.as_str(), format!("{hash:x}"));
+        let mut answers: Vec<Result<bool, MailboxError>> = rows
+            .answers
+            .iter()
+            .map(|answer| answer.clone().map(|()| false))
+            .collect();
+        if claims.is_empty() {
+            return answers;
         }
-        stored
+        let insert = format!(
+            "INSERT INTO {t} ({STORED_COLUMNS}) SELECT {STORED_COLUMNS} \
+               FROM jsonb_to_recordset($1::jsonb) AS r({STORED_RECORD}, entry BIGINT) \
+              WHERE r.entry = ANY($2::bigint[])",
+            t = self.table
+        );
+        let json = rows.json.finish();
+        let node: Arc<str> = Arc::from(node);
+        let settled = self
+            .with_patience(claims.len(), move |db| {
+                let (fence, node, claims) = (fence.clone(), node.clone(), claims.clone());
+                let (insert, json) = (insert.clone(), json.clone());
+                async move {
+                    let transaction = db.begin().await?;
+                    let settled = fence.settle_in(&transaction, &node, &claims).await?;
+                    if !settled.is_empty() {
+                        let held: Vec<String> = settled.iter().map(i64::to_string).collect();
+                        let held = format!("{{{}}}", held.join(","));
+                        let values: Vec<Value> = vec![json.into(), held.into()];
+                        transaction
+                            .execute_raw(PgDatabase::statement(insert, values))
+                            .await?;
+                    }
+                    transaction.commit().await?;
+                    Ok(settled)
+                }
+            })
+            .await;
+        let settled = match settled {
+            Ok(settled) => settled,
+            Err(error) => {
+                for answer in answers.iter_mut().filter(|answer| answer.is_ok()) {
+                    *answer = Err(error.clone());
+                }
+                return answers;
+            }
+        };
+        let mut woken = Vec::with_capacity(settled.len());
+        for ((answer, fenced), hash) in answers.iter_mut().zip(&deliveries).zip(&rows.hash_of) {
+            if answer.is_ok() && settled.contains(&entry_to_sql(fenced.claim.entry)) {
+                *answer = Ok(true);
+                woken.extend(*hash);
+            }
+        }
+        self.wake(woken);
+        answers
     }
 
     async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<R>>, MailboxError> {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use sea_orm::QueryResult;
 
 use super::codec::entry_to_sql;
-use crate::core::{EntryId, QueueError, Settlement};
+use crate::core::{Claim, EntryId, QueueError, Settlement};
 
 /// The entries (as stored) in the `entry` column of a group statement's rows.
 pub(crate) fn returned_entries(rows: &[QueryResult]) -> HashSet<i64> {
@@ -49,31 +49,35 @@ pub(crate) fn answer_group(
 /// ended), and failures, which are rare, one by one through `failed`. One answer per claim, in
 /// order; a claim `done` did not end is `NotClaimed`.
 pub(crate) async fn settle_in_groups<F, FailedFut, D, DoneFut>(
-    settlements: Vec<(EntryId, Settlement)>,
+    settlements: Vec<(Claim, Settlement)>,
     failed: F,
     done: D,
 ) -> Vec<Result<(), QueueError>>
 where
-    F: Fn(EntryId, Settlement) -> FailedFut,
+    F: Fn(Claim, Settlement) -> FailedFut,
     FailedFut: std::future::Future<Output = Result<(), QueueError>>,
-    D: FnOnce(Vec<EntryId>) -> DoneFut,
+    D: FnOnce(Vec<Claim>) -> DoneFut,
     DoneFut: std::future::Future<Output = Result<HashSet<i64>, QueueError>>,
 {
     let mut settled = Vec::with_capacity(settlements.len());
     let mut ended_well = Vec::new();
-    for (index, (entry, settlement)) in settlements.into_iter().enumerate() {
+    for (index, (claim, settlement)) in settlements.into_iter().enumerate() {
         match settlement {
             Settlement::Done => {
-                ended_well.push((index, entry));
+                ended_well.push((index, claim));
                 settled.push(Ok(()));
             }
-            settlement => settled.push(failed(entry, settlement).await),
+            settlement => settled.push(failed(claim, settlement).await),
         }
     }
     if !ended_well.is_empty() {
-        let entries = ended_well.iter().map(|&(_, entry)| entry).collect();
-        let ended = done(entries).await;
-        answer_group(&mut settled, ended_well, ended, QueueError::NotClaimed);
+        let claims = ended_well.iter().map(|&(_, claim)| claim).collect();
+        let ended = done(claims).await;
+        let indexed = ended_well
+            .into_iter()
+            .map(|(index, claim)| (index, claim.entry))
+            .collect();
+        answer_group(&mut settled, indexed, ended, QueueError::NotClaimed);
     }
     settled
 }

@@ -26,6 +26,7 @@
 mod announce;
 pub(crate) mod claim;
 pub(crate) mod codec;
+mod fence;
 mod groups;
 mod listen;
 pub(crate) mod named;
@@ -41,6 +42,7 @@ mod schema;
 pub(crate) mod shared_queue;
 mod statements;
 
+pub use fence::ClaimFence;
 pub use nodelay::set_tcp_nodelay;
 #[cfg(feature = "pgmq")]
 pub use pgmq::PgmqSource;

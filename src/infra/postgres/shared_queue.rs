@@ -15,8 +15,9 @@
 //! | `park_claimed` | `$queue`, `$rows`, `$node`, `$expires_ms` | `entry` of each task stored |
 //! | `claim` | [`ClaimParams`] | see [`claim`](super::claim) |
 //! | `renew` | `$queue`, `$entry`, `$node`, `$expires_ms` | `changed` |
-//! | `settle_done` | `$queue`, `$entries`, `$node` | `entry` of each claim ended |
-//! | `settle_failed` | `$queue`, `$entries`, `$node`, `$reason` | `entry` of each claim ended |
+//! | `settle_done` | `$queue`, `$entries`, `$attempts`, `$node` | `entry` of each claim ended |
+//! | `settle_failed` | `$queue`, `$entries`, `$attempts`, `$node`, `$reason` | `entry` of each claim ended |
+//! | `release` | `$queue`, `$entries`, `$attempts`, `$node`, `$now_ms` | `entry` of each claim handed back |
 //! | `remove` | `$queue`, `$entry` | `metadata`, `payload` |
 //! | `remove_task` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `metadata`, `payload` |
 //! | `rescue` | [`RescueParams`] | `parked`, `dead` |
@@ -35,17 +36,16 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::claim::{claimed_rows, ClaimParams, Claimed, Unreadable};
-use super::codec::{
-    column, count_to_sql, entries_to_sql, entry_to_sql, millis_u64, task_of, ParkRows,
-};
+use super::codec::{column, count_to_sql, entry_to_sql, millis_u64, task_of, ParkRows};
+use super::fence::{claim_values, ClaimFence};
 use super::groups::{answer_group, returned_entries, settle_in_groups};
 use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
 use super::retry::{RescueParams, RetryPolicy};
 use super::{describe, PgDatabase};
 use crate::core::{
-    DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance, ScheduledTask,
-    Settlement, SharedQueue,
+    Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance,
+    ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
 
@@ -74,6 +74,8 @@ pub(crate) struct Statements {
     pub settle_done: NamedSql,
     /// Ends a node's claim on a run that failed, keeping the reason.
     pub settle_failed: NamedSql,
+    /// Hands a node's claims back, claimable at once by any node.
+    pub release: NamedSql,
     /// Removes a parked task by its entry.
     pub remove: NamedSql,
     /// Removes a parked task by its key and id (a cancel).
@@ -298,19 +300,32 @@ impl<L, P> PgQueue<L, P> {
             .map(drop)
     }
 
-    /// Ends `node`'s claims on `entries` with `settlement`, in one statement; returns the
-    /// entries (as stored) that `node` held and that are now settled.
-    async fn settle_entries(
+    /// The values naming `node`'s `claims` in a settle or a release.
+    fn claim_params(&self, node: &str, claims: &[Claim]) -> Vec<(&'static str, Value)> {
+        claim_values(&self.label.queue, node, claims)
+    }
+
+    /// The queue's way of ending claims in a result store's transaction, for a
+    /// [`PostgresMailbox`](crate::infra::mailbox::postgres::PostgresMailbox) of the same
+    /// database (see [`ClaimFence`]).
+    pub fn fence(&self) -> ClaimFence {
+        ClaimFence::new(
+            self.database.clone(),
+            self.label.queue.clone(),
+            self.statements.settle_done.clone(),
+            self.statements.settle_failed.clone(),
+        )
+    }
+
+    /// Ends `node`'s `claims` with `settlement`, in one statement; returns the entries (as
+    /// stored) that `node` held under those claims and that are now settled.
+    async fn settle_claims(
         &self,
         node: &str,
-        entries: &[EntryId],
+        claims: &[Claim],
         settlement: Settlement,
     ) -> Result<std::collections::HashSet<i64>, QueueError> {
-        let mut params = vec![
-            ("queue", self.queue()),
-            ("entries", entries_to_sql(entries).into()),
-            ("node", node.to_owned().into()),
-        ];
+        let mut params = self.claim_params(node, claims);
         let sql = match settlement {
             Settlement::Done => &self.statements.settle_done,
             Settlement::Failed(reason) => {
@@ -522,12 +537,12 @@ where
     async fn settle(
         &self,
         node: &str,
-        entry: EntryId,
+        claim: Claim,
         settlement: Settlement,
     ) -> Result<(), QueueError> {
-        let settled = self.settle_entries(node, &[entry], settlement).await?;
+        let settled = self.settle_claims(node, &[claim], settlement).await?;
         if settled.is_empty() {
-            return Err(QueueError::NotClaimed(entry));
+            return Err(QueueError::NotClaimed(claim.entry));
         }
         Ok(())
     }
@@ -535,13 +550,34 @@ where
     async fn settle_many(
         &self,
         node: &str,
-        settlements: Vec<(EntryId, Settlement)>,
+        settlements: Vec<(Claim, Settlement)>,
     ) -> Vec<Result<(), QueueError>> {
-        let failed = |entry, settlement| self.settle(node, entry, settlement);
-        let done = |entries: Vec<EntryId>| async move {
-            self.settle_entries(node, &entries, Settlement::Done).await
+        let failed = |claim, settlement| self.settle(node, claim, settlement);
+        let done = |claims: Vec<Claim>| async move {
+            self.settle_claims(node, &claims, Settlement::Done).await
         };
         settle_in_groups(settlements, failed, done).await
+    }
+
+    async fn release_many(
+        &self,
+        node: &str,
+        claims: Vec<Claim>,
+        now_ms: u64,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut params = self.claim_params(node, &claims);
+        params.push(("now_ms", millis_u64(now_ms).into()));
+        let released = self
+            .rows("release", &self.statements.release, params.as_slice())
+            .await
+            .map(|rows| returned_entries(&rows));
+        if matches!(&released, Ok(entries) if !entries.is_empty()) {
+            self.announce();
+        }
+        let mut answers: Vec<Result<(), QueueError>> = claims.iter().map(|_| Ok(())).collect();
+        let indexed = claims.iter().map(|claim| claim.entry).enumerate().collect();
+        answer_group(&mut answers, indexed, released, QueueError::NotClaimed);
+        answers
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {

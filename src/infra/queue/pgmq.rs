@@ -258,6 +258,12 @@ fn own_objects(name: &str) -> Result<String, PoolError> {
 const RANK: &str = "((message->>'rank')::bigint)";
 const ENTRY: &str = "((message->>'entry')::bigint)";
 const TASK: &str = "((message->>'task')::bigint)";
+/// The messages a settle or release names: each an entry under one read count (its claim);
+/// a message read again since, by any node, has another count and is left alone. (The
+/// entries' own test keeps the lookup on the entry index.)
+const THESE_CLAIMS: &str = "(((message->>'entry')::bigint) = ANY($entries::bigint[]) \
+     AND ((message->>'entry')::bigint, read_ct) IN \
+     (SELECT * FROM unnest($entries::bigint[], $attempts::integer[])))";
 /// No node holds the message.
 const PARKED: &str = "(message->>'node' IS NULL)";
 
@@ -300,6 +306,7 @@ fn statements(layout: &PgmqLayout) -> Statements {
         renew: sql(renew_sql(layout)),
         settle_done: sql(settle_sql(layout, &Settlement::Done)),
         settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
+        release: sql(release_sql(layout)),
         remove: sql(remove_sql(
             layout,
             &format!("{ENTRY} = $entry AND {PARKED} FOR UPDATE SKIP LOCKED"),
@@ -446,7 +453,7 @@ fn renew_sql(layout: &PgmqLayout) -> String {
 fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
     let taken = layout.per_level(", ", |level| {
         format!(
-            "g_{p} AS (DELETE FROM pgmq.{table} WHERE {ENTRY} = ANY($entries::bigint[]) \
+            "g_{p} AS (DELETE FROM pgmq.{table} WHERE {THESE_CLAIMS} \
                AND message->>'node' = $node \
                RETURNING {p} AS p, msg_id, read_ct, enqueued_at, vt, message)",
             p = level.p,
@@ -477,6 +484,26 @@ fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
          forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $queue \
                         AND entry IN (SELECT {ENTRY} FROM gone)) \
          SELECT {ENTRY} AS entry FROM gone"
+    )
+}
+
+/// Hands `$node`'s holds on the messages of `$entries` (under `$attempts`) back: visible at
+/// `$now_ms`, without the node's name, and with the read that claimed them taken back (a
+/// release is no attempt of the task's).
+fn release_sql(layout: &PgmqLayout) -> String {
+    let released = layout.per_level(", ", |level| {
+        format!(
+            "r_{p} AS (UPDATE pgmq.{table} SET message = message - 'node', vt = {now}, \
+                 read_ct = GREATEST(read_ct - 1, 0) \
+               WHERE {THESE_CLAIMS} AND message->>'node' = $node RETURNING {ENTRY} AS entry)",
+            p = level.p,
+            table = level.table,
+            now = at_ms("$now_ms"),
+        )
+    });
+    format!(
+        "WITH {released} SELECT entry FROM ({}) AS released",
+        union_of("r", "entry")
     )
 }
 

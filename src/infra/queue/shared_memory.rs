@@ -44,8 +44,8 @@ use async_trait::async_trait;
 
 use crate::core::scheduling::{CostIndex, FastMap, RankKey};
 use crate::core::{
-    DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance, RankBound,
-    ScheduledTask, Settlement, SharedQueue,
+    Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance,
+    RankBound, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 
@@ -76,9 +76,10 @@ use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 /// let claimed = node_b.claim_best_fit("b", &free, lease, 2_000).await?.expect("it fits");
 /// assert_eq!((claimed.entry, claimed.attempt, claimed.expires_at_ms), (1, 1, 32_000));
 ///
-/// // Only the holder settles it.
-/// assert_eq!(node_a.settle("a", 1, Settlement::Done).await, Err(QueueError::NotClaimed(1)));
-/// node_b.settle("b", 1, Settlement::Done).await?;
+/// // Only the holder settles it, under the claim it holds.
+/// let claim = claimed.claim();
+/// assert_eq!(node_a.settle("a", claim, Settlement::Done).await, Err(QueueError::NotClaimed(1)));
+/// node_b.settle("b", claim, Settlement::Done).await?;
 /// assert_eq!(queue.counts().await?.claimed, 0);
 /// # Ok::<(), QueueError>(())
 /// # }).unwrap();
@@ -97,7 +98,7 @@ struct Lot<P> {
     /// their cost in units.
     by_kind: [CostIndex; ResourceKind::COUNT],
     /// Claimed entries, by entry id.
-    claimed: FastMap<EntryId, Claim<P>>,
+    claimed: FastMap<EntryId, Held<P>>,
     /// Entries given up on, oldest first, not reported yet.
     dead: std::collections::VecDeque<DeadLetter>,
 }
@@ -112,7 +113,7 @@ struct Parked<P> {
 }
 
 /// A claimed entry: the task (kept to park it again if the lease runs out) and the lease.
-struct Claim<P> {
+struct Held<P> {
     /// The entry as it was parked: its task, rank time and claim count.
     parked: Parked<P>,
     /// The node holding the lease.
@@ -193,12 +194,24 @@ impl<P> Lot<P> {
         })
     }
 
-    /// The claim `node` holds on `entry`, if it holds one.
-    fn claim_of(&mut self, node: &str, entry: EntryId) -> Result<&mut Claim<P>, QueueError> {
+    /// What `node` holds of `entry`, if it holds it.
+    fn held_by(&mut self, node: &str, entry: EntryId) -> Result<&mut Held<P>, QueueError> {
         match self.claimed.get_mut(&entry) {
-            Some(claim) if claim.node == node => Ok(claim),
+            Some(held) if held.node == node => Ok(held),
             _ => Err(QueueError::NotClaimed(entry)),
         }
+    }
+
+    /// Takes `claim` out of the claimed entries, if `node` holds the entry under this very
+    /// claim.
+    fn end_claim(&mut self, node: &str, claim: Claim) -> Result<Held<P>, QueueError> {
+        let held = self.held_by(node, claim.entry)?;
+        if held.parked.claims != claim.attempt {
+            return Err(QueueError::NotClaimed(claim.entry));
+        }
+        self.claimed
+            .remove(&claim.entry)
+            .ok_or(QueueError::NotClaimed(claim.entry))
     }
 }
 
@@ -288,7 +301,7 @@ where
             attempt: 1,
             expires_at_ms: Lease::<P>::expiry(now_ms, lease),
         };
-        let claim = Claim {
+        let held = Held {
             parked: Parked {
                 task,
                 rank_time_ms,
@@ -297,7 +310,7 @@ where
             node: node.to_owned(),
             expires_at_ms: leased.expires_at_ms,
         };
-        lot.claimed.insert(entry, claim);
+        lot.claimed.insert(entry, held);
         Ok(leased)
     }
 
@@ -322,12 +335,12 @@ where
             attempt: parked.claims,
             expires_at_ms: Lease::<P>::expiry(now_ms, lease),
         };
-        let claim = Claim {
+        let held = Held {
             parked,
             node: node.to_owned(),
             expires_at_ms: leased.expires_at_ms,
         };
-        lot.claimed.insert(entry, claim);
+        lot.claimed.insert(entry, held);
         Ok(Some(leased))
     }
 
@@ -340,7 +353,7 @@ where
         now_ms: u64,
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
-        lot.claim_of(node, entry)?.expires_at_ms = Lease::<P>::expiry(now_ms, lease);
+        lot.held_by(node, entry)?.expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         Ok(())
     }
 
@@ -348,13 +361,29 @@ where
     async fn settle(
         &self,
         node: &str,
-        entry: EntryId,
+        claim: Claim,
         _settlement: Settlement,
     ) -> Result<(), QueueError> {
+        self.lock().end_claim(node, claim).map(drop)
+    }
+
+    /// A released entry's claim count goes back one, so the release costs no attempt.
+    async fn release_many(
+        &self,
+        node: &str,
+        claims: Vec<Claim>,
+        _now_ms: u64,
+    ) -> Vec<Result<(), QueueError>> {
         let mut lot = self.lock();
-        lot.claim_of(node, entry)?;
-        lot.claimed.remove(&entry);
-        Ok(())
+        claims
+            .into_iter()
+            .map(|claim| {
+                let mut held = lot.end_claim(node, claim)?;
+                held.parked.claims = held.parked.claims.saturating_sub(1);
+                lot.park(claim.entry, held.parked);
+                Ok(())
+            })
+            .collect()
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -428,7 +457,7 @@ where
 
 /// The dead letter of a claim whose lease ran out on its last attempt, worded as the database
 /// backends word it.
-fn dead_letter<P>(claim: Claim<P>) -> DeadLetter {
+fn dead_letter<P>(claim: Held<P>) -> DeadLetter {
     let meta = claim.parked.task.meta;
     DeadLetter {
         key: meta.mailbox.unwrap_or_else(|| MailboxKey::new("")),

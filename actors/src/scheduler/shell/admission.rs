@@ -5,11 +5,10 @@ use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskStatus};
 use crate::events::TaskStep;
 use crate::mailbox::Mailbox;
-use crate::queue::{EntryId, Settlement};
+use crate::queue::{Claim, EntryId, Settlement};
 use crate::scheduler::protocol::{Extras, Reply};
 use crate::stream::StreamShared;
 
-use super::effects::SharedCall;
 use super::storage::Storage;
 use super::tasks::Tasks;
 use std::time::Duration;
@@ -113,12 +112,9 @@ pub(super) fn end_unadmitted<P: Send + 'static, R: Send + 'static>(
                 PoolError::Expired => Settlement::Done,
                 other => Settlement::Failed(other.to_string()),
             };
-            tasks.fx.shared(SharedCall::Settle {
-                entry: shared_entry,
-                settlement,
-            });
             let (id, cost) = (task.meta.id, task.meta.cost);
-            tasks.deliver_report(key, id, cost, attempt, Err(error), now);
+            let settle = Some((Claim::new(shared_entry, attempt), settlement));
+            tasks.deliver_report(key, id, cost, attempt, Err(error), settle, now);
             drop_contained(task);
         }
     }

@@ -15,8 +15,8 @@ use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
 use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{EntryId, FitQuery, Settlement};
-use crate::scheduler::protocol::{Reply, ShutdownReport};
+use crate::queue::{Claim, EntryId, FitQuery, Settlement};
+use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
 use crate::stream::StreamAttachment;
 use crate::worker::Job;
 use std::sync::Arc;
@@ -136,10 +136,11 @@ pub(crate) struct Outcome<R> {
     pub delivery: Delivery<R>,
     /// Which run of the task produced it.
     pub attempt: u32,
-    /// The shared claim to end once it is stored (a node that dies in between leaves the
-    /// claim to run out, and the task runs again elsewhere rather than being lost with its
-    /// result).
-    pub settle: Option<(EntryId, Settlement)>,
+    /// The shared claim its run held, and how the claim ends: the outcome is published only
+    /// while the claim holds, and the claim ends with it (see `driver.rs`, "publish").
+    pub settle: Option<(Claim, Settlement)>,
+    /// The task's `Ended` step, told only once the outcome is published under its claim.
+    pub later: Option<EndedLater>,
 }
 
 /// A call to the shared queue (see `scheduler::shared_io`, which makes each one in a task of
@@ -173,9 +174,12 @@ pub(crate) enum SharedCall<P> {
     },
     /// End this node's claim on a shared entry.
     Settle {
-        entry: EntryId,
+        claim: Claim,
         settlement: Settlement,
     },
+    /// Hand this node's claims back to the queue at once, for any node to claim (a stopping
+    /// node's work it will not run).
+    Release { claims: Vec<Claim>, now: u64 },
     /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
     RemoveTask {
         key: MailboxKey,

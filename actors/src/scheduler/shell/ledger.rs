@@ -31,7 +31,7 @@ use crate::cancellation::Cancellation;
 use crate::domain::{
     MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskMetadata, TenantId,
 };
-use crate::queue::EntryId;
+use crate::queue::{Claim, EntryId};
 use crate::scheduler::protocol::Reply;
 use crate::stream::StreamAttachment;
 
@@ -205,8 +205,9 @@ pub(crate) struct Rare {
     pub slot: Option<SlotGuard>,
     /// Its submitter, waiting until the queue has stored the task.
     pub reply: Option<Reply>,
-    /// The shared queue's entry and claim count of a task this node claimed from it.
-    pub lease: Option<(EntryId, u32)>,
+    /// The shared queue's claim of a task this node claimed from it (or stored as its claim
+    /// when it started at once): its fencing token.
+    pub lease: Option<Claim>,
     /// A copy of the running task's payload, kept while it may be preempted, so it can run
     /// again (a `P`; see `rerun.rs`).
     pub spare: Option<Box<dyn std::any::Any + Send>>,
@@ -344,14 +345,14 @@ impl<P> Record<P> {
         self.rare.as_deref()
     }
 
-    /// The shared lease it runs under, if any.
-    pub fn lease(&self) -> Option<(EntryId, u32)> {
+    /// The shared claim it runs under, if any.
+    pub fn lease(&self) -> Option<Claim> {
         self.rare()?.lease
     }
 
-    /// Which run of the task this is: 1, or its lease's claim count.
+    /// Which run of the task this is: 1, or its claim's count.
     pub fn attempt(&self) -> u32 {
-        self.lease().map_or(1, |(_, attempt)| attempt)
+        self.lease().map_or(1, |claim| claim.attempt)
     }
 
     /// Its stream, if it is a streamed task.

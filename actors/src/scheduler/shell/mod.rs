@@ -440,15 +440,13 @@ where
                 room.settle(entry, settlement.clone(), &mut self.tasks.fx);
             }
         }
-        let settle = record
-            .lease()
-            .map(|(shared_entry, _)| (shared_entry, settlement));
+        let settle = record.lease().map(|claim| (claim, settlement));
         if ended {
             drop_contained(outcome);
-            if let Some((entry, settlement)) = settle {
+            if let Some((claim, settlement)) = settle {
                 self.tasks
                     .fx
-                    .shared(SharedCall::Settle { entry, settlement });
+                    .shared(SharedCall::Settle { claim, settlement });
             }
         } else {
             self.tasks.deliver(record, outcome, settle, now);

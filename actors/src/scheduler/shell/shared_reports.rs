@@ -5,9 +5,13 @@
 use super::{Record, Shell, Storage};
 use crate::contain::drop_contained;
 use crate::domain::PoolError;
+use crate::events::TaskStep;
+use crate::mailbox::actor::Stored;
 use crate::queue::{EntryId, Lease, QueueError, Settlement};
+use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::SharedReport;
 use crate::scheduler::shell::effects::SharedCall;
+use crate::scheduler::shell::observe::Detail;
 
 impl<P, R> Shell<P, R>
 where
@@ -39,7 +43,20 @@ where
             } => room.removed(&mut self.tasks, (key, id, reply), result, now),
             SharedReport::Recorded { entry, result } => self.recorded(entry, result, now),
             SharedReport::Dead(letters) => room.dead(&mut self.tasks, letters, now),
-            SharedReport::Lost(entries) => room.lost(&self.tasks, entries),
+            SharedReport::Lost(entries) => self.lost(entries, now),
+            SharedReport::Published { key, later, stored } => {
+                let step = match stored {
+                    Stored::Yes => TaskStep::Ended(later.status),
+                    Stored::ClaimLost | Stored::Failed => TaskStep::LeaseLost,
+                };
+                let detail = Detail {
+                    since_ms: later.since_ms,
+                    priority: later.priority,
+                };
+                self.tasks
+                    .observers
+                    .step(later.task_id, &key, later.cost, &step, now, detail);
+            }
         }
     }
 
@@ -58,6 +75,44 @@ where
             Err(error) => {
                 self.tasks.observers.queue_error();
                 tracing::warn!(pool = %self.tasks.pool, %error, "shared queue claim failed; retrying at the next poll");
+            }
+        }
+    }
+
+    /// Claims a renewal found lost (their leases ran out, and another node may have claimed
+    /// their tasks): nothing of this node's runs of them may be published. A run still going
+    /// is stopped at once (its executor sees `running::is_lease_lost`) and its outcome will
+    /// be dropped; a claimed task still waiting here is forgotten.
+    fn lost(&mut self, entries: Vec<EntryId>, now: u64) {
+        for lost in entries {
+            let held = self.tasks.ledger.iter().find_map(|record| {
+                let claim = record.lease().filter(|claim| claim.entry == lost)?;
+                Some((record.entry, record.task_id, claim.attempt))
+            });
+            let Some((entry, task_id, attempt)) = held else {
+                continue;
+            };
+            tracing::warn!(pool = %self.tasks.pool, task_id, entry = lost, attempt, "a shared claim was lost (its lease ran out); this node's run of it is stopped and publishes nothing");
+            self.tasks.step(entry, TaskStep::LeaseLost, now);
+            match self.tasks.core.cancel(entry, now) {
+                Ok(Cancel::Parked { started }) => {
+                    if let Some(mut record) = self.tasks.ledger.remove(entry) {
+                        drop_contained(record.take_payload());
+                        record.release_nested_slot();
+                    }
+                    self.start_parked(started, now);
+                }
+                Ok(Cancel::Running) => {
+                    let Some(record) = self.tasks.ledger.get_mut(entry) else {
+                        continue;
+                    };
+                    record.rare_mut().lease = None;
+                    if let Some(run) = record.run_mut() {
+                        run.ended = true;
+                        run.cancellation.lose_lease();
+                    }
+                }
+                Err(_) => {}
             }
         }
     }
@@ -109,9 +164,10 @@ where
                 self.finish(entry, Err(PoolError::Cancelled), now);
             }
             None => {
+                let claim = lease.claim();
                 drop_contained(lease.task);
                 self.tasks.fx.shared(SharedCall::Settle {
-                    entry: lease.entry,
+                    claim,
                     settlement: Settlement::Done,
                 });
             }

@@ -12,10 +12,10 @@ use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId, TaskMetadata};
 use crate::events::{Refusal, TaskStep};
 use crate::mailbox::{status_of, Delivery};
-use crate::queue::{EntryId, Settlement, StoredEntry};
+use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
 use crate::running::{Cancellation, RunContext};
 use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
-use crate::scheduler::protocol::{Extras, Reply};
+use crate::scheduler::protocol::{EndedLater, Extras, Reply};
 use crate::stream::{StreamAttachment, StreamShared};
 use crate::worker::Job;
 
@@ -152,15 +152,10 @@ where
         let payload = record.take_payload();
         let stored_elsewhere = payload.is_none();
         drop_contained(payload);
-        if let Some((lease, _)) = record.lease() {
-            self.fx.shared(SharedCall::Settle {
-                entry: lease,
-                settlement: Settlement::Done,
-            });
-        }
+        let settle = record.lease().map(|claim| (claim, Settlement::Done));
         self.answer_pending_park(&mut record);
         record.release_nested_slot();
-        self.deliver(record, Err(outcome), None, now);
+        self.deliver(record, Err(outcome), settle, now);
         stored_elsewhere
     }
 
@@ -269,7 +264,7 @@ where
 
     pub fn set_lease(&mut self, entry: EntryId, shared_entry: EntryId, attempt: u32) {
         if let Some(record) = self.ledger.get_mut(entry) {
-            record.rare_mut().lease = Some((shared_entry, attempt));
+            record.rare_mut().lease = Some(Claim::new(shared_entry, attempt));
         }
     }
 
@@ -334,11 +329,19 @@ where
         }
         let outcome = Err(outcome);
         let step = TaskStep::Ended(status_of(&outcome));
-        self.observers.record_step(record, &step, now);
         let key = record.key.key().into_owned();
         let (task_id, attempt) = (record.task_id, record.attempt());
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
-        self.send_outcome(stream, key, task_id, attempt, outcome, None, now);
+        // A claimed task's outcome goes out now, under its claim, which ends with it: the
+        // run's late report only releases its capacity.
+        let settle = record
+            .rare
+            .as_mut()
+            .and_then(|rare| rare.lease.take())
+            .map(|claim| (claim, Settlement::Done));
+        let held_back = settle.is_some() && stream.is_none();
+        let later = ended_step(&self.observers, record, &key, &step, held_back, now);
+        self.send_outcome(stream, key, task_id, attempt, outcome, settle, later, now);
         true
     }
 
@@ -348,16 +351,17 @@ where
         &mut self,
         mut record: Record<P>,
         outcome: Result<R, PoolError>,
-        settle: Option<(EntryId, Settlement)>,
+        settle: Option<(Claim, Settlement)>,
         now: u64,
     ) {
         let step = TaskStep::Ended(status_of(&outcome));
         // The record ends here: its key moves out (built once, for an anonymous one).
         let key = std::mem::replace(&mut record.key, TaskKey::Anonymous([0, 0])).into_key();
-        self.observers.record_step_as(&record, &key, &step, now);
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
+        let held_back = settle.is_some() && stream.is_none();
+        let later = ended_step(&self.observers, &record, &key, &step, held_back, now);
         let (task_id, attempt) = (record.task_id, record.attempt());
-        self.send_outcome(stream, key, task_id, attempt, outcome, settle, now);
+        self.send_outcome(stream, key, task_id, attempt, outcome, settle, later, now);
     }
 
     /// Delivers the outcome of a task the ledger does not hold (a shared queue's report).
@@ -368,12 +372,26 @@ where
         cost: crate::domain::ResourceCost,
         attempt: u32,
         outcome: Result<R, PoolError>,
+        settle: Option<(Claim, Settlement)>,
         now: u64,
     ) {
-        let step = TaskStep::Ended(status_of(&outcome));
-        self.observers
-            .step(task_id, &key, cost, &step, now, Detail::NONE);
-        self.send_outcome(None, key, task_id, attempt, outcome, None, now);
+        let status = status_of(&outcome);
+        let later = match settle {
+            Some(_) => Some(EndedLater {
+                task_id,
+                cost,
+                status,
+                since_ms: None,
+                priority: None,
+            }),
+            None => {
+                let step = TaskStep::Ended(status);
+                self.observers
+                    .step(task_id, &key, cost, &step, now, Detail::NONE);
+                None
+            }
+        };
+        self.send_outcome(None, key, task_id, attempt, outcome, settle, later, now);
     }
 
     /// Asks for an outcome to go to `stream`, or to the mailbox under `key`.
@@ -385,15 +403,16 @@ where
         task_id: TaskId,
         attempt: u32,
         outcome: Result<R, PoolError>,
-        settle: Option<(EntryId, Settlement)>,
+        settle: Option<(Claim, Settlement)>,
+        later: Option<EndedLater>,
         now: u64,
     ) {
         if let Some(stream) = stream {
             // A streamed outcome goes to its stream, behind the partials (nobody could
             // retrieve it from the mailbox).
             self.fx.push(Effect::EndStream { stream, outcome });
-            if let Some((entry, settlement)) = settle {
-                self.fx.shared(SharedCall::Settle { entry, settlement });
+            if let Some((claim, settlement)) = settle {
+                self.fx.shared(SharedCall::Settle { claim, settlement });
             }
             return;
         }
@@ -407,6 +426,7 @@ where
             delivery,
             attempt,
             settle,
+            later,
         }));
     }
 
@@ -487,4 +507,31 @@ fn tenant_key(keys: &foldhash::fast::RandomState, key: &MailboxKey) -> TenantKey
 /// The typed buffer behind a stream attachment (checked at admission, so always `Some`).
 pub(crate) fn stream_of<R: Send + 'static>(stream: &StreamAttachment) -> Option<&StreamShared<R>> {
     stream.0.downcast_ref::<StreamShared<R>>()
+}
+
+/// Tells the observers that `record` ended with `step`, now, or, for an outcome that goes
+/// out under a shared claim (`held_back`), returns the step to tell once it is published.
+fn ended_step<P>(
+    observers: &Observers,
+    record: &Record<P>,
+    key: &MailboxKey,
+    step: &TaskStep,
+    held_back: bool,
+    now: u64,
+) -> Option<EndedLater> {
+    if !held_back {
+        observers.record_step_as(record, key, step, now);
+        return None;
+    }
+    let TaskStep::Ended(status) = step else {
+        return None;
+    };
+    let detail = Detail::of(record, step);
+    Some(EndedLater {
+        task_id: record.task_id,
+        cost: record.cost(),
+        status: status.clone(),
+        since_ms: detail.since_ms,
+        priority: detail.priority,
+    })
 }

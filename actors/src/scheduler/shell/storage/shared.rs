@@ -112,7 +112,7 @@ impl SharedRoom {
             .ledger
             .iter()
             .filter_map(Record::lease)
-            .map(|(lease, _)| lease)
+            .map(|claim| claim.entry)
             .collect();
         tasks.fx.shared(SharedCall::Renew { held, now });
     }
@@ -128,24 +128,15 @@ impl SharedRoom {
             tracing::warn!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
             let outcome = Err(PoolError::Failed(letter.reason));
             // The attempt that gave up is not known here; the first is reported.
-            tasks.deliver_report(letter.key, letter.task_id, letter.cost, 1, outcome, now);
-        }
-    }
-
-    /// Leases a renewal found lost (expired, and rescued by another node).
-    pub fn lost<P: Send + 'static, R: Send + 'static>(
-        &self,
-        tasks: &Tasks<P, R>,
-        entries: Vec<EntryId>,
-    ) {
-        for lost in entries {
-            let held = tasks
-                .ledger
-                .iter()
-                .any(|record| record.lease().is_some_and(|(lease, _)| lease == lost));
-            if held {
-                tracing::warn!(pool = %tasks.pool, entry = lost, "a shared lease was lost while its task ran here; another node may run it too");
-            }
+            tasks.deliver_report(
+                letter.key,
+                letter.task_id,
+                letter.cost,
+                1,
+                outcome,
+                None,
+                now,
+            );
         }
     }
 
@@ -214,7 +205,7 @@ impl SharedRoom {
             Ok(Some(task)) => {
                 let cost = task.meta.cost;
                 drop_contained(task);
-                tasks.deliver_report(key, id, cost, 1, Err(PoolError::Cancelled), now);
+                tasks.deliver_report(key, id, cost, 1, Err(PoolError::Cancelled), None, now);
                 Ok(())
             }
             Ok(None) => Err(PoolError::TaskNotFound(id)),

@@ -136,6 +136,15 @@ impl World {
             }
             SharedCall::Renew { .. } => return,
             SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
+            SharedCall::Release { claims, .. } => {
+                for claim in claims {
+                    if let Some(task) = self.shared_claimed.remove(&claim.entry) {
+                        self.shared_held.retain(|&held| held != claim.entry);
+                        self.shared_parked.push((claim.entry, 0, task));
+                    }
+                }
+                return;
+            }
         };
         self.shell.shared_report(report, self.now);
     }

@@ -210,6 +210,9 @@ struct World {
     shared_parked: Vec<(EntryId, u64, ScheduledTask<u32>)>,
     shared_claimed: HashMap<EntryId, ScheduledTask<u32>>,
     shared_held: Vec<EntryId>,
+    /// Shared entries whose claims a renewal found lost: nothing may be published or
+    /// settled under them.
+    shared_lost: HashSet<EntryId>,
     /// Workers whose slot rests (their thread still busy after a task).
     resting: Vec<usize>,
     /// Permits granted and taken by their holders.
@@ -275,6 +278,7 @@ impl World {
             shared_parked: Vec::new(),
             shared_claimed: HashMap::new(),
             shared_held: Vec::new(),
+            shared_lost: HashSet::new(),
             resting: Vec::new(),
             permits: Vec::new(),
             acquires: Vec::new(),
@@ -328,6 +332,7 @@ impl World {
             Event::Poll { lose } => {
                 if lose && !self.shared_held.is_empty() {
                     let lost = std::mem::take(&mut self.shared_held);
+                    self.shared_lost.extend(lost.iter().copied());
                     self.shell.shared_report(SharedReport::Lost(lost), self.now);
                 }
                 if matches!(self.mode, Mode::Shared { .. }) {
@@ -478,9 +483,14 @@ impl World {
                 self.order_rule(&call)?;
                 self.queue_calls.push_back(call);
             }
-            Effect::Shared(SharedCall::Settle { entry, .. }) => {
-                self.shared_held.retain(|&held| held != entry);
-                self.shared_claimed.remove(&entry);
+            Effect::Shared(SharedCall::Settle { claim, .. }) => {
+                prop_assert!(
+                    !self.shared_lost.contains(&claim.entry),
+                    "a lost claim {} was settled",
+                    claim.entry
+                );
+                self.shared_held.retain(|&held| held != claim.entry);
+                self.shared_claimed.remove(&claim.entry);
             }
             Effect::Shared(call) => self.shared_calls.push(call),
             Effect::Deliver(outcome) => {
@@ -505,9 +515,25 @@ impl World {
                         );
                     }
                 }
-                if let Some((shared_entry, _)) = outcome.settle {
-                    self.shared_held.retain(|&held| held != shared_entry);
-                    self.shared_claimed.remove(&shared_entry);
+                if let Some((claim, _)) = outcome.settle {
+                    prop_assert!(
+                        !self.shared_lost.contains(&claim.entry),
+                        "task {id} was published under its lost claim {}",
+                        claim.entry
+                    );
+                    self.shared_held.retain(|&held| held != claim.entry);
+                    self.shared_claimed.remove(&claim.entry);
+                }
+                prop_assert_eq!(
+                    outcome.settle.is_some(),
+                    outcome.later.is_some(),
+                    "an outcome under a claim holds its Ended step back, and only such a one"
+                );
+                if let Some(later) = outcome.later {
+                    let stored = crate::mailbox::actor::Stored::Yes;
+                    let key = outcome.key;
+                    let report = SharedReport::Published { key, later, stored };
+                    self.shell.shared_report(report, self.now);
                 }
             }
             Effect::EndStream { .. } => prop_assert!(false, "no task here streams"),
