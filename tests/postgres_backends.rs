@@ -632,3 +632,125 @@ async fn a_pgmq_message_that_cannot_be_read_is_dead_lettered_and_the_claim_goes_
     assert_eq!(archived.try_get::<i64>("", "done").unwrap(), 1);
     drop_pgmq_queues(&queue.pgmq_queues()).await;
 }
+
+/// The fenced store, against both queue layouts: a result goes in only under the claim that
+/// still holds its task, in the transaction that ends the claim. A claim that ran out and
+/// was taken again (here by the same node, the hardest case) stores nothing and ends
+/// nothing; the fresh claim stores its result and ends its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_store_publishes_only_under_the_claim_that_holds() {
+    let database = database();
+    let name = fresh_name("fence");
+    let (queue, results) = {
+        let (database, name) = (database.clone(), name.clone());
+        tokio::task::spawn_blocking(move || {
+            let queue = PostgresQueue::<Job>::open(&database, "pl_queue_jobs", &name)
+                .unwrap()
+                .with_retry(NO_RETRY_DELAY);
+            let results = PostgresMailbox::<String>::open(&database, &format!("{name}_results"))
+                .unwrap()
+                .settling_claims_of(queue.fence())
+                .unwrap();
+            (queue, results)
+        })
+        .await
+        .unwrap()
+    };
+    fenced_store_rules(&queue, &results, &name).await;
+}
+
+/// [`a_fenced_store_publishes_only_under_the_claim_that_holds`] on PGMQ.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_store_on_pgmq_publishes_only_under_the_claim_that_holds() {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let database = database();
+    let name = fresh_name("pgfence");
+    let (queue, results) = {
+        let (database, name) = (database.clone(), name.clone());
+        tokio::task::spawn_blocking(move || {
+            let queue = PgmqQueue::<Job>::open(&database, &name)
+                .unwrap()
+                .with_retry(NO_RETRY_DELAY);
+            let results = PostgresMailbox::<String>::open(&database, &format!("{name}_results"))
+                .unwrap()
+                .settling_claims_of(queue.fence())
+                .unwrap();
+            (queue, results)
+        })
+        .await
+        .unwrap()
+    };
+    fenced_store_rules(&queue, &results, &name).await;
+    let queues = queue.pgmq_queues();
+    drop_pgmq_queues(&queues).await;
+}
+
+async fn fenced_store_rules(
+    queue: &dyn SharedQueue<Job>,
+    results: &PostgresMailbox<String>,
+    name: &str,
+) {
+    use prometheus_parking_lot::core::{Delivery, FencedDelivery, Settlement};
+    let key = MailboxKey::new("acme").with_session(name);
+    let meta = TaskMetadata::new(7, ResourceCost::cpu(1)).with_mailbox(key.clone());
+    queue
+        .enqueue(1, 1, ScheduledTask::new(meta, Job::for_task(7)))
+        .await
+        .unwrap();
+    let any = FitQuery::within(Capacity::uniform(4));
+    let lease = Duration::from_millis(100);
+    let stale = queue.claim_best_fit("a", &any, lease, 10).await.unwrap();
+    let stale = stale.expect("claimed").claim();
+    assert_eq!(queue.maintenance().rescue_expired(10_000).await, Ok(1));
+    let fresh = queue
+        .claim_best_fit("a", &any, lease, 10_001)
+        .await
+        .unwrap();
+    let fresh = fresh.expect("claimed again").claim();
+    assert_eq!(fresh.attempt, 2);
+
+    let fenced = |claim, text: &str| FencedDelivery {
+        key: key.clone(),
+        delivery: Delivery {
+            task_id: 7,
+            outcome: Ok(text.to_owned()),
+            stored_at_ms: 20_000,
+        },
+        claim,
+        settlement: Settlement::Done,
+    };
+    assert!(results.fences_claims());
+    let late = results
+        .store_fenced("a", vec![fenced(stale, "stale")])
+        .await;
+    assert_eq!(late, vec![Ok(false)], "the stale claim publishes nothing");
+    assert_eq!(results.list(&key).await, Ok(vec![]));
+    let counts = queue.maintenance().counts().await.unwrap();
+    assert_eq!(
+        counts,
+        QueueCounts {
+            parked: 0,
+            claimed: 1
+        },
+        "the fresh claim stands"
+    );
+
+    let stored = results
+        .store_fenced("b", vec![fenced(fresh, "wrong node")])
+        .await;
+    assert_eq!(
+        stored,
+        vec![Ok(false)],
+        "another node's store under it neither"
+    );
+    let stored = results
+        .store_fenced("a", vec![fenced(fresh, "fresh")])
+        .await;
+    assert_eq!(stored, vec![Ok(true)]);
+    let counts = queue.maintenance().counts().await.unwrap();
+    assert_eq!(counts, QueueCounts::default(), "settled with the store");
+    let taken = results.take_task(&key, 7).await.unwrap().expect("stored");
+    assert_eq!(taken.outcome, Ok("fresh".to_owned()));
+    assert_eq!(results.list(&key).await, Ok(vec![]), "one record");
+}

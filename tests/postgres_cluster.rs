@@ -85,6 +85,9 @@ struct NodeSpec {
     /// colocated with a GPU would; each is recorded as `accepted ID` once its submit returns.
     #[serde(default)]
     own_jobs: Option<(u64, u64)>,
+    /// Where the node POSTs terminal events (`mailbox.notifier`), if anywhere.
+    #[serde(default)]
+    webhook: Option<String>,
 }
 
 fn database_url() -> String {
@@ -99,6 +102,23 @@ fn config(
     workers: usize,
     capacity: u32,
 ) -> SchedulerConfig {
+    config_with_webhook(backend, queue, mailbox, workers, capacity, None)
+}
+
+/// [`config`], with terminal events POSTed to `webhook` when given.
+fn config_with_webhook(
+    backend: Backend,
+    queue: &str,
+    mailbox: &str,
+    workers: usize,
+    capacity: u32,
+    webhook: Option<&str>,
+) -> SchedulerConfig {
+    let mut results = serde_json::json!({ "storage": { "type": "postgres", "table": mailbox } });
+    if let Some(url) = webhook {
+        results["notifier"] =
+            serde_json::json!({ "type": "http", "base_url": url, "max_retries": 0 });
+    }
     let text = serde_json::json!({
         "database_url": database_url(),
         "pools": {
@@ -107,7 +127,7 @@ fn config(
                 "max_units": capacity,
                 "max_queue_depth": 100_000,
                 "queue": backend.queue_settings(queue),
-                "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
+                "mailbox": results
             }
         }
     })
@@ -157,12 +177,13 @@ fn cluster_node() {
         capacity: spec.capacity,
     };
     let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
-        &config(
+        &config_with_webhook(
             spec.backend,
             &spec.queue,
             &spec.mailbox,
             spec.workers,
             spec.capacity,
+            spec.webhook.as_deref(),
         ),
         &QueueBuilderContext::Embedded,
         None,
@@ -191,6 +212,11 @@ fn cluster_node() {
     // Stop when the parent test closes our stdin (it ended, or failed).
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
+    let stats = built.pools["work"].stats();
+    recorder.line(format!(
+        "stats completed {} lost {}",
+        stats.completed_tasks, stats.lost_leases
+    ));
     drop(built);
 }
 
@@ -231,6 +257,38 @@ impl Node {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to the node.
+    fn signal(&self, signal: &str) {
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "SIG{signal} to node {}", self.name);
+    }
+
+    /// Asks the node to stop (closes its stdin), waits for it, and returns the `stats` line
+    /// it wrote last: (completed tasks, lost leases).
+    fn stop(&mut self) -> (u64, u64) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().expect("wait for a node").is_none() {
+            assert!(Instant::now() < deadline, "node {} did not stop", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let lines = read_lines(&self.runs);
+        let stats = lines
+            .iter()
+            .rev()
+            .find_map(|line| line.strip_prefix("stats "))
+            .unwrap_or_else(|| panic!("node {} wrote no stats: {lines:?}", self.name));
+        let numbers: Vec<u64> = stats
+            .split(' ')
+            .filter_map(|word| word.parse().ok())
+            .collect();
+        (numbers[0], numbers[1])
     }
 
     /// SIGKILL, as a crash.
@@ -339,7 +397,73 @@ fn node_spec(
         capacity,
         runs: dir.join(format!("{name}.runs")),
         own_jobs: None,
+        webhook: None,
     }
+}
+
+/// A webhook receiver on 127.0.0.1: counts the terminal events POSTed to it, by task id.
+struct Hooks {
+    url: String,
+    received: Arc<Mutex<BTreeMap<TaskId, usize>>>,
+}
+
+impl Hooks {
+    fn start() -> Self {
+        use std::io::{BufRead, BufReader, Read};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a webhook port");
+        let url = format!("http://{}/done", listener.local_addr().unwrap());
+        let received = Arc::new(Mutex::new(BTreeMap::new()));
+        let counts = received.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream);
+                let mut length = 0;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                    let lower = header.to_ascii_lowercase();
+                    if let Some(value) = lower.strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_ok() {
+                    let event: serde_json::Value =
+                        serde_json::from_slice(&body).unwrap_or_default();
+                    if let Some(id) = event["task_id"].as_u64() {
+                        *counts.lock().unwrap().entry(id).or_insert(0) += 1;
+                    }
+                }
+                let _ = reader.get_mut().write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        Self { url, received }
+    }
+
+    fn counts(&self) -> BTreeMap<TaskId, usize> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+/// How many results the mailbox table `table` holds.
+async fn stored_results(table: &str) -> i64 {
+    use sea_orm::ConnectionTrait;
+    let connection = sea_orm::Database::connect(database_url()).await.unwrap();
+    let row = connection
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!("SELECT count(*) AS n FROM {table}"),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let count = row.try_get::<i64>("", "n").unwrap();
+    let _ = connection.close().await;
+    count
 }
 
 /// Submits `jobs` through the producer-only node and retrieves every result.
@@ -615,6 +739,109 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere(backen
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Node a claims two jobs and is stopped (SIGSTOP) past its lease; node b rescues and
+/// finishes them, and the producer gets b's results. When a resumes, its runs are stopped or
+/// their results refused by the claim's fence: nothing of a's is stored or POSTed, each job
+/// has exactly one terminal record and one webhook call, and a counts two lost leases and no
+/// completion.
+async fn a_stalled_node_publishes_nothing_for_work_another_node_took_over(backend: Backend) {
+    let (queue, mailbox, dir) = fresh(backend, "stall");
+    let hooks = Hooks::start();
+    let webhook = cfg!(feature = "webhook").then(|| hooks.url.clone());
+    let mut spec_a = node_spec(backend, "a", &queue, &mailbox, &dir, 2, 2);
+    spec_a.webhook = webhook.clone();
+    let mut spec_b = node_spec(backend, "b", &queue, &mailbox, &dir, 2, 2);
+    spec_b.webhook = webhook.clone();
+    let mut a = Node::start(&spec_a);
+    a.wait_ready();
+
+    let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
+        &config(backend, &queue, &mailbox, 0, 1_000),
+        &QueueBuilderContext::Embedded,
+        None,
+        |_| unreachable_executor(),
+        TokioSpawner,
+    )
+    .expect("the producer starts");
+    let producer = &built.pools["work"];
+    let key = MailboxKey::new("cluster").with_session(&queue);
+    for id in [1, 2] {
+        let meta = TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key.clone());
+        let job = Job {
+            ms: 2_500,
+            units: 1,
+        };
+        producer
+            .submit(ScheduledTask::new(meta, job))
+            .await
+            .expect("submit");
+    }
+    let started_on = |node: &Node| {
+        read_lines(&node.runs)
+            .iter()
+            .filter(|line| line.starts_with("start"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while started_on(&a) < 2 {
+        assert!(Instant::now() < deadline, "node a did not start both jobs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.signal("STOP");
+    let stopped_at = Instant::now();
+
+    let mut b = Node::start(&spec_b);
+    b.wait_ready();
+    for id in [1, 2] {
+        let result = producer
+            .retrieve_task(&key, id, Duration::from_secs(30))
+            .await;
+        assert_eq!(result, Ok(id * 2), "job {id}, finished by node b");
+    }
+    assert_eq!(started_on(&b), 2, "node b ran both jobs");
+    let stalled = stopped_at.elapsed();
+    assert!(
+        stalled > Duration::from_millis(1_500),
+        "a stall past the lease"
+    );
+    a.signal("CONT");
+    // Node a's runs wake to find their claims gone: a renewal (within a third of the
+    // lease) stops them, or their results reach the fence first.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (completed_a, lost_a) = a.stop();
+    let (completed_b, lost_b) = b.stop();
+    eprintln!(
+        "node a stalled {stalled:?}: completed {completed_a}, lost {lost_a}; node b: completed {completed_b}, lost {lost_b}"
+    );
+
+    assert_eq!(stored_results(&mailbox).await, 0, "no stale second result");
+    let again = producer
+        .retrieve_task(&key, 1, Duration::from_millis(500))
+        .await;
+    assert_eq!(
+        again,
+        Err(PoolError::Timeout),
+        "a second retrieve finds nothing"
+    );
+    assert_eq!((completed_a, lost_a), (0, 2), "node a lost both claims");
+    assert_eq!((completed_b, lost_b), (2, 0), "node b completed both");
+    if webhook.is_some() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while hooks.counts().len() < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let once: BTreeMap<TaskId, usize> = [(1, 1), (2, 1)].into();
+        assert_eq!(
+            hooks.counts(),
+            once,
+            "one webhook call per job, from node b"
+        );
+    }
+    drop(built);
+    clean_up(backend, &queue, &mailbox).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The scenarios, once per backend: `<scenario>` on the table queue, `pgmq_<scenario>` on
 /// PGMQ.
 macro_rules! on_each_backend {
@@ -645,6 +872,7 @@ on_each_backend!(
     three_nodes_run_every_job_exactly_once_within_their_capacity,
     a_killed_nodes_jobs_are_rescued_and_finished_by_the_others,
     tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere,
+    a_stalled_node_publishes_nothing_for_work_another_node_took_over,
 );
 
 fn main() {
