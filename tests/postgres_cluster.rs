@@ -88,6 +88,14 @@ struct NodeSpec {
     /// Where the node POSTs terminal events (`mailbox.notifier`), if anywhere.
     #[serde(default)]
     webhook: Option<String>,
+    /// The queue's `lease_ms` and `claim_ahead`, where not the defaults of [`config`].
+    #[serde(default)]
+    lease_ms: Option<u64>,
+    #[serde(default)]
+    claim_ahead: Option<u32>,
+    /// How long the node drains when it gets SIGTERM.
+    #[serde(default)]
+    drain_ms: u64,
 }
 
 fn database_url() -> String {
@@ -102,23 +110,35 @@ fn config(
     workers: usize,
     capacity: u32,
 ) -> SchedulerConfig {
-    config_with_webhook(backend, queue, mailbox, workers, capacity, None)
+    let results = serde_json::json!({ "storage": { "type": "postgres", "table": mailbox } });
+    config_of(backend.queue_settings(queue), results, workers, capacity)
 }
 
-/// [`config`], with terminal events POSTed to `webhook` when given.
-fn config_with_webhook(
-    backend: Backend,
-    queue: &str,
-    mailbox: &str,
-    workers: usize,
-    capacity: u32,
-    webhook: Option<&str>,
-) -> SchedulerConfig {
-    let mut results = serde_json::json!({ "storage": { "type": "postgres", "table": mailbox } });
-    if let Some(url) = webhook {
+/// A node's config, as its spec asks.
+fn node_config(spec: &NodeSpec) -> SchedulerConfig {
+    let mut queue = spec.backend.queue_settings(&spec.queue);
+    if let Some(lease_ms) = spec.lease_ms {
+        queue["lease_ms"] = lease_ms.into();
+    }
+    if let Some(claim_ahead) = spec.claim_ahead {
+        queue["claim_ahead"] = claim_ahead.into();
+    }
+    let mut results =
+        serde_json::json!({ "storage": { "type": "postgres", "table": spec.mailbox } });
+    if let Some(url) = &spec.webhook {
         results["notifier"] =
             serde_json::json!({ "type": "http", "base_url": url, "max_retries": 0 });
     }
+    config_of(queue, results, spec.workers, spec.capacity)
+}
+
+/// One pool, `work`, on `queue` with results in `results`.
+fn config_of(
+    queue: serde_json::Value,
+    results: serde_json::Value,
+    workers: usize,
+    capacity: u32,
+) -> SchedulerConfig {
     let text = serde_json::json!({
         "database_url": database_url(),
         "pools": {
@@ -126,7 +146,7 @@ fn config_with_webhook(
                 "worker_threads": workers,
                 "max_units": capacity,
                 "max_queue_depth": 100_000,
-                "queue": backend.queue_settings(queue),
+                "queue": queue,
                 "mailbox": results
             }
         }
@@ -177,14 +197,7 @@ fn cluster_node() {
         capacity: spec.capacity,
     };
     let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
-        &config_with_webhook(
-            spec.backend,
-            &spec.queue,
-            &spec.mailbox,
-            spec.workers,
-            spec.capacity,
-            spec.webhook.as_deref(),
-        ),
+        &node_config(&spec),
         &QueueBuilderContext::Embedded,
         None,
         |_| recorder.clone(),
@@ -192,12 +205,12 @@ fn cluster_node() {
     )
     .expect("the node starts");
     recorder.line("ready".into());
+    let pool = &built.pools["work"];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     if let Some((count, ms)) = spec.own_jobs {
-        let pool = &built.pools["work"];
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         runtime.block_on(async {
             for id in 1..=count {
                 let meta =
@@ -209,10 +222,28 @@ fn cluster_node() {
             }
         });
     }
-    // Stop when the parent test closes our stdin (it ended, or failed).
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    let stats = built.pools["work"].stats();
+    // Stop when the parent test closes our stdin (it ended, or failed), or at SIGTERM, as a
+    // deployment stops a node: drain, handing back what will not finish.
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate()).expect("listen for SIGTERM");
+        let (closed, stdin) = tokio::sync::oneshot::channel::<()>();
+        // A thread of its own: a blocked read must not hold the runtime up at exit.
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_line(&mut String::new());
+            let _ = closed.send(());
+        });
+        tokio::select! {
+            _ = terminate.recv() => {
+                recorder.line("sigterm".into());
+                pool.shutdown_with_drain(Duration::from_millis(spec.drain_ms))
+                    .await
+                    .expect("the node drains");
+            }
+            _ = stdin => {}
+        }
+    });
+    let stats = pool.stats();
     recorder.line(format!(
         "stats completed {} lost {}",
         stats.completed_tasks, stats.lost_leases
@@ -398,6 +429,9 @@ fn node_spec(
         runs: dir.join(format!("{name}.runs")),
         own_jobs: None,
         webhook: None,
+        lease_ms: None,
+        claim_ahead: None,
+        drain_ms: 0,
     }
 }
 
@@ -447,6 +481,38 @@ impl Hooks {
     fn counts(&self) -> BTreeMap<TaskId, usize> {
         self.received.lock().unwrap().clone()
     }
+}
+
+/// How many tasks of shared queue `queue` are claimed, by any node.
+async fn claimed_in(backend: Backend, queue: &str) -> usize {
+    use prometheus_parking_lot::core::SharedQueue;
+    use prometheus_parking_lot::infra::postgres::PgDatabase;
+    let queue = queue.to_owned();
+    let shared: Box<dyn SharedQueue<Job>> = tokio::task::spawn_blocking(move || {
+        let database = PgDatabase::connect(&database_url()).expect("connect");
+        match backend {
+            Backend::Postgres => Box::new(
+                prometheus_parking_lot::infra::queue::postgres::PostgresQueue::<Job>::open(
+                    &database,
+                    "pl_queue_jobs",
+                    &queue,
+                )
+                .expect("open the queue"),
+            ) as Box<dyn SharedQueue<Job>>,
+            #[cfg(feature = "pgmq")]
+            Backend::Pgmq => Box::new(
+                prometheus_parking_lot::infra::queue::pgmq::PgmqQueue::<Job>::open(
+                    &database, &queue,
+                )
+                .expect("open the queue"),
+            ),
+            #[cfg(not(feature = "pgmq"))]
+            Backend::Pgmq => unreachable!("pgmq scenarios need the pgmq feature"),
+        }
+    })
+    .await
+    .unwrap();
+    shared.maintenance().counts().await.expect("counts").claimed
 }
 
 /// How many results the mailbox table `table` holds.
@@ -842,6 +908,98 @@ async fn a_stalled_node_publishes_nothing_for_work_another_node_took_over(backen
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Node a holds six jobs (two running, four claimed ahead and waiting for its workers) under
+/// 30 s leases when it gets SIGTERM with a 300 ms drain. It hands the four waiting claims back
+/// at once and, at the deadline, stops its two runs and hands them back too; node b finishes
+/// all six within seconds, not after the leases, and every job ends once.
+async fn a_stopping_node_hands_its_work_back_at_once(backend: Backend) {
+    let (queue, mailbox, dir) = fresh(backend, "term");
+    // Two workers and room for eight units: two jobs run, four more wait claimed ahead.
+    let mut spec_a = node_spec(backend, "a", &queue, &mailbox, &dir, 2, 8);
+    spec_a.lease_ms = Some(30_000);
+    spec_a.claim_ahead = Some(4);
+    spec_a.drain_ms = 300;
+    let mut spec_b = node_spec(backend, "b", &queue, &mailbox, &dir, 2, 2);
+    spec_b.lease_ms = Some(30_000);
+    let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
+        &config(backend, &queue, &mailbox, 0, 1_000),
+        &QueueBuilderContext::Embedded,
+        None,
+        |_| unreachable_executor(),
+        TokioSpawner,
+    )
+    .expect("the producer starts");
+    let producer = &built.pools["work"];
+    let key = MailboxKey::new("cluster").with_session(&queue);
+    for id in 1..=6 {
+        let meta = TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key.clone());
+        let job = Job {
+            ms: 3_000,
+            units: 1,
+        };
+        producer
+            .submit(ScheduledTask::new(meta, job))
+            .await
+            .expect("submit");
+    }
+    let started_on = |node: &Node| {
+        read_lines(&node.runs)
+            .iter()
+            .filter(|line| line.starts_with("start"))
+            .count()
+    };
+    // Node a starts with six jobs waiting: its first claim takes them all.
+    let mut a = Node::start(&spec_a);
+    a.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while started_on(&a) < 2 || claimed_in(backend, &queue).await < 6 {
+        assert!(Instant::now() < deadline, "node a did not claim every job");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut b = Node::start(&spec_b);
+    b.wait_ready();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(started_on(&b), 0, "node a held every job");
+
+    a.signal("TERM");
+    let stopped_at = Instant::now();
+    let deadline = stopped_at + Duration::from_secs(10);
+    while started_on(&b) == 0 {
+        assert!(Instant::now() < deadline, "node b got nothing from node a");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let first_handed = stopped_at.elapsed();
+    for id in 1..=6 {
+        let result = producer
+            .retrieve_task(&key, id, Duration::from_secs(20))
+            .await;
+        assert_eq!(result, Ok(id * 2), "job {id}");
+    }
+    let all_done = stopped_at.elapsed();
+    let (completed_a, lost_a) = a.stop();
+    let (completed_b, _) = b.stop();
+    eprintln!(
+        "SIGTERM to node a: node b started its first handed-back job after {first_handed:?},          all six results after {all_done:?}; node a completed {completed_a}, lost {lost_a};          node b completed {completed_b}"
+    );
+    assert!(
+        first_handed < Duration::from_secs(1),
+        "a handed-back job waits for no lease: {first_handed:?}"
+    );
+    assert!(
+        all_done < Duration::from_secs(15),
+        "every job finished long before a 30 s lease could run out: {all_done:?}"
+    );
+    let runs = collect(&[&a, &b]);
+    let ended: Vec<TaskId> = runs.ended.values().flatten().copied().collect();
+    assert_eq!(ended.len(), 6, "each job ended once: {:?}", runs.ended);
+    assert_eq!(completed_a + completed_b, 6, "six completions in all");
+    assert_eq!(completed_b, 6, "node a stopped before its runs ended");
+    assert_eq!(stored_results(&mailbox).await, 0, "no second result");
+    drop(built);
+    clean_up(backend, &queue, &mailbox).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The scenarios, once per backend: `<scenario>` on the table queue, `pgmq_<scenario>` on
 /// PGMQ.
 macro_rules! on_each_backend {
@@ -873,6 +1031,7 @@ on_each_backend!(
     a_killed_nodes_jobs_are_rescued_and_finished_by_the_others,
     tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere,
     a_stalled_node_publishes_nothing_for_work_another_node_took_over,
+    a_stopping_node_hands_its_work_back_at_once,
 );
 
 fn main() {

@@ -30,6 +30,8 @@ use crate::queue::StoredEntry;
 use crate::spin::{Spin, SPIN_TIME};
 use crate::stats::PoolCounters;
 
+/// How long a stopping scheduler waits for its shared queue's last hand-backs and settles.
+const SHARED_FINISH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How many times the scheduler re-checks an empty inbox before it sleeps. A round is a
 /// `sched_yield` (well under a microsecond when no other thread wants the core), and every
 /// 16th also yields to the pool's runtime so its other actors and timers run. The spin is
@@ -137,6 +139,9 @@ where
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         state.inbox.close();
+        if let Some(shared) = &state.driver.shared {
+            shared.finish(SHARED_FINISH_LIMIT).await;
+        }
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::ActorRef;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
@@ -136,11 +136,18 @@ struct ToSettle {
     then: Option<AfterSettle>,
 }
 
+/// What the settle loop is handed.
+enum SettleMsg {
+    Settle(ToSettle),
+    /// Answered once every settle handed over before it is done.
+    Flush(oneshot::Sender<()>),
+}
+
 /// Ends a node's claims on the shared queue: a handle on the node's settle loop (see
 /// [`settle_loop`]). Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Settler {
-    settles: mpsc::UnboundedSender<ToSettle>,
+    settles: mpsc::UnboundedSender<SettleMsg>,
 }
 
 impl Settler {
@@ -159,13 +166,23 @@ impl Settler {
             settlement,
             then,
         };
-        if let Err(mpsc::error::SendError(settle)) = self.settles.send(settle) {
+        if let Err(mpsc::error::SendError(SettleMsg::Settle(settle))) =
+            self.settles.send(SettleMsg::Settle(settle))
+        {
             // The loop ends only with the link: the pool is gone, and nothing was settled.
             if let Some(then) = settle.then {
                 then(Err(QueueError::Backend(
                     "the pool's shared queue link is gone".into(),
                 )));
             }
+        }
+    }
+
+    /// Completes once every settle handed over so far is done (or given up).
+    async fn flush(&self) {
+        let (done, flushed) = oneshot::channel();
+        if self.settles.send(SettleMsg::Flush(done)).is_ok() {
+            let _ = flushed.await;
         }
     }
 }
@@ -176,11 +193,18 @@ async fn settle_loop<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     node: Arc<str>,
     lease: Duration,
-    mut settles: mpsc::UnboundedReceiver<ToSettle>,
+    mut settles: mpsc::UnboundedReceiver<SettleMsg>,
 ) {
     let mut group = Vec::new();
     while settles.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
-        let mut pending = std::mem::take(&mut group);
+        let mut pending = Vec::with_capacity(group.len());
+        let mut flushes = Vec::new();
+        for message in group.drain(..) {
+            match message {
+                SettleMsg::Settle(settle) => pending.push(settle),
+                SettleMsg::Flush(done) => flushes.push(done),
+            }
+        }
         let give_up = tokio::time::Instant::now() + lease / 2;
         let mut pause = Duration::from_millis(50);
         while !pending.is_empty() {
@@ -219,6 +243,9 @@ async fn settle_loop<P: Send + 'static>(
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             pending = again;
+        }
+        for done in flushes {
+            let _ = done.send(());
         }
     }
 }
@@ -309,7 +336,9 @@ pub(crate) struct SharedIo<P> {
     parks_waiting: Option<mpsc::UnboundedReceiver<ToPark<P>>>,
     /// The settle loop's handle, and its receiver until `connect` starts the loop.
     settler: Settler,
-    settles_waiting: Option<mpsc::UnboundedReceiver<ToSettle>>,
+    settles_waiting: Option<mpsc::UnboundedReceiver<SettleMsg>>,
+    /// Hand-backs under way (a stopping node's), which the scheduler waits for as it stops.
+    releases: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl<P> SharedIo<P>
@@ -330,6 +359,7 @@ where
             parks_waiting: Some(parks_waiting),
             settler: Settler { settles },
             settles_waiting: Some(settles_waiting),
+            releases: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -346,6 +376,8 @@ where
         scheduler.send_interval(self.poll, || {
             SchedulerMsg(Internal::Shared(SharedReport::Poll))
         });
+        // A node that starts claims what waits at once, not at its first poll.
+        let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(SharedReport::Wake)));
         tokio::spawn(rescue_leases(
             self.queue.clone(),
             self.node.clone(),
@@ -439,17 +471,24 @@ where
             }
             SharedCall::Settle { claim, settlement } => self.settler.settle(claim, settlement),
             SharedCall::Release { claims, now } => {
-                self.spawn(move |queue, node| async move {
+                let (queue, node) = (self.queue.clone(), self.node.clone());
+                let release = tokio::spawn(async move {
                     let count = claims.len();
                     let released = queue.release_many(&node, claims, now).await;
                     let handed = released.iter().filter(|result| result.is_ok()).count();
-                    if let Some(error) = released.into_iter().find_map(Result::err) {
-                        tracing::warn!(node = %node, handed, count, %error, "some claims could not be handed back; their leases will run out");
-                    } else {
-                        tracing::info!(node = %node, handed, "handed claims back to the shared queue");
+                    match released.into_iter().find_map(Result::err) {
+                        Some(error) => {
+                            tracing::warn!(node = %node, handed, count, %error, "some claims could not be handed back; their leases will run out")
+                        }
+                        None => {
+                            tracing::info!(node = %node, handed, "handed claims back to the shared queue")
+                        }
                     }
-                    None
                 });
+                self.releases
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(release);
             }
             SharedCall::RemoveTask { key, id, reply } => {
                 self.spawn(move |queue, _| async move {
@@ -469,6 +508,27 @@ where
                     (!lost.is_empty()).then_some(SharedReport::Lost(lost))
                 });
             }
+        }
+    }
+
+    /// Waits, up to `limit`, for the hand-backs and settles asked for so far: a stopping
+    /// node leaves no claim it gave up to its lease, nor a result's settle half done.
+    pub async fn finish(&self, limit: Duration) {
+        let releases = std::mem::take(
+            &mut *self
+                .releases
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let settler = self.settler.clone();
+        let finished = async move {
+            for release in releases {
+                let _ = release.await;
+            }
+            settler.flush().await;
+        };
+        if tokio::time::timeout(limit, finished).await.is_err() {
+            tracing::warn!(node = %self.node, "the shared queue's last hand-backs and settles did not finish in time; their leases will run out");
         }
     }
 

@@ -572,7 +572,13 @@ where
             .await
             .map(|rows| returned_entries(&rows));
         if matches!(&released, Ok(entries) if !entries.is_empty()) {
-            self.announce();
+            // At once, not coalesced: a node hands work back as it stops, and its process
+            // may end before a coalesced announcement would go out.
+            let notify = "SELECT pg_notify($1, '')".to_owned();
+            let channel = vec![Value::from(self.channel.clone())];
+            if let Err(error) = self.database.rows(notify, channel).await {
+                tracing::warn!(queue = %self.label, error = %super::describe(&error), "could not announce the handed-back tasks; other nodes find them at their next poll");
+            }
         }
         let mut answers: Vec<Result<(), QueueError>> = claims.iter().map(|_| Ok(())).collect();
         let indexed = claims.iter().map(|claim| claim.entry).enumerate().collect();

@@ -49,7 +49,7 @@ use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
 use crate::events::TaskStep;
 use crate::mailbox::Mailbox;
 use crate::queue::actor::QueueReport;
-use crate::queue::{EntryId, Lease, Settlement, StoredEntry};
+use crate::queue::{Claim, EntryId, Lease, Settlement, StoredEntry};
 use crate::scheduler::core::{Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::stats::PoolStats;
@@ -600,6 +600,7 @@ where
         if let Storage::Local(room) = &mut self.storage {
             room.store_spun(&mut self.tasks, now, true);
         }
+        let mut handed_back = Vec::new();
         for entry in parked {
             if let Storage::Local(room) = &self.storage {
                 if room.is_parking(entry) {
@@ -609,13 +610,22 @@ where
             }
             if let Some(mut record) = self.tasks.ledger.remove(entry) {
                 self.tasks.answer_pending_park(&mut record);
-                if let Some(payload) = record.take_payload() {
-                    // A claimed task parked here: its lease runs out and another node runs it.
-                    drop_contained(payload);
-                }
+                // A claimed task waiting here goes back to the shared queue at once, for
+                // another node, rather than waiting there for its lease to run out.
+                handed_back.extend(record.lease());
+                drop_contained(record.take_payload());
             }
         }
+        self.hand_back(handed_back, now);
         (count, 0)
+    }
+
+    /// Hands `claims` back to the shared queue at once (a stopping node's work).
+    fn hand_back(&mut self, claims: Vec<Claim>, now: u64) {
+        if !claims.is_empty() {
+            tracing::info!(pool = %self.tasks.pool, claims = claims.len(), "handing claimed tasks back to the shared queue");
+            self.tasks.fx.shared(SharedCall::Release { claims, now });
+        }
     }
 
     /// Stops admitting and drains. Every caller waits for the same drain and gets the same
@@ -638,18 +648,23 @@ where
         shutdown
     }
 
-    /// The drain deadline passed: running tasks end `Cancelled` now.
+    /// The drain deadline passed: running tasks end `Cancelled` now, except those claimed
+    /// from a shared queue, which are stopped and handed back for another node to run.
     pub fn drain_deadline(&mut self, now: u64) {
         if !self.lifecycle.is_draining() {
             return;
         }
-        let abandoned = self
-            .tasks
-            .ledger
-            .entries()
-            .into_iter()
-            .filter(|&entry| self.tasks.end_running(entry, PoolError::Cancelled, now))
-            .count();
+        let mut handed_back = Vec::new();
+        let mut abandoned = 0;
+        for entry in self.tasks.ledger.entries() {
+            if let Some(claim) = self.tasks.stop_claimed_run(entry) {
+                handed_back.push(claim);
+                abandoned += 1;
+            } else if self.tasks.end_running(entry, PoolError::Cancelled, now) {
+                abandoned += 1;
+            }
+        }
+        self.hand_back(handed_back, now);
         self.lifecycle.note_abandoned(abandoned);
         self.lifecycle.stop(&mut self.tasks.fx);
     }

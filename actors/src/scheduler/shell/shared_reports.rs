@@ -28,7 +28,10 @@ where
                 room.renew_if_due(&mut self.tasks, now);
                 self.claim_if_room(now);
             }
-            SharedReport::Wake => self.claim_if_room(now),
+            SharedReport::Wake => {
+                room.woken();
+                self.claim_if_room(now);
+            }
             SharedReport::Enqueued(group) => {
                 for enqueued in group {
                     room.enqueued(&mut self.tasks, enqueued, now);
@@ -61,11 +64,16 @@ where
     }
 
     fn claimed(&mut self, claimed: Result<Vec<Lease<P>>, QueueError>, now: u64) {
-        if let Some(room) = self.storage.shared() {
-            room.claim_answered();
-        }
+        let woken = self
+            .storage
+            .shared()
+            .is_some_and(|room| room.claim_answered());
         match claimed {
-            Ok(leases) if leases.is_empty() => {}
+            Ok(leases) if leases.is_empty() => {
+                if woken {
+                    self.claim_if_room(now);
+                }
+            }
             Ok(leases) => {
                 for lease in leases {
                     self.run_leased(lease, now);

@@ -345,6 +345,21 @@ where
         true
     }
 
+    /// Stops the run of `entry` if it runs under a shared claim, and takes the claim off it:
+    /// nothing of the run will be published, and its late report only releases its
+    /// capacity. Returns the claim, for the caller to hand back to the queue.
+    pub fn stop_claimed_run(&mut self, entry: EntryId) -> Option<Claim> {
+        let record = self.ledger.get_mut(entry)?;
+        let run = record.run().filter(|run| !run.ended)?;
+        let cancellation = run.cancellation.clone();
+        let claim = record.rare.as_mut()?.lease.take()?;
+        if let Some(run) = record.run_mut() {
+            run.ended = true;
+        }
+        cancellation.cancel();
+        Some(claim)
+    }
+
     /// Delivers an ended task's outcome (to its stream, or to the mailbox), then settles
     /// `settle` once it is stored.
     pub fn deliver(

@@ -48,6 +48,9 @@ pub(crate) struct SharedRoom {
     lease_ms: u64,
     /// A claim is in flight: at most one at a time.
     claiming: bool,
+    /// Work may have been parked while the claim in flight was being answered (a notice
+    /// came meanwhile): claim again once it is, whatever it took.
+    wake_pending: bool,
     /// When this node's leases were last renewed.
     renewed_at: u64,
 }
@@ -66,6 +69,7 @@ impl SharedRoom {
             claim_ahead,
             lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
             claiming: false,
+            wake_pending: false,
             renewed_at: 0,
         }
     }
@@ -219,9 +223,19 @@ impl SharedRoom {
         tasks.fx.push(Effect::AnswerCancel { reply, answer });
     }
 
-    /// A claim answered: the next may go.
-    pub fn claim_answered(&mut self) {
+    /// A notice that work may have been parked. If a claim is in flight, it may have looked
+    /// before that work was there: the node claims again once it is answered.
+    pub fn woken(&mut self) {
+        if self.claiming {
+            self.wake_pending = true;
+        }
+    }
+
+    /// A claim answered: the next may go. Returns whether a notice came while it was in
+    /// flight (see [`woken`](Self::woken)).
+    pub fn claim_answered(&mut self) -> bool {
         self.claiming = false;
+        std::mem::take(&mut self.wake_pending)
     }
 
     /// What this node should claim now, if anything: `(query, at most)`; marks the claim in
