@@ -11,6 +11,11 @@
 //! nothing. Each node claims the best-ranked parked request that fits its free units; a node
 //! wakes on the queue's NOTIFY at once, not at its next poll. At the end the producer prints
 //! which node served how many requests.
+//!
+//! A node stops as a deployment stops it, on SIGTERM (`kill <pid>` of a `--node` process):
+//! it takes no new work, lets what runs finish for up to 10 s, and hands everything else
+//! back to the queue at once, so the other nodes run it without waiting for a lease to run
+//! out.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -80,8 +85,28 @@ fn node(run: &str, name: &str, worker_threads: usize, vram: u32) {
     )
     .expect("the node starts");
     println!("ready");
-    let _ = std::io::stdin().read_line(&mut String::new());
-    drop(built);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate()).expect("listen for SIGTERM");
+        let (closed, stdin) = tokio::sync::oneshot::channel::<()>();
+        // Its producer closes the node's stdin when it is done.
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_line(&mut String::new());
+            let _ = closed.send(());
+        });
+        tokio::select! {
+            _ = terminate.recv() => eprintln!("{name}: SIGTERM, draining and handing work back"),
+            _ = stdin => {}
+        }
+        for pool in built.pools.values() {
+            let report = pool.shutdown_with_drain(Duration::from_secs(10)).await;
+            eprintln!("{name}: stopped: {report:?}");
+        }
+    });
 }
 
 fn start_node(run: &str, name: &str, worker_threads: usize, vram: u32) -> Child {

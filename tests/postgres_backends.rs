@@ -754,3 +754,81 @@ async fn fenced_store_rules(
     assert_eq!(taken.outcome, Ok("fresh".to_owned()));
     assert_eq!(results.list(&key).await, Ok(vec![]), "one record");
 }
+
+/// A result is answered only to the submission that produced it: while an earlier task's
+/// result waits under a key, a new task of the same id under that key is refused
+/// (`ResultPending`), alone or in a batch, and never receives it; another key, or the same
+/// id once the result is taken, is accepted and gets its own result. Through the config
+/// path, with the mailbox that awaits (Postgres) and the inline one (memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_task_never_receives_an_earlier_tasks_result() {
+    for storage in ["postgres", "in_memory"] {
+        let table = fresh_name("pending");
+        let storage_settings = match storage {
+            "postgres" => serde_json::json!({ "type": "postgres", "table": table }),
+            _ => serde_json::json!({ "type": "in_memory" }),
+        };
+        let config = serde_json::json!({
+            "database_url": postgres_pools::server_url(),
+            "pools": { "gpu": {
+                "worker_threads": 1,
+                "max_units": 4,
+                "queue": { "type": "in_memory" },
+                "mailbox": { "storage": storage_settings }
+            } }
+        });
+        let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+        let built = postgres_pools::build_embedded(config).await;
+        let pool = &built.pools["gpu"];
+        let key = MailboxKey::new("acme").with_session(&table);
+        let other = MailboxKey::new("acme").with_session(format!("{table}-other"));
+        pool.submit(work(5, 10, 0, &key))
+            .await
+            .expect("the first task");
+        let wait = Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + wait;
+        while pool.stats().completed_tasks < 1 {
+            assert!(std::time::Instant::now() < deadline, "{storage}: it ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        let again = pool.submit(work(5, 20, 0, &key)).await;
+        assert_eq!(again, Err(PoolError::ResultPending(5)), "{storage}: alone");
+        let batch = pool
+            .client()
+            .submit_batch(
+                vec![work(6, 60, 0, &key), work(5, 30, 0, &key)],
+                Default::default(),
+            )
+            .await;
+        assert_eq!(
+            batch,
+            vec![Ok(key.clone()), Err(PoolError::ResultPending(5))],
+            "{storage}: in a batch, only the reused id"
+        );
+        assert_eq!(pool.submit(work(5, 40, 0, &other)).await, Ok(other.clone()));
+        assert!(PoolError::ResultPending(5)
+            .to_string()
+            .contains("retrieve it"));
+
+        assert_eq!(pool.retrieve_task(&other, 5, wait).await, Ok(80));
+        assert_eq!(pool.retrieve_task(&key, 6, wait).await, Ok(120));
+        assert_eq!(
+            pool.retrieve_task(&key, 5, wait).await,
+            Ok(20),
+            "the first result"
+        );
+        pool.submit(work(5, 50, 0, &key))
+            .await
+            .expect("taken: the id is free again");
+        assert_eq!(
+            pool.retrieve_task(&key, 5, wait).await,
+            Ok(100),
+            "its own result"
+        );
+        pool.shutdown_with_drain(Duration::from_secs(5)).await.ok();
+        if storage == "postgres" {
+            let _ = one_row(format!("DROP TABLE IF EXISTS {table}")).await;
+        }
+    }
+}

@@ -86,7 +86,7 @@ impl Refusal {
             PoolError::QueueFull => Refusal::QueueFull,
             PoolError::InsufficientResources { .. } => Refusal::TooLarge,
             PoolError::MailboxFull { .. } => Refusal::MailboxFull,
-            PoolError::DuplicateTask(_) => Refusal::Duplicate,
+            PoolError::DuplicateTask(_) | PoolError::ResultPending(_) => Refusal::Duplicate,
             PoolError::Shutdown | PoolError::Internal(_) => Refusal::Shutdown,
             _ => Refusal::Other,
         }

@@ -74,6 +74,10 @@ pub enum PoolError {
     /// A live task with this id exists already.
     #[error("a live task with id {0} exists already")]
     DuplicateTask(TaskId),
+    /// An earlier task with this id ended and its result still waits under this key: a new
+    /// task of the same id would be answered with that result, so it is refused.
+    #[error("the result of an earlier task with id {0} still waits under this key; retrieve it (or let its retention pass) before submitting the id again, or use a new id")]
+    ResultPending(TaskId),
     /// A task submitted from one of the pool's own worker threads (nested work) was refused
     /// at once: all the pool's nested slots (one fewer than its workers) are held, so it
     /// might never get a worker while its parent waits for it (see the `budget` module).

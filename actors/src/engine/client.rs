@@ -193,10 +193,61 @@ where
         task: ScheduledTask<P>,
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
+        if let Err(refusal) = self.no_result_waits(std::slice::from_ref(&task)).await[0].clone() {
+            drop_contained(task);
+            return Err(refusal);
+        }
         let answer = self.send_submission(task, options, None)?;
         admission_answer(&self.inner.answer_spin, answer)
             .await
             .unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    /// For each task, `ResultPending` when an earlier task's result waits under its key and
+    /// id in a mailbox that awaits (a database): the new task would be answered with it.
+    /// One question to the mailbox for them all. An inline mailbox is asked by the
+    /// scheduler, at admission; an anonymous key is new, so it holds nothing.
+    async fn no_result_waits(&self, tasks: &[ScheduledTask<P>]) -> Vec<Result<(), PoolError>> {
+        let mailbox = self.inner.mailbox.as_ref();
+        let mut answers = vec![Ok(()); tasks.len()];
+        if mailbox.inline().is_some() {
+            return answers;
+        }
+        let (asked, wanted): (Vec<usize>, Vec<(MailboxKey, TaskId)>) = tasks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, task)| {
+                let key = task
+                    .meta
+                    .mailbox
+                    .as_ref()
+                    .filter(|key| !key.is_anonymous())?;
+                Some((index, (key.clone(), task.meta.id)))
+            })
+            .unzip();
+        if wanted.is_empty() {
+            return answers;
+        }
+        match mailbox.holds(&wanted).await {
+            Ok(held) => {
+                for ((index, (_, id)), held) in asked.into_iter().zip(&wanted).zip(held) {
+                    if held {
+                        answers[index] = Err(PoolError::ResultPending(*id));
+                    }
+                }
+            }
+            Err(error) => {
+                let refusal = PoolError::Internal(format!(
+                    "could not ask the {} mailbox whether an earlier result waits under the \
+                     task's key and id: {error}",
+                    mailbox.backend()
+                ));
+                for index in asked {
+                    answers[index] = Err(refusal.clone());
+                }
+            }
+        }
+        answers
     }
 
     /// Admits a task from a plain thread, blocking it until the answer (no runtime needed).
@@ -205,6 +256,11 @@ where
         task: ScheduledTask<P>,
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
+        let checked = block_on_until(self.no_result_waits(std::slice::from_ref(&task)), None);
+        if let Some(Err(refusal)) = checked.map(|mut answers| answers.swap_remove(0)) {
+            drop_contained(task);
+            return Err(refusal);
+        }
         let answer = self.send_submission(task, options, None)?;
         block_on_until(admission_answer(&self.inner.answer_spin, answer), None)
             .flatten()
@@ -289,6 +345,42 @@ where
     /// Admits many tasks at once, for bulk producers: one trip through the inbox, one answer
     /// per task, in order.
     pub async fn submit_batch(
+        &self,
+        tasks: Vec<ScheduledTask<P>>,
+        options: SubmitOptions,
+    ) -> Vec<Result<MailboxKey, PoolError>> {
+        let checked = self.no_result_waits(&tasks).await;
+        if checked.iter().any(Result::is_err) {
+            // Those refused keep their place in the answers; the others go on together.
+            let mut answers: Vec<Option<Result<MailboxKey, PoolError>>> = Vec::new();
+            let mut going = Vec::with_capacity(tasks.len());
+            for (task, checked) in tasks.into_iter().zip(checked) {
+                match checked {
+                    Ok(()) => {
+                        going.push(task);
+                        answers.push(None);
+                    }
+                    Err(refusal) => {
+                        drop_contained(task);
+                        answers.push(Some(Err(refusal)));
+                    }
+                }
+            }
+            let mut admitted = Box::pin(self.submit_checked_batch(going, options))
+                .await
+                .into_iter();
+            return answers
+                .into_iter()
+                .map(|answer| {
+                    answer.unwrap_or_else(|| admitted.next().unwrap_or(Err(PoolError::Shutdown)))
+                })
+                .collect();
+        }
+        self.submit_checked_batch(tasks, options).await
+    }
+
+    /// [`submit_batch`](Self::submit_batch) of tasks no stored result stands in the way of.
+    async fn submit_checked_batch(
         &self,
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,

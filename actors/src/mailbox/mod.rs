@@ -72,6 +72,7 @@ pub fn status_of<R>(outcome: &Result<R, PoolError>) -> TaskStatus {
             | PoolError::InsufficientResources { .. }
             | PoolError::MailboxFull { .. }
             | PoolError::DuplicateTask(_)
+            | PoolError::ResultPending(_)
             | PoolError::NestedBudgetExhausted { .. }),
         ) => TaskStatus::Rejected(refusal.to_string()),
         Err(other) => TaskStatus::Failed(other.to_string()),
@@ -144,6 +145,17 @@ where
         task_id: TaskId,
     ) -> Result<Option<Delivery<R>>, MailboxError>;
 
+    /// For each `(key, task id)`, whether a delivery of that task waits under exactly that
+    /// key: a submission that reuses the id is refused while it does (`ResultPending`). The
+    /// default asks [`list`](Self::list) per key; a database answers in one statement.
+    async fn holds(&self, wanted: &[(MailboxKey, TaskId)]) -> Result<Vec<bool>, MailboxError> {
+        let mut held = Vec::with_capacity(wanted.len());
+        for (key, id) in wanted {
+            held.push(self.list(key).await?.contains(id));
+        }
+        Ok(held)
+    }
+
     /// The task ids waiting under exactly `key`, oldest first.
     async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError>;
 
@@ -190,6 +202,13 @@ pub trait InlineMailbox<R>: Send + Sync {
         key: &MailboxKey,
         task_id: TaskId,
     ) -> Result<Option<Delivery<R>>, MailboxError>;
+    /// Whether a delivery of `task_id` waits under exactly `key` (see [`Mailbox::holds`]).
+    /// The default says no, so a backend that keeps this face must answer it for the
+    /// refusal of reused ids to hold.
+    fn holds_now(&self, key: &MailboxKey, task_id: TaskId) -> bool {
+        let _ = (key, task_id);
+        false
+    }
     /// How many deliveries are stored.
     fn stored_now(&self) -> usize;
     /// The bound on stored deliveries.

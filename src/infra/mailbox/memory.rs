@@ -229,6 +229,14 @@ where
             .take_where(key, |delivery| delivery.task_id == task_id))
     }
 
+    fn holds_now(&self, key: &MailboxKey, task_id: TaskId) -> bool {
+        match self.lock().by_key.get(key) {
+            Some(Deliveries::One(one)) => one.task_id == task_id,
+            Some(Deliveries::Many(queue)) => queue.iter().any(|stored| stored.task_id == task_id),
+            None => false,
+        }
+    }
+
     fn stored_now(&self) -> usize {
         self.lock().len
     }

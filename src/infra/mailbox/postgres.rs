@@ -636,6 +636,40 @@ where
         row.as_ref().map(delivery_of).transpose()
     }
 
+    /// One statement for them all, on the lookup index.
+    async fn holds(&self, wanted: &[(MailboxKey, TaskId)]) -> Result<Vec<bool>, MailboxError> {
+        let mut rows = JsonRows::new();
+        for (n, (key, task_id)) in wanted.iter().enumerate() {
+            rows.row()
+                .int("n", n as i64)
+                .text("tenant", Some(&key.tenant.0))
+                .text("user_id", key.user_id.as_deref())
+                .text("session_id", key.session_id.as_deref())
+                .int("task_id", *task_id as i64);
+        }
+        let sql = format!(
+            "SELECT w.n FROM jsonb_to_recordset($1::jsonb) \
+               AS w(n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT) \
+              WHERE EXISTS (SELECT 1 FROM {t} m \
+                WHERE m.tenant = w.tenant AND m.task_id = w.task_id \
+                  AND m.user_id IS NOT DISTINCT FROM w.user_id \
+                  AND m.session_id IS NOT DISTINCT FROM w.session_id)",
+            t = self.table
+        );
+        let found = self
+            .query_all(sql, vec![rows.finish().into()])
+            .await
+            .map_err(failed("holds"))?;
+        let mut held = vec![false; wanted.len()];
+        for row in &found {
+            let n: i64 = column(row, "n")?;
+            if let Some(slot) = usize::try_from(n).ok().and_then(|n| held.get_mut(n)) {
+                *slot = true;
+            }
+        }
+        Ok(held)
+    }
+
     async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError> {
         let (filter, values) = Self::key_filter(key, 1);
         let sql = format!(

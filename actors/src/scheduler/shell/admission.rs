@@ -52,6 +52,27 @@ pub(super) fn mailbox_has_room<R: Send + 'static>(
     Ok(())
 }
 
+/// `ResultPending` when an earlier task's result waits in an inline mailbox under the
+/// task's key and id: the new task would be answered with it. (A mailbox that awaits is
+/// asked by the client before the submission comes here; a streamed task's outcome goes to
+/// its stream, and an anonymous key is new, so neither can meet an old result.)
+pub(super) fn no_result_waits<P, R: Send + 'static>(
+    mailbox: &dyn Mailbox<R>,
+    task: &ScheduledTask<P>,
+    extras: Option<&Extras>,
+) -> Result<(), PoolError> {
+    let (Some(inline), Some(key)) = (mailbox.inline(), task.meta.mailbox.as_ref()) else {
+        return Ok(());
+    };
+    if extras.is_some_and(|extras| extras.stream.is_some()) || key.is_anonymous() {
+        return Ok(());
+    }
+    match inline.holds_now(key, task.meta.id) {
+        true => Err(PoolError::ResultPending(task.meta.id)),
+        false => Ok(()),
+    }
+}
+
 /// Why a streamed submission cannot be taken here, if so.
 pub(super) fn streamable<R: Send + 'static>(
     pool: &str,

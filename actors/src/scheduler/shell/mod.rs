@@ -54,7 +54,7 @@ use crate::scheduler::core::{Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::stats::PoolStats;
 
-use admission::{end_unadmitted, mailbox_has_room, streamable, Admission, Origin};
+use admission::{end_unadmitted, mailbox_has_room, no_result_waits, streamable, Admission, Origin};
 use effects::{CancelReply, Effect, Effects, SharedCall};
 use ledger::{admitted_ms, sequence_of, Record};
 use lifecycle::Lifecycle;
@@ -145,7 +145,8 @@ where
             .lifecycle
             .admits()
             .and_then(|()| mailbox_has_room(&*self.mailbox, self.tasks.ledger.len()))
-            .and_then(|()| streamable::<R>(&self.tasks.pool, &self.storage, extras.as_deref()));
+            .and_then(|()| streamable::<R>(&self.tasks.pool, &self.storage, extras.as_deref()))
+            .and_then(|()| no_result_waits(&*self.mailbox, &task, extras.as_deref()));
         if let Err(refusal) = admissible {
             self.tasks.refuse(task, refusal, reply, now);
             return;
