@@ -379,7 +379,9 @@ where
         self.send_outcome(stream, key, task_id, attempt, outcome, settle, later, now);
     }
 
-    /// Delivers the outcome of a task the ledger does not hold (a shared queue's report).
+    /// Delivers the outcome of a task the ledger does not hold (a shared queue's report),
+    /// under its claim when it has one.
+    #[allow(clippy::too_many_arguments)]
     pub fn deliver_report(
         &mut self,
         key: MailboxKey,
