@@ -206,7 +206,9 @@ where
     /// For each task, `ResultPending` when an earlier task's result waits under its key and
     /// id in a mailbox that awaits (a database): the new task would be answered with it.
     /// One question to the mailbox for them all. An inline mailbox is asked by the
-    /// scheduler, at admission; an anonymous key is new, so it holds nothing.
+    /// scheduler, at admission; an anonymous key is new, so it holds nothing. A mailbox that
+    /// cannot answer (its database is away or slow) lets the tasks go on: the queue then
+    /// answers for the outage, with an error that names it.
     async fn no_result_waits(&self, tasks: &[ScheduledTask<P>]) -> Vec<Result<(), PoolError>> {
         let mailbox = self.inner.mailbox.as_ref();
         let mut answers = vec![Ok(()); tasks.len()];
@@ -237,14 +239,7 @@ where
                 }
             }
             Err(error) => {
-                let refusal = PoolError::Internal(format!(
-                    "could not ask the {} mailbox whether an earlier result waits under the \
-                     task's key and id: {error}",
-                    mailbox.backend()
-                ));
-                for index in asked {
-                    answers[index] = Err(refusal.clone());
-                }
+                tracing::debug!(mailbox = mailbox.backend(), %error, "could not ask the mailbox for earlier results; the submission goes on");
             }
         }
         answers

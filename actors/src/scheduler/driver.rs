@@ -169,6 +169,7 @@ where
             let then: AfterStore = Box::new(move |stored| {
                 report(SharedReport::Published {
                     key: told,
+                    claim,
                     later,
                     stored,
                 })

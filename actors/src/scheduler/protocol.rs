@@ -20,7 +20,7 @@ use crate::domain::{
 };
 use crate::mailbox::actor::Stored;
 use crate::queue::actor::QueueReport;
-use crate::queue::{DeadLetter, EntryId, Lease, QueueError};
+use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
 use crate::stats::PoolStats;
 use crate::stream::StreamAttachment;
 
@@ -148,6 +148,8 @@ pub(crate) enum SharedReport<P> {
     /// or could not be stored): the task's `Ended` step, held back until now.
     Published {
         key: MailboxKey,
+        /// The claim it went out under.
+        claim: Claim,
         later: EndedLater,
         stored: Stored,
     },

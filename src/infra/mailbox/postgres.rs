@@ -473,6 +473,10 @@ impl Rows {
     }
 }
 
+/// How long [`Mailbox::holds`] waits for the database: a submission does not wait longer
+/// for the check (the queue answers for an outage).
+const HOLDS_PATIENCE: Duration = Duration::from_secs(1);
+
 /// How long a store keeps retrying while the database cannot be reached.
 const STORE_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -656,8 +660,15 @@ where
                   AND m.session_id IS NOT DISTINCT FROM w.session_id)",
             t = self.table
         );
+        let values = vec![rows.finish().into()];
         let found = self
-            .query_all(sql, vec![rows.finish().into()])
+            .database
+            .run(move |db| async move {
+                let query = db.query_all_raw(PgDatabase::statement(sql, values));
+                tokio::time::timeout(HOLDS_PATIENCE, query)
+                    .await
+                    .map_err(|_| DbErr::Custom("no answer within 1s".into()))?
+            })
             .await
             .map_err(failed("holds"))?;
         let mut held = vec![false; wanted.len()];

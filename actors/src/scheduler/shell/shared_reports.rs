@@ -47,7 +47,13 @@ where
             SharedReport::Recorded { entry, result } => self.recorded(entry, result, now),
             SharedReport::Dead(letters) => room.dead(&mut self.tasks, letters, now),
             SharedReport::Lost(entries) => self.lost(entries, now),
-            SharedReport::Published { key, later, stored } => {
+            SharedReport::Published {
+                key,
+                claim,
+                later,
+                stored,
+            } => {
+                self.tasks.publishing.remove(&claim.entry);
                 let step = match stored {
                     Stored::Yes => TaskStep::Ended(later.status),
                     Stored::ClaimLost | Stored::Failed => TaskStep::LeaseLost,
@@ -93,6 +99,7 @@ where
     /// be dropped; a claimed task still waiting here is forgotten.
     fn lost(&mut self, entries: Vec<EntryId>, now: u64) {
         for lost in entries {
+            self.tasks.publishing.remove(&lost);
             let held = self.tasks.ledger.iter().find_map(|record| {
                 let claim = record.lease().filter(|claim| claim.entry == lost)?;
                 Some((record.entry, record.task_id, claim.attempt))

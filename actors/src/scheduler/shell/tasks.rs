@@ -41,6 +41,9 @@ pub(crate) struct Tasks<P, R> {
     pub fx: Effects<P, R>,
     /// The execution timeout of tasks that set none.
     pub default_timeout: Option<Duration>,
+    /// Shared entries whose outcomes are on their way out under their claims: the claims are
+    /// still this node's (renewed) until the publication answers.
+    pub publishing: std::collections::HashSet<EntryId>,
     /// Turns a mailbox tenant into the core's tenant key (seeded per pool, so nobody can
     /// pick two tenant names that share a fair share on purpose).
     tenant_keys: foldhash::fast::RandomState,
@@ -78,6 +81,7 @@ where
             observers,
             fx: Effects::default(),
             default_timeout,
+            publishing: std::collections::HashSet::new(),
             tenant_keys: foldhash::fast::RandomState::default(),
         }
     }
@@ -432,6 +436,9 @@ where
                 self.fx.shared(SharedCall::Settle { claim, settlement });
             }
             return;
+        }
+        if let (Some((claim, _)), Some(_)) = (&settle, &later) {
+            self.publishing.insert(claim.entry);
         }
         let delivery = Delivery {
             task_id,

@@ -112,11 +112,13 @@ impl SharedRoom {
         if !self.renewal_due(now) {
             return;
         }
+        // Running or waiting here, or finished with the outcome still on its way out.
         let held = tasks
             .ledger
             .iter()
             .filter_map(Record::lease)
             .map(|claim| claim.entry)
+            .chain(tasks.publishing.iter().copied())
             .collect();
         tasks.fx.shared(SharedCall::Renew { held, now });
     }

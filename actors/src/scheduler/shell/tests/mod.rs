@@ -529,10 +529,15 @@ impl World {
                     outcome.later.is_some(),
                     "an outcome under a claim holds its Ended step back, and only such a one"
                 );
-                if let Some(later) = outcome.later {
+                if let (Some(later), Some((claim, _))) = (outcome.later, outcome.settle) {
                     let stored = crate::mailbox::actor::Stored::Yes;
                     let key = outcome.key;
-                    let report = SharedReport::Published { key, later, stored };
+                    let report = SharedReport::Published {
+                        key,
+                        claim,
+                        later,
+                        stored,
+                    };
                     self.shell.shared_report(report, self.now);
                 }
             }
@@ -710,6 +715,10 @@ impl World {
         if matches!(self.mode, Mode::Memory) {
             prop_assert_eq!(self.shell.tasks.ledger.len(), 0, "the ledger is empty");
         }
+        prop_assert!(
+            self.shell.tasks.publishing.is_empty(),
+            "every outcome under a claim was answered"
+        );
         Ok(())
     }
 }
