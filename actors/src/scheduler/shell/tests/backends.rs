@@ -1,9 +1,12 @@
 //! The model's backends: the local queue actor and the shared queue, answering the calls the
-//! shell asked for, in order or when an event says so, or failing them.
+//! shell asked for, in order or when an event says so, or failing them; and the rules their
+//! calls keep.
 
-use super::World;
+use proptest::prelude::*;
+
+use super::{QueueStep, World};
 use crate::queue::actor::{QueueMsg, QueueReport};
-use crate::queue::Lease;
+use crate::queue::{EntryId, Lease};
 use crate::scheduler::protocol::{Enqueued, SharedReport};
 use crate::scheduler::shell::effects::SharedCall;
 
@@ -138,6 +141,7 @@ impl World {
             SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
             SharedCall::Release { claims, .. } => {
                 for claim in claims {
+                    self.give_back(claim.entry);
                     if let Some(task) = self.shared_claimed.remove(&claim.entry) {
                         self.shared_held.retain(|&held| held != claim.entry);
                         self.shared_parked.push((claim.entry, 0, task));
@@ -147,5 +151,41 @@ impl World {
             }
         };
         self.shell.shared_report(report, self.now);
+    }
+
+    /// Notes that the task of shared `entry` left this node's hands (lost or handed back).
+    pub(super) fn give_back(&mut self, entry: EntryId) {
+        if let Some(task) = self.shared_claimed.get(&entry) {
+            let key = task
+                .meta
+                .mailbox
+                .clone()
+                .expect("a shared task carries its key");
+            self.given_back.insert((key, task.meta.id));
+        }
+    }
+
+    /// Park, then claim or remove, then settle: in that order, once each.
+    pub(super) fn order_rule(&mut self, call: &QueueMsg<u32>) -> Result<(), TestCaseError> {
+        let (entry, next) = match call {
+            QueueMsg::Park { entry, .. } => (*entry, QueueStep::Parked),
+            QueueMsg::Claim { entry } => (*entry, QueueStep::Claimed),
+            QueueMsg::Remove { entry } | QueueMsg::Settle { entry, .. } => {
+                (*entry, QueueStep::Over)
+            }
+        };
+        let now = self.order.get(&entry).copied();
+        let allowed = matches!(
+            (now, call),
+            (None, QueueMsg::Park { .. })
+                | (
+                    Some(QueueStep::Parked),
+                    QueueMsg::Claim { .. } | QueueMsg::Remove { .. }
+                )
+                | (Some(QueueStep::Claimed), QueueMsg::Settle { .. })
+        );
+        prop_assert!(allowed, "entry {entry}: {next:?} after {now:?}");
+        self.order.insert(entry, next);
+        Ok(())
     }
 }
