@@ -124,9 +124,17 @@ fn statements(t: &Identifier) -> Statements {
     let claimed_by_node = "queue_name = $queue AND state = 'claimed' AND locked_by = $node";
     // The claims a settle or release names, each an entry under one claim count: a claim
     // taken again since (by any node) has another count and is left alone.
-    // (The entries' own test keeps the lookup on the entry index.)
-    let these_claims = "entry = ANY($entries::bigint[]) AND (entry, attempts) IN \
-         (SELECT * FROM unnest($entries::bigint[], $attempts::integer[]))";
+    // Each claim is looked up by its (queue, entry) key, one row at a time (the `LIMIT`
+    // keeps the lookup per claim; `IS TRUE` keeps the planner off the partial lease index,
+    // which it would otherwise walk, dead entries and all, for every settle between two
+    // vacuums).
+    let these_claims = format!(
+        "id IN (SELECT j.id FROM unnest($entries::bigint[], $attempts::integer[]) \
+                 AS c(entry, attempts) \
+               CROSS JOIN LATERAL (SELECT id FROM {t} WHERE queue_name = $queue \
+                 AND entry = c.entry AND attempts = c.attempts \
+                 AND (state = 'claimed') IS TRUE AND locked_by = $node LIMIT 1) j)"
+    );
     let parked_task = "RETURNING metadata::text AS metadata, payload::text AS payload";
     Statements {
         park: sql(format!(
@@ -148,17 +156,17 @@ fn statements(t: &Identifier) -> Statements {
              SELECT count(*) AS changed FROM renewed"
         )),
         settle_done: sql(format!(
-            "DELETE FROM {t} WHERE {claimed_by_node} AND {these_claims} RETURNING entry"
+            "DELETE FROM {t} WHERE {these_claims} RETURNING entry"
         )),
         settle_failed: sql(format!(
             "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
                 last_error = $reason, reported = true \
-              WHERE {claimed_by_node} AND {these_claims} RETURNING entry"
+              WHERE {these_claims} RETURNING entry"
         )),
         release: sql(format!(
             "UPDATE {t} SET state = 'parked', locked_by = NULL, lease_expires_ms = NULL, \
                 attempts = GREATEST(attempts - 1, 0), not_before_ms = $now_ms \
-              WHERE {claimed_by_node} AND {these_claims} RETURNING entry"
+              WHERE {these_claims} RETURNING entry"
         )),
         remove: sql(format!(
             "DELETE FROM {t} WHERE queue_name = $queue AND entry = $entry AND state = 'parked' \
