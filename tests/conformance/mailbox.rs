@@ -48,6 +48,7 @@ where
         subscribe_is_not_woken_by_other_keys,
         a_group_store_keeps_its_order_and_wakes_every_key,
         concurrent_takes_each_get_their_own_task_once,
+        concurrent_holds_questions_each_get_their_own_answers,
         backend_is_named,
     );
 }
@@ -265,6 +266,48 @@ pub async fn concurrent_takes_each_get_their_own_task_once(mailbox: Arc<dyn Mail
     }
     assert_eq!(got_five, 1, "the raced delivery goes to exactly one taker");
     assert_stored(&*mailbox, 0, "every take").await;
+}
+
+/// `holds` answers, for each (key, task) it is asked about, whether that task's delivery
+/// waits under exactly that key; questions asked at once (a backend may answer them in one
+/// statement) each get their own answers, in their own order, and nothing is taken.
+pub async fn concurrent_holds_questions_each_get_their_own_answers(
+    mailbox: Arc<dyn Mailbox<String>>,
+) {
+    let sessions: Vec<MailboxKey> = (0..4)
+        .map(|session| key("acme", "ada", &format!("s{session}")))
+        .collect();
+    // Even tasks wait, each under session id % 4.
+    for id in (2..=40u64).step_by(2) {
+        store(&*mailbox, &sessions[(id % 4) as usize], ok(id, id)).await;
+    }
+    let expected = |inbox: usize, id: TaskId| id % 2 == 0 && (id % 4) as usize == inbox;
+    // 40 single questions, half of them about a task under the wrong session, and one
+    // question about several tasks at once.
+    let mut asked: Vec<Vec<(MailboxKey, TaskId)>> = (1..=40u64)
+        .map(|id| vec![(sessions[((id + id / 20) % 4) as usize].clone(), id)])
+        .collect();
+    asked.push(
+        (1..=8u64)
+            .map(|id| (sessions[(id % 4) as usize].clone(), id))
+            .collect(),
+    );
+    let questions = asked.iter().cloned().map(|wanted| {
+        let mailbox = Arc::clone(&mailbox);
+        tokio::spawn(async move { mailbox.holds(&wanted).await.expect("holds") })
+    });
+    for (question, answer) in asked.iter().zip(questions) {
+        let answer = answer.await.expect("an asker");
+        let wanted: Vec<bool> = question
+            .iter()
+            .map(|(inbox, id)| {
+                let inbox = sessions.iter().position(|s| s == inbox).expect("a session");
+                expected(inbox, *id)
+            })
+            .collect();
+        assert_eq!(answer, wanted, "the answers to {question:?}");
+    }
+    assert_stored(&*mailbox, 20, "nothing taken").await;
 }
 
 /// `list` names the waiting tasks oldest first and takes nothing.

@@ -54,6 +54,8 @@ pub struct PostgresMailbox<R> {
     waiters: Arc<Waiters>,
     /// The take loop's inbox (see [`take_loop`]).
     takes: mpsc::UnboundedSender<TakeTask>,
+    /// The holds loop's inbox (see [`holds_loop`]).
+    asks: mpsc::UnboundedSender<HoldsAsk>,
     _result: PhantomData<fn() -> R>,
 }
 
@@ -123,6 +125,85 @@ async fn take_loop(
                     let _ = take.answer.send(Err(error.clone()));
                 }
             }
+        }
+    }
+}
+
+/// A question from [`Mailbox::holds`], waiting for the holds loop.
+struct HoldsAsk {
+    wanted: Vec<(MailboxKey, TaskId)>,
+    /// When the asker stops waiting: [`HOLDS_PATIENCE`] after it asked.
+    deadline: tokio::time::Instant,
+    answer: oneshot::Sender<Result<Vec<bool>, MailboxError>>,
+}
+
+/// Answers [`Mailbox::holds`] questions in groups, as [`take_loop`] takes: every question
+/// asked while the previous statement was in flight goes in the next one, so clients that
+/// submit one task at a time each (an API server's requests) cost a statement per group,
+/// not per submission. Each question is answered within [`HOLDS_PATIENCE`] of being asked,
+/// a statement in flight included: a statement runs until its group's earliest deadline and
+/// then answers its whole group with an error (the submissions then go on). Ends when the
+/// mailbox is dropped.
+async fn holds_loop(
+    connection: DatabaseConnection,
+    table: Identifier,
+    mut asks: mpsc::UnboundedReceiver<HoldsAsk>,
+) {
+    let sql = format!(
+        "SELECT w.n FROM jsonb_to_recordset($1::jsonb) \
+           AS w(n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT) \
+          WHERE EXISTS (SELECT 1 FROM {table} m \
+            WHERE m.tenant = w.tenant AND m.task_id = w.task_id \
+              AND m.user_id IS NOT DISTINCT FROM w.user_id \
+              AND m.session_id IS NOT DISTINCT FROM w.session_id)"
+    );
+    let mut group = Vec::new();
+    while asks.recv_many(&mut group, TAKES_AT_MOST).await > 0 {
+        let mut rows = JsonRows::new();
+        let mut n = 0_i64;
+        for ask in &group {
+            for (key, task_id) in &ask.wanted {
+                rows.row()
+                    .int("n", n)
+                    .text("tenant", Some(&key.tenant.0))
+                    .text("user_id", key.user_id.as_deref())
+                    .text("session_id", key.session_id.as_deref())
+                    .int("task_id", *task_id as i64);
+                n += 1;
+            }
+        }
+        let statement = PgDatabase::statement(sql.clone(), [rows.finish().into()]);
+        let deadline = group.iter().map(|ask| ask.deadline).min();
+        let deadline = deadline.unwrap_or_else(tokio::time::Instant::now);
+        let found = tokio::time::timeout_at(deadline, connection.query_all_raw(statement))
+            .await
+            .map_err(|_| DbErr::Custom("no answer within 1s".into()))
+            .and_then(|found| found)
+            .map_err(failed("holds"))
+            .and_then(|found| {
+                found
+                    .iter()
+                    .map(|row| column::<i64>(row, "n"))
+                    .collect::<Result<Vec<i64>, _>>()
+            });
+        let mut held = match found {
+            Ok(found) => {
+                let mut held = vec![false; usize::try_from(n).unwrap_or(0)];
+                for n in found {
+                    if let Some(slot) = usize::try_from(n).ok().and_then(|n| held.get_mut(n)) {
+                        *slot = true;
+                    }
+                }
+                Ok(held.into_iter())
+            }
+            Err(error) => Err(error),
+        };
+        for ask in group.drain(..) {
+            let answer = match &mut held {
+                Ok(held) => Ok(held.by_ref().take(ask.wanted.len()).collect()),
+                Err(error) => Err(error.clone()),
+            };
+            let _ = ask.answer.send(answer);
         }
     }
 }
@@ -229,12 +310,19 @@ impl<R> PostgresMailbox<R> {
             table.clone(),
             taken,
         ));
+        let (asks, asked) = mpsc::unbounded_channel();
+        database.spawn(holds_loop(
+            database.connection().clone(),
+            table.clone(),
+            asked,
+        ));
         Ok(Self {
             database: database.clone(),
             table,
             fence: None,
             waiters,
             takes,
+            asks,
             _result: PhantomData,
         })
     }
@@ -640,45 +728,18 @@ where
         row.as_ref().map(delivery_of).transpose()
     }
 
-    /// One statement for them all, on the lookup index.
+    /// One statement for them and for every other question asked meanwhile (see
+    /// [`holds_loop`]), on the lookup index.
     async fn holds(&self, wanted: &[(MailboxKey, TaskId)]) -> Result<Vec<bool>, MailboxError> {
-        let mut rows = JsonRows::new();
-        for (n, (key, task_id)) in wanted.iter().enumerate() {
-            rows.row()
-                .int("n", n as i64)
-                .text("tenant", Some(&key.tenant.0))
-                .text("user_id", key.user_id.as_deref())
-                .text("session_id", key.session_id.as_deref())
-                .int("task_id", *task_id as i64);
-        }
-        let sql = format!(
-            "SELECT w.n FROM jsonb_to_recordset($1::jsonb) \
-               AS w(n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT) \
-              WHERE EXISTS (SELECT 1 FROM {t} m \
-                WHERE m.tenant = w.tenant AND m.task_id = w.task_id \
-                  AND m.user_id IS NOT DISTINCT FROM w.user_id \
-                  AND m.session_id IS NOT DISTINCT FROM w.session_id)",
-            t = self.table
-        );
-        let values = vec![rows.finish().into()];
-        let found = self
-            .database
-            .run(move |db| async move {
-                let query = db.query_all_raw(PgDatabase::statement(sql, values));
-                tokio::time::timeout(HOLDS_PATIENCE, query)
-                    .await
-                    .map_err(|_| DbErr::Custom("no answer within 1s".into()))?
-            })
-            .await
-            .map_err(failed("holds"))?;
-        let mut held = vec![false; wanted.len()];
-        for row in &found {
-            let n: i64 = column(row, "n")?;
-            if let Some(slot) = usize::try_from(n).ok().and_then(|n| held.get_mut(n)) {
-                *slot = true;
-            }
-        }
-        Ok(held)
+        let (answer, answered) = oneshot::channel();
+        let ask = HoldsAsk {
+            wanted: wanted.to_vec(),
+            deadline: tokio::time::Instant::now() + HOLDS_PATIENCE,
+            answer,
+        };
+        let stopped = || MailboxError::Backend("the mailbox's database runtime stopped".into());
+        self.asks.send(ask).map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
     }
 
     async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError> {

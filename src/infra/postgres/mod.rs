@@ -30,7 +30,6 @@ mod fence;
 mod groups;
 mod listen;
 pub(crate) mod named;
-mod nodelay;
 mod outage;
 #[cfg(feature = "pgmq")]
 mod pgmq;
@@ -39,17 +38,18 @@ pub(crate) mod probe;
 mod retry;
 pub(crate) mod rows;
 mod schema;
+mod session;
 pub(crate) mod shared_queue;
 mod statements;
 
 pub use fence::ClaimFence;
-pub use nodelay::set_tcp_nodelay;
 #[cfg(feature = "pgmq")]
 pub use pgmq::PgmqSource;
 pub use retry::RetryPolicy;
 pub(crate) use retry::{lease_ran_out_sql, retry_at_sql};
 pub use schema::Identifier;
 pub(crate) use schema::Table;
+pub use session::{prepare_connections, set_tcp_nodelay};
 pub use shared_queue::PgQueue;
 
 use std::future::Future;
@@ -118,7 +118,7 @@ impl PgDatabase {
             .connect_timeout(CONNECT_TIMEOUT)
             .acquire_timeout(CONNECT_TIMEOUT)
             .sqlx_logging(false);
-        set_tcp_nodelay(&mut options, url);
+        prepare_connections(&mut options, url);
         let connection = thread
             .block_on(Database::connect(options))?
             .map_err(|error| {

@@ -258,12 +258,20 @@ fn own_objects(name: &str) -> Result<String, PoolError> {
 const RANK: &str = "((message->>'rank')::bigint)";
 const ENTRY: &str = "((message->>'entry')::bigint)";
 const TASK: &str = "((message->>'task')::bigint)";
-/// The messages a settle or release names: each an entry under one read count (its claim);
-/// a message read again since, by any node, has another count and is left alone. (The
-/// entries' own test keeps the lookup on the entry index.)
-const THESE_CLAIMS: &str = "(((message->>'entry')::bigint) = ANY($entries::bigint[]) \
-     AND ((message->>'entry')::bigint, read_ct) IN \
-     (SELECT * FROM unnest($entries::bigint[], $attempts::integer[])))";
+/// The messages of `table` a settle or release names that `$node` holds: each an entry under
+/// one read count (its claim); a message read again since, by any node, has another count
+/// and is left alone. Each claim is looked up on its own, on the entry index (the `LIMIT`
+/// keeps the lookup per claim; a semi-join over the whole array lets the planner scan the
+/// table instead, at a cost that grows with every parked message).
+fn these_claims(table: &Identifier) -> String {
+    format!(
+        "msg_id IN (SELECT j.msg_id FROM unnest($entries::bigint[], $attempts::integer[]) \
+                     AS c(entry, attempts) \
+                   CROSS JOIN LATERAL (SELECT msg_id FROM pgmq.{table} \
+                     WHERE {ENTRY} = c.entry AND read_ct = c.attempts \
+                       AND message->>'node' = $node LIMIT 1) j)"
+    )
+}
 /// No node holds the message.
 const PARKED: &str = "(message->>'node' IS NULL)";
 
@@ -453,11 +461,11 @@ fn renew_sql(layout: &PgmqLayout) -> String {
 fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
     let taken = layout.per_level(", ", |level| {
         format!(
-            "g_{p} AS (DELETE FROM pgmq.{table} WHERE {THESE_CLAIMS} \
-               AND message->>'node' = $node \
+            "g_{p} AS (DELETE FROM pgmq.{table} WHERE {claims} \
                RETURNING {p} AS p, msg_id, read_ct, enqueued_at, vt, message)",
             p = level.p,
             table = level.table,
+            claims = these_claims(&level.table),
         )
     });
     let gone = union_of("g", "p, msg_id, read_ct, enqueued_at, vt, message");
@@ -495,9 +503,10 @@ fn release_sql(layout: &PgmqLayout) -> String {
         format!(
             "r_{p} AS (UPDATE pgmq.{table} SET message = message - 'node', vt = {now}, \
                  read_ct = GREATEST(read_ct - 1, 0) \
-               WHERE {THESE_CLAIMS} AND message->>'node' = $node RETURNING {ENTRY} AS entry)",
+               WHERE {claims} RETURNING {ENTRY} AS entry)",
             p = level.p,
             table = level.table,
+            claims = these_claims(&level.table),
             now = at_ms("$now_ms"),
         )
     });
