@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{PoolError, ResourceKind};
+use super::{Budget, Budgets, PoolError, ResourceKind};
 
 /// Units available per resource kind. Each kind is a separate budget.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -169,6 +169,10 @@ pub struct PoolLimits {
     /// [`Preemption`]); `None`: never.
     #[serde(default)]
     pub preemption: Option<Preemption>,
+    /// The kinds whose units refill with time instead of when tasks end (rule 15): spent at
+    /// a start, given back by the clock. Default: none.
+    #[serde(default)]
+    pub budgets: Budgets,
 }
 
 /// Opt-in preemption: when a waiter cannot fit but would if holders of strictly lower
@@ -223,6 +227,7 @@ impl PoolLimits {
             fair_share: None,
             backfill: true,
             preemption: None,
+            budgets: Budgets::none(),
         }
     }
 
@@ -253,6 +258,21 @@ impl PoolLimits {
     /// The same limits with preemption on (`Some`) or off.
     pub fn with_preemption(mut self, preemption: Option<Preemption>) -> Self {
         self.preemption = preemption;
+        self
+    }
+
+    /// The same limits with `budget` for `kind`: its units refill with time (see
+    /// [`Budget`]). The kind's capacity becomes the budget's burst.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{Budget, PoolLimits, ResourceKind};
+    /// let limits = PoolLimits::new(8, 4).with_budget(ResourceKind::Io, Budget::per_minute(600));
+    /// assert_eq!(limits.capacity.get(ResourceKind::Io), 600);
+    /// assert!(limits.validate().is_ok());
+    /// ```
+    pub fn with_budget(mut self, kind: ResourceKind, budget: Budget) -> Self {
+        self.budgets = self.budgets.with(kind, budget);
+        self.capacity = self.capacity.with(kind, budget.burst);
         self
     }
 
@@ -291,6 +311,18 @@ impl PoolLimits {
         }
         if let Some(preemption) = &self.preemption {
             preemption.validate()?;
+        }
+        self.budgets.validate()?;
+        for (kind, budget) in self.budgets.iter() {
+            if self.capacity.get(kind) != budget.burst {
+                return Err(PoolError::InvalidConfig(format!(
+                    "budgets.{name}: the capacity of {name} is {}, but a kind with a budget \
+                     has its burst ({}) as capacity; set it with with_budget",
+                    self.capacity.get(kind),
+                    budget.burst,
+                    name = kind.name()
+                )));
+            }
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! ends. These types cross every boundary (actors, queues, mailboxes, configuration), so
 //! they are plain data with serde support.
 
+mod budget;
 mod durability;
 mod error;
 mod limits;
@@ -10,6 +11,7 @@ mod resource;
 mod status;
 mod task;
 
+pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use durability::Durability;
 pub use error::PoolError;
 pub use limits::{Capacity, FairShare, PoolLimits, Preemption, StarvationGuard};

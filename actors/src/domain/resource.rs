@@ -30,6 +30,27 @@ impl ResourceKind {
         ResourceKind::Mixed,
     ];
 
+    /// The kind's name in configuration files and metrics: `cpu`, `gpu_vram`, `io`, `mixed`.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::ResourceKind;
+    /// assert_eq!(ResourceKind::GpuVram.name(), "gpu_vram");
+    /// assert_eq!(ResourceKind::from_name("io"), Some(ResourceKind::Io));
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            ResourceKind::Cpu => "cpu",
+            ResourceKind::GpuVram => "gpu_vram",
+            ResourceKind::Io => "io",
+            ResourceKind::Mixed => "mixed",
+        }
+    }
+
+    /// The kind [`name`](Self::name)d `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
     /// A dense index in `0..COUNT`, for per-kind arrays.
     pub const fn index(self) -> usize {
         match self {

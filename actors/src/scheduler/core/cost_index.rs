@@ -196,6 +196,41 @@ impl CostIndex {
         self.leaves_best(node).map(|key| (prefix, key))
     }
 
+    /// The smallest cost held that is above `min_cost`: a walk down the path of
+    /// `min_cost + 1`, then, if it leaves the trie, down the leftmost path of the last
+    /// subtree of larger costs it passed. At most 64 steps.
+    pub fn smallest_above(&self, min_cost: u32) -> Option<u32> {
+        let from = min_cost.checked_add(1)?;
+        let mut node = ROOT;
+        let mut prefix = 0u32;
+        // The last subtree of costs above `from`'s path: its node, depth and prefix.
+        let mut above: Option<(usize, usize, u32)> = None;
+        for depth in 0..DEPTH {
+            let children = self.nodes[node].children;
+            let bit = bit_at(from, depth);
+            if bit == 0 && children[1] != NIL {
+                above = Some((children[1] as usize, depth + 1, (prefix << 1) | 1));
+            }
+            match children[bit] {
+                NIL => {
+                    let (mut node, depth, mut prefix) = above?;
+                    for _ in depth..DEPTH {
+                        let [left, right] = self.nodes[node].children;
+                        let (bit, child) = if left != NIL { (0, left) } else { (1, right) };
+                        node = child as usize;
+                        prefix = (prefix << 1) | bit;
+                    }
+                    return Some(prefix);
+                }
+                child => {
+                    node = child as usize;
+                    prefix = (prefix << 1) | bit as u32;
+                }
+            }
+        }
+        Some(from)
+    }
+
     fn lower_best(&mut self, node: usize, key: RankKey) {
         let best = &mut self.nodes[node].best;
         if best.is_none_or(|current| key < current) {
@@ -366,7 +401,25 @@ mod tests {
                 .min_by_key(|&&(c, k)| (std::cmp::Reverse(c), k))
                 .copied();
             assert_eq!(index.largest_within(bound), largest, "bound {bound}");
+            let above = all.iter().map(|&(c, _)| c).filter(|&c| c > bound).min();
+            assert_eq!(index.smallest_above(bound), above, "above {bound}");
         }
+    }
+
+    #[test]
+    fn smallest_above_finds_the_next_cost_up() {
+        let mut index = CostIndex::new();
+        assert_eq!(index.smallest_above(0), None);
+        index.insert(3, key(Priority::Low, 1, 1));
+        index.insert(1 << 20, key(Priority::High, 2, 2));
+        index.insert(u32::MAX, key(Priority::Low, 3, 3));
+        assert_eq!(index.smallest_above(0), Some(3));
+        assert_eq!(index.smallest_above(2), Some(3));
+        assert_eq!(index.smallest_above(3), Some(1 << 20));
+        assert_eq!(index.smallest_above((1 << 20) - 1), Some(1 << 20));
+        assert_eq!(index.smallest_above(1 << 20), Some(u32::MAX));
+        assert_eq!(index.smallest_above(u32::MAX - 1), Some(u32::MAX));
+        assert_eq!(index.smallest_above(u32::MAX), None);
     }
 
     #[test]

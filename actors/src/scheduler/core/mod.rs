@@ -98,6 +98,18 @@
 //!     priority first, newest start first within a priority, until their units cover what
 //!     the waiter lacks (less the units already asked for), then trimmed of any whose units
 //!     are not needed.
+//! 15. **Budgets** (when the limits give a kind one, see `budget.rs`). The units of such a
+//!     kind refill with time, as a token bucket (`units` every `per_ms`, at most `burst`,
+//!     which is also the kind's capacity): a start *spends* its cost from the bucket and the
+//!     task holds none of it, so its end gives nothing back ([`ParkingLot::give_back`]
+//!     returns what a running task did not use). The free units of the kind are at most the
+//!     whole units in the bucket, and none while a start cap (`max_starts`, a bucket of
+//!     starts) has no start left; under a start cap a ticket of no units costs one. Every
+//!     event brings the buckets to its `now`, and [`ParkingLot::next_wakeup`] names the
+//!     instant the next refill lets a parked task start (a start coming back, or the level
+//!     reaching the smallest parked cost above it), so nothing polls. All other rules apply
+//!     unchanged; preemption frees nothing of such a kind, and backfill, which needs to know
+//!     when units return, does not start tasks past a reservation of such a kind.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -105,6 +117,9 @@
 //!   claims of that kind, permits included; every running task but a permit holds a
 //!   distinct worker slot (`busy_workers` counts them); the idle slots are exactly the slots
 //!   neither held nor retired.
+//! - A kind with a budget holds no units (`used` is 0); only its running tasks may give
+//!   units back; over any span of `w` ms its starts spend at most `burst + units * w /
+//!   per_ms` units (checked by the budget property tests).
 //! - No task is both parked and running; every parked ticket is in exactly one cost index
 //!   (`by_cost` for tasks, `permits_by_cost` for permits); the other indexes hold exactly
 //!   the parked tasks.
@@ -123,6 +138,7 @@
 //! look at their own index (empty: four `is_empty` checks) and a branch per start and end.
 
 mod backfill;
+mod budget;
 mod cost_index;
 mod decision;
 mod fair_share;
@@ -342,6 +358,9 @@ pub struct ParkingLot {
     by_timeout: Option<TimeoutIndex>,
     /// Running tasks with a timeout by the time they end, when backfill is on.
     by_end: BTreeSet<(u64, TaskId)>,
+    /// The buckets of the kinds whose units refill with time (rule 15); `None` when no
+    /// kind has one.
+    budgets: Option<Box<budget::Budgets>>,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
     /// The time of the latest event: backfill decisions depend on it, and
@@ -377,6 +396,7 @@ impl ParkingLot {
             }),
             by_timeout: limits.backfill.then(TimeoutIndex::default),
             by_end: BTreeSet::new(),
+            budgets: budget::Budgets::new(&limits.budgets),
             starts: 0,
             clock: 0,
         })
@@ -407,9 +427,71 @@ impl ParkingLot {
     }
 
     /// Units of `kind` a task may start with: those not held by anyone, at most the
-    /// kind's headroom (rule 11).
+    /// kind's headroom (rule 11), and for a kind with a budget, at most what its bucket
+    /// holds (none while its starts are used up, rule 15).
     pub fn free(&self, kind: ResourceKind) -> u32 {
-        (self.limits.capacity.get(kind) - self.used[kind.index()]).min(self.headroom[kind.index()])
+        let free = (self.limits.capacity.get(kind) - self.used[kind.index()])
+            .min(self.headroom[kind.index()]);
+        match self.budget(kind) {
+            Some(budget) => free.min(budget.free()),
+            None => free,
+        }
+    }
+
+    /// The bucket of `kind`, when it has a budget (rule 15).
+    fn budget(&self, kind: ResourceKind) -> Option<&budget::KindBudget> {
+        self.budgets.as_ref()?.of(kind)
+    }
+
+    /// Whole units in the bucket of `kind` as of the latest event, or `None` for a kind
+    /// without a budget (rule 15).
+    pub fn budget_level(&self, kind: ResourceKind) -> Option<u32> {
+        self.budget(kind).map(budget::KindBudget::level)
+    }
+
+    /// For parked task `id` of a kind with a budget: when its bucket will hold its units
+    /// (and a start, under a start cap), if it does not now; `None` otherwise. Tasks ranked
+    /// ahead of it may spend first, so this is the earliest it could start.
+    pub fn budget_ready_at(&self, id: TaskId) -> Option<u64> {
+        let parked = self.parked.get(&id)?;
+        let budget = self.budget(parked.kind)?;
+        let at = budget.ready_at(parked.units);
+        (at > self.clock).then_some(at)
+    }
+
+    /// Units running task `id` spent from its kind's budget and may still give back.
+    pub fn spent_by(&self, id: TaskId) -> u32 {
+        self.running
+            .get(&id)
+            .and_then(|claim| self.budget(claim.kind))
+            .map_or(0, |budget| budget.spent_by(id))
+    }
+
+    /// Running task `id` gives back up to `units` of what it spent from its kind's budget
+    /// (it used fewer than it declared: the tokens of a shorter reply), and what now fits
+    /// starts (rule 15). Returns the started ids, in order; nothing for a kind without a
+    /// budget.
+    pub fn give_back(
+        &mut self,
+        id: TaskId,
+        units: u32,
+        now: u64,
+    ) -> Result<Vec<TaskId>, UnknownTask> {
+        let kind = self
+            .running
+            .get(&id)
+            .ok_or(UnknownTask::NotRunning(id))?
+            .kind;
+        let mut started = Vec::new();
+        let given = self
+            .budgets
+            .as_mut()
+            .and_then(|budgets| budgets.of_mut(kind))
+            .map_or(0, |budget| budget.give_back(id, units));
+        if given > 0 {
+            self.unpark(now, &mut started);
+        }
+        Ok(started)
     }
 
     /// The headroom of `kind` left after the starts since it was set, or `None` when it has
@@ -565,7 +647,36 @@ impl ParkingLot {
                 .map(|&(parked_at, _)| parked_at.saturating_add(max_park_ms))
         });
         let overdue = self.by_overdue.first().map(|&(at, _)| at);
-        [deadline, aging, overdue].into_iter().flatten().min()
+        [deadline, aging, overdue, self.budget_wakeup()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When a refill lets a parked task of a kind with a budget start that cannot now (rule
+    /// 15): a start coming back, or the level reaching the smallest parked cost above it.
+    /// A task that fits the level but waits anyway waits for something else (a slot, the
+    /// reservation, its tenant's room), whose own event wakes it.
+    fn budget_wakeup(&self) -> Option<u64> {
+        let budgets = self.budgets.as_ref()?;
+        budgets
+            .kinds()
+            .filter_map(|(kind, budget)| {
+                let (tasks, permits) = (
+                    &self.by_cost[kind.index()],
+                    &self.permits_by_cost[kind.index()],
+                );
+                if tasks.is_empty() && permits.is_empty() {
+                    return None;
+                }
+                let level = budget.level();
+                let above = [tasks, permits]
+                    .into_iter()
+                    .filter_map(|index| index.smallest_above(level))
+                    .min();
+                budget.next_change(above)
+            })
+            .min()
     }
 
     /// Admits a task at time `now`: start it, park it, expire it or reject it.
@@ -573,8 +684,21 @@ impl ParkingLot {
         self.admit_ticket(ticket, false, now)
     }
 
+    /// Under a start cap (rule 15) a start is never free: a ticket of no units of that kind
+    /// costs one.
+    fn at_least_a_unit(&self, mut ticket: Ticket) -> Ticket {
+        let capped = self
+            .budget(ticket.cost.kind)
+            .is_some_and(budget::KindBudget::caps_starts);
+        if capped && ticket.cost.units == 0 {
+            ticket.cost.units = 1;
+        }
+        ticket
+    }
+
     /// Admits a task, or a permit (`slotless`, rule 14).
     fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Admit {
+        let ticket = self.at_least_a_unit(ticket);
         let Ticket { id, cost, .. } = ticket;
         if self.parked.contains_key(&id) || self.running.contains_key(&id) {
             return Admit::Reject(Rejection::DuplicateId(id));
@@ -601,6 +725,9 @@ impl ParkingLot {
             return Admit::Expire;
         }
         self.clock = now;
+        if let Some(budgets) = &mut self.budgets {
+            budgets.refill(now);
+        }
         self.promote_aged(now);
         let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
         let request = Request {
@@ -666,6 +793,31 @@ impl ParkingLot {
         started
     }
 
+    /// Rule 15: a kind with a budget holds no units; only running tasks of the kind have
+    /// units to give back.
+    fn check_budgets(&self) -> Result<(), String> {
+        let Some(budgets) = &self.budgets else {
+            return Ok(());
+        };
+        for (kind, budget) in budgets.kinds() {
+            if self.used(kind) != 0 {
+                return Err(format!(
+                    "{kind:?} has a budget but holds {}",
+                    self.used(kind)
+                ));
+            }
+            if let Some(id) = budget
+                .spenders()
+                .find(|id| self.running.get(id).is_none_or(|claim| claim.kind != kind))
+            {
+                return Err(format!(
+                    "task {id} may give {kind:?} units back but is not running"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
         let claim = self
@@ -678,6 +830,9 @@ impl ParkingLot {
         self.stop_watching(id, &claim);
         if let Some(book) = &mut self.tenants {
             book.release(claim.tenant, claim.kind, claim.units);
+        }
+        if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(claim.kind)) {
+            budget.end(id);
         }
         self.free_worker_of(&claim, rest);
         let mut started = Vec::new();
@@ -733,7 +888,7 @@ impl ParkingLot {
         if self.parked.contains_key(&id) || self.running.contains_key(&id) {
             return Err(Rejection::DuplicateId(id));
         }
-        self.park(ticket, false, now);
+        self.park(self.at_least_a_unit(ticket), false, now);
         Ok(())
     }
 
@@ -819,6 +974,7 @@ impl ParkingLot {
                 ));
             }
         }
+        self.check_budgets()?;
         if let Some(runnable) = self.best_fit(self.clock) {
             return Err(format!(
                 "saturation broken: parked task {} fits and is not blocked",
@@ -902,6 +1058,9 @@ impl ParkingLot {
     /// fits or the reservation blocks the rest.
     fn unpark(&mut self, now: u64, started: &mut Vec<TaskId>) {
         self.clock = now;
+        if let Some(budgets) = &mut self.budgets {
+            budgets.refill(now);
+        }
         self.promote_aged(now);
         while let Some(rank) = self.best_fit(now) {
             self.start_parked(rank, now);
@@ -1115,7 +1274,7 @@ impl ParkingLot {
     fn shadow(&self, reserved: RankKey, now: u64) -> Option<Shadow> {
         let parked = self.parked.get(&reserved.id())?;
         let kind = parked.kind;
-        if self.headroom[kind.index()] != UNLIMITED {
+        if self.headroom[kind.index()] != UNLIMITED || self.budget(kind).is_some() {
             return None;
         }
         let mut free = self.limits.capacity.get(kind) - self.used[kind.index()];
@@ -1170,10 +1329,16 @@ impl ParkingLot {
             return false;
         }
         let kind = cost.kind.index();
-        let Some(used) = self.used[kind].checked_add(cost.units) else {
+        // A kind with a budget spends its units at the start and holds none (rule 15).
+        let budgeted = self.budget(cost.kind).is_some();
+        let held = if budgeted { 0 } else { cost.units };
+        let Some(used) = self.used[kind].checked_add(held) else {
             return false;
         };
         if used > self.limits.capacity.get(cost.kind) || cost.units > self.headroom[kind] {
+            return false;
+        }
+        if budgeted && cost.units > self.free(cost.kind) {
             return false;
         }
         if let Some(book) = &self.tenants {
@@ -1194,9 +1359,12 @@ impl ParkingLot {
         if self.headroom[kind] != UNLIMITED {
             self.headroom[kind] -= cost.units;
         }
+        if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(cost.kind)) {
+            budget.start(id, cost.units);
+        }
         self.starts += 1;
         if let Some(book) = &mut self.tenants {
-            book.start(tenant, cost.kind, cost.units, self.starts);
+            book.start(tenant, cost.kind, held, self.starts);
         }
         let ends_by = (timeout_ms != NO_TIMEOUT && self.by_timeout.is_some())
             .then(|| now.saturating_add(u64::from(timeout_ms)));
@@ -1207,7 +1375,7 @@ impl ParkingLot {
             id,
             Claim {
                 kind: cost.kind,
-                units: cost.units,
+                units: held,
                 worker,
                 tenant,
                 priority: request.priority,
@@ -1375,6 +1543,8 @@ impl ParkingLot {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_budget;
 #[cfg(test)]
 mod tests_permits;
 #[cfg(test)]

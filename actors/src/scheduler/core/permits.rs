@@ -220,6 +220,14 @@ impl ParkingLot {
     /// checked fit: the pool's, the headroom's and the tenant's books follow.
     fn take_units(&mut self, id: TaskId, claim: &Claim, units: u32) {
         let kind = claim.kind.index();
+        if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(claim.kind)) {
+            // Spent, not held (rule 15).
+            budget.grow(id, units);
+            if self.headroom[kind] != UNLIMITED {
+                self.headroom[kind] -= units;
+            }
+            return;
+        }
         if let Some(held) = self.running.get_mut(&id) {
             held.units += units;
         }
@@ -233,8 +241,13 @@ impl ParkingLot {
     }
 
     /// Running ticket `id`, whose claim was `claim`, gives back `units` it holds. They do
-    /// not return to the headroom, as at `complete`: the next sample will show them.
+    /// not return to the headroom, as at `complete`: the next sample will show them. Of a
+    /// kind with a budget it holds none, and the units go back to the bucket (rule 15).
     fn give_units(&mut self, id: TaskId, claim: &Claim, units: u32) {
+        if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(claim.kind)) {
+            budget.give_back(id, units);
+            return;
+        }
         if let Some(held) = self.running.get_mut(&id) {
             held.units -= units;
         }
