@@ -122,9 +122,9 @@ pub use crate::builders::{
 pub use crate::config::{ConfigError, PoolConfig, SchedulerConfig, WorkerPoolConfig};
 pub use crate::core::scheduling::{ParkingLot, Ticket};
 pub use crate::core::{
-    Capacity, FairShare, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool, RestartPolicy,
-    ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue, TaskStatus,
-    WakeState, WorkerExecutor, WorkerPool,
+    Budget, Capacity, FairShare, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool,
+    RestartPolicy, ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue,
+    TaskStatus, WakeState, WorkerExecutor, WorkerPool,
 };
 pub use crate::pool::gate::{Acquire, CapacityGate, Permit};
 pub use crate::runtime::tokio_spawner::TokioSpawner;

@@ -67,6 +67,14 @@ pub mod names {
     /// Counter: runs of shared-queue tasks whose claim was lost (nothing they produced was
     /// published).
     pub const LOST_LEASES: &str = "parking_lot_lost_leases_total";
+    /// Gauge, label `kind`: whole units in a budget's bucket (kinds whose units refill with
+    /// time).
+    pub const BUDGET_LEVEL: &str = "parking_lot_budget_level";
+    /// Gauge, label `kind`: seconds until the task that waits for the budget could start
+    /// as far as the budget goes; 0 when none waits.
+    pub const BUDGET_READY_IN: &str = "parking_lot_budget_ready_in_seconds";
+    /// Counter, label `kind`: tasks that parked because the budget held too few units.
+    pub const BUDGET_WAITS: &str = "parking_lot_budget_waits_total";
     /// Counter, label `reason`: webhook notifications that failed.
     pub const WEBHOOK_FAILURES: &str = "parking_lot_webhook_failures_total";
 }
@@ -124,9 +132,34 @@ pub struct PoolMetrics {
     preemptions_honoured: Counter,
     preempted_units: Counter,
     lost_leases: Counter,
+    /// Indexed by [`ResourceKind::index`]: registered when a kind's budget is first heard of.
+    budgets: [std::sync::OnceLock<BudgetGauges>; ResourceKind::COUNT],
+    pool: String,
+}
+
+/// The handles of one budget.
+struct BudgetGauges {
+    level: Gauge,
+    ready_in: Gauge,
+    waits: Counter,
 }
 
 impl PoolMetrics {
+    /// The handles of `kind`'s budget, registered on first use.
+    fn budget_gauges(&self, kind: ResourceKind) -> &BudgetGauges {
+        self.budgets[kind.index()].get_or_init(|| {
+            let labels = [
+                ("pool", self.pool.clone()),
+                ("kind", kind_label(kind).to_owned()),
+            ];
+            BudgetGauges {
+                level: gauge!(names::BUDGET_LEVEL, &labels[..]),
+                ready_in: gauge!(names::BUDGET_READY_IN, &labels[..]),
+                waits: counter!(names::BUDGET_WAITS, &labels[..]),
+            }
+        })
+    }
+
     /// Registers pool `pool`'s metrics with the recorder installed now, and sets its
     /// budget gauges from `capacity` (kinds with no budget get no unit gauges).
     pub fn register(pool: &str, capacity: Capacity) -> Self {
@@ -167,6 +200,8 @@ impl PoolMetrics {
             preempted_units: with_pool(names::PREEMPTED_UNITS),
             lost_leases: with_pool(names::LOST_LEASES),
             queue_errors: with_pool(names::QUEUE_ERRORS),
+            budgets: Default::default(),
+            pool,
         }
     }
 
@@ -211,6 +246,10 @@ impl EventSubscriber for PoolMetrics {
                 self.preempted_units.increment(u64::from(*units));
             }
             TaskStep::LeaseLost => self.lost_leases.increment(1),
+            TaskStep::WaitsForBudget { .. } => {
+                let kind = event.cost.kind;
+                self.budget_gauges(kind).waits.increment(1);
+            }
         }
     }
 
@@ -224,6 +263,14 @@ impl EventSubscriber for PoolMetrics {
         }
         self.worker_restarts.absolute(reading.worker_restarts);
         self.queue_errors.absolute(reading.queue_errors);
+        for (kind, budget) in ResourceKind::ALL.into_iter().zip(&reading.budgets) {
+            if let Some(budget) = budget {
+                let gauges = self.budget_gauges(kind);
+                gauges.level.set(f64::from(budget.level));
+                let ready_in = budget.ready_in_ms.unwrap_or(0);
+                gauges.ready_in.set(ready_in as f64 / 1_000.0);
+            }
+        }
     }
 }
 
@@ -318,6 +365,10 @@ fn describe() {
             names::WEBHOOK_FAILURES,
             "Webhook notifications that failed, by reason.",
         ),
+        (
+            names::BUDGET_WAITS,
+            "Tasks that parked because their kind's budget held too few units, by kind.",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, Unit::Count, help);
@@ -333,6 +384,16 @@ fn describe() {
         names::UNITS_TOTAL,
         Unit::Count,
         "The pool's budget, by kind."
+    );
+    describe_gauge!(
+        names::BUDGET_LEVEL,
+        Unit::Count,
+        "Whole units in the bucket of a kind whose units refill with time."
+    );
+    describe_gauge!(
+        names::BUDGET_READY_IN,
+        Unit::Seconds,
+        "Time until the task waiting for a budget could start as far as the budget goes; 0 when none waits."
     );
     describe_histogram!(
         names::TASK_WAIT,

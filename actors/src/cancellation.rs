@@ -2,7 +2,7 @@
 //! stream, the drain deadline), read by the task's executor through
 //! [`running`](crate::running).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -20,6 +20,9 @@ struct Flag {
     /// Why: set (before the flag) when the run's shared claim was lost, so another node may
     /// run the task and nothing this run produces is published.
     lease_lost: AtomicBool,
+    /// Units of a budgeted kind the run spent at its start and did not use (see
+    /// [`running::return_units`](crate::running::return_units)).
+    unused_units: AtomicU32,
     changed: Notify,
 }
 
@@ -55,6 +58,22 @@ impl Cancellation {
     /// [`running::is_lease_lost`]: crate::running::is_lease_lost
     pub fn is_lease_lost(&self) -> bool {
         self.0.lease_lost.load(Ordering::Acquire)
+    }
+
+    /// Records that the run did not use `units` of what it spent from its kind's budget;
+    /// they go back to the bucket when the run ends. Calls add up.
+    pub(crate) fn return_units(&self, units: u32) {
+        let _ = self
+            .0
+            .unused_units
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |had| {
+                Some(had.saturating_add(units))
+            });
+    }
+
+    /// Units the run said it did not use (see [`return_units`](Self::return_units)).
+    pub(crate) fn unused_units(&self) -> u32 {
+        self.0.unused_units.load(Ordering::Acquire)
     }
 
     /// Whether the flag was raised to preempt the run (see [`running::is_preempted`]).

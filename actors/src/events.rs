@@ -11,7 +11,7 @@
 //! retrievable.
 
 use crate::domain::{
-    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus,
+    Budget, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus,
 };
 
 /// One step of a task's life.
@@ -39,6 +39,13 @@ pub enum TaskStep {
     /// claim's fence, so nothing of this run was published. Another node's run ends it; no
     /// `Ended` follows here.
     LeaseLost,
+    /// Parked (just after `Parked`) because its kind's budget holds too few units now (or no
+    /// start, under a start cap): units of that kind refill with time. Tasks ranked ahead
+    /// of it may spend first, so it starts at `until_ms` at the earliest.
+    WaitsForBudget {
+        /// When the budget will hold its units, by the core's clock (ms since the epoch).
+        until_ms: u64,
+    },
 }
 
 /// Why admission refused a task, in a few stable categories (a metrics label; the
@@ -148,6 +155,23 @@ pub struct PoolReading {
     pub worker_restarts: u64,
     /// Queue backend calls that failed (park, claim, settle, remove), since the pool started.
     pub queue_errors: u64,
+    /// The budget of each kind that has one (indexed by [`ResourceKind::index`]).
+    pub budgets: [Option<BudgetReading>; ResourceKind::COUNT],
+}
+
+/// A budget's reading: its shape, its level, and when the task that waits for it first
+/// could start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetReading {
+    /// The budget as configured.
+    pub budget: Budget,
+    /// Whole units in the bucket now.
+    pub level: u32,
+    /// When the best-ranked task parked on the budget could start as far as the budget
+    /// goes, if it waits for it (ms since the epoch, by the core's clock).
+    pub ready_at_ms: Option<u64>,
+    /// The same as a wait from the reading's time, ms.
+    pub ready_in_ms: Option<u64>,
 }
 
 /// Hears every event of a pool's tasks. See the module docs for the rules.

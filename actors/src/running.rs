@@ -9,6 +9,8 @@
 //!   ([`is_preempted`]) and a lost shared claim ([`is_lease_lost`]). An async
 //!   executor is stopped at its next `.await` anyway (its future is dropped); an executor
 //!   that blocks its thread (a token loop in sync code) checks the flag between steps.
+//! - [`return_units`]: a task of a kind with a budget (units that refill with time) gives
+//!   back what it declared and did not use.
 //! - [`partials`]: the sink of a task submitted with `submit_streaming`; `None` for tasks
 //!   submitted otherwise, so one executor can serve both.
 //!
@@ -114,6 +116,38 @@ pub fn is_preempted() -> bool {
 /// shared queue.
 pub fn is_lease_lost() -> bool {
     with_current(|context| context.cancellation.is_lease_lost()).unwrap_or(false)
+}
+
+/// Tells the pool that the task this worker thread is running used `units` fewer of its
+/// cost than it declared, for a cost of a kind with a budget (units that refill with time,
+/// such as a provider's tokens per minute): the task spent its whole cost when it started,
+/// and these go back to the bucket when the run ends, so other tasks may start sooner. An
+/// LLM call declares its prompt plus its largest reply, and returns what the reply did not
+/// use. Calls add up; the pool gives back at most what the task spent. Returns `false`
+/// outside a run. For a kind without a budget the units come back at the end anyway, and
+/// this changes nothing.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use prometheus_parking_lot_actors::domain::TaskMetadata;
+/// use prometheus_parking_lot_actors::executor::TaskExecutor;
+/// use prometheus_parking_lot_actors::running;
+///
+/// /// Calls a model with a quota on tokens; the cost declared the most it may use.
+/// struct Complete;
+///
+/// #[async_trait]
+/// impl TaskExecutor<String, String> for Complete {
+///     async fn execute(&self, prompt: String, meta: TaskMetadata) -> String {
+///         let reply = format!("echo: {prompt}"); // the provider's answer
+///         let used = (prompt.len() + reply.len()) as u32;
+///         running::return_units(meta.cost.units.saturating_sub(used));
+///         reply
+///     }
+/// }
+/// ```
+pub fn return_units(units: u32) -> bool {
+    with_current(|context| context.cancellation.return_units(units)).is_some()
 }
 
 /// The partial-result sink of the task this worker thread is running, when its submitter

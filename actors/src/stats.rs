@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
-use crate::domain::{ResourceKind, TaskStatus};
+use crate::domain::{Budget, ResourceKind, TaskStatus};
 use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 
 /// A snapshot of a pool.
@@ -65,6 +65,28 @@ pub struct PoolStats {
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
+    /// The kinds whose units refill with time, with their levels (see
+    /// [`Budget`](crate::domain::Budget)); empty for a pool without budgets.
+    pub budgets: Vec<BudgetStats>,
+}
+
+/// A budget of [`PoolStats`]: its shape, its level at the last reading, and when the task
+/// that waits for it first could start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetStats {
+    /// The kind whose units refill.
+    pub kind: ResourceKind,
+    /// Whole units in the bucket.
+    pub level: u64,
+    /// The most the bucket holds.
+    pub burst: u32,
+    /// Units that come back every `per_ms`.
+    pub units: u32,
+    /// The refill period, ms.
+    pub per_ms: u64,
+    /// When the best-ranked task parked on the budget could start as far as the budget goes
+    /// (ms since the epoch), when one waits for it.
+    pub waiting_until_ms: Option<u64>,
 }
 
 /// The GPU part of [`PoolStats`]: which device, and its memory as last sampled.
@@ -114,6 +136,11 @@ pub struct PoolCounters {
     pub(crate) preemptions_honoured: AtomicU64,
     pub(crate) preempted_units: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
+    /// Per kind: its budget, set by the first reading that has one.
+    pub(crate) budget_shape: [OnceLock<Budget>; ResourceKind::COUNT],
+    pub(crate) budget_level: [AtomicU64; ResourceKind::COUNT],
+    /// When the task waiting for the budget could start; 0 when none waits.
+    pub(crate) budget_ready_at: [AtomicU64; ResourceKind::COUNT],
 }
 
 impl PoolCounters {
@@ -150,6 +177,21 @@ impl PoolCounters {
                 free_mib: read(&self.gpu_free_mib),
                 ..gpu.clone()
             }),
+            budgets: ResourceKind::ALL
+                .into_iter()
+                .filter_map(|kind| {
+                    let budget = self.budget_shape[kind.index()].get()?;
+                    let ready_at = read(&self.budget_ready_at[kind.index()]);
+                    Some(BudgetStats {
+                        kind,
+                        level: read(&self.budget_level[kind.index()]),
+                        burst: budget.burst,
+                        units: budget.units,
+                        per_ms: budget.per_ms,
+                        waiting_until_ms: (ready_at > 0).then_some(ready_at),
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -178,7 +220,7 @@ impl EventSubscriber for PoolCounters {
     fn on_event(&self, event: &TaskEvent<'_>) {
         match event.step {
             TaskStep::Admitted => Self::bump(&self.submitted),
-            TaskStep::Parked | TaskStep::Started => {}
+            TaskStep::Parked | TaskStep::Started | TaskStep::WaitsForBudget { .. } => {}
             TaskStep::YieldAsked => Self::bump(&self.preemptions_asked),
             TaskStep::Yielded { units } => {
                 Self::bump(&self.preemptions_honoured);
@@ -198,6 +240,13 @@ impl EventSubscriber for PoolCounters {
     }
 
     fn on_reading(&self, reading: &PoolReading) {
+        for (kind, budget) in reading.budgets.iter().enumerate() {
+            if let Some(budget) = budget {
+                let _ = self.budget_shape[kind].set(budget.budget);
+                self.budget_level[kind].store(u64::from(budget.level), Relaxed);
+                self.budget_ready_at[kind].store(budget.ready_at_ms.unwrap_or(0), Relaxed);
+            }
+        }
         self.active.store(reading.running, Relaxed);
         self.queued.store(reading.parked, Relaxed);
         for (gauge, &units) in self.used.iter().zip(&reading.used_by_kind) {

@@ -26,8 +26,9 @@ use super::gpu::GpuSettings;
 use super::pool::WorkerPoolConfig;
 use super::queue::QueueSettings;
 use super::secret::Secret;
-use crate::core::{Capacity, Durability, FairShare, StarvationGuard};
+use crate::core::{Budget, Capacity, Durability, FairShare, StartCap, StarvationGuard};
 use crate::util::redact;
+use crate::util::serde::ResourceKind;
 
 /// Every pool of a deployment, by name: what a configuration file holds.
 ///
@@ -106,6 +107,11 @@ pub struct PoolSettings {
     /// Default: off.
     #[serde(default)]
     pub preemption: Option<PreemptionSettings>,
+    /// Kinds whose units refill with time instead of when tasks end, by kind name (`cpu`,
+    /// `gpu_vram`, `io`, `mixed`), e.g. `{"io": {"units": 90000, "per_secs": 60}}` for
+    /// 90,000 tokens a minute. Default: none.
+    #[serde(default)]
+    pub budgets: BTreeMap<String, BudgetSettings>,
     /// Where parked tasks wait. Default: in memory.
     #[serde(default)]
     pub queue: QueueSettings,
@@ -122,6 +128,69 @@ pub struct PoolSettings {
     /// The GPU the pool's VRAM units (MiB) live on; implied by `"max_units": "auto"`.
     #[serde(default)]
     pub gpu: Option<GpuSettings>,
+}
+
+/// One kind's budget in a pool's `budgets` section: `units` every `per_secs` (or `per_ms`),
+/// at most `burst` at once (default `units`), and at most `max_starts` starts per interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSettings {
+    /// Units that come back every period.
+    pub units: u32,
+    /// The period, seconds (or `per_ms`, not both).
+    #[serde(default)]
+    pub per_secs: Option<u64>,
+    /// The period, milliseconds.
+    #[serde(default)]
+    pub per_ms: Option<u64>,
+    /// The most units at once, and the largest task of the kind. Default: `units`.
+    #[serde(default)]
+    pub burst: Option<u32>,
+    /// A cap on starts of tasks of the kind, e.g. `{"count": 500, "per_secs": 60}`.
+    #[serde(default)]
+    pub max_starts: Option<StartCapSettings>,
+}
+
+/// A budget's `max_starts`: at most `count` starts every `per_secs` (or `per_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartCapSettings {
+    /// Starts per period.
+    pub count: u32,
+    /// The period, seconds (or `per_ms`, not both).
+    #[serde(default)]
+    pub per_secs: Option<u64>,
+    /// The period, milliseconds.
+    #[serde(default)]
+    pub per_ms: Option<u64>,
+}
+
+/// A period given as `per_secs` or `per_ms`, in ms; `None` for neither or both (validation
+/// names which).
+pub(crate) fn period_ms(per_secs: Option<u64>, per_ms: Option<u64>) -> Option<u64> {
+    match (per_secs, per_ms) {
+        (Some(secs), None) => Some(secs.saturating_mul(1_000)),
+        (None, Some(ms)) => Some(ms),
+        _ => None,
+    }
+}
+
+impl BudgetSettings {
+    /// The budget these settings describe, once validated.
+    pub fn budget(&self) -> Option<Budget> {
+        Some(Budget {
+            units: self.units,
+            per_ms: period_ms(self.per_secs, self.per_ms)?,
+            burst: self.burst.unwrap_or(self.units),
+            max_starts: match &self.max_starts {
+                Some(cap) => Some(StartCap {
+                    count: cap.count,
+                    per_ms: period_ms(cap.per_secs, cap.per_ms)?,
+                }),
+                None => None,
+            },
+        })
+    }
 }
 
 /// A pool's `preemption` section.
@@ -354,6 +423,11 @@ impl SchedulerConfig {
         }
         if let Some(preemption) = pool.preemption {
             settings = settings.with_preemption(preemption.max_per_task);
+        }
+        for (name, budget) in &pool.budgets {
+            if let (Some(kind), Some(budget)) = (ResourceKind::from_name(name), budget.budget()) {
+                settings = settings.with_budget(kind, budget);
+            }
         }
         Some(settings)
     }

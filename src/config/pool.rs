@@ -5,8 +5,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption, StarvationGuard,
+    Budget, Budgets, Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption,
+    StarvationGuard,
 };
+use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings};
 
@@ -65,6 +67,9 @@ pub struct WorkerPoolConfig {
     pub drain_on_drop: Duration,
     /// What a durable queue stores (see [`Durability`]). Default: every accepted task.
     pub durability: Durability,
+    /// The kinds whose units refill with time instead of when tasks end (see [`Budget`]).
+    /// Default: none.
+    pub budgets: Budgets,
 }
 
 impl Default for WorkerPoolConfig {
@@ -93,6 +98,7 @@ impl WorkerPoolConfig {
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
             drain_on_drop: DEFAULT_DRAIN,
             durability: Durability::Accepted,
+            budgets: Budgets::none(),
         }
     }
 
@@ -207,6 +213,23 @@ impl WorkerPoolConfig {
         self
     }
 
+    /// Makes `kind` a budget: its units refill with time (`budget.units` every
+    /// `budget.per_ms`, at most `budget.burst` at once, which becomes the kind's capacity),
+    /// are spent when a task starts and do not come back when it ends. For provider quotas
+    /// such as tokens per minute; see [`Budget`].
+    ///
+    /// ```
+    /// use prometheus_parking_lot::{Budget, ResourceKind, WorkerPoolConfig};
+    ///
+    /// let config = WorkerPoolConfig::new()
+    ///     .with_budget(ResourceKind::Io, Budget::per_minute(90_000));
+    /// assert_eq!(config.limits().capacity.get(ResourceKind::Io), 90_000);
+    /// ```
+    pub fn with_budget(mut self, kind: ResourceKind, budget: Budget) -> Self {
+        self.budgets = self.budgets.with(kind, budget);
+        self
+    }
+
     /// What a durable queue stores.
     pub fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
@@ -215,7 +238,7 @@ impl WorkerPoolConfig {
 
     /// The parking-lot limits these settings describe.
     pub fn limits(&self) -> PoolLimits {
-        PoolLimits {
+        let mut limits = PoolLimits {
             capacity: self.capacity,
             worker_slots: self.worker_count,
             max_queue_depth: self.max_queue_depth,
@@ -223,7 +246,12 @@ impl WorkerPoolConfig {
             fair_share: self.fair_share,
             backfill: self.backfill,
             preemption: self.preemption,
+            budgets: Budgets::none(),
+        };
+        for (kind, budget) in self.budgets.iter() {
+            limits = limits.with_budget(kind, *budget);
         }
+        limits
     }
 
     /// The worker thread settings these settings describe.

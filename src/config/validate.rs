@@ -18,6 +18,10 @@
 //! | `fair_share` | exactly one of `max_units_per_tenant` and `max_fraction` |
 //! | `fair_share.max_units_per_tenant` | 1 – `max_units` (any `u32` with `"auto"`) |
 //! | `fair_share.max_fraction` | greater than 0, at most 1 |
+//! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; none on a shared queue (postgres, postgres_pgmq) |
+//! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
+//! | `budgets.<kind>.per_secs` / `.per_ms` | exactly one of them, 1 ms – 1 day |
+//! | `budgets.<kind>.max_starts.count` | 1 – 4,294,967,295, with exactly one of `per_secs` / `per_ms`, 1 ms – 1 day |
 //! | `queue.path` (yaque) | not empty |
 //! | `queue.stream` (yaque) | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `queue.lease_ms` (postgres) | 300 ms – 1 day |
@@ -59,6 +63,8 @@ use super::queue::QueueSettings;
 use super::quote;
 use super::range::in_range;
 use super::secret::Secret;
+use crate::util::serde::ResourceKind;
+use prometheus_parking_lot_actors::domain::MAX_PERIOD_MS;
 use prometheus_parking_lot_actors::worker::default_worker_count;
 
 const MAX_WORKERS: usize = 1_024;
@@ -244,12 +250,63 @@ impl PoolSettings {
         if let Some(fair_share) = &self.fair_share {
             validate_fair_share(&format!("{path}.fair_share"), fair_share, self.max_units)?;
         }
+        self.validate_budgets(&format!("{path}.budgets"))?;
         validate_queue(&format!("{path}.queue"), &self.queue)?;
         if let Some(gpu) = &self.gpu {
             gpu.validate(path, &self.queue)?;
         }
         self.validate_durability(path)?;
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
+    }
+
+    fn validate_budgets(&self, path: &str) -> Result<(), ConfigError> {
+        let kinds = "`cpu`, `gpu_vram`, `io` or `mixed`";
+        if !self.budgets.is_empty()
+            && matches!(
+                self.queue,
+                QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
+            )
+        {
+            return Err(ConfigError::invalid(
+                path.to_owned(),
+                "budgets apply to pools whose queue lives in one process (in_memory, yaque); \
+                 on a shared queue each node would spend the whole budget on its own, so a \
+                 fleet could spend it once per node: remove the section or use one node's queue"
+                    .to_owned(),
+            ));
+        }
+        for (name, budget) in &self.budgets {
+            let at = format!("{path}.{name}");
+            let Some(kind) = ResourceKind::from_name(name) else {
+                return Err(ConfigError::invalid(
+                    at,
+                    format!(
+                        "\"{}\" is not a resource kind; use {kinds}",
+                        quote::name(name)
+                    ),
+                ));
+            };
+            if kind == ResourceKind::GpuVram && self.gpu_settings().is_some() {
+                return Err(ConfigError::invalid(
+                    at,
+                    "the pool's gpu_vram units are the GPU's memory, which comes back when tasks \
+                     end; a budget refills with time: give the budget to another kind (io, \
+                     mixed)"
+                        .to_owned(),
+                ));
+            }
+            in_range(&at, "units", budget.units, 1, u32::MAX)?;
+            if let Some(burst) = budget.burst {
+                in_range(&at, "burst", burst, 1, u32::MAX)?;
+            }
+            validate_period(&at, budget.per_secs, budget.per_ms)?;
+            if let Some(cap) = &budget.max_starts {
+                let at = format!("{at}.max_starts");
+                in_range(&at, "count", cap.count, 1, u32::MAX)?;
+                validate_period(&at, cap.per_secs, cap.per_ms)?;
+            }
+        }
+        Ok(())
     }
 
     fn validate_durability(&self, path: &str) -> Result<(), ConfigError> {
@@ -409,6 +466,22 @@ fn validate_mailbox(
         in_range(path, "notifier.max_retries", *retries, 0, MAX_RETRIES)?;
     }
     Ok(())
+}
+
+/// Exactly one of `per_secs` and `per_ms`, for a period of 1 ms to a day.
+fn validate_period(path: &str, secs: Option<u64>, ms: Option<u64>) -> Result<(), ConfigError> {
+    match (secs, ms) {
+        (Some(secs), None) => in_range(path, "per_secs", secs, 1, MAX_PERIOD_MS / 1_000),
+        (None, Some(ms)) => in_range(path, "per_ms", ms, 1, MAX_PERIOD_MS),
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            path.to_owned(),
+            "has both per_secs and per_ms; give the period once".to_owned(),
+        )),
+        (None, None) => Err(ConfigError::invalid(
+            path.to_owned(),
+            "needs its period: per_secs (1 to 86400) or per_ms (1 to 86400000)".to_owned(),
+        )),
+    }
 }
 
 fn validate_fair_share(

@@ -4,8 +4,8 @@
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
-    Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption, ScheduledTask,
-    StarvationGuard, TaskMetadata, TaskStatus, WakeState,
+    Budget, Budgets, Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption,
+    ScheduledTask, StartCap, StarvationGuard, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::PoolClient;
 pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};
@@ -24,7 +24,7 @@ pub use prometheus_parking_lot_actors::scheduler::protocol::{
 };
 pub use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 pub use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
-pub use prometheus_parking_lot_actors::stats::PoolStats;
+pub use prometheus_parking_lot_actors::stats::{BudgetStats, PoolStats};
 pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 
 /// The pure parking-lot core: admit, complete, cancel and tick with an explicit `now`, and

@@ -459,6 +459,24 @@ impl ParkingLot {
         (at > self.clock).then_some(at)
     }
 
+    /// When the best-ranked parked ticket of `kind` could start as far as the kind's budget
+    /// goes, if the budget is what it waits for (rule 15).
+    pub fn budget_waits_until(&self, kind: ResourceKind) -> Option<u64> {
+        let best = [
+            &self.by_cost[kind.index()],
+            &self.permits_by_cost[kind.index()],
+        ]
+        .into_iter()
+        .filter_map(CostIndex::best)
+        .min()?;
+        self.budget_ready_at(best.id())
+    }
+
+    /// The time of the latest event the lot was given.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
     /// Units running task `id` spent from its kind's budget and may still give back.
     pub fn spent_by(&self, id: TaskId) -> u32 {
         self.running

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::domain::{MailboxKey, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId};
-use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
+use crate::events::{BudgetReading, EventSubscriber, PoolReading, TaskEvent, TaskStep};
 use crate::scheduler::core::ParkingLot;
 use crate::stats::PoolCounters;
 
@@ -125,6 +125,16 @@ impl Observers {
             used_by_kind: ResourceKind::ALL.map(|kind| u64::from(core.used(kind))),
             worker_restarts: self.counters.worker_restarts.load(Relaxed),
             queue_errors: self.counters.queue_errors.load(Relaxed),
+            budgets: ResourceKind::ALL.map(|kind| {
+                let budget = *core.limits().budgets.get(kind)?;
+                let ready_at_ms = core.budget_waits_until(kind);
+                Some(BudgetReading {
+                    budget,
+                    level: core.budget_level(kind)?,
+                    ready_at_ms,
+                    ready_in_ms: ready_at_ms.map(|at| at.saturating_sub(core.clock())),
+                })
+            }),
         };
         for subscriber in &self.subscribers {
             subscriber.on_reading(&reading);

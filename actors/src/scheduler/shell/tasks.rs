@@ -173,7 +173,15 @@ where
         now: u64,
     ) -> Option<(Record<P>, Vec<EntryId>)> {
         let mut record = self.ledger.remove(entry)?;
-        let started = self.release_capacity(entry, rests, now);
+        let unused = record
+            .run()
+            .map_or(0, |run| run.cancellation.unused_units());
+        let mut started = Vec::new();
+        if unused > 0 {
+            // Back to the budget first: the release below starts what fits both.
+            started = self.core.give_back(entry, unused, now).unwrap_or_default();
+        }
+        started.extend(self.release_capacity(entry, rests, now));
         self.observers.publish(&self.core);
         record.release_nested_slot();
         Some((record, started))
@@ -206,6 +214,10 @@ where
             record.keep_payload(payload);
             // Reported with the key in hand: the record keeps an anonymous key compact.
             for step in [TaskStep::Admitted, TaskStep::Parked] {
+                self.observers.record_step_as(record, &key, &step, now);
+            }
+            if let Some(until_ms) = self.core.budget_ready_at(entry) {
+                let step = TaskStep::WaitsForBudget { until_ms };
                 self.observers.record_step_as(record, &key, &step, now);
             }
         }

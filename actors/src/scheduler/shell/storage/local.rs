@@ -139,6 +139,9 @@ impl LocalRoom {
         if record.is_parked() {
             tasks.step(entry, TaskStep::Admitted, now);
             tasks.step(entry, TaskStep::Parked, now);
+            if let Some(until_ms) = tasks.core.budget_ready_at(entry) {
+                tasks.step(entry, TaskStep::WaitsForBudget { until_ms }, now);
+            }
         }
         tasks.fx.answer(reply, Ok(key));
     }
