@@ -95,6 +95,18 @@ fn the_seed_deployment_snippets_parse_as_written() {
 fn the_shipped_files_load() {
     let local = SchedulerConfig::from_path(shipped("local.json")).unwrap();
     assert_eq!(local.pools["local_llm"].max_units, MaxUnits::Units(24));
+    let quota = SchedulerConfig::from_path(shipped("quota.json")).unwrap();
+    let budget = quota.pools["chat_api"].budgets["io"]
+        .budget()
+        .expect("a budget");
+    assert_eq!(
+        (budget.units, budget.per_ms, budget.burst),
+        (90_000, 60_000, 45_000)
+    );
+    assert_eq!(
+        budget.max_starts.map(|cap| (cap.count, cap.per_ms)),
+        Some((500, 60_000))
+    );
     let desktop = SchedulerConfig::from_path(shipped("desktop.yaml")).unwrap();
     assert!(matches!(
         desktop.pools["desktop_llm"].queue,
