@@ -832,3 +832,85 @@ async fn a_new_task_never_receives_an_earlier_tasks_result() {
         }
     }
 }
+
+/// With `"on_duplicate": "attach"`, a repeated submission runs nothing again: while the
+/// original is live it gets the original's key (even when it names another key of the same
+/// tenant), and while its result waits it gets its own key, where that result is. Through the
+/// config path, with the mailbox that awaits (Postgres, asked by the client) and the inline
+/// one (asked by the scheduler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_attach_a_repeated_submission_gets_the_original_and_nothing_runs_again() {
+    for storage in ["postgres", "in_memory"] {
+        let table = fresh_name("attach");
+        let storage_settings = match storage {
+            "postgres" => serde_json::json!({ "type": "postgres", "table": table }),
+            _ => serde_json::json!({ "type": "in_memory" }),
+        };
+        let config = serde_json::json!({
+            "database_url": postgres_pools::server_url(),
+            "pools": { "gpu": {
+                "worker_threads": 1,
+                "max_units": 4,
+                "on_duplicate": "attach",
+                "queue": { "type": "in_memory" },
+                "mailbox": { "storage": storage_settings }
+            } }
+        });
+        let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+        let built = postgres_pools::build_embedded(config).await;
+        let pool = &built.pools["gpu"];
+        let key = MailboxKey::new("acme").with_session(&table);
+        let other = MailboxKey::new("acme").with_session(format!("{table}-other"));
+        pool.submit(work(5, 10, 300, &key))
+            .await
+            .expect("the original");
+        // Live: the same id, whatever key it names, attaches to the original.
+        assert_eq!(
+            pool.submit(work(5, 99, 0, &key)).await,
+            Ok(key.clone()),
+            "{storage}"
+        );
+        assert_eq!(
+            pool.submit(work(5, 98, 0, &other)).await,
+            Ok(key.clone()),
+            "{storage}"
+        );
+        let wait = Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + wait;
+        while pool.stats().completed_tasks < 1 {
+            assert!(std::time::Instant::now() < deadline, "{storage}: it ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Ended, its result waiting: alone and in a batch, the caller gets the key back.
+        assert_eq!(
+            pool.submit(work(5, 97, 0, &key)).await,
+            Ok(key.clone()),
+            "{storage}"
+        );
+        let batch = pool
+            .client()
+            .submit_batch(
+                vec![work(6, 60, 0, &key), work(5, 96, 0, &key)],
+                Default::default(),
+            )
+            .await;
+        assert_eq!(batch, vec![Ok(key.clone()), Ok(key.clone())], "{storage}");
+        assert_eq!(
+            pool.retrieve_task(&key, 5, wait).await,
+            Ok(20),
+            "{storage}: the original's"
+        );
+        assert_eq!(
+            pool.retrieve_task(&key, 6, wait).await,
+            Ok(120),
+            "{storage}"
+        );
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.submitted_tasks, stats.completed_tasks),
+            (2, 2),
+            "{storage}: tasks 5 and 6 ran once each"
+        );
+        drop(built);
+    }
+}

@@ -26,7 +26,9 @@ use super::gpu::GpuSettings;
 use super::pool::WorkerPoolConfig;
 use super::queue::QueueSettings;
 use super::secret::Secret;
-use crate::core::{Budget, Capacity, Durability, FairShare, StartCap, StarvationGuard};
+use crate::core::{
+    Budget, Capacity, Durability, FairShare, OnDuplicate, StartCap, StarvationGuard,
+};
 use crate::util::redact;
 use crate::util::serde::ResourceKind;
 
@@ -112,6 +114,11 @@ pub struct PoolSettings {
     /// 90,000 tokens a minute. Default: none.
     #[serde(default)]
     pub budgets: BTreeMap<String, BudgetSettings>,
+    /// What a submission that repeats a live task, or one whose result still waits, gets:
+    /// `"refuse"` (the default: `DuplicateTask` or `ResultPending`) or `"attach"` (the
+    /// original's mailbox key; nothing runs again).
+    #[serde(default)]
+    pub on_duplicate: Option<OnDuplicate>,
     /// Where parked tasks wait. Default: in memory.
     #[serde(default)]
     pub queue: QueueSettings,
@@ -423,6 +430,9 @@ impl SchedulerConfig {
         }
         if let Some(preemption) = pool.preemption {
             settings = settings.with_preemption(preemption.max_per_task);
+        }
+        if let Some(on_duplicate) = pool.on_duplicate {
+            settings.on_duplicate = on_duplicate;
         }
         for (name, budget) in &pool.budgets {
             if let (Some(kind), Some(budget)) = (ResourceKind::from_name(name), budget.budget()) {

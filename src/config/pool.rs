@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Budget, Budgets, Capacity, Durability, FairShare, PoolError, PoolLimits, Preemption,
-    StarvationGuard,
+    Budget, Budgets, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
+    Preemption, StarvationGuard,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -70,6 +70,9 @@ pub struct WorkerPoolConfig {
     /// The kinds whose units refill with time instead of when tasks end (see [`Budget`]).
     /// Default: none.
     pub budgets: Budgets,
+    /// What a repeated submission gets: refused (the default) or the original's key (see
+    /// [`OnDuplicate`]).
+    pub on_duplicate: OnDuplicate,
 }
 
 impl Default for WorkerPoolConfig {
@@ -99,6 +102,7 @@ impl WorkerPoolConfig {
             drain_on_drop: DEFAULT_DRAIN,
             durability: Durability::Accepted,
             budgets: Budgets::none(),
+            on_duplicate: OnDuplicate::Refuse,
         }
     }
 
@@ -230,6 +234,28 @@ impl WorkerPoolConfig {
         self
     }
 
+    /// Makes repeated submissions safe (`true`): a submission whose (tenant, task id) is
+    /// live, or whose result still waits under the same key, is not run again and is
+    /// answered with the original's mailbox key, where the caller retrieves its result. By
+    /// default (`false`) they are refused with `DuplicateTask` or `ResultPending`. See
+    /// [`OnDuplicate`].
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::OnDuplicate;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_attach_duplicates(true);
+    /// assert_eq!(config.limits().on_duplicate, OnDuplicate::Attach);
+    /// ```
+    pub fn with_attach_duplicates(mut self, attach: bool) -> Self {
+        self.on_duplicate = if attach {
+            OnDuplicate::Attach
+        } else {
+            OnDuplicate::Refuse
+        };
+        self
+    }
+
     /// What a durable queue stores.
     pub fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
@@ -247,6 +273,7 @@ impl WorkerPoolConfig {
             backfill: self.backfill,
             preemption: self.preemption,
             budgets: Budgets::none(),
+            on_duplicate: self.on_duplicate,
         };
         for (kind, budget) in self.budgets.iter() {
             limits = limits.with_budget(kind, *budget);

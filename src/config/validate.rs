@@ -18,6 +18,7 @@
 //! | `fair_share` | exactly one of `max_units_per_tenant` and `max_fraction` |
 //! | `fair_share.max_units_per_tenant` | 1 – `max_units` (any `u32` with `"auto"`) |
 //! | `fair_share.max_fraction` | greater than 0, at most 1 |
+//! | `on_duplicate` | `refuse` or `attach`; `attach` not on a shared queue (postgres, postgres_pgmq) |
 //! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; none on a shared queue (postgres, postgres_pgmq) |
 //! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
 //! | `budgets.<kind>.per_secs` / `.per_ms` | exactly one of them, 1 ms – 1 day |
@@ -63,6 +64,7 @@ use super::queue::QueueSettings;
 use super::quote;
 use super::range::in_range;
 use super::secret::Secret;
+use crate::core::OnDuplicate;
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::domain::MAX_PERIOD_MS;
 use prometheus_parking_lot_actors::worker::default_worker_count;
@@ -251,6 +253,15 @@ impl PoolSettings {
             validate_fair_share(&format!("{path}.fair_share"), fair_share, self.max_units)?;
         }
         self.validate_budgets(&format!("{path}.budgets"))?;
+        if self.on_duplicate == Some(OnDuplicate::Attach) && self.is_shared() {
+            return Err(ConfigError::invalid(
+                format!("{path}.on_duplicate"),
+                "\"attach\" applies to pools whose queue lives in one process (in_memory, \
+                 yaque): on a shared queue a repeated submission may reach another node, \
+                 which does not know the original; use \"refuse\" there"
+                    .to_owned(),
+            ));
+        }
         validate_queue(&format!("{path}.queue"), &self.queue)?;
         if let Some(gpu) = &self.gpu {
             gpu.validate(path, &self.queue)?;
@@ -259,14 +270,17 @@ impl PoolSettings {
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
     }
 
+    /// Whether the pool's queue is shared with other nodes.
+    fn is_shared(&self) -> bool {
+        matches!(
+            self.queue,
+            QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
+        )
+    }
+
     fn validate_budgets(&self, path: &str) -> Result<(), ConfigError> {
         let kinds = "`cpu`, `gpu_vram`, `io` or `mixed`";
-        if !self.budgets.is_empty()
-            && matches!(
-                self.queue,
-                QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
-            )
-        {
+        if !self.budgets.is_empty() && self.is_shared() {
             return Err(ConfigError::invalid(
                 path.to_owned(),
                 "budgets apply to pools whose queue lives in one process (in_memory, yaque); \

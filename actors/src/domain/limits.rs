@@ -173,6 +173,31 @@ pub struct PoolLimits {
     /// a start, given back by the clock. Default: none.
     #[serde(default)]
     pub budgets: Budgets,
+    /// What a submission whose task is live already, or whose result still waits, gets:
+    /// refused (the default) or the original's mailbox key (see [`OnDuplicate`]).
+    #[serde(default)]
+    pub on_duplicate: OnDuplicate,
+}
+
+/// What a pool answers a submission that repeats a task it has: one whose (tenant, task id)
+/// is live, or whose result waits under the same key and id. A caller whose request timed
+/// out submits it again; with `Attach` that is safe.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{OnDuplicate, PoolLimits};
+/// let limits = PoolLimits::new(8, 2).with_on_duplicate(OnDuplicate::Attach);
+/// assert_eq!(limits.on_duplicate, OnDuplicate::Attach);
+/// assert_eq!(PoolLimits::new(8, 2).on_duplicate, OnDuplicate::Refuse);
+/// ```
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDuplicate {
+    /// Refused: `DuplicateTask` for a live task, `ResultPending` for a waiting result.
+    #[default]
+    Refuse,
+    /// Not run again: the submission is answered with the original's mailbox key, under
+    /// which its result is (or will be) retrieved. Its payload is dropped.
+    Attach,
 }
 
 /// Opt-in preemption: when a waiter cannot fit but would if holders of strictly lower
@@ -228,6 +253,7 @@ impl PoolLimits {
             backfill: true,
             preemption: None,
             budgets: Budgets::none(),
+            on_duplicate: OnDuplicate::Refuse,
         }
     }
 
@@ -273,6 +299,12 @@ impl PoolLimits {
     pub fn with_budget(mut self, kind: ResourceKind, budget: Budget) -> Self {
         self.budgets = self.budgets.with(kind, budget);
         self.capacity = self.capacity.with(kind, budget.burst);
+        self
+    }
+
+    /// The same limits with another answer to a repeated submission (see [`OnDuplicate`]).
+    pub fn with_on_duplicate(mut self, on_duplicate: OnDuplicate) -> Self {
+        self.on_duplicate = on_duplicate;
         self
     }
 

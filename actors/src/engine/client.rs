@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, Notify, OnceCell};
 
 use crate::budget::{SlotBudget, SlotGuard};
 use crate::contain::drop_contained;
-use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
+use crate::domain::{MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
 use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
 use crate::permit::{Gate, PermitPort};
@@ -86,6 +86,8 @@ pub(crate) struct ClientParts<P, R> {
     pub nested: Arc<SlotBudget>,
     /// How the scheduler copies payloads to rerun preempted tasks (see `preempt_tasks`).
     pub rerun: Rerun<P>,
+    /// What a submission whose result waits already gets (see [`OnDuplicate`]).
+    pub on_duplicate: OnDuplicate,
 }
 
 struct ClientInner<P, R> {
@@ -106,6 +108,7 @@ struct ClientInner<P, R> {
     answer_spin: AdaptiveSpin,
     nested: Arc<SlotBudget>,
     rerun: Rerun<P>,
+    on_duplicate: OnDuplicate,
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -130,6 +133,7 @@ where
             owns_supervisor,
             nested,
             rerun,
+            on_duplicate,
         } = parts;
         Self {
             inner: Arc::new(ClientInner {
@@ -146,6 +150,7 @@ where
                 answer_spin: AdaptiveSpin::with_max(ANSWER_SPIN_ROUNDS),
                 nested,
                 rerun,
+                on_duplicate,
             }),
         }
     }
@@ -194,13 +199,27 @@ where
         options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
         if let Err(refusal) = self.no_result_waits(std::slice::from_ref(&task)).await[0].clone() {
-            drop_contained(task);
-            return Err(refusal);
+            return self.attach_or_refuse(task, refusal);
         }
         let answer = self.send_submission(task, options, None)?;
         admission_answer(&self.inner.answer_spin, answer)
             .await
             .unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    /// The answer to a submission the stored-result check stopped: under
+    /// [`OnDuplicate::Attach`] its own key (the earlier result waits there), else `refusal`.
+    /// The task is not run either way.
+    fn attach_or_refuse(
+        &self,
+        task: ScheduledTask<P>,
+        refusal: PoolError,
+    ) -> Result<MailboxKey, PoolError> {
+        let attach = self.inner.on_duplicate == OnDuplicate::Attach
+            && matches!(refusal, PoolError::ResultPending(_));
+        let key = attach.then(|| task.meta.mailbox.clone()).flatten();
+        drop_contained(task);
+        key.ok_or(refusal)
     }
 
     /// For each task, `ResultPending` when an earlier task's result waits under its key and
@@ -253,8 +272,7 @@ where
     ) -> Result<MailboxKey, PoolError> {
         let checked = block_on_until(self.no_result_waits(std::slice::from_ref(&task)), None);
         if let Some(Err(refusal)) = checked.map(|mut answers| answers.swap_remove(0)) {
-            drop_contained(task);
-            return Err(refusal);
+            return self.attach_or_refuse(task, refusal);
         }
         let answer = self.send_submission(task, options, None)?;
         block_on_until(admission_answer(&self.inner.answer_spin, answer), None)
@@ -355,10 +373,7 @@ where
                         going.push(task);
                         answers.push(None);
                     }
-                    Err(refusal) => {
-                        drop_contained(task);
-                        answers.push(Some(Err(refusal)));
-                    }
+                    Err(refusal) => answers.push(Some(self.attach_or_refuse(task, refusal))),
                 }
             }
             let mut admitted = Box::pin(self.submit_checked_batch(going, options))

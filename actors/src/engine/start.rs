@@ -297,6 +297,7 @@ where
     };
 
     let rerun: Rerun<P> = Arc::default();
+    let on_duplicate = core.limits().on_duplicate;
     let shell = ShellArgs {
         pool: pool.clone(),
         core,
@@ -378,6 +379,7 @@ where
         owns_supervisor,
         nested,
         rerun,
+        on_duplicate,
     }))
 }
 

@@ -433,11 +433,6 @@ impl<P> Ledger<P> {
         self.len
     }
 
-    /// Whether the caller `(tenant, id)` has a live task.
-    pub fn has_caller(&self, tenant: &TenantId, id: TaskId) -> bool {
-        self.entry_of_caller(tenant, id).is_some()
-    }
-
     /// The entry of the caller's live task `(tenant, id)`, if any.
     pub fn entry_of_caller(&self, tenant: &TenantId, id: TaskId) -> Option<EntryId> {
         let tenant = Tenant::of(tenant);
@@ -577,7 +572,7 @@ mod tests {
         let removed = ledger.remove(1).expect("live");
         assert_eq!(removed.task_id, 7);
         assert!(ledger.get(1).is_none());
-        assert!(!ledger.has_caller(&TenantId::from("acme"), 7));
+        assert_eq!(ledger.entry_of_caller(&TenantId::from("acme"), 7), None);
         ledger.insert(record(4, 7, MailboxKey::new("acme")));
         assert_eq!(ledger.entry_of_caller(&TenantId::from("acme"), 7), Some(4));
         assert_eq!(ledger.slots.len(), 3, "the vacant slot was reused");

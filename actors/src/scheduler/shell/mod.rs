@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::contain::drop_contained;
-use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
+use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TaskId};
 use crate::events::TaskStep;
 use crate::mailbox::Mailbox;
 use crate::queue::actor::QueueReport;
@@ -147,6 +147,19 @@ where
             .and_then(|()| mailbox_has_room(&*self.mailbox, self.tasks.ledger.len()))
             .and_then(|()| streamable::<R>(&self.tasks.pool, &self.storage, extras.as_deref()))
             .and_then(|()| no_result_waits(&*self.mailbox, &task, extras.as_deref()));
+        if let (Err(PoolError::ResultPending(_)), OnDuplicate::Attach) =
+            (&admissible, self.tasks.core.limits().on_duplicate)
+        {
+            // Its result waits under this very key: the caller retrieves it there.
+            let key = task
+                .meta
+                .mailbox
+                .take()
+                .unwrap_or_else(MailboxKey::anonymous);
+            self.tasks.fx.answer(reply, Ok(key));
+            drop_contained(task);
+            return;
+        }
         if let Err(refusal) = admissible {
             self.tasks.refuse(task, refusal, reply, now);
             return;
@@ -208,7 +221,22 @@ where
     /// A task whose caller (tenant, id) is live here already is refused (`DuplicateTask`).
     fn admit(&mut self, admission: Admission<P>, now: u64) {
         let id = admission.task.meta.id;
-        if self.tasks.ledger.has_caller(&admission.key.tenant, id) {
+        if let Some(original) = self.tasks.ledger.entry_of_caller(&admission.key.tenant, id) {
+            if self.tasks.core.limits().on_duplicate == OnDuplicate::Attach {
+                if let Origin::Submitted { reply, .. } = admission.origin {
+                    // Not run again: the caller gets the live original's key.
+                    let key = self
+                        .tasks
+                        .ledger
+                        .get(original)
+                        .map(|record| record.key.key().into_owned());
+                    self.tasks
+                        .fx
+                        .answer(reply, Ok(key.unwrap_or(admission.key)));
+                    drop_contained(admission.task);
+                    return;
+                }
+            }
             end_unadmitted(
                 &mut self.tasks,
                 admission,
