@@ -66,7 +66,7 @@ pub struct PoolStats {
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
     /// The kinds whose units refill with time, with their levels (see
-    /// [`Budget`](crate::domain::Budget)); empty for a pool without budgets.
+    /// [`Budget`]); empty for a pool without budgets.
     pub budgets: Vec<BudgetStats>,
 }
 

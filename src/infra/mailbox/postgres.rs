@@ -728,8 +728,8 @@ where
         row.as_ref().map(delivery_of).transpose()
     }
 
-    /// One statement for them and for every other question asked meanwhile (see
-    /// [`holds_loop`]), on the lookup index.
+    /// One statement for them and for every other question asked meanwhile (the mailbox's
+    /// holds loop groups them), on the lookup index.
     async fn holds(&self, wanted: &[(MailboxKey, TaskId)]) -> Result<Vec<bool>, MailboxError> {
         let (answer, answered) = oneshot::channel();
         let ask = HoldsAsk {
