@@ -67,6 +67,8 @@ pub mod names {
     /// Counter: runs of shared-queue tasks whose claim was lost (nothing they produced was
     /// published).
     pub const LOST_LEASES: &str = "parking_lot_lost_leases_total";
+    /// Counter: failed runs whose task parks again to be tried again.
+    pub const TASK_RETRIES: &str = "parking_lot_task_retries_total";
     /// Gauge, label `kind`: whole units in a budget's bucket (kinds whose units refill with
     /// time).
     pub const BUDGET_LEVEL: &str = "parking_lot_budget_level";
@@ -132,6 +134,7 @@ pub struct PoolMetrics {
     preemptions_honoured: Counter,
     preempted_units: Counter,
     lost_leases: Counter,
+    retries: Counter,
     /// Indexed by [`ResourceKind::index`]: registered when a kind's budget is first heard of.
     budgets: [std::sync::OnceLock<BudgetGauges>; ResourceKind::COUNT],
     pool: String,
@@ -199,6 +202,7 @@ impl PoolMetrics {
             preemptions_honoured: with_pool(names::PREEMPTIONS_HONOURED),
             preempted_units: with_pool(names::PREEMPTED_UNITS),
             lost_leases: with_pool(names::LOST_LEASES),
+            retries: with_pool(names::TASK_RETRIES),
             queue_errors: with_pool(names::QUEUE_ERRORS),
             budgets: Default::default(),
             pool,
@@ -246,6 +250,7 @@ impl EventSubscriber for PoolMetrics {
                 self.preempted_units.increment(u64::from(*units));
             }
             TaskStep::LeaseLost => self.lost_leases.increment(1),
+            TaskStep::Retrying { .. } => self.retries.increment(1),
             TaskStep::WaitsForBudget { .. } => {
                 let kind = event.cost.kind;
                 self.budget_gauges(kind).waits.increment(1);
@@ -364,6 +369,10 @@ fn describe() {
         (
             names::WEBHOOK_FAILURES,
             "Webhook notifications that failed, by reason.",
+        ),
+        (
+            names::TASK_RETRIES,
+            "Failed runs whose task parks again to be tried again after a backoff.",
         ),
         (
             names::BUDGET_WAITS,

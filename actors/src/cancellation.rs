@@ -23,6 +23,9 @@ struct Flag {
     /// Units of a budgeted kind the run spent at its start and did not use (see
     /// [`running::return_units`](crate::running::return_units)).
     unused_units: AtomicU32,
+    /// Why the run asked to be tried again (see
+    /// [`running::retry_later`](crate::running::retry_later)), if it did.
+    retry: std::sync::Mutex<Option<String>>,
     changed: Notify,
 }
 
@@ -69,6 +72,25 @@ impl Cancellation {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |had| {
                 Some(had.saturating_add(units))
             });
+    }
+
+    /// Records that the run failed in a way worth trying again, and why (the last call
+    /// wins).
+    pub(crate) fn retry_later(&self, reason: String) {
+        *self
+            .0
+            .retry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
+    }
+
+    /// Why the run asked to be tried again, if it did.
+    pub(crate) fn retry_reason(&self) -> Option<String> {
+        self.0
+            .retry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Units the run said it did not use (see [`return_units`](Self::return_units)).

@@ -46,6 +46,18 @@ pub enum TaskStep {
         /// When the budget will hold its units, by the core's clock (ms since the epoch).
         until_ms: u64,
     },
+    /// A run failed in a way worth trying again (its executor panicked, or asked with
+    /// `running::retry_later`) and the pool retries failed runs: its output was discarded
+    /// and the task parks again from `at_ms` on, for run number `attempt`. No `Ended`
+    /// follows for this run.
+    Retrying {
+        /// The number of the next run (2 for the first retry).
+        attempt: u32,
+        /// When it parks again, by the core's clock (ms since the epoch).
+        at_ms: u64,
+        /// Why the run failed.
+        reason: String,
+    },
 }
 
 /// Why admission refused a task, in a few stable categories (a metrics label; the

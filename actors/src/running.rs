@@ -11,6 +11,7 @@
 //!   that blocks its thread (a token loop in sync code) checks the flag between steps.
 //! - [`return_units`]: a task of a kind with a budget (units that refill with time) gives
 //!   back what it declared and did not use.
+//! - [`retry_later`]: a run that failed in a way worth trying again says so.
 //! - [`partials`]: the sink of a task submitted with `submit_streaming`; `None` for tasks
 //!   submitted otherwise, so one executor can serve both.
 //!
@@ -148,6 +149,38 @@ pub fn is_lease_lost() -> bool {
 /// ```
 pub fn return_units(units: u32) -> bool {
     with_current(|context| context.cancellation.return_units(units)).is_some()
+}
+
+/// Tells the pool that the task this worker thread is running failed in a way worth trying
+/// again (a provider's 429 or 503, a connection reset), and why. When the pool retries
+/// failed runs (its limits' `retry`), whatever this run returns is discarded and the task
+/// parks again after a backoff, to run again; after its last attempt it ends `Failed`
+/// with every run's reason. Without retries, the run ends `Failed` with `reason` (its
+/// result discarded all the same). Returns `false` outside a run.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use prometheus_parking_lot_actors::domain::TaskMetadata;
+/// use prometheus_parking_lot_actors::executor::TaskExecutor;
+/// use prometheus_parking_lot_actors::running;
+///
+/// struct Call;
+///
+/// #[async_trait]
+/// impl TaskExecutor<String, String> for Call {
+///     async fn execute(&self, prompt: String, _meta: TaskMetadata) -> String {
+///         let status = 429; // what the provider answered
+///         if status == 429 {
+///             running::retry_later("the provider answered 429 Too Many Requests");
+///             return String::new();
+///         }
+///         prompt
+///     }
+/// }
+/// ```
+pub fn retry_later(reason: impl Into<String>) -> bool {
+    let reason = reason.into();
+    with_current(|context| context.cancellation.retry_later(reason)).is_some()
 }
 
 /// The partial-result sink of the task this worker thread is running, when its submitter

@@ -62,6 +62,9 @@ pub struct PoolStats {
     /// Runs of shared-queue tasks whose claim was lost (the lease ran out while they ran or
     /// before their outcome was stored): stopped, nothing published, not counted as ended.
     pub lost_leases: u64,
+    /// Runs that failed in a way worth trying again and were: their tasks parked again
+    /// after a backoff (see `PoolLimits::retry`).
+    pub retried_runs: u64,
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
@@ -136,6 +139,7 @@ pub struct PoolCounters {
     pub(crate) preemptions_honoured: AtomicU64,
     pub(crate) preempted_units: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
+    pub(crate) retried_runs: AtomicU64,
     /// Per kind: its budget, set by the first reading that has one.
     pub(crate) budget_shape: [OnceLock<Budget>; ResourceKind::COUNT],
     pub(crate) budget_level: [AtomicU64; ResourceKind::COUNT],
@@ -173,6 +177,7 @@ impl PoolCounters {
             preemptions_honoured: read(&self.preemptions_honoured),
             preempted_units: read(&self.preempted_units),
             lost_leases: read(&self.lost_leases),
+            retried_runs: read(&self.retried_runs),
             gpu: self.gpu.get().map(|gpu| GpuStats {
                 free_mib: read(&self.gpu_free_mib),
                 ..gpu.clone()
@@ -221,6 +226,7 @@ impl EventSubscriber for PoolCounters {
         match event.step {
             TaskStep::Admitted => Self::bump(&self.submitted),
             TaskStep::Parked | TaskStep::Started | TaskStep::WaitsForBudget { .. } => {}
+            TaskStep::Retrying { .. } => Self::bump(&self.retried_runs),
             TaskStep::YieldAsked => Self::bump(&self.preemptions_asked),
             TaskStep::Yielded { units } => {
                 Self::bump(&self.preemptions_honoured);

@@ -27,7 +27,7 @@ use super::pool::WorkerPoolConfig;
 use super::queue::QueueSettings;
 use super::secret::Secret;
 use crate::core::{
-    Budget, Capacity, Durability, FairShare, OnDuplicate, StartCap, StarvationGuard,
+    Budget, Capacity, Durability, FairShare, OnDuplicate, Retries, StartCap, StarvationGuard,
 };
 use crate::util::redact;
 use crate::util::serde::ResourceKind;
@@ -119,6 +119,10 @@ pub struct PoolSettings {
     /// original's mailbox key; nothing runs again).
     #[serde(default)]
     pub on_duplicate: Option<OnDuplicate>,
+    /// Tries failed runs again, e.g. `{"max_attempts": 4, "backoff_ms": 500,
+    /// "max_backoff_ms": 30000}`. Default: a failure is final.
+    #[serde(default)]
+    pub retry: Option<RetrySettings>,
     /// Where parked tasks wait. Default: in memory.
     #[serde(default)]
     pub queue: QueueSettings,
@@ -197,6 +201,32 @@ impl BudgetSettings {
                 None => None,
             },
         })
+    }
+}
+
+/// A pool's `retry` section: `max_attempts` runs in all, waiting `backoff_ms` after the
+/// first failure, doubling up to `max_backoff_ms` (default 64 times `backoff_ms`, at most a
+/// day).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    /// Runs in all, the first included.
+    pub max_attempts: u32,
+    /// The wait after the first failed run, ms.
+    pub backoff_ms: u64,
+    /// The longest wait, ms.
+    #[serde(default)]
+    pub max_backoff_ms: Option<u64>,
+}
+
+impl RetrySettings {
+    /// The retries these settings describe.
+    pub fn retries(&self) -> Retries {
+        let mut retries = Retries::new(self.max_attempts, Duration::from_millis(self.backoff_ms));
+        if let Some(max) = self.max_backoff_ms {
+            retries = retries.with_max_backoff(Duration::from_millis(max));
+        }
+        retries
     }
 }
 
@@ -430,6 +460,9 @@ impl SchedulerConfig {
         }
         if let Some(preemption) = pool.preemption {
             settings = settings.with_preemption(preemption.max_per_task);
+        }
+        if let Some(retry) = &pool.retry {
+            settings = settings.with_retry(retry.retries());
         }
         if let Some(on_duplicate) = pool.on_duplicate {
             settings.on_duplicate = on_duplicate;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{
     Budget, Budgets, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, StarvationGuard,
+    Preemption, Retries, StarvationGuard,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -73,6 +73,9 @@ pub struct WorkerPoolConfig {
     /// What a repeated submission gets: refused (the default) or the original's key (see
     /// [`OnDuplicate`]).
     pub on_duplicate: OnDuplicate,
+    /// Whether failed runs are tried again (see [`Retries`]). Default: no, a failure is
+    /// final.
+    pub retry: Option<Retries>,
 }
 
 impl Default for WorkerPoolConfig {
@@ -103,6 +106,7 @@ impl WorkerPoolConfig {
             durability: Durability::Accepted,
             budgets: Budgets::none(),
             on_duplicate: OnDuplicate::Refuse,
+            retry: None,
         }
     }
 
@@ -256,6 +260,24 @@ impl WorkerPoolConfig {
         self
     }
 
+    /// Tries failed runs again: a run whose executor panicked, or that asked with
+    /// `running::retry_later` (a provider's 429 or 503), parks again after a backoff, up to
+    /// `retries.max_attempts` runs in all; see [`Retries`]. A pool on the in-memory queue
+    /// also needs `retry_tasks()` (it keeps a copy of each payload, so `P: Clone`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use prometheus_parking_lot::core::Retries;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_retry(Retries::new(3, Duration::from_millis(500)));
+    /// assert_eq!(config.limits().retry.map(|r| r.max_attempts), Some(3));
+    /// ```
+    pub fn with_retry(mut self, retries: Retries) -> Self {
+        self.retry = Some(retries);
+        self
+    }
+
     /// What a durable queue stores.
     pub fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
@@ -274,6 +296,7 @@ impl WorkerPoolConfig {
             preemption: self.preemption,
             budgets: Budgets::none(),
             on_duplicate: self.on_duplicate,
+            retry: self.retry,
         };
         for (kind, budget) in self.budgets.iter() {
             limits = limits.with_budget(kind, *budget);

@@ -5,7 +5,8 @@ pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
     Budget, Budgets, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, ScheduledTask, StartCap, StarvationGuard, TaskMetadata, TaskStatus, WakeState,
+    Preemption, Retries, ScheduledTask, StartCap, StarvationGuard, TaskMetadata, TaskStatus,
+    WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::PoolClient;
 pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};

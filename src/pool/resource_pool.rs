@@ -273,6 +273,17 @@ where
         self.client.preempt_tasks();
     }
 
+    /// Lets the pool run a failed task again when its config retries failed runs
+    /// (`with_retry`, or the config's `retry`) and its queue is in memory: the pool keeps a
+    /// clone of each running task's payload for this, hence `Clone`. A yaque queue keeps
+    /// the payload itself and needs no call. See `PoolClient::retry_tasks`.
+    pub fn retry_tasks(&self)
+    where
+        P: Clone,
+    {
+        self.client.retry_tasks();
+    }
+
     /// The engine client, for the actor-level API.
     pub fn client(&self) -> &PoolClient<P, R> {
         &self.client

@@ -59,6 +59,7 @@ where
         a_second_claim_is_none,
         settle_ends_a_claim_once,
         settle_of_an_unclaimed_entry_is_refused,
+        a_released_claim_is_parked_again_with_its_task,
         remove_returns_a_parked_task_once,
         remove_leaves_a_claimed_entry_claimed,
         counts_follow_every_step,
@@ -352,6 +353,47 @@ pub async fn settle_of_an_unclaimed_entry_is_refused(queue: Driven<'_>) {
     }
     queue.assert_counts(1, 0, "refused settles").await;
     assert_eq!(queue.claim(50).await, Ok(Some(parked)), "still parked");
+}
+
+/// A backend that keeps claimed tasks hands a claim back: the entry is parked again, with its
+/// task unchanged, listed by `load_parked`, and claimed again; only a claimed entry can be
+/// released. A backend that cannot says so and refuses, changing nothing.
+pub async fn a_released_claim_is_parked_again_with_its_task(queue: Driven<'_>) {
+    let parked = task(3, High, 2, Io, 7, Some(90_000));
+    park_all(queue, &[(60, &parked), (61, &cpu(4, Low, 3, 1))]).await;
+    assert_eq!(queue.claim(60).await, Ok(Some(parked.clone())));
+    let released = queue.queue.release(60).await;
+    if !queue.queue.releases_claims() {
+        assert!(
+            matches!(released, Err(QueueError::Backend(_))),
+            "{released:?}"
+        );
+        queue.assert_counts(1, 1, "a refused release").await;
+        return;
+    }
+    assert_eq!(released, Ok(()));
+    queue.assert_counts(2, 0, "released").await;
+    let listed: Vec<EntryId> = queue.load_parked().await.iter().map(|e| e.entry).collect();
+    assert_eq!(listed, vec![60, 61], "parked again, in entry order");
+    assert_eq!(
+        queue.queue.release(60).await,
+        Err(QueueError::NotClaimed(60)),
+        "parked"
+    );
+    assert_eq!(
+        queue.queue.release(404).await,
+        Err(QueueError::NotClaimed(404)),
+        "unknown"
+    );
+    assert_eq!(
+        queue.claim(60).await,
+        Ok(Some(parked)),
+        "claimed again, unchanged"
+    );
+    assert_eq!(queue.settle(60, Settlement::Done).await, Ok(()));
+    queue
+        .assert_counts(1, 0, "settled after the second claim")
+        .await;
 }
 
 /// `remove` returns a parked task unchanged, then `None`; unknown entries give `None`.

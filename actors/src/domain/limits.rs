@@ -177,6 +177,89 @@ pub struct PoolLimits {
     /// refused (the default) or the original's mailbox key (see [`OnDuplicate`]).
     #[serde(default)]
     pub on_duplicate: OnDuplicate,
+    /// Whether a run that failed in a way worth trying again (its executor panicked, or
+    /// asked with `running::retry_later`) runs again after a backoff (see [`Retries`]);
+    /// `None`: a failure is final.
+    #[serde(default)]
+    pub retry: Option<Retries>,
+}
+
+/// Runs of a task that failed, tried again: a run whose executor panicked, or that asked
+/// for it (`running::retry_later`, say on a provider's 429 or 503), parks again after a
+/// backoff and runs again, up to `max_attempts` runs in all. The backoff doubles from
+/// `backoff_ms` up to `max_backoff_ms`, and each wait is drawn between half of it and all
+/// of it (jitter), so tasks that failed together do not come back together. After the last
+/// run the task ends `Failed` with every run's reason.
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot_actors::domain::Retries;
+///
+/// let retries = Retries::new(4, Duration::from_millis(200)).with_max_backoff(Duration::from_secs(1));
+/// // After the first failure: 100-200 ms; the second: 200-400; the third: 400-800.
+/// assert_eq!(retries.backoff_ms(1, 0.0), 100);
+/// assert_eq!(retries.backoff_ms(3, 0.999_999), 799);
+/// assert_eq!(retries.backoff_ms(9, 0.0), 500); // at most max_backoff_ms
+/// assert!(retries.validate().is_ok());
+/// ```
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retries {
+    /// Runs in all, the first included (at least 1; 1 means no retry).
+    pub max_attempts: u32,
+    /// The wait after the first failed run, ms (before jitter).
+    pub backoff_ms: u64,
+    /// The longest wait, ms (before jitter).
+    pub max_backoff_ms: u64,
+}
+
+/// The longest backoff: a day.
+const MAX_BACKOFF_MS: u64 = 86_400_000;
+
+impl Retries {
+    /// `max_attempts` runs in all, waiting `backoff` after the first failure (doubling,
+    /// at most 64 times `backoff` or a day).
+    pub fn new(max_attempts: u32, backoff: std::time::Duration) -> Self {
+        let backoff_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            max_attempts,
+            backoff_ms,
+            max_backoff_ms: backoff_ms.saturating_mul(64).min(MAX_BACKOFF_MS),
+        }
+    }
+
+    /// The same retries with another longest wait.
+    pub fn with_max_backoff(mut self, max_backoff: std::time::Duration) -> Self {
+        self.max_backoff_ms = u64::try_from(max_backoff.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// The wait after `failed` failed runs (1 for the first), with `draw` in `[0, 1)`
+    /// placing it between half the doubled backoff and all of it.
+    pub fn backoff_ms(&self, failed: u32, draw: f64) -> u64 {
+        let doubled = self
+            .backoff_ms
+            .saturating_mul(1u64 << failed.saturating_sub(1).min(62))
+            .min(self.max_backoff_ms);
+        let half = doubled / 2;
+        half + ((doubled - half) as f64 * draw.clamp(0.0, 1.0)) as u64
+    }
+
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<(), PoolError> {
+        if self.max_attempts == 0 {
+            return Err(PoolError::InvalidConfig(
+                "retry.max_attempts is 0; use at least 1 (the first run counts)".into(),
+            ));
+        }
+        if self.backoff_ms > self.max_backoff_ms || self.max_backoff_ms > MAX_BACKOFF_MS {
+            return Err(PoolError::InvalidConfig(format!(
+                "retry: backoff_ms is {} and max_backoff_ms {}; use backoff_ms at most \
+                 max_backoff_ms, and at most a day ({MAX_BACKOFF_MS} ms)",
+                self.backoff_ms, self.max_backoff_ms
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What a pool answers a submission that repeats a task it has: one whose (tenant, task id)
@@ -254,6 +337,7 @@ impl PoolLimits {
             preemption: None,
             budgets: Budgets::none(),
             on_duplicate: OnDuplicate::Refuse,
+            retry: None,
         }
     }
 
@@ -308,6 +392,12 @@ impl PoolLimits {
         self
     }
 
+    /// The same limits with retries of failed runs (`None`: a failure is final).
+    pub fn with_retry(mut self, retry: Option<Retries>) -> Self {
+        self.retry = retry;
+        self
+    }
+
     /// The same limits with backfill on or off.
     pub fn with_backfill(mut self, backfill: bool) -> Self {
         self.backfill = backfill;
@@ -345,6 +435,9 @@ impl PoolLimits {
             preemption.validate()?;
         }
         self.budgets.validate()?;
+        if let Some(retry) = &self.retry {
+            retry.validate()?;
+        }
         for (kind, budget) in self.budgets.iter() {
             if self.capacity.get(kind) != budget.burst {
                 return Err(PoolError::InvalidConfig(format!(

@@ -14,7 +14,9 @@ mod task;
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use durability::Durability;
 pub use error::PoolError;
-pub use limits::{Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, StarvationGuard};
+pub use limits::{
+    Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
+};
 pub use mailbox_key::{MailboxKey, TenantId};
 pub use resource::{ResourceCost, ResourceKind};
 pub use status::{TaskStatus, WakeState};

@@ -176,6 +176,19 @@ where
         let _ = self.inner.rerun.set(<P as Clone>::clone);
     }
 
+    /// Lets the pool run a failed task again in memory, when its limits retry failed runs
+    /// (`PoolLimits::retry`): the pool keeps a clone of each running task's payload, to run
+    /// it again after a backoff when the run panicked or asked for it
+    /// ([`running::retry_later`](crate::running::retry_later)), hence `Clone`. A durable
+    /// local queue (yaque) keeps the payload itself and needs no call. The same copy serves
+    /// [`preempt_tasks`](Self::preempt_tasks); calling either again does nothing.
+    pub fn retry_tasks(&self)
+    where
+        P: Clone,
+    {
+        let _ = self.inner.rerun.set(<P as Clone>::clone);
+    }
+
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.inner.name

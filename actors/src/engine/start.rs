@@ -276,6 +276,7 @@ where
                     None => tracing::error!("the queue actor has no scheduler to report to"),
                 })
             };
+            let releases = spec.queue.releases_claims();
             let queue_state = QueueState {
                 queue: spec.queue,
                 reports,
@@ -285,7 +286,7 @@ where
                     .await?
                     .into();
             let stored = stored.into_iter().map(|entry| (entry, None)).collect();
-            let room = LocalRoom::new(spec.durability);
+            let room = LocalRoom::new(spec.durability).with_releases(releases);
             (Storage::Local(room), None, stored, Some(queue))
         }
         None => {

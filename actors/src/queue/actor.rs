@@ -33,6 +33,8 @@ pub(crate) enum QueueMsg<P> {
     },
     /// Remove a parked entry (cancelled, expired).
     Remove { entry: EntryId },
+    /// Hand a claimed entry back, parked again (a failed run tried again later).
+    Release { entry: EntryId },
 }
 
 /// What the queue actor reports back, for every park and every claim.
@@ -123,6 +125,11 @@ where
                 QueueMsg::Settle { entry, settlement } => {
                     if let Err(error) = state.queue.settle(entry, settlement).await {
                         tracing::warn!(entry, %error, "queue settle failed");
+                    }
+                }
+                QueueMsg::Release { entry } => {
+                    if let Err(error) = state.queue.release(entry).await {
+                        tracing::warn!(entry, %error, "queue release failed");
                     }
                 }
                 QueueMsg::Remove { entry } => match state.queue.remove(entry).await {

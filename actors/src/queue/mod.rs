@@ -119,6 +119,25 @@ where
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
 
+    /// Hands a claimed entry back: parked again with its task as stored, so a later
+    /// [`claim`](Self::claim) returns it (a failed run that is tried again). `NotClaimed`
+    /// for an entry that is not claimed. A backend that does not keep a claimed entry's task
+    /// cannot, says so with [`releases_claims`](Self::releases_claims) (`false`, the
+    /// default) and answers with an error that says why; the scheduler then keeps a failed
+    /// run's failure final.
+    async fn release(&self, entry: EntryId) -> Result<(), QueueError> {
+        let _ = entry;
+        Err(QueueError::Backend(format!(
+            "the {} queue does not keep a claimed task, so it cannot hand the claim back",
+            self.backend()
+        )))
+    }
+
+    /// Whether [`release`](Self::release) is supported.
+    fn releases_claims(&self) -> bool {
+        false
+    }
+
     /// Every parked entry, for the core to index at start, and claims left over by a process
     /// that died, parked again (their runs were lost: at-least-once).
     async fn load_parked(&self) -> Result<Vec<StoredEntry>, QueueError>;

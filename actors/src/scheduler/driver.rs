@@ -128,7 +128,9 @@ where
         let (entry, answered) = match &message {
             QueueMsg::Park { entry, .. } => (*entry, Some(true)),
             QueueMsg::Claim { entry } => (*entry, Some(false)),
-            QueueMsg::Settle { entry, .. } | QueueMsg::Remove { entry } => (*entry, None),
+            QueueMsg::Settle { entry, .. }
+            | QueueMsg::Remove { entry }
+            | QueueMsg::Release { entry } => (*entry, None),
         };
         let Err(error) = queue.send_message(message) else {
             return;

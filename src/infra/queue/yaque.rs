@@ -314,6 +314,27 @@ where
         Ok(())
     }
 
+    /// Appends the entry's task again as a park: the log then holds it parked, for this
+    /// process and for a restart (old and new binaries read a park the same way).
+    async fn release(&self, entry: EntryId) -> Result<(), QueueError> {
+        let mut store = self.lock();
+        let task = match store.entries.get(&entry) {
+            Some(kept) if kept.claimed => kept.task.clone(),
+            _ => return Err(QueueError::NotClaimed(entry)),
+        };
+        store.append(PARK, entry, &task)?;
+        if let Some(kept) = store.entries.get_mut(&entry) {
+            kept.claimed = false;
+        }
+        store.claimed -= 1;
+        store.maybe_compact();
+        Ok(())
+    }
+
+    fn releases_claims(&self) -> bool {
+        true
+    }
+
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let mut store = self.lock();
         let Some(task) = self.parked_task(&mut store, entry)? else {

@@ -111,6 +111,13 @@
 //!     unchanged; preemption frees nothing of such a kind, and backfill, which needs to know
 //!     when units return, does not start tasks past a reservation of such a kind.
 //!
+//! 16. **Sleepers.** A ticket may be parked from a later time on
+//!     ([`ParkingLot::park_until`]: a failed run's task waiting out its retry backoff). Until
+//!     then it is live (`Parked` to [`ParkingLot::state`], cancellable, counted among the
+//!     parked) but in no index a decision reads; [`ParkingLot::next_wakeup`] names its time,
+//!     and from then on it parks at its rank like any other (its `created_at_ms` is kept, so
+//!     it keeps its place among equals).
+//!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
 //! - `0 <= used[kind] <= capacity[kind]` and it equals the sum of the units of the running
@@ -361,6 +368,9 @@ pub struct ParkingLot {
     /// The buckets of the kinds whose units refill with time (rule 15); `None` when no
     /// kind has one.
     budgets: Option<Box<budget::Budgets>>,
+    /// Tickets parked from a later time on (rule 16), by that time: in no other index.
+    sleeping: BTreeSet<(u64, TaskId)>,
+    sleepers: FastMap<TaskId, (u64, Ticket)>,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
     /// The time of the latest event: backfill decisions depend on it, and
@@ -397,6 +407,8 @@ impl ParkingLot {
             by_timeout: limits.backfill.then(TimeoutIndex::default),
             by_end: BTreeSet::new(),
             budgets: budget::Budgets::new(&limits.budgets),
+            sleeping: BTreeSet::new(),
+            sleepers: FastMap::default(),
             starts: 0,
             clock: 0,
         })
@@ -612,7 +624,7 @@ impl ParkingLot {
 
     /// Number of parked tasks.
     pub fn parked_len(&self) -> usize {
-        self.parked.len()
+        self.parked.len() + self.sleepers.len()
     }
 
     /// Number of running tasks, permits included.
@@ -624,6 +636,9 @@ impl ParkingLot {
     pub fn state(&self, id: TaskId) -> Option<WakeState> {
         if self.running.contains_key(&id) {
             return Some(WakeState::Running);
+        }
+        if self.sleepers.contains_key(&id) {
+            return Some(WakeState::Parked);
         }
         let parked = self.parked.get(&id)?;
         if self.starving.contains(&parked.rank(id)) {
@@ -665,7 +680,8 @@ impl ParkingLot {
                 .map(|&(parked_at, _)| parked_at.saturating_add(max_park_ms))
         });
         let overdue = self.by_overdue.first().map(|&(at, _)| at);
-        [deadline, aging, overdue, self.budget_wakeup()]
+        let sleeper = self.sleeping.first().map(|&(at, _)| at);
+        [deadline, aging, overdue, self.budget_wakeup(), sleeper]
             .into_iter()
             .flatten()
             .min()
@@ -718,7 +734,7 @@ impl ParkingLot {
     fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Admit {
         let ticket = self.at_least_a_unit(ticket);
         let Ticket { id, cost, .. } = ticket;
-        if self.parked.contains_key(&id) || self.running.contains_key(&id) {
+        if self.is_live(id) {
             return Admit::Reject(Rejection::DuplicateId(id));
         }
         let capacity = self.limits.capacity.get(cost.kind);
@@ -864,6 +880,12 @@ impl ParkingLot {
         if self.running.contains_key(&id) {
             return Ok(Cancel::Running);
         }
+        if let Some((until, _)) = self.sleepers.remove(&id) {
+            self.sleeping.remove(&(until, id));
+            return Ok(Cancel::Parked {
+                started: Vec::new(),
+            });
+        }
         if self.remove_parked(id).is_none() {
             return Err(UnknownTask::NotLive(id));
         }
@@ -903,11 +925,69 @@ impl ParkingLot {
     /// be lost. Call [`tick`](Self::tick) after the last one to start what fits.
     pub fn restore(&mut self, ticket: Ticket, now: u64) -> Result<(), Rejection> {
         let id = ticket.id;
-        if self.parked.contains_key(&id) || self.running.contains_key(&id) {
+        if self.is_live(id) {
             return Err(Rejection::DuplicateId(id));
         }
         self.park(self.at_least_a_unit(ticket), false, now);
         Ok(())
+    }
+
+    /// Parks a task from `until_ms` on (rule 16): a failed run's task waiting out its
+    /// backoff. Until then it is live (its state is `Parked`, it can be cancelled) but takes
+    /// no part in any decision; from then on it is parked as by [`restore`](Self::restore),
+    /// at its rank. Call [`tick`](Self::tick) at [`next_wakeup`](Self::next_wakeup).
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
+    /// use prometheus_parking_lot_actors::scheduler::core::{ParkingLot, Ticket};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(10, 2)).unwrap();
+    /// let ticket = Ticket {
+    ///     id: 1,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(4),
+    ///     created_at_ms: 0,
+    ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
+    /// };
+    /// lot.park_until(ticket, 500, 100).unwrap();
+    /// assert_eq!(lot.next_wakeup(), Some(500));
+    /// assert!(lot.tick(499).started.is_empty());
+    /// assert_eq!(lot.tick(500).started, vec![1]);
+    /// ```
+    pub fn park_until(&mut self, ticket: Ticket, until_ms: u64, now: u64) -> Result<(), Rejection> {
+        if until_ms <= now {
+            return self.restore(ticket, now);
+        }
+        let id = ticket.id;
+        if self.is_live(id) {
+            return Err(Rejection::DuplicateId(id));
+        }
+        self.sleeping.insert((until_ms, id));
+        self.sleepers
+            .insert(id, (until_ms, self.at_least_a_unit(ticket)));
+        Ok(())
+    }
+
+    /// Whether the lot holds task `id`: parked, sleeping or running.
+    fn is_live(&self, id: TaskId) -> bool {
+        self.parked.contains_key(&id)
+            || self.running.contains_key(&id)
+            || self.sleepers.contains_key(&id)
+    }
+
+    /// Parks the sleepers whose time has come (rule 16).
+    fn wake_sleepers(&mut self, now: u64) {
+        while let Some(&(until, id)) = self.sleeping.first() {
+            if until > now {
+                break;
+            }
+            self.sleeping.pop_first();
+            if let Some((_, ticket)) = self.sleepers.remove(&id) {
+                self.park(ticket, false, now);
+            }
+        }
     }
 
     /// Removes every parked task (for shutdown) and returns their ids, best-ranked first.
@@ -918,6 +998,9 @@ impl ParkingLot {
             .map(|(&id, parked)| parked.rank(id))
             .collect();
         ranks.sort_unstable();
+        let sleepers: Vec<TaskId> = self.sleeping.iter().map(|&(_, id)| id).collect();
+        self.sleeping.clear();
+        self.sleepers.clear();
         self.parked.clear();
         self.by_cost = Default::default();
         self.permits_by_cost = Default::default();
@@ -930,7 +1013,11 @@ impl ParkingLot {
         if let Some(by_timeout) = &mut self.by_timeout {
             by_timeout.clear();
         }
-        ranks.into_iter().map(|rank| rank.id()).collect()
+        ranks
+            .into_iter()
+            .map(|rank| rank.id())
+            .chain(sleepers)
+            .collect()
     }
 
     /// Checks every invariant of the module docs. O(n): for tests and debugging.
@@ -993,6 +1080,18 @@ impl ParkingLot {
             }
         }
         self.check_budgets()?;
+        if self.sleeping.len() != self.sleepers.len()
+            || self.sleeping.iter().any(|(until, id)| {
+                self.sleepers.get(id).map(|&(at, _)| at) != Some(*until)
+                    || self.parked.contains_key(id)
+                    || self.running.contains_key(id)
+            })
+        {
+            return Err(
+                "a sleeper is not exactly once in the sleeping index, or is also parked or running"
+                    .into(),
+            );
+        }
         if let Some(runnable) = self.best_fit(self.clock) {
             return Err(format!(
                 "saturation broken: parked task {} fits and is not blocked",
@@ -1076,6 +1175,9 @@ impl ParkingLot {
     /// fits or the reservation blocks the rest.
     fn unpark(&mut self, now: u64, started: &mut Vec<TaskId>) {
         self.clock = now;
+        if !self.sleeping.is_empty() {
+            self.wake_sleepers(now);
+        }
         if let Some(budgets) = &mut self.budgets {
             budgets.refill(now);
         }

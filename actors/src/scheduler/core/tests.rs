@@ -47,6 +47,39 @@ fn invalid_limits_are_refused_with_the_field_named() {
 }
 
 #[test]
+fn a_sleeper_is_live_but_takes_no_part_until_its_time() {
+    let mut lot = lot();
+    lot.park_until(normal(1, 4), 100, 0).unwrap();
+    assert_eq!(lot.state(1), Some(WakeState::Parked));
+    assert_eq!(lot.parked_len(), 1);
+    assert!(matches!(
+        lot.admit(normal(1, 1), 0),
+        Admit::Reject(Rejection::DuplicateId(1))
+    ));
+    // A newcomer takes what the sleeper would have: the sleeper is in no decision.
+    assert_eq!(lot.admit(normal(2, 10), 0), Admit::Start);
+    assert_eq!(lot.next_wakeup(), Some(100));
+    lot.check_invariants().expect("invariants");
+    assert!(
+        lot.tick(100).started.is_empty(),
+        "awake, parked, nothing free"
+    );
+    assert_eq!(lot.complete(2, 150).unwrap(), vec![1]);
+    // Another sleeper, cancelled while it sleeps; one left at shutdown is handed back.
+    lot.park_until(normal(3, 1), 500, 150).unwrap();
+    assert_eq!(
+        lot.cancel(3, 200).unwrap(),
+        Cancel::Parked { started: vec![] }
+    );
+    assert_eq!(lot.state(3), None);
+    assert_eq!(lot.next_wakeup(), None);
+    lot.park_until(normal(4, 1), 500, 200).unwrap();
+    assert_eq!(lot.take_parked(), vec![4]);
+    assert_eq!(lot.parked_len(), 0);
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
 fn a_task_that_fits_starts_at_once() {
     let mut lot = lot();
     assert_eq!(lot.admit(normal(1, 4), 0), Admit::Start);

@@ -215,6 +215,9 @@ pub(crate) struct Rare {
     pub asked_units: Option<u32>,
     /// How many times the task was asked to yield.
     pub preemptions: u32,
+    /// Why each of its failed runs failed, oldest first, while it is tried again (see
+    /// `retry.rs`).
+    pub failures: Vec<String>,
 }
 
 /// One admitted task. See the module docs. (The cost and the times are kept in parts, so
@@ -286,6 +289,12 @@ impl<P> Record<P> {
     }
 
     /// Keeps its payload in the ledger while it is parked.
+    /// Parks the task again after a run, with its payload when the ledger keeps it (`None`:
+    /// a durable queue holds it).
+    pub fn park_again(&mut self, payload: Option<P>) {
+        self.phase = Phase::Parked(payload);
+    }
+
     pub fn keep_payload(&mut self, payload: P) {
         self.phase = Phase::Parked(Some(payload));
     }

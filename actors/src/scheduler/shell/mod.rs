@@ -35,6 +35,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod observe;
 pub(crate) mod permits;
 mod rerun;
+mod retry;
 mod shared_reports;
 pub(crate) mod storage;
 pub(crate) mod tasks;
@@ -450,6 +451,9 @@ where
         now: u64,
     ) {
         let Some(outcome) = self.rerun_if_yielded(entry, outcome, rests, now) else {
+            return;
+        };
+        let Some(outcome) = self.retry_if_failed(entry, outcome, rests, now) else {
             return;
         };
         let Some((record, started)) = self.tasks.release(entry, rests, now) else {

@@ -51,10 +51,9 @@ where
         let Some(copy) = self.rerun.get().copied() else {
             return;
         };
-        let Some(preemption) = self.tasks.core.limits().preemption else {
-            return;
-        };
-        if !matches!(self.storage, Storage::Memory) {
+        let limits = self.tasks.core.limits();
+        let (preemption, retries) = (limits.preemption, limits.retry.is_some());
+        if (preemption.is_none() && !retries) || !matches!(self.storage, Storage::Memory) {
             return;
         }
         let Some(record) = self.tasks.ledger.get_mut(entry) else {
@@ -65,7 +64,8 @@ where
             return;
         }
         let rare = record.rare_mut();
-        if rare.preemptions < preemption.max_per_task {
+        let may_be_asked = preemption.is_some_and(|p| rare.preemptions < p.max_per_task);
+        if may_be_asked || retries {
             rare.spare = Some(Box::new(copy(&task.payload)));
         }
     }
@@ -112,7 +112,7 @@ where
             return Some(outcome);
         };
         let Some(units) = rare.asked_units.take() else {
-            rare.spare = None;
+            // Not asked: the spare stays for a retry (`retry.rs`) and goes with the record.
             return Some(outcome);
         };
         self.permits.yielded(kind, units);

@@ -172,9 +172,21 @@ where
         rests: bool,
         now: u64,
     ) -> Option<(Record<P>, Vec<EntryId>)> {
+        self.ledger.get(entry)?;
+        let started = self.release_run(entry, rests, now);
         let mut record = self.ledger.remove(entry)?;
-        let unused = record
-            .run()
+        record.release_nested_slot();
+        Some((record, started))
+    }
+
+    /// Frees what the run of `entry` held, first giving back to its kind's budget what the
+    /// run said it did not use, and publishes the gauges; the record stays. Returns the
+    /// parked tasks the freed capacity starts.
+    pub fn release_run(&mut self, entry: EntryId, rests: bool, now: u64) -> Vec<EntryId> {
+        let unused = self
+            .ledger
+            .get(entry)
+            .and_then(|record| record.run())
             .map_or(0, |run| run.cancellation.unused_units());
         let mut started = Vec::new();
         if unused > 0 {
@@ -183,8 +195,7 @@ where
         }
         started.extend(self.release_capacity(entry, rests, now));
         self.observers.publish(&self.core);
-        record.release_nested_slot();
-        Some((record, started))
+        started
     }
 
     /// Frees what the run of `entry` held in the core (its worker slot rests, with `rests`);

@@ -37,6 +37,8 @@ pub(crate) struct LocalRoom {
     /// The entries whose park is asked and not yet answered: a stop keeps their records
     /// until the answer, so a park that fails still reaches its task.
     parking: HashSet<EntryId>,
+    /// Whether the queue can hand a claim back (a failed run tried again).
+    releases: bool,
 }
 
 impl LocalRoom {
@@ -47,6 +49,7 @@ impl LocalRoom {
             spin_due: VecDeque::new(),
             waits: 0,
             parking: HashSet::new(),
+            releases: false,
         }
     }
 
@@ -104,6 +107,23 @@ impl LocalRoom {
     }
 
     /// Removes a parked task (cancelled, expired).
+    /// Whether the queue can hand a claim back ([`TaskQueue::releases_claims`]).
+    ///
+    /// [`TaskQueue::releases_claims`]: crate::queue::TaskQueue::releases_claims
+    pub fn releases_claims(&self) -> bool {
+        self.releases
+    }
+
+    /// Sets whether the queue can hand a claim back.
+    pub fn with_releases(mut self, releases: bool) -> Self {
+        self.releases = releases;
+        self
+    }
+
+    pub fn release<P, R>(&self, entry: EntryId, fx: &mut Effects<P, R>) {
+        fx.push(Effect::Queue(QueueMsg::Release { entry }));
+    }
+
     pub fn remove<P, R>(&self, entry: EntryId, fx: &mut Effects<P, R>) {
         fx.push(Effect::Queue(QueueMsg::Remove { entry }));
     }

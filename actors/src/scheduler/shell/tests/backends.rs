@@ -39,6 +39,10 @@ impl World {
                 self.claimed.remove(&entry);
                 return;
             }
+            QueueMsg::Release { entry } => {
+                self.claimed.remove(&entry);
+                return;
+            }
             QueueMsg::Remove { entry } => {
                 self.stored.remove(&entry);
                 return;
@@ -173,6 +177,7 @@ impl World {
             QueueMsg::Remove { entry } | QueueMsg::Settle { entry, .. } => {
                 (*entry, QueueStep::Over)
             }
+            QueueMsg::Release { entry } => (*entry, QueueStep::Parked),
         };
         let now = self.order.get(&entry).copied();
         let allowed = matches!(
@@ -182,7 +187,10 @@ impl World {
                     Some(QueueStep::Parked),
                     QueueMsg::Claim { .. } | QueueMsg::Remove { .. }
                 )
-                | (Some(QueueStep::Claimed), QueueMsg::Settle { .. })
+                | (
+                    Some(QueueStep::Claimed),
+                    QueueMsg::Settle { .. } | QueueMsg::Release { .. }
+                )
         );
         prop_assert!(allowed, "entry {entry}: {next:?} after {now:?}");
         self.order.insert(entry, next);

@@ -1,0 +1,160 @@
+//! Failed runs tried again (the pool's limits' `retry`).
+//!
+//! A run whose executor panicked, or that asked for it (`running::retry_later`), failed in a
+//! way worth trying again. While the task has attempts left and the pool is open, the run's
+//! output is discarded, its capacity released, and the task parks again under its entry (so
+//! at its rank among equals) from the end of a backoff on (core rule 16, a *sleeper*): the
+//! backoff doubles from `backoff_ms` up to `max_backoff_ms`, each wait drawn between half of
+//! it and all of it. After its last attempt the task ends `Failed` with every run's reason.
+//!
+//! # Where the payload comes from
+//!
+//! - **In memory**, from a copy kept when the run started (the *spare* of `rerun.rs`): a
+//!   pool whose payload is `Clone` opts in with `PoolClient::retry_tasks` (or
+//!   `preempt_tasks`). Without a copy the failure is final, and its reason says why.
+//! - **A durable local queue** (yaque) keeps the claimed task: the claim is handed back
+//!   (`TaskQueue::release`), and the next start claims it again.
+//!
+//! A streamed task is never tried again (its partial results went out), nor a run that was
+//! cancelled, timed out, or ended by the watchdog or the drain deadline. A retried task keeps
+//! no deadline (it started in time; a deadline is a time to start by).
+
+use super::Shell;
+use crate::contain::drop_contained;
+use crate::domain::PoolError;
+use crate::events::TaskStep;
+use crate::queue::EntryId;
+use crate::scheduler::shell::observe::Detail;
+use crate::scheduler::shell::storage::Storage;
+
+/// How a failed run's task gets its payload back for the next run.
+enum Payload<P> {
+    /// The copy kept at its start.
+    Spare(P),
+    /// The durable local queue keeps it: hand the claim back.
+    Queue,
+}
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// A run is over. If it failed in a way worth trying again and attempts are left, its
+    /// capacity is released, its output discarded and the task parks again after a backoff:
+    /// returns `None`. Otherwise returns the outcome to deliver: a run that asked to be
+    /// tried again ends `Failed` with its reason, and a task's last failure carries every
+    /// run's reason.
+    pub(super) fn retry_if_failed(
+        &mut self,
+        entry: EntryId,
+        outcome: Result<R, PoolError>,
+        rests: bool,
+        now: u64,
+    ) -> Option<Result<R, PoolError>> {
+        let Some(record) = self.tasks.ledger.get_mut(entry) else {
+            return Some(outcome);
+        };
+        let Some(run) = record.run() else {
+            return Some(outcome);
+        };
+        let asked = run.cancellation.retry_reason();
+        let stopped = run.ended || (run.cancellation.is_cancelled() && asked.is_none());
+        let from_queue = run.from_queue;
+        let reason = match (&outcome, asked) {
+            _ if stopped => return Some(outcome),
+            (_, Some(reason)) => reason,
+            (Err(PoolError::Failed(reason)), None) => reason.clone(),
+            _ => return Some(outcome),
+        };
+        drop_contained(outcome);
+        let streamed = record.stream().is_some();
+        let rare = record.rare_mut();
+        rare.failures.push(reason.clone());
+        let failed = rare.failures.len() as u32;
+        let spare = rare
+            .spare
+            .take()
+            .and_then(|spare| spare.downcast::<P>().ok());
+        let Some(policy) = self.tasks.core.limits().retry else {
+            return Some(Err(PoolError::Failed(reason)));
+        };
+        let payload = match (from_queue, spare) {
+            (true, _)
+                if self
+                    .storage
+                    .local()
+                    .is_some_and(|room| room.releases_claims()) =>
+            {
+                Some(Payload::Queue)
+            }
+            (false, Some(spare)) => Some(Payload::Spare(*spare)),
+            _ => None,
+        };
+        let payload = payload
+            .filter(|_| failed < policy.max_attempts && !streamed && self.lifecycle.is_open());
+        let Some(payload) = payload else {
+            let no_copy = failed < policy.max_attempts
+                && !from_queue
+                && matches!(self.storage, Storage::Memory)
+                && self.rerun.get().is_none();
+            let failures =
+                std::mem::take(&mut self.tasks.ledger.get_mut(entry)?.rare_mut().failures);
+            return Some(Err(PoolError::Failed(final_reason(&failures, no_copy))));
+        };
+        let started = self.tasks.release_run(entry, rests, now);
+        let record = self.tasks.ledger.get_mut(entry)?;
+        let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
+        let (meta, timeout) = (record.meta(), record.timeout());
+        match payload {
+            Payload::Spare(spare) => record.park_again(Some(spare)),
+            Payload::Queue => {
+                record.park_again(None);
+                if let Some(room) = self.storage.local() {
+                    room.release(entry, &mut self.tasks.fx);
+                }
+            }
+        }
+        let draw = (crate::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64;
+        let at_ms = now.saturating_add(policy.backoff_ms(failed, draw));
+        let mut ticket = self.tasks.ticket(entry, &meta, &key, timeout);
+        // It started in time: a deadline is a time to start by.
+        ticket.deadline_ms = None;
+        if self.tasks.core.park_until(ticket, at_ms, now).is_err() {
+            tracing::error!(pool = %self.tasks.pool, entry, "bug: a failed run's task is still held");
+        }
+        let step = TaskStep::Retrying {
+            attempt: failed + 1,
+            at_ms,
+            reason,
+        };
+        self.tasks
+            .observers
+            .step(id, &key, cost, &step, now, Detail::NONE);
+        self.start_parked(started, now);
+        None
+    }
+}
+
+/// The reason a task's last failed run ends with: the run's own when it ran once, else
+/// every run's, numbered; and why it was not tried again when the pool keeps no copy.
+fn final_reason(failures: &[String], no_copy: bool) -> String {
+    let mut reason = match failures {
+        [only] => only.clone(),
+        all => {
+            let each: Vec<String> = all
+                .iter()
+                .enumerate()
+                .map(|(n, reason)| format!("run {}: {reason}", n + 1))
+                .collect();
+            format!("{} runs failed; {}", all.len(), each.join("; "))
+        }
+    };
+    if no_copy {
+        reason.push_str(
+            " (not tried again: this pool keeps no copy of a payload to run it again; call \
+             retry_tasks() on the pool, for a Clone payload, or use a durable queue)",
+        );
+    }
+    reason
+}
