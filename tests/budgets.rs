@@ -228,3 +228,41 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
     assert_eq!(stats.completed_tasks, 1);
     let _ = pool.shutdown(Duration::ZERO).await;
 }
+
+/// A gate over a budget: a permit spends its units when granted (API calls an engine makes
+/// itself), a grow spends more, and a permit that waits is granted the moment the bucket
+/// holds its units; dropping a permit gives nothing back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_of_a_budget_spend_it_and_wait_for_its_refill() {
+    use prometheus_parking_lot::{CapacityGate, PoolError, WorkerPoolConfig};
+    // 10 units every 400 ms: one every 40 ms.
+    let gate = CapacityGate::new(WorkerPoolConfig::new().with_budget(
+        ResourceKind::Io,
+        Budget::new(10, Duration::from_millis(400)),
+    ))
+    .expect("a gate");
+    let meta = |id| TaskMetadata::new(id, ResourceCost::io(6));
+    let first = gate.try_acquire(meta(1)).expect("6 of 10");
+    assert_eq!(first.try_grow(3), Ok(()), "3 more of the 4 left");
+    assert_eq!(first.try_grow(2).err(), Some(PoolError::WouldWait));
+    drop(first);
+    assert_eq!(
+        gate.stats().budgets[0].level,
+        1,
+        "dropping gives nothing back"
+    );
+    assert_eq!(gate.try_acquire(meta(2)).err(), Some(PoolError::WouldWait));
+    let asked = Instant::now();
+    let second = gate.acquire(meta(3)).await.expect("granted once refilled");
+    // Five more units at one every 40 ms.
+    assert!(
+        asked.elapsed() >= Duration::from_millis(190),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        second.units(),
+        0,
+        "a budget's permit holds nothing; it spent its 6"
+    );
+}
