@@ -250,3 +250,74 @@ async fn a_yaque_queue_hands_the_claim_back_and_the_task_runs_again() {
     drop(pool);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// On a shared queue (table and pgmq) the queue keeps the task and counts its claims: a
+/// failed run's claim is parked again there, from the end of its backoff, for any node, and
+/// the task's last run ends it `Failed`, dead-lettered in the queue.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_queue_parks_a_failed_claim_again_and_ends_it_after_its_last_attempt() {
+    let mut layouts = vec!["postgres"];
+    if cfg!(feature = "pgmq") {
+        layouts.push("postgres_pgmq");
+    }
+    for layout in layouts {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let name = format!("retries_{}_{}", std::process::id(), nanos % 1_000_000_000);
+        let config = serde_json::json!({
+            "database_url": std::env::var("DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+            "pools": { "shared": {
+                "worker_threads": 2,
+                "max_units": 4,
+                "retry": { "max_attempts": 3, "backoff_ms": 50 },
+                "queue": { "type": layout, "queue_name": name, "lease_ms": 3_000 },
+                "mailbox": { "storage": { "type": "in_memory" } }
+            } }
+        });
+        let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+        let runs = Runs::default();
+        let executor = runs.clone();
+        let mut built = tokio::task::spawn_blocking(move || {
+            build_pools_from_scheduler_config::<Flaky, u64, Runs, TokioSpawner>(
+                &config,
+                &QueueBuilderContext::Embedded,
+                None,
+                move |_| executor.clone(),
+                TokioSpawner,
+            )
+        })
+        .await
+        .expect("built off the runtime")
+        .expect("the pool builds");
+        let pool = built.pools.remove("shared").expect("the pool");
+        let key = MailboxKey::new("t");
+        pool.submit(task(1, 1, false)).await.expect("admitted");
+        pool.submit(task(2, 9, false)).await.expect("admitted");
+        let client = pool.client();
+        assert_eq!(
+            client.retrieve_task(&key, 1, WAIT).await,
+            Ok(10),
+            "{layout}"
+        );
+        assert_eq!(runs.of(1).len(), 2, "{layout}: the second run worked");
+        let outcome = client.retrieve_task(&key, 2, WAIT).await;
+        assert_eq!(
+            outcome,
+            Err(PoolError::Failed(
+                "3 runs failed; the last: run 3: 503 Service Unavailable".into()
+            )),
+            "{layout}"
+        );
+        assert_eq!(runs.of(2).len(), 3, "{layout}: max_attempts runs in all");
+        assert_eq!(
+            pool.stats().retried_runs,
+            3,
+            "{layout}: one for task 1, two for task 2"
+        );
+        drop(pool);
+        drop(built);
+    }
+}

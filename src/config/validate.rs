@@ -21,7 +21,6 @@
 //! | `retry.max_attempts` | 1 – 1,000 (runs in all, the first included) |
 //! | `retry.backoff_ms` | 1 ms – 1 day |
 //! | `retry.max_backoff_ms` | `backoff_ms` – 1 day (default 64 × `backoff_ms`, at most a day) |
-//! | `retry` | not on a shared queue (postgres, postgres_pgmq) |
 //! | `on_duplicate` | `refuse` or `attach`; `attach` not on a shared queue (postgres, postgres_pgmq) |
 //! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; none on a shared queue (postgres, postgres_pgmq) |
 //! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
@@ -259,15 +258,6 @@ impl PoolSettings {
         self.validate_budgets(&format!("{path}.budgets"))?;
         if let Some(retry) = &self.retry {
             let at = format!("{path}.retry");
-            if self.is_shared() {
-                return Err(ConfigError::invalid(
-                    at,
-                    "retries of failed runs apply to pools whose queue lives in one process \
-                     (in_memory, yaque); a shared queue retries runs whose lease was lost \
-                     (queue.max_attempts) and dead-letters failed ones: remove the section"
-                        .to_owned(),
-                ));
-            }
             in_range(&at, "max_attempts", retry.max_attempts, 1, 1_000)?;
             in_range(&at, "backoff_ms", retry.backoff_ms, 1, MAX_PERIOD_MS)?;
             if let Some(max) = retry.max_backoff_ms {

@@ -74,6 +74,7 @@ where
         a_group_settle_ends_only_the_nodes_claims,
         a_claim_taken_again_fences_out_the_old_one,
         a_release_hands_claims_back_at_once_without_an_attempt,
+        a_retried_claim_is_claimable_again_from_its_time_on_as_its_next_attempt,
         backend_is_named,
     );
 }
@@ -770,6 +771,61 @@ pub async fn a_claim_taken_again_fences_out_the_old_one(queue: &dyn SharedQueue<
 /// node may claim it at once (no lease to wait for, no backoff), and the claim that was
 /// handed back does not count as an attempt. A claim the node does not hold is `NotClaimed`
 /// and does not stop the others.
+/// A failed run's claim parked again with `retry` is claimable by any node from its time
+/// on, at its rank, and its next claim is its second attempt; only the holder of that very
+/// claim can retry it.
+pub async fn a_retried_claim_is_claimable_again_from_its_time_on_as_its_next_attempt(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let (flaky, other) = (cpu(1, High, 0, 1), cpu(2, Low, 5, 1));
+    enqueue_all(queue, &[(1, &flaky), (2, &other)]).await;
+    let lease = claim(queue, NODE_A, within(only(Cpu, 1)), 10)
+        .await
+        .expect("claimed");
+    assert_eq!(lease.claim(), first_claim(1));
+    assert_eq!(
+        queue
+            .retry(NODE_B, first_claim(1), at(500), "not yours".into())
+            .await,
+        Err(QueueError::NotClaimed(1)),
+        "another node's claim"
+    );
+    assert_eq!(
+        queue
+            .retry(
+                NODE_A,
+                first_claim(1),
+                at(500),
+                "503 Service Unavailable".into()
+            )
+            .await,
+        Ok(())
+    );
+    assert_eq!(
+        queue
+            .retry(NODE_A, first_claim(1), at(500), "again".into())
+            .await,
+        Err(QueueError::NotClaimed(1)),
+        "retried already"
+    );
+    assert_counts(queue, 2, 0, "parked again").await;
+    // Before its time only the other task can be claimed, whatever the rank.
+    let early = claim(queue, NODE_B, within(only(Cpu, 2)), 499).await;
+    assert_eq!(early.map(|lease| lease.entry), Some(2));
+    assert_eq!(claim(queue, NODE_B, within(only(Cpu, 2)), 499).await, None);
+    let again = claim(queue, NODE_B, within(only(Cpu, 2)), 500).await;
+    assert_eq!(
+        again,
+        Some(Lease {
+            entry: 1,
+            task: flaky,
+            attempt: 2,
+            expires_at_ms: at(500 + LEASE_MS),
+        }),
+        "at its time, its second attempt"
+    );
+}
+
 pub async fn a_release_hands_claims_back_at_once_without_an_attempt(queue: &dyn SharedQueue<Job>) {
     let (high, low) = (cpu(1, High, 0, 1), cpu(2, Low, 0, 1));
     enqueue_all(queue, &[(1, &high), (2, &low), (3, &cpu(3, Normal, 0, 1))]).await;

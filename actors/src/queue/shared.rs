@@ -291,6 +291,19 @@ where
         now_ms: u64,
     ) -> Vec<Result<(), QueueError>>;
 
+    /// Parks `node`'s `claim` again for another run, claimable by any node from `at_ms` on
+    /// at its old rank, after a run that failed in a way worth trying again (`reason`, kept
+    /// as the entry's last error). Unlike [`release_many`](Self::release_many) the claim
+    /// counts as an attempt. `NotClaimed` unless `node` holds the entry under this very
+    /// claim, so a node that lost its lease retries nothing.
+    async fn retry(
+        &self,
+        node: &str,
+        claim: Claim,
+        at_ms: u64,
+        reason: String,
+    ) -> Result<(), QueueError>;
+
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
 

@@ -490,6 +490,22 @@ where
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(release);
             }
+            SharedCall::Retry {
+                claim,
+                at_ms,
+                reason,
+            } => {
+                let (queue, node) = (self.queue.clone(), self.node.clone());
+                let retry = tokio::spawn(async move {
+                    if let Err(error) = queue.retry(&node, claim, at_ms, reason).await {
+                        tracing::warn!(node = %node, entry = claim.entry, %error, "a failed run's task could not be parked again; its lease will run out and another node runs it");
+                    }
+                });
+                self.releases
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(retry);
+            }
             SharedCall::RemoveTask { key, id, reply } => {
                 self.spawn(move |queue, _| async move {
                     let result = queue.remove_task(&key, id).await;

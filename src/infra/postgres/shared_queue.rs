@@ -76,6 +76,9 @@ pub(crate) struct Statements {
     pub settle_failed: NamedSql,
     /// Hands a node's claims back, claimable at once by any node.
     pub release: NamedSql,
+    /// Parks a node's claim again after a failed run, claimable from `$at_ms`, the claim
+    /// counted as an attempt and `$reason` kept.
+    pub retry: NamedSql,
     /// Removes a parked task by its entry.
     pub remove: NamedSql,
     /// Removes a parked task by its key and id (a cancel).
@@ -584,6 +587,25 @@ where
         let indexed = claims.iter().map(|claim| claim.entry).enumerate().collect();
         answer_group(&mut answers, indexed, released, QueueError::NotClaimed);
         answers
+    }
+
+    async fn retry(
+        &self,
+        node: &str,
+        claim: Claim,
+        at_ms: u64,
+        reason: String,
+    ) -> Result<(), QueueError> {
+        let mut params = self.claim_params(node, &[claim]);
+        params.push(("at_ms", millis_u64(at_ms).into()));
+        params.push(("reason", reason.into()));
+        let rows = self
+            .rows("retry", &self.statements.retry, params.as_slice())
+            .await?;
+        if returned_entries(&rows).is_empty() {
+            return Err(QueueError::NotClaimed(claim.entry));
+        }
+        Ok(())
     }
 
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {

@@ -315,6 +315,7 @@ fn statements(layout: &PgmqLayout) -> Statements {
         settle_done: sql(settle_sql(layout, &Settlement::Done)),
         settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
         release: sql(release_sql(layout)),
+        retry: sql(retry_sql(layout)),
         remove: sql(remove_sql(
             layout,
             &format!("{ENTRY} = $entry AND {PARKED} FOR UPDATE SKIP LOCKED"),
@@ -512,6 +513,28 @@ fn release_sql(layout: &PgmqLayout) -> String {
     });
     format!(
         "WITH {released} SELECT entry FROM ({}) AS released",
+        union_of("r", "entry")
+    )
+}
+
+/// Parks `$node`'s hold on the message of `$entries` (under `$attempts`) again after a
+/// failed run: visible from `$at_ms`, without the node's name, with the read that claimed it
+/// counted (an attempt) and `$reason` kept in the message as its last error.
+fn retry_sql(layout: &PgmqLayout) -> String {
+    let retried = layout.per_level(", ", |level| {
+        format!(
+            "r_{p} AS (UPDATE pgmq.{table} SET \
+                 message = (message - 'node') || jsonb_build_object('error', $reason::text), \
+                 vt = {at} \
+               WHERE {claims} RETURNING {ENTRY} AS entry)",
+            p = level.p,
+            table = level.table,
+            at = at_ms("$at_ms"),
+            claims = these_claims(&level.table),
+        )
+    });
+    format!(
+        "WITH {retried} SELECT entry FROM ({}) AS retried",
         union_of("r", "entry")
     )
 }

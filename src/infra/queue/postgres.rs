@@ -168,6 +168,11 @@ fn statements(t: &Identifier) -> Statements {
                 attempts = GREATEST(attempts - 1, 0), not_before_ms = $now_ms \
               WHERE {these_claims} RETURNING entry"
         )),
+        retry: sql(format!(
+            "UPDATE {t} SET state = 'parked', locked_by = NULL, lease_expires_ms = NULL, \
+                not_before_ms = $at_ms, last_error = $reason \
+              WHERE {these_claims} RETURNING entry"
+        )),
         remove: sql(format!(
             "DELETE FROM {t} WHERE queue_name = $queue AND entry = $entry AND state = 'parked' \
              {parked_task}"

@@ -101,6 +101,9 @@ struct Lot<P> {
     claimed: FastMap<EntryId, Held<P>>,
     /// Entries given up on, oldest first, not reported yet.
     dead: std::collections::VecDeque<DeadLetter>,
+    /// Entries parked again for another run, by entry, with the time they are claimable
+    /// from; parked for real by the first claim at or after it.
+    resting: FastMap<EntryId, (u64, Parked<P>)>,
 }
 
 /// A parked entry.
@@ -194,6 +197,28 @@ impl<P> Lot<P> {
         })
     }
 
+    /// Parks the resting entries whose time has come.
+    fn wake(&mut self, now_ms: u64) {
+        let due: Vec<EntryId> = self
+            .resting
+            .iter()
+            .filter(|(_, (at, _))| *at <= now_ms)
+            .map(|(&entry, _)| entry)
+            .collect();
+        for entry in due {
+            if let Some((_, parked)) = self.resting.remove(&entry) {
+                self.park(entry, parked);
+            }
+        }
+    }
+
+    /// Whether `entry` is held in any state.
+    fn holds(&self, entry: EntryId) -> bool {
+        self.parked.contains_key(&entry)
+            || self.claimed.contains_key(&entry)
+            || self.resting.contains_key(&entry)
+    }
+
     /// What `node` holds of `entry`, if it holds it.
     fn held_by(&mut self, node: &str, entry: EntryId) -> Result<&mut Held<P>, QueueError> {
         match self.claimed.get_mut(&entry) {
@@ -231,6 +256,7 @@ impl<P> InMemorySharedQueue<P> {
                 by_kind: std::array::from_fn(|_| CostIndex::new()),
                 claimed: FastMap::default(),
                 dead: std::collections::VecDeque::new(),
+                resting: FastMap::default(),
             }),
             max_attempts: u32::MAX,
         }
@@ -270,7 +296,7 @@ where
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
-        if lot.parked.contains_key(&entry) || lot.claimed.contains_key(&entry) {
+        if lot.holds(entry) {
             return Err(QueueError::Duplicate(entry));
         }
         let parked = Parked {
@@ -292,7 +318,7 @@ where
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
         let mut lot = self.lock();
-        if lot.parked.contains_key(&entry) || lot.claimed.contains_key(&entry) {
+        if lot.holds(entry) {
             return Err(QueueError::Duplicate(entry));
         }
         let leased = Lease {
@@ -322,6 +348,7 @@ where
         now_ms: u64,
     ) -> Result<Option<Lease<P>>, QueueError> {
         let mut lot = self.lock();
+        lot.wake(now_ms);
         let Some(entry) = lot.best_fit(query) else {
             return Ok(None);
         };
@@ -386,8 +413,26 @@ where
             .collect()
     }
 
+    /// The claim count stays: the failed run was an attempt.
+    async fn retry(
+        &self,
+        node: &str,
+        claim: Claim,
+        at_ms: u64,
+        _reason: String,
+    ) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        let held = lot.end_claim(node, claim)?;
+        lot.resting.insert(claim.entry, (at_ms, held.parked));
+        Ok(())
+    }
+
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        Ok(self.lock().unpark(entry).map(|parked| parked.task))
+        let mut lot = self.lock();
+        if let Some((_, parked)) = lot.resting.remove(&entry) {
+            return Ok(Some(parked.task));
+        }
+        Ok(lot.unpark(entry).map(|parked| parked.task))
     }
 
     /// Scans the parked entries: cancels are rare, and a database backend answers the same
@@ -398,12 +443,22 @@ where
         id: TaskId,
     ) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let mut lot = self.lock();
+        let wanted = |parked: &Parked<P>| {
+            parked.task.meta.id == id && parked.task.meta.mailbox.as_ref() == Some(key)
+        };
+        let resting = lot
+            .resting
+            .iter()
+            .filter(|(_, (_, parked))| wanted(parked))
+            .map(|(&entry, _)| entry)
+            .min();
+        if let Some((_, parked)) = resting.and_then(|entry| lot.resting.remove(&entry)) {
+            return Ok(Some(parked.task));
+        }
         let found = lot
             .parked
             .iter()
-            .filter(|(_, parked)| {
-                parked.task.meta.id == id && parked.task.meta.mailbox.as_ref() == Some(key)
-            })
+            .filter(|(_, parked)| wanted(parked))
             .map(|(&entry, _)| entry)
             .min();
         Ok(found
@@ -449,7 +504,7 @@ where
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
         let lot = self.lock();
         Ok(QueueCounts {
-            parked: lot.parked.len(),
+            parked: lot.parked.len() + lot.resting.len(),
             claimed: lot.claimed.len(),
         })
     }

@@ -180,6 +180,13 @@ pub(crate) enum SharedCall<P> {
     /// Hand this node's claims back to the queue at once, for any node to claim (a stopping
     /// node's work it will not run).
     Release { claims: Vec<Claim>, now: u64 },
+    /// Park this node's claim again after a failed run, for any node to claim from `at_ms`
+    /// (the run counted as an attempt).
+    Retry {
+        claim: Claim,
+        at_ms: u64,
+        reason: String,
+    },
     /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
     RemoveTask {
         key: MailboxKey,

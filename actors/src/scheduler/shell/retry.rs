@@ -14,6 +14,9 @@
 //!   `preempt_tasks`). Without a copy the failure is final, and its reason says why.
 //! - **A durable local queue** (yaque) keeps the claimed task: the claim is handed back
 //!   (`TaskQueue::release`), and the next start claims it again.
+//! - **A shared queue** keeps the task and counts its claims: the claim is parked again in
+//!   the queue from the end of the backoff (`SharedQueue::retry`), for any node, and this
+//!   node forgets the task; the claim count is the attempt.
 //!
 //! A streamed task is never tried again (its partial results went out), nor a run that was
 //! cancelled, timed out, or ended by the watchdog or the drain deadline. A retried task keeps
@@ -69,6 +72,10 @@ where
         };
         drop_contained(outcome);
         let streamed = record.stream().is_some();
+        let lease = record.rare().and_then(|rare| rare.lease);
+        if let (Some(claim), true) = (lease, self.storage.is_shared()) {
+            return self.retry_shared(entry, claim, reason, streamed, rests, now);
+        }
         let rare = record.rare_mut();
         rare.failures.push(reason.clone());
         let failed = rare.failures.len() as u32;
@@ -131,6 +138,61 @@ where
         self.tasks
             .observers
             .step(id, &key, cost, &step, now, Detail::NONE);
+        self.start_parked(started, now);
+        None
+    }
+}
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// [`retry_if_failed`](Self::retry_if_failed) for a task claimed from a shared queue:
+    /// the queue keeps the task and counts its claims, so the claim is parked again there,
+    /// for any node, from the end of the backoff, and this node forgets the task.
+    fn retry_shared(
+        &mut self,
+        entry: EntryId,
+        claim: crate::queue::Claim,
+        reason: String,
+        streamed: bool,
+        rests: bool,
+        now: u64,
+    ) -> Option<Result<R, PoolError>> {
+        let Some(policy) = self.tasks.core.limits().retry else {
+            return Some(Err(PoolError::Failed(reason)));
+        };
+        let failed = claim.attempt.max(1);
+        if failed >= policy.max_attempts || streamed || !self.lifecycle.is_open() {
+            let reason = match failed {
+                1 => reason,
+                runs => format!("{runs} runs failed; the last: {reason}"),
+            };
+            return Some(Err(PoolError::Failed(reason)));
+        }
+        let draw = (crate::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64;
+        let at_ms = now.saturating_add(policy.backoff_ms(failed, draw));
+        let Some((record, started)) = self.tasks.release(entry, rests, now) else {
+            return Some(Err(PoolError::Failed(reason)));
+        };
+        let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
+        drop_contained(record);
+        let step = TaskStep::Retrying {
+            attempt: failed + 1,
+            at_ms,
+            reason: reason.clone(),
+        };
+        self.tasks
+            .observers
+            .step(id, &key, cost, &step, now, Detail::NONE);
+        self.tasks
+            .fx
+            .shared(crate::scheduler::shell::effects::SharedCall::Retry {
+                claim,
+                at_ms,
+                reason,
+            });
         self.start_parked(started, now);
         None
     }

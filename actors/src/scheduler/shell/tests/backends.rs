@@ -143,6 +143,14 @@ impl World {
             }
             SharedCall::Renew { .. } => return,
             SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
+            SharedCall::Retry { claim, .. } => {
+                self.give_back(claim.entry);
+                if let Some(task) = self.shared_claimed.remove(&claim.entry) {
+                    self.shared_held.retain(|&held| held != claim.entry);
+                    self.shared_parked.push((claim.entry, 0, task));
+                }
+                return;
+            }
             SharedCall::Release { claims, .. } => {
                 for claim in claims {
                     self.give_back(claim.entry);
