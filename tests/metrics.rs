@@ -231,3 +231,62 @@ fn a_scrape_shows_a_pools_tasks_counted_timed_and_refused_by_reason() {
     assert!(done.contains("# TYPE parking_lot_tasks_completed_total counter"));
     assert!(done.contains("# TYPE parking_lot_queue_depth gauge"));
 }
+
+/// Fails each task's first run (asking for a retry), then returns its id.
+#[derive(Clone, Default)]
+struct FirstRunFails(Arc<std::sync::Mutex<std::collections::HashSet<u64>>>);
+
+#[async_trait::async_trait]
+impl WorkerExecutor<u64, u64> for FirstRunFails {
+    async fn execute(&self, _payload: u64, meta: TaskMetadata) -> u64 {
+        if self.0.lock().unwrap().insert(meta.id) {
+            prometheus_parking_lot::running::retry_later("503 Service Unavailable");
+        }
+        meta.id
+    }
+}
+
+#[test]
+fn a_scrape_shows_a_budgets_level_and_waits_and_the_retries() {
+    exporter();
+    // 10 I/O units a minute: the second task waits for the bucket long after the test.
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_name("quota")
+            .with_worker_count(2)
+            .with_budget(
+                prometheus_parking_lot::ResourceKind::Io,
+                prometheus_parking_lot::Budget::per_minute(10),
+            )
+            .with_retry(prometheus_parking_lot::core::Retries::new(
+                3,
+                Duration::from_millis(20),
+            )),
+        FirstRunFails::default(),
+    )
+    .expect("the pool starts");
+    pool.retry_tasks();
+    let io = |id, units| TaskMetadata::new(id, ResourceCost::io(units));
+    // Task 1 spends 4 on each of its two runs (the first asks for a retry); task 2 needs 6
+    // of the 2 left, 24 s of refill away.
+    let first = pool.submit(0, io(1, 4)).expect("admitted");
+    assert_eq!(pool.retrieve(&first, Duration::from_secs(10)), Ok(1));
+    pool.submit(0, io(2, 6))
+        .expect("admitted: it waits for the bucket");
+    let label = [("pool", "quota"), ("kind", "io")];
+    let body = eventually("the budget's wait", |body| {
+        sample(body, "parking_lot_budget_waits_total", &label) == Some(1.0)
+    });
+    let level = sample(&body, "parking_lot_budget_level", &label).expect("a level");
+    assert!(level < 6.0, "too few for task 2: {level}");
+    let ready_in = sample(&body, "parking_lot_budget_ready_in_seconds", &label).expect("a wait");
+    assert!(ready_in > 1.0 && ready_in <= 36.0, "{ready_in} s");
+    assert_eq!(
+        sample(
+            &body,
+            "parking_lot_task_retries_total",
+            &[("pool", "quota")]
+        ),
+        Some(1.0)
+    );
+}

@@ -8,10 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::core::{PoolError, Retries};
+#[cfg(any(feature = "yaque", feature = "postgres"))]
 use prometheus_parking_lot::{
-    build_pools_from_scheduler_config, running, MailboxKey, QueueBuilderContext, ResourceCost,
-    ResourcePool, ScheduledTask, SchedulerConfig, TaskExecutor, TaskMetadata, TokioSpawner,
-    WorkerExecutor, WorkerPool, WorkerPoolConfig,
+    build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
+};
+use prometheus_parking_lot::{
+    running, MailboxKey, ResourceCost, ScheduledTask, TaskExecutor, TaskMetadata, WorkerExecutor,
+    WorkerPool, WorkerPoolConfig,
 };
 
 /// How a task's runs go: the first `fail` runs fail (by `retry_later`, or by a panic with
@@ -200,7 +203,10 @@ async fn a_task_waiting_out_its_backoff_can_be_cancelled() {
     }
 }
 
-fn yaque_pool(dir: &std::path::Path) -> (ResourcePool<Flaky, u64, Runs>, Runs) {
+#[cfg(feature = "yaque")]
+fn yaque_pool(
+    dir: &std::path::Path,
+) -> (prometheus_parking_lot::ResourcePool<Flaky, u64, Runs>, Runs) {
     let config = serde_json::json!({ "pools": { "q": {
         "worker_threads": 2,
         "max_units": 4,
@@ -221,6 +227,7 @@ fn yaque_pool(dir: &std::path::Path) -> (ResourcePool<Flaky, u64, Runs>, Runs) {
     (built.pools.remove("q").expect("the pool"), runs)
 }
 
+#[cfg(feature = "yaque")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_yaque_queue_hands_the_claim_back_and_the_task_runs_again() {
     let dir = std::env::temp_dir().join(format!("pl-retries-{}", std::process::id()));
