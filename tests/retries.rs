@@ -23,6 +23,9 @@ use prometheus_parking_lot::{
 struct Flaky {
     fail: u32,
     panics: bool,
+    /// Asks for a retry, then runs until it is cancelled.
+    #[serde(default)]
+    until_cancelled: bool,
 }
 
 /// Counts each task's runs and when they started.
@@ -44,6 +47,13 @@ impl TaskExecutor<Flaky, u64> for Runs {
             starts.push(Instant::now());
             starts.len() as u32
         };
+        if flaky.until_cancelled {
+            running::retry_later("asked, then cancelled");
+            while !running::is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            return 0;
+        }
         if run <= flaky.fail {
             if flaky.panics {
                 panic!("run {run} broke");
@@ -65,7 +75,11 @@ impl WorkerExecutor<Flaky, u64> for Runs {
 fn task(id: u64, fail: u32, panics: bool) -> ScheduledTask<Flaky> {
     ScheduledTask::new(
         TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(MailboxKey::new("t")),
-        Flaky { fail, panics },
+        Flaky {
+            fail,
+            panics,
+            until_cancelled: false,
+        },
     )
 }
 
@@ -201,6 +215,30 @@ async fn a_task_waiting_out_its_backoff_can_be_cancelled() {
         assert!(Instant::now() < deadline, "nothing left parked");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_is_not_tried_again_whatever_it_asked() {
+    let retry = Retries::new(5, Duration::from_millis(10));
+    let (pool, runs) = memory_pool(Some(retry), true);
+    let mut stuck = task(12, 0, false);
+    stuck.payload.until_cancelled = true;
+    let key = pool
+        .submit_async(stuck.payload, stuck.meta)
+        .await
+        .expect("admitted");
+    let deadline = Instant::now() + WAIT;
+    while runs.of(12).is_empty() {
+        assert!(Instant::now() < deadline, "it started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    pool.cancel(&key, 12).await.expect("cancelled");
+    assert_eq!(
+        pool.retrieve_async(&key, WAIT).await,
+        Err(PoolError::Cancelled)
+    );
+    assert_eq!(runs.of(12).len(), 1);
+    assert_eq!(pool.stats().retried_runs, 0);
 }
 
 #[cfg(feature = "yaque")]

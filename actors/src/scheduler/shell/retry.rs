@@ -62,11 +62,12 @@ where
             return Some(outcome);
         };
         let asked = run.cancellation.retry_reason();
-        let stopped = run.ended || (run.cancellation.is_cancelled() && asked.is_none());
+        // Cancelled, timed out, drained or its lease lost: whatever the run asked, it ends.
+        let stopped = run.ended || run.cancellation.is_cancelled();
         let from_queue = run.from_queue;
         let reason = match (&outcome, asked) {
             _ if stopped => return Some(outcome),
-            (_, Some(reason)) => reason,
+            (Ok(_) | Err(PoolError::Failed(_)), Some(reason)) => reason,
             (Err(PoolError::Failed(reason)), None) => reason.clone(),
             _ => return Some(outcome),
         };
