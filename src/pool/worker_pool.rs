@@ -359,6 +359,16 @@ where
         self.client.retry_tasks();
     }
 
+    /// Why the live task `id` under `key` has not started, or `None` once it runs (see
+    /// `PoolClient::why_waiting`).
+    pub async fn why_waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<crate::core::scheduling::WaitReason>, PoolError> {
+        self.client.why_waiting(key, id).await
+    }
+
     /// The engine client, for the actor-level API.
     pub fn client(&self) -> &PoolClient<P, R> {
         &self.client

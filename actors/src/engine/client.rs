@@ -611,6 +611,32 @@ where
         }
     }
 
+    /// Why the live task `id` submitted under exactly `key` has not started: the first
+    /// obstacle (too few free units, its kind's budget, its tenant's share, no idle worker,
+    /// the reservation, a retry's backoff, or the order of the rules; see
+    /// [`WaitReason`](crate::scheduler::core::WaitReason)); `None` once it runs;
+    /// `TaskNotFound` when no live task of this node has this id under `key` (ended, or
+    /// parked in a shared queue rather than on this node).
+    pub async fn why_waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<crate::scheduler::core::WaitReason>, PoolError> {
+        let key = key.clone();
+        match self
+            .inner
+            .scheduler
+            .call(
+                |reply| SchedulerRequest::WhyWaiting { key, id, reply }.into(),
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(result)) => result,
+            _ => Err(PoolError::Shutdown),
+        }
+    }
+
     /// A snapshot of the pool's counters, read without a message round trip.
     pub fn stats(&self) -> PoolStats {
         self.inner.counters.snapshot()

@@ -228,6 +228,9 @@ fn request_received<P, R>(
         SchedulerRequest::Stats { reply } => {
             let _ = reply.send(shell.stats());
         }
+        SchedulerRequest::WhyWaiting { key, id, reply } => {
+            let _ = reply.send(shell.why_waiting(&key, id));
+        }
     }
 }
 

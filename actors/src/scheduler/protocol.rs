@@ -21,6 +21,7 @@ use crate::domain::{
 use crate::mailbox::actor::Stored;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
+use crate::scheduler::core::WaitReason;
 use crate::stats::PoolStats;
 use crate::stream::StreamAttachment;
 
@@ -85,6 +86,17 @@ pub enum SchedulerRequest<P> {
         drain: Duration,
         /// The report, once drained.
         reply: RpcReplyPort<ShutdownReport>,
+    },
+    /// Why a live task of the tenant `key` names has not started: its reason (core rule
+    /// 17), `None` once it runs, `TaskNotFound` unless a live task has this id under
+    /// exactly `key` on this node (a task parked in a shared queue is the queue's).
+    WhyWaiting {
+        /// The mailbox key the task was submitted with.
+        key: MailboxKey,
+        /// The task's id.
+        id: TaskId,
+        /// The reason.
+        reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
     },
     /// A snapshot of the pool's counters.
     Stats {

@@ -117,6 +117,12 @@
 //!     parked) but in no index a decision reads; [`ParkingLot::next_wakeup`] names its time,
 //!     and from then on it parks at its rank like any other (its `created_at_ms` is kept, so
 //!     it keeps its place among equals).
+//! 17. **Reasons.** [`ParkingLot::why_waiting`] says why a parked ticket has not started:
+//!     the first obstacle among sleeping (rule 16), too few free units (rule 11's headroom
+//!     included), its kind's budget (rule 15), its tenant's share (rule 12), no idle
+//!     worker slot, the reservation (rules 6, 12), and, when none holds, the order the
+//!     rules keep (a count of the tickets ranked ahead). Each is read from the books the
+//!     lot keeps anyway, in O(1) (the count, O(n), only in that last case).
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -151,6 +157,7 @@ mod decision;
 mod fair_share;
 mod permits;
 mod rank;
+mod reasons;
 
 use std::collections::BTreeSet;
 
@@ -159,6 +166,7 @@ pub use cost_index::CostIndex;
 pub use decision::{AbsorbRefusal, Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
 use fair_share::TenantBook;
 pub use rank::RankKey;
+pub use reasons::WaitReason;
 
 use crate::domain::{
     PoolError, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata, WakeState,
@@ -1667,5 +1675,7 @@ mod tests;
 mod tests_budget;
 #[cfg(test)]
 mod tests_permits;
+#[cfg(test)]
+mod tests_reasons;
 #[cfg(test)]
 mod tests_share;

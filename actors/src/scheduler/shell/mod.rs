@@ -560,6 +560,20 @@ where
         self.tasks.fx.push(Effect::AnswerCancel { reply, answer });
     }
 
+    /// Why the live task `id` under exactly `key` has not started (core rule 17); `None`
+    /// once it runs.
+    pub fn why_waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<crate::scheduler::core::WaitReason>, PoolError> {
+        let entry = self
+            .tasks
+            .entry_of(key, id)
+            .ok_or(PoolError::TaskNotFound(id))?;
+        Ok(self.tasks.core.why_waiting(entry))
+    }
+
     fn cancel_local(&mut self, entry: EntryId, id: TaskId, now: u64) -> Result<(), PoolError> {
         match self.tasks.core.cancel(entry, now) {
             Ok(Cancel::Parked { started }) => {

@@ -1,0 +1,167 @@
+//! Rule 17: why a parked ticket waits, the question an operator asks first ("why is my job
+//! not running?"). Computed on demand from what the lot keeps anyway, in O(1) but for the
+//! last case (see [`WaitReason::Behind`]).
+
+use crate::domain::{ResourceKind, TaskId};
+
+use super::{ParkingLot, TenantKey};
+
+/// Why a parked ticket has not started: the first obstacle, in this order (the physical
+/// ones first; a ticket that meets none of them waits for the order of the rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// It waits out a failed run's backoff until `until_ms` (rule 16).
+    Sleeping {
+        /// When it parks again.
+        until_ms: u64,
+    },
+    /// Its kind has too few free units: `free` of the `needed` (capacity less what running
+    /// tickets hold, at most the headroom of rule 11).
+    Units {
+        /// The kind it asks for.
+        kind: ResourceKind,
+        /// Its cost.
+        needed: u32,
+        /// The units free now.
+        free: u32,
+    },
+    /// Its kind's budget holds `level` of the `needed` units, or has no start left (rule
+    /// 15); the bucket holds them at `ready_at_ms` (tickets ahead of it may spend first).
+    Budget {
+        /// The kind it asks for.
+        kind: ResourceKind,
+        /// Its cost.
+        needed: u32,
+        /// Whole units in the bucket.
+        level: u32,
+        /// When the bucket will hold its cost (and a start).
+        ready_at_ms: u64,
+    },
+    /// Its tenant may hold `room` more units of its kind under the fair share (rule 12).
+    TenantShare {
+        /// The kind it asks for.
+        kind: ResourceKind,
+        /// Its cost.
+        needed: u32,
+        /// What its tenant may still take.
+        room: u32,
+    },
+    /// It needs a worker slot and none is idle: `busy` run tasks (others may rest, rule 9).
+    Worker {
+        /// Slots running a task.
+        busy: usize,
+    },
+    /// It fits, but the reservation holds it back (rules 6, 12): the starving ticket
+    /// `reserved` ranks ahead of it, and nothing ranked below that starts before it does
+    /// (unless it may backfill, rule 13).
+    Reserved {
+        /// The reserved ticket.
+        reserved: TaskId,
+    },
+    /// It fits and no reservation holds it back, yet it waits for the order the rules
+    /// keep: under a fair share a ticket of a tenant using less goes first, and with every
+    /// slot busy a permit waits behind a fair-better task that needs a slot. `ahead` tickets
+    /// rank ahead of it (a count of the parked tickets, O(n): the one case that is not
+    /// O(1)).
+    Behind {
+        /// Parked tickets ranked ahead of it.
+        ahead: usize,
+    },
+}
+
+impl ParkingLot {
+    /// Why parked (or sleeping) ticket `id` has not started, or `None` when the lot does not
+    /// hold it parked (rule 17). Read-only: asking changes nothing.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost, ResourceKind};
+    /// use prometheus_parking_lot_actors::scheduler::core::{Admit, ParkingLot, Ticket, WaitReason};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(10, 4)).unwrap();
+    /// let ticket = |id, units| Ticket {
+    ///     id,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(units),
+    ///     created_at_ms: id,
+    ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
+    /// };
+    /// assert_eq!(lot.admit(ticket(1, 8), 0), Admit::Start);
+    /// assert_eq!(lot.admit(ticket(2, 6), 0), Admit::Park);
+    /// assert_eq!(
+    ///     lot.why_waiting(2),
+    ///     Some(WaitReason::Units { kind: ResourceKind::GpuVram, needed: 6, free: 2 })
+    /// );
+    /// assert_eq!(lot.why_waiting(1), None, "running");
+    /// ```
+    pub fn why_waiting(&self, id: TaskId) -> Option<WaitReason> {
+        if let Some(&(until_ms, _)) = self.sleepers.get(&id) {
+            return Some(WaitReason::Sleeping { until_ms });
+        }
+        let parked = self.parked.get(&id)?;
+        let (kind, needed) = (parked.kind, parked.units);
+        let index = kind.index();
+        let free = (self.limits.capacity.get(kind) - self.used[index]).min(self.headroom[index]);
+        if needed > free {
+            return Some(WaitReason::Units { kind, needed, free });
+        }
+        if let Some(budget) = self.budget(kind) {
+            if needed > budget.free() {
+                return Some(WaitReason::Budget {
+                    kind,
+                    needed,
+                    level: budget.level(),
+                    ready_at_ms: budget.ready_at(needed),
+                });
+            }
+        }
+        if let Some(book) = &self.tenants {
+            let tenant: TenantKey = book.tenant_of(id);
+            let room = book.room(tenant, kind);
+            if needed > room {
+                return Some(WaitReason::TenantShare { kind, needed, room });
+            }
+        }
+        if !parked.slotless && self.idle_workers.is_empty() {
+            return Some(WaitReason::Worker {
+                busy: self.busy_workers(),
+            });
+        }
+        let rank = parked.rank(id);
+        if let Some(reserved) = self.holding_back(id, rank) {
+            return Some(WaitReason::Reserved { reserved });
+        }
+        let ahead = self
+            .parked
+            .iter()
+            .filter(|(&other, parked)| parked.rank(other).ranks_ahead_of(&rank))
+            .count();
+        Some(WaitReason::Behind { ahead })
+    }
+
+    /// The reserved ticket that holds back parked ticket `id` ranked `rank`, if one does:
+    /// the reservation when it ranks ahead (rule 6); under a fair share, the reservation
+    /// when it comes first in the fair order, or a starving ticket of its own tenant ranked
+    /// ahead of it (rule 12).
+    pub(super) fn holding_back(&self, id: TaskId, rank: super::RankKey) -> Option<TaskId> {
+        let Some(book) = &self.tenants else {
+            let reserved = self.starving.first()?;
+            return (reserved.id() != id && reserved.ranks_ahead_of(&rank)).then(|| reserved.id());
+        };
+        let parked = self.parked.get(&id)?;
+        let tenant = book.tenant_of(id);
+        if book.starving_ahead_of(tenant, &rank) {
+            return self
+                .starving
+                .iter()
+                .find(|starving| {
+                    starving.ranks_ahead_of(&rank) && book.tenant_of(starving.id()) == tenant
+                })
+                .map(|starving| starving.id());
+        }
+        let reserved = self.fair_reservation(book)?;
+        let key = book.key(tenant, parked.kind, rank);
+        (reserved.rank() != rank && reserved < key).then(|| reserved.rank().id())
+    }
+}

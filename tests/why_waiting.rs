@@ -1,0 +1,96 @@
+//! "Why is my task not running?": the reason a pool gives for a parked task (core rule
+//! 17), asked through the public API while the pool runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_parking_lot::core::scheduling::WaitReason;
+use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
+use prometheus_parking_lot::{Budget, MailboxKey, ResourceCost, ResourceKind, WorkerPoolConfig};
+
+/// Runs until the gate opens.
+#[derive(Clone)]
+struct Gated(Arc<AtomicBool>);
+
+#[async_trait::async_trait]
+impl WorkerExecutor<u64, u64> for Gated {
+    async fn execute(&self, payload: u64, _meta: TaskMetadata) -> u64 {
+        while !self.0.load(Ordering::Acquire) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        payload
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_task_says_what_it_waits_for() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(2)
+            .with_max_units(10)
+            .with_budget(ResourceKind::Io, Budget::per_minute(6)),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let meta = |id, cost| TaskMetadata::new(id, cost).with_mailbox(MailboxKey::new("acme"));
+    let key = MailboxKey::new("acme");
+    // Two run (8 VRAM units; the budget's 6 I/O units), holding both workers.
+    for (id, cost) in [(1, ResourceCost::gpu_vram(8)), (2, ResourceCost::io(6))] {
+        pool.submit_async(id, meta(id, cost)).await.expect("runs");
+    }
+    for (id, cost) in [
+        (3, ResourceCost::gpu_vram(6)),
+        (4, ResourceCost::io(1)),
+        (5, ResourceCost::gpu_vram(1)),
+    ] {
+        pool.submit_async(id, meta(id, cost)).await.expect("parks");
+    }
+    assert_eq!(pool.why_waiting(&key, 1).await, Ok(None), "it runs");
+    assert_eq!(
+        pool.why_waiting(&key, 3).await,
+        Ok(Some(WaitReason::Units {
+            kind: ResourceKind::GpuVram,
+            needed: 6,
+            free: 2
+        }))
+    );
+    let Ok(Some(WaitReason::Budget {
+        kind,
+        needed,
+        level,
+        ready_at_ms,
+    })) = pool.why_waiting(&key, 4).await
+    else {
+        panic!("task 4 waits for the budget");
+    };
+    assert_eq!((kind, needed, level), (ResourceKind::Io, 1, 0));
+    let in_ms = ready_at_ms.saturating_sub(prometheus_parking_lot::util::clock::now_ms() as u64);
+    assert!(
+        in_ms > 5_000 && in_ms <= 10_000,
+        "one unit every 10 s: {in_ms} ms"
+    );
+    assert_eq!(
+        pool.why_waiting(&key, 5).await,
+        Ok(Some(WaitReason::Worker { busy: 2 })),
+        "it fits, but both workers are busy"
+    );
+    assert_eq!(
+        pool.why_waiting(&key, 99).await,
+        Err(PoolError::TaskNotFound(99))
+    );
+    assert_eq!(
+        pool.why_waiting(&MailboxKey::new("other"), 3).await,
+        Err(PoolError::TaskNotFound(3)),
+        "another tenant's key"
+    );
+    gate.store(true, Ordering::Release);
+    for id in [1, 3, 5] {
+        let got = pool
+            .client()
+            .retrieve_task(&key, id, Duration::from_secs(10))
+            .await;
+        assert_eq!(got, Ok(id), "task {id}");
+    }
+}
