@@ -235,28 +235,34 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_of_a_budget_spend_it_and_wait_for_its_refill() {
     use prometheus_parking_lot::{CapacityGate, PoolError, WorkerPoolConfig};
-    // 10 units every 400 ms: one every 40 ms.
-    let gate = CapacityGate::new(WorkerPoolConfig::new().with_budget(
-        ResourceKind::Io,
-        Budget::new(10, Duration::from_millis(400)),
-    ))
-    .expect("a gate");
+    let gate_of = |budget| {
+        CapacityGate::new(WorkerPoolConfig::new().with_budget(ResourceKind::Io, budget))
+            .expect("a gate")
+    };
     let meta = |id| TaskMetadata::new(id, ResourceCost::io(6));
-    let first = gate.try_acquire(meta(1)).expect("6 of 10");
+    // 10 units a minute: nothing refills while this part runs.
+    let slow = gate_of(Budget::per_minute(10));
+    let first = slow.try_acquire(meta(1)).expect("6 of 10");
     assert_eq!(first.try_grow(3), Ok(()), "3 more of the 4 left");
     assert_eq!(first.try_grow(2).err(), Some(PoolError::WouldWait));
     drop(first);
     assert_eq!(
-        gate.stats().budgets[0].level,
-        1,
-        "dropping gives nothing back"
+        slow.try_acquire(meta(2)).err(),
+        Some(PoolError::WouldWait),
+        "1 left"
     );
-    assert_eq!(gate.try_acquire(meta(2)).err(), Some(PoolError::WouldWait));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while slow.stats().budgets.first().map(|b| b.level) != Some(1) {
+        assert!(Instant::now() < deadline, "dropping gives nothing back");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // 10 units every 400 ms (one every 40 ms): a second permit of 6 waits for 2 more.
+    let fast = gate_of(Budget::new(10, Duration::from_millis(400)));
+    let held = fast.try_acquire(meta(3)).expect("6 of 10");
     let asked = Instant::now();
-    let second = gate.acquire(meta(3)).await.expect("granted once refilled");
-    // Five more units at one every 40 ms.
+    let second = fast.acquire(meta(4)).await.expect("granted once refilled");
     assert!(
-        asked.elapsed() >= Duration::from_millis(190),
+        asked.elapsed() >= Duration::from_millis(75),
         "{:?}",
         asked.elapsed()
     );
@@ -265,4 +271,5 @@ async fn permits_of_a_budget_spend_it_and_wait_for_its_refill() {
         0,
         "a budget's permit holds nothing; it spent its 6"
     );
+    drop((held, second));
 }
