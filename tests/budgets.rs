@@ -201,10 +201,12 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
             .await
             .expect("admitted");
     }
+    let deadline = Instant::now() + Duration::from_secs(10);
     let heard = loop {
         if let Some(&wait) = waits.0.lock().unwrap().first() {
             break wait;
         }
+        assert!(Instant::now() < deadline, "task 2's wait was announced");
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let (task, at_ms, until_ms) = heard;
@@ -215,6 +217,7 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
     let stats = loop {
         let stats = pool.stats();
         if stats.queued_tasks == 1
+            && stats.completed_tasks == 1
             && stats
                 .budgets
                 .first()
@@ -222,11 +225,11 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
         {
             break stats;
         }
+        assert!(Instant::now() < deadline, "the stats show the wait");
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     assert_eq!(stats.budgets[0].level, 0);
     assert_eq!(stats.budgets[0].waiting_until_ms, Some(until_ms));
-    assert_eq!(stats.completed_tasks, 1);
     let _ = pool.shutdown(Duration::ZERO).await;
 }
 
