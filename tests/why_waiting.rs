@@ -94,3 +94,64 @@ async fn a_parked_task_says_what_it_waits_for() {
         assert_eq!(got, Ok(id), "task {id}");
     }
 }
+
+/// A paused pool admits and parks, runs on what runs, starts nothing, says so, and starts
+/// what fits when resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_pool_parks_everything_runs_on_and_resumes() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(2)
+            .with_max_units(10),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let key = MailboxKey::new("acme");
+    let meta =
+        |id, units| TaskMetadata::new(id, ResourceCost::gpu_vram(units)).with_mailbox(key.clone());
+    pool.submit_async(1, meta(1, 2)).await.expect("runs");
+    pool.pause().await.expect("paused");
+    for (id, priority) in [
+        (2, prometheus_parking_lot::Priority::Low),
+        (3, prometheus_parking_lot::Priority::High),
+    ] {
+        pool.submit_async(id, meta(id, 1).with_priority(priority))
+            .await
+            .expect("admitted while paused");
+    }
+    assert_eq!(
+        pool.why_waiting(&key, 2).await,
+        Ok(Some(WaitReason::Paused))
+    );
+    assert_eq!(pool.why_waiting(&key, 1).await, Ok(None), "task 1 runs on");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !(pool.stats().paused && pool.stats().queued_tasks == 2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stats show the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    gate.store(true, Ordering::Release);
+    let first = pool
+        .client()
+        .retrieve_task(&key, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(first, Ok(1), "a running task ends as usual");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        pool.stats().completed_tasks,
+        1,
+        "nothing else started while paused"
+    );
+    pool.resume().await.expect("resumed");
+    for id in [3, 2] {
+        let got = pool
+            .client()
+            .retrieve_task(&key, id, Duration::from_secs(10))
+            .await;
+        assert_eq!(got, Ok(id), "task {id}");
+    }
+    assert!(!pool.stats().paused);
+}

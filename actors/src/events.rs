@@ -169,6 +169,8 @@ pub struct PoolReading {
     pub queue_errors: u64,
     /// The budget of each kind that has one (indexed by [`ResourceKind::index`]).
     pub budgets: [Option<BudgetReading>; ResourceKind::COUNT],
+    /// Whether the pool is paused (it starts nothing until resumed).
+    pub paused: bool,
 }
 
 /// A budget's reading: its shape, its level, and when the task that waits for it first

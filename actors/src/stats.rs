@@ -65,6 +65,8 @@ pub struct PoolStats {
     /// Runs that failed in a way worth trying again and were: their tasks parked again
     /// after a backoff (see `PoolLimits::retry`).
     pub retried_runs: u64,
+    /// Whether the pool is paused: it admits (tasks park) and starts nothing until resumed.
+    pub paused: bool,
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
@@ -140,6 +142,7 @@ pub struct PoolCounters {
     pub(crate) preempted_units: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
     pub(crate) retried_runs: AtomicU64,
+    pub(crate) paused: std::sync::atomic::AtomicBool,
     /// Per kind: its budget, set by the first reading that has one.
     pub(crate) budget_shape: [OnceLock<Budget>; ResourceKind::COUNT],
     pub(crate) budget_level: [AtomicU64; ResourceKind::COUNT],
@@ -178,6 +181,7 @@ impl PoolCounters {
             preempted_units: read(&self.preempted_units),
             lost_leases: read(&self.lost_leases),
             retried_runs: read(&self.retried_runs),
+            paused: self.paused.load(Relaxed),
             gpu: self.gpu.get().map(|gpu| GpuStats {
                 free_mib: read(&self.gpu_free_mib),
                 ..gpu.clone()
@@ -246,6 +250,7 @@ impl EventSubscriber for PoolCounters {
     }
 
     fn on_reading(&self, reading: &PoolReading) {
+        self.paused.store(reading.paused, Relaxed);
         for (kind, budget) in reading.budgets.iter().enumerate() {
             if let Some(budget) = budget {
                 let _ = self.budget_shape[kind].set(budget.budget);

@@ -359,6 +359,17 @@ where
         self.client.retry_tasks();
     }
 
+    /// Pauses the pool: it keeps admitting (tasks park) and starts nothing until
+    /// [`resume`](Self::resume); running tasks run on (see `PoolClient::pause`).
+    pub async fn pause(&self) -> Result<(), PoolError> {
+        self.client.pause().await
+    }
+
+    /// Ends a pause: what fits starts at once, in rank order.
+    pub async fn resume(&self) -> Result<(), PoolError> {
+        self.client.resume().await
+    }
+
     /// Why the live task `id` under `key` has not started, or `None` once it runs (see
     /// `PoolClient::why_waiting`).
     pub async fn why_waiting(

@@ -611,6 +611,34 @@ where
         }
     }
 
+    /// Pauses the pool: from now on it starts nothing (no parked task, no newcomer, no
+    /// permit), while it keeps admitting (tasks park, up to `max_queue_depth`) and its
+    /// running tasks run on and end as usual; on a shared queue the node claims nothing.
+    /// Returns once paused. [`resume`](Self::resume) ends it.
+    pub async fn pause(&self) -> Result<(), PoolError> {
+        self.set_paused(true).await
+    }
+
+    /// Ends a pause: what fits starts at once, in rank order.
+    pub async fn resume(&self) -> Result<(), PoolError> {
+        self.set_paused(false).await
+    }
+
+    async fn set_paused(&self, paused: bool) -> Result<(), PoolError> {
+        match self
+            .inner
+            .scheduler
+            .call(
+                |reply| SchedulerRequest::Pause { paused, reply }.into(),
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(())) => Ok(()),
+            _ => Err(PoolError::Shutdown),
+        }
+    }
+
     /// Why the live task `id` submitted under exactly `key` has not started: the first
     /// obstacle (too few free units, its kind's budget, its tenant's share, no idle worker,
     /// the reservation, a retry's backoff, or the order of the rules; see

@@ -228,6 +228,10 @@ fn request_received<P, R>(
         SchedulerRequest::Stats { reply } => {
             let _ = reply.send(shell.stats());
         }
+        SchedulerRequest::Pause { paused, reply } => {
+            shell.pause(paused, now);
+            let _ = reply.send(());
+        }
         SchedulerRequest::WhyWaiting { key, id, reply } => {
             let _ = reply.send(shell.why_waiting(&key, id));
         }

@@ -98,6 +98,15 @@ pub enum SchedulerRequest<P> {
         /// The reason.
         reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
     },
+    /// Stop starting tasks (`true`: pause) or start again (`false`: resume). While paused
+    /// the pool keeps admitting (tasks park), running tasks run on, and on a shared queue
+    /// the node claims nothing. The reply comes once the change is made.
+    Pause {
+        /// Pause (`true`) or resume (`false`).
+        paused: bool,
+        /// Answered once done.
+        reply: RpcReplyPort<()>,
+    },
     /// A snapshot of the pool's counters.
     Stats {
         /// Where the snapshot goes.

@@ -123,6 +123,10 @@
 //!     worker slot, the reservation (rules 6, 12), and, when none holds, the order the
 //!     rules keep (a count of the tickets ranked ahead). Each is read from the books the
 //!     lot keeps anyway, in O(1) (the count, O(n), only in that last case).
+//! 18. **Pause.** A paused lot ([`ParkingLot::pause`]) starts nothing: no newcomer, no
+//!     parked ticket, no permit; admissions park, running tickets run on and end, deadlines
+//!     expire, and [`ParkingLot::resume`] starts what fits in rank order. The saturation
+//!     invariant holds from the resume on.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -137,7 +141,7 @@
 //!   (`by_cost` for tasks, `permits_by_cost` for permits); the other indexes hold exactly
 //!   the parked tasks.
 //! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
-//!   of it.
+//!   of it, or the lot is paused.
 //!
 //! # Cost
 //!
@@ -379,6 +383,8 @@ pub struct ParkingLot {
     /// Tickets parked from a later time on (rule 16), by that time: in no other index.
     sleeping: BTreeSet<(u64, TaskId)>,
     sleepers: FastMap<TaskId, (u64, Ticket)>,
+    /// Paused (rule 18): nothing starts; admissions park.
+    paused: bool,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
     /// The time of the latest event: backfill decisions depend on it, and
@@ -417,6 +423,7 @@ impl ParkingLot {
             budgets: budget::Budgets::new(&limits.budgets),
             sleeping: BTreeSet::new(),
             sleepers: FastMap::default(),
+            paused: false,
             starts: 0,
             clock: 0,
         })
@@ -780,7 +787,7 @@ impl ParkingLot {
             priority: ticket.priority,
             slotless,
         };
-        if self.may_start(&rank, &request, now) && self.claim(&request, now) {
+        if !self.paused && self.may_start(&rank, &request, now) && self.claim(&request, now) {
             self.count_skip_of_head(&rank);
             // Under a fair share a start changes its tenant's keys: that can move the
             // reservation, or (for a permit started while every slot is busy) let a permit
@@ -976,6 +983,46 @@ impl ParkingLot {
         self.sleepers
             .insert(id, (until_ms, self.at_least_a_unit(ticket)));
         Ok(())
+    }
+
+    /// Pauses the lot (rule 18): from now on nothing starts, neither a newcomer nor a parked
+    /// ticket; admissions park (up to `max_queue_depth`), running tickets run on and end as
+    /// usual, and deadlines still expire. Pausing a paused lot does nothing.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
+    /// use prometheus_parking_lot_actors::scheduler::core::{Admit, ParkingLot, Ticket, WaitReason};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(10, 2)).unwrap();
+    /// let ticket = Ticket {
+    ///     id: 1,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(4),
+    ///     created_at_ms: 0,
+    ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
+    /// };
+    /// lot.pause();
+    /// assert_eq!(lot.admit(ticket, 0), Admit::Park);
+    /// assert_eq!(lot.why_waiting(1), Some(WaitReason::Paused));
+    /// assert_eq!(lot.resume(5), vec![1]);
+    /// ```
+    pub fn pause(&mut self) {
+        self.paused = true;
+    }
+
+    /// Ends a pause (rule 18) and starts what fits, in rank order; returns the started ids.
+    pub fn resume(&mut self, now: u64) -> Vec<TaskId> {
+        self.paused = false;
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        started
+    }
+
+    /// Whether the lot is paused (rule 18).
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     /// Whether the lot holds task `id`: parked, sleeping or running.
@@ -1204,6 +1251,9 @@ impl ParkingLot {
     /// fits, in rank order; under a fair share the fair-best task if it is a permit, and
     /// nothing if it needs a slot (a permit then waits behind it).
     fn best_fit(&self, now: u64) -> Option<RankKey> {
+        if self.paused {
+            return None;
+        }
         let slot_idle = !self.idle_workers.is_empty();
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
         let permit = self.best_within(&self.permits_by_cost, &free);

@@ -15,6 +15,8 @@ pub enum WaitReason {
         /// When it parks again.
         until_ms: u64,
     },
+    /// The pool is paused (rule 18): nothing starts until it resumes.
+    Paused,
     /// Its kind has too few free units: `free` of the `needed` (capacity less what running
     /// tickets hold, at most the headroom of rule 11).
     Units {
@@ -100,6 +102,9 @@ impl ParkingLot {
             return Some(WaitReason::Sleeping { until_ms });
         }
         let parked = self.parked.get(&id)?;
+        if self.paused {
+            return Some(WaitReason::Paused);
+        }
         let (kind, needed) = (parked.kind, parked.units);
         let index = kind.index();
         let free = (self.limits.capacity.get(kind) - self.used[index]).min(self.headroom[index]);

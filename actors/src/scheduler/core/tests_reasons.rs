@@ -30,6 +30,8 @@ enum Op {
     Headroom {
         units: Option<u32>,
     },
+    Pause,
+    Resume,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -41,6 +43,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..16usize).prop_map(|pick| Op::Complete { pick }),
         2 => (1..300u64).prop_map(|ms| Op::Advance { ms }),
         1 => proptest::option::of(0..10u32).prop_map(|units| Op::Headroom { units }),
+        1 => Just(Op::Pause),
+        1 => Just(Op::Resume),
     ]
 }
 
@@ -50,6 +54,9 @@ fn explained(lot: &ParkingLot, id: TaskId) -> Option<WaitReason> {
         return Some(WaitReason::Sleeping { until_ms });
     }
     let parked = lot.parked.get(&id)?;
+    if lot.paused {
+        return Some(WaitReason::Paused);
+    }
     let (kind, needed) = (parked.kind, parked.units);
     let held: u32 = lot
         .running
@@ -176,6 +183,10 @@ proptest! {
                 }
                 Op::Headroom { units } => {
                     lot.set_headroom(ResourceKind::GpuVram, units, now);
+                }
+                Op::Pause => lot.pause(),
+                Op::Resume => {
+                    lot.resume(now);
                 }
             }
             lot.check_invariants().map_err(TestCaseError::fail)?;

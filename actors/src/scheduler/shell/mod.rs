@@ -560,6 +560,20 @@ where
         self.tasks.fx.push(Effect::AnswerCancel { reply, answer });
     }
 
+    /// Pauses the pool (`true`: nothing starts, admissions park) or resumes it, starting
+    /// what fits (core rule 18).
+    pub fn pause(&mut self, paused: bool, now: u64) {
+        if paused {
+            self.tasks.core.pause();
+            return;
+        }
+        let started = self.tasks.core.resume(now);
+        self.start_parked(started, now);
+        if let Storage::Shared(room) = &mut self.storage {
+            room.claim_if_room(&mut self.tasks, now);
+        }
+    }
+
     /// Why the live task `id` under exactly `key` has not started (core rule 17); `None`
     /// once it runs.
     pub fn why_waiting(

@@ -125,6 +125,7 @@ impl Observers {
             used_by_kind: ResourceKind::ALL.map(|kind| u64::from(core.used(kind))),
             worker_restarts: self.counters.worker_restarts.load(Relaxed),
             queue_errors: self.counters.queue_errors.load(Relaxed),
+            paused: core.is_paused(),
             budgets: ResourceKind::ALL.map(|kind| {
                 let budget = *core.limits().budgets.get(kind)?;
                 let ready_at_ms = core.budget_waits_until(kind);

@@ -152,6 +152,9 @@ impl SharedRoom {
         tasks: &mut Tasks<P, R>,
         now: u64,
     ) {
+        if tasks.core.is_paused() {
+            return;
+        }
         let parked = tasks
             .ledger
             .iter()
