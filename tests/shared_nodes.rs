@@ -441,3 +441,43 @@ async fn unworkable_shared_settings_are_refused() {
         }
     }
 }
+
+/// A paused node claims nothing from the shared queue while the other runs everything; once
+/// resumed it claims again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_claims_nothing_and_claims_again_once_resumed() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    b.pause().await.expect("paused");
+    let mut keys = Vec::new();
+    for id in 1..=10 {
+        let key = a
+            .submit(job(id, 5, Priority::Normal), SubmitOptions::default())
+            .await
+            .unwrap();
+        keys.push(key);
+    }
+    for (id, key) in (1..=10).zip(&keys) {
+        assert_eq!(a.retrieve(key, WAIT).await, Ok(id), "task {id}");
+    }
+    assert!(
+        cluster.runs().iter().all(|&(node, _)| node == "node-a"),
+        "the paused node ran nothing: {:?}",
+        cluster.runs()
+    );
+    b.resume().await.expect("resumed");
+    a.pause().await.expect("paused");
+    let key = a
+        .submit(job(11, 5, Priority::Normal), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(a.retrieve(&key, WAIT).await, Ok(11));
+    assert!(
+        cluster.runs().contains(&("node-b", 11)),
+        "the resumed node claimed it: {:?}",
+        cluster.runs()
+    );
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+}
