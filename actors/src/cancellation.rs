@@ -24,8 +24,9 @@ struct Flag {
     /// [`running::return_units`](crate::running::return_units)).
     unused_units: AtomicU32,
     /// Why the run asked to be tried again (see
-    /// [`running::retry_later`](crate::running::retry_later)), if it did.
-    retry: std::sync::Mutex<Option<String>>,
+    /// [`running::retry_later`](crate::running::retry_later)), if it did: read at every
+    /// run's end, so a lock-free cell (the first reason given is kept).
+    retry: std::sync::OnceLock<String>,
     changed: Notify,
 }
 
@@ -74,23 +75,15 @@ impl Cancellation {
             });
     }
 
-    /// Records that the run failed in a way worth trying again, and why (the last call
-    /// wins).
+    /// Records that the run failed in a way worth trying again, and why (the first call's
+    /// reason is kept).
     pub(crate) fn retry_later(&self, reason: String) {
-        *self
-            .0
-            .retry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
+        let _ = self.0.retry.set(reason);
     }
 
     /// Why the run asked to be tried again, if it did.
-    pub(crate) fn retry_reason(&self) -> Option<String> {
-        self.0
-            .retry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    pub(crate) fn retry_reason(&self) -> Option<&str> {
+        self.0.retry.get().map(String::as_str)
     }
 
     /// Units the run said it did not use (see [`return_units`](Self::return_units)).

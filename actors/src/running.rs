@@ -156,7 +156,8 @@ pub fn return_units(units: u32) -> bool {
 /// failed runs (its limits' `retry`), whatever this run returns is discarded and the task
 /// parks again after a backoff, to run again; after its last attempt it ends `Failed`
 /// with every run's reason. Without retries, the run ends `Failed` with `reason` (its
-/// result discarded all the same). Returns `false` outside a run.
+/// result discarded all the same). A second call in the same run keeps the first reason.
+/// Returns `false` outside a run.
 ///
 /// ```
 /// use async_trait::async_trait;

@@ -173,6 +173,15 @@ where
     where
         P: Clone,
     {
+        self.keep_payload_copies();
+    }
+
+    /// Has the scheduler keep a clone of each running task's payload, for the reruns of
+    /// `preempt_tasks` and `retry_tasks` (one copy serves both).
+    fn keep_payload_copies(&self)
+    where
+        P: Clone,
+    {
         let _ = self.inner.rerun.set(<P as Clone>::clone);
     }
 
@@ -186,7 +195,7 @@ where
     where
         P: Clone,
     {
-        let _ = self.inner.rerun.set(<P as Clone>::clone);
+        self.keep_payload_copies();
     }
 
     /// The pool's name.

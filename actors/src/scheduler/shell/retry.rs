@@ -24,7 +24,7 @@
 
 use super::Shell;
 use crate::contain::drop_contained;
-use crate::domain::PoolError;
+use crate::domain::{PoolError, Retries};
 use crate::events::TaskStep;
 use crate::queue::EntryId;
 use crate::scheduler::shell::observe::Detail;
@@ -67,15 +67,18 @@ where
         let from_queue = run.from_queue;
         let reason = match (&outcome, asked) {
             _ if stopped => return Some(outcome),
-            (Ok(_) | Err(PoolError::Failed(_)), Some(reason)) => reason,
+            (Ok(_) | Err(PoolError::Failed(_)), Some(reason)) => reason.to_owned(),
             (Err(PoolError::Failed(reason)), None) => reason.clone(),
             _ => return Some(outcome),
         };
         drop_contained(outcome);
+        let Some(policy) = self.tasks.core.limits().retry else {
+            return Some(Err(PoolError::Failed(reason)));
+        };
         let streamed = record.stream().is_some();
         let lease = record.rare().and_then(|rare| rare.lease);
         if let (Some(claim), true) = (lease, self.storage.is_shared()) {
-            return self.retry_shared(entry, claim, reason, streamed, rests, now);
+            return self.retry_shared(entry, claim, reason, policy, rests, now);
         }
         let rare = record.rare_mut();
         rare.failures.push(reason.clone());
@@ -84,9 +87,6 @@ where
             .spare
             .take()
             .and_then(|spare| spare.downcast::<P>().ok());
-        let Some(policy) = self.tasks.core.limits().retry else {
-            return Some(Err(PoolError::Failed(reason)));
-        };
         let payload = match (from_queue, spare) {
             (true, _)
                 if self
@@ -106,12 +106,13 @@ where
                 && !from_queue
                 && matches!(self.storage, Storage::Memory)
                 && self.rerun.get().is_none();
-            let failures =
-                std::mem::take(&mut self.tasks.ledger.get_mut(entry)?.rare_mut().failures);
+            let failures = std::mem::take(&mut record.rare_mut().failures);
             return Some(Err(PoolError::Failed(final_reason(&failures, no_copy))));
         };
         let started = self.tasks.release_run(entry, rests, now);
-        let record = self.tasks.ledger.get_mut(entry)?;
+        let Some(record) = self.tasks.ledger.get_mut(entry) else {
+            return Some(Err(PoolError::Failed(reason)));
+        };
         let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
         let (meta, timeout) = (record.meta(), record.timeout());
         match payload {
@@ -123,8 +124,7 @@ where
                 }
             }
         }
-        let draw = (crate::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64;
-        let at_ms = now.saturating_add(policy.backoff_ms(failed, draw));
+        let at_ms = now.saturating_add(policy.backoff_ms(failed, jitter()));
         let mut ticket = self.tasks.ticket(entry, &meta, &key, timeout);
         // It started in time: a deadline is a time to start by.
         ticket.deadline_ms = None;
@@ -157,13 +157,15 @@ where
         entry: EntryId,
         claim: crate::queue::Claim,
         reason: String,
-        streamed: bool,
+        policy: Retries,
         rests: bool,
         now: u64,
     ) -> Option<Result<R, PoolError>> {
-        let Some(policy) = self.tasks.core.limits().retry else {
-            return Some(Err(PoolError::Failed(reason)));
-        };
+        let streamed = self
+            .tasks
+            .ledger
+            .get(entry)
+            .is_some_and(|record| record.stream().is_some());
         let failed = claim.attempt.max(1);
         if failed >= policy.max_attempts || streamed || !self.lifecycle.is_open() {
             let reason = match failed {
@@ -172,8 +174,7 @@ where
             };
             return Some(Err(PoolError::Failed(reason)));
         }
-        let draw = (crate::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64;
-        let at_ms = now.saturating_add(policy.backoff_ms(failed, draw));
+        let at_ms = now.saturating_add(policy.backoff_ms(failed, jitter()));
         let Some((record, started)) = self.tasks.release(entry, rests, now) else {
             return Some(Err(PoolError::Failed(reason)));
         };
@@ -197,6 +198,11 @@ where
         self.start_parked(started, now);
         None
     }
+}
+
+/// A draw in `[0, 1)` for a backoff's jitter: 53 random bits.
+fn jitter() -> f64 {
+    (crate::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64
 }
 
 /// The reason a task's last failed run ends with: the run's own when it ran once, else
