@@ -480,6 +480,7 @@ impl ParkingLot {
     /// (and a start, under a start cap), if it does not now; `None` otherwise. Tasks ranked
     /// ahead of it may spend first, so this is the earliest it could start.
     pub fn budget_ready_at(&self, id: TaskId) -> Option<u64> {
+        self.budgets.as_ref()?;
         let parked = self.parked.get(&id)?;
         let budget = self.budget(parked.kind)?;
         let at = budget.ready_at(parked.units);
@@ -1029,7 +1030,7 @@ impl ParkingLot {
     fn is_live(&self, id: TaskId) -> bool {
         self.parked.contains_key(&id)
             || self.running.contains_key(&id)
-            || self.sleepers.contains_key(&id)
+            || (!self.sleepers.is_empty() && self.sleepers.contains_key(&id))
     }
 
     /// Parks the sleepers whose time has come (rule 16).

@@ -289,14 +289,14 @@ impl<P> Record<P> {
     }
 
     /// Keeps its payload in the ledger while it is parked.
+    pub fn keep_payload(&mut self, payload: P) {
+        self.park_again(Some(payload));
+    }
+
     /// Parks the task again after a run, with its payload when the ledger keeps it (`None`:
     /// a durable queue holds it).
     pub fn park_again(&mut self, payload: Option<P>) {
         self.phase = Phase::Parked(payload);
-    }
-
-    pub fn keep_payload(&mut self, payload: P) {
-        self.phase = Phase::Parked(Some(payload));
     }
 
     /// Takes its payload, if the ledger keeps it.
