@@ -82,7 +82,7 @@ async fn take_loop(
     let sql = format!(
         "WITH wanted AS ( \
            SELECT * FROM jsonb_to_recordset($1::jsonb) \
-             AS w(n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT)), \
+             AS w({WANTED_RECORD})), \
          picked AS ( \
            SELECT w.n, p.id FROM wanted w CROSS JOIN LATERAL ( \
              SELECT m.id FROM {table} m \
@@ -99,12 +99,7 @@ async fn take_loop(
     while takes.recv_many(&mut group, TAKES_AT_MOST).await > 0 {
         let mut rows = JsonRows::new();
         for (n, take) in group.iter().enumerate() {
-            rows.row()
-                .int("n", n as i64)
-                .text("tenant", Some(&take.key.tenant.0))
-                .text("user_id", take.key.user_id.as_deref())
-                .text("session_id", take.key.session_id.as_deref())
-                .int("task_id", take.task_id as i64);
+            wanted_row(&mut rows, n, &take.key, take.task_id);
         }
         let statement = PgDatabase::statement(sql.clone(), [rows.finish().into()]);
         match connection.query_all_raw(statement).await {
@@ -129,6 +124,19 @@ async fn take_loop(
     }
 }
 
+/// The columns of a wanted (key, task) row, numbered `n` in its statement.
+const WANTED_RECORD: &str = "n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT";
+
+/// Adds wanted row `n`: the task `task_id` under exactly `key` (see [`WANTED_RECORD`]).
+fn wanted_row(rows: &mut JsonRows, n: usize, key: &MailboxKey, task_id: TaskId) {
+    rows.row()
+        .int("n", n as i64)
+        .text("tenant", Some(&key.tenant.0))
+        .text("user_id", key.user_id.as_deref())
+        .text("session_id", key.session_id.as_deref())
+        .int("task_id", task_id as i64);
+}
+
 /// A question from [`Mailbox::holds`], waiting for the holds loop.
 struct HoldsAsk {
     wanted: Vec<(MailboxKey, TaskId)>,
@@ -151,7 +159,7 @@ async fn holds_loop(
 ) {
     let sql = format!(
         "SELECT w.n FROM jsonb_to_recordset($1::jsonb) \
-           AS w(n BIGINT, tenant TEXT, user_id TEXT, session_id TEXT, task_id BIGINT) \
+           AS w({WANTED_RECORD}) \
           WHERE EXISTS (SELECT 1 FROM {table} m \
             WHERE m.tenant = w.tenant AND m.task_id = w.task_id \
               AND m.user_id IS NOT DISTINCT FROM w.user_id \
@@ -160,15 +168,10 @@ async fn holds_loop(
     let mut group = Vec::new();
     while asks.recv_many(&mut group, TAKES_AT_MOST).await > 0 {
         let mut rows = JsonRows::new();
-        let mut n = 0_i64;
+        let mut n = 0;
         for ask in &group {
             for (key, task_id) in &ask.wanted {
-                rows.row()
-                    .int("n", n)
-                    .text("tenant", Some(&key.tenant.0))
-                    .text("user_id", key.user_id.as_deref())
-                    .text("session_id", key.session_id.as_deref())
-                    .int("task_id", *task_id as i64);
+                wanted_row(&mut rows, n, key, *task_id);
                 n += 1;
             }
         }
@@ -188,7 +191,7 @@ async fn holds_loop(
             });
         let mut held = match found {
             Ok(found) => {
-                let mut held = vec![false; usize::try_from(n).unwrap_or(0)];
+                let mut held = vec![false; n];
                 for n in found {
                     if let Some(slot) = usize::try_from(n).ok().and_then(|n| held.get_mut(n)) {
                         *slot = true;
