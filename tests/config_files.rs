@@ -204,7 +204,6 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "retry": { "max_attempts": 3 } }"#), "pools.p.retry: missing field `backoff_ms`"),
         (&one_pool(r#"{ "on_duplicate": "merge" }"#), "pools.p.on_duplicate: unknown value `merge`; use `refuse` or `attach`"),
         (&one_pool(r#"{ "queue": { "type": "postgres" }, "on_duplicate": "attach" }"#), r#"pools.p.on_duplicate: "attach" applies to pools whose queue lives in one process (in_memory, yaque): on a shared queue a repeated submission may reach another node, which does not know the original; use "refuse" there"#),
-        (&one_pool(r#"{ "queue": { "type": "postgres" }, "budgets": { "io": { "units": 10, "per_secs": 1 } } }"#), "pools.p.budgets: budgets apply to pools whose queue lives in one process (in_memory, yaque); on a shared queue each node would spend the whole budget on its own, so a fleet could spend it once per node: remove the section or use one node's queue"),
         (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
         (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
         (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),

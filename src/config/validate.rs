@@ -22,7 +22,7 @@
 //! | `retry.backoff_ms` | 1 ms – 1 day |
 //! | `retry.max_backoff_ms` | `backoff_ms` – 1 day (default 64 × `backoff_ms`, at most a day) |
 //! | `on_duplicate` | `refuse` or `attach`; `attach` not on a shared queue (postgres, postgres_pgmq) |
-//! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; none on a shared queue (postgres, postgres_pgmq) |
+//! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; on a shared queue (postgres, postgres_pgmq) every node spends from one bucket per kind |
 //! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
 //! | `budgets.<kind>.per_secs` / `.per_ms` | exactly one of them, 1 ms – 1 day |
 //! | `budgets.<kind>.max_starts.count` | 1 – 4,294,967,295, with exactly one of `per_secs` / `per_ms`, 1 ms – 1 day |
@@ -291,15 +291,6 @@ impl PoolSettings {
 
     fn validate_budgets(&self, path: &str) -> Result<(), ConfigError> {
         let kinds = "`cpu`, `gpu_vram`, `io` or `mixed`";
-        if !self.budgets.is_empty() && self.is_shared() {
-            return Err(ConfigError::invalid(
-                path.to_owned(),
-                "budgets apply to pools whose queue lives in one process (in_memory, yaque); \
-                 on a shared queue each node would spend the whole budget on its own, so a \
-                 fleet could spend it once per node: remove the section or use one node's queue"
-                    .to_owned(),
-            ));
-        }
         for (name, budget) in &self.budgets {
             let at = format!("{path}.{name}");
             let Some(kind) = ResourceKind::from_name(name) else {

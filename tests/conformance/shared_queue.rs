@@ -16,8 +16,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Capacity, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound, ScheduledTask,
-    Settlement, SharedQueue, StarvationRule,
+    Budget, Budgets, Capacity, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound,
+    ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
@@ -75,6 +75,8 @@ where
         a_claim_taken_again_fences_out_the_old_one,
         a_release_hands_claims_back_at_once_without_an_attempt,
         a_retried_claim_is_claimable_again_from_its_time_on_as_its_next_attempt,
+        shared_budgets_cap_what_every_nodes_claims_take_together,
+        a_shared_start_cap_caps_how_many_tasks_claims_take,
         backend_is_named,
     );
 }
@@ -1102,6 +1104,117 @@ pub async fn counts_follow_every_step(queue: &dyn SharedQueue<Job>) {
         .await
         .expect("settle");
     assert_counts(queue, 1, 0, "settled Failed").await;
+}
+/// A budget that barely refills while a case runs: 1 unit a day, `burst` at once.
+fn daily(burst: u32) -> Budget {
+    Budget {
+        units: 1,
+        per_ms: 86_400_000,
+        burst,
+        max_starts: None,
+    }
+}
+
+/// Claims by two nodes spend from one bucket: together they take no more units of the kind
+/// than it holds, whatever free units each has; units given back are claimable by either;
+/// a kind without a budget is not limited; sharing the same budgets again keeps the level.
+pub async fn shared_budgets_cap_what_every_nodes_claims_take_together(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let budgets = Budgets::none().with(Io, daily(10));
+    queue.share_budgets(&budgets).await.expect("share budgets");
+    let tasks: Vec<_> = (1..=5)
+        .map(|id| task(id, Normal, id, Io, 4, None))
+        .collect();
+    let small = cpu(6, Normal, 6, 1);
+    let mut entries: Vec<_> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i as EntryId + 1, t))
+        .collect();
+    entries.push((6, &small));
+    enqueue_all(queue, &entries).await;
+
+    let plenty = Capacity::uniform(0).with(Io, 100);
+    let taken =
+        |leases: Vec<Lease<Job>>| leases.iter().map(|lease| lease.entry).collect::<Vec<_>>();
+    let a = queue
+        .claim_batch(NODE_A, &within(plenty), 10, LEASE, at(0))
+        .await
+        .expect("claim");
+    assert_eq!(
+        taken(a),
+        [1, 2],
+        "8 of the 10 units: a third task of 4 does not fit"
+    );
+    let b = queue
+        .claim_batch(NODE_B, &within(plenty), 10, LEASE, at(0))
+        .await
+        .expect("claim");
+    assert!(
+        b.is_empty(),
+        "2 units are left for every node: node b takes {:?}",
+        taken(b)
+    );
+
+    queue.give_back_budget(Io, 4).await.expect("give back");
+    let b = claim(queue, NODE_B, within(plenty), 0)
+        .await
+        .map(|lease| lease.entry);
+    assert_eq!(
+        b,
+        Some(3),
+        "the 4 units given back let one more task go, to any node"
+    );
+
+    let cpu_only = claim(queue, NODE_B, within(only(Cpu, 1)), 0).await;
+    assert_eq!(
+        cpu_only.map(|lease| lease.entry),
+        Some(6),
+        "cpu has no budget"
+    );
+
+    queue
+        .share_budgets(&budgets)
+        .await
+        .expect("share the same budgets again");
+    let a = claim(queue, NODE_A, within(plenty), 0).await;
+    assert_eq!(
+        a.map(|lease| lease.entry),
+        None,
+        "sharing again does not refill the bucket"
+    );
+    assert_counts(queue, 2, 4, "the claims within the budget").await;
+}
+
+/// Under a shared start cap, claims take no more tasks than it has starts, however few
+/// units they cost.
+pub async fn a_shared_start_cap_caps_how_many_tasks_claims_take(queue: &dyn SharedQueue<Job>) {
+    let capped = Budget {
+        max_starts: Some(StartCap {
+            count: 2,
+            per_ms: 86_400_000,
+        }),
+        ..daily(100)
+    };
+    queue
+        .share_budgets(&Budgets::none().with(Io, capped))
+        .await
+        .expect("share budgets");
+    let tasks: Vec<_> = (1..=3)
+        .map(|id| task(id, Normal, id, Io, 1, None))
+        .collect();
+    enqueue_all(queue, &[(1, &tasks[0]), (2, &tasks[1]), (3, &tasks[2])]).await;
+
+    let plenty = Capacity::uniform(0).with(Io, 100);
+    let a = queue
+        .claim_batch(NODE_A, &within(plenty), 10, LEASE, at(0))
+        .await
+        .expect("claim");
+    assert_eq!(a.len(), 2, "two starts");
+    let b = claim(queue, NODE_B, within(plenty), 0).await;
+    assert!(b.is_none(), "no start is left for node b");
+    assert_counts(queue, 1, 2, "the capped claims").await;
 }
 
 /// `backend` names the backend for logs.

@@ -167,7 +167,8 @@ impl Budgets {
             .filter_map(|(kind, budget)| Some((kind, budget.as_ref()?)))
     }
 
-    pub(crate) fn validate(&self) -> Result<(), PoolError> {
+    /// Checks every budget: units, burst, period and start cap within their ranges.
+    pub fn validate(&self) -> Result<(), PoolError> {
         self.iter()
             .try_for_each(|(kind, budget)| budget.validate(kind))
     }

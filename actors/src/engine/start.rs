@@ -11,7 +11,7 @@ use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
 use crate::budget::SlotBudget;
-use crate::domain::{Durability, PoolError, PoolLimits};
+use crate::domain::{Budgets, Durability, PoolError, PoolLimits};
 use crate::events::EventSubscriber;
 use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
@@ -146,6 +146,26 @@ impl<P, R, E> PoolSpec<P, R, E> {
     }
 }
 
+/// Gives a shared queue the pool's budgets, which it keeps for every node (see
+/// [`SharedQueue::share_budgets`](crate::queue::SharedQueue::share_budgets)); a queue that
+/// cannot is a configuration the pool refuses.
+async fn share_budgets<P: Send + 'static>(
+    parking: &SharedParking<P>,
+    budgets: &Budgets,
+    pool: &str,
+) -> Result<(), PoolError> {
+    if budgets.is_empty() {
+        return Ok(());
+    }
+    parking.queue.share_budgets(budgets).await.map_err(|error| {
+        PoolError::InvalidConfig(format!(
+            "pool {pool:?}: its budgets are to be shared by every node of its {} queue, and \
+             could not be: {error}",
+            parking.queue.backend()
+        ))
+    })
+}
+
 /// Spawns a supervisor on the current tokio runtime.
 pub async fn spawn_supervisor() -> Result<ActorRef<SupervisorMsg>, PoolError> {
     Actor::spawn(None, SupervisorActor, ())
@@ -191,6 +211,9 @@ where
     E: TaskExecutor<P, R> + 'static,
 {
     let core = spec.validate(ownership == Ownership::OwnGate)?;
+    if let Some(parking) = &spec.shared {
+        share_budgets(parking, &core.limits().budgets, &spec.name).await?;
+    }
     let owns_supervisor = ownership != Ownership::Shared;
     let pool: Arc<str> = Arc::from(spec.name.as_str());
     let counters = Arc::new(PoolCounters::default());

@@ -33,7 +33,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{EntryId, QueueCounts, QueueError, Settlement};
-use crate::domain::{Capacity, MailboxKey, Priority, ResourceCost, ScheduledTask, TaskId};
+use crate::domain::{
+    Budgets, Capacity, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+};
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
 /// ahead of it, so the pool drains for it.
@@ -303,6 +305,33 @@ where
         at_ms: u64,
         reason: String,
     ) -> Result<(), QueueError>;
+
+    /// Keeps `budgets` (renewable capacity, see [`Budget`](crate::domain::Budget)) for every node of this queue: a
+    /// claim then spends from each kind's bucket in the same step that takes the tasks, so
+    /// that the nodes together spend at most what one pool with these budgets would (no
+    /// task of such a kind is claimed past its bucket's level, nor past its start cap). The
+    /// buckets live with the queue (a database row), start full, and refill by one clock
+    /// (the database's). A node calls it as it starts; every node of one queue is to be given
+    /// the same budgets: the latest call sets them, and a bucket keeps its level (at most
+    /// its new burst). The default keeps none and refuses any budget, as a queue that cannot
+    /// share them must.
+    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
+        if budgets.is_empty() {
+            return Ok(());
+        }
+        Err(QueueError::Backend(format!(
+            "the {} queue cannot keep budgets for the nodes that share it",
+            self.backend()
+        )))
+    }
+
+    /// Puts `units` back into the shared bucket of `kind` (at most its burst): a task
+    /// claimed under it used fewer than it spent. Nothing for a kind without a shared
+    /// budget (the default: none).
+    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
+        let _ = (kind, units);
+        Ok(())
+    }
 
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;

@@ -506,6 +506,14 @@ where
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(retry);
             }
+            SharedCall::GiveBackBudget { kind, units } => {
+                let (queue, node) = (self.queue.clone(), self.node.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = queue.give_back_budget(kind, units).await {
+                        tracing::warn!(node = %node, kind = kind.name(), units, %error, "units a task did not use could not go back to the fleet's budget");
+                    }
+                });
+            }
             SharedCall::RemoveTask { key, id, reply } => {
                 self.spawn(move |queue, _| async move {
                     let result = queue.remove_task(&key, id).await;

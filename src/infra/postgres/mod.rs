@@ -19,11 +19,13 @@
 //! | `statements.rs` | running a statement, and a claim under its planner settings |
 //! | `codec.rs` | the engine's values as SQL values and JSON rows, and back |
 //! | `groups.rs` | one answer per task of a group statement |
+//! | `budgets.rs` | budgets a queue's nodes share, refilled and spent in each claim |
 //! | `retry.rs` | [`RetryPolicy`] and the rescue's backoff |
 //! | `outage.rs` | a server that is away: its cause, and quick answers meanwhile |
 //! | `rows.rs` | rows written as one JSON array |
 
 mod announce;
+mod budgets;
 pub(crate) mod claim;
 pub(crate) mod codec;
 mod fence;

@@ -7,6 +7,7 @@
 
 use sea_orm::{DbErr, TransactionTrait};
 
+use super::budgets::{budgets_table, BUDGETS_TABLE};
 use super::PgDatabase;
 use crate::core::PoolError;
 
@@ -145,6 +146,8 @@ pub(crate) enum Table<'a> {
     Queue(&'a Identifier),
     /// A mailbox table.
     Mailbox(&'a Identifier),
+    /// The table of the budgets queues share ([`BUDGETS_TABLE`]).
+    Budgets,
 }
 
 impl PgDatabase {
@@ -159,6 +162,7 @@ impl PgDatabase {
         let (sql, last_index) = match table {
             Table::Queue(name) => (queue_table(name), format!("{}_dead", name.as_str())),
             Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
+            Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
         };
         self.run(move |connection| async move {
             use sea_orm::{ConnectionTrait, Statement};

@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::budgets::FleetBudgets;
 use super::claim::{claimed_rows, ClaimParams, Claimed, Unreadable};
 use super::codec::{column, count_to_sql, entry_to_sql, millis_u64, task_of, ParkRows};
 use super::fence::{claim_values, ClaimFence};
@@ -42,10 +43,10 @@ use super::groups::{answer_group, returned_entries, settle_in_groups};
 use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
 use super::retry::{RescueParams, RetryPolicy};
-use super::{describe, PgDatabase};
+use super::{describe, PgDatabase, Table};
 use crate::core::{
-    Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance,
-    ScheduledTask, Settlement, SharedQueue,
+    Budgets, Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError,
+    QueueMaintenance, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
 
@@ -135,6 +136,8 @@ pub struct PgQueue<L, P> {
     /// Bumped when a task is parked or rescued anywhere (NOTIFY on the queue's channel).
     wake: Arc<watch::Sender<u64>>,
     gate: OutageGate,
+    /// The budgets every node of the queue spends from in its claims, once shared.
+    budgets: std::sync::Mutex<Option<Arc<FleetBudgets>>>,
     _payload: PhantomData<fn() -> P>,
 }
 
@@ -176,6 +179,7 @@ impl<L, P> PgQueue<L, P> {
             retry: RetryPolicy::default(),
             wake,
             gate: OutageGate::default(),
+            budgets: std::sync::Mutex::new(None),
             _payload: PhantomData,
         }
     }
@@ -235,10 +239,47 @@ impl<L, P> PgQueue<L, P> {
         Ok(self.rows(what, sql, params).await?.into_iter().next())
     }
 
-    /// Runs the claim statement (see [`PgDatabase::claim_rows`]).
+    /// Runs the claim statement (see [`PgDatabase::claim_rows`]), within the fleet's budgets
+    /// where the queue has them ([`PgDatabase::claim_rows_within`]).
     async fn claim_rows(&self, params: &ClaimParams<'_>) -> Result<Vec<QueryResult>, QueueError> {
-        self.run("claim", &self.statements.claim, params, Runner::Claim)
-            .await
+        let Some(fleet) = self.fleet_budgets() else {
+            return self
+                .run("claim", &self.statements.claim, params, Runner::Claim)
+                .await;
+        };
+        self.gate.pass(&self.database).await.map_err(|cause| {
+            QueueError::Backend(format!("{}: claim failed: {cause}", self.label))
+        })?;
+        let sql = self.statements.claim.clone();
+        let (queue, node) = (params.queue.to_owned(), params.node.to_owned());
+        let (now_ms, expires_at_ms) = (params.now_ms, params.expires_at_ms);
+        let bind = move |query: &FitQuery, max: usize| {
+            sql.bind(&ClaimParams {
+                queue: &queue,
+                node: &node,
+                query,
+                now_ms,
+                expires_at_ms,
+                max,
+            })
+        };
+        let text = self.statements.claim.text().to_owned();
+        let claimed = self
+            .database
+            .claim_rows_within(fleet, text, *params.query, params.max, bind)
+            .await;
+        match claimed {
+            Ok(rows) => Ok(rows),
+            Err(error) => Err(self.failed("claim", &error).await),
+        }
+    }
+
+    /// The budgets the queue's nodes share, if they were given any.
+    fn fleet_budgets(&self) -> Option<Arc<FleetBudgets>> {
+        self.budgets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Binds `params`, passes the [`OutageGate`], and runs `sql` with `runner`.
@@ -478,6 +519,45 @@ where
             attempt: 1,
             expires_at_ms,
         })
+    }
+
+    /// The buckets live in `pl_fleet_budgets`, one row per queue and kind; see
+    /// [`budgets`](super::budgets).
+    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
+        if budgets.is_empty() {
+            return Ok(());
+        }
+        budgets
+            .validate()
+            .map_err(|error| QueueError::Backend(format!("{}: {error}", self.label)))?;
+        let key = format!(
+            "{} {} {}",
+            self.label.backend, self.label.place, self.label.queue
+        );
+        let shared = async {
+            self.database.ensure(Table::Budgets).await?;
+            FleetBudgets::share(&self.database, key, budgets).await
+        };
+        match shared.await {
+            Ok(fleet) => {
+                *self
+                    .budgets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fleet);
+                Ok(())
+            }
+            Err(error) => Err(self.failed("share budgets", &error).await),
+        }
+    }
+
+    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
+        let Some(fleet) = self.fleet_budgets() else {
+            return Ok(());
+        };
+        match fleet.give_back(&self.database, kind, units).await {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.failed("give back budget", &error).await),
+        }
     }
 
     /// Claims one task at a time until it takes one that can be read or finds none: a task

@@ -1,9 +1,13 @@
 //! Running a queue's statements on the database's runtime: one that returns rows, and a claim,
 //! which runs under planner settings of its own.
 
+use std::sync::Arc;
+
 use sea_orm::{ConnectionTrait, DbErr, QueryResult, TransactionTrait, Value};
 
+use super::budgets::FleetBudgets;
 use super::PgDatabase;
+use crate::core::FitQuery;
 
 /// The planner settings a claim runs under (see [`PgDatabase::claim_rows`]).
 const CLAIM_PLANNER: &str = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
@@ -45,6 +49,40 @@ impl PgDatabase {
             let rows = transaction
                 .query_all_raw(PgDatabase::statement(sql, values))
                 .await?;
+            transaction.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Runs a claim within a fleet's budgets (see [`budgets`](super::budgets)), in one
+    /// transaction under [`CLAIM_PLANNER`]: the queue's buckets are refilled and locked, the
+    /// claim statement (`sql`) is bound by `bind` with the query and the most tasks the
+    /// buckets allow, and what it took is spent. A claim the buckets allow nothing runs no
+    /// statement and takes nothing.
+    pub(crate) async fn claim_rows_within<B>(
+        &self,
+        fleet: Arc<FleetBudgets>,
+        sql: String,
+        query: FitQuery,
+        max: usize,
+        bind: B,
+    ) -> Result<Vec<QueryResult>, DbErr>
+    where
+        B: FnOnce(&FitQuery, usize) -> Result<Vec<Value>, String> + Send + 'static,
+    {
+        self.run(move |db| async move {
+            let transaction = db.begin().await?;
+            transaction.execute_unprepared(CLAIM_PLANNER).await?;
+            let (query, max) = fleet.refill(&transaction).await?.limit(query, max);
+            let mut rows = Vec::new();
+            if max > 0 && !query.free.is_empty() {
+                let values = bind(&query, max).map_err(DbErr::Custom)?;
+                rows = transaction
+                    .query_all_raw(PgDatabase::statement(sql, values))
+                    .await?;
+                fleet.spend(&transaction, &rows).await?;
+            }
             transaction.commit().await?;
             Ok(rows)
         })

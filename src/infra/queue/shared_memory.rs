@@ -42,10 +42,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::core::scheduling::{CostIndex, FastMap, RankKey};
+use crate::core::scheduling::{CostIndex, FastMap, RankKey, TokenBucket};
 use crate::core::{
-    Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError, QueueMaintenance,
-    RankBound, ScheduledTask, Settlement, SharedQueue,
+    Budget, Budgets, Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError,
+    QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 
@@ -104,6 +104,60 @@ struct Lot<P> {
     /// Entries parked again for another run, by entry, with the time they are claimable
     /// from; parked for real by the first claim at or after it.
     resting: FastMap<EntryId, (u64, Parked<P>)>,
+    /// The budgets every node spends from (by [`ResourceKind::index`]), once shared.
+    budgets: [Option<FleetBucket>; ResourceKind::COUNT],
+}
+
+/// A kind's budget as the nodes share it: its units and, under a start cap, its starts.
+struct FleetBucket {
+    budget: Budget,
+    units: TokenBucket,
+    starts: Option<TokenBucket>,
+}
+
+impl FleetBucket {
+    /// The bucket of `budget`, full, or at `level` (at most the burst) when it replaces one.
+    fn new(budget: Budget, level: Option<u32>) -> Self {
+        let mut units = TokenBucket::new(budget.units, budget.per_ms, budget.burst);
+        if let Some(level) = level {
+            units.spend(budget.burst.saturating_sub(level));
+        }
+        let starts = budget
+            .max_starts
+            .map(|cap| TokenBucket::new(cap.count, cap.per_ms, cap.count));
+        Self {
+            budget,
+            units,
+            starts,
+        }
+    }
+
+    /// Units a claim of the kind may take now: none while no start is left.
+    fn free(&mut self, now_ms: u64) -> u32 {
+        self.units.refill(now_ms);
+        match &mut self.starts {
+            Some(starts) => {
+                starts.refill(now_ms);
+                if starts.whole() == 0 {
+                    return 0;
+                }
+                self.units.whole()
+            }
+            None => self.units.whole(),
+        }
+    }
+
+    /// Whether a claim of the kind may take anything now (a start is left, where capped).
+    fn may_start(&self) -> bool {
+        self.starts.as_ref().is_none_or(|starts| starts.whole() > 0)
+    }
+
+    fn spend(&mut self, units: u32) {
+        self.units.spend(units);
+        if let Some(starts) = &mut self.starts {
+            starts.spend(1);
+        }
+    }
 }
 
 /// A parked entry.
@@ -151,11 +205,31 @@ impl<P> Lot<P> {
         Some(parked)
     }
 
-    /// The best-ranked parked entry that fits `query`, across kinds.
-    fn best_fit(&self, query: &FitQuery) -> Option<EntryId> {
+    /// `query` within the shared budgets at `now_ms`, and the kinds a claim may take at all
+    /// (none of a kind whose start cap is used up, not even a task of no units).
+    fn within_budgets(
+        &mut self,
+        query: &FitQuery,
+        now_ms: u64,
+    ) -> (FitQuery, [bool; ResourceKind::COUNT]) {
+        let mut query = *query;
+        let mut open = [true; ResourceKind::COUNT];
+        for kind in ResourceKind::ALL {
+            if let Some(bucket) = &mut self.budgets[kind.index()] {
+                let free = query.free.get(kind).min(bucket.free(now_ms));
+                query.free = query.free.with(kind, free);
+                open[kind.index()] = bucket.may_start();
+            }
+        }
+        (query, open)
+    }
+
+    /// The best-ranked parked entry that fits `query`, across the `open` kinds.
+    fn best_fit(&self, query: &FitQuery, open: [bool; ResourceKind::COUNT]) -> Option<EntryId> {
         let reserved = self.reserved_bound(query);
         ResourceKind::ALL
             .into_iter()
+            .filter(|kind| open[kind.index()])
             .filter_map(|kind| self.by_kind[kind.index()].best_within(query.free.get(kind)))
             .filter(|rank| {
                 [query.bound, reserved]
@@ -257,6 +331,7 @@ impl<P> InMemorySharedQueue<P> {
                 claimed: FastMap::default(),
                 dead: std::collections::VecDeque::new(),
                 resting: FastMap::default(),
+                budgets: std::array::from_fn(|_| None),
             }),
             max_attempts: u32::MAX,
         }
@@ -349,12 +424,17 @@ where
     ) -> Result<Option<Lease<P>>, QueueError> {
         let mut lot = self.lock();
         lot.wake(now_ms);
-        let Some(entry) = lot.best_fit(query) else {
+        let (query, open) = lot.within_budgets(query, now_ms);
+        let Some(entry) = lot.best_fit(&query, open) else {
             return Ok(None);
         };
         let Some(mut parked) = lot.unpark(entry) else {
             return Ok(None);
         };
+        let cost = parked.task.meta.cost;
+        if let Some(bucket) = &mut lot.budgets[cost.kind.index()] {
+            bucket.spend(cost.units);
+        }
         parked.claims = parked.claims.saturating_add(1);
         let leased = Lease {
             entry,
@@ -369,6 +449,29 @@ where
         };
         lot.claimed.insert(entry, held);
         Ok(Some(leased))
+    }
+
+    /// A budget that replaces another keeps the old one's level, at most its new burst.
+    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        for (kind, budget) in budgets.iter() {
+            let slot = &mut lot.budgets[kind.index()];
+            match slot {
+                Some(bucket) if bucket.budget == *budget => {}
+                _ => {
+                    let level = slot.as_ref().map(|bucket| bucket.units.whole());
+                    *slot = Some(FleetBucket::new(*budget, level));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
+        if let Some(bucket) = &mut self.lock().budgets[kind.index()] {
+            bucket.units.give_back(units);
+        }
+        Ok(())
     }
 
     /// A lease that ran out but was not rescued yet is still the node's: it renews.

@@ -9,9 +9,23 @@ use crate::domain::{Budget, ResourceKind, TaskId};
 
 use super::FastMap;
 
-/// A token bucket: `units` every `per_ms`, at most `burst` at once.
+/// A token bucket: `units` every `per_ms`, at most `burst` at once, in whole-number
+/// arithmetic (see the module docs). The core keeps one per budget; a shared queue that
+/// keeps a fleet's budget (the in-memory one) uses the same.
+///
+/// ```
+/// use prometheus_parking_lot_actors::scheduler::core::TokenBucket;
+///
+/// // 10 units a second, at most 10 at once; it starts full.
+/// let mut bucket = TokenBucket::new(10, 1_000, 10);
+/// bucket.spend(10);
+/// assert_eq!(bucket.whole(), 0);
+/// assert_eq!(bucket.holds_at(3), 300, "3 units are back after 300 ms");
+/// bucket.refill(300);
+/// assert_eq!(bucket.whole(), 3);
+/// ```
 #[derive(Debug, Clone)]
-pub(super) struct Bucket {
+pub struct TokenBucket {
     units: u128,
     per_ms: u128,
     /// The level's cap, scaled: `burst * per_ms`.
@@ -21,9 +35,9 @@ pub(super) struct Bucket {
     at_ms: u64,
 }
 
-impl Bucket {
-    /// A full bucket.
-    fn new(units: u32, per_ms: u64, burst: u32) -> Self {
+impl TokenBucket {
+    /// A full bucket, as of time 0.
+    pub fn new(units: u32, per_ms: u64, burst: u32) -> Self {
         let per_ms = u128::from(per_ms.max(1));
         let full = u128::from(burst) * per_ms;
         Self {
@@ -36,7 +50,7 @@ impl Bucket {
     }
 
     /// Adds the refill since the last call; time that goes backwards adds nothing.
-    fn refill(&mut self, now: u64) {
+    pub fn refill(&mut self, now: u64) {
         if now > self.at_ms {
             let grown = u128::from(now - self.at_ms) * self.units;
             self.level = self.level.saturating_add(grown).min(self.full);
@@ -45,21 +59,24 @@ impl Bucket {
     }
 
     /// Whole units in the bucket.
-    fn whole(&self) -> u32 {
+    pub fn whole(&self) -> u32 {
         u32::try_from(self.level / self.per_ms).unwrap_or(u32::MAX)
     }
 
-    fn spend(&mut self, units: u32) {
-        self.level -= u128::from(units) * self.per_ms;
+    /// Takes `units` out, or what is left when it holds fewer (the caller checks
+    /// [`whole`](Self::whole) first).
+    pub fn spend(&mut self, units: u32) {
+        self.level = self.level.saturating_sub(u128::from(units) * self.per_ms);
     }
 
-    fn give_back(&mut self, units: u32) {
+    /// Puts `units` back, up to the burst.
+    pub fn give_back(&mut self, units: u32) {
         self.level = (self.level + u128::from(units) * self.per_ms).min(self.full);
     }
 
     /// When the bucket will hold `units` whole units, counting from its last refill; the
     /// last refill's time if it holds them already.
-    fn holds_at(&self, units: u32) -> u64 {
+    pub fn holds_at(&self, units: u32) -> u64 {
         let wanted = u128::from(units) * self.per_ms;
         let short = wanted.saturating_sub(self.level);
         let wait = short.div_ceil(self.units);
@@ -71,8 +88,8 @@ impl Bucket {
 /// The budget of one kind: its units, and its starts when it caps them.
 #[derive(Debug, Clone)]
 pub(super) struct KindBudget {
-    units: Bucket,
-    starts: Option<Bucket>,
+    units: TokenBucket,
+    starts: Option<TokenBucket>,
     /// Units each running task of the kind spent and may still give back.
     spent: FastMap<TaskId, u32>,
 }
@@ -126,10 +143,10 @@ impl Budgets {
 impl KindBudget {
     fn new(budget: &Budget) -> Self {
         Self {
-            units: Bucket::new(budget.units, budget.per_ms, budget.burst),
+            units: TokenBucket::new(budget.units, budget.per_ms, budget.burst),
             starts: budget
                 .max_starts
-                .map(|cap| Bucket::new(cap.count, cap.per_ms, cap.count)),
+                .map(|cap| TokenBucket::new(cap.count, cap.per_ms, cap.count)),
             spent: FastMap::default(),
         }
     }
@@ -231,7 +248,7 @@ mod tests {
     #[test]
     fn a_bucket_refills_evenly_and_stops_at_its_burst() {
         // 10 units a second, burst 10.
-        let mut bucket = Bucket::new(10, 1_000, 10);
+        let mut bucket = TokenBucket::new(10, 1_000, 10);
         assert_eq!(bucket.whole(), 10, "it starts full");
         bucket.spend(10);
         bucket.refill(99);
@@ -249,7 +266,7 @@ mod tests {
     #[test]
     fn fractions_of_a_unit_are_kept_between_refills() {
         // 3 units every 1,000 ms: one every 333.3 ms.
-        let mut bucket = Bucket::new(3, 1_000, 3);
+        let mut bucket = TokenBucket::new(3, 1_000, 3);
         bucket.spend(3);
         for now in (1..=1_000).step_by(7) {
             bucket.refill(now);

@@ -166,6 +166,7 @@ mod reasons;
 use std::collections::BTreeSet;
 
 use backfill::TimeoutIndex;
+pub use budget::TokenBucket;
 pub use cost_index::CostIndex;
 pub use decision::{AbsorbRefusal, Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
 use fair_share::TenantBook;
@@ -746,34 +747,48 @@ impl ParkingLot {
         ticket
     }
 
-    /// Admits a task, or a permit (`slotless`, rule 14).
-    fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Admit {
-        let ticket = self.at_least_a_unit(ticket);
+    /// What [`admit`](Self::admit) would answer `ticket` at `now` whatever the room: a
+    /// rejection (a duplicate id, more units than the pool has, more than a tenant's share)
+    /// or an expiry; `None` when it would start or park it. Changes nothing: for a task
+    /// that is to wait elsewhere (a shared queue's, for a fleet's budget) but must be
+    /// refused as this pool would refuse it.
+    pub fn screen(&self, ticket: &Ticket, now: u64) -> Option<Admit> {
+        let ticket = self.at_least_a_unit(*ticket);
         let Ticket { id, cost, .. } = ticket;
         if self.is_live(id) {
-            return Admit::Reject(Rejection::DuplicateId(id));
+            return Some(Admit::Reject(Rejection::DuplicateId(id)));
         }
         let capacity = self.limits.capacity.get(cost.kind);
         if cost.units > capacity {
-            return Admit::Reject(Rejection::InsufficientResources {
+            return Some(Admit::Reject(Rejection::InsufficientResources {
                 kind: cost.kind,
                 needed: cost.units,
                 capacity,
-            });
+            }));
         }
         if let Some(book) = &self.tenants {
             let max_per_tenant = book.cap(cost.kind);
             if cost.units > max_per_tenant {
-                return Admit::Reject(Rejection::AboveTenantShare {
+                return Some(Admit::Reject(Rejection::AboveTenantShare {
                     kind: cost.kind,
                     needed: cost.units,
                     max_per_tenant,
-                });
+                }));
             }
         }
         if ticket.deadline_ms.is_some_and(|deadline| deadline <= now) {
-            return Admit::Expire;
+            return Some(Admit::Expire);
         }
+        None
+    }
+
+    /// Admits a task, or a permit (`slotless`, rule 14).
+    fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Admit {
+        if let Some(refused) = self.screen(&ticket, now) {
+            return refused;
+        }
+        let ticket = self.at_least_a_unit(ticket);
+        let Ticket { id, cost, .. } = ticket;
         self.clock = now;
         if let Some(budgets) = &mut self.budgets {
             budgets.refill(now);

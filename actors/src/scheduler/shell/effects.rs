@@ -11,7 +11,7 @@
 
 use ractor::RpcReplyPort;
 
-use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId};
+use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
 use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
@@ -187,6 +187,8 @@ pub(crate) enum SharedCall<P> {
         at_ms: u64,
         reason: String,
     },
+    /// Put `units` back into the fleet's budget of `kind`: a claimed task used fewer.
+    GiveBackBudget { kind: ResourceKind, units: u32 },
     /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
     RemoveTask {
         key: MailboxKey,

@@ -51,7 +51,7 @@ use crate::events::TaskStep;
 use crate::mailbox::Mailbox;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, EntryId, Lease, Settlement, StoredEntry};
-use crate::scheduler::core::{Cancel, Newcomer, ParkingLot};
+use crate::scheduler::core::{Admit, Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::stats::PoolStats;
 
@@ -253,6 +253,24 @@ where
             &admission.key,
             admission.timeout,
         );
+        if self.waits_for_fleet_budget(&admission.origin, ticket.cost.kind) {
+            // Refused as the core would refuse it, else parked for the fleet's claims.
+            match self.tasks.core.screen(&ticket, now) {
+                None => {
+                    let Admission {
+                        task, key, origin, ..
+                    } = admission;
+                    if let Origin::Submitted { reply, .. } = origin {
+                        self.park_shared(entry, task, key, reply);
+                    }
+                }
+                Some(Admit::Reject(rejection)) => {
+                    end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
+                }
+                Some(_) => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
+            }
+            return;
+        }
         let (newcomer, unblocked) = self.tasks.core.admit(ticket, now).newcomer();
         match newcomer {
             Newcomer::Start => self.start_admitted(entry, admission, now),
@@ -350,14 +368,7 @@ where
                 if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
                     self.start_parked(started, now);
                 }
-                task.meta.mailbox = Some(key.clone());
-                self.tasks.fx.shared(SharedCall::Enqueue {
-                    entry: SharedRoom::entry_for(sequence_of(entry)),
-                    rank_time_ms: admitted_ms(entry),
-                    task,
-                    key,
-                    reply,
-                });
+                self.park_shared(entry, task, key, reply);
                 return;
             }
             Origin::Submitted { reply, extras } => (Some(reply), extras),
@@ -394,6 +405,33 @@ where
                 }
             }
         }
+    }
+
+    /// Whether a task of `kind` from `origin` skips this node's core and waits in the shared
+    /// queue whatever room this node has: a submission of a kind with a budget, which the
+    /// queue keeps for every node, so only a claim may spend from it.
+    fn waits_for_fleet_budget(&self, origin: &Origin, kind: ResourceKind) -> bool {
+        matches!(origin, Origin::Submitted { .. })
+            && self.storage.is_shared()
+            && self.tasks.core.limits().budgets.get(kind).is_some()
+    }
+
+    /// Parks submission `entry` in the shared queue, where any node may claim it.
+    fn park_shared(
+        &mut self,
+        entry: EntryId,
+        mut task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+    ) {
+        task.meta.mailbox = Some(key.clone());
+        self.tasks.fx.shared(SharedCall::Enqueue {
+            entry: SharedRoom::entry_for(sequence_of(entry)),
+            rank_time_ms: admitted_ms(entry),
+            task,
+            key,
+            reply,
+        });
     }
 
     /// Hands a started task's job to its worker slot.

@@ -190,8 +190,22 @@ where
             .map_or(0, |run| run.cancellation.unused_units());
         let mut started = Vec::new();
         if unused > 0 {
+            let given = unused.min(self.core.spent_by(entry));
             // Back to the budget first: the release below starts what fits both.
             started = self.core.give_back(entry, unused, now).unwrap_or_default();
+            let claimed = self.ledger.get(entry).and_then(Record::lease).is_some();
+            if given > 0 && claimed {
+                // The fleet's budget, which a claim spent from, gets them back too.
+                let kind = self
+                    .ledger
+                    .get(entry)
+                    .map(Record::cost)
+                    .map(|cost| cost.kind);
+                if let Some(kind) = kind {
+                    self.fx
+                        .shared(SharedCall::GiveBackBudget { kind, units: given });
+                }
+            }
         }
         started.extend(self.release_capacity(entry, rests, now));
         self.observers.publish(&self.core);
