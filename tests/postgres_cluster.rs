@@ -96,6 +96,10 @@ struct NodeSpec {
     /// How long the node drains when it gets SIGTERM.
     #[serde(default)]
     drain_ms: u64,
+    /// The pool's `budgets` section, if it has one; the node then records the time and the
+    /// units of each start (`spent ID UNITS MS`).
+    #[serde(default)]
+    budgets: Option<serde_json::Value>,
 }
 
 fn database_url() -> String {
@@ -129,7 +133,11 @@ fn node_config(spec: &NodeSpec) -> SchedulerConfig {
         results["notifier"] =
             serde_json::json!({ "type": "http", "base_url": url, "max_retries": 0 });
     }
-    config_of(queue, results, spec.workers, spec.capacity)
+    let mut config = config_json(queue, results, spec.workers, spec.capacity);
+    if let Some(budgets) = &spec.budgets {
+        config["pools"]["work"]["budgets"] = budgets.clone();
+    }
+    SchedulerConfig::from_json_str(&config.to_string()).expect("the cluster config is valid")
 }
 
 /// One pool, `work`, on `queue` with results in `results`.
@@ -139,7 +147,18 @@ fn config_of(
     workers: usize,
     capacity: u32,
 ) -> SchedulerConfig {
-    let text = serde_json::json!({
+    let text = config_json(queue, results, workers, capacity).to_string();
+    SchedulerConfig::from_json_str(&text).expect("the cluster config is valid")
+}
+
+/// [`config_of`]'s text.
+fn config_json(
+    queue: serde_json::Value,
+    results: serde_json::Value,
+    workers: usize,
+    capacity: u32,
+) -> serde_json::Value {
+    serde_json::json!({
         "database_url": database_url(),
         "pools": {
             "work": {
@@ -151,8 +170,6 @@ fn config_of(
             }
         }
     })
-    .to_string();
-    SchedulerConfig::from_json_str(&text).expect("the cluster config is valid")
 }
 
 /// Records each start and end in the node's file, and any start past the node's capacity.
@@ -161,6 +178,8 @@ struct Recorder {
     runs: Arc<Mutex<std::fs::File>>,
     in_flight: Arc<AtomicU32>,
     capacity: u32,
+    /// Whether each start is recorded with its time and units.
+    timed: bool,
 }
 
 impl Recorder {
@@ -176,6 +195,13 @@ impl TaskExecutor<Job, u64> for Recorder {
         let held = self.in_flight.fetch_add(job.units, Ordering::SeqCst) + job.units;
         if held > self.capacity {
             self.line(format!("over {} {held}", meta.id));
+        }
+        if self.timed {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis();
+            self.line(format!("spent {} {} {now}", meta.id, job.units));
         }
         self.line(format!("start {}", meta.id));
         tokio::time::sleep(Duration::from_millis(job.ms)).await;
@@ -195,6 +221,7 @@ fn cluster_node() {
         )),
         in_flight: Arc::new(AtomicU32::new(0)),
         capacity: spec.capacity,
+        timed: spec.budgets.is_some(),
     };
     let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
         &node_config(&spec),
@@ -432,6 +459,7 @@ fn node_spec(
         lease_ms: None,
         claim_ahead: None,
         drain_ms: 0,
+        budgets: None,
     }
 }
 
@@ -592,6 +620,7 @@ fn unreachable_executor() -> Recorder {
         runs: Arc::new(Mutex::new(tempfile_sink())),
         in_flight: Arc::new(AtomicU32::new(0)),
         capacity: 0,
+        timed: false,
     }
 }
 
@@ -647,6 +676,83 @@ async fn three_nodes_run_every_job_exactly_once_within_their_capacity(backend: B
         eprintln!("node {} ran {ran} jobs", node.name);
         assert!(ran > 0, "node {} took part", node.name);
     }
+    clean_up(backend, &queue, &mailbox).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three nodes with one budget between them: 100 units a second, 20 at once. Every node
+/// could spend it all on its own; the fleet together spends no more than the budget in any
+/// window (checked over every pair of starts, with the time a claimed task takes to start
+/// as slack), and most of it while work waits.
+async fn three_nodes_share_one_budget_and_together_stay_within_it(backend: Backend) {
+    const RATE_PER_SEC: u64 = 100;
+    const BURST: u64 = 20;
+    const SLACK_MS: u64 = 300;
+    let (queue, mailbox, dir) = fresh(backend, "budget");
+    let budgets =
+        serde_json::json!({ "cpu": { "units": RATE_PER_SEC, "per_secs": 1, "burst": BURST } });
+    let specs: Vec<NodeSpec> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| NodeSpec {
+            budgets: Some(budgets.clone()),
+            ..node_spec(backend, name, &queue, &mailbox, &dir, 2, BURST as u32)
+        })
+        .collect();
+    let nodes: Vec<Node> = specs.iter().map(Node::start).collect();
+    nodes.iter().for_each(Node::wait_ready);
+
+    let jobs: Vec<(TaskId, Job)> = (1..=150)
+        .map(|id| {
+            (
+                id,
+                Job {
+                    ms: 10,
+                    units: 1 + (id % 4) as u32,
+                },
+            )
+        })
+        .collect();
+    let offered: u64 = jobs.iter().map(|(_, job)| u64::from(job.units)).sum();
+    let results = produce(backend, &queue, &mailbox, jobs, |_| {}).await;
+    for (id, result) in &results {
+        assert_eq!(result, &Ok(id * 2), "the result of job {id}");
+    }
+
+    // (time, units) of every start, across the nodes, in time order.
+    let mut spent: Vec<(u64, u64)> = Vec::new();
+    for node in &nodes {
+        let mut ran = 0;
+        for line in read_lines(&node.runs) {
+            let words: Vec<&str> = line.split(' ').collect();
+            if let ["spent", _, units, at] = words[..] {
+                spent.push((at.parse().unwrap(), units.parse().unwrap()));
+                ran += 1;
+            }
+        }
+        eprintln!("node {} started {ran} jobs", node.name);
+    }
+    spent.sort_unstable();
+    assert_eq!(spent.len(), 150, "every job started once");
+    assert_eq!(spent.iter().map(|(_, units)| units).sum::<u64>(), offered);
+    for i in 0..spent.len() {
+        let mut sum = 0;
+        for j in i..spent.len() {
+            sum += spent[j].1;
+            let window = spent[j].0 - spent[i].0;
+            let bound = BURST + RATE_PER_SEC * (window + SLACK_MS) / 1_000;
+            assert!(
+                sum <= bound,
+                "the fleet spent {sum} units in {window} ms (starts {i}..={j}); the budget allows {bound}"
+            );
+        }
+    }
+    let span_ms = spent.last().unwrap().0 - spent[0].0;
+    let rate = (offered - BURST) * 1_000 / span_ms.max(1);
+    eprintln!("the fleet spent {offered} units in {span_ms} ms: {rate} units/s after the burst, of {RATE_PER_SEC}");
+    assert!(
+        rate >= RATE_PER_SEC * 85 / 100,
+        "the fleet spent {rate} units/s of a budget of {RATE_PER_SEC} while work waited"
+    );
     clean_up(backend, &queue, &mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -771,6 +877,7 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere(backen
         )),
         in_flight: Arc::new(AtomicU32::new(0)),
         capacity: 8,
+        timed: false,
     };
     let built = {
         let (queue, mailbox, recorder) = (queue.clone(), mailbox.clone(), recorder.clone());
@@ -1047,6 +1154,7 @@ on_each_backend!(
     tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere,
     a_stalled_node_publishes_nothing_for_work_another_node_took_over,
     a_stopping_node_hands_its_work_back_at_once,
+    three_nodes_share_one_budget_and_together_stay_within_it,
 );
 
 fn main() {

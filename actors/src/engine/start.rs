@@ -280,7 +280,8 @@ where
                 parking.lease,
                 parking.claim_ahead,
                 spec.durability,
-            );
+            )
+            .with_fleet_budgets(&core.limits().budgets);
             (
                 Storage::Shared(room),
                 Some(SharedIo::new(&parking)),

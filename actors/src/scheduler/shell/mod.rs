@@ -654,8 +654,14 @@ where
 
     /// Time-driven work: spins that are over, deadlines, the watchdog, starvation aging.
     pub fn tick(&mut self, now: u64) {
-        if let Storage::Local(room) = &mut self.storage {
-            room.store_spun(&mut self.tasks, now, false);
+        match &mut self.storage {
+            Storage::Local(room) => room.store_spun(&mut self.tasks, now, false),
+            Storage::Shared(room) => {
+                if room.take_reclaim(now) {
+                    self.claim_if_room(now);
+                }
+            }
+            Storage::Memory => {}
         }
         let tick = self.tasks.core.tick(now);
         for entry in self.end_waiters(tick.expired, &PoolError::Expired) {

@@ -78,6 +78,8 @@ where
             Ok(leases) if leases.is_empty() => {
                 if woken {
                     self.claim_if_room(now);
+                } else if let Storage::Shared(room) = &mut self.storage {
+                    room.found_nothing(&self.tasks.core, now);
                 }
             }
             Ok(leases) => {

@@ -76,11 +76,13 @@ impl Storage {
         }
     }
 
-    /// When the next spinning task is due to be written, in the local mode.
+    /// When the next spinning task is due to be written, in the local mode; when to claim
+    /// again from a fleet's short bucket, in the shared mode.
     pub fn next_due(&self) -> Option<u64> {
         match self {
             Storage::Local(room) => room.next_due(),
-            _ => None,
+            Storage::Shared(room) => room.reclaim_due(),
+            Storage::Memory => None,
         }
     }
 }

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use crate::contain::drop_contained;
 use crate::domain::{
-    Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+    Budgets, Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind,
+    ScheduledTask, TaskId,
 };
 use crate::events::{Refusal, TaskStep};
 use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
@@ -53,7 +54,16 @@ pub(crate) struct SharedRoom {
     wake_pending: bool,
     /// When this node's leases were last renewed.
     renewed_at: u64,
+    /// With budgets the queue keeps for the fleet: how long a bucket takes to refill an
+    /// eighth of its burst (the quickest kind's), the wait before claiming again after a
+    /// claim that found nothing while this node's own bucket is not full.
+    refill_step_ms: Option<u64>,
+    /// When to claim again after such a claim.
+    reclaim_at: Option<u64>,
 }
+
+/// The shortest wait between two claims that found a fleet's bucket short.
+const MIN_REFILL_STEP_MS: u64 = 10;
 
 impl SharedRoom {
     /// The mode for a queue of `backend`, with the node's lease and claim-ahead.
@@ -71,7 +81,54 @@ impl SharedRoom {
             claiming: false,
             wake_pending: false,
             renewed_at: 0,
+            refill_step_ms: None,
+            reclaim_at: None,
         }
+    }
+
+    /// The same mode for a pool whose `budgets` the queue keeps for every node: a claim that
+    /// finds nothing while this node's own bucket of a kind is below its burst (so the
+    /// fleet's, which is at most as full, may be what stopped it) is made again once an
+    /// eighth of the burst has come back, not at the next poll.
+    pub fn with_fleet_budgets(mut self, budgets: &Budgets) -> Self {
+        self.refill_step_ms = budgets
+            .iter()
+            .map(|(_, budget)| {
+                let eighth = u64::from(budget.burst.div_ceil(8));
+                (budget.per_ms.saturating_mul(eighth) / u64::from(budget.units.max(1)))
+                    .max(MIN_REFILL_STEP_MS)
+            })
+            .min();
+        self
+    }
+
+    /// A claim found nothing: with fleet budgets, claim again soon if this node's own
+    /// bucket of some kind is below its burst (see [`with_fleet_budgets`](Self::with_fleet_budgets)).
+    pub fn found_nothing(&mut self, core: &ParkingLot, now: u64) {
+        let Some(step) = self.refill_step_ms else {
+            return;
+        };
+        let short = core.limits().budgets.iter().any(|(kind, budget)| {
+            core.budget_level(kind)
+                .is_some_and(|level| level < budget.burst)
+        });
+        if short {
+            self.reclaim_at = Some(now.saturating_add(step));
+        }
+    }
+
+    /// When to claim again after a claim that found a fleet's bucket short, if at all.
+    pub fn reclaim_due(&self) -> Option<u64> {
+        self.reclaim_at
+    }
+
+    /// Whether that time has come; if so it is cleared.
+    pub fn take_reclaim(&mut self, now: u64) -> bool {
+        if self.reclaim_at.is_some_and(|at| at <= now) {
+            self.reclaim_at = None;
+            return true;
+        }
+        false
     }
 
     /// The queue's backend name.
