@@ -203,7 +203,6 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "retry": { "max_attempts": 3, "backoff_ms": 100, "max_backoff_ms": 50 } }"#), "pools.p.retry.max_backoff_ms: 50 is out of range; use 100 to 86400000"),
         (&one_pool(r#"{ "retry": { "max_attempts": 3 } }"#), "pools.p.retry: missing field `backoff_ms`"),
         (&one_pool(r#"{ "on_duplicate": "merge" }"#), "pools.p.on_duplicate: unknown value `merge`; use `refuse` or `attach`"),
-        (&one_pool(r#"{ "queue": { "type": "postgres" }, "on_duplicate": "attach" }"#), r#"pools.p.on_duplicate: "attach" applies to pools whose queue lives in one process (in_memory, yaque): on a shared queue a repeated submission may reach another node, which does not know the original; use "refuse" there"#),
         (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
         (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
         (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),

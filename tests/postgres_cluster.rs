@@ -100,6 +100,9 @@ struct NodeSpec {
     /// units of each start (`spent ID UNITS MS`).
     #[serde(default)]
     budgets: Option<serde_json::Value>,
+    /// The pool's `on_duplicate`, where not the default.
+    #[serde(default)]
+    on_duplicate: Option<String>,
 }
 
 fn database_url() -> String {
@@ -136,6 +139,9 @@ fn node_config(spec: &NodeSpec) -> SchedulerConfig {
     let mut config = config_json(queue, results, spec.workers, spec.capacity);
     if let Some(budgets) = &spec.budgets {
         config["pools"]["work"]["budgets"] = budgets.clone();
+    }
+    if let Some(on_duplicate) = &spec.on_duplicate {
+        config["pools"]["work"]["on_duplicate"] = on_duplicate.as_str().into();
     }
     SchedulerConfig::from_json_str(&config.to_string()).expect("the cluster config is valid")
 }
@@ -460,6 +466,7 @@ fn node_spec(
         claim_ahead: None,
         drain_ms: 0,
         budgets: None,
+        on_duplicate: None,
     }
 }
 
@@ -752,6 +759,63 @@ async fn three_nodes_share_one_budget_and_together_stay_within_it(backend: Backe
     assert!(
         rate >= RATE_PER_SEC * 85 / 100,
         "the fleet spent {rate} units/s of a budget of {RATE_PER_SEC} while work waited"
+    );
+    clean_up(backend, &queue, &mailbox).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two nodes that attach repeated submissions (`"on_duplicate": "attach"`) are each sent
+/// the same 40 jobs (same key, same ids) by callers of their own, at once: both accept
+/// every job, and each job runs once in the whole fleet, with one result.
+async fn a_job_submitted_to_two_nodes_runs_once(backend: Backend) {
+    const JOBS: usize = 40;
+    let (queue, mailbox, dir) = fresh(backend, "twice");
+    let specs: Vec<NodeSpec> = ["a", "b"]
+        .into_iter()
+        .map(|name| NodeSpec {
+            own_jobs: Some((JOBS as u64, 30)),
+            on_duplicate: Some("attach".into()),
+            ..node_spec(backend, name, &queue, &mailbox, &dir, 2, 2)
+        })
+        .collect();
+    let nodes: Vec<Node> = specs.iter().map(Node::start).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let runs = collect(&nodes.iter().collect::<Vec<_>>());
+        let ended: BTreeSet<TaskId> = runs.ended.values().flatten().copied().collect();
+        let accepted = nodes
+            .iter()
+            .map(|node| {
+                read_lines(&node.runs)
+                    .iter()
+                    .filter(|line| line.starts_with("accepted"))
+                    .count()
+            })
+            .collect::<Vec<_>>();
+        if ended.len() == JOBS && accepted == [JOBS, JOBS] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the jobs did not all end: {} ended, accepted {accepted:?}",
+            ended.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A second run would start within a claim or two.
+    std::thread::sleep(Duration::from_millis(500));
+    let runs = collect(&nodes.iter().collect::<Vec<_>>());
+    assert_eq!(runs.starts.len(), JOBS, "every job ran");
+    let twice: Vec<_> = runs
+        .starts
+        .iter()
+        .filter(|(_, nodes)| nodes.len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "jobs ran more than once: {twice:?}");
+    assert_eq!(
+        stored_results(&mailbox).await,
+        JOBS as i64,
+        "one result per job"
     );
     clean_up(backend, &queue, &mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -1155,6 +1219,7 @@ on_each_backend!(
     a_stalled_node_publishes_nothing_for_work_another_node_took_over,
     a_stopping_node_hands_its_work_back_at_once,
     three_nodes_share_one_budget_and_together_stay_within_it,
+    a_job_submitted_to_two_nodes_runs_once,
 );
 
 fn main() {

@@ -21,7 +21,7 @@
 //! | `retry.max_attempts` | 1 – 1,000 (runs in all, the first included) |
 //! | `retry.backoff_ms` | 1 ms – 1 day |
 //! | `retry.max_backoff_ms` | `backoff_ms` – 1 day (default 64 × `backoff_ms`, at most a day) |
-//! | `on_duplicate` | `refuse` or `attach`; `attach` not on a shared queue (postgres, postgres_pgmq) |
+//! | `on_duplicate` | `refuse` or `attach`; on a shared queue (postgres, postgres_pgmq) `attach` holds across nodes |
 //! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; on a shared queue (postgres, postgres_pgmq) every node spends from one bucket per kind |
 //! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
 //! | `budgets.<kind>.per_secs` / `.per_ms` | exactly one of them, 1 ms – 1 day |
@@ -67,7 +67,6 @@ use super::queue::QueueSettings;
 use super::quote;
 use super::range::in_range;
 use super::secret::Secret;
-use crate::core::OnDuplicate;
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::domain::MAX_PERIOD_MS;
 use prometheus_parking_lot_actors::worker::default_worker_count;
@@ -264,29 +263,12 @@ impl PoolSettings {
                 in_range(&at, "max_backoff_ms", max, retry.backoff_ms, MAX_PERIOD_MS)?;
             }
         }
-        if self.on_duplicate == Some(OnDuplicate::Attach) && self.is_shared() {
-            return Err(ConfigError::invalid(
-                format!("{path}.on_duplicate"),
-                "\"attach\" applies to pools whose queue lives in one process (in_memory, \
-                 yaque): on a shared queue a repeated submission may reach another node, \
-                 which does not know the original; use \"refuse\" there"
-                    .to_owned(),
-            ));
-        }
         validate_queue(&format!("{path}.queue"), &self.queue)?;
         if let Some(gpu) = &self.gpu {
             gpu.validate(path, &self.queue)?;
         }
         self.validate_durability(path)?;
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
-    }
-
-    /// Whether the pool's queue is shared with other nodes.
-    fn is_shared(&self) -> bool {
-        matches!(
-            self.queue,
-            QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
-        )
     }
 
     fn validate_budgets(&self, path: &str) -> Result<(), ConfigError> {

@@ -77,6 +77,8 @@ where
         a_retried_claim_is_claimable_again_from_its_time_on_as_its_next_attempt,
         shared_budgets_cap_what_every_nodes_claims_take_together,
         a_shared_start_cap_caps_how_many_tasks_claims_take,
+        callers_kept_unique_have_one_live_task_each,
+        callers_are_not_checked_unless_asked,
         backend_is_named,
     );
 }
@@ -1215,6 +1217,100 @@ pub async fn a_shared_start_cap_caps_how_many_tasks_claims_take(queue: &dyn Shar
     let b = claim(queue, NODE_B, within(plenty), 0).await;
     assert!(b.is_none(), "no start is left for node b");
     assert_counts(queue, 1, 2, "the capped claims").await;
+}
+/// `task`, submitted under `key`.
+fn under(mut task: ScheduledTask<Job>, key: &MailboxKey) -> ScheduledTask<Job> {
+    task.meta.mailbox = Some(key.clone());
+    task
+}
+
+/// Once callers are kept unique, a caller (tenant, task id) has at most one live task,
+/// parked or claimed, whichever node parks it: a second is refused as a duplicate, and the
+/// live one's key is found; another tenant's task of the same id is not that caller; once
+/// the live task is settled, the caller may park again.
+pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue<Job>) {
+    queue
+        .keep_callers_unique()
+        .await
+        .expect("keep callers unique");
+    let first = MailboxKey::new("acme").with_session("first");
+    let again = MailboxKey::new("acme").with_session("again");
+    let other = MailboxKey::new("globex");
+    let original = under(cpu(7, Normal, 0, 1), &first);
+    enqueue_all(queue, &[(1, &original)]).await;
+
+    let repeated = queue
+        .enqueue(2, at(1), under(cpu(7, Normal, 1, 1), &again))
+        .await;
+    assert_eq!(
+        repeated,
+        Err(QueueError::Duplicate(2)),
+        "the caller has a live task"
+    );
+    let found = queue
+        .live_task_key(&first.tenant, 7)
+        .await
+        .expect("look up");
+    assert_eq!(found, Some(first.clone()), "the original's key");
+    assert_eq!(
+        queue
+            .live_task_key(&first.tenant, 8)
+            .await
+            .expect("look up"),
+        None
+    );
+    let elsewhere = queue
+        .enqueue(3, at(2), under(cpu(7, Normal, 2, 1), &other))
+        .await;
+    assert_eq!(
+        elsewhere,
+        Ok(()),
+        "another tenant's task 7 is another caller"
+    );
+
+    let lease = claim(queue, NODE_A, within(only(Cpu, 1)), 3)
+        .await
+        .expect("claim");
+    assert_eq!(lease.entry, 1);
+    let while_claimed = queue
+        .enqueue(4, at(4), under(cpu(7, Normal, 4, 1), &again))
+        .await;
+    assert_eq!(
+        while_claimed,
+        Err(QueueError::Duplicate(4)),
+        "a claimed task is live"
+    );
+    let found = queue
+        .live_task_key(&first.tenant, 7)
+        .await
+        .expect("look up");
+    assert_eq!(found, Some(first.clone()));
+
+    queue
+        .settle(NODE_A, lease.claim(), Settlement::Done)
+        .await
+        .expect("settle");
+    assert_eq!(
+        queue
+            .live_task_key(&first.tenant, 7)
+            .await
+            .expect("look up"),
+        None
+    );
+    let after = queue
+        .enqueue(5, at(5), under(cpu(7, Normal, 5, 1), &again))
+        .await;
+    assert_eq!(after, Ok(()), "the caller's task ended: it may park again");
+    assert_counts(queue, 2, 0, "the unique callers").await;
+}
+
+/// A queue not told to keep callers unique stores two tasks of one caller.
+pub async fn callers_are_not_checked_unless_asked(queue: &dyn SharedQueue<Job>) {
+    let key = MailboxKey::new("acme");
+    let first = under(cpu(7, Normal, 0, 1), &key);
+    let second = under(cpu(7, Normal, 1, 1), &key);
+    enqueue_all(queue, &[(1, &first), (2, &second)]).await;
+    assert_counts(queue, 2, 0, "two tasks of one caller").await;
 }
 
 /// `backend` names the backend for logs.

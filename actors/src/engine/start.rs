@@ -11,7 +11,7 @@ use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
 use crate::budget::SlotBudget;
-use crate::domain::{Budgets, Durability, PoolError, PoolLimits};
+use crate::domain::{Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
 use crate::events::EventSubscriber;
 use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
@@ -213,6 +213,16 @@ where
     let core = spec.validate(ownership == Ownership::OwnGate)?;
     if let Some(parking) = &spec.shared {
         share_budgets(parking, &core.limits().budgets, &spec.name).await?;
+        if core.limits().on_duplicate == OnDuplicate::Attach {
+            parking.queue.keep_callers_unique().await.map_err(|error| {
+                PoolError::InvalidConfig(format!(
+                    "pool {:?} attaches repeated submissions, which on its {} queue needs \
+                     callers kept unique across nodes, and they could not be: {error}",
+                    spec.name,
+                    parking.queue.backend()
+                ))
+            })?;
+        }
     }
     let owns_supervisor = ownership != Ownership::Shared;
     let pool: Arc<str> = Arc::from(spec.name.as_str());
@@ -284,7 +294,10 @@ where
             .with_fleet_budgets(&core.limits().budgets);
             (
                 Storage::Shared(room),
-                Some(SharedIo::new(&parking)),
+                Some(
+                    SharedIo::new(&parking)
+                        .attaching(core.limits().on_duplicate == OnDuplicate::Attach),
+                ),
                 Vec::new(),
                 None,
             )

@@ -35,6 +35,7 @@ use async_trait::async_trait;
 use super::{EntryId, QueueCounts, QueueError, Settlement};
 use crate::domain::{
     Budgets, Capacity, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+    TenantId,
 };
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
@@ -331,6 +332,31 @@ where
     async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
         let _ = (kind, units);
         Ok(())
+    }
+
+    /// Keeps callers unique from now on, for every node: a task whose caller (its mailbox
+    /// key's tenant and its task id) has a task parked or claimed in the queue under this
+    /// rule is not stored (`enqueue` answers `Duplicate`), checked in the statement that
+    /// stores it (a database's unique index), never by a look before it. A node of a pool
+    /// that attaches repeated submissions (`OnDuplicate::Attach`) calls it as it starts. The
+    /// default refuses: a queue that cannot keep callers unique across nodes.
+    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
+        Err(QueueError::Backend(format!(
+            "the {} queue cannot keep callers unique across the nodes that share it",
+            self.backend()
+        )))
+    }
+
+    /// The mailbox key of the task of caller (`tenant`, `id`) parked or claimed in the queue
+    /// under [`keep_callers_unique`](Self::keep_callers_unique), if there is one: the
+    /// original a repeated submission attaches to. The default: none.
+    async fn live_task_key(
+        &self,
+        tenant: &TenantId,
+        id: TaskId,
+    ) -> Result<Option<MailboxKey>, QueueError> {
+        let _ = (tenant, id);
+        Ok(None)
     }
 
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.

@@ -197,6 +197,9 @@ pub(crate) struct Enqueued {
     pub cost: ResourceCost,
     pub reply: Reply,
     pub result: Result<(), QueueError>,
+    /// Not stored, for the task of its caller is live in the queue (callers kept unique):
+    /// that task's key, which its submitter gets instead.
+    pub attached: Option<MailboxKey>,
 }
 
 /// A headroom for the core's live guard: at most `units` of `kind` may be used now (`None`:

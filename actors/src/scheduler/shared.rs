@@ -285,13 +285,34 @@ struct ToPark<P> {
     reply: Reply,
 }
 
+/// The key of the live task a refused park of caller (`key`'s tenant, `id`) meets, in a
+/// queue that keeps callers unique. When there is none (it ended between the park and this
+/// look, its outcome stored under its key) or the look fails, the submission's own key:
+/// a repeated submission names the key of the original, as a retried request does.
+async fn original<P: Send + 'static>(
+    queue: &dyn SharedQueue<P>,
+    key: &MailboxKey,
+    id: crate::domain::TaskId,
+) -> MailboxKey {
+    match queue.live_task_key(&key.tenant, id).await {
+        Ok(Some(original)) => original,
+        Ok(None) => key.clone(),
+        Err(error) => {
+            tracing::warn!(task_id = id, %error, "could not look up the task a repeated submission attaches to; answering with its own key");
+            key.clone()
+        }
+    }
+}
+
 /// Parks tasks as the scheduler hands them over, in groups: every task handed over while the
 /// previous group was being stored goes in the next [`SharedQueue::enqueue_many`]; each
 /// group's answers go back to the scheduler in one [`SharedReport::Enqueued`].
+/// With `attach`, a task whose caller is live in the queue gets that task's key instead.
 async fn park_loop<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     scheduler: ActorRef<SchedulerMsg<P>>,
     mut parks: mpsc::UnboundedReceiver<ToPark<P>>,
+    attach: bool,
 ) {
     let mut group = Vec::new();
     while parks.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
@@ -305,20 +326,28 @@ async fn park_loop<P: Send + 'static>(
         }
         let parked = queue.enqueue_many(tasks).await;
         let mut parked = parked.into_iter();
-        let answered = answers
-            .into_iter()
-            .map(|(task_id, key, cost, reply)| Enqueued {
+        let mut answered = Vec::with_capacity(answers.len());
+        for (task_id, key, cost, reply) in answers {
+            let result = parked.next().unwrap_or_else(|| {
+                Err(QueueError::Backend(
+                    "the queue answered fewer parks than it was given".into(),
+                ))
+            });
+            let attached = match (&result, attach) {
+                (Err(QueueError::Duplicate(_)), true) => {
+                    Some(original(&*queue, &key, task_id).await)
+                }
+                _ => None,
+            };
+            answered.push(Enqueued {
                 task_id,
                 key,
                 cost,
                 reply,
-                result: parked.next().unwrap_or_else(|| {
-                    Err(QueueError::Backend(
-                        "the queue answered fewer parks than it was given".into(),
-                    ))
-                }),
-            })
-            .collect();
+                result,
+                attached,
+            });
+        }
         let report = SharedReport::Enqueued(answered);
         let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(report)));
     }
@@ -339,6 +368,9 @@ pub(crate) struct SharedIo<P> {
     settles_waiting: Option<mpsc::UnboundedReceiver<SettleMsg>>,
     /// Hand-backs under way (a stopping node's), which the scheduler waits for as it stops.
     releases: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Whether a park refused for its caller attaches to the live task (see
+    /// [`SharedQueue::keep_callers_unique`]).
+    attach: bool,
 }
 
 impl<P> SharedIo<P>
@@ -360,14 +392,27 @@ where
             settler: Settler { settles },
             settles_waiting: Some(settles_waiting),
             releases: std::sync::Mutex::new(Vec::new()),
+            attach: false,
         }
+    }
+
+    /// Parks refused for their caller attach to the live task (a pool that attaches
+    /// repeated submissions, on a queue that keeps callers unique).
+    pub fn attaching(mut self, attach: bool) -> Self {
+        self.attach = attach;
+        self
     }
 
     /// Connects to the scheduler: starts the poll timer, the park and settle loops, the
     /// maintenance duties, and the queue's wake-ups.
     pub fn connect(&mut self, scheduler: ActorRef<SchedulerMsg<P>>) {
         if let Some(parks) = self.parks_waiting.take() {
-            tokio::spawn(park_loop(self.queue.clone(), scheduler.clone(), parks));
+            tokio::spawn(park_loop(
+                self.queue.clone(),
+                scheduler.clone(),
+                parks,
+                self.attach,
+            ));
         }
         if let Some(settles) = self.settles_waiting.take() {
             let (queue, node) = (self.queue.clone(), self.node.clone());

@@ -88,7 +88,7 @@ pub(crate) fn task_of<P: DeserializeOwned>(row: &QueryResult) -> Result<Schedule
 /// The record of one task in a [`ParkRows`] array, as `jsonb_to_recordset` reads it.
 pub(crate) const PARK_RECORD: &str = "entry BIGINT, task_id BIGINT, tenant TEXT, user_id TEXT, \
      session_id TEXT, priority SMALLINT, kind SMALLINT, units BIGINT, created_at_ms BIGINT, \
-     rank_time_ms BIGINT, deadline_ms BIGINT, metadata JSONB, payload JSONB";
+     rank_time_ms BIGINT, deadline_ms BIGINT, metadata JSONB, payload JSONB, attach BOOLEAN";
 
 /// Tasks to park, written as one JSON array of [`PARK_RECORD`]s: a park statement takes any
 /// number of them in one `$rows` parameter, so its text is the same for any group and the
@@ -97,6 +97,8 @@ pub(crate) const PARK_RECORD: &str = "entry BIGINT, task_id BIGINT, tenant TEXT,
 pub(crate) struct ParkRows {
     backend: &'static str,
     rows: JsonRows,
+    /// Whether the rows' callers are kept unique (`attach`).
+    attach: bool,
 }
 
 impl ParkRows {
@@ -105,7 +107,15 @@ impl ParkRows {
         Self {
             backend,
             rows: JsonRows::new(),
+            attach: false,
         }
+    }
+
+    /// The same rows, marked as rows whose callers the queue keeps unique (see
+    /// [`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
+    pub(crate) fn attaching(mut self, attach: bool) -> Self {
+        self.attach = attach;
+        self
     }
 
     /// Adds `task` as entry `entry`, ranked at `rank_time_ms`; an error (and no row) when its
@@ -140,7 +150,8 @@ impl ParkRows {
             .int("rank_time_ms", millis_u64(rank_time_ms))
             .int_or_null("deadline_ms", meta.deadline_ms.map(millis))
             .json("metadata", Some(&metadata))
-            .json("payload", Some(&payload));
+            .json("payload", Some(&payload))
+            .json("attach", Some(if self.attach { "true" } else { "false" }));
         Ok(())
     }
 

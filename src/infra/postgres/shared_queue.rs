@@ -20,6 +20,7 @@
 //! | `release` | `$queue`, `$entries`, `$attempts`, `$node`, `$now_ms` | `entry` of each claim handed back |
 //! | `remove` | `$queue`, `$entry` | `metadata`, `payload` |
 //! | `remove_task` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `metadata`, `payload` |
+//! | `live_task` | `$queue`, `$tenant`, `$task_id` | `metadata` |
 //! | `rescue` | [`RescueParams`] | `parked`, `dead` |
 //! | `counts` | `$queue` | `parked`, `claimed` |
 //! | `dead_letters` | `$queue`, `$max` | `tenant`, `user_id`, `session_id`, `task_id`, `kind`, `units`, `reason` |
@@ -46,9 +47,9 @@ use super::retry::{RescueParams, RetryPolicy};
 use super::{describe, PgDatabase, Table};
 use crate::core::{
     Budgets, Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError,
-    QueueMaintenance, ScheduledTask, Settlement, SharedQueue,
+    QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
 };
-use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId};
+use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId, TenantId};
 
 /// How many claims in a row [`SharedQueue::claim_best_fit`] makes when each takes only tasks
 /// that cannot be read, so that a queue full of bad tasks cannot hold a node there.
@@ -84,6 +85,9 @@ pub(crate) struct Statements {
     pub remove: NamedSql,
     /// Removes a parked task by its key and id (a cancel).
     pub remove_task: NamedSql,
+    /// The metadata of the live task of a caller (`$tenant`, `$task_id`) whose row keeps
+    /// callers unique, if any.
+    pub live_task: NamedSql,
     /// Parks expired claims again, or dead-letters them on their last attempt.
     pub rescue: NamedSql,
     /// Counts parked and claimed tasks.
@@ -138,6 +142,9 @@ pub struct PgQueue<L, P> {
     gate: OutageGate,
     /// The budgets every node of the queue spends from in its claims, once shared.
     budgets: std::sync::Mutex<Option<Arc<FleetBudgets>>>,
+    /// Whether the rows this handle parks keep their callers unique
+    /// ([`SharedQueue::keep_callers_unique`]).
+    attach: std::sync::atomic::AtomicBool,
     _payload: PhantomData<fn() -> P>,
 }
 
@@ -180,6 +187,7 @@ impl<L, P> PgQueue<L, P> {
             wake,
             gate: OutageGate::default(),
             budgets: std::sync::Mutex::new(None),
+            attach: std::sync::atomic::AtomicBool::new(false),
             _payload: PhantomData,
         }
     }
@@ -272,6 +280,11 @@ impl<L, P> PgQueue<L, P> {
             Ok(rows) => Ok(rows),
             Err(error) => Err(self.failed("claim", &error).await),
         }
+    }
+
+    /// Whether the rows this handle parks keep their callers unique.
+    fn attaches(&self) -> bool {
+        self.attach.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The budgets the queue's nodes share, if they were given any.
@@ -464,7 +477,7 @@ where
         tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
     ) -> Vec<Result<(), QueueError>> {
         let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
-        let mut rows = ParkRows::new(self.label.backend);
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
         let mut written = Vec::with_capacity(tasks.len());
         for (entry, rank_time_ms, task) in tasks {
             match rows.push(entry, rank_time_ms, &task) {
@@ -499,7 +512,7 @@ where
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
-        let mut rows = ParkRows::new(self.label.backend);
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
         rows.push(entry, rank_time_ms, &task)?;
         let params = [
             ("queue", self.queue()),
@@ -548,6 +561,40 @@ where
             }
             Err(error) => Err(self.failed("share budgets", &error).await),
         }
+    }
+
+    /// A unique index on the live rows' callers, checked by the statement that parks.
+    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
+        self.attach
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn live_task_key(
+        &self,
+        tenant: &TenantId,
+        id: TaskId,
+    ) -> Result<Option<MailboxKey>, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("tenant", tenant.0.clone().into()),
+            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
+        ];
+        let Some(row) = self
+            .row(
+                "look up a caller's task",
+                &self.statements.live_task,
+                &params,
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let metadata: String = self.column(&row, "metadata")?;
+        let meta: TaskMetadata = serde_json::from_str(&metadata).map_err(|error| {
+            QueueError::Backend(format!("{}: a live task's metadata: {error}", self.label))
+        })?;
+        Ok(meta.mailbox)
     }
 
     async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {

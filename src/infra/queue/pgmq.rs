@@ -230,9 +230,19 @@ impl<P> PgQueue<PgmqLayout, P> {
 /// messages, lookups by entry and by task, held messages by `vt` (rescues), and the entry
 /// registry.
 fn own_objects(name: &str) -> Result<String, PoolError> {
+    // A registry made by an earlier version gains the caller columns once (a guarded
+    // `ALTER`: an unguarded one would lock the busy table at every start).
     let mut sql = format!(
         "CREATE TABLE IF NOT EXISTS {ENTRIES} (queue_name TEXT NOT NULL, entry BIGINT NOT NULL, \
-         PRIMARY KEY (queue_name, entry));"
+         tenant TEXT NULL, task_id BIGINT NULL, PRIMARY KEY (queue_name, entry)); \
+         DO $$ BEGIN \
+           IF NOT EXISTS (SELECT 1 FROM information_schema.columns \
+                           WHERE table_name = '{ENTRIES}' AND column_name = 'tenant') THEN \
+             ALTER TABLE {ENTRIES} ADD COLUMN tenant TEXT NULL, ADD COLUMN task_id BIGINT NULL; \
+           END IF; \
+         END $$; \
+         CREATE UNIQUE INDEX IF NOT EXISTS {ENTRIES}_caller ON {ENTRIES} \
+           (queue_name, tenant, task_id) WHERE tenant IS NOT NULL;"
     );
     for (_, suffix) in LEVELS {
         let queue = format!("{name}_{suffix}");
@@ -329,11 +339,25 @@ fn statements(layout: &PgmqLayout) -> Statements {
                  ORDER BY msg_id LIMIT 1 FOR UPDATE SKIP LOCKED"
             ),
         )),
+        live_task: sql(live_task_sql(layout)),
         rescue: sql(rescue_sql(layout)),
         counts: sql(counts_sql(layout)),
         dead_letters: sql(dead_letters_sql(layout)),
         bury: sql(bury_sql(layout)),
     }
+}
+
+/// The metadata of the live message of caller (`$tenant`, `$task_id`), found through the
+/// registry, where only rows that keep their callers unique name their caller.
+fn live_task_sql(layout: &PgmqLayout) -> String {
+    let found = layout.per_level(" UNION ALL ", |level| {
+        format!(
+            "SELECT message FROM pgmq.{table} WHERE {ENTRY} = (SELECT entry FROM {ENTRIES} \
+               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id)",
+            table = level.table,
+        )
+    });
+    format!("SELECT (message->'meta')::text AS metadata FROM ({found}) AS found LIMIT 1")
 }
 
 /// Parks the rows `$rows`: the entries are registered first; a message is sent only for an
@@ -360,9 +384,13 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
     });
     format!(
         "WITH input AS (SELECT (item->>'priority')::smallint AS p, \
-                               (item->>'entry')::bigint AS entry, ord, {MESSAGE} AS message \
+                               (item->>'entry')::bigint AS entry, ord, {MESSAGE} AS message, \
+                               COALESCE((item->>'attach')::boolean, false) AS attach, \
+                               item->>'tenant' AS tenant, (item->>'task_id')::bigint AS task_id \
                           FROM jsonb_array_elements($rows::jsonb) WITH ORDINALITY AS i(item, ord)), \
-         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry) SELECT $queue, entry FROM input \
+         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id) \
+                   SELECT $queue, entry, CASE WHEN attach THEN tenant END, \
+                          CASE WHEN attach THEN task_id END FROM input \
                    ON CONFLICT DO NOTHING RETURNING entry), \
          chosen AS (SELECT DISTINCT ON (entry) p, message FROM input \
                      WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \

@@ -115,7 +115,7 @@ impl<P> PgQueue<TableLayout, P> {
 
 /// The columns a park writes, in the order of [`PARK_RECORD`].
 const PARKED_COLUMNS: &str = "entry, task_id, tenant, user_id, session_id, priority, kind, \
-     units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload";
+     units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload, attach";
 
 /// The layout's statements on `t` (see `infra::postgres::shared_queue` for what each is given
 /// and answers).
@@ -140,14 +140,14 @@ fn statements(t: &Identifier) -> Statements {
         park: sql(format!(
             "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}) \
              SELECT $queue, {PARKED_COLUMNS} FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
-             ON CONFLICT (queue_name, entry) DO NOTHING RETURNING entry"
+             ON CONFLICT DO NOTHING RETURNING entry"
         )),
         park_claimed: sql(format!(
             "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}, state, locked_by, locked_at, \
                  lease_expires_ms, attempts) \
              SELECT $queue, {PARKED_COLUMNS}, 'claimed', $node, NOW(), $expires_ms, 1 \
                FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
-             ON CONFLICT (queue_name, entry) DO NOTHING RETURNING entry"
+             ON CONFLICT DO NOTHING RETURNING entry"
         )),
         claim: sql(claim_sql(t)),
         renew: sql(format!(
@@ -176,6 +176,11 @@ fn statements(t: &Identifier) -> Statements {
         remove: sql(format!(
             "DELETE FROM {t} WHERE queue_name = $queue AND entry = $entry AND state = 'parked' \
              {parked_task}"
+        )),
+        live_task: sql(format!(
+            "SELECT metadata::text AS metadata FROM {t} \
+              WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
+                AND attach AND state IN ('parked', 'claimed') LIMIT 1"
         )),
         remove_task: sql(format!(
             "DELETE FROM {t} WHERE id = ( \

@@ -47,7 +47,7 @@ use crate::core::{
     Budget, Budgets, Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError,
     QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
-use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
+use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 
 /// A shared queue in memory, for the pools of one process. See the module docs.
 ///
@@ -106,6 +106,9 @@ struct Lot<P> {
     resting: FastMap<EntryId, (u64, Parked<P>)>,
     /// The budgets every node spends from (by [`ResourceKind::index`]), once shared.
     budgets: [Option<FleetBucket>; ResourceKind::COUNT],
+    /// Whether a task whose caller has a live task here is refused
+    /// ([`SharedQueue::keep_callers_unique`]).
+    unique_callers: bool,
 }
 
 /// A kind's budget as the nodes share it: its units and, under a start cap, its starts.
@@ -286,6 +289,37 @@ impl<P> Lot<P> {
         }
     }
 
+    /// The live task (parked, claimed or resting) of caller (`tenant`, `id`), if any. A
+    /// scan: this queue serves tests and one process.
+    fn live_caller(&self, tenant: &TenantId, id: TaskId) -> Option<&ScheduledTask<P>> {
+        let parked = self.parked.values();
+        let claimed = self.claimed.values().map(|held| &held.parked);
+        let resting = self.resting.values().map(|(_, parked)| parked);
+        parked
+            .chain(claimed)
+            .chain(resting)
+            .map(|parked| &parked.task)
+            .find(|task| {
+                task.meta.id == id
+                    && task
+                        .meta
+                        .mailbox
+                        .as_ref()
+                        .is_some_and(|key| key.tenant == *tenant)
+            })
+    }
+
+    /// Whether `task` may not be stored as entry `entry`: the entry is held, or callers are
+    /// kept unique and its caller has a live task.
+    fn refuses(&self, entry: EntryId, task: &ScheduledTask<P>) -> bool {
+        if self.holds(entry) {
+            return true;
+        }
+        let caller = task.meta.mailbox.as_ref().map(|key| &key.tenant);
+        self.unique_callers
+            && caller.is_some_and(|tenant| self.live_caller(tenant, task.meta.id).is_some())
+    }
+
     /// Whether `entry` is held in any state.
     fn holds(&self, entry: EntryId) -> bool {
         self.parked.contains_key(&entry)
@@ -332,6 +366,7 @@ impl<P> InMemorySharedQueue<P> {
                 dead: std::collections::VecDeque::new(),
                 resting: FastMap::default(),
                 budgets: std::array::from_fn(|_| None),
+                unique_callers: false,
             }),
             max_attempts: u32::MAX,
         }
@@ -371,7 +406,7 @@ where
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
-        if lot.holds(entry) {
+        if lot.refuses(entry, &task) {
             return Err(QueueError::Duplicate(entry));
         }
         let parked = Parked {
@@ -393,7 +428,7 @@ where
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
         let mut lot = self.lock();
-        if lot.holds(entry) {
+        if lot.refuses(entry, &task) {
             return Err(QueueError::Duplicate(entry));
         }
         let leased = Lease {
@@ -465,6 +500,25 @@ where
             }
         }
         Ok(())
+    }
+
+    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
+        self.lock().unique_callers = true;
+        Ok(())
+    }
+
+    async fn live_task_key(
+        &self,
+        tenant: &TenantId,
+        id: TaskId,
+    ) -> Result<Option<MailboxKey>, QueueError> {
+        let lot = self.lock();
+        if !lot.unique_callers {
+            return Ok(None);
+        }
+        Ok(lot
+            .live_caller(tenant, id)
+            .and_then(|task| task.meta.mailbox.clone()))
     }
 
     async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {

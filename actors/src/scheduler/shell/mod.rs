@@ -253,7 +253,7 @@ where
             &admission.key,
             admission.timeout,
         );
-        if self.waits_for_fleet_budget(&admission.origin, ticket.cost.kind) {
+        if self.parks_for_the_fleet(&admission.origin, ticket.cost.kind) {
             // Refused as the core would refuse it, else parked for the fleet's claims.
             match self.tasks.core.screen(&ticket, now) {
                 None => {
@@ -409,11 +409,14 @@ where
 
     /// Whether a task of `kind` from `origin` skips this node's core and waits in the shared
     /// queue whatever room this node has: a submission of a kind with a budget, which the
-    /// queue keeps for every node, so only a claim may spend from it.
-    fn waits_for_fleet_budget(&self, origin: &Origin, kind: ResourceKind) -> bool {
+    /// queue keeps for every node, so only a claim may spend from it; and any submission of
+    /// a pool that attaches repeated submissions, whose callers the queue keeps unique
+    /// across nodes.
+    fn parks_for_the_fleet(&self, origin: &Origin, kind: ResourceKind) -> bool {
+        let limits = self.tasks.core.limits();
         matches!(origin, Origin::Submitted { .. })
             && self.storage.is_shared()
-            && self.tasks.core.limits().budgets.get(kind).is_some()
+            && (limits.budgets.get(kind).is_some() || limits.on_duplicate == OnDuplicate::Attach)
     }
 
     /// Parks submission `entry` in the shared queue, where any node may claim it.

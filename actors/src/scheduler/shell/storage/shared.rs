@@ -236,7 +236,13 @@ impl SharedRoom {
             cost,
             reply,
             result,
+            attached,
         } = enqueued;
+        if let Some(original) = attached {
+            // Its caller's task is live in the queue: not run again.
+            tasks.fx.answer(reply, Ok(original));
+            return;
+        }
         match result {
             Ok(()) => {
                 tasks
