@@ -15,7 +15,9 @@ pub const MAX_PERIOD_MS: u64 = 86_400_000;
 /// evenly (one unit every `per_ms / units` ms), up to `burst` units at once. A task of the
 /// kind spends its cost's units when it starts; they do not come back when it ends (it may
 /// give back what it did not use, see `running::return_units`). A task that does not fit
-/// what is left parks in rank order and starts as soon as the bucket holds its units.
+/// what is left parks in rank order and starts as soon as the bucket holds its units. On a
+/// shared queue the bucket is the fleet's: every node's claims spend from one (see
+/// [`SharedQueue::share_budgets`](crate::queue::SharedQueue::share_budgets)).
 ///
 /// **The bound.** Over any span of `w` ms the tasks of the kind start with at most
 /// `burst + units * w / per_ms` units, so at most `burst + units` in any window of

@@ -78,6 +78,7 @@ impl World {
                     cost,
                     reply,
                     result,
+                    attached: None,
                 }])
             }
             SharedCall::RecordStart {
@@ -141,7 +142,7 @@ impl World {
                     result,
                 }
             }
-            SharedCall::Renew { .. } => return,
+            SharedCall::Renew { .. } | SharedCall::GiveBackBudget { .. } => return,
             SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
             SharedCall::Retry { claim, .. } => {
                 self.give_back(claim.entry);
