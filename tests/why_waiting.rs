@@ -155,3 +155,131 @@ async fn a_paused_pool_parks_everything_runs_on_and_resumes() {
     }
     assert!(!pool.stats().paused);
 }
+
+/// An operator's view of a pool: the running task, the parked ones in rank order with their
+/// reasons (one page at a time), and each tenant's share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_running_and_parked_tasks_in_rank_order_with_reasons() {
+    use prometheus_parking_lot::Priority;
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(1)
+            .with_max_units(10),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let (acme, globex) = (MailboxKey::new("acme"), MailboxKey::new("globex"));
+    let meta = |id, units, key: &MailboxKey, priority| {
+        TaskMetadata::new(id, ResourceCost::gpu_vram(units))
+            .with_mailbox(key.clone())
+            .with_priority(priority)
+    };
+    pool.submit_async(1, meta(1, 8, &acme, Priority::Normal))
+        .await
+        .expect("runs");
+    for (id, units, key, priority) in [
+        (2, 1, &acme, Priority::Low),
+        (3, 6, &globex, Priority::High),
+        (4, 1, &globex, Priority::Normal),
+    ] {
+        pool.submit_async(id, meta(id, units, key, priority))
+            .await
+            .expect("parks");
+    }
+    let client = pool.client();
+    let view = client.inspect(0, 2).await.expect("a view");
+    assert_eq!(view.running.len(), 1);
+    assert_eq!(
+        (view.running[0].id, view.running[0].reason.clone()),
+        (1, None)
+    );
+    assert_eq!(view.parked_total, 3);
+    let page: Vec<_> = view
+        .parked
+        .iter()
+        .map(|task| (task.id, task.reason.clone()))
+        .collect();
+    assert_eq!(
+        page,
+        [
+            (
+                3,
+                Some(WaitReason::Units {
+                    kind: ResourceKind::GpuVram,
+                    needed: 6,
+                    free: 2
+                })
+            ),
+            (4, Some(WaitReason::Worker { busy: 1 })),
+        ],
+        "high first, then normal; the low one is on the next page"
+    );
+    let next = client.inspect(2, 2).await.expect("the next page");
+    let ids: Vec<_> = next.parked.iter().map(|task| task.id).collect();
+    assert_eq!((ids, next.offset), (vec![2], 2));
+    assert!(client
+        .inspect(9, 2)
+        .await
+        .expect("past the end")
+        .parked
+        .is_empty());
+    let tenants: Vec<_> = view
+        .tenants
+        .iter()
+        .map(|t| {
+            (
+                t.tenant.0.as_str(),
+                t.running,
+                t.parked,
+                t.holds[ResourceKind::GpuVram.index()],
+            )
+        })
+        .collect();
+    assert_eq!(tenants, [("acme", 1, 1, 8), ("globex", 0, 2, 0)]);
+    let json = serde_json::to_value(&view).expect("a view serialises");
+    assert_eq!(json["parked"][0]["reason"]["reason"], "units");
+    assert!(
+        json["parked"][0].get("payload").is_none(),
+        "no payloads in a view"
+    );
+    gate.store(true, Ordering::Release);
+}
+
+/// A drained pool refuses new work, runs what it has to its end, and takes work again once
+/// undrained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_pool_refuses_new_work_and_finishes_what_it_has() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(1)
+            .with_max_units(10),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let key = MailboxKey::new("acme");
+    let meta = |id| TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key.clone());
+    pool.submit_async(1, meta(1)).await.expect("runs");
+    pool.submit_async(2, meta(2)).await.expect("parks");
+    let client = pool.client();
+    client.drain().await.expect("drained");
+    assert_eq!(
+        pool.submit_async(3, meta(3)).await,
+        Err(PoolError::Draining)
+    );
+    assert!(pool.stats().draining);
+    assert!(client.inspect(0, 10).await.expect("a view").draining);
+    gate.store(true, Ordering::Release);
+    for id in [1, 2] {
+        let got = client
+            .retrieve_task(&key, id, Duration::from_secs(10))
+            .await;
+        assert_eq!(got, Ok(id), "admitted task {id} runs to its end");
+    }
+    client.undrain().await.expect("open again");
+    assert!(!pool.stats().draining);
+    pool.submit_async(3, meta(3)).await.expect("taken again");
+    let got = client.retrieve_task(&key, 3, Duration::from_secs(10)).await;
+    assert_eq!(got, Ok(3));
+}

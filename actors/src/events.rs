@@ -72,7 +72,8 @@ pub enum Refusal {
     MailboxFull,
     /// A live task of the same tenant has the same id.
     Duplicate,
-    /// The pool is shutting down, or stopped accepting work after its workers failed.
+    /// The pool is shutting down, drained by an operator, or stopped accepting work after
+    /// its workers failed.
     Shutdown,
     /// The queue backend could not store the task.
     QueueError,
@@ -106,7 +107,7 @@ impl Refusal {
             PoolError::InsufficientResources { .. } => Refusal::TooLarge,
             PoolError::MailboxFull { .. } => Refusal::MailboxFull,
             PoolError::DuplicateTask(_) | PoolError::ResultPending(_) => Refusal::Duplicate,
-            PoolError::Shutdown | PoolError::Internal(_) => Refusal::Shutdown,
+            PoolError::Shutdown | PoolError::Draining | PoolError::Internal(_) => Refusal::Shutdown,
             _ => Refusal::Other,
         }
     }

@@ -23,6 +23,7 @@ pub mod domain;
 pub mod engine;
 pub mod events;
 pub mod executor;
+pub mod inspect;
 pub mod mailbox;
 pub mod parker;
 pub mod permit;

@@ -67,6 +67,8 @@ pub struct PoolStats {
     pub retried_runs: u64,
     /// Whether the pool is paused: it admits (tasks park) and starts nothing until resumed.
     pub paused: bool,
+    /// Whether an operator drains the pool: it refuses new work and runs what it has.
+    pub draining: bool,
     /// The GPU the pool's VRAM units live on, for a pool sized from one (see
     /// [`GpuWatch`](crate::scheduler::gpu_watch::GpuWatch)); `None` otherwise.
     pub gpu: Option<GpuStats>,
@@ -143,6 +145,7 @@ pub struct PoolCounters {
     pub(crate) lost_leases: AtomicU64,
     pub(crate) retried_runs: AtomicU64,
     pub(crate) paused: std::sync::atomic::AtomicBool,
+    pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Per kind: its budget, set by the first reading that has one.
     pub(crate) budget_shape: [OnceLock<Budget>; ResourceKind::COUNT],
     pub(crate) budget_level: [AtomicU64; ResourceKind::COUNT],
@@ -151,6 +154,11 @@ pub struct PoolCounters {
 }
 
 impl PoolCounters {
+    /// Whether an operator drains the pool.
+    pub(crate) fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Relaxed);
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> PoolStats {
         let read = |counter: &AtomicU64| counter.load(Relaxed);
@@ -182,6 +190,7 @@ impl PoolCounters {
             lost_leases: read(&self.lost_leases),
             retried_runs: read(&self.retried_runs),
             paused: self.paused.load(Relaxed),
+            draining: self.draining.load(Relaxed),
             gpu: self.gpu.get().map(|gpu| GpuStats {
                 free_mib: read(&self.gpu_free_mib),
                 ..gpu.clone()

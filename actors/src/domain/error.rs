@@ -50,6 +50,12 @@ pub enum PoolError {
     /// The pool is shutting down or gone.
     #[error("the pool is shut down")]
     Shutdown,
+    /// An operator drains the pool: it runs the work it has and takes no new work until it
+    /// is resumed.
+    #[error(
+        "the pool is draining: it finishes the work it has and takes no new work until resumed"
+    )]
+    Draining,
     /// A setting is out of range; the text names it and what is allowed.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, Notify, OnceCell};
 use crate::budget::{SlotBudget, SlotGuard};
 use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
+use crate::inspect::PoolView;
 use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
 use crate::permit::{Gate, PermitPort};
@@ -644,6 +645,71 @@ where
             .await
         {
             Ok(CallResult::Success(())) => Ok(()),
+            _ => Err(PoolError::Shutdown),
+        }
+    }
+
+    /// Drains the pool: new submissions are refused (`PoolError::Draining`), the tasks it
+    /// has (parked and running) run to their end, and on a shared queue the node claims
+    /// nothing more, so its share of the work goes to the other nodes. Returns once set;
+    /// [`undrain`](Self::undrain) takes work again.
+    pub async fn drain(&self) -> Result<(), PoolError> {
+        self.set_drained(true).await
+    }
+
+    /// Ends a drain, and a pause: the pool takes new work again and starts what fits.
+    pub async fn undrain(&self) -> Result<(), PoolError> {
+        self.set_drained(false).await
+    }
+
+    async fn set_drained(&self, drained: bool) -> Result<(), PoolError> {
+        match self
+            .inner
+            .scheduler
+            .call(
+                |reply| SchedulerRequest::Drain { drained, reply }.into(),
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(())) => Ok(()),
+            _ => Err(PoolError::Shutdown),
+        }
+    }
+
+    /// The pool's work now: its running tasks (and held permits), parked tasks `offset..
+    /// offset + limit` in rank order (at most [`MAX_PAGE`](crate::inspect::MAX_PAGE)) each
+    /// with the reason it waits, and its tenants. See [`crate::inspect`]. On a shared queue
+    /// it shows this node's tasks (the queue's parked tasks are the queue's).
+    ///
+    /// ```
+    /// # use prometheus_parking_lot_actors::engine::PoolClient;
+    /// # async fn show(pool: &PoolClient<String, String>) -> Result<(), prometheus_parking_lot_actors::domain::PoolError> {
+    /// let view = pool.inspect(0, 50).await?;
+    /// for task in &view.parked {
+    ///     println!("task {} of {} waits: {:?}", task.id, task.key.tenant.0, task.reason);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self, offset: usize, limit: usize) -> Result<PoolView, PoolError> {
+        match self
+            .inner
+            .scheduler
+            .call(
+                |reply| {
+                    SchedulerRequest::Inspect {
+                        offset,
+                        limit,
+                        reply,
+                    }
+                    .into()
+                },
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(view)) => Ok(view),
             _ => Err(PoolError::Shutdown),
         }
     }

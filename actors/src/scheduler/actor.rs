@@ -235,6 +235,17 @@ fn request_received<P, R>(
         SchedulerRequest::WhyWaiting { key, id, reply } => {
             let _ = reply.send(shell.why_waiting(&key, id));
         }
+        SchedulerRequest::Drain { drained, reply } => {
+            shell.drain(drained, now);
+            let _ = reply.send(());
+        }
+        SchedulerRequest::Inspect {
+            offset,
+            limit,
+            reply,
+        } => {
+            let _ = reply.send(shell.inspect(offset, limit));
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::budget::SlotGuard;
 use crate::domain::{
     MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
 };
+use crate::inspect::PoolView;
 use crate::mailbox::actor::Stored;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
@@ -106,6 +107,24 @@ pub enum SchedulerRequest<P> {
         paused: bool,
         /// Answered once done.
         reply: RpcReplyPort<()>,
+    },
+    /// Refuse new work and run what is admitted (`true`: drain), or take new work again
+    /// (`false`, which also ends a pause). On a shared queue a drained node claims nothing.
+    Drain {
+        /// Drain (`true`) or open again (`false`).
+        drained: bool,
+        /// Answered once done.
+        reply: RpcReplyPort<()>,
+    },
+    /// The pool's work now: running tasks, parked tasks `offset..offset + limit` in rank
+    /// order with their reasons, tenants (see [`crate::inspect`]).
+    Inspect {
+        /// The page's first index in rank order.
+        offset: usize,
+        /// The page's length, at most [`MAX_PAGE`](crate::inspect::MAX_PAGE).
+        limit: usize,
+        /// The view.
+        reply: RpcReplyPort<PoolView>,
     },
     /// A snapshot of the pool's counters.
     Stats {

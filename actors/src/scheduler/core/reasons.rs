@@ -4,11 +4,12 @@
 
 use crate::domain::{ResourceKind, TaskId};
 
-use super::{ParkingLot, TenantKey};
+use super::{ParkingLot, RankKey, TenantKey};
 
 /// Why a parked ticket has not started: the first obstacle, in this order (the physical
 /// ones first; a ticket that meets none of them waits for the order of the rules).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
 pub enum WaitReason {
     /// It waits out a failed run's backoff until `until_ms` (rule 16).
     Sleeping {
@@ -72,6 +73,43 @@ pub enum WaitReason {
 }
 
 impl ParkingLot {
+    /// Parked tickets `offset..offset + limit` in rank order (best first), and how many are
+    /// parked in all: O(n) to find the page, O(limit log limit) to order it.
+    pub fn parked_page(&self, offset: usize, limit: usize) -> (Vec<TaskId>, usize) {
+        let mut ranks: Vec<RankKey> = self
+            .parked
+            .iter()
+            .map(|(&id, parked)| parked.rank(id))
+            .collect();
+        let total = ranks.len();
+        let end = offset.saturating_add(limit).min(total);
+        if offset >= end {
+            return (Vec::new(), total);
+        }
+        if end < total {
+            ranks.select_nth_unstable(end);
+            ranks.truncate(end);
+        }
+        ranks.sort_unstable();
+        (ranks[offset..].iter().map(RankKey::id).collect(), total)
+    }
+
+    /// The cost and priority of live ticket `id` (parked or running).
+    pub fn ticket_of(
+        &self,
+        id: TaskId,
+    ) -> Option<(crate::domain::ResourceCost, crate::domain::Priority)> {
+        if let Some(parked) = self.parked.get(&id) {
+            let cost = crate::domain::ResourceCost::new(parked.kind, parked.units);
+            return Some((cost, parked.priority));
+        }
+        let claim = self.running.get(&id)?;
+        Some((
+            crate::domain::ResourceCost::new(claim.kind, claim.units),
+            claim.priority,
+        ))
+    }
+
     /// Why parked (or sleeping) ticket `id` has not started, or `None` when the lot does not
     /// hold it parked (rule 17). Read-only: asking changes nothing.
     ///

@@ -11,6 +11,9 @@ use super::effects::{Effect, Effects};
 /// The pool's admission state.
 enum Mode {
     Open,
+    /// An operator drains the pool: new work is refused (`Draining`), admitted work runs
+    /// (on a shared queue the node claims nothing more); `resume` opens it again.
+    Closed,
     /// The supervisor gave up; new work is refused with the reason.
     Escalated(String),
     /// Stopping: running tasks finish (up to the drain deadline); every caller of
@@ -46,13 +49,20 @@ impl Lifecycle {
     pub fn admits(&self) -> Result<(), PoolError> {
         match &self.mode {
             Mode::Open => Ok(()),
+            Mode::Closed => Err(PoolError::Draining),
             Mode::Escalated(reason) => Err(PoolError::Internal(reason.clone())),
             Mode::Draining { .. } | Mode::Stopped(_) => Err(PoolError::Shutdown),
         }
     }
 
-    /// Whether the pool is open (it claims and runs new work).
+    /// Whether the pool runs its admitted work on (open, or drained by an operator): a
+    /// claim that arrives is run, a failed run may be retried.
     pub fn is_open(&self) -> bool {
+        matches!(self.mode, Mode::Open | Mode::Closed)
+    }
+
+    /// Whether the pool takes new work: admissions, and claims from a shared queue.
+    pub fn takes_work(&self) -> bool {
         matches!(self.mode, Mode::Open)
     }
 
@@ -61,9 +71,23 @@ impl Lifecycle {
         matches!(self.mode, Mode::Draining { .. })
     }
 
+    /// An operator drains an open pool (`true`), or opens a drained one again (`false`).
+    pub fn close(&mut self, closed: bool) {
+        match (&self.mode, closed) {
+            (Mode::Open, true) => self.mode = Mode::Closed,
+            (Mode::Closed, false) => self.mode = Mode::Open,
+            _ => {}
+        }
+    }
+
+    /// Whether an operator drains the pool.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.mode, Mode::Closed)
+    }
+
     /// The supervisor gave up: refuse new work with `reason` (a drain goes on).
     pub fn escalate(&mut self, reason: String) {
-        if self.is_open() {
+        if matches!(self.mode, Mode::Open | Mode::Closed) {
             self.mode = Mode::Escalated(reason);
         }
     }
@@ -89,7 +113,7 @@ impl Lifecycle {
                 });
                 return Shutdown::Joined;
             }
-            Mode::Open | Mode::Escalated(_) => {}
+            Mode::Open | Mode::Closed | Mode::Escalated(_) => {}
         }
         let (kept, cancelled) = start();
         self.mode = Mode::Draining {

@@ -46,12 +46,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::contain::drop_contained;
-use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TaskId};
+use crate::domain::{
+    MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TaskId, TenantId,
+};
 use crate::events::TaskStep;
+use crate::inspect::{PoolView, TaskView, TenantView, MAX_PAGE};
 use crate::mailbox::Mailbox;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, EntryId, Lease, Settlement, StoredEntry};
-use crate::scheduler::core::{Admit, Cancel, Newcomer, ParkingLot};
+use crate::scheduler::core::{Admit, Cancel, Newcomer, ParkingLot, WaitReason};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::stats::PoolStats;
 
@@ -612,6 +615,98 @@ where
         self.start_parked(started, now);
         if let Storage::Shared(room) = &mut self.storage {
             room.claim_if_room(&mut self.tasks, now);
+        }
+    }
+
+    /// An operator drains the pool (`drained`: new work is refused, admitted work runs) or
+    /// opens it again, which also ends a pause.
+    pub fn drain(&mut self, drained: bool, now: u64) {
+        self.lifecycle.close(drained);
+        self.tasks
+            .observers
+            .counters
+            .set_draining(self.lifecycle.is_closed());
+        if !drained {
+            self.pause(false, now);
+        }
+    }
+
+    /// The pool's work now (see [`crate::inspect`]): O(n) in the live tasks.
+    pub fn inspect(&self, offset: usize, limit: usize) -> PoolView {
+        let core = &self.tasks.core;
+        let ledger = &self.tasks.ledger;
+        let view = |entry: EntryId, reason: Option<WaitReason>| -> Option<TaskView> {
+            if let Some(record) = ledger.get(entry) {
+                let since_ms = record.started_ms().unwrap_or_else(|| record.admitted_ms());
+                return Some(TaskView {
+                    id: record.task_id,
+                    key: record.key.key().into_owned(),
+                    cost: record.cost(),
+                    priority: record.priority,
+                    permit: false,
+                    since_ms,
+                    attempt: record.attempt(),
+                    reason,
+                });
+            }
+            let id = self.permits.waiter_id(entry).or_else(|| {
+                self.permits
+                    .held()
+                    .find(|&(held, _)| held == entry)
+                    .map(|(_, id)| id)
+            })?;
+            let (cost, priority) = core.ticket_of(entry)?;
+            Some(TaskView {
+                id,
+                key: self.permits.key().clone(),
+                cost,
+                priority,
+                permit: true,
+                since_ms: admitted_ms(entry),
+                attempt: 1,
+                reason,
+            })
+        };
+        let mut running: Vec<TaskView> = ledger
+            .iter()
+            .filter(|record| record.run().is_some())
+            .map(|record| record.entry)
+            .chain(self.permits.held().map(|(entry, _)| entry))
+            .filter_map(|entry| view(entry, None))
+            .collect();
+        running.sort_by_key(|task| (task.since_ms, task.id));
+        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
+        let parked = page
+            .into_iter()
+            .filter_map(|entry| view(entry, core.why_waiting(entry)))
+            .collect();
+        let mut tenants: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
+        for record in ledger.iter() {
+            let key = record.key.key();
+            let tenant = tenants
+                .entry(key.tenant.clone())
+                .or_insert_with(|| TenantView {
+                    tenant: key.tenant.clone(),
+                    running: 0,
+                    parked: 0,
+                    holds: [0; ResourceKind::COUNT],
+                });
+            if record.run().is_some() {
+                tenant.running += 1;
+                let cost = record.cost();
+                tenant.holds[cost.kind.index()] += cost.units;
+            } else if record.is_parked() {
+                tenant.parked += 1;
+            }
+        }
+        PoolView {
+            paused: core.is_paused(),
+            draining: self.lifecycle.is_closed(),
+            running,
+            parked,
+            parked_total,
+            offset,
+            tenants: tenants.into_values().collect(),
         }
     }
 

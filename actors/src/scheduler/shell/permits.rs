@@ -120,6 +120,24 @@ impl Permits {
         !self.waiting.is_empty() && self.waiting.contains_key(&entry)
     }
 
+    /// The caller's id of waiting permit `entry` (a grow is its permit's).
+    pub fn waiter_id(&self, entry: EntryId) -> Option<TaskId> {
+        match self.waiting.get(&entry)? {
+            Waiter::Acquire { id, .. } => Some(*id),
+            Waiter::Grow { parent, .. } => self.held.get(parent).map(|held| held.id),
+        }
+    }
+
+    /// Each held permit: its entry and the caller's id.
+    pub fn held(&self) -> impl Iterator<Item = (EntryId, TaskId)> + '_ {
+        self.held.iter().map(|(&entry, held)| (entry, held.id))
+    }
+
+    /// The key permits are granted under.
+    pub fn key(&self) -> &MailboxKey {
+        &self.anonymous
+    }
+
     /// Permits held now.
     pub fn held_len(&self) -> usize {
         self.held.len()

@@ -193,7 +193,7 @@ where
 
     /// Claims from the shared queue if this node has room (see [`SharedRoom::claim_wanted`]).
     pub(super) fn claim_if_room(&mut self, now: u64) {
-        if !self.lifecycle.is_open() {
+        if !self.lifecycle.takes_work() {
             return;
         }
         if let Storage::Shared(room) = &mut self.storage {

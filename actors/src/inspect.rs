@@ -1,0 +1,67 @@
+//! What an operator sees of a pool's work at one instant: its running tasks, a page of its
+//! parked tasks in rank order with the reason each waits, and its tenants
+//! ([`PoolClient::inspect`](crate::engine::PoolClient::inspect)).
+//!
+//! A view names tasks by their caller's key and id and says what they cost; it never holds a
+//! payload or a result (they carry users' prompts).
+
+use serde::Serialize;
+
+use crate::domain::{MailboxKey, Priority, ResourceCost, TaskId, TenantId};
+use crate::scheduler::core::WaitReason;
+
+/// The most parked tasks one view lists.
+pub const MAX_PAGE: usize = 1_000;
+
+/// A pool's work at one instant. See the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolView {
+    /// Whether the pool is paused (it admits, and starts nothing).
+    pub paused: bool,
+    /// Whether the pool is draining (it refuses new work and runs what it has).
+    pub draining: bool,
+    /// The running tasks (and held permits), longest-running first.
+    pub running: Vec<TaskView>,
+    /// The page of parked tasks asked for, best-ranked first, each with its reason.
+    pub parked: Vec<TaskView>,
+    /// How many tasks are parked on this node in all (a shared queue's are the queue's).
+    pub parked_total: usize,
+    /// The page's first index in rank order.
+    pub offset: usize,
+    /// Each tenant with live tasks here, by name.
+    pub tenants: Vec<TenantView>,
+}
+
+/// A live task, as a view shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskView {
+    /// The caller's id.
+    pub id: TaskId,
+    /// The key it was submitted under (where its outcome goes).
+    pub key: MailboxKey,
+    /// What it costs.
+    pub cost: ResourceCost,
+    /// Its priority.
+    pub priority: Priority,
+    /// Whether it is a permit (units without a worker slot) rather than a task.
+    pub permit: bool,
+    /// When it was admitted (parked) or started (running), ms since the Unix epoch.
+    pub since_ms: u64,
+    /// Which run this is (1 for the first; more after retries and lost leases).
+    pub attempt: u32,
+    /// Why it waits (parked tasks; `None` for running ones).
+    pub reason: Option<WaitReason>,
+}
+
+/// A tenant's live work on a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TenantView {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its running tasks.
+    pub running: usize,
+    /// Its parked tasks.
+    pub parked: usize,
+    /// Units its running tasks hold, per kind (by [`ResourceKind::index`](crate::domain::ResourceKind::index)).
+    pub holds: [u32; crate::domain::ResourceKind::COUNT],
+}
