@@ -105,6 +105,8 @@
 //! ```
 
 pub mod actors;
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod builders;
 pub mod config;
 pub mod core;

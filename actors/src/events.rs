@@ -14,8 +14,10 @@ use crate::domain::{
     Budget, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus,
 };
 
-/// One step of a task's life.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One step of a task's life. It serialises with its name in `step` and its fields, if
+/// any, in `detail`: `{"step": "ended", "detail": "Completed"}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "step", content = "detail", rename_all = "snake_case")]
 pub enum TaskStep {
     /// Accepted by admission; a `Started` or `Parked` follows at the same time.
     Admitted,
@@ -62,7 +64,8 @@ pub enum TaskStep {
 
 /// Why admission refused a task, in a few stable categories (a metrics label; the
 /// submitter's [`PoolError`] carries the details).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Refusal {
     /// The parking lot is at its `max_queue_depth`.
     QueueFull,
@@ -198,5 +201,73 @@ pub trait EventSubscriber: Send + Sync {
     /// at once. The default ignores it.
     fn on_reading(&self, reading: &PoolReading) {
         let _ = reading;
+    }
+}
+
+/// An event as an [`EventFeed`] hands it out: owned and serialisable. Like every event it
+/// holds no payload and no result.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FeedEvent {
+    /// The caller's id of the task.
+    pub task_id: TaskId,
+    /// The mailbox its result goes to.
+    pub key: MailboxKey,
+    /// What it costs.
+    pub cost: ResourceCost,
+    /// What happened.
+    pub step: TaskStep,
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// The start of the interval this step closes (see [`TaskEvent::since_ms`]).
+    pub since_ms: Option<u64>,
+    /// Its priority, where known.
+    pub priority: Option<Priority>,
+}
+
+/// A pool's events for whoever listens at the moment (an admin server's live view, a test):
+/// every pool has one ([`PoolClient::events`](crate::engine::PoolClient::events)). While
+/// nobody listens an event costs one atomic read; a listener that falls more than the
+/// feed's capacity behind misses the oldest (it is told how many).
+pub struct EventFeed {
+    sender: tokio::sync::broadcast::Sender<FeedEvent>,
+}
+
+impl EventFeed {
+    /// Events a listener may fall behind before it misses some.
+    pub const CAPACITY: usize = 4_096;
+
+    /// A feed nobody listens to yet.
+    pub fn new() -> Self {
+        Self {
+            sender: tokio::sync::broadcast::Sender::new(Self::CAPACITY),
+        }
+    }
+
+    /// A new listener: it hears every event from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<FeedEvent> {
+        self.sender.subscribe()
+    }
+}
+
+impl Default for EventFeed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EventSubscriber for EventFeed {
+    fn on_event(&self, event: &TaskEvent<'_>) {
+        if self.sender.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.sender.send(FeedEvent {
+            task_id: event.task_id,
+            key: event.key.clone(),
+            cost: event.cost,
+            step: event.step.clone(),
+            at_ms: event.at_ms,
+            since_ms: event.since_ms,
+            priority: event.priority,
+        });
     }
 }

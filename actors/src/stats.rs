@@ -15,7 +15,7 @@ use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 /// idle), so `used_units <= total_units` always holds and their ratio is the pool's
 /// utilisation. `used_by_kind` and `total_by_kind` give every kind, indexed by
 /// [`ResourceKind::index`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
     /// Worker threads the pool is configured with.
     pub worker_count: usize,
@@ -79,7 +79,7 @@ pub struct PoolStats {
 
 /// A budget of [`PoolStats`]: its shape, its level at the last reading, and when the task
 /// that waits for it first could start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BudgetStats {
     /// The kind whose units refill.
     pub kind: ResourceKind,
@@ -97,7 +97,7 @@ pub struct BudgetStats {
 }
 
 /// The GPU part of [`PoolStats`]: which device, and its memory as last sampled.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GpuStats {
     /// The device's index.
     pub index: u32,

@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, Notify, OnceCell};
 use crate::budget::{SlotBudget, SlotGuard};
 use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
+use crate::events::{EventFeed, FeedEvent};
 use crate::inspect::PoolView;
 use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
@@ -89,6 +90,8 @@ pub(crate) struct ClientParts<P, R> {
     pub rerun: Rerun<P>,
     /// What a submission whose result waits already gets (see [`OnDuplicate`]).
     pub on_duplicate: OnDuplicate,
+    /// The pool's events, for whoever listens.
+    pub feed: Arc<EventFeed>,
 }
 
 struct ClientInner<P, R> {
@@ -101,6 +104,8 @@ struct ClientInner<P, R> {
     counters: Arc<PoolCounters>,
     supervisor: ActorRef<SupervisorMsg>,
     owns_supervisor: bool,
+    /// The pool's events, for whoever listens.
+    feed: Arc<EventFeed>,
     /// The one shutdown every caller waits for.
     shutdown: OnceCell<Result<ShutdownReport, PoolError>>,
     /// How long async retrieves re-check an inline mailbox before they sleep.
@@ -135,6 +140,7 @@ where
             nested,
             rerun,
             on_duplicate,
+            feed,
         } = parts;
         Self {
             inner: Arc::new(ClientInner {
@@ -147,6 +153,7 @@ where
                 supervisor,
                 owns_supervisor,
                 shutdown: OnceCell::new(),
+                feed,
                 result_spin: AdaptiveSpin::new(),
                 answer_spin: AdaptiveSpin::with_max(ANSWER_SPIN_ROUNDS),
                 nested,
@@ -738,6 +745,13 @@ where
             Ok(CallResult::Success(result)) => result,
             _ => Err(PoolError::Shutdown),
         }
+    }
+
+    /// Listens to the pool's events from now on (see [`EventFeed`]): every step of every
+    /// task, as it happens, without payloads or results. A listener that falls more than
+    /// [`EventFeed::CAPACITY`] events behind misses the oldest.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<FeedEvent> {
+        self.inner.feed.subscribe()
     }
 
     /// A snapshot of the pool's counters, read without a message round trip.

@@ -12,7 +12,7 @@ use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 use super::client::{ClientParts, PoolClient};
 use crate::budget::SlotBudget;
 use crate::domain::{Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
-use crate::events::EventSubscriber;
+use crate::events::{EventFeed, EventSubscriber};
 use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
@@ -336,13 +336,16 @@ where
 
     let rerun: Rerun<P> = Arc::default();
     let on_duplicate = core.limits().on_duplicate;
+    let feed = Arc::new(EventFeed::new());
+    let mut subscribers = spec.subscribers;
+    subscribers.push(feed.clone());
     let shell = ShellArgs {
         pool: pool.clone(),
         core,
         default_timeout: spec.default_timeout,
         storage,
         counters: counters.clone(),
-        subscribers: spec.subscribers,
+        subscribers,
         mailbox: spec.mailbox.clone(),
         gpu_sampled: false,
         rerun: rerun.clone(),
@@ -418,6 +421,7 @@ where
         nested,
         rerun,
         on_duplicate,
+        feed,
     }))
 }
 

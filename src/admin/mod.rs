@@ -1,0 +1,287 @@
+//! The operator's surface (cargo feature `admin`): an HTTP API over running pools, the live
+//! dashboard it serves, and what the `parking-lot` command line talks to.
+//!
+//! [`Admin`] gathers pools by name and [`serve`](Admin::serve)s them on a thread of its own
+//! (its own current-thread tokio runtime, like the pools' workers), so an application needs
+//! no runtime for it and a busy pool never holds it up.
+//!
+//! | endpoint | answers |
+//! |---|---|
+//! | `GET /` | the dashboard page |
+//! | `GET /api/pools` | every pool: its counters, capacity and use per kind, budgets, state |
+//! | `GET /api/pools/{pool}` | one pool, with its running tasks and tenants |
+//! | `GET /api/pools/{pool}/parked?offset=0&limit=50` | parked tasks in rank order, each with why it waits |
+//! | `GET /api/pools/{pool}/running` | running tasks and held permits |
+//! | `GET /api/pools/{pool}/tenants` | each tenant's running and parked tasks and the units it holds |
+//! | `GET /api/pools/{pool}/refusals` | the latest refusals (at most 100) |
+//! | `GET /api/pools/{pool}/history` | tasks started and ended, and the mean wait, per second over the last 10 minutes |
+//! | `GET /api/events[?pool=P]` | server-sent events: every task step (`task`), and each pool's counters every second (`stats`) |
+//! | `POST /api/pools/{pool}/pause`, `/resume`, `/drain`, `/undrain` | control (a token) |
+//! | `POST /api/pools/{pool}/cancel` `{"tenant", "user_id", "session_id", "id"}` | cancel a task (a token) |
+//!
+//! **Safe by default.** It binds to `127.0.0.1` unless told otherwise. Every endpoint that
+//! changes something needs `Authorization: Bearer <token>`, compared in constant time; an
+//! admin started without a token refuses them all (403, saying how to set one). No endpoint
+//! shows a task's payload or result (they carry users' prompts): the API shows ids, keys,
+//! costs, states and reasons. Bad input is a 400 that says what is wrong and what is
+//! allowed; a pool or task that does not exist is a 404.
+//!
+//! ```no_run
+//! use prometheus_parking_lot::admin::{Admin, AdminSettings};
+//! use prometheus_parking_lot::config::Secret;
+//! # fn pools() -> prometheus_parking_lot::core::PoolClient<String, String> { unimplemented!() }
+//!
+//! let admin = Admin::new(AdminSettings {
+//!     bind: "127.0.0.1:7480".parse().unwrap(),
+//!     token: Some(Secret::new("change me")),
+//! })
+//! .with_pool("llm", pools());
+//! let server = admin.serve()?;
+//! println!("dashboard: {}", server.url());
+//! # Ok::<(), prometheus_parking_lot::PoolError>(())
+//! ```
+
+mod history;
+mod routes;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::config::Secret;
+use crate::core::{PoolClient, PoolError, PoolStats};
+use crate::util::serde::{MailboxKey, TaskId};
+use history::History;
+use prometheus_parking_lot_actors::events::FeedEvent;
+use prometheus_parking_lot_actors::inspect::PoolView;
+
+pub use routes::constant_time_eq;
+
+/// Where the admin server listens and who may change things.
+#[derive(Debug, Clone)]
+pub struct AdminSettings {
+    /// The address to bind: `127.0.0.1:7480` by default (port 0 picks a free one).
+    pub bind: SocketAddr,
+    /// The bearer token mutating endpoints need; `None` refuses them all.
+    pub token: Option<Secret>,
+}
+
+impl AdminSettings {
+    /// The default port.
+    pub const DEFAULT_PORT: u16 = 7480;
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], Self::DEFAULT_PORT)),
+            token: None,
+        }
+    }
+}
+
+/// What the admin server needs of a pool, whatever its payload and result types: a
+/// [`PoolClient`] is one.
+#[async_trait]
+pub trait AdminPool: Send + Sync {
+    /// Its counters.
+    fn stats(&self) -> PoolStats;
+    /// Its work now (see [`PoolClient::inspect`]).
+    async fn inspect(&self, offset: usize, limit: usize) -> Result<PoolView, PoolError>;
+    /// Pauses it.
+    async fn pause(&self) -> Result<(), PoolError>;
+    /// Ends a pause.
+    async fn resume(&self) -> Result<(), PoolError>;
+    /// Drains it.
+    async fn drain(&self) -> Result<(), PoolError>;
+    /// Ends a drain (and a pause).
+    async fn undrain(&self) -> Result<(), PoolError>;
+    /// Cancels task `id` of `key`.
+    async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError>;
+    /// Listens to its events.
+    fn events(&self) -> broadcast::Receiver<FeedEvent>;
+}
+
+#[async_trait]
+impl<P: Send + 'static, R: Send + 'static> AdminPool for PoolClient<P, R> {
+    fn stats(&self) -> PoolStats {
+        PoolClient::stats(self)
+    }
+
+    async fn inspect(&self, offset: usize, limit: usize) -> Result<PoolView, PoolError> {
+        PoolClient::inspect(self, offset, limit).await
+    }
+
+    async fn pause(&self) -> Result<(), PoolError> {
+        PoolClient::pause(self).await
+    }
+
+    async fn resume(&self) -> Result<(), PoolError> {
+        PoolClient::resume(self).await
+    }
+
+    async fn drain(&self) -> Result<(), PoolError> {
+        PoolClient::drain(self).await
+    }
+
+    async fn undrain(&self) -> Result<(), PoolError> {
+        PoolClient::undrain(self).await
+    }
+
+    async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
+        PoolClient::cancel(self, key, id).await
+    }
+
+    fn events(&self) -> broadcast::Receiver<FeedEvent> {
+        PoolClient::events(self)
+    }
+}
+
+/// A pool as the server holds it: the pool and what its listener gathered.
+pub(crate) struct Served {
+    pub pool: Arc<dyn AdminPool>,
+    pub history: Arc<Mutex<History>>,
+}
+
+/// The admin server's pools and settings, before it serves. See the module docs.
+pub struct Admin {
+    settings: AdminSettings,
+    pools: BTreeMap<String, Arc<dyn AdminPool>>,
+}
+
+impl Admin {
+    /// An admin server with these settings and no pools yet.
+    pub fn new(settings: AdminSettings) -> Self {
+        Self {
+            settings,
+            pools: BTreeMap::new(),
+        }
+    }
+
+    /// Adds `pool` under `name` (a pool's client: `pool.client().clone()`).
+    pub fn with_pool(mut self, name: impl Into<String>, pool: impl AdminPool + 'static) -> Self {
+        self.pools.insert(name.into(), Arc::new(pool));
+        self
+    }
+
+    /// Binds the address and serves on a thread of its own until the returned server is
+    /// dropped or [`stop`](AdminServer::stop)ped. An address that cannot be bound is an
+    /// error naming it.
+    pub fn serve(self) -> Result<AdminServer, PoolError> {
+        let listener = std::net::TcpListener::bind(self.settings.bind).map_err(|error| {
+            PoolError::InvalidConfig(format!(
+                "admin: cannot listen on {}: {error}; choose another address (port 0 picks a free one)",
+                self.settings.bind
+            ))
+        })?;
+        let addr = listener.local_addr().map_err(|error| {
+            PoolError::Internal(format!("admin: the bound address cannot be read: {error}"))
+        })?;
+        listener.set_nonblocking(true).map_err(|error| {
+            PoolError::Internal(format!(
+                "admin: the listener cannot be made non-blocking: {error}"
+            ))
+        })?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let Admin { settings, pools } = self;
+        let thread = std::thread::Builder::new()
+            .name("parking-lot-admin".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        tracing::error!(%error, "the admin server's runtime could not start");
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let (closing, closed) = tokio::sync::watch::channel(false);
+                    let served = pools
+                        .into_iter()
+                        .map(|(name, pool)| {
+                            let history = History::listen(&*pool);
+                            (name, Served { pool, history })
+                        })
+                        .collect();
+                    let app = routes::router(served, settings.token, closed);
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => listener,
+                        Err(error) => {
+                            tracing::error!(%error, "the admin server cannot listen");
+                            return;
+                        }
+                    };
+                    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                        // Open event streams end, so the shutdown need not wait for them.
+                        let _ = closing.send(true);
+                    });
+                    if let Err(error) = serving.await {
+                        tracing::error!(%error, "the admin server stopped");
+                    }
+                });
+            })
+            .map_err(|error| {
+                PoolError::Internal(format!("admin: its thread could not start: {error}"))
+            })?;
+        tracing::info!(%addr, "admin server listening");
+        Ok(AdminServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A serving admin server; dropping it stops it.
+pub struct AdminServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its dashboard's address: `http://127.0.0.1:7480/`.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// Stops serving and waits for the thread (open event streams end).
+    pub fn stop(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+impl std::fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}

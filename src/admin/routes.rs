@@ -1,0 +1,474 @@
+//! The admin server's routes (see the module docs of [`admin`](super)): reads, control
+//! behind the bearer token, the event stream and the dashboard.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc, watch};
+
+use super::Served;
+use crate::config::Secret;
+use crate::core::{PoolError, PoolStats};
+use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
+use prometheus_parking_lot_actors::inspect::MAX_PAGE;
+
+/// The dashboard page.
+const DASHBOARD: &str = include_str!("dashboard.html");
+/// The charting library the page draws with (uPlot, MIT; see `src/admin/assets/`).
+const CHARTS_JS: &str = include_str!("assets/uPlot.iife.min.js");
+const CHARTS_CSS: &str = include_str!("assets/uPlot.min.css");
+
+/// The default page of parked tasks.
+const DEFAULT_PAGE: usize = 50;
+
+/// What every handler shares.
+pub(crate) struct AdminState {
+    pools: BTreeMap<String, Served>,
+    token: Option<Secret>,
+    /// Becomes `true` as the server stops: open event streams end.
+    closing: watch::Receiver<bool>,
+}
+
+type Shared = Arc<AdminState>;
+
+/// The router over `pools`, its mutations behind `token`.
+pub(crate) fn router(
+    pools: BTreeMap<String, Served>,
+    token: Option<Secret>,
+    closing: watch::Receiver<bool>,
+) -> Router {
+    let state = Arc::new(AdminState {
+        pools,
+        token,
+        closing,
+    });
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/assets/charts.js", get(charts_js))
+        .route("/assets/charts.css", get(charts_css))
+        .route("/api/pools", get(list_pools))
+        .route("/api/pools/{pool}", get(one_pool))
+        .route("/api/pools/{pool}/parked", get(parked))
+        .route("/api/pools/{pool}/running", get(running))
+        .route("/api/pools/{pool}/tenants", get(tenants))
+        .route("/api/pools/{pool}/refusals", get(refusals))
+        .route("/api/pools/{pool}/history", get(history))
+        .route("/api/pools/{pool}/{action}", post(control))
+        .route("/api/events", get(events))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// An error answer: `{"error": "..."}` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl ApiError {
+    fn bad_request(text: impl Into<String>) -> Self {
+        Self(StatusCode::BAD_REQUEST, text.into())
+    }
+
+    fn not_found(text: impl Into<String>) -> Self {
+        Self(StatusCode::NOT_FOUND, text.into())
+    }
+
+    /// A pool's error, with the status it deserves.
+    fn of_pool(error: PoolError) -> Self {
+        let status = match error {
+            PoolError::TaskNotFound(_) => StatusCode::NOT_FOUND,
+            PoolError::Shutdown => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self(status, error.to_string())
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+impl AdminState {
+    /// The pool named `name`, or a 404 naming the pools there are.
+    fn pool(&self, name: &str) -> Result<&Served, ApiError> {
+        self.pools.get(name).ok_or_else(|| {
+            let names: Vec<&str> = self.pools.keys().map(String::as_str).collect();
+            ApiError::not_found(format!("no pool named {name:?}; the pools are {names:?}"))
+        })
+    }
+
+    /// Refuses a mutation without the right bearer token.
+    fn authorise(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(token) = &self.token else {
+            return Err(ApiError(
+                StatusCode::FORBIDDEN,
+                "this admin server was started without a token, so it changes nothing; \
+                 start it with one (AdminSettings::token) and send it as \
+                 `Authorization: Bearer <token>`"
+                    .into(),
+            ));
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        match given {
+            Some(given) if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) => Ok(()),
+            Some(_) => Err(ApiError(
+                StatusCode::UNAUTHORIZED,
+                "the bearer token is not this server's".into(),
+            )),
+            None => Err(ApiError(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint changes a pool: send `Authorization: Bearer <token>`".into(),
+            )),
+        }
+    }
+}
+
+/// Whether `a` and `b` are equal, in time that depends on their lengths only, not on where
+/// they differ (a token guessed byte by byte learns nothing from the answer's timing).
+///
+/// ```
+/// use prometheus_parking_lot::admin::constant_time_eq;
+/// assert!(constant_time_eq(b"s3cret", b"s3cret"));
+/// assert!(!constant_time_eq(b"s3cret", b"s3creT"));
+/// assert!(!constant_time_eq(b"s3cret", b"s3cre"));
+/// ```
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut differ = u8::from(a.len() != b.len());
+    for (index, byte) in a.iter().enumerate() {
+        differ |= byte ^ b.get(index).copied().unwrap_or(!byte);
+    }
+    differ == 0
+}
+
+/// One pool's summary: its state, counters, and capacity and use per kind.
+#[derive(Serialize)]
+struct PoolSummary<'a> {
+    name: &'a str,
+    paused: bool,
+    draining: bool,
+    kinds: Vec<KindUse>,
+    stats: PoolStats,
+}
+
+/// A kind's capacity and use.
+#[derive(Serialize)]
+struct KindUse {
+    kind: &'static str,
+    total: u64,
+    used: u64,
+}
+
+fn summary<'a>(name: &'a str, served: &Served) -> PoolSummary<'a> {
+    let stats = served.pool.stats();
+    let kinds = ResourceKind::ALL
+        .into_iter()
+        .filter(|kind| stats.total_by_kind[kind.index()] > 0)
+        .map(|kind| KindUse {
+            kind: kind.name(),
+            total: stats.total_by_kind[kind.index()],
+            used: stats.used_by_kind[kind.index()],
+        })
+        .collect();
+    PoolSummary {
+        name,
+        paused: stats.paused,
+        draining: stats.draining,
+        kinds,
+        stats,
+    }
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(DASHBOARD)
+}
+
+async fn charts_js() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        CHARTS_JS,
+    )
+}
+
+async fn charts_css() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        CHARTS_CSS,
+    )
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint; see GET /api/pools, or the dashboard at /")
+}
+
+async fn list_pools(State(state): State<Shared>) -> Json<Value> {
+    let pools: Vec<PoolSummary<'_>> = state
+        .pools
+        .iter()
+        .map(|(name, served)| summary(name, served))
+        .collect();
+    Json(json!({ "pools": pools }))
+}
+
+async fn one_pool(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
+    let served = state.pool(&name)?;
+    let view = served.pool.inspect(0, 0).await.map_err(ApiError::of_pool)?;
+    let body = json!({
+        "pool": summary(&name, served),
+        "running": view.running,
+        "tenants": view.tenants,
+        "parked_total": view.parked_total,
+    });
+    Ok(Json(body).into_response())
+}
+
+/// A whole number from a query string, within `min..=max`, or a 400 that says so.
+fn number(
+    query: &HashMap<String, String>,
+    name: &str,
+    default: usize,
+    min: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    let Some(text) = query.get(name) else {
+        return Ok(default);
+    };
+    match text.parse::<usize>() {
+        Ok(value) if (min..=max).contains(&value) => Ok(value),
+        _ => Err(ApiError::bad_request(format!(
+            "{name} is {text:?}; use a whole number from {min} to {max}"
+        ))),
+    }
+}
+
+async fn parked(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    if let Some(unknown) = query
+        .keys()
+        .find(|key| !["offset", "limit"].contains(&key.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown parameter {unknown:?}; use offset and limit"
+        )));
+    }
+    let offset = number(&query, "offset", 0, 0, usize::MAX / 2)?;
+    let limit = number(&query, "limit", DEFAULT_PAGE, 1, MAX_PAGE)?;
+    let view = served
+        .pool
+        .inspect(offset, limit)
+        .await
+        .map_err(ApiError::of_pool)?;
+    let body = json!({
+        "parked": view.parked,
+        "parked_total": view.parked_total,
+        "offset": view.offset,
+        "limit": limit,
+        "paused": view.paused,
+    });
+    Ok(Json(body).into_response())
+}
+
+async fn running(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
+    let view = state
+        .pool(&name)?
+        .pool
+        .inspect(0, 0)
+        .await
+        .map_err(ApiError::of_pool)?;
+    Ok(Json(json!({ "running": view.running })).into_response())
+}
+
+async fn tenants(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
+    let view = state
+        .pool(&name)?
+        .pool
+        .inspect(0, 0)
+        .await
+        .map_err(ApiError::of_pool)?;
+    let tenants: Vec<Value> = view
+        .tenants
+        .iter()
+        .map(|tenant| {
+            let holds: serde_json::Map<String, Value> = ResourceKind::ALL
+                .into_iter()
+                .filter(|kind| tenant.holds[kind.index()] > 0)
+                .map(|kind| (kind.name().to_owned(), tenant.holds[kind.index()].into()))
+                .collect();
+            json!({
+                "tenant": tenant.tenant,
+                "running": tenant.running,
+                "parked": tenant.parked,
+                "holds": holds,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "tenants": tenants })).into_response())
+}
+
+async fn refusals(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
+    let history = state
+        .pool(&name)?
+        .history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let latest: Vec<_> = history.refusals.iter().rev().cloned().collect();
+    Ok(Json(json!({ "refusals": latest })).into_response())
+}
+
+async fn history(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
+    let history = state
+        .pool(&name)?
+        .history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let body = json!({ "seconds": history.seconds, "missed_events": history.missed });
+    Ok(Json(body).into_response())
+}
+
+/// A task to cancel: its key's parts and its id.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    tenant: String,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    id: TaskId,
+}
+
+async fn control(
+    State(state): State<Shared>,
+    Path((name, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    const ACTIONS: &str = "pause, resume, drain, undrain or cancel";
+    if !["pause", "resume", "drain", "undrain", "cancel"].contains(&action.as_str()) {
+        return Err(ApiError::not_found(format!(
+            "no action {action:?}; use {ACTIONS}"
+        )));
+    }
+    state.authorise(&headers)?;
+    let pool = &served.pool;
+    let done = match action.as_str() {
+        "pause" => pool.pause().await,
+        "resume" => pool.resume().await,
+        "drain" => pool.drain().await,
+        "undrain" => pool.undrain().await,
+        _ => {
+            let cancel: CancelBody = serde_json::from_slice(&body).map_err(|error| {
+                ApiError::bad_request(format!(
+                    "a cancel takes {{\"tenant\": .., \"user_id\": .., \"session_id\": .., \"id\": ..}} (user_id and session_id optional): {error}"
+                ))
+            })?;
+            let mut key = MailboxKey::new(cancel.tenant);
+            key.user_id = cancel.user_id;
+            key.session_id = cancel.session_id;
+            pool.cancel(&key, cancel.id).await
+        }
+    };
+    done.map_err(ApiError::of_pool)?;
+    tracing::info!(pool = %name, %action, "admin action");
+    Ok(Json(json!({ "pool": summary(&name, served) })).into_response())
+}
+
+async fn events(
+    State(state): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let chosen: Vec<String> = match query.get("pool") {
+        Some(name) => {
+            state.pool(name)?;
+            vec![name.clone()]
+        }
+        None => state.pools.keys().cloned().collect(),
+    };
+    let (sender, receiver) = mpsc::channel::<Event>(256);
+    for name in &chosen {
+        let feed = state.pool(name)?.pool.events();
+        tokio::spawn(forward_tasks(
+            name.clone(),
+            feed,
+            sender.clone(),
+            state.closing.clone(),
+        ));
+    }
+    tokio::spawn(forward_stats(Arc::clone(&state), chosen, sender));
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        let event = receiver.recv().await?;
+        Some((Ok(event), receiver))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Hands a pool's task events to an event stream until it closes or the server stops.
+async fn forward_tasks(
+    pool: String,
+    mut feed: broadcast::Receiver<prometheus_parking_lot_actors::events::FeedEvent>,
+    sender: mpsc::Sender<Event>,
+    mut closing: watch::Receiver<bool>,
+) {
+    loop {
+        let event = tokio::select! {
+            event = feed.recv() => event,
+            _ = closing.changed() => return,
+        };
+        let data = match event {
+            Ok(event) => json!({ "pool": pool, "event": event }),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                json!({ "pool": pool, "missed": missed })
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let event = Event::default().event("task").data(data.to_string());
+        if sender.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Hands the chosen pools' summaries to an event stream every second, until it closes or
+/// the server stops.
+async fn forward_stats(state: Shared, chosen: Vec<String>, sender: mpsc::Sender<Event>) {
+    let mut closing = state.closing.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = closing.changed() => return,
+        }
+        let pools: Vec<PoolSummary<'_>> = chosen
+            .iter()
+            .filter_map(|name| Some(summary(name, state.pools.get(name)?)))
+            .collect();
+        let data = json!({ "pools": pools }).to_string();
+        if sender
+            .send(Event::default().event("stats").data(data))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! The admin HTTP API (cargo feature `admin`), asked over real HTTP as the dashboard and the
+//! command line ask it: reads that match the pool's own answers, validation, the bearer
+//! token on every mutation, the event stream, and no payload anywhere.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_parking_lot::admin::{Admin, AdminServer, AdminSettings};
+use prometheus_parking_lot::config::Secret;
+use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
+use prometheus_parking_lot::{MailboxKey, Priority, ResourceCost, WorkerPoolConfig};
+use serde_json::Value;
+
+const TOKEN: &str = "test-token-123";
+/// A payload that must never appear in an answer.
+const PROMPT: &str = "SECRET-PROMPT-do-not-show";
+
+/// Runs until the gate opens.
+#[derive(Clone)]
+struct Gated(Arc<AtomicBool>);
+
+#[async_trait::async_trait]
+impl WorkerExecutor<String, String> for Gated {
+    async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+        while !self.0.load(Ordering::Acquire) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        payload
+    }
+}
+
+fn pool(gate: &Arc<AtomicBool>) -> WorkerPool<String, String, Gated> {
+    WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(1)
+            .with_max_units(10),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts")
+}
+
+fn serve(pool: &WorkerPool<String, String, Gated>, token: Option<&str>) -> AdminServer {
+    Admin::new(AdminSettings {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: token.map(Secret::new),
+    })
+    .with_pool("llm", pool.client().clone())
+    .serve()
+    .expect("the admin server starts")
+}
+
+/// `(status, body)` of a request.
+async fn call(
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, String) {
+    let client = reqwest::Client::new();
+    let mut request = client.request(method, url);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+async fn get(server: &AdminServer, path: &str) -> (u16, Value) {
+    let (status, body) = call(
+        reqwest::Method::GET,
+        format!("{}{path}", server.url()),
+        None,
+        None,
+    )
+    .await;
+    assert!(!body.contains(PROMPT), "a payload in {path}: {body}");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+async fn post(
+    server: &AdminServer,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{}{path}", server.url()),
+        token,
+        body,
+    )
+    .await;
+    assert!(!body.contains(PROMPT), "a payload in {path}: {body}");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_match_the_pool_and_bad_input_gets_a_clear_answer() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = pool(&gate);
+    let server = serve(&pool, Some(TOKEN));
+    let key = MailboxKey::new("acme").with_session("chat-1");
+    let meta = |id, units, priority| {
+        TaskMetadata::new(id, ResourceCost::gpu_vram(units))
+            .with_mailbox(key.clone())
+            .with_priority(priority)
+    };
+    pool.submit_async(PROMPT.to_string(), meta(1, 8, Priority::Normal))
+        .await
+        .expect("runs");
+    pool.submit_async(PROMPT.to_string(), meta(2, 1, Priority::Low))
+        .await
+        .expect("parks");
+    pool.submit_async(PROMPT.to_string(), meta(3, 6, Priority::High))
+        .await
+        .expect("parks");
+
+    let (status, pools) = get(&server, "api/pools").await;
+    assert_eq!(status, 200);
+    let llm = &pools["pools"][0];
+    let stats = pool.stats();
+    assert_eq!(llm["name"], "llm");
+    assert_eq!(llm["stats"]["worker_count"], stats.worker_count);
+    assert_eq!(llm["stats"]["submitted_tasks"], stats.submitted_tasks);
+    let vram = llm["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kind| kind["kind"] == "gpu_vram")
+        .expect("gpu_vram is listed");
+    assert_eq!(
+        (vram["total"].as_u64(), vram["used"].as_u64()),
+        (Some(10), Some(8))
+    );
+
+    let (status, parked) = get(&server, "api/pools/llm/parked?limit=5").await;
+    assert_eq!(status, 200);
+    assert_eq!(parked["parked_total"], 2);
+    assert_eq!(parked["parked"][0]["id"], 3, "high priority first");
+    assert_eq!(parked["parked"][0]["reason"]["reason"], "units");
+    assert_eq!(parked["parked"][0]["key"]["session_id"], "chat-1");
+    assert_eq!(parked["parked"][1]["id"], 2);
+
+    let (status, running) = get(&server, "api/pools/llm/running").await;
+    assert_eq!(
+        (status, running["running"][0]["id"].as_u64()),
+        (200, Some(1))
+    );
+    let (_, tenants) = get(&server, "api/pools/llm/tenants").await;
+    assert_eq!(tenants["tenants"][0]["tenant"], "acme");
+    assert_eq!(tenants["tenants"][0]["holds"]["gpu_vram"], 8);
+    let (status, one) = get(&server, "api/pools/llm").await;
+    assert_eq!((status, one["parked_total"].as_u64()), (200, Some(2)));
+
+    for (path, expected) in [
+        (
+            "api/pools/llm/parked?limit=0",
+            "limit is \"0\"; use a whole number from 1 to 1000",
+        ),
+        (
+            "api/pools/llm/parked?limit=abc",
+            "limit is \"abc\"; use a whole number from 1 to 1000",
+        ),
+        (
+            "api/pools/llm/parked?limit=5000",
+            "limit is \"5000\"; use a whole number from 1 to 1000",
+        ),
+        (
+            "api/pools/llm/parked?page=2",
+            "unknown parameter \"page\"; use offset and limit",
+        ),
+    ] {
+        let (status, body) = get(&server, path).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some(expected)),
+            "{path}"
+        );
+    }
+    let (status, body) = get(&server, "api/pools/nope/parked").await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        body["error"],
+        "no pool named \"nope\"; the pools are [\"llm\"]"
+    );
+    let (status, _) = get(&server, "api/nothing").await;
+    assert_eq!(status, 404);
+
+    let (status, page) = call(reqwest::Method::GET, server.url(), None, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<html") || page.contains("<!doctype html"),
+        "the dashboard"
+    );
+    let (status, charts) = call(
+        reqwest::Method::GET,
+        format!("{}assets/charts.js", server.url()),
+        None,
+        None,
+    )
+    .await;
+    assert!(
+        status == 200 && charts.contains("uPlot"),
+        "the charting library is served"
+    );
+    gate.store(true, Ordering::Release);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mutation_needs_the_token_and_does_what_it_says() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = pool(&gate);
+    let server = serve(&pool, Some(TOKEN));
+    let key = MailboxKey::new("acme");
+    let meta = |id| TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key.clone());
+    pool.submit_async(PROMPT.to_string(), meta(1))
+        .await
+        .expect("runs");
+    pool.submit_async(PROMPT.to_string(), meta(2))
+        .await
+        .expect("parks");
+
+    let (status, body) = post(&server, "api/pools/llm/pause", None, None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            401,
+            Some("this endpoint changes a pool: send `Authorization: Bearer <token>`")
+        )
+    );
+    let (status, _) = post(&server, "api/pools/llm/pause", Some("wrong"), None).await;
+    assert_eq!(status, 401);
+    assert!(!pool.stats().paused, "nothing changed");
+
+    let (status, body) = post(&server, "api/pools/llm/pause", Some(TOKEN), None).await;
+    assert_eq!(
+        (status, body["pool"]["paused"].as_bool()),
+        (200, Some(true))
+    );
+    assert!(pool.stats().paused);
+    let (status, _) = post(&server, "api/pools/llm/resume", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+    assert!(!pool.stats().paused);
+
+    let cancel = serde_json::json!({ "tenant": "acme", "id": 2 });
+    let (status, _) = post(
+        &server,
+        "api/pools/llm/cancel",
+        Some(TOKEN),
+        Some(cancel.clone()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = post(&server, "api/pools/llm/cancel", Some(TOKEN), Some(cancel)).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("no live task with id 2"))
+    );
+    let (status, body) = post(
+        &server,
+        "api/pools/llm/cancel",
+        Some(TOKEN),
+        Some(serde_json::json!({ "id": 2 })),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `tenant`"),
+        "{body}"
+    );
+
+    let (status, _) = post(&server, "api/pools/llm/drain", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+    assert!(
+        pool.submit_async(PROMPT.to_string(), meta(3))
+            .await
+            .is_err(),
+        "drained"
+    );
+    let (status, _) = post(&server, "api/pools/llm/undrain", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+    let (status, body) = post(&server, "api/pools/llm/explode", Some(TOKEN), None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            404,
+            Some("no action \"explode\"; use pause, resume, drain, undrain or cancel")
+        )
+    );
+    gate.store(true, Ordering::Release);
+
+    let tokenless = serve(&pool, None);
+    let (status, body) = post(&tokenless, "api/pools/llm/pause", Some(TOKEN), None).await;
+    assert_eq!(status, 403);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("started without a token"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_carries_task_steps_and_stats() {
+    let gate = Arc::new(AtomicBool::new(true));
+    let pool = pool(&gate);
+    let server = serve(&pool, None);
+    let response = reqwest::get(format!("{}api/events?pool=llm", server.url()))
+        .await
+        .expect("the stream opens");
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut response = response;
+    pool.submit_async(
+        PROMPT.to_string(),
+        TaskMetadata::new(7, ResourceCost::cpu(1)).with_mailbox(MailboxKey::new("acme")),
+    )
+    .await
+    .expect("runs");
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(seen.contains("event: stats") && seen.contains("\"step\":\"ended\"")) {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("the stream carries both kinds of event in time")
+            .expect("a chunk")
+            .expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: task"));
+    assert!(seen.contains("\"task_id\":7"));
+    assert!(!seen.contains(PROMPT), "no payload in the stream");
+    let (status, body) = get(&server, "api/pools/llm/history").await;
+    assert_eq!(status, 200);
+    let started: u64 = body["seconds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["started"].as_u64().unwrap())
+        .sum();
+    assert_eq!(started, 1, "{body}");
+    // Stopping the server ends the open stream rather than waiting for it.
+    let stopped = tokio::task::spawn_blocking(move || server.stop());
+    tokio::time::timeout(Duration::from_secs(10), stopped)
+        .await
+        .expect("the server stops")
+        .unwrap();
+}
+
+#[test]
+fn an_address_in_use_is_refused_with_its_name() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let error = Admin::new(AdminSettings {
+        bind: addr,
+        token: None,
+    })
+    .serve()
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("admin: cannot listen on {addr}")),
+        "{error}"
+    );
+}
