@@ -12,6 +12,10 @@
 //! wakes on the queue's NOTIFY at once, not at its next poll. At the end the producer prints
 //! which node served how many requests.
 //!
+//! With `--features postgres,admin` every process serves a dashboard (the producer on
+//! 127.0.0.1:7480, each node on a free port) and the command prints their addresses and the
+//! token their buttons need; at a terminal it keeps them up after the run until Enter.
+//!
 //! A node stops as a deployment stops it, on SIGTERM (`kill <pid>` of a `--node` process):
 //! it takes no new work, lets what runs finish for up to 10 s, and hands everything else
 //! back to the queue at once, so the other nodes run it without waiting for a lease to run
@@ -28,6 +32,10 @@ use prometheus_parking_lot::{
     TokioSpawner,
 };
 use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "admin")]
+#[path = "support/dashboard.rs"]
+mod dashboard;
 
 const REQUESTS: u64 = 400;
 
@@ -84,6 +92,27 @@ fn node(run: &str, name: &str, worker_threads: usize, vram: u32) {
         TokioSpawner,
     )
     .expect("the node starts");
+    // With the `admin` feature each node serves its own dashboard on a free port, and says
+    // where on its "ready" line.
+    #[cfg(feature = "admin")]
+    let dashboard = dashboard::serve(
+        0,
+        &dashboard::token(),
+        built
+            .pools
+            .iter()
+            .map(|(pool, built)| dashboard::pool(pool, built.client().clone()))
+            .collect(),
+    )
+    .ok();
+    #[cfg(feature = "admin")]
+    println!(
+        "ready {}",
+        dashboard
+            .as_ref()
+            .map_or_else(String::new, |server| server.url())
+    );
+    #[cfg(not(feature = "admin"))]
     println!("ready");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -109,6 +138,7 @@ fn node(run: &str, name: &str, worker_threads: usize, vram: u32) {
     });
 }
 
+/// Starts a node and waits for it to be ready; prints its dashboard's address, if it has one.
 fn start_node(run: &str, name: &str, worker_threads: usize, vram: u32) -> Child {
     let mut child = Command::new(std::env::current_exe().expect("this binary"))
         .args([
@@ -126,6 +156,9 @@ fn start_node(run: &str, name: &str, worker_threads: usize, vram: u32) -> Child 
     let stdout = child.stdout.as_mut().expect("the node's stdout");
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready)
         .expect("the node says it is ready");
+    if let Some(url) = ready.trim().strip_prefix("ready ") {
+        println!("dashboard of node {name}: {url}");
+    }
     child
 }
 
@@ -142,6 +175,12 @@ fn main() {
     }
 
     let run = format!("{}", std::process::id());
+    #[cfg(feature = "admin")]
+    {
+        let token = dashboard::token();
+        std::env::set_var("PL_EXAMPLE_TOKEN", &token);
+        println!("token for the dashboards' buttons: {token}");
+    }
     // Two GPU nodes of different sizes: a 24 GB card with 4 workers, a 16 GB card with 2.
     let mut nodes = [
         start_node(&run, "gpu-24g", 4, 24),
@@ -158,6 +197,8 @@ fn main() {
     )
     .expect("the producer starts");
     let pool = &producer.pools["llm"];
+    #[cfg(feature = "admin")]
+    let dashboard = dashboard::start(vec![dashboard::pool("llm", pool.client().clone())]);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -210,6 +251,8 @@ fn main() {
     for (node, count) in served {
         println!("  {node:<8} served {count}");
     }
+    #[cfg(feature = "admin")]
+    dashboard::keep_open(dashboard);
     for node in &mut nodes {
         drop(node.stdin.take());
         let _ = node.wait();

@@ -25,7 +25,12 @@
 //! ```text
 //! cargo run --release --example quickstart
 //! cargo run --release --example quickstart -- --config config/local.json --pool local_llm
+//! cargo run --release --features admin --example quickstart   # with a live dashboard
 //! ```
+//!
+//! With the `admin` feature it serves the dashboard (`prometheus_parking_lot::admin`) on
+//! 127.0.0.1:7480 while it runs, prints its address and a token for its buttons, and at a
+//! terminal keeps it up after the summary until Enter is pressed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +50,10 @@ use prometheus_parking_lot::{
 #[path = "support/flags.rs"]
 mod flags;
 use flags::Flags;
+
+#[cfg(feature = "admin")]
+#[path = "support/dashboard.rs"]
+mod dashboard;
 
 const REQUESTS: u64 = 1_500;
 
@@ -234,6 +243,11 @@ async fn run(args: Args) -> Result<(), PoolError> {
         .install_recorder()
         .map_err(|error| PoolError::Internal(format!("metrics recorder: {error}")))?;
     let (name, pool) = build_pool(&args)?;
+    // With the `admin` feature the run is watched live in the browser.
+    #[cfg(feature = "admin")]
+    let dashboard = dashboard::start(vec![dashboard::pool(&name, pool.client().clone())]);
+    #[cfg(not(feature = "admin"))]
+    println!("(add --features admin to watch this run on a live dashboard)");
     let pool = Arc::new(pool);
     let workers = pool.stats().worker_count;
     let vram = [("kind", "gpu_vram")];
@@ -347,6 +361,10 @@ async fn run(args: Args) -> Result<(), PoolError> {
         println!("{outcome:<28}{:>12}", end.value(name, &[]));
     }
     println!("\n(every figure above is read from the pool's Prometheus metrics)");
+    #[cfg(feature = "admin")]
+    tokio::task::spawn_blocking(move || dashboard::keep_open(dashboard))
+        .await
+        .map_err(|error| PoolError::Internal(error.to_string()))?;
     pool.shutdown_with_drain(Duration::from_secs(5)).await?;
     Ok(())
 }

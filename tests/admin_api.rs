@@ -380,3 +380,135 @@ fn an_address_in_use_is_refused_with_its_name() {
         "{error}"
     );
 }
+
+/// `parking-lot ARGS` against `server`: (exit success, stdout, stderr).
+async fn cli(server: &AdminServer, args: &[&str]) -> (bool, String, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parking-lot"));
+    command
+        .args(args)
+        .env("PARKING_LOT_URL", server.url())
+        .env_remove("PARKING_LOT_TOKEN");
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("the command runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The command line reads a pool as the API serves it, in tables or in JSON, and changes it
+/// only with the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_shows_and_controls_a_pool() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = pool(&gate);
+    let server = serve(&pool, Some(TOKEN));
+    let key = MailboxKey::new("acme").with_session("chat-1");
+    let meta =
+        |id, units| TaskMetadata::new(id, ResourceCost::gpu_vram(units)).with_mailbox(key.clone());
+    pool.submit_async(PROMPT.to_string(), meta(1, 8))
+        .await
+        .expect("runs");
+    pool.submit_async(PROMPT.to_string(), meta(2, 6))
+        .await
+        .expect("parks");
+
+    let (ok, out, _) = cli(&server, &["status"]).await;
+    assert!(ok);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("POOL") && lines[0].contains("PARKED"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("llm") && lines[1].contains("running"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&server, &["--json", "status"]).await;
+    let json: Value = serde_json::from_str(&out).expect("--json prints JSON");
+    assert!(ok);
+    assert_eq!(json["pools"][0]["stats"]["active_tasks"], 1);
+
+    let (ok, out, _) = cli(&server, &["parked", "--pool", "llm"]).await;
+    assert!(ok);
+    assert!(
+        out.contains("acme/chat-1") && out.contains("needs 6 gpu_vram, 2 free"),
+        "{out}"
+    );
+    assert!(out.ends_with("1 of 1 parked\n"), "{out}");
+    let (ok, out, _) = cli(&server, &["running", "--pool", "llm"]).await;
+    assert!(
+        ok && out.lines().nth(1).is_some_and(|row| row.starts_with('1')),
+        "{out}"
+    );
+    assert!(!out.contains(PROMPT));
+
+    let (ok, _, err) = cli(&server, &["pause", "--pool", "llm"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("give the admin server's token with --token"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(&server, &["pause", "--pool", "llm", "--token", "wrong"]).await;
+    assert!(!ok && err.contains("not this server's"), "{err}");
+    assert!(!pool.stats().paused);
+    let (ok, out, _) = cli(&server, &["pause", "--pool", "llm", "--token", TOKEN]).await;
+    assert!(ok);
+    assert_eq!(out, "pool llm is paused\n");
+    assert!(pool.stats().paused);
+    let (ok, out, _) = cli(&server, &["resume", "--pool", "llm", "--token", TOKEN]).await;
+    assert_eq!((ok, out.as_str()), (true, "pool llm is running\n"));
+
+    let cancel = [
+        "cancel",
+        "--pool",
+        "llm",
+        "--tenant",
+        "acme",
+        "--session",
+        "chat-1",
+        "2",
+        "--token",
+        TOKEN,
+    ];
+    let (ok, out, _) = cli(&server, &cancel).await;
+    assert_eq!((ok, out.as_str()), (true, "cancelled task 2 of acme\n"));
+    let (ok, _, err) = cli(&server, &cancel).await;
+    assert!(!ok && err.contains("no live task with id 2"), "{err}");
+
+    let (ok, _, err) = cli(&server, &["parked", "--pool", "nope"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("no pool named \"nope\"; the pools are [\"llm\"]"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(&server, &["parked", "--pool", "llm", "--limit", "0"]).await;
+    assert!(
+        !ok && err.contains("limit is \"0\"; use a whole number from 1 to 1000"),
+        "{err}"
+    );
+    gate.store(true, Ordering::Release);
+    server.stop();
+
+    let closed = serve(&pool, None);
+    let url = closed.url();
+    closed.stop();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parking-lot"));
+    command.args(["status", "--url", &url]);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        err.contains(&format!(
+            "no admin server answers at {}",
+            url.trim_end_matches('/')
+        )),
+        "{err}"
+    );
+}

@@ -1,1 +1,514 @@
-fn main() {}
+//! `parking-lot`: the command line over a running admin server (cargo feature `admin`).
+//!
+//! ```text
+//! parking-lot status                       every pool: state, tasks, capacity in use
+//! parking-lot parked --pool llm            parked tasks in rank order, and why each waits
+//! parking-lot running --pool llm           running tasks
+//! parking-lot pause --pool llm             (resume, drain, undrain)
+//! parking-lot cancel --pool llm --tenant acme 42
+//! ```
+//!
+//! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise;
+//! commands that change a pool send the token of `--token` or `PARKING_LOT_TOKEN`. `--json`
+//! prints the server's answer as it came, for scripts.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+/// The command line over a parking lot's admin server.
+#[derive(Parser)]
+#[command(name = "parking-lot", version, about)]
+struct Cli {
+    /// The admin server [env: PARKING_LOT_URL; default: http://127.0.0.1:7480]
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// The bearer token for commands that change a pool [env: PARKING_LOT_TOKEN]
+    #[arg(long, global = true)]
+    token: Option<String>,
+    /// Print the server's JSON answer instead of a table
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every pool: its state, its tasks and the capacity in use
+    Status,
+    /// Parked tasks of a pool in rank order, and why each waits
+    Parked {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The first task to show, in rank order
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// How many to show (1 to 1000)
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Running tasks of a pool
+    Running {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// Tenants of a pool and their work
+    Tenants {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// Stop starting tasks (admitted work parks; running work runs on)
+    Pause {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// End a pause
+    Resume {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// Refuse new work and finish what the pool has
+    Drain {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// End a drain: take new work again
+    Undrain {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// Cancel a task: parked, it ends at once; running, it is asked to stop
+    Cancel {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The tenant it was submitted under
+        #[arg(long)]
+        tenant: String,
+        /// The user part of its key, if it has one
+        #[arg(long)]
+        user: Option<String>,
+        /// The session part of its key, if it has one
+        #[arg(long)]
+        session: Option<String>,
+        /// The task's id
+        id: u64,
+    },
+}
+
+/// What went wrong, for the user: the line printed before the exit.
+struct Failure(String);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("parking-lot: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(Failure(text)) => {
+            eprintln!("parking-lot: {text}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<String, Failure> {
+    let url = cli
+        .url
+        .clone()
+        .or_else(|| std::env::var("PARKING_LOT_URL").ok())
+        .unwrap_or_else(|| "http://127.0.0.1:7480".into());
+    let server = Server {
+        url: url.trim_end_matches('/').to_owned(),
+        token: cli
+            .token
+            .clone()
+            .or_else(|| std::env::var("PARKING_LOT_TOKEN").ok()),
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|error| Failure(format!("cannot make an HTTP client: {error}")))?,
+    };
+    let (answer, table): (Value, fn(&Value) -> String) = match &cli.command {
+        Command::Status => (server.get("/api/pools").await?, status_table),
+        Command::Parked {
+            pool,
+            offset,
+            limit,
+        } => (
+            server
+                .get(&format!(
+                    "/api/pools/{}/parked?offset={offset}&limit={limit}",
+                    path(pool)
+                ))
+                .await?,
+            parked_table,
+        ),
+        Command::Running { pool } => (
+            server
+                .get(&format!("/api/pools/{}/running", path(pool)))
+                .await?,
+            running_table,
+        ),
+        Command::Tenants { pool } => (
+            server
+                .get(&format!("/api/pools/{}/tenants", path(pool)))
+                .await?,
+            tenants_table,
+        ),
+        Command::Pause { pool } => (server.act(pool, "pause", None).await?, state_line),
+        Command::Resume { pool } => (server.act(pool, "resume", None).await?, state_line),
+        Command::Drain { pool } => (server.act(pool, "drain", None).await?, state_line),
+        Command::Undrain { pool } => (server.act(pool, "undrain", None).await?, state_line),
+        Command::Cancel {
+            pool,
+            tenant,
+            user,
+            session,
+            id,
+        } => {
+            let body = serde_json::json!({
+                "tenant": tenant, "user_id": user, "session_id": session, "id": id,
+            });
+            server.act(pool, "cancel", Some(body)).await?;
+            return Ok(if cli.json {
+                format!("{}\n", serde_json::json!({ "cancelled": id }))
+            } else {
+                format!("cancelled task {id} of {tenant}\n")
+            });
+        }
+    };
+    Ok(if cli.json {
+        format!("{answer:#}\n")
+    } else {
+        table(&answer)
+    })
+}
+
+/// A pool name as a path segment: the characters a name may hold pass, others are escaped.
+fn path(name: &str) -> String {
+    name.bytes()
+        .map(|byte| match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                char::from(byte).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// The admin server, and how to reach it.
+struct Server {
+    url: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Server {
+    async fn get(&self, path: &str) -> Result<Value, Failure> {
+        self.answer(self.client.get(format!("{}{path}", self.url)))
+            .await
+    }
+
+    /// Asks pool `pool` to do `action`, with the token.
+    async fn act(&self, pool: &str, action: &str, body: Option<Value>) -> Result<Value, Failure> {
+        let Some(token) = &self.token else {
+            return Err(Failure(format!(
+                "{action} changes the pool: give the admin server's token with --token or \
+                 PARKING_LOT_TOKEN"
+            )));
+        };
+        let mut request = self
+            .client
+            .post(format!("{}/api/pools/{}/{action}", self.url, path(pool)))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        self.answer(request).await
+    }
+
+    /// The JSON of a successful answer, or the server's error text.
+    async fn answer(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
+        let response = request.send().await.map_err(|error| {
+            Failure(format!(
+                "no admin server answers at {} ({}); start one (see the README, \"The \
+                 dashboard\") or give its address with --url",
+                self.url,
+                error.without_url()
+            ))
+        })?;
+        let status = response.status();
+        let text = response.text().await.map_err(|error| {
+            Failure(format!(
+                "the answer could not be read: {}",
+                error.without_url()
+            ))
+        })?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(value);
+        }
+        let reason = value["error"]
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned);
+        Err(Failure(format!("{} ({status})", reason)))
+    }
+}
+
+/// Rows as aligned columns under a header.
+fn columns(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut text = line(header.iter().map(|title| (*title).to_owned()).collect());
+    for row in rows {
+        text.push_str(&line(row));
+    }
+    text
+}
+
+fn state_of(pool: &Value) -> &'static str {
+    if pool["draining"].as_bool() == Some(true) {
+        "draining"
+    } else if pool["paused"].as_bool() == Some(true) {
+        "paused"
+    } else {
+        "running"
+    }
+}
+
+fn status_table(answer: &Value) -> String {
+    let pools = answer["pools"].as_array().cloned().unwrap_or_default();
+    if pools.is_empty() {
+        return "no pools\n".into();
+    }
+    let rows = pools
+        .iter()
+        .map(|pool| {
+            let stats = &pool["stats"];
+            let kinds: Vec<String> = pool["kinds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|kind| kind["used"].as_u64() > Some(0) || pools.len() == 1)
+                .map(|kind| format!("{} {}/{}", text(&kind["kind"]), kind["used"], kind["total"]))
+                .collect();
+            vec![
+                text(&pool["name"]),
+                state_of(pool).into(),
+                stats["active_tasks"].to_string(),
+                stats["queued_tasks"].to_string(),
+                stats["completed_tasks"].to_string(),
+                stats["failed_tasks"].to_string(),
+                format!("{}/{}", stats["live_worker_threads"], stats["worker_count"]),
+                kinds.join(", "),
+            ]
+        })
+        .collect();
+    columns(
+        &[
+            "POOL", "STATE", "RUNNING", "PARKED", "DONE", "FAILED", "WORKERS", "IN USE",
+        ],
+        rows,
+    )
+}
+
+/// A JSON string's text (other values as JSON).
+fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// A task's key as `tenant/user/session`.
+fn key_of(task: &Value) -> String {
+    let key = &task["key"];
+    let mut parts = vec![text(&key["tenant"])];
+    for part in ["user_id", "session_id"] {
+        if let Some(value) = key[part].as_str() {
+            parts.push(value.to_owned());
+        }
+    }
+    parts.join("/")
+}
+
+fn cost_of(task: &Value) -> String {
+    format!(
+        "{} {}",
+        task["cost"]["units"],
+        kind_name(&task["cost"]["kind"])
+    )
+}
+
+/// A kind as the config names it (`GpuVram` → `gpu_vram`).
+fn kind_name(kind: &Value) -> String {
+    let name = text(kind);
+    let mut snake = String::new();
+    for (index, c) in name.chars().enumerate() {
+        if c.is_uppercase() && index > 0 {
+            snake.push('_');
+        }
+        snake.extend(c.to_lowercase());
+    }
+    snake
+}
+
+/// How long ago (or from now) `at_ms` is, in words.
+fn ago(at_ms: &Value) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.as_millis() as i128);
+    let Some(at) = at_ms.as_u64() else {
+        return "-".into();
+    };
+    let seconds = (now - i128::from(at)) / 1_000;
+    if seconds >= 0 {
+        format!("{seconds}s ago")
+    } else {
+        format!("in {}s", -seconds)
+    }
+}
+
+/// Why a task waits, in words.
+fn reason_of(reason: &Value) -> String {
+    let kind = kind_name(&reason["kind"]);
+    match reason["reason"].as_str() {
+        None => "-".into(),
+        Some("units") => format!("needs {} {kind}, {} free", reason["needed"], reason["free"]),
+        Some("budget") => format!(
+            "{kind} budget: needs {}, holds {}, enough {}",
+            reason["needed"],
+            reason["level"],
+            ago(&reason["ready_at_ms"])
+        ),
+        Some("tenant_share") => format!(
+            "tenant at its share of {kind}: needs {}, room for {}",
+            reason["needed"], reason["room"]
+        ),
+        Some("worker") => format!("no idle worker ({} busy)", reason["busy"]),
+        Some("reserved") => format!("task {} is reserved and goes first", reason["reserved"]),
+        Some("behind") => format!("{} tasks rank ahead", reason["ahead"]),
+        Some("sleeping") => format!("retry backoff, parks again {}", ago(&reason["until_ms"])),
+        Some("paused") => "the pool is paused".into(),
+        Some(other) => other.into(),
+    }
+}
+
+fn parked_table(answer: &Value) -> String {
+    let tasks = answer["parked"].as_array().cloned().unwrap_or_default();
+    let offset = answer["offset"].as_u64().unwrap_or(0);
+    let rows = tasks
+        .iter()
+        .enumerate()
+        .map(|(index, task)| {
+            vec![
+                (offset + index as u64 + 1).to_string(),
+                task["id"].to_string(),
+                key_of(task),
+                text(&task["priority"]),
+                cost_of(task),
+                ago(&task["since_ms"]),
+                reason_of(&task["reason"]),
+            ]
+        })
+        .collect();
+    let mut table = columns(
+        &["#", "ID", "KEY", "PRIORITY", "COST", "PARKED", "WAITS FOR"],
+        rows,
+    );
+    table.push_str(&format!(
+        "{} of {} parked\n",
+        tasks.len(),
+        answer["parked_total"]
+    ));
+    table
+}
+
+fn running_table(answer: &Value) -> String {
+    let tasks = answer["running"].as_array().cloned().unwrap_or_default();
+    let rows = tasks
+        .iter()
+        .map(|task| {
+            vec![
+                task["id"].to_string(),
+                key_of(task),
+                text(&task["priority"]),
+                cost_of(task),
+                ago(&task["since_ms"]),
+                task["attempt"].to_string(),
+                if task["permit"].as_bool() == Some(true) {
+                    "permit"
+                } else {
+                    "task"
+                }
+                .into(),
+            ]
+        })
+        .collect();
+    columns(
+        &["ID", "KEY", "PRIORITY", "COST", "STARTED", "RUN", "WHAT"],
+        rows,
+    )
+}
+
+fn tenants_table(answer: &Value) -> String {
+    let tenants = answer["tenants"].as_array().cloned().unwrap_or_default();
+    let rows = tenants
+        .iter()
+        .map(|tenant| {
+            let holds: Vec<String> = tenant["holds"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(kind, units)| format!("{units} {kind}"))
+                .collect();
+            vec![
+                text(&tenant["tenant"]),
+                tenant["running"].to_string(),
+                tenant["parked"].to_string(),
+                holds.join(", "),
+            ]
+        })
+        .collect();
+    columns(&["TENANT", "RUNNING", "PARKED", "HOLDS"], rows)
+}
+
+fn state_line(answer: &Value) -> String {
+    let pool = &answer["pool"];
+    format!("pool {} is {}\n", text(&pool["name"]), state_of(pool))
+}
