@@ -512,3 +512,177 @@ async fn the_command_line_shows_and_controls_a_pool() {
         "{err}"
     );
 }
+
+/// Fails (panics) while `fail` is set.
+#[derive(Clone)]
+struct Flaky(Arc<AtomicBool>);
+
+#[async_trait::async_trait]
+impl prometheus_parking_lot::core::TaskExecutor<String, String> for Flaky {
+    async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+        if self.0.load(Ordering::Acquire) {
+            panic!("the provider answered 500");
+        }
+        payload
+    }
+}
+
+/// A node of a shared queue: its failed runs are dead letters an operator lists, retries
+/// and purges, from the API and from the command line; a pool with a queue of its own says
+/// it keeps none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
+    use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
+    use prometheus_parking_lot::core::{PoolLimits, ScheduledTask, SharedParking};
+    use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+    use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
+    use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
+
+    let fail = Arc::new(AtomicBool::new(true));
+    let supervisor = spawn_supervisor().await.unwrap();
+    let spec = PoolSpec {
+        name: "node".into(),
+        limits: PoolLimits::new(4, 1),
+        workers: WorkerSettings {
+            count: 1,
+            stack_size: None,
+            pin_to_cpus: false,
+        },
+        default_timeout: None,
+        restart: prometheus_parking_lot::RestartPolicy::default(),
+        executor: Flaky(fail.clone()),
+        queue: Box::new(InMemoryQueue::new()),
+        mailbox: Arc::new(InMemoryMailbox::new()),
+        notifiers: Vec::new(),
+        result_encoder: None,
+        subscribers: Vec::new(),
+        retention: None,
+        shared: Some(
+            SharedParking::new(Arc::new(InMemorySharedQueue::<String>::new()), "node-1")
+                .with_lease(Duration::from_millis(300))
+                .with_poll(Duration::from_millis(10)),
+        ),
+        durability: Default::default(),
+        gpu: None,
+    };
+    let client = start_pool(&supervisor, spec).await.unwrap();
+    let server = Admin::new(AdminSettings {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: Some(Secret::new(TOKEN)),
+    })
+    .with_pool("node", client.clone())
+    .serve()
+    .unwrap();
+    let key = MailboxKey::new("acme");
+    let task = |id| {
+        ScheduledTask::new(
+            TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key.clone()),
+            PROMPT.to_string(),
+        )
+    };
+    for id in [1, 2] {
+        client
+            .submit(task(id), Default::default())
+            .await
+            .expect("accepted");
+        let failed = client
+            .retrieve_task(&key, id, Duration::from_secs(10))
+            .await;
+        assert!(failed.is_err(), "task {id} fails");
+    }
+
+    let (status, body) = get(&server, "api/pools/node/dead-letters").await;
+    assert_eq!(status, 200);
+    let letters = body["dead_letters"].as_array().unwrap().clone();
+    assert_eq!(letters.len(), 2, "{body}");
+    assert_eq!(letters[0]["task_id"], 1);
+    assert!(
+        letters[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the provider answered 500"),
+        "{body}"
+    );
+    let first = letters[0]["entry"]
+        .as_str()
+        .expect("entries are strings")
+        .to_owned();
+    let second = letters[1]["entry"].as_str().unwrap().to_owned();
+
+    let (ok, out, _) = cli(&server, &["dead-letters", "--pool", "node"]).await;
+    assert!(
+        ok && out.contains(&first) && out.contains("the provider answered 500"),
+        "{out}"
+    );
+
+    let (status, _) = post(
+        &server,
+        &format!("api/pools/node/dead-letters/{first}/retry"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 401, "a retry needs the token");
+    fail.store(false, Ordering::Release);
+    let (ok, out, _) = cli(
+        &server,
+        &["retry", "--pool", "node", &first, "--token", TOKEN],
+    )
+    .await;
+    assert_eq!(
+        (ok, out),
+        (true, format!("dead letter {first} parked again\n"))
+    );
+    let rerun = client.retrieve_task(&key, 1, Duration::from_secs(10)).await;
+    assert_eq!(
+        rerun,
+        Ok(PROMPT.to_string()),
+        "the retried task ran again, and succeeded"
+    );
+    let (status, body) = post(
+        &server,
+        &format!("api/pools/node/dead-letters/{first}/retry"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            status,
+            body["error"]
+                .as_str()
+                .map(|e| e.starts_with("no dead letter"))
+        ),
+        (404, Some(true))
+    );
+    let (status, body) = post(
+        &server,
+        "api/pools/node/dead-letters/abc/retry",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+
+    let (ok, out, _) = cli(
+        &server,
+        &["purge", "--pool", "node", &second, "--token", TOKEN],
+    )
+    .await;
+    assert_eq!((ok, out.as_str()), (true, "1 dead letters deleted\n"));
+    let (_, body) = get(&server, "api/pools/node/dead-letters").await;
+    assert_eq!(body["dead_letters"].as_array().map(Vec::len), Some(0));
+
+    let gate = Arc::new(AtomicBool::new(true));
+    let local = pool(&gate);
+    let local_server = serve(&local, None);
+    let (status, body) = get(&local_server, "api/pools/llm/dead-letters").await;
+    assert_eq!(status, 409);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("keeps no dead letters"),
+        "{body}"
+    );
+}

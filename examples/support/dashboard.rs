@@ -7,6 +7,9 @@ use std::io::IsTerminal;
 use prometheus_parking_lot::admin::{Admin, AdminPool, AdminServer, AdminSettings};
 use prometheus_parking_lot::config::Secret;
 
+/// Pools to serve, each by name with how to add it to the admin server.
+pub type Pools = Vec<(String, Box<dyn FnOnce(Admin) -> Admin>)>;
+
 /// A fresh token for the dashboards' buttons (or the one this process was given in
 /// `PL_EXAMPLE_TOKEN`, so that a cluster's processes share one).
 pub fn token() -> String {
@@ -21,7 +24,7 @@ pub fn token() -> String {
 pub fn serve(
     port: u16,
     token: &str,
-    pools: Vec<(String, Box<dyn FnOnce(Admin) -> Admin>)>,
+    pools: Pools,
 ) -> Result<AdminServer, prometheus_parking_lot::PoolError> {
     let mut admin = Admin::new(AdminSettings {
         bind: ([127, 0, 0, 1], port).into(),
@@ -34,7 +37,7 @@ pub fn serve(
 }
 
 /// Serves `pools` on 127.0.0.1:7480 and prints where, with a fresh token.
-pub fn start(pools: Vec<(String, Box<dyn FnOnce(Admin) -> Admin>)>) -> Option<AdminServer> {
+pub fn start(pools: Pools) -> Option<AdminServer> {
     let token = token();
     let names: Vec<String> = pools.iter().map(|(name, _)| name.clone()).collect();
     match serve(AdminSettings::DEFAULT_PORT, &token, pools) {

@@ -16,7 +16,10 @@
 //! | `GET /api/pools/{pool}/refusals` | the latest refusals (at most 100) |
 //! | `GET /api/pools/{pool}/history` | tasks started and ended, and the mean wait, per second over the last 10 minutes |
 //! | `GET /api/events[?pool=P]` | server-sent events: every task step (`task`), and each pool's counters every second (`stats`) |
+//! | `GET /api/pools/{pool}/dead-letters?offset=0&limit=50` | a shared queue's dead letters, oldest first, with their reasons (entries as strings) |
 //! | `POST /api/pools/{pool}/pause`, `/resume`, `/drain`, `/undrain` | control (a token) |
+//! | `POST /api/pools/{pool}/dead-letters/{entry}/retry` | park a dead letter again (a token) |
+//! | `POST /api/pools/{pool}/dead-letters/purge` `{"entry": "..."}` or `{}` (all) | delete dead letters (a token) |
 //! | `POST /api/pools/{pool}/cancel` `{"tenant", "user_id", "session_id", "id"}` | cancel a task (a token) |
 //!
 //! **Safe by default.** It binds to `127.0.0.1` unless told otherwise. Every endpoint that
@@ -52,7 +55,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::config::Secret;
-use crate::core::{PoolClient, PoolError, PoolStats};
+use crate::core::{EntryId, KeptLetter, PoolClient, PoolError, PoolStats};
 use crate::util::serde::{MailboxKey, TaskId};
 use history::History;
 use prometheus_parking_lot_actors::events::FeedEvent;
@@ -103,6 +106,13 @@ pub trait AdminPool: Send + Sync {
     async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError>;
     /// Listens to its events.
     fn events(&self) -> broadcast::Receiver<FeedEvent>;
+    /// Its shared queue's dead letters (see [`PoolClient::dead_letters`]).
+    async fn dead_letters(&self, offset: usize, limit: usize)
+        -> Result<Vec<KeptLetter>, PoolError>;
+    /// Parks a dead letter again.
+    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError>;
+    /// Deletes a dead letter, or all.
+    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError>;
 }
 
 #[async_trait]
@@ -137,6 +147,22 @@ impl<P: Send + 'static, R: Send + 'static> AdminPool for PoolClient<P, R> {
 
     fn events(&self) -> broadcast::Receiver<FeedEvent> {
         PoolClient::events(self)
+    }
+
+    async fn dead_letters(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<KeptLetter>, PoolError> {
+        PoolClient::dead_letters(self, offset, limit).await
+    }
+
+    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError> {
+        PoolClient::retry_dead_letter(self, entry).await
+    }
+
+    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError> {
+        PoolClient::purge_dead_letters(self, entry).await
     }
 }
 

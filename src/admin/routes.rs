@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 use super::Served;
 use crate::config::Secret;
-use crate::core::{PoolError, PoolStats};
+use crate::core::{EntryId, KeptLetter, PoolError, PoolStats};
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 use prometheus_parking_lot_actors::inspect::MAX_PAGE;
 
@@ -63,6 +63,15 @@ pub(crate) fn router(
         .route("/api/pools/{pool}/tenants", get(tenants))
         .route("/api/pools/{pool}/refusals", get(refusals))
         .route("/api/pools/{pool}/history", get(history))
+        .route("/api/pools/{pool}/dead-letters", get(dead_letters))
+        .route(
+            "/api/pools/{pool}/dead-letters/purge",
+            post(purge_dead_letters),
+        )
+        .route(
+            "/api/pools/{pool}/dead-letters/{entry}/retry",
+            post(retry_dead_letter),
+        )
         .route("/api/pools/{pool}/{action}", post(control))
         .route("/api/events", get(events))
         .fallback(not_found)
@@ -92,6 +101,7 @@ impl ApiError {
     fn of_pool(error: PoolError) -> Self {
         let status = match error {
             PoolError::TaskNotFound(_) => StatusCode::NOT_FOUND,
+            PoolError::InvalidConfig(_) => StatusCode::CONFLICT,
             PoolError::Shutdown => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -471,4 +481,101 @@ async fn forward_stats(state: Shared, chosen: Vec<String>, sender: mpsc::Sender<
             return;
         }
     }
+}
+
+/// A dead letter as the API shows it: its entry as a string (entries use all 64 bits, past
+/// what a JSON number keeps exact in a browser).
+fn letter_json(letter: &KeptLetter) -> Value {
+    json!({
+        "entry": letter.entry.to_string(),
+        "task_id": letter.task_id,
+        "key": letter.key,
+        "cost": letter.cost,
+        "priority": letter.priority,
+        "attempts": letter.attempts,
+        "reason": letter.reason,
+    })
+}
+
+/// An entry named in a path or a body: a whole number, or a 400 that says so.
+fn entry_of(text: &str) -> Result<EntryId, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "entry is {text:?}; use the entry of a dead letter as listed (a whole number)"
+        ))
+    })
+}
+
+async fn dead_letters(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    let offset = number(&query, "offset", 0, 0, usize::MAX / 2)?;
+    let limit = number(&query, "limit", DEFAULT_PAGE, 1, MAX_PAGE)?;
+    let letters = served
+        .pool
+        .dead_letters(offset, limit)
+        .await
+        .map_err(ApiError::of_pool)?;
+    let listed: Vec<Value> = letters.iter().map(letter_json).collect();
+    Ok(Json(json!({ "dead_letters": listed, "offset": offset, "limit": limit })).into_response())
+}
+
+async fn retry_dead_letter(
+    State(state): State<Shared>,
+    Path((name, entry)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    let entry = entry_of(&entry)?;
+    state.authorise(&headers)?;
+    let retried = served
+        .pool
+        .retry_dead_letter(entry)
+        .await
+        .map_err(ApiError::of_pool)?;
+    if !retried {
+        return Err(ApiError::not_found(format!(
+            "no dead letter {entry} in pool {name:?}"
+        )));
+    }
+    tracing::info!(pool = %name, entry, "admin: dead letter retried");
+    Ok(Json(json!({ "retried": entry.to_string() })).into_response())
+}
+
+/// What a purge names: one entry, or none for all.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PurgeBody {
+    #[serde(default)]
+    entry: Option<String>,
+}
+
+async fn purge_dead_letters(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    state.authorise(&headers)?;
+    let purge: PurgeBody = if body.is_empty() {
+        PurgeBody { entry: None }
+    } else {
+        serde_json::from_slice(&body).map_err(|error| {
+            ApiError::bad_request(format!(
+                "a purge takes {{\"entry\": \"..\"}} for one dead letter, or {{}} for all: {error}"
+            ))
+        })?
+    };
+    let entry = purge.entry.as_deref().map(entry_of).transpose()?;
+    let purged = served
+        .pool
+        .purge_dead_letters(entry)
+        .await
+        .map_err(ApiError::of_pool)?;
+    tracing::info!(pool = %name, purged, "admin: dead letters purged");
+    Ok(Json(json!({ "purged": purged })).into_response())
 }

@@ -6,6 +6,8 @@
 //! parking-lot running --pool llm           running tasks
 //! parking-lot pause --pool llm             (resume, drain, undrain)
 //! parking-lot cancel --pool llm --tenant acme 42
+//! parking-lot dead-letters --pool llm      a shared queue's dead letters, and why
+//! parking-lot retry --pool llm ENTRY       (purge --pool llm ENTRY, purge --pool llm --all)
 //! ```
 //!
 //! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise;
@@ -86,6 +88,38 @@ enum Command {
         /// The pool
         #[arg(long)]
         pool: String,
+    },
+    /// Dead letters of a pool's shared queue, oldest first, with why each was given up
+    DeadLetters {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The first to show
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// How many to show (1 to 1000)
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Park a dead letter again for any node, its attempts afresh
+    Retry {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The dead letter's entry, as `dead-letters` lists it
+        entry: String,
+    },
+    /// Delete a dead letter, or with --all every one of the pool's queue
+    Purge {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The dead letter's entry, as `dead-letters` lists it
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        entry: Option<String>,
+        /// Every dead letter of the queue
+        #[arg(long)]
+        all: bool,
     },
     /// Cancel a task: parked, it ends at once; running, it is asked to stop
     Cancel {
@@ -181,6 +215,38 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Resume { pool } => (server.act(pool, "resume", None).await?, state_line),
         Command::Drain { pool } => (server.act(pool, "drain", None).await?, state_line),
         Command::Undrain { pool } => (server.act(pool, "undrain", None).await?, state_line),
+        Command::DeadLetters {
+            pool,
+            offset,
+            limit,
+        } => (
+            server
+                .get(&format!(
+                    "/api/pools/{}/dead-letters?offset={offset}&limit={limit}",
+                    path(pool)
+                ))
+                .await?,
+            dead_letters_table,
+        ),
+        Command::Retry { pool, entry } => {
+            let answer = server
+                .act(pool, &format!("dead-letters/{}/retry", path(entry)), None)
+                .await?;
+            return Ok(if cli.json {
+                format!("{answer}\n")
+            } else {
+                format!("dead letter {entry} parked again\n")
+            });
+        }
+        Command::Purge { pool, entry, .. } => {
+            let body = serde_json::json!({ "entry": entry });
+            let answer = server.act(pool, "dead-letters/purge", Some(body)).await?;
+            return Ok(if cli.json {
+                format!("{answer}\n")
+            } else {
+                format!("{} dead letters deleted\n", answer["purged"])
+            });
+        }
         Command::Cancel {
             pool,
             tenant,
@@ -506,6 +572,30 @@ fn tenants_table(answer: &Value) -> String {
         })
         .collect();
     columns(&["TENANT", "RUNNING", "PARKED", "HOLDS"], rows)
+}
+
+fn dead_letters_table(answer: &Value) -> String {
+    let letters = answer["dead_letters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if letters.is_empty() {
+        return "no dead letters\n".into();
+    }
+    let rows = letters
+        .iter()
+        .map(|letter| {
+            vec![
+                text(&letter["entry"]),
+                letter["task_id"].to_string(),
+                key_of(letter),
+                cost_of(letter),
+                letter["attempts"].to_string(),
+                text(&letter["reason"]),
+            ]
+        })
+        .collect();
+    columns(&["ENTRY", "ID", "KEY", "COST", "RUNS", "WHY"], rows)
 }
 
 fn state_line(answer: &Value) -> String {

@@ -16,9 +16,9 @@ pub use prometheus_parking_lot_actors::mailbox::{
     ResultEncoder, TerminalEvent,
 };
 pub use prometheus_parking_lot_actors::queue::{
-    Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, Lease, LeaseRenewer,
-    LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement, SharedQueue,
-    StarvationRule, StoredEntry, TaskQueue,
+    Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, KeptLetter, Lease,
+    LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
+    SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{
     SchedulerRequest, ShutdownReport, SubmitOptions,

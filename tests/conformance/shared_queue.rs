@@ -79,6 +79,7 @@ where
         a_shared_start_cap_caps_how_many_tasks_claims_take,
         callers_kept_unique_have_one_live_task_each,
         callers_are_not_checked_unless_asked,
+        dead_letters_are_kept_listed_retried_and_purged,
         backend_is_named,
     );
 }
@@ -1311,6 +1312,98 @@ pub async fn callers_are_not_checked_unless_asked(queue: &dyn SharedQueue<Job>) 
     let second = under(cpu(7, Normal, 1, 1), &key);
     enqueue_all(queue, &[(1, &first), (2, &second)]).await;
     assert_counts(queue, 2, 0, "two tasks of one caller").await;
+}
+/// A failed run's task is kept as a dead letter with its reason, listed oldest first a page
+/// at a time; a retry parks it again (claimable, its attempts afresh) and a purge deletes
+/// one or all.
+pub async fn dead_letters_are_kept_listed_retried_and_purged(queue: &dyn SharedQueue<Job>) {
+    let key = MailboxKey::new("acme").with_session("s");
+    let tasks: Vec<_> = (1..=3)
+        .map(|id| under(cpu(id, Normal, id, 1), &key))
+        .collect();
+    enqueue_all(queue, &[(1, &tasks[0]), (2, &tasks[1]), (3, &tasks[2])]).await;
+    let leases = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 2)), 2, LEASE, at(10))
+        .await
+        .expect("claim");
+    assert_eq!(
+        leases.iter().map(|lease| lease.entry).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    for lease in &leases {
+        let reason = format!("boom {}", lease.entry);
+        queue
+            .settle(NODE_A, lease.claim(), Settlement::Failed(reason))
+            .await
+            .expect("settle");
+    }
+    let maintenance = queue.maintenance();
+    let kept = maintenance.list_dead_letters(0, 10).await.expect("list");
+    let listed: Vec<_> = kept
+        .iter()
+        .map(|letter| {
+            (
+                letter.entry,
+                letter.task_id,
+                letter.attempts,
+                letter.reason.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [(1, 1, 1, "boom 1"), (2, 2, 1, "boom 2")]);
+    assert_eq!(
+        (kept[0].key.clone(), kept[0].cost),
+        (key.clone(), tasks[0].meta.cost)
+    );
+    let page = maintenance.list_dead_letters(1, 10).await.expect("list");
+    assert_eq!(
+        page.iter().map(|letter| letter.entry).collect::<Vec<_>>(),
+        [2]
+    );
+
+    assert_eq!(maintenance.retry_dead_letter(1).await, Ok(true));
+    assert_eq!(
+        maintenance.retry_dead_letter(1).await,
+        Ok(false),
+        "no longer dead"
+    );
+    assert_eq!(maintenance.retry_dead_letter(99).await, Ok(false));
+    assert_counts(queue, 2, 0, "a retried dead letter is parked").await;
+    let again = claim(queue, NODE_B, within(only(Cpu, 1)), 20)
+        .await
+        .expect("claim");
+    assert_eq!(
+        (again.entry, again.attempt),
+        (1, 1),
+        "its attempts start afresh"
+    );
+    assert_eq!(again.task, tasks[0]);
+
+    assert_eq!(maintenance.purge_dead_letters(Some(2)).await, Ok(1));
+    assert_eq!(maintenance.purge_dead_letters(Some(2)).await, Ok(0));
+    assert!(maintenance
+        .list_dead_letters(0, 10)
+        .await
+        .expect("list")
+        .is_empty());
+    queue
+        .settle(
+            NODE_B,
+            again.claim(),
+            Settlement::Failed("boom again".into()),
+        )
+        .await
+        .expect("settle");
+    assert_eq!(
+        maintenance.purge_dead_letters(None).await,
+        Ok(1),
+        "purge all"
+    );
+    assert!(maintenance
+        .list_dead_letters(0, 10)
+        .await
+        .expect("list")
+        .is_empty());
 }
 
 /// `backend` names the backend for logs.

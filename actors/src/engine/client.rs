@@ -21,6 +21,7 @@ use crate::inspect::PoolView;
 use crate::mailbox::{Delivery, Mailbox, Notifier};
 use crate::parker::block_on_until;
 use crate::permit::{Gate, PermitPort};
+use crate::queue::{EntryId, KeptLetter, QueueError, SharedQueue};
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{
     Extras, Reply, SchedulerMsg, SchedulerRequest, ShutdownReport, Submission, SubmitOptions,
@@ -92,6 +93,8 @@ pub(crate) struct ClientParts<P, R> {
     pub on_duplicate: OnDuplicate,
     /// The pool's events, for whoever listens.
     pub feed: Arc<EventFeed>,
+    /// The shared queue the pool is a node of, if any (for its dead letters).
+    pub shared_queue: Option<Arc<dyn SharedQueue<P>>>,
 }
 
 struct ClientInner<P, R> {
@@ -106,6 +109,8 @@ struct ClientInner<P, R> {
     owns_supervisor: bool,
     /// The pool's events, for whoever listens.
     feed: Arc<EventFeed>,
+    /// The shared queue the pool is a node of, if any.
+    shared_queue: Option<Arc<dyn SharedQueue<P>>>,
     /// The one shutdown every caller waits for.
     shutdown: OnceCell<Result<ShutdownReport, PoolError>>,
     /// How long async retrieves re-check an inline mailbox before they sleep.
@@ -141,6 +146,7 @@ where
             rerun,
             on_duplicate,
             feed,
+            shared_queue,
         } = parts;
         Self {
             inner: Arc::new(ClientInner {
@@ -154,6 +160,7 @@ where
                 owns_supervisor,
                 shutdown: OnceCell::new(),
                 feed,
+                shared_queue,
                 result_spin: AdaptiveSpin::new(),
                 answer_spin: AdaptiveSpin::with_max(ANSWER_SPIN_ROUNDS),
                 nested,
@@ -745,6 +752,52 @@ where
             Ok(CallResult::Success(result)) => result,
             _ => Err(PoolError::Shutdown),
         }
+    }
+
+    /// The dead letters the pool's shared queue keeps, oldest first, `offset..offset +
+    /// limit`: tasks the queue gave up on and runs that ended `Failed`, each with its reason
+    /// (see [`QueueMaintenance::list_dead_letters`](crate::queue::QueueMaintenance::list_dead_letters)).
+    /// `InvalidConfig` for a pool whose queue is its own: only a shared queue keeps them.
+    pub async fn dead_letters(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<KeptLetter>, PoolError> {
+        let queue = self.dead_letter_queue()?;
+        let listed = queue.maintenance().list_dead_letters(offset, limit).await;
+        listed.map_err(|error| self.dead_letter_error(&error))
+    }
+
+    /// Parks dead letter `entry` again for any node, its attempts afresh; `false` when the
+    /// queue keeps no dead letter `entry`.
+    pub async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError> {
+        let queue = self.dead_letter_queue()?;
+        let retried = queue.maintenance().retry_dead_letter(entry).await;
+        retried.map_err(|error| self.dead_letter_error(&error))
+    }
+
+    /// Deletes dead letter `entry`, or all of them with `None`; returns how many.
+    pub async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError> {
+        let queue = self.dead_letter_queue()?;
+        let purged = queue.maintenance().purge_dead_letters(entry).await;
+        purged.map_err(|error| self.dead_letter_error(&error))
+    }
+
+    fn dead_letter_queue(&self) -> Result<&Arc<dyn SharedQueue<P>>, PoolError> {
+        self.inner.shared_queue.as_ref().ok_or_else(|| {
+            PoolError::InvalidConfig(format!(
+                "pool {:?} keeps no dead letters: its queue is its own; a shared queue \
+                 (postgres, postgres_pgmq) keeps them",
+                self.inner.name
+            ))
+        })
+    }
+
+    fn dead_letter_error(&self, error: &QueueError) -> PoolError {
+        PoolError::Internal(format!(
+            "pool {:?}: the dead letters of its shared queue: {error}",
+            self.inner.name
+        ))
     }
 
     /// Listens to the pool's events from now on (see [`EventFeed`]): every step of every

@@ -282,6 +282,7 @@ where
         }
     };
 
+    let shared_queue = spec.shared.as_ref().map(|parking| parking.queue.clone());
     let (storage, shared, stored, queue) = match spec.shared.take() {
         Some(parking) => {
             // The shared queue keeps what is parked; the local queue is not used.
@@ -422,6 +423,7 @@ where
         rerun,
         on_duplicate,
         feed,
+        shared_queue,
     }))
 }
 

@@ -35,7 +35,8 @@ use crate::domain::{ScheduledTask, TaskMetadata};
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared::{
-    Claim, DeadLetter, FitQuery, Lease, QueueMaintenance, RankBound, SharedQueue, StarvationRule,
+    Claim, DeadLetter, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, SharedQueue,
+    StarvationRule,
 };
 
 /// The pool's own id of an admitted task. See the module docs.

@@ -147,6 +147,25 @@ pub struct DeadLetter {
     pub reason: String,
 }
 
+/// A dead letter as the queue keeps it (see [`QueueMaintenance::list_dead_letters`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeptLetter {
+    /// Its entry in the queue: what a retry or a purge names.
+    pub entry: EntryId,
+    /// The caller's id of the task.
+    pub task_id: TaskId,
+    /// Where its result goes.
+    pub key: MailboxKey,
+    /// What it costs.
+    pub cost: ResourceCost,
+    /// Its priority.
+    pub priority: Priority,
+    /// How many times it was claimed.
+    pub attempts: u32,
+    /// Why it was given up (its last failure).
+    pub reason: String,
+}
+
 impl<P> Lease<P> {
     /// The claim this lease stands for: its fencing token.
     pub fn claim(&self) -> Claim {
@@ -396,6 +415,35 @@ pub trait QueueMaintenance: Send + Sync {
     async fn take_dead_letters(&self, max: usize) -> Result<Vec<DeadLetter>, QueueError> {
         let _ = max;
         Ok(Vec::new())
+    }
+
+    /// The dead letters the queue keeps, oldest first, `offset..offset + limit`: tasks it
+    /// gave up on (reported to their submitters or not) and runs that ended `Failed`, each
+    /// with its reason, for an operator to look at, retry or purge. The default: none (a
+    /// queue that keeps no dead letters).
+    async fn list_dead_letters(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<KeptLetter>, QueueError> {
+        let _ = (offset, limit);
+        Ok(Vec::new())
+    }
+
+    /// Parks dead letter `entry` again for any node, at its old rank and with its attempts
+    /// counted afresh (its first run since was its last failure). `false` when the queue
+    /// keeps no dead letter `entry`. The task's submitter was told it failed; a retried
+    /// task stores a second outcome under the same key when it ends.
+    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, QueueError> {
+        let _ = entry;
+        Ok(false)
+    }
+
+    /// Deletes dead letter `entry`, or with `None` every dead letter of the queue; returns
+    /// how many it deleted.
+    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, QueueError> {
+        let _ = entry;
+        Ok(0)
     }
 
     /// How many entries are parked and claimed (by any node).

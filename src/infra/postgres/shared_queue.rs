@@ -25,6 +25,9 @@
 //! | `counts` | `$queue` | `parked`, `claimed` |
 //! | `dead_letters` | `$queue`, `$max` | `tenant`, `user_id`, `session_id`, `task_id`, `kind`, `units`, `reason` |
 //! | `bury` | `$queue`, `$row_id`, `$level`, `$reason` | none |
+//! | `list_dead` | `$queue`, `$offset`, `$limit` | `entry`, `attempts`, `metadata`, `reason` |
+//! | `retry_dead` | `$queue`, `$entry` | `entry` (none when no such dead letter) |
+//! | `purge_dead` | `$queue`, `$entry` (`NULL`: all) | `n` |
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -38,7 +41,9 @@ use tokio::sync::watch;
 
 use super::budgets::FleetBudgets;
 use super::claim::{claimed_rows, ClaimParams, Claimed, Unreadable};
-use super::codec::{column, count_to_sql, entry_to_sql, millis_u64, task_of, ParkRows};
+use super::codec::{
+    column, count_to_sql, entry_from_sql, entry_to_sql, millis_u64, task_of, ParkRows,
+};
 use super::fence::{claim_values, ClaimFence};
 use super::groups::{answer_group, returned_entries, settle_in_groups};
 use super::named::{NamedSql, Params};
@@ -46,7 +51,7 @@ use super::outage::OutageGate;
 use super::retry::{RescueParams, RetryPolicy};
 use super::{describe, PgDatabase, Table};
 use crate::core::{
-    Budgets, Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError,
+    Budgets, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts, QueueError,
     QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
 };
 use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId, TenantId};
@@ -94,6 +99,12 @@ pub(crate) struct Statements {
     pub counts: NamedSql,
     /// Takes dead letters not reported yet.
     pub dead_letters: NamedSql,
+    /// Lists the dead letters kept, oldest first.
+    pub list_dead: NamedSql,
+    /// Parks a dead letter again, its attempts afresh.
+    pub retry_dead: NamedSql,
+    /// Deletes one dead letter, or all of the queue's.
+    pub purge_dead: NamedSql,
     /// Dead-letters a claimed task that cannot be read.
     pub bury: NamedSql,
 }
@@ -800,6 +811,52 @@ where
         rows.iter().map(|row| self.dead_letter(row)).collect()
     }
 
+    async fn list_dead_letters(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<KeptLetter>, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("offset", count_to_sql(offset).into()),
+            ("limit", count_to_sql(limit).into()),
+        ];
+        let rows = self
+            .rows("list dead letters", &self.statements.list_dead, &params)
+            .await?;
+        rows.iter().map(|row| self.kept_letter(row)).collect()
+    }
+
+    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("entry", entry_to_sql(entry).into()),
+        ];
+        let retried = self
+            .row("retry a dead letter", &self.statements.retry_dead, &params)
+            .await?
+            .is_some();
+        if retried {
+            self.announce();
+        }
+        Ok(retried)
+    }
+
+    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("entry", entry.map(entry_to_sql).into()),
+        ];
+        let Some(row) = self
+            .row("purge dead letters", &self.statements.purge_dead, &params)
+            .await?
+        else {
+            return Ok(0);
+        };
+        let purged: i64 = self.column(&row, "n")?;
+        Ok(usize::try_from(purged).unwrap_or(0))
+    }
+
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
         let params = [("queue", self.queue())];
         let Some(row) = self.row("count", &self.statements.counts, &params).await? else {
@@ -817,6 +874,25 @@ where
 }
 
 impl<L, P> PgQueue<L, P> {
+    /// Reads a row of the `list_dead` statement.
+    fn kept_letter(&self, row: &QueryResult) -> Result<KeptLetter, QueueError> {
+        let entry: i64 = self.column(row, "entry")?;
+        let attempts: i32 = self.column(row, "attempts")?;
+        let metadata: String = self.column(row, "metadata")?;
+        let meta: TaskMetadata = serde_json::from_str(&metadata).map_err(|error| {
+            QueueError::Backend(format!("{}: a dead letter's metadata: {error}", self.label))
+        })?;
+        Ok(KeptLetter {
+            entry: entry_from_sql(entry),
+            task_id: meta.id,
+            key: meta.mailbox.unwrap_or_else(|| MailboxKey::new("")),
+            cost: meta.cost,
+            priority: meta.priority,
+            attempts: u32::try_from(attempts).unwrap_or(0),
+            reason: self.column(row, "reason")?,
+        })
+    }
+
     /// Reads a row of the `dead_letters` statement.
     fn dead_letter(&self, row: &QueryResult) -> Result<DeadLetter, QueueError> {
         let kind: i16 = self.column(row, "kind")?;

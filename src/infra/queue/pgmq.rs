@@ -344,6 +344,9 @@ fn statements(layout: &PgmqLayout) -> Statements {
         counts: sql(counts_sql(layout)),
         dead_letters: sql(dead_letters_sql(layout)),
         bury: sql(bury_sql(layout)),
+        list_dead: sql(list_dead_sql(layout)),
+        retry_dead: sql(retry_dead_sql(layout)),
+        purge_dead: sql(purge_dead_sql(layout)),
     }
 }
 
@@ -669,6 +672,61 @@ fn dead_letters_sql(layout: &PgmqLayout) -> String {
         task = number_in_message("task", "bigint"),
         kind = number_in_message("kind", "smallint"),
         units = number_in_message("units", "bigint"),
+    )
+}
+
+/// The dead letters kept: those not reported yet (the dead-letter queue) and those reported
+/// (its archive), oldest first (one sequence numbers both).
+fn list_dead_sql(layout: &PgmqLayout) -> String {
+    let (dlq, archive) = &layout.dead;
+    let columns = format!(
+        "msg_id, {ENTRY} AS entry, read_ct AS attempts, (message->'meta')::text AS metadata, \
+         coalesce(message->>'reason', '') AS reason"
+    );
+    format!(
+        "SELECT entry, attempts, metadata, reason FROM ( \
+           SELECT {columns} FROM pgmq.{dlq} UNION ALL SELECT {columns} FROM pgmq.{archive} \
+         ) AS dead ORDER BY msg_id LIMIT $limit OFFSET $offset"
+    )
+}
+
+/// Takes dead letter `$entry` out of the dead-letter queue or its archive and sends it again
+/// to its priority's level, its read count afresh, registering its entry again.
+fn retry_dead_sql(layout: &PgmqLayout) -> String {
+    let (dlq, archive) = &layout.dead;
+    let level_of = "CASE message->'meta'->>'priority' WHEN 'Critical' THEN 3 \
+                    WHEN 'High' THEN 2 WHEN 'Low' THEN 0 ELSE 1 END";
+    let sent = layout.per_level(", ", |level| {
+        format!(
+            "s_{p} AS (INSERT INTO pgmq.{table} (vt, read_ct, message) \
+               SELECT to_timestamp(0), 0, message FROM one \
+                WHERE {level_of} = {p} AND {ENTRY} IN (SELECT entry FROM fresh) \
+               RETURNING {ENTRY} AS entry)",
+            p = level.p,
+            table = level.table,
+        )
+    });
+    format!(
+        "WITH d AS (DELETE FROM pgmq.{dlq} WHERE {ENTRY} = $entry RETURNING message), \
+         a AS (DELETE FROM pgmq.{archive} WHERE {ENTRY} = $entry RETURNING message), \
+         one AS (SELECT message - 'reason' AS message FROM (SELECT message FROM d \
+                 UNION ALL SELECT message FROM a) AS found LIMIT 1), \
+         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry) \
+                   SELECT $queue, {ENTRY} FROM one ON CONFLICT DO NOTHING RETURNING entry), \
+         {sent} {}",
+        union_of("s", "entry")
+    )
+}
+
+/// Deletes dead letter `$entry`, or every one of the queue when it is `NULL`, from the
+/// dead-letter queue and its archive.
+fn purge_dead_sql(layout: &PgmqLayout) -> String {
+    let (dlq, archive) = &layout.dead;
+    let chosen = format!("($entry::bigint IS NULL OR {ENTRY} = $entry)");
+    format!(
+        "WITH d AS (DELETE FROM pgmq.{dlq} WHERE {chosen} RETURNING 1), \
+         a AS (DELETE FROM pgmq.{archive} WHERE {chosen} RETURNING 1) \
+         SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM a) AS n"
     )
 }
 

@@ -220,6 +220,22 @@ fn statements(t: &Identifier) -> Statements {
             "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
                 last_error = $reason WHERE id = $row_id"
         )),
+        list_dead: sql(format!(
+            "SELECT entry, attempts, metadata::text AS metadata, \
+                    coalesce(last_error, '') AS reason FROM {t} \
+              WHERE queue_name = $queue AND state = 'dead' \
+              ORDER BY id LIMIT $limit OFFSET $offset"
+        )),
+        retry_dead: sql(format!(
+            "UPDATE {t} SET state = 'parked', attempts = 0, not_before_ms = 0, \
+                locked_by = NULL, lease_expires_ms = NULL, last_error = NULL, reported = false \
+              WHERE queue_name = $queue AND entry = $entry AND state = 'dead' RETURNING entry"
+        )),
+        purge_dead: sql(format!(
+            "WITH gone AS (DELETE FROM {t} WHERE queue_name = $queue AND state = 'dead' \
+                AND ($entry::bigint IS NULL OR entry = $entry) RETURNING 1) \
+             SELECT count(*) AS n FROM gone"
+        )),
     }
 }
 

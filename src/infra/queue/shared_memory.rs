@@ -44,8 +44,8 @@ use async_trait::async_trait;
 
 use crate::core::scheduling::{CostIndex, FastMap, RankKey, TokenBucket};
 use crate::core::{
-    Budget, Budgets, Claim, DeadLetter, EntryId, FitQuery, Lease, QueueCounts, QueueError,
-    QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
+    Budget, Budgets, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
+    QueueError, QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 
@@ -109,7 +109,13 @@ struct Lot<P> {
     /// Whether a task whose caller has a live task here is refused
     /// ([`SharedQueue::keep_callers_unique`]).
     unique_callers: bool,
+    /// The dead letters kept for an operator, oldest first, at most [`KEPT_AT_MOST`]: each
+    /// entry with its task and why it was given up.
+    kept: std::collections::VecDeque<(EntryId, Parked<P>, String)>,
 }
+
+/// Dead letters the in-memory queue keeps at most; the oldest go first.
+const KEPT_AT_MOST: usize = 10_000;
 
 /// A kind's budget as the nodes share it: its units and, under a start cap, its starts.
 struct FleetBucket {
@@ -320,6 +326,14 @@ impl<P> Lot<P> {
             && caller.is_some_and(|tenant| self.live_caller(tenant, task.meta.id).is_some())
     }
 
+    /// Keeps dead letter `entry` for an operator.
+    fn keep_dead(&mut self, entry: EntryId, parked: Parked<P>, reason: String) {
+        if self.kept.len() == KEPT_AT_MOST {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((entry, parked, reason));
+    }
+
     /// Whether `entry` is held in any state.
     fn holds(&self, entry: EntryId) -> bool {
         self.parked.contains_key(&entry)
@@ -367,6 +381,7 @@ impl<P> InMemorySharedQueue<P> {
                 resting: FastMap::default(),
                 budgets: std::array::from_fn(|_| None),
                 unique_callers: false,
+                kept: std::collections::VecDeque::new(),
             }),
             max_attempts: u32::MAX,
         }
@@ -541,14 +556,20 @@ where
         Ok(())
     }
 
-    /// The settlement's reason is not kept: this queue has no dead-letter record.
+    /// A failed run's task is kept as a dead letter, with the reason (see
+    /// [`QueueMaintenance::list_dead_letters`]).
     async fn settle(
         &self,
         node: &str,
         claim: Claim,
-        _settlement: Settlement,
+        settlement: Settlement,
     ) -> Result<(), QueueError> {
-        self.lock().end_claim(node, claim).map(drop)
+        let mut lot = self.lock();
+        let held = lot.end_claim(node, claim)?;
+        if let Settlement::Failed(reason) = settlement {
+            lot.keep_dead(claim.entry, held.parked, reason);
+        }
+        Ok(())
     }
 
     /// A released entry's claim count goes back one, so the release costs no attempt.
@@ -644,7 +665,9 @@ where
                 continue;
             };
             if claim.parked.claims >= self.max_attempts {
-                lot.dead.push_back(dead_letter(claim));
+                let letter = dead_letter(&claim);
+                lot.keep_dead(entry, claim.parked, letter.reason.clone());
+                lot.dead.push_back(letter);
             } else {
                 lot.park(entry, claim.parked);
             }
@@ -658,6 +681,60 @@ where
         Ok(lot.dead.drain(..taken).collect())
     }
 
+    async fn list_dead_letters(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<KeptLetter>, QueueError> {
+        let lot = self.lock();
+        Ok(lot
+            .kept
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(entry, parked, reason)| {
+                let meta = &parked.task.meta;
+                KeptLetter {
+                    entry: *entry,
+                    task_id: meta.id,
+                    key: meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new("")),
+                    cost: meta.cost,
+                    priority: meta.priority,
+                    attempts: parked.claims,
+                    reason: reason.clone(),
+                }
+            })
+            .collect())
+    }
+
+    /// A dead letter whose caller has a live task again (callers kept unique) stays one:
+    /// `Duplicate`.
+    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, QueueError> {
+        let mut lot = self.lock();
+        let Some(index) = lot.kept.iter().position(|(kept, ..)| *kept == entry) else {
+            return Ok(false);
+        };
+        if lot.refuses(entry, &lot.kept[index].1.task) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        let Some((_, mut parked, _)) = lot.kept.remove(index) else {
+            return Ok(false);
+        };
+        parked.claims = 0;
+        lot.park(entry, parked);
+        Ok(true)
+    }
+
+    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, QueueError> {
+        let mut lot = self.lock();
+        let before = lot.kept.len();
+        match entry {
+            Some(entry) => lot.kept.retain(|(kept, ..)| *kept != entry),
+            None => lot.kept.clear(),
+        }
+        Ok(before - lot.kept.len())
+    }
+
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
         let lot = self.lock();
         Ok(QueueCounts {
@@ -669,10 +746,10 @@ where
 
 /// The dead letter of a claim whose lease ran out on its last attempt, worded as the database
 /// backends word it.
-fn dead_letter<P>(claim: Held<P>) -> DeadLetter {
-    let meta = claim.parked.task.meta;
+fn dead_letter<P>(claim: &Held<P>) -> DeadLetter {
+    let meta = &claim.parked.task.meta;
     DeadLetter {
-        key: meta.mailbox.unwrap_or_else(|| MailboxKey::new("")),
+        key: meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new("")),
         task_id: meta.id,
         cost: meta.cost,
         reason: format!(
