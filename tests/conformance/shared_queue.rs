@@ -22,7 +22,7 @@ use prometheus_parking_lot::core::{
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
 use super::queue::{at, cpu, task};
-use super::Job;
+use super::{Job, EPOCH_MS};
 
 use Priority::{Critical, High, Low, Normal};
 use ResourceKind::{Cpu, GpuVram, Io, Mixed};
@@ -1291,6 +1291,29 @@ pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue
         .settle(NODE_A, lease.claim(), Settlement::Done)
         .await
         .expect("settle");
+    // Completed: remembered for a minute, so a resubmission racing with the end meets it.
+    let just_after = queue
+        .enqueue(5, at(5), under(cpu(7, Normal, 5, 1), &again))
+        .await;
+    assert_eq!(
+        just_after,
+        Err(QueueError::Duplicate(5)),
+        "completed a moment ago"
+    );
+    let found = queue
+        .live_task_key(&first.tenant, 7)
+        .await
+        .expect("look up");
+    assert_eq!(found, Some(first.clone()));
+    assert_counts(
+        queue,
+        1,
+        0,
+        "a completed task is neither parked nor claimed",
+    )
+    .await;
+    // A rescue long after forgets it: the caller may park again.
+    rescue(queue, 4_000_000_000_000 - EPOCH_MS).await;
     assert_eq!(
         queue
             .live_task_key(&first.tenant, 7)
@@ -1298,10 +1321,14 @@ pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue
             .expect("look up"),
         None
     );
-    let after = queue
-        .enqueue(5, at(5), under(cpu(7, Normal, 5, 1), &again))
+    let later = queue
+        .enqueue(6, at(6), under(cpu(7, Normal, 6, 1), &again))
         .await;
-    assert_eq!(after, Ok(()), "the caller's task ended: it may park again");
+    assert_eq!(
+        later,
+        Ok(()),
+        "the caller's task is forgotten: it may park again"
+    );
     assert_counts(queue, 2, 0, "the unique callers").await;
 }
 

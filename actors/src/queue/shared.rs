@@ -355,10 +355,13 @@ where
 
     /// Keeps callers unique from now on, for every node: a task whose caller (its mailbox
     /// key's tenant and its task id) has a task parked or claimed in the queue under this
-    /// rule is not stored (`enqueue` answers `Duplicate`), checked in the statement that
-    /// stores it (a database's unique index), never by a look before it. A node of a pool
-    /// that attaches repeated submissions (`OnDuplicate::Attach`) calls it as it starts. The
-    /// default refuses: a queue that cannot keep callers unique across nodes.
+    /// rule, or one that completed in the last minute, is not stored (`enqueue` answers
+    /// `Duplicate`), checked in the statement that stores it (a database's unique index),
+    /// never by a look before it. The minute closes the race between a resubmission and the
+    /// original's end: a node's look for a stored result before it parks may come just
+    /// before the original ends, its park just after. A node of a pool that attaches
+    /// repeated submissions (`OnDuplicate::Attach`) calls it as it starts. The default
+    /// refuses: a queue that cannot keep callers unique across nodes.
     async fn keep_callers_unique(&self) -> Result<(), QueueError> {
         Err(QueueError::Backend(format!(
             "the {} queue cannot keep callers unique across the nodes that share it",
@@ -367,8 +370,9 @@ where
     }
 
     /// The mailbox key of the task of caller (`tenant`, `id`) parked or claimed in the queue
-    /// under [`keep_callers_unique`](Self::keep_callers_unique), if there is one: the
-    /// original a repeated submission attaches to. The default: none.
+    /// under [`keep_callers_unique`](Self::keep_callers_unique) (or completed within the
+    /// minute, where the backend still knows its key), if there is one: the original a
+    /// repeated submission attaches to. The default: none.
     async fn live_task_key(
         &self,
         tenant: &TenantId,

@@ -22,16 +22,13 @@ use std::sync::Arc;
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, QueryResult, Value};
 
-use super::codec::column;
+use super::codec::{column, DATABASE_NOW_MS};
 use super::PgDatabase;
 use crate::core::{Budgets, FitQuery, TaskMetadata};
 use crate::util::serde::ResourceKind;
 
 /// The table every queue's shared budgets live in.
 pub(crate) const BUDGETS_TABLE: &str = "pl_fleet_budgets";
-
-/// Now on the database's clock, ms since the Unix epoch.
-const DATABASE_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// The budgets table: one row per queue (`queue_key`, the queue's place and name) and kind.
 pub(crate) fn budgets_table() -> String {

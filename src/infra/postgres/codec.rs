@@ -11,6 +11,14 @@ use super::rows::JsonRows;
 use crate::core::{EntryId, QueueError, ScheduledTask, TaskMetadata};
 use crate::util::serde::{MailboxKey, Priority};
 
+/// How long a queue that keeps callers unique remembers a caller whose task completed, ms:
+/// a resubmission racing with the end meets it (see
+/// [`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
+pub(crate) const REMEMBER_ENDED_MS: i64 = 60_000;
+
+/// Now on the database's clock, ms since the Unix epoch (a SQL expression).
+pub(crate) const DATABASE_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 /// Entry ids are unsigned; the columns are signed. Flipping the top bit keeps their order.
 pub(crate) fn entry_to_sql(entry: EntryId) -> i64 {
     (entry ^ (1 << 63)) as i64

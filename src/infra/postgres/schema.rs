@@ -68,7 +68,10 @@ impl std::fmt::Display for Identifier {
 /// - Later versions add columns with `ALTER TABLE .. ADD COLUMN IF NOT EXISTS`, so a table
 ///   made by an earlier version is brought up to date in place.
 /// - `attach` marks a row whose caller (`tenant`, `task_id`) is unique among the live rows
-///   of its queue (`_caller`): a pool that attaches repeated submissions parks such rows.
+///   of its queue (`_live_caller`): a pool that attaches repeated submissions parks such
+///   rows. Such a row that completes stays a minute as `done` (its lease column says until
+///   when), so a resubmission racing with its end still meets it.
+/// - `state` may then also be `done`.
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
 ///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
 ///   or dead-lettered.
@@ -111,8 +114,10 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS reported BOOLEAN NOT NULL DEFAULT f
 CREATE INDEX IF NOT EXISTS {table}_dead
     ON {table} (queue_name, id) WHERE state = 'dead' AND NOT reported;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS attach BOOLEAN NOT NULL DEFAULT false;
-CREATE UNIQUE INDEX IF NOT EXISTS {table}_caller
-    ON {table} (queue_name, tenant, task_id) WHERE attach AND state IN ('parked', 'claimed');
+CREATE UNIQUE INDEX IF NOT EXISTS {table}_live_caller
+    ON {table} (queue_name, tenant, task_id) WHERE attach AND state IN ('parked', 'claimed', 'done');
+CREATE INDEX IF NOT EXISTS {table}_done
+    ON {table} (queue_name, lease_expires_ms) WHERE state = 'done';
 "#
     )
 }
@@ -165,7 +170,7 @@ impl PgDatabase {
     /// while other nodes claim from the table could then deadlock with them.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
         let (sql, last_index) = match table {
-            Table::Queue(name) => (queue_table(name), format!("{}_caller", name.as_str())),
+            Table::Queue(name) => (queue_table(name), format!("{}_done", name.as_str())),
             Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
             Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
         };

@@ -20,7 +20,7 @@
 //! | `release` | `$queue`, `$entries`, `$attempts`, `$node`, `$now_ms` | `entry` of each claim handed back |
 //! | `remove` | `$queue`, `$entry` | `metadata`, `payload` |
 //! | `remove_task` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `metadata`, `payload` |
-//! | `live_task` | `$queue`, `$tenant`, `$task_id` | `metadata` |
+//! | `live_task` | `$queue`, `$tenant`, `$task_id` | `tenant`, `user_id`, `session_id` |
 //! | `rescue` | [`RescueParams`] | `parked`, `dead` |
 //! | `counts` | `$queue` | `parked`, `claimed` |
 //! | `dead_letters` | `$queue`, `$max` | `tenant`, `user_id`, `session_id`, `task_id`, `kind`, `units`, `reason` |
@@ -28,6 +28,7 @@
 //! | `list_dead` | `$queue`, `$offset`, `$limit` | `entry`, `attempts`, `metadata`, `reason` |
 //! | `retry_dead` | `$queue`, `$entry` | `entry` (none when no such dead letter) |
 //! | `purge_dead` | `$queue`, `$entry` (`NULL`: all) | `n` |
+//! | `forget_done` | `$queue`, `$now_ms` | none |
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -90,8 +91,8 @@ pub(crate) struct Statements {
     pub remove: NamedSql,
     /// Removes a parked task by its key and id (a cancel).
     pub remove_task: NamedSql,
-    /// The metadata of the live task of a caller (`$tenant`, `$task_id`) whose row keeps
-    /// callers unique, if any.
+    /// The key of the live (or lately completed) task of a caller (`$tenant`, `$task_id`)
+    /// whose row keeps callers unique, if any.
     pub live_task: NamedSql,
     /// Parks expired claims again, or dead-letters them on their last attempt.
     pub rescue: NamedSql,
@@ -105,6 +106,9 @@ pub(crate) struct Statements {
     pub retry_dead: NamedSql,
     /// Deletes one dead letter, or all of the queue's.
     pub purge_dead: NamedSql,
+    /// Forgets the callers of completed tasks once their time is up (see
+    /// [`SharedQueue::keep_callers_unique`]).
+    pub forget_done: NamedSql,
     /// Dead-letters a claimed task that cannot be read.
     pub bury: NamedSql,
 }
@@ -601,11 +605,10 @@ where
         else {
             return Ok(None);
         };
-        let metadata: String = self.column(&row, "metadata")?;
-        let meta: TaskMetadata = serde_json::from_str(&metadata).map_err(|error| {
-            QueueError::Backend(format!("{}: a live task's metadata: {error}", self.label))
-        })?;
-        Ok(meta.mailbox)
+        let mut key = MailboxKey::new(self.column::<String>(&row, "tenant")?);
+        key.user_id = self.column(&row, "user_id")?;
+        key.session_id = self.column(&row, "session_id")?;
+        Ok(Some(key))
     }
 
     async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
@@ -789,6 +792,16 @@ where
             now_ms,
             retry: &self.retry,
         };
+        let forget = [
+            ("queue", self.queue()),
+            ("now_ms", millis_u64(now_ms).into()),
+        ];
+        self.rows(
+            "forget ended callers",
+            &self.statements.forget_done,
+            &forget,
+        )
+        .await?;
         let Some(row) = self.row("rescue", &self.statements.rescue, &params).await? else {
             return Ok(0);
         };

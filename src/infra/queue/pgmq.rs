@@ -65,6 +65,7 @@
 
 use crate::core::{PoolError, Settlement};
 use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, Units};
+use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::shared_queue::{QueueLabel, Statements};
 use crate::infra::postgres::{
@@ -232,13 +233,21 @@ impl<P> PgQueue<PgmqLayout, P> {
 fn own_objects(name: &str) -> Result<String, PoolError> {
     // A registry made by an earlier version gains the caller columns once (a guarded
     // `ALTER`: an unguarded one would lock the busy table at every start).
+    // A registry row of a caller kept unique names the caller (and the rest of its key);
+    // once its task completed it
+    // stays until `done_until` (ms), so a resubmission racing with the end still meets it.
     let mut sql = format!(
         "CREATE TABLE IF NOT EXISTS {ENTRIES} (queue_name TEXT NOT NULL, entry BIGINT NOT NULL, \
-         tenant TEXT NULL, task_id BIGINT NULL, PRIMARY KEY (queue_name, entry)); \
+         tenant TEXT NULL, task_id BIGINT NULL, user_id TEXT NULL, session_id TEXT NULL, \
+         done_until BIGINT NULL, PRIMARY KEY (queue_name, entry)); \
          DO $$ BEGIN \
            IF NOT EXISTS (SELECT 1 FROM information_schema.columns \
-                           WHERE table_name = '{ENTRIES}' AND column_name = 'tenant') THEN \
-             ALTER TABLE {ENTRIES} ADD COLUMN tenant TEXT NULL, ADD COLUMN task_id BIGINT NULL; \
+                           WHERE table_name = '{ENTRIES}' AND column_name = 'done_until') THEN \
+             ALTER TABLE {ENTRIES} ADD COLUMN IF NOT EXISTS tenant TEXT NULL, \
+               ADD COLUMN IF NOT EXISTS task_id BIGINT NULL, \
+               ADD COLUMN IF NOT EXISTS user_id TEXT NULL, \
+               ADD COLUMN IF NOT EXISTS session_id TEXT NULL, \
+               ADD COLUMN IF NOT EXISTS done_until BIGINT NULL; \
            END IF; \
          END $$; \
          CREATE UNIQUE INDEX IF NOT EXISTS {ENTRIES}_caller ON {ENTRIES} \
@@ -339,28 +348,27 @@ fn statements(layout: &PgmqLayout) -> Statements {
                  ORDER BY msg_id LIMIT 1 FOR UPDATE SKIP LOCKED"
             ),
         )),
-        live_task: sql(live_task_sql(layout)),
+        live_task: sql(live_task_sql()),
         rescue: sql(rescue_sql(layout)),
         counts: sql(counts_sql(layout)),
         dead_letters: sql(dead_letters_sql(layout)),
         bury: sql(bury_sql(layout)),
         list_dead: sql(list_dead_sql(layout)),
+        forget_done: sql(format!(
+            "DELETE FROM {ENTRIES} WHERE queue_name = $queue AND done_until <= $now_ms"
+        )),
         retry_dead: sql(retry_dead_sql(layout)),
         purge_dead: sql(purge_dead_sql(layout)),
     }
 }
 
-/// The metadata of the live message of caller (`$tenant`, `$task_id`), found through the
-/// registry, where only rows that keep their callers unique name their caller.
-fn live_task_sql(layout: &PgmqLayout) -> String {
-    let found = layout.per_level(" UNION ALL ", |level| {
-        format!(
-            "SELECT message FROM pgmq.{table} WHERE {ENTRY} = (SELECT entry FROM {ENTRIES} \
-               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id)",
-            table = level.table,
-        )
-    });
-    format!("SELECT (message->'meta')::text AS metadata FROM ({found}) AS found LIMIT 1")
+/// The key of the live (or lately completed) task of caller (`$tenant`, `$task_id`), from
+/// the registry, where only rows that keep their callers unique name their caller.
+fn live_task_sql() -> String {
+    format!(
+        "SELECT tenant, user_id, session_id FROM {ENTRIES} \
+          WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id"
+    )
 }
 
 /// Parks the rows `$rows`: the entries are registered first; a message is sent only for an
@@ -389,11 +397,13 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
         "WITH input AS (SELECT (item->>'priority')::smallint AS p, \
                                (item->>'entry')::bigint AS entry, ord, {MESSAGE} AS message, \
                                COALESCE((item->>'attach')::boolean, false) AS attach, \
-                               item->>'tenant' AS tenant, (item->>'task_id')::bigint AS task_id \
+                               item->>'tenant' AS tenant, (item->>'task_id')::bigint AS task_id, \
+                               item->>'user_id' AS user_id, item->>'session_id' AS session_id \
                           FROM jsonb_array_elements($rows::jsonb) WITH ORDINALITY AS i(item, ord)), \
-         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id) \
+         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id, user_id, session_id) \
                    SELECT $queue, entry, CASE WHEN attach THEN tenant END, \
-                          CASE WHEN attach THEN task_id END FROM input \
+                          CASE WHEN attach THEN task_id END, CASE WHEN attach THEN user_id END, \
+                          CASE WHEN attach THEN session_id END FROM input \
                    ON CONFLICT DO NOTHING RETURNING entry), \
          chosen AS (SELECT DISTINCT ON (entry) p, message FROM input \
                      WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \
@@ -519,10 +529,23 @@ fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
             archive = layout.dead.1,
         ),
     };
+    // A completed task whose caller is kept unique leaves its registry row for a while.
+    let (forget, remember) = match settlement {
+        Settlement::Done => (
+            "AND tenant IS NULL",
+            format!(
+                ", remembered AS (UPDATE {ENTRIES} \
+                    SET done_until = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS} \
+                    WHERE queue_name = $queue AND entry IN (SELECT {ENTRY} FROM gone) \
+                      AND tenant IS NOT NULL)"
+            ),
+        ),
+        Settlement::Failed(_) => ("", String::new()),
+    };
     format!(
         "WITH {taken}, gone AS ({gone}), {keep}, \
          forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $queue \
-                        AND entry IN (SELECT {ENTRY} FROM gone)) \
+                        AND entry IN (SELECT {ENTRY} FROM gone) {forget}){remember} \
          SELECT {ENTRY} AS entry FROM gone"
     )
 }

@@ -45,7 +45,9 @@
 
 use crate::core::PoolError;
 use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, Units};
-use crate::infra::postgres::codec::{priority_to_sql, PARK_RECORD};
+use crate::infra::postgres::codec::{
+    priority_to_sql, DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS,
+};
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::shared_queue::{QueueLabel, Statements};
 use crate::infra::postgres::{
@@ -155,8 +157,13 @@ fn statements(t: &Identifier) -> Statements {
                 WHERE {claimed_by_node} AND entry = $entry RETURNING 1) \
              SELECT count(*) AS changed FROM renewed"
         )),
+        // A row whose caller is kept unique stays a while as `done` (see `schema.rs`).
         settle_done: sql(format!(
-            "DELETE FROM {t} WHERE {these_claims} RETURNING entry"
+            "WITH gone AS (DELETE FROM {t} WHERE {these_claims} AND NOT attach RETURNING entry), \
+                  done AS (UPDATE {t} SET state = 'done', locked_by = NULL, \
+                              lease_expires_ms = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS} \
+                            WHERE {these_claims} AND attach RETURNING entry) \
+             SELECT entry FROM gone UNION ALL SELECT entry FROM done"
         )),
         settle_failed: sql(format!(
             "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
@@ -178,9 +185,9 @@ fn statements(t: &Identifier) -> Statements {
              {parked_task}"
         )),
         live_task: sql(format!(
-            "SELECT metadata::text AS metadata FROM {t} \
+            "SELECT tenant, user_id, session_id FROM {t} \
               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
-                AND attach AND state IN ('parked', 'claimed') LIMIT 1"
+                AND attach AND state IN ('parked', 'claimed', 'done') LIMIT 1"
         )),
         remove_task: sql(format!(
             "DELETE FROM {t} WHERE id = ( \
@@ -219,6 +226,10 @@ fn statements(t: &Identifier) -> Statements {
         bury: sql(format!(
             "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
                 last_error = $reason WHERE id = $row_id"
+        )),
+        forget_done: sql(format!(
+            "DELETE FROM {t} WHERE queue_name = $queue AND state = 'done' \
+                AND lease_expires_ms <= $now_ms"
         )),
         list_dead: sql(format!(
             "SELECT entry, attempts, metadata::text AS metadata, \

@@ -109,10 +109,17 @@ struct Lot<P> {
     /// Whether a task whose caller has a live task here is refused
     /// ([`SharedQueue::keep_callers_unique`]).
     unique_callers: bool,
+    /// With callers kept unique, the callers whose task completed, remembered until the
+    /// time beside them (ms) with their key, so a resubmission racing with the end meets
+    /// them; forgotten by the first rescue after that time.
+    ended: FastMap<(TenantId, TaskId), (u64, MailboxKey)>,
     /// The dead letters kept for an operator, oldest first, at most [`KEPT_AT_MOST`]: each
     /// entry with its task and why it was given up.
     kept: std::collections::VecDeque<(EntryId, Parked<P>, String)>,
 }
+
+/// How long a caller whose task completed is remembered, past its lease's expiry, ms.
+const REMEMBER_ENDED_MS: u64 = 60_000;
 
 /// Dead letters the in-memory queue keeps at most; the oldest go first.
 const KEPT_AT_MOST: usize = 10_000;
@@ -323,7 +330,10 @@ impl<P> Lot<P> {
         }
         let caller = task.meta.mailbox.as_ref().map(|key| &key.tenant);
         self.unique_callers
-            && caller.is_some_and(|tenant| self.live_caller(tenant, task.meta.id).is_some())
+            && caller.is_some_and(|tenant| {
+                self.live_caller(tenant, task.meta.id).is_some()
+                    || self.ended.contains_key(&(tenant.clone(), task.meta.id))
+            })
     }
 
     /// Keeps dead letter `entry` for an operator.
@@ -382,6 +392,7 @@ impl<P> InMemorySharedQueue<P> {
                 budgets: std::array::from_fn(|_| None),
                 unique_callers: false,
                 kept: std::collections::VecDeque::new(),
+                ended: FastMap::default(),
             }),
             max_attempts: u32::MAX,
         }
@@ -531,9 +542,15 @@ where
         if !lot.unique_callers {
             return Ok(None);
         }
+        let ended = || {
+            lot.ended
+                .get(&(tenant.clone(), id))
+                .map(|(_, key)| key.clone())
+        };
         Ok(lot
             .live_caller(tenant, id)
-            .and_then(|task| task.meta.mailbox.clone()))
+            .and_then(|task| task.meta.mailbox.clone())
+            .or_else(ended))
     }
 
     async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
@@ -566,8 +583,16 @@ where
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
         let held = lot.end_claim(node, claim)?;
-        if let Settlement::Failed(reason) = settlement {
-            lot.keep_dead(claim.entry, held.parked, reason);
+        match settlement {
+            Settlement::Failed(reason) => lot.keep_dead(claim.entry, held.parked, reason),
+            Settlement::Done if lot.unique_callers => {
+                if let Some(key) = held.parked.task.meta.mailbox {
+                    let until = held.expires_at_ms.saturating_add(REMEMBER_ENDED_MS);
+                    let caller = (key.tenant.clone(), held.parked.task.meta.id);
+                    lot.ended.insert(caller, (until, key));
+                }
+            }
+            Settlement::Done => {}
         }
         Ok(())
     }
@@ -652,6 +677,7 @@ where
 {
     async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
         let mut lot = self.lock();
+        lot.ended.retain(|_, (until, _)| *until > now_ms);
         let mut expired: Vec<EntryId> = lot
             .claimed
             .iter()
