@@ -10,6 +10,11 @@
 # Tests that talk to PostgreSQL use a real server (DATABASE_URL, default
 # postgres://postgres@127.0.0.1:5432/test). When one is installed locally but stopped, this
 # script starts it; when none can be reached, it stops with a message saying so.
+#
+# The admin dashboard's test (tests/admin_dashboard.rs) drives headless Chromium through
+# chromedriver. This script installs the Debian packages chromium and chromium-driver when
+# /usr/bin/chromedriver is missing, and sets PL_REQUIRE_BROWSER=1 so that the test fails
+# rather than skips without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +41,23 @@ if ! postgres_reachable; then
   echo "error: no PostgreSQL server at 127.0.0.1:5432; install one or set DATABASE_URL" >&2
   exit 1
 fi
+
+# Runs a command as root: directly when this script is root, else through sudo.
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_browser() {
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends chromium chromium-driver
+}
+
+if [ ! -x /usr/bin/chromedriver ]; then
+  echo "chromedriver is missing; installing the Debian packages chromium and chromium-driver"
+  # The package lists may be empty (a fresh container) or stale: refresh them if needed.
+  install_browser || { as_root apt-get update && install_browser; }
+fi
+export PL_REQUIRE_BROWSER=1
 
 section() { printf '\n=== %s\n' "$*"; }
 
