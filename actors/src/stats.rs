@@ -154,6 +154,12 @@ pub struct PoolCounters {
 }
 
 impl PoolCounters {
+    /// Whether the pool is paused, set as the pause is made (the next reading says the same),
+    /// so a caller of `pause` reads it at once.
+    pub(crate) fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Relaxed);
+    }
+
     /// Whether an operator drains the pool.
     pub(crate) fn set_draining(&self, draining: bool) {
         self.draining.store(draining, Relaxed);

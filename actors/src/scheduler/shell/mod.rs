@@ -607,6 +607,7 @@ where
     /// Pauses the pool (`true`: nothing starts, admissions park) or resumes it, starting
     /// what fits (core rule 18).
     pub fn pause(&mut self, paused: bool, now: u64) {
+        self.tasks.observers.counters.set_paused(paused);
         if paused {
             self.tasks.core.pause();
             return;
