@@ -549,8 +549,8 @@ where
         })
     }
 
-    /// The buckets live in `pl_fleet_budgets`, one row per queue and kind; see
-    /// [`budgets`](super::budgets).
+    /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the
+    /// database's clock and spent in each claim's transaction (`infra/postgres/budgets.rs`).
     async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
         if budgets.is_empty() {
             return Ok(());
