@@ -266,12 +266,8 @@ fn number(
     }
 }
 
-async fn parked(
-    State(state): State<Shared>,
-    Path(name): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-) -> ApiResult {
-    let served = state.pool(&name)?;
+/// A page's `offset` and `limit` from a query string that holds nothing else.
+fn page(query: &HashMap<String, String>) -> Result<(usize, usize), ApiError> {
     if let Some(unknown) = query
         .keys()
         .find(|key| !["offset", "limit"].contains(&key.as_str()))
@@ -280,8 +276,18 @@ async fn parked(
             "unknown parameter {unknown:?}; use offset and limit"
         )));
     }
-    let offset = number(&query, "offset", 0, 0, usize::MAX / 2)?;
-    let limit = number(&query, "limit", DEFAULT_PAGE, 1, MAX_PAGE)?;
+    let offset = number(query, "offset", 0, 0, usize::MAX / 2)?;
+    let limit = number(query, "limit", DEFAULT_PAGE, 1, MAX_PAGE)?;
+    Ok((offset, limit))
+}
+
+async fn parked(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    let (offset, limit) = page(&query)?;
     let view = served
         .pool
         .inspect(offset, limit)
@@ -512,8 +518,7 @@ async fn dead_letters(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult {
     let served = state.pool(&name)?;
-    let offset = number(&query, "offset", 0, 0, usize::MAX / 2)?;
-    let limit = number(&query, "limit", DEFAULT_PAGE, 1, MAX_PAGE)?;
+    let (offset, limit) = page(&query)?;
     let letters = served
         .pool
         .dead_letters(offset, limit)

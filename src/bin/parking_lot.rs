@@ -46,12 +46,8 @@ enum Command {
         /// The pool
         #[arg(long)]
         pool: String,
-        /// The first task to show, in rank order
-        #[arg(long, default_value_t = 0)]
-        offset: usize,
-        /// How many to show (1 to 1000)
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        #[command(flatten)]
+        page: Page,
     },
     /// Running tasks of a pool
     Running {
@@ -94,12 +90,8 @@ enum Command {
         /// The pool
         #[arg(long)]
         pool: String,
-        /// The first to show
-        #[arg(long, default_value_t = 0)]
-        offset: usize,
-        /// How many to show (1 to 1000)
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        #[command(flatten)]
+        page: Page,
     },
     /// Park a dead letter again for any node, its attempts afresh
     Retry {
@@ -138,6 +130,24 @@ enum Command {
         /// The task's id
         id: u64,
     },
+}
+
+/// Which part of a long list to show.
+#[derive(clap::Args)]
+struct Page {
+    /// The first to show (0: the first of all)
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    /// How many to show (1 to 1000)
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+}
+
+impl Page {
+    /// The page as a query string.
+    fn query(&self) -> String {
+        format!("offset={}&limit={}", self.offset, self.limit)
+    }
 }
 
 /// What went wrong, for the user: the line printed before the exit.
@@ -186,15 +196,12 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     };
     let (answer, table): (Value, fn(&Value) -> String) = match &cli.command {
         Command::Status => (server.get("/api/pools").await?, status_table),
-        Command::Parked {
-            pool,
-            offset,
-            limit,
-        } => (
+        Command::Parked { pool, page } => (
             server
                 .get(&format!(
-                    "/api/pools/{}/parked?offset={offset}&limit={limit}",
-                    path(pool)
+                    "/api/pools/{}/parked?{}",
+                    path(pool),
+                    page.query()
                 ))
                 .await?,
             parked_table,
@@ -215,15 +222,12 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Resume { pool } => (server.act(pool, "resume", None).await?, state_line),
         Command::Drain { pool } => (server.act(pool, "drain", None).await?, state_line),
         Command::Undrain { pool } => (server.act(pool, "undrain", None).await?, state_line),
-        Command::DeadLetters {
-            pool,
-            offset,
-            limit,
-        } => (
+        Command::DeadLetters { pool, page } => (
             server
                 .get(&format!(
-                    "/api/pools/{}/dead-letters?offset={offset}&limit={limit}",
-                    path(pool)
+                    "/api/pools/{}/dead-letters?{}",
+                    path(pool),
+                    page.query()
                 ))
                 .await?,
             dead_letters_table,
