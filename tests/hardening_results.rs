@@ -327,3 +327,108 @@ async fn retrieve_task_takes_one_tasks_result_among_several_on_a_key() {
         Err(PoolError::ResultNotFound)
     );
 }
+
+/// A mailbox that stores on its own time, slowly, as a database under load does: a result
+/// is stored 300 ms after its task ended.
+struct SlowMailbox(InMemoryMailbox<u64>);
+
+#[async_trait::async_trait]
+impl prometheus_parking_lot::core::Mailbox<u64> for SlowMailbox {
+    fn backend(&self) -> &'static str {
+        "slow"
+    }
+
+    async fn store(
+        &self,
+        key: &MailboxKey,
+        delivery: prometheus_parking_lot::core::Delivery<u64>,
+    ) -> Result<(), prometheus_parking_lot::core::MailboxError> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.0.store(key, delivery).await
+    }
+
+    async fn take(
+        &self,
+        key: &MailboxKey,
+    ) -> Result<
+        Option<prometheus_parking_lot::core::Delivery<u64>>,
+        prometheus_parking_lot::core::MailboxError,
+    > {
+        self.0.take(key).await
+    }
+
+    async fn take_task(
+        &self,
+        key: &MailboxKey,
+        task_id: TaskId,
+    ) -> Result<
+        Option<prometheus_parking_lot::core::Delivery<u64>>,
+        prometheus_parking_lot::core::MailboxError,
+    > {
+        self.0.take_task(key, task_id).await
+    }
+
+    async fn list(
+        &self,
+        key: &MailboxKey,
+    ) -> Result<Vec<TaskId>, prometheus_parking_lot::core::MailboxError> {
+        self.0.list(key).await
+    }
+
+    async fn purge_stored_before(
+        &self,
+        cutoff_ms: u64,
+    ) -> Result<usize, prometheus_parking_lot::core::MailboxError> {
+        self.0.purge_stored_before(cutoff_ms).await
+    }
+
+    async fn stored_count(&self) -> Result<usize, prometheus_parking_lot::core::MailboxError> {
+        self.0.stored_count().await
+    }
+
+    fn subscribe(&self, key: &MailboxKey) -> Arc<tokio::sync::Notify> {
+        self.0.subscribe(key)
+    }
+}
+
+/// With `Attach`, a resubmission between the original's end and its result's store (here
+/// 300 ms) finds neither the live task nor the stored result; it gets the original's key all
+/// the same, and nothing runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resubmission_before_the_result_is_stored_attaches_and_runs_nothing() {
+    let pool = on_plain_thread(|| {
+        ResourcePool::with_settings(
+            prometheus_parking_lot::WorkerPoolConfig::new()
+                .with_worker_count(1)
+                .with_max_units(4)
+                .with_attach_duplicates(true),
+            Echo,
+            Box::new(InMemoryQueue::new()),
+            Arc::new(SlowMailbox(InMemoryMailbox::new())),
+            &TokioSpawner,
+        )
+        .expect("the pool starts")
+    })
+    .await;
+    let key = MailboxKey::new("acme").with_session("s");
+    let task = |payload| {
+        ScheduledTask::new(
+            TaskMetadata::new(5, prometheus_parking_lot::ResourceCost::cpu(1))
+                .with_mailbox(key.clone()),
+            payload,
+        )
+    };
+    pool.submit(task(10)).await.expect("the original");
+    eventually("the original ends", || pool.stats().completed_tasks == 1).await;
+    let again = pool.submit(task(99)).await;
+    assert_eq!(again, Ok(key.clone()), "attached to the original");
+    let result = pool.retrieve_task(&key, 5, Duration::from_secs(10)).await;
+    assert_eq!(result, Ok(10), "the original's result");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.submitted_tasks, stats.completed_tasks),
+        (1, 1),
+        "nothing ran again"
+    );
+}

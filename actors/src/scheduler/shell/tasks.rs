@@ -22,6 +22,7 @@ use crate::worker::Job;
 use super::effects::{Effect, Effects, Outcome, SharedCall};
 use super::ledger::{admitted_ms, Ledger, Phase, Record, Run, TaskKey};
 use super::observe::{Detail, Observers};
+use super::recent::RecentlyEnded;
 
 /// How long after a task's execution timeout the watchdog declares it `TimedOut` itself,
 /// for executors that block their thread and so cannot be interrupted.
@@ -47,6 +48,9 @@ pub(crate) struct Tasks<P, R> {
     /// Turns a mailbox tenant into the core's tenant key (seeded per pool, so nobody can
     /// pick two tenant names that share a fair share on purpose).
     tenant_keys: foldhash::fast::RandomState,
+    /// Callers whose tasks ended a moment ago, for a pool that attaches repeated
+    /// submissions and stores results on the mailbox's own time (see [`RecentlyEnded`]).
+    pub recently_ended: Option<RecentlyEnded>,
 }
 
 /// What [`Tasks::prepare_job`] made of a started task. (Returned once per start and moved
@@ -83,6 +87,7 @@ where
             default_timeout,
             publishing: std::collections::HashSet::new(),
             tenant_keys: foldhash::fast::RandomState::default(),
+            recently_ended: None,
         }
     }
 
@@ -417,6 +422,9 @@ where
         let held_back = settle.is_some() && stream.is_none();
         let later = ended_step(&self.observers, &record, &key, &step, held_back, now);
         let (task_id, attempt) = (record.task_id, record.attempt());
+        if let (Some(recent), None) = (&mut self.recently_ended, &stream) {
+            recent.remember(&key, task_id, now);
+        }
         self.send_outcome(stream, key, task_id, attempt, outcome, settle, later, now);
     }
 
