@@ -45,6 +45,61 @@ pub struct BuiltPools<P, R, E> {
     pub pools: HashMap<String, ResourcePool<P, R, E>>,
 }
 
+#[cfg(feature = "admin")]
+impl<P, R, E> BuiltPools<P, R, E>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: crate::core::TaskExecutor<P, R> + 'static,
+{
+    /// Serves these pools on the admin server `config`'s `admin` section describes (see
+    /// [`crate::admin`]); `None` when it has none.
+    ///
+    /// ```no_run
+    /// # use prometheus_parking_lot::{build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner};
+    /// # #[derive(Clone)] struct Model;
+    /// # #[async_trait::async_trait]
+    /// # impl prometheus_parking_lot::TaskExecutor<String, String> for Model {
+    /// #     async fn execute(&self, p: String, _m: prometheus_parking_lot::core::TaskMetadata) -> String { p }
+    /// # }
+    /// let config = SchedulerConfig::from_path("config/local.json")?;
+    /// let built = build_pools_from_scheduler_config::<String, String, Model, TokioSpawner>(
+    ///     &config, &QueueBuilderContext::Embedded, None, |_| Model, TokioSpawner,
+    /// )?;
+    /// if let Some(server) = built.serve_admin(&config)? {
+    ///     println!("dashboard: {}", server.url());
+    /// }
+    /// # Ok::<(), prometheus_parking_lot::PoolError>(())
+    /// ```
+    pub fn serve_admin(
+        &self,
+        config: &SchedulerConfig,
+    ) -> Result<Option<crate::admin::AdminServer>, PoolError> {
+        use crate::admin::{Admin, AdminSettings};
+        let Some(section) = &config.admin else {
+            return Ok(None);
+        };
+        let mut settings = AdminSettings {
+            token: section.token.clone(),
+            ..AdminSettings::default()
+        };
+        if let Some(bind) = &section.bind {
+            settings.bind = bind.parse().map_err(|_| {
+                PoolError::InvalidConfig(format!(
+                    "admin.bind: {bind:?} is not an address; use host:port such as 127.0.0.1:7480"
+                ))
+            })?;
+        }
+        let admin = self
+            .pools
+            .iter()
+            .fold(Admin::new(settings), |admin, (name, pool)| {
+                admin.with_pool(name.clone(), pool.client().clone())
+            });
+        admin.serve().map(Some)
+    }
+}
+
 /// Builds and starts every pool of `config`.
 ///
 /// `config` is validated again but used as it is: its `${NAME}` references were replaced

@@ -686,3 +686,53 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
         "{body}"
     );
 }
+
+/// A configuration's `admin` section serves the pools it built, with its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pools_of_a_config_are_served_as_its_admin_section_says() {
+    use prometheus_parking_lot::{
+        build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
+    };
+    let config = SchedulerConfig::from_json_str(&format!(
+        r#"{{ "pools": {{ "chat": {{ "worker_threads": 1, "max_units": 4 }},
+                          "batch": {{ "worker_threads": 1, "max_units": 8 }} }},
+             "admin": {{ "bind": "127.0.0.1:0", "token": "{TOKEN}" }} }}"#
+    ))
+    .expect("a valid config");
+    let (built, server) = tokio::task::spawn_blocking(move || {
+        let healthy = Arc::new(AtomicBool::new(false));
+        let built = build_pools_from_scheduler_config::<String, String, Flaky, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_| Flaky(healthy.clone()),
+            TokioSpawner,
+        )
+        .expect("the pools start");
+        let server = built
+            .serve_admin(&config)
+            .expect("it serves")
+            .expect("an admin section");
+        (built, server)
+    })
+    .await
+    .unwrap();
+    let (status, pools) = get(&server, "api/pools").await;
+    let names: Vec<&str> = pools["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!((status, names), (200, vec!["batch", "chat"]));
+    let (status, _) = post(&server, "api/pools/chat/pause", None, None).await;
+    assert_eq!(status, 401);
+    let (status, _) = post(&server, "api/pools/chat/pause", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+    assert!(built.pools["chat"].stats().paused);
+    assert!(!built.pools["batch"].stats().paused);
+    drop(server);
+    tokio::task::spawn_blocking(move || drop(built))
+        .await
+        .unwrap();
+}

@@ -529,3 +529,34 @@ async fn a_fair_share_from_the_config_caps_each_tenant() {
         pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
     }
 }
+
+/// The `admin` section: refused with the feature's name in a build without it, validated in
+/// one with it (an address, a token that is not empty), its token a secret.
+#[test]
+fn the_admin_section_is_checked() {
+    let with_admin = |admin: &str| format!(r#"{{ "pools": {{ "p": {{}} }}, "admin": {admin} }}"#);
+    let loaded = SchedulerConfig::from_json_str(&with_admin(r#"{ "bind": "127.0.0.1:0" }"#));
+    if !cfg!(feature = "admin") {
+        let error = loaded.unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "admin: the admin server needs the cargo feature `admin`; build with it, or remove the section"
+        );
+        return;
+    }
+    let config = loaded.expect("a valid admin section");
+    assert_eq!(config.admin.unwrap().bind.as_deref(), Some("127.0.0.1:0"));
+    for (admin, expected) in [
+        (r#"{ "bind": "localhost:80" }"#, "admin.bind: \"localhost:80\" is not an address; use host:port with an IP address, such as 127.0.0.1:7480 (port 0 picks a free one)"),
+        (r#"{ "token": " " }"#, "admin.token: the token is empty; give one (a ${NAME} reference keeps it out of the file), or leave the field out to serve reads only"),
+        (r#"{ "port": 1 }"#, "admin.port: unknown field `port`; use `bind` or `token`"),
+    ] {
+        let error = SchedulerConfig::from_json_str(&with_admin(admin)).unwrap_err().to_string();
+        assert_eq!(error, expected, "{admin}");
+    }
+    let config = SchedulerConfig::from_json_str(&with_admin(r#"{ "token": "hunter2" }"#)).unwrap();
+    assert!(
+        !format!("{config:?}").contains("hunter2"),
+        "the token is a secret"
+    );
+}

@@ -68,6 +68,25 @@ pub struct SchedulerConfig {
     /// The database for the Postgres backends (`${DATABASE_URL}` style references allowed).
     #[serde(default)]
     pub database_url: Option<Secret>,
+    /// The admin server (cargo feature `admin`): where it listens and the token its changes
+    /// need. `BuiltPools::serve_admin` serves the built pools with it.
+    #[serde(default)]
+    pub admin: Option<AdminSection>,
+}
+
+/// The configuration's `admin` section: `{"bind": "127.0.0.1:7480", "token":
+/// "${ADMIN_TOKEN}"}`. Without `bind` the server listens on 127.0.0.1:7480; without a
+/// token it serves reads only and refuses every change.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// The address to listen on, `host:port` (port 0: a free one).
+    #[serde(default)]
+    pub bind: Option<String>,
+    /// The bearer token of the endpoints that change a pool (a `${NAME}` reference keeps it
+    /// out of the file).
+    #[serde(default)]
+    pub token: Option<Secret>,
 }
 
 /// One pool in a configuration file. Every field but the pool's name has a default.

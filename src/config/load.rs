@@ -71,11 +71,19 @@ impl SchedulerConfig {
     }
 
     /// The same configuration with every `${NAME}` reference replaced. Fields that may hold
-    /// references: `database_url`, a yaque queue's `path`, a notifier's `base_url`,
-    /// `auth_header` and `hmac_secret`.
+    /// references: `database_url`, `admin.bind` and `admin.token`, a yaque queue's `path`, a
+    /// notifier's `base_url`, `auth_header` and `hmac_secret`.
     fn with_environment(mut self) -> Result<Self, ConfigError> {
         if let Some(url) = &mut self.database_url {
             expand_secret("database_url", url)?;
+        }
+        if let Some(admin) = &mut self.admin {
+            if let Some(bind) = &mut admin.bind {
+                expand_field("admin.bind", bind)?;
+            }
+            if let Some(token) = &mut admin.token {
+                expand_secret("admin.token", token)?;
+            }
         }
         for (name, pool) in &mut self.pools {
             let name = quote::name(name);

@@ -6,6 +6,9 @@
 //! | field | allowed |
 //! |---|---|
 //! | `pools` | at least one pool |
+//! | `admin` | the cargo feature `admin` built in |
+//! | `admin.bind` | `host:port` with an IP address (default 127.0.0.1:7480) |
+//! | `admin.token` | not empty (leave it out to serve reads only) |
 //! | pool names | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `worker_threads` | 1 – 1,024; 0 on a shared queue (a producer-only node) |
 //! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs; a pool with `gpu.devices` counts once per device) |
@@ -118,7 +121,46 @@ impl SchedulerConfig {
             pool.validate(&path, written.pools.get(name).unwrap_or(pool))?;
         }
         self.check_total_workers()?;
+        self.check_admin()?;
         self.check_shared_queues(written)
+    }
+
+    /// The admin section: a feature that is built, an address, a token that is not empty.
+    fn check_admin(&self) -> Result<(), ConfigError> {
+        let Some(admin) = &self.admin else {
+            return Ok(());
+        };
+        if !cfg!(feature = "admin") {
+            return Err(ConfigError::invalid(
+                "admin",
+                "the admin server needs the cargo feature `admin`; build with it, or remove \
+                 the section",
+            ));
+        }
+        if let Some(bind) = &admin.bind {
+            if bind.parse::<std::net::SocketAddr>().is_err() {
+                return Err(ConfigError::invalid(
+                    "admin.bind",
+                    format!(
+                        "\"{}\" is not an address; use host:port with an IP address, such as \
+                         127.0.0.1:7480 (port 0 picks a free one)",
+                        quote::name(bind)
+                    ),
+                ));
+            }
+        }
+        if admin
+            .token
+            .as_ref()
+            .is_some_and(|token| token.expose().trim().is_empty())
+        {
+            return Err(ConfigError::invalid(
+                "admin.token",
+                "the token is empty; give one (a ${NAME} reference keeps it out of the file), \
+                 or leave the field out to serve reads only",
+            ));
+        }
+        Ok(())
     }
 
     /// The pools together may not ask for more threads than a host can start.
