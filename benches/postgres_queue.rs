@@ -28,7 +28,9 @@
 //! `cargo bench --bench postgres_queue --features postgres` runs N = 20,000, W = 2, C = 64,
 //! A = 256, R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`, `PG_CLAIM_AHEAD`,
 //! `PG_ROUNDS`; `PG_PATHS=1,2` runs only those paths, numbered from 0 as listed, and
-//! `PG_PHASES=1` prints when each pool round had submitted everything); it reports each
+//! `PG_PHASES=1` prints when each pool round had submitted everything); the last path is the
+//! table pool's batch path again with a fleet budget too large to hold anything back (what
+//! the budget's bookkeeping in each claim costs); it reports each
 //! path's median and best jobs/s and the ratio of medians to the plain loop. Under
 //! `cargo test` it runs a few hundred jobs once, checking every result, as a smoke test.
 
@@ -117,6 +119,9 @@ struct Round {
 enum Queue {
     /// The Postgres table queue.
     Table,
+    /// The table queue with a fleet budget on the tasks' kind, too large to hold anything
+    /// back: what the budget's bookkeeping costs each claim.
+    BudgetedTable,
     /// The pgmq queue.
     Pgmq,
 }
@@ -125,7 +130,7 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
     let queue = unique("bench");
     let mailbox = format!("{queue}_results");
     let settings = match kind {
-        Queue::Table => {
+        Queue::Table | Queue::BudgetedTable => {
             serde_json::json!({ "type": "postgres", "queue_name": queue, "claim_ahead": ahead })
         }
         Queue::Pgmq => {
@@ -133,13 +138,17 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
         }
     };
     let node = |threads: usize| {
-        let config = serde_json::json!({ "pools": { "node": {
+        let mut config = serde_json::json!({ "pools": { "node": {
             "worker_threads": threads,
             "max_units": 1_000_000,
             "max_queue_depth": 10_000_000,
             "queue": settings,
             "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
         } } });
+        if kind == Queue::BudgetedTable {
+            config["pools"]["node"]["budgets"] =
+                serde_json::json!({ "cpu": { "units": 1_000_000_000u32, "per_secs": 1 } });
+        }
         let config = SchedulerConfig::from_json_str(&config.to_string()).expect("bench config");
         build_pools_from_scheduler_config::<u64, u64, Double, TokioSpawner>(
             &config,
@@ -184,7 +193,7 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
             .await
             .expect("the pools start")
     };
-    if kind == Queue::Table {
+    if kind != Queue::Pgmq {
         // Every round leaves 20,000 dead rows in the table the pools share. A server's
         // autovacuum clears them at most once a minute (and the test server here runs with
         // it off), so each round starts on a vacuumed table, as the plain loop's rounds
@@ -478,6 +487,9 @@ fn main() {
             "pgmq pool, submit",
         ]);
     }
+    // Last, so that the paths above keep their numbers in either build.
+    names.push("pool with a fleet budget, submit_batch");
+    let budgeted = names.len() - 1;
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     // `PG_PATHS=1,2` runs only those paths (numbered as listed, from 0), for a quick look.
     let chosen: Option<Vec<usize>> = std::env::var("PG_PATHS").ok().map(|list| {
@@ -496,6 +508,9 @@ fn main() {
             }
             let elapsed = client.block_on(async {
                 match path {
+                    _ if path == budgeted => {
+                        pool_round(&database, &scale, Queue::BudgetedTable, true).await
+                    }
                     0 => plain_round(&database, &scale).await,
                     1 => pool_round(&database, &scale, Queue::Table, true).await,
                     2 => pool_round(&database, &scale, Queue::Table, false).await,
@@ -527,7 +542,9 @@ fn main() {
         let best = rates.iter().copied().fold(0.0, f64::max);
         let middle = support::median(rates);
         let against_pgmq = match pgmq_baseline {
-            Some(plain) if path >= 3 => format!("  {:.2}x the plain pgmq loop", middle / plain),
+            Some(plain) if (3..budgeted).contains(&path) => {
+                format!("  {:.2}x the plain pgmq loop", middle / plain)
+            }
             _ => String::new(),
         };
         println!(
@@ -550,7 +567,7 @@ fn main() {
         let best = rates.iter().copied().fold(0.0, f64::max);
         let middle = support::median(rates);
         let against_pgmq = match pgmq_baseline {
-            Some(plain) if path >= 3 => format!("{:.2}x", middle / plain),
+            Some(plain) if (3..budgeted).contains(&path) => format!("{:.2}x", middle / plain),
             _ => "–".to_owned(),
         };
         println!(
