@@ -491,3 +491,63 @@ async fn without_preempt_tasks_a_pool_task_is_never_asked() {
     assert_eq!(pool.retrieve_async(&critical, WAIT).await.unwrap(), 0);
     assert_eq!(pool.stats().preemptions_asked, 0);
 }
+
+/// An operator's view of a pool shows permits beside tasks: a held one among the running,
+/// a waiting one among the parked, each with its caller's id and its reason.
+#[tokio::test]
+async fn inspect_shows_held_and_waiting_permits_beside_tasks() {
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(2)
+            .with_max_units(8),
+        Echo,
+    )
+    .unwrap();
+    let gate = Arc::new(pool.gate());
+    let held = gate.acquire(meta(1, 6, Priority::Normal)).await.unwrap();
+    let waiter = {
+        let gate = gate.clone();
+        tokio::spawn(async move { gate.acquire(meta(3, 4, Priority::High)).await })
+    };
+    let key = pool
+        .submit_async(5, meta(2, 4, Priority::Normal))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let view = loop {
+        let view = pool.client().inspect(0, 10).await.unwrap();
+        if view.parked_total == 2 {
+            break view;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both wait: {view:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let running: Vec<_> = view
+        .running
+        .iter()
+        .map(|task| (task.id, task.permit))
+        .collect();
+    assert_eq!(running, [(1, true)], "the held permit");
+    let parked: Vec<_> = view
+        .parked
+        .iter()
+        .map(|task| (task.id, task.permit, task.cost.units))
+        .collect();
+    assert_eq!(
+        parked,
+        [(3, true, 4), (2, false, 4)],
+        "the high-priority permit first"
+    );
+    assert!(view.parked.iter().all(|task| task.reason.is_some()));
+    drop(held);
+    let granted = tokio::time::timeout(WAIT, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    drop(granted);
+    assert_eq!(pool.retrieve_async(&key, WAIT).await.unwrap(), 5);
+}

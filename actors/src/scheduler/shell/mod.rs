@@ -669,12 +669,10 @@ where
                     reason,
                 });
             }
-            let id = self.permits.waiter_id(entry).or_else(|| {
-                self.permits
-                    .held()
-                    .find(|&(held, _)| held == entry)
-                    .map(|(_, id)| id)
-            })?;
+            let id = self
+                .permits
+                .waiter_id(entry)
+                .or_else(|| self.permits.held_id(entry))?;
             let (cost, priority) = core.ticket_of(entry)?;
             Some(TaskView {
                 id,

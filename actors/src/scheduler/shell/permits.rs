@@ -128,6 +128,11 @@ impl Permits {
         }
     }
 
+    /// The caller's id of held permit `entry`.
+    pub fn held_id(&self, entry: EntryId) -> Option<TaskId> {
+        self.held.get(&entry).map(|held| held.id)
+    }
+
     /// Each held permit: its entry and the caller's id.
     pub fn held(&self) -> impl Iterator<Item = (EntryId, TaskId)> + '_ {
         self.held.iter().map(|(&entry, held)| (entry, held.id))
