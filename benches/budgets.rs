@@ -30,9 +30,8 @@ mod support;
 use std::time::Instant;
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
-use prometheus_parking_lot::{
-    Budget, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard,
-};
+use prometheus_parking_lot::core::{Budget, PoolLimits, StarvationGuard};
+use prometheus_parking_lot::{Priority, ResourceCost, ResourceKind};
 
 const WORKERS: usize = 256;
 const MOST_UNITS: f64 = 400.0;

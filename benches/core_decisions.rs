@@ -17,9 +17,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, RankKey, Ticket};
-use prometheus_parking_lot::{
-    FairShare, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId,
-};
+use prometheus_parking_lot::core::{FairShare, PoolLimits, StarvationGuard};
+use prometheus_parking_lot::util::TaskId;
+use prometheus_parking_lot::{Priority, ResourceCost, ResourceKind};
 
 #[global_allocator]
 static ALLOCATOR: support::LiveBytes = support::LiveBytes;

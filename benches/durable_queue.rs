@@ -30,14 +30,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use prometheus_parking_lot::config::WorkerPoolConfig;
 use prometheus_parking_lot::core::{
-    Durability, ResourcePool, ScheduledTask, Settlement, StarvationGuard, TaskExecutor,
-    TaskMetadata, TaskQueue,
+    Durability, ScheduledTask, Settlement, StarvationGuard, TaskMetadata, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
 use prometheus_parking_lot::util::serde::ResourceCost;
 use prometheus_parking_lot::TokioSpawner;
+use prometheus_parking_lot::{ResourcePool, TaskExecutor};
 
 struct Scale {
     tasks: u64,

@@ -27,9 +27,9 @@ use std::path::Path;
 
 use plotters::prelude::*;
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
-use prometheus_parking_lot::{
-    FairShare, PoolLimits, Priority, ResourceCost, StarvationGuard, TaskId,
-};
+use prometheus_parking_lot::core::{FairShare, PoolLimits, StarvationGuard};
+use prometheus_parking_lot::util::TaskId;
+use prometheus_parking_lot::{Priority, ResourceCost};
 
 /// The card.
 #[path = "../examples/support/strict_fifo.rs"]

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::config::WorkerPoolConfig;
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
+use prometheus_parking_lot::core::PoolLimits;
 use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
-use prometheus_parking_lot::{PoolLimits, ResourceCost};
+use prometheus_parking_lot::ResourceCost;
 
 #[global_allocator]
 static ALLOCATOR: support::LiveBytes = support::LiveBytes;

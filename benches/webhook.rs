@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::config::Secret;
+use prometheus_parking_lot::core::TaskStatus;
 use prometheus_parking_lot::core::{Notifier, TerminalEvent};
 use prometheus_parking_lot::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
 use prometheus_parking_lot::*;

@@ -9,18 +9,15 @@
 //! cargo run --example actor_submit
 //! ```
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot::actors::ractor::rpc::CallResult;
-use prometheus_parking_lot::actors::{
-    spawn_supervisor, start_pool, PoolSpec, SchedulerRequest, SubmitOptions, WorkerSettings,
-};
-use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskExecutor, TaskMetadata};
+use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, SchedulerRequest};
+use prometheus_parking_lot::core::{PoolError, ScheduledTask, SubmitOptions, TaskMetadata};
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::serde::ResourceCost;
-use prometheus_parking_lot::{PoolLimits, RestartPolicy};
+use prometheus_parking_lot::{TaskExecutor, WorkerPoolConfig};
 
 /// Counts the words of a prompt.
 #[derive(Clone)]
@@ -36,30 +33,19 @@ impl TaskExecutor<String, usize> for WordCount {
 #[tokio::main]
 async fn main() -> Result<(), PoolError> {
     let supervisor = spawn_supervisor().await?;
-    let pool = start_pool(
-        &supervisor,
-        PoolSpec {
-            name: "words".into(),
-            limits: PoolLimits::new(8, 2),
-            workers: WorkerSettings {
-                count: 2,
-                ..WorkerSettings::default()
-            },
-            default_timeout: Some(Duration::from_secs(5)),
-            restart: RestartPolicy::default(),
-            executor: WordCount,
-            queue: Box::new(InMemoryQueue::new()),
-            mailbox: Arc::new(InMemoryMailbox::new()),
-            notifiers: Vec::new(),
-            result_encoder: None,
-            subscribers: Vec::new(),
-            retention: None,
-            shared: None,
-            durability: Default::default(),
-            gpu: None,
-        },
-    )
-    .await?;
+    // The same settings type every pool takes; `pool_spec` turns it into what the actor
+    // tree starts, over the queue and mailbox given.
+    let settings = WorkerPoolConfig::new()
+        .with_name("words")
+        .with_worker_count(2)
+        .with_max_units(8)
+        .with_timeout_ms(5_000);
+    let spec = settings.pool_spec(
+        WordCount,
+        Box::new(InMemoryQueue::new()),
+        Box::new(InMemoryMailbox::new()),
+    );
+    let pool = start_pool(&supervisor, spec).await?;
 
     // The typed protocol (requests only): Submit carries the task and a reply port for the
     // admission answer.

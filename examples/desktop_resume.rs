@@ -23,11 +23,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use prometheus_parking_lot::config::QueueSettings;
-use prometheus_parking_lot::core::{ResourcePool, ScheduledTask, TaskExecutor, TaskMetadata};
+use prometheus_parking_lot::core::{ScheduledTask, TaskMetadata};
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
+use prometheus_parking_lot::{ResourcePool, TaskExecutor};
 
 const POOL: &str = "desktop_llm";
 

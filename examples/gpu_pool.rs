@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::gpu::{FakeGpu, GpuProbe};
+use prometheus_parking_lot::util::TaskId;
 use prometheus_parking_lot::*;
 
 /// Units are MiB: the pool is sized from the device's memory less a tenth.

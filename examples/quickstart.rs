@@ -37,15 +37,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use prometheus_parking_lot::core::{
-    PoolError, ResourcePool, ScheduledTask, TaskExecutor, TaskMetadata,
-};
+use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskMetadata};
 use prometheus_parking_lot::metrics::{names, priority_label};
 use prometheus_parking_lot::util::clock::now_ms;
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
+use prometheus_parking_lot::{ResourcePool, TaskExecutor};
 
 #[path = "support/flags.rs"]
 mod flags;

@@ -19,7 +19,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
-use prometheus_parking_lot::{PoolLimits, Priority, ResourceCost, StarvationGuard, TaskId};
+use prometheus_parking_lot::core::{PoolLimits, StarvationGuard};
+use prometheus_parking_lot::util::TaskId;
+use prometheus_parking_lot::{Priority, ResourceCost};
 
 #[path = "support/strict_fifo.rs"]
 mod strict_fifo;

@@ -16,7 +16,7 @@ use crate::config::{
     MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
     StorageSettings,
 };
-use crate::core::{Mailbox, Notifier, PoolError, ResourcePool, Spawn, TaskExecutor, TaskQueue};
+use crate::core::{Mailbox, Notifier, PoolError, Spawn, TaskQueue};
 use crate::gpu::plan::{plan, GpuSource};
 use crate::gpu::GpuProbe;
 use crate::infra::mailbox::memory::InMemoryMailbox;
@@ -24,6 +24,7 @@ use crate::infra::mailbox::memory::InMemoryMailbox;
 use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::memory::InMemoryQueue;
 use crate::pool::Backends;
+use crate::{ResourcePool, TaskExecutor};
 
 /// What the backends of built pools may use beyond their own settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,7 +51,7 @@ impl<P, R, E> BuiltPools<P, R, E>
 where
     P: Send + 'static,
     R: Send + 'static,
-    E: crate::core::TaskExecutor<P, R> + 'static,
+    E: crate::TaskExecutor<P, R> + 'static,
 {
     /// Serves these pools on the admin server `config`'s `admin` section describes (see
     /// [`crate::admin`]); `None` when it has none.
@@ -460,7 +461,7 @@ where
             let queue =
                 crate::infra::queue::yaque::YaqueQueue::open(path, stream).map_err(|error| {
                     let reason = match error {
-                        crate::core::QueueError::Backend(reason) => reason,
+                        crate::core::QueueError::Backend(fault) => fault.detail,
                         other => other.to_string(),
                     };
                     PoolError::InvalidConfig(format!(
@@ -677,6 +678,12 @@ fn in_pool(pool: &str, field: &str, error: PoolError) -> PoolError {
             PoolError::InvalidConfig(format!("pools.{pool}.{field}: {text}"))
         }
         PoolError::Internal(text) => PoolError::Internal(format!("pools.{pool}.{field}: {text}")),
+        PoolError::Backend(mut error) => {
+            if error.pool.is_empty() {
+                error.pool = pool.to_owned();
+            }
+            PoolError::Backend(error)
+        }
         other => other,
     }
 }

@@ -7,13 +7,14 @@
 //!
 //! ## Three ways in
 //!
-//! **A pool in code.** [`WorkerPool`] runs your [`WorkerExecutor`] on dedicated threads:
+//! **A pool in code.** [`WorkerPool`] runs your [`WorkerExecutor`](core::WorkerExecutor) on dedicated threads:
 //! submit a payload with its [`TaskMetadata`] (cost, priority, deadline), get a
 //! [`MailboxKey`], retrieve the result under it.
 //!
 //! ```
 //! use std::time::Duration;
-//! use prometheus_parking_lot::{Priority, ResourceCost, TaskMetadata, WorkerExecutor, WorkerPool, WorkerPoolConfig};
+//! use prometheus_parking_lot::core::WorkerExecutor;
+//! use prometheus_parking_lot::{Priority, ResourceCost, TaskMetadata, WorkerPool, WorkerPoolConfig};
 //!
 //! #[derive(Clone)]
 //! struct Model;
@@ -64,9 +65,12 @@
 //!
 //! ## Where the rest is
 //!
-//! - [`core`]: the pools, executors, backend traits ([`TaskQueue`], [`Mailbox`]), limits,
-//!   statuses and [`PoolError`]; [`core::scheduling`]: the pure parking-lot core;
-//! - [`config`]: settings in code ([`WorkerPoolConfig`]) and in files ([`SchedulerConfig`]);
+//! - [`core`]: the pool and its executor, the backend traits ([`core::TaskQueue`],
+//!   [`core::Mailbox`]), limits, statuses, errors, and what an operator reads of a pool;
+//!   [`core::scheduling`]: the pure parking-lot core;
+//! - [`config`]: the one settings type users build, [`WorkerPoolConfig`] (the seed's
+//!   [`config::PoolConfig`] and a file's pool settings convert to it), and files
+//!   ([`SchedulerConfig`]);
 //! - [`infra`]: the queue and mailbox backends; [`runtime`]: where a pool's actors run;
 //!   [`gpu`]: GPU probes (NVML with the cargo feature `gpu`, and a fake);
 //! - [`actors`]: the actor tree itself, for callers that send it messages;
@@ -81,33 +85,28 @@
 //!
 //! ## The machine underneath
 //!
-//! Both faces drive one pure state machine, [`ParkingLot`]: it takes [`Ticket`]s and the
-//! time, and answers with decisions; `PARKING_LOT.md` explains its algorithm and bounds.
+//! Every face drives one pure state machine, [`core::scheduling::ParkingLot`]: it takes
+//! tickets and the time, and answers with decisions; `PARKING_LOT.md` explains its algorithm
+//! and bounds.
 //!
-//! ```
-//! use prometheus_parking_lot::{ParkingLot, PoolLimits, Priority, ResourceCost, Ticket};
-//! use prometheus_parking_lot::core::scheduling::Admit;
+//! ## Waiting: one naming rule
 //!
-//! let mut lot = ParkingLot::new(PoolLimits::new(24, 4))?;
-//! let llm = |id, units| Ticket {
-//!     id,
-//!     priority: Priority::Normal,
-//!     cost: ResourceCost::gpu_vram(units),
-//!     created_at_ms: 0,
-//!     deadline_ms: None,
-//!     tenant: 0,
-//!     timeout_ms: None,
-//! };
-//! assert_eq!(lot.admit(llm(1, 16), 0), Admit::Start);
-//! assert_eq!(lot.admit(llm(2, 16), 0), Admit::Park);
-//! assert_eq!(lot.complete(1, 10).unwrap(), vec![2]);
-//! # Ok::<(), prometheus_parking_lot::PoolError>(())
-//! ```
+//! A method named `…_blocking` blocks the calling thread; every other method that waits is
+//! `async`. The exceptions are the names code written for earlier versions calls on
+//! [`WorkerPool`]: its `submit`, `retrieve` and `shutdown` block, and their awaiting forms
+//! are `submit_async`, `retrieve_async` and `shutdown_with_drain`. Each of those also has
+//! the `…_blocking` name, so code that follows the rule reads the same on every face:
+//!
+//! | waits by | [`WorkerPool`] | [`ResourcePool`] | [`PoolClient`](core::PoolClient) | [`CapacityGate`] |
+//! |---|---|---|---|---|
+//! | awaiting | `submit_async`, `retrieve_async` | `submit`, `retrieve` | `submit`, `retrieve` | `acquire` |
+//! | blocking | `submit_blocking`, `retrieve_blocking` | `submit_blocking`, `retrieve_blocking` | `submit_blocking`, `retrieve_blocking` | `acquire_blocking` |
+//! | never | `stats`, `gate`, `client` | `stats`, `gate`, `client` | `stats`, `events` | `try_acquire`, `stats` |
 
 pub mod actors;
 #[cfg(feature = "admin")]
 pub mod admin;
-pub mod builders;
+mod builders;
 pub mod config;
 pub mod core;
 pub mod gpu;
@@ -118,20 +117,21 @@ mod pool;
 pub mod runtime;
 pub mod util;
 
+// The crate root holds the names a first program needs and nothing twice that has a home
+// of its own: the pool faces and the permit gate, the task vocabulary, and the
+// configuration-driven builders (whose only home is here). Each other public name lives in
+// exactly one module; the few that also appear elsewhere are the paths `API.md` fixes for
+// code written against earlier versions.
 pub use crate::builders::{
     build_pools_from_scheduler_config, build_pools_with_gpu_probe, BuiltPools, QueueBuilderContext,
 };
-pub use crate::config::{ConfigError, PoolConfig, SchedulerConfig, WorkerPoolConfig};
-pub use crate::core::scheduling::{ParkingLot, Ticket};
-pub use crate::core::{
-    Budget, Capacity, FairShare, Mailbox, PoolError, PoolLimits, PoolStats, ResourcePool,
-    RestartPolicy, ScheduledTask, Spawn, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue,
-    TaskStatus, WakeState, WorkerExecutor, WorkerPool,
-};
+pub use crate::config::{SchedulerConfig, WorkerPoolConfig};
+pub use crate::core::{PoolError, ScheduledTask, TaskMetadata, WorkerPool};
 pub use crate::pool::gate::{Acquire, CapacityGate, Permit};
+pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::runtime::tokio_spawner::TokioSpawner;
-pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId};
-pub use prometheus_parking_lot_actors::stream::ResultStream;
+pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TenantId};
+pub use prometheus_parking_lot_actors::executor::TaskExecutor;
 pub use prometheus_parking_lot_actors::{budget, running, stream};
 
 /// The README's examples, compiled and run as doc tests.

@@ -105,7 +105,8 @@ pub fn priority_label(priority: Priority) -> &'static str {
 ///
 /// ```
 /// use prometheus_parking_lot::metrics::PoolMetrics;
-/// use prometheus_parking_lot::{Capacity, ResourceKind};
+/// use prometheus_parking_lot::core::Capacity;
+/// use prometheus_parking_lot::ResourceKind;
 ///
 /// // With no recorder installed the handles are no-ops; install one first to record.
 /// let capacity = Capacity::uniform(0).with(ResourceKind::GpuVram, 24);

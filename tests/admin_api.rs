@@ -518,7 +518,7 @@ async fn the_command_line_shows_and_controls_a_pool() {
 struct Flaky(Arc<AtomicBool>);
 
 #[async_trait::async_trait]
-impl prometheus_parking_lot::core::TaskExecutor<String, String> for Flaky {
+impl prometheus_parking_lot::TaskExecutor<String, String> for Flaky {
     async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
         if self.0.load(Ordering::Acquire) {
             panic!("the provider answered 500");
@@ -549,7 +549,7 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
             pin_to_cpus: false,
         },
         default_timeout: None,
-        restart: prometheus_parking_lot::RestartPolicy::default(),
+        restart: prometheus_parking_lot::core::RestartPolicy::default(),
         executor: Flaky(fail.clone()),
         queue: Box::new(InMemoryQueue::new()),
         mailbox: Arc::new(InMemoryMailbox::new()),

@@ -26,10 +26,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::admin::{Admin, AdminServer, AdminSettings};
 use prometheus_parking_lot::config::Secret;
+use prometheus_parking_lot::core::{Budget, Capacity, PoolStats};
 use prometheus_parking_lot::core::{SubmitOptions, TaskMetadata, WorkerExecutor, WorkerPool};
-use prometheus_parking_lot::{
-    Budget, Capacity, MailboxKey, PoolStats, Priority, ResourceCost, ResourceKind, WorkerPoolConfig,
-};
+use prometheus_parking_lot::{MailboxKey, Priority, ResourceCost, ResourceKind, WorkerPoolConfig};
 use serde_json::{json, Value};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";

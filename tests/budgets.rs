@@ -6,15 +6,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
+use prometheus_parking_lot::core::{Budget, RestartPolicy};
 use prometheus_parking_lot::core::{
     EventSubscriber, PoolLimits, SubmitOptions, TaskEvent, TaskStep,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::{
-    build_pools_from_scheduler_config, running, Budget, MailboxKey, QueueBuilderContext,
-    ResourceCost, ResourceKind, ResourcePool, RestartPolicy, ScheduledTask, SchedulerConfig,
-    TaskExecutor, TaskMetadata, TokioSpawner,
+    build_pools_from_scheduler_config, running, MailboxKey, QueueBuilderContext, ResourceCost,
+    ResourceKind, ResourcePool, ScheduledTask, SchedulerConfig, TaskExecutor, TaskMetadata,
+    TokioSpawner,
 };
 
 /// Records when each task started, and gives back what its payload says it did not use.

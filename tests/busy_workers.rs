@@ -4,9 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use prometheus_parking_lot::{
-    ResourceCost, TaskMetadata, WorkerExecutor, WorkerPool, WorkerPoolConfig,
-};
+use prometheus_parking_lot::core::WorkerExecutor;
+use prometheus_parking_lot::{ResourceCost, TaskMetadata, WorkerPool, WorkerPoolConfig};
 
 /// Payload 1 spawns a task that blocks its worker's thread for 2 s (a token producer doing
 /// blocking I/O) and returns at once; any other payload returns at once.

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use prometheus_parking_lot::config::{MaxUnits, NotifierSettings, QueueSettings, StorageSettings};
+use prometheus_parking_lot::core::FairShare;
 use prometheus_parking_lot::*;
 
 // Every test that reads the list is about a feature this build lacks.

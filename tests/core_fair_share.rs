@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
-use prometheus_parking_lot::{
-    FairShare, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId, WakeState,
-};
+use prometheus_parking_lot::core::{FairShare, PoolLimits, StarvationGuard, WakeState};
+use prometheus_parking_lot::util::TaskId;
+use prometheus_parking_lot::{Priority, ResourceCost, ResourceKind};
 use proptest::prelude::*;
 
 const VRAM: ResourceKind = ResourceKind::GpuVram;

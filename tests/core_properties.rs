@@ -4,9 +4,9 @@
 use std::collections::{BTreeSet, HashMap};
 
 use prometheus_parking_lot::core::scheduling::{Admit, Cancel, ParkingLot, RankKey, Ticket};
-use prometheus_parking_lot::{
-    Capacity, PoolLimits, Priority, ResourceCost, ResourceKind, StarvationGuard, TaskId, WakeState,
-};
+use prometheus_parking_lot::core::{Capacity, PoolLimits, StarvationGuard, WakeState};
+use prometheus_parking_lot::util::TaskId;
+use prometheus_parking_lot::{Priority, ResourceCost, ResourceKind};
 use proptest::prelude::*;
 
 const MAX_PARK_MS: u64 = 40;

@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prometheus_parking_lot::core::PoolStats;
 use prometheus_parking_lot::gpu::{FakeGpu, GpuError, GpuStats};
+use prometheus_parking_lot::util::TaskId;
 use prometheus_parking_lot::*;
 
 #[cfg(not(feature = "gpu"))]

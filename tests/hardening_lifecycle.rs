@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus_parking_lot::actors::ShutdownReport;
 use prometheus_parking_lot::config::WorkerPoolConfig;
+use prometheus_parking_lot::core::ShutdownReport;
 use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
 use support::{eventually, gpu, settings, Job, LabPool};

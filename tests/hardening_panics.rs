@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_parking_lot::actors::SubmitOptions;
+use prometheus_parking_lot::core::SubmitOptions;
 use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::util::serde::{Priority, TaskId};
 use support::{eventually, gpu, settings};

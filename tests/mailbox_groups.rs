@@ -11,13 +11,14 @@ use async_trait::async_trait;
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::{
     Delivery, Mailbox, MailboxError, Notifier, PoolClient, PoolLimits, ScheduledTask,
-    SubmitOptions, TaskExecutor, TaskMetadata, TerminalEvent,
+    SubmitOptions, TaskMetadata, TerminalEvent,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
+use prometheus_parking_lot::TaskExecutor;
 
-use prometheus_parking_lot::RestartPolicy;
+use prometheus_parking_lot::core::RestartPolicy;
 use tokio::sync::Notify;
 
 const WAIT: Duration = Duration::from_secs(10);

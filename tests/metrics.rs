@@ -256,7 +256,7 @@ fn a_scrape_shows_a_budgets_level_and_waits_and_the_retries() {
             .with_worker_count(2)
             .with_budget(
                 prometheus_parking_lot::ResourceKind::Io,
-                prometheus_parking_lot::Budget::per_minute(10),
+                prometheus_parking_lot::core::Budget::per_minute(10),
             )
             .with_retry(prometheus_parking_lot::core::Retries::new(
                 3,

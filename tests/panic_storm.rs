@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use prometheus_parking_lot::config::WorkerPoolConfig;
 use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
+use prometheus_parking_lot::core::{RestartPolicy, StarvationGuard};
 use prometheus_parking_lot::util::serde::ResourceCost;
-use prometheus_parking_lot::{RestartPolicy, StarvationGuard};
 
 const TASKS: u64 = 100_000;
 const PANIC_EVERY: u64 = 20;

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_parking_lot::core::WorkerExecutor;
 use prometheus_parking_lot::{
     CapacityGate, PoolError, Priority, ResourceCost, ResourceKind, SchedulerConfig, TaskMetadata,
-    WorkerExecutor, WorkerPool, WorkerPoolConfig,
+    WorkerPool, WorkerPoolConfig,
 };
 use tokio::sync::mpsc;
 

@@ -22,7 +22,8 @@ use prometheus_parking_lot::core::{
 };
 use prometheus_parking_lot::infra::mailbox::postgres::PostgresMailbox;
 use prometheus_parking_lot::infra::postgres::PgDatabase;
-use prometheus_parking_lot::infra::queue::postgres::{PostgresQueue, RetryPolicy};
+use prometheus_parking_lot::infra::postgres::RetryPolicy;
+use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext, SchedulerConfig,
@@ -341,10 +342,17 @@ async fn a_database_that_goes_away_fails_submits_clearly_and_the_pool_recovers()
     proxy.cut();
     let refused = pool.submit(work(3, 3, 0, &key)).await;
     match refused {
-        Err(PoolError::Internal(text)) => assert!(
-            text.contains("could not park the task") && text.contains("postgres"),
-            "the error says what failed: {text}"
-        ),
+        Err(PoolError::Backend(error)) => {
+            let text = error.to_string();
+            assert!(
+                error.operation == "park a task" && text.contains("postgres"),
+                "the error says what failed: {text}"
+            );
+            assert!(
+                error.fault.kind.is_retryable(),
+                "a database that is away is worth retrying: {text}"
+            );
+        }
         other => panic!("a submit while the database is away must fail: {other:?}"),
     }
     tokio::time::sleep(Duration::from_millis(500)).await;

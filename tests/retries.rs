@@ -7,14 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prometheus_parking_lot::core::WorkerExecutor;
 use prometheus_parking_lot::core::{PoolError, Retries};
 #[cfg(any(feature = "yaque", feature = "postgres"))]
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
 use prometheus_parking_lot::{
-    running, MailboxKey, ResourceCost, ScheduledTask, TaskExecutor, TaskMetadata, WorkerExecutor,
-    WorkerPool, WorkerPoolConfig,
+    running, MailboxKey, ResourceCost, ScheduledTask, TaskExecutor, TaskMetadata, WorkerPool,
+    WorkerPoolConfig,
 };
 
 /// How a task's runs go: the first `fail` runs fail (by `retry_later`, or by a panic with

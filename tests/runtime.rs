@@ -7,18 +7,19 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::actors::ractor::rpc::CallResult;
-use prometheus_parking_lot::actors::{
-    spawn_supervisor, start_pool, PoolSpec, SchedulerRequest, SubmitOptions,
-};
+use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, SchedulerRequest};
+use prometheus_parking_lot::core::SubmitOptions;
 use prometheus_parking_lot::core::{
-    EntryId, PoolError, QueueCounts, QueueError, ResourcePool, ScheduledTask, Settlement,
-    StoredEntry, TaskMetadata, TaskQueue, WorkerExecutor, WorkerPool,
+    EntryId, PoolError, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
+    TaskMetadata, TaskQueue, WorkerExecutor, WorkerPool,
 };
+use prometheus_parking_lot::core::{PoolLimits, RestartPolicy};
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::clock::now_ms;
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost, ResourceKind};
-use prometheus_parking_lot::{PoolLimits, RestartPolicy, TaskExecutor};
+use prometheus_parking_lot::ResourcePool;
+use prometheus_parking_lot::TaskExecutor;
 use support::{eventually, gpu, settings, Job, LabPool};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -806,7 +807,7 @@ async fn a_batch_whose_tasks_park_in_a_queue_that_awaits_gets_every_key() {
         .client()
         .submit_batch(
             tasks,
-            prometheus_parking_lot::actors::SubmitOptions::default(),
+            prometheus_parking_lot::core::SubmitOptions::default(),
         )
         .await;
     assert_eq!(answers.len(), 6);

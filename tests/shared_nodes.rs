@@ -9,16 +9,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
+use prometheus_parking_lot::core::RestartPolicy;
 use prometheus_parking_lot::core::{
     Capacity, FitQuery, PoolClient, PoolError, PoolLimits, QueueMaintenance, ScheduledTask,
-    SharedParking, SharedQueue, SubmitOptions, TaskExecutor, TaskMetadata,
+    SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
 use prometheus_parking_lot::util::clock::now_ms;
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost, TaskId};
-use prometheus_parking_lot::RestartPolicy;
+use prometheus_parking_lot::TaskExecutor;
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -22,10 +22,12 @@ use prometheus_parking_lot::core::{
     json_result, Notifier, PoolClient, PoolLimits, SharedParking, SharedQueue, SubmitOptions,
     TerminalEvent,
 };
+use prometheus_parking_lot::core::{RestartPolicy, TaskStatus};
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
+use prometheus_parking_lot::util::TaskId;
 use prometheus_parking_lot::*;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{json, Value};

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::scheduling::WaitReason;
+use prometheus_parking_lot::core::Budget;
 use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
-use prometheus_parking_lot::{Budget, MailboxKey, ResourceCost, ResourceKind, WorkerPoolConfig};
+use prometheus_parking_lot::{MailboxKey, ResourceCost, ResourceKind, WorkerPoolConfig};
 
 /// Runs until the gate opens.
 #[derive(Clone)]

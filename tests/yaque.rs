@@ -19,8 +19,8 @@ use conformance::queue::cpu;
 use conformance::{queue, Job};
 use prometheus_parking_lot::config::{QueueSettings, WorkerPoolConfig};
 use prometheus_parking_lot::core::{
-    Durability, EntryId, QueueCounts, QueueError, ResourcePool, ScheduledTask, Settlement,
-    StarvationGuard, StoredEntry, TaskExecutor, TaskMetadata, TaskQueue,
+    Durability, EntryId, FaultKind, QueueCounts, QueueError, ScheduledTask, Settlement,
+    StarvationGuard, StoredEntry, TaskMetadata, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
@@ -28,6 +28,7 @@ use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost, Ta
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
+use prometheus_parking_lot::{ResourcePool, TaskExecutor};
 use tokio::sync::{mpsc, watch};
 
 use Priority::{Critical, High, Low, Normal};
@@ -158,10 +159,10 @@ async fn a_stream_is_open_in_one_place_at_a_time() {
     let dir = TempDir::new("exclusive");
     let first = open(&dir);
     let second = YaqueQueue::<Job>::open(dir.path(), "stream");
-    let Err(QueueError::Backend(message)) = second else {
+    let Err(QueueError::Backend(fault)) = second else {
         panic!("a second open of a stream in use must fail");
     };
-    assert!(message.contains("in use"), "{message}");
+    assert!(fault.detail.contains("in use"), "{fault}");
     // Another stream in the same directory is another queue.
     let other = YaqueQueue::<Job>::open(dir.path(), "other").expect("another stream opens");
     drop((first, other));
@@ -169,7 +170,11 @@ async fn a_stream_is_open_in_one_place_at_a_time() {
     assert!(again.load_parked().await.unwrap().is_empty());
 
     let bad = YaqueQueue::<Job>::open(dir.path(), "../escape");
-    assert!(matches!(bad, Err(QueueError::Backend(m)) if m.contains("a-z A-Z 0-9 _ -")));
+    assert!(
+        matches!(&bad, Err(QueueError::Backend(m)) if m.kind == FaultKind::Refused && m.detail.contains("a-z A-Z 0-9 _ -")),
+        "{:?}",
+        bad.err()
+    );
 }
 
 #[tokio::test]
@@ -370,7 +375,7 @@ async fn a_task_this_build_cannot_decode_is_set_aside_not_retried_for_ever() {
     );
     let claimed = queue.claim(1).await;
     assert!(
-        matches!(&claimed, Err(QueueError::Backend(m)) if m.contains("entry 1") && m.contains("does not decode")),
+        matches!(&claimed, Err(QueueError::Backend(m)) if m.kind == FaultKind::Corrupt && m.detail.contains("entry 1") && m.detail.contains("does not decode")),
         "{claimed:?}"
     );
     let removed = queue.remove(2).await;

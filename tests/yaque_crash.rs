@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use prometheus_parking_lot::config::WorkerPoolConfig;
 use prometheus_parking_lot::core::{
-    Durability, ResourcePool, ScheduledTask, StarvationGuard, TaskExecutor, TaskMetadata, TaskQueue,
+    Durability, ScheduledTask, StarvationGuard, TaskMetadata, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
@@ -49,6 +49,7 @@ use prometheus_parking_lot::util::serde::ResourceCost;
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
+use prometheus_parking_lot::{ResourcePool, TaskExecutor};
 
 /// The directory the child works in; set only for a child.
 const DIR_ENV: &str = "PL_YAQUE_CRASH_DIR";

@@ -111,6 +111,7 @@ impl Refusal {
             PoolError::MailboxFull { .. } => Refusal::MailboxFull,
             PoolError::DuplicateTask(_) | PoolError::ResultPending(_) => Refusal::Duplicate,
             PoolError::Shutdown | PoolError::Draining | PoolError::Internal(_) => Refusal::Shutdown,
+            PoolError::Backend(_) => Refusal::QueueError,
             _ => Refusal::Other,
         }
     }

@@ -18,6 +18,7 @@
 pub mod budget;
 pub(crate) mod cancellation;
 pub mod clock;
+#[doc(hidden)]
 pub mod contain;
 pub mod domain;
 pub mod engine;
@@ -28,6 +29,7 @@ pub mod mailbox;
 pub mod parker;
 pub mod permit;
 pub mod queue;
+#[doc(hidden)]
 pub mod random;
 pub mod running;
 pub mod scheduler;

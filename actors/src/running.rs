@@ -55,7 +55,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 pub use crate::cancellation::Cancellation;
-pub use crate::stream::{Partials, StreamClosed};
+use crate::stream::Partials;
 
 /// The context of the task a worker thread runs: its flag, and its stream if it has one.
 #[derive(Clone)]

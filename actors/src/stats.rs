@@ -117,7 +117,7 @@ pub struct GpuStats {
 /// stream; worker threads maintain `live_worker_threads`, the supervisor `worker_restarts`,
 /// the mailbox actor `expired_results`, the scheduler `queue_errors`.
 #[derive(Debug, Default)]
-pub struct PoolCounters {
+pub(crate) struct PoolCounters {
     pub(crate) worker_count: AtomicUsize,
     pub(crate) submitted: AtomicU64,
     pub(crate) completed: AtomicU64,

@@ -23,6 +23,7 @@ use ractor::{
 use tracing::Instrument;
 
 /// Starts (or restarts) one child, linked to the given supervisor.
+#[doc(hidden)]
 pub type StartChild = Arc<
     dyn Fn(ActorCell) -> Pin<Box<dyn Future<Output = Result<ActorCell, SpawnErr>> + Send>>
         + Send
@@ -30,6 +31,7 @@ pub type StartChild = Arc<
 >;
 
 /// Called with the reason when a pool escalates.
+#[doc(hidden)]
 pub type Escalate = Arc<dyn Fn(String) + Send + Sync>;
 
 /// How often a pool's workers may be restarted before the supervisor gives up on it.
@@ -54,6 +56,7 @@ impl Default for RestartPolicy {
 
 /// One child to supervise.
 #[derive(Clone)]
+#[doc(hidden)]
 pub struct ChildSpec {
     /// The pool it belongs to.
     pub pool: Arc<str>,
@@ -106,6 +109,7 @@ pub struct SupervisorActor;
 
 /// What the supervisor tracks.
 #[derive(Default)]
+#[doc(hidden)]
 pub struct SupervisorState {
     children: HashMap<ActorId, (ActorCell, ChildSpec)>,
     restarts: HashMap<Arc<str>, VecDeque<Instant>>,

@@ -58,7 +58,7 @@ use crate::util::serde::ResourceKind;
 ///
 /// let typo = SchedulerConfig::from_yaml_str("pools:\n  chat:\n    max_unit: 24\n").unwrap_err();
 /// assert_eq!(typo.to_string(), "pools.chat.max_unit: unknown field `max_unit`; did you mean `max_units`?");
-/// # Ok::<(), prometheus_parking_lot::ConfigError>(())
+/// # Ok::<(), prometheus_parking_lot::config::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -19,7 +19,7 @@ use serde::Deserialize;
 ///     config.pools["desktop"].queue,
 ///     QueueSettings::Yaque { path: "./data/queues".into(), stream: "llm".into() }
 /// );
-/// # Ok::<(), prometheus_parking_lot::ConfigError>(())
+/// # Ok::<(), prometheus_parking_lot::config::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]

@@ -1,16 +1,25 @@
-//! The core of the public API: pools, executors, backend traits, limits, statuses, errors,
-//! and the pure parking-lot state machine ([`scheduling`]).
+//! The core of the public API: the pool and its executor, the backend traits, limits,
+//! statuses, errors, what an operator reads of a pool, and the pure parking-lot state machine
+//! ([`scheduling`]).
+//!
+//! Every name here has this module as its one home. [`WorkerPool`], [`TaskMetadata`],
+//! [`ScheduledTask`] and [`PoolError`] are also at the crate root, where most code imports
+//! them; [`ResourcePool`] and [`TaskExecutor`] live at the crate root and appear here too
+//! only because code written for the upstream crate imports them from here.
 
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
-    Budget, Budgets, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, Retries, ScheduledTask, StartCap, StarvationGuard, TaskMetadata, TaskStatus,
-    WakeState,
+    BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairShare, FaultKind,
+    OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
+    StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::PoolClient;
-pub use prometheus_parking_lot_actors::events::{EventSubscriber, TaskEvent, TaskStep};
+pub use prometheus_parking_lot_actors::events::{
+    BudgetReading, EventFeed, EventSubscriber, FeedEvent, PoolReading, Refusal, TaskEvent, TaskStep,
+};
 pub use prometheus_parking_lot_actors::executor::TaskExecutor;
+pub use prometheus_parking_lot_actors::inspect::{PoolView, TaskView, TenantView};
 pub use prometheus_parking_lot_actors::mailbox::{
     json_result, Delivery, FencedDelivery, InlineMailbox, Mailbox, MailboxError, Notifier,
     ResultEncoder, TerminalEvent,
@@ -20,9 +29,7 @@ pub use prometheus_parking_lot_actors::queue::{
     LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
     SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
-pub use prometheus_parking_lot_actors::scheduler::protocol::{
-    SchedulerRequest, ShutdownReport, SubmitOptions,
-};
+pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 pub use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 pub use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
 pub use prometheus_parking_lot_actors::stats::{BudgetStats, PoolStats};
@@ -30,6 +37,31 @@ pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 
 /// The pure parking-lot core: admit, complete, cancel and tick with an explicit `now`, and
 /// get decisions back. See `PARKING_LOT.md` for the algorithm.
+///
+/// ```
+/// use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
+/// use prometheus_parking_lot::core::PoolLimits;
+/// use prometheus_parking_lot::{Priority, ResourceCost};
+///
+/// let mut lot = ParkingLot::new(PoolLimits::new(24, 4))?;
+/// let llm = |id, units| Ticket {
+///     id,
+///     priority: Priority::Normal,
+///     cost: ResourceCost::gpu_vram(units),
+///     created_at_ms: 0,
+///     deadline_ms: None,
+///     tenant: 0,
+///     timeout_ms: None,
+/// };
+/// assert_eq!(lot.admit(llm(1, 16), 0), Admit::Start);
+/// assert_eq!(lot.admit(llm(2, 16), 0), Admit::Park);
+/// // Task 1 ends at t = 10 ms: task 2 fits now and starts.
+/// assert_eq!(lot.complete(1, 10).unwrap(), vec![2]);
+/// # Ok::<(), prometheus_parking_lot::PoolError>(())
+/// ```
 pub mod scheduling {
-    pub use prometheus_parking_lot_actors::scheduler::core::*;
+    pub use prometheus_parking_lot_actors::scheduler::core::{
+        AbsorbRefusal, Admit, Cancel, Newcomer, ParkingLot, RankKey, Rejection, TenantKey, Tick,
+        Ticket, TokenBucket, UnknownTask, WaitReason,
+    };
 }

@@ -20,8 +20,9 @@ use prometheus_parking_lot_actors::scheduler::protocol::ShutdownReport;
 use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
 use crate::config::WorkerPoolConfig;
-use crate::core::{Mailbox, PoolError, Spawn, TaskExecutor, TaskQueue};
+use crate::core::{Mailbox, PoolError, Spawn, TaskQueue};
 use crate::util::serde::{MailboxKey, TaskId};
+use crate::TaskExecutor;
 
 /// What a pool stores into and reports to, beyond its settings.
 pub(crate) struct Backends<P, R> {
@@ -105,7 +106,7 @@ pub(crate) fn start_gate(config: &WorkerPoolConfig) -> Result<PoolClient<(), ()>
 }
 
 /// The engine spec of the public settings.
-fn spec<P, R, E>(
+pub(crate) fn spec<P, R, E>(
     config: &WorkerPoolConfig,
     executor: E,
     backends: Backends<P, R>,

@@ -8,8 +8,9 @@ use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitO
 use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::{PoolConfig, WorkerPoolConfig};
-use crate::core::{Mailbox, PoolError, PoolStats, ScheduledTask, Spawn, TaskExecutor, TaskQueue};
+use crate::core::{Mailbox, PoolError, PoolStats, ScheduledTask, Spawn, TaskQueue};
 use crate::util::serde::{MailboxKey, TaskId};
+use crate::TaskExecutor;
 
 /// A pool of dedicated worker threads over the queue, mailbox and runtime you choose.
 ///
@@ -60,9 +61,10 @@ use crate::util::serde::{MailboxKey, TaskId};
 /// use std::time::Duration;
 /// use prometheus_parking_lot::core::SubmitOptions;
 /// use prometheus_parking_lot::infra::{mailbox::InMemoryMailbox, queue::InMemoryQueue};
+/// use prometheus_parking_lot::config::PoolConfig;
 /// use prometheus_parking_lot::{
-///     MailboxKey, PoolConfig, PoolError, ResourceCost, ResourcePool, ScheduledTask,
-///     TaskExecutor, TaskMetadata, TokioSpawner,
+///     MailboxKey, PoolError, ResourceCost, ResourcePool, ScheduledTask, TaskExecutor,
+///     TaskMetadata, TokioSpawner,
 /// };
 ///
 /// /// Sleeps for the payload's milliseconds, then returns them.
@@ -142,7 +144,11 @@ where
         )
     }
 
-    /// Starts a pool from the full settings builder.
+    /// Starts a pool from the full settings builder, [`WorkerPoolConfig`]. The mailbox is
+    /// an `Arc` here so the caller can keep a handle on it (to read it, or to share it with
+    /// another pool), and the spawner is only borrowed: the pool needs it to start and
+    /// holds nothing of it after (see [`submit_blocking`](Self::submit_blocking) for an
+    /// example).
     pub fn with_settings(
         settings: WorkerPoolConfig,
         executor: E,
@@ -182,6 +188,38 @@ where
         self.client.submit(task, SubmitOptions::default()).await
     }
 
+    /// Submits a task from synchronous code: blocks the calling thread (no runtime needed)
+    /// until it is admitted or refused, with the same answers as [`submit`](Self::submit).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use prometheus_parking_lot::infra::{mailbox::InMemoryMailbox, queue::InMemoryQueue};
+    /// use prometheus_parking_lot::{ResourceCost, ResourcePool, ScheduledTask, TaskMetadata, TokioSpawner, WorkerPoolConfig};
+    /// # use prometheus_parking_lot::TaskExecutor;
+    /// # #[derive(Clone)]
+    /// # struct Len;
+    /// # #[async_trait::async_trait]
+    /// # impl TaskExecutor<String, usize> for Len {
+    /// #     async fn execute(&self, payload: String, _meta: TaskMetadata) -> usize { payload.len() }
+    /// # }
+    ///
+    /// let pool = ResourcePool::with_settings(
+    ///     WorkerPoolConfig::new().with_worker_count(1).with_max_units(4),
+    ///     Len,
+    ///     Box::new(InMemoryQueue::new()),
+    ///     Arc::new(InMemoryMailbox::new()),
+    ///     &TokioSpawner,
+    /// )?;
+    /// let task = ScheduledTask::new(TaskMetadata::new(1, ResourceCost::cpu(1)), "four".to_string());
+    /// let key = pool.submit_blocking(task)?;
+    /// assert_eq!(pool.retrieve_blocking(&key, Duration::from_secs(5))?, 4);
+    /// # Ok::<(), prometheus_parking_lot::PoolError>(())
+    /// ```
+    pub fn submit_blocking(&self, task: ScheduledTask<P>) -> Result<MailboxKey, PoolError> {
+        self.client.submit_blocking(task, SubmitOptions::default())
+    }
+
     /// Submits a task with per-task options: an execution timeout of its own (see the
     /// type's second example).
     pub async fn submit_with(
@@ -211,6 +249,13 @@ where
     /// `Timeout` and takes nothing. Cancel-safe: dropping the future loses no result.
     pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
         let outcome = self.client.retrieve(key, timeout).await;
+        super::noting_give_up(&self.client, key, None, timeout, outcome)
+    }
+
+    /// Like [`retrieve`](Self::retrieve), blocking the calling thread (no runtime needed);
+    /// use it from synchronous code or `spawn_blocking`.
+    pub fn retrieve_blocking(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        let outcome = self.client.retrieve_blocking(key, None, timeout);
         super::noting_give_up(&self.client, key, None, timeout, outcome)
     }
 

@@ -11,11 +11,12 @@ use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitO
 use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::WorkerPoolConfig;
-use crate::core::{PoolError, PoolStats, ScheduledTask, TaskExecutor, TaskMetadata};
+use crate::core::{PoolError, PoolStats, ScheduledTask, TaskMetadata};
 use crate::infra::mailbox::memory::InMemoryMailbox;
 use crate::infra::queue::memory::InMemoryQueue;
 use crate::runtime::tokio_spawner::TokioSpawner;
 use crate::util::serde::{MailboxKey, TaskId};
+use crate::TaskExecutor;
 
 /// The work a [`WorkerPool`] runs, one call per task, on a dedicated worker thread.
 ///
@@ -133,7 +134,8 @@ where
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use prometheus_parking_lot::{PoolError, ResourceCost, TaskMetadata, WorkerExecutor, WorkerPool, WorkerPoolConfig};
+    /// # use prometheus_parking_lot::{PoolError, ResourceCost, TaskMetadata, WorkerPool, WorkerPoolConfig};
+    /// # use prometheus_parking_lot::core::WorkerExecutor;
     /// use prometheus_parking_lot::core::SubmitOptions;
     /// # #[derive(Clone)]
     /// # struct Sleep;
@@ -236,6 +238,18 @@ where
     pub fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
         let outcome = self.client.retrieve_blocking(key, None, timeout);
         super::noting_give_up(&self.client, key, None, timeout, outcome)
+    }
+
+    /// [`submit`](Self::submit) by the crate's naming rule (`…_blocking` blocks): the same
+    /// call, for code that reads the same on every pool face.
+    pub fn submit_blocking(&self, payload: P, meta: TaskMetadata) -> Result<MailboxKey, PoolError> {
+        self.submit(payload, meta)
+    }
+
+    /// [`retrieve`](Self::retrieve) by the crate's naming rule (`…_blocking` blocks): the
+    /// same call.
+    pub fn retrieve_blocking(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        self.retrieve(key, timeout)
     }
 
     /// Waits up to `timeout` for the result under `key` and takes it, as

@@ -10,7 +10,9 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_parking_lot::core::{Delivery, Mailbox, PoolError, TaskStatus};
+use prometheus_parking_lot::core::{
+    BackendError, BackendFault, Delivery, FaultKind, Mailbox, PoolError, TaskFailure, TaskStatus,
+};
 use prometheus_parking_lot::util::serde::{MailboxKey, TaskId};
 use tokio::time::timeout;
 
@@ -67,7 +69,7 @@ pub fn key(tenant: &str, user: &str, session: &str) -> MailboxKey {
 /// The delivery of task `task_id` with `outcome`, stored `stored` ms after [`EPOCH_MS`].
 pub fn delivery(
     task_id: TaskId,
-    outcome: Result<String, PoolError>,
+    outcome: Result<String, TaskFailure>,
     stored: u64,
 ) -> Delivery<String> {
     Delivery {
@@ -83,7 +85,7 @@ pub fn ok(task_id: TaskId, stored: u64) -> Delivery<String> {
 }
 
 /// A delivery as comparable data (`Delivery` itself is not `PartialEq`).
-type Seen = (TaskId, Result<String, PoolError>, u64);
+type Seen = (TaskId, Result<String, TaskFailure>, u64);
 
 fn seen(delivery: &Delivery<String>) -> Seen {
     (
@@ -155,15 +157,31 @@ pub async fn take_returns_deliveries_oldest_first(mailbox: Arc<dyn Mailbox<Strin
 pub async fn error_outcomes_round_trip(mailbox: Arc<dyn Mailbox<String>>) {
     let mailbox = &*mailbox;
     let inbox = key("acme", "ada", "s1");
-    let cases: [(Result<String, PoolError>, TaskStatus); 5] = [
+    let lost = |error| Err(TaskFailure::Lost(Box::new(error)));
+    let database_away = PoolError::from(BackendError::new(
+        "chat",
+        "postgres queue",
+        "store a started task",
+        BackendFault::plain(FaultKind::Unreachable, "the server refused the connection"),
+    ));
+    let cases: [(Result<String, TaskFailure>, TaskStatus); 8] = [
         (Ok("fine".into()), TaskStatus::Completed),
-        (Err(PoolError::TimedOut), TaskStatus::TimedOut),
+        (Err(TaskFailure::TimedOut), TaskStatus::TimedOut),
         (
-            Err(PoolError::Failed("boom".into())),
+            Err(TaskFailure::Failed("boom".into())),
             TaskStatus::Failed("boom".into()),
         ),
-        (Err(PoolError::Cancelled), TaskStatus::Cancelled),
-        (Err(PoolError::Expired), TaskStatus::Expired),
+        (Err(TaskFailure::Cancelled), TaskStatus::Cancelled),
+        (Err(TaskFailure::Expired), TaskStatus::Expired),
+        (lost(PoolError::Shutdown), TaskStatus::Cancelled),
+        (
+            lost(PoolError::QueueFull),
+            TaskStatus::Rejected(PoolError::QueueFull.to_string()),
+        ),
+        (
+            lost(database_away.clone()),
+            TaskStatus::Failed(database_away.to_string()),
+        ),
     ];
     for (id, (outcome, _)) in (1..).zip(&cases) {
         store(mailbox, &inbox, delivery(id, outcome.clone(), id)).await;
@@ -209,7 +227,7 @@ pub async fn a_group_store_keeps_its_order_and_wakes_every_key(mailbox: Arc<dyn 
         (ada.clone(), ok(3, 30)),
         (bob.clone(), ok(1, 10)),
         (ada.clone(), ok(1, 10)),
-        (ada.clone(), delivery(2, Err(PoolError::TimedOut), 20)),
+        (ada.clone(), delivery(2, Err(TaskFailure::TimedOut), 20)),
     ];
     let stored = mailbox.store_many(group).await;
     assert_eq!(stored, vec![Ok(()), Ok(()), Ok(()), Ok(())]);
@@ -224,7 +242,7 @@ pub async fn a_group_store_keeps_its_order_and_wakes_every_key(mailbox: Arc<dyn 
     assert_eq!(list(mailbox, &ada).await, [3, 1, 2]);
     assert_eq!(take(mailbox, &ada).await, Some(seen(&ok(3, 30))));
     assert_eq!(take(mailbox, &ada).await, Some(seen(&ok(1, 10))));
-    let timed_out = delivery(2, Err(PoolError::TimedOut), 20);
+    let timed_out = delivery(2, Err(TaskFailure::TimedOut), 20);
     assert_eq!(take(mailbox, &ada).await, Some(seen(&timed_out)));
     assert_eq!(take(mailbox, &bob).await, Some(seen(&ok(1, 10))));
     assert_stored(mailbox, 0, "taking the group").await;

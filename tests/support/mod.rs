@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use prometheus_parking_lot::config::WorkerPoolConfig;
+use prometheus_parking_lot::core::StarvationGuard;
 use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost, TaskId};
-use prometheus_parking_lot::StarvationGuard;
 use tokio::sync::{mpsc, oneshot};
 
 /// What a test job does on its worker thread.

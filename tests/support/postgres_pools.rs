@@ -6,8 +6,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use prometheus_parking_lot::core::{ScheduledTask, TaskExecutor, TaskMetadata};
+use prometheus_parking_lot::core::{ScheduledTask, TaskMetadata};
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
+use prometheus_parking_lot::TaskExecutor;
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, BuiltPools, QueueBuilderContext, SchedulerConfig,
     TokioSpawner,

@@ -3,12 +3,22 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::{ResourceKind, TaskId};
+use super::{BackendError, ResourceKind, TaskId};
 
-/// Why a pool operation failed, or why a task ended without a result.
+/// Why a pool operation failed.
 ///
-/// It serialises (durable mailboxes store the errors tasks ended with) in serde's default
-/// externally tagged form: `"TimedOut"`, `{"Failed": "boom"}`.
+/// Most variants are an operation's own failure: the call was refused (`QueueFull`,
+/// `InsufficientResources`, `Draining`...), the caller stopped waiting (`Timeout`), or a
+/// backend failed under it (`Backend`, which keeps its cause). Four say instead how the task
+/// a retrieve waited for ended without a result: [`Failed`](Self::Failed),
+/// [`Expired`](Self::Expired), [`TimedOut`](Self::TimedOut) and
+/// [`Cancelled`](Self::Cancelled). A mailbox stores those as a [`TaskFailure`], the type of a
+/// task's outcome; a retrieve hands them back as these variants, so code can tell "my wait
+/// ran out" (`Timeout`: try again, the result stays) from "the task ran too long"
+/// (`TimedOut`: it will never have a result).
+///
+/// It serialises (a [`TaskFailure::Lost`] stores one) in serde's default externally tagged
+/// form: `"QueueFull"`, `{"InvalidConfig": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum PoolError {
     /// The parking lot holds `max_queue_depth` tasks already.
@@ -59,7 +69,15 @@ pub enum PoolError {
     /// A setting is out of range; the text names it and what is allowed.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// A bug or a broken backend; the text says what happened.
+    /// A queue, mailbox or database failed while the pool used it. It names the pool, the
+    /// backend and the operation, and keeps the backend's fault as its
+    /// [`source`](std::error::Error::source); the fault's [`kind`](super::FaultKind) says
+    /// whether retrying may help ([`PoolError::is_retryable`]).
+    #[error(transparent)]
+    Backend(Box<BackendError>),
+    /// Something the pool itself got wrong, or the operating system refused it (a thread or
+    /// a runtime it could not start); the text says what. Nothing a caller can fix by
+    /// changing a setting or an input ends here: those have variants of their own.
     #[error("internal error: {0}")]
     Internal(String),
     /// The executor panicked or failed; the text carries the panic message.
@@ -106,6 +124,24 @@ pub enum PoolError {
 }
 
 impl PoolError {
+    /// Whether the same call may succeed if tried again later: a backend that could not be
+    /// reached, a full queue or mailbox that others drain, or a retrieve whose wait ran out
+    /// (the result stays for the next one).
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::PoolError;
+    ///
+    /// assert!(PoolError::QueueFull.is_retryable());
+    /// assert!(!PoolError::InvalidConfig("max_units is 0".into()).is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Backend(error) => error.fault.kind.is_retryable(),
+            Self::QueueFull | Self::MailboxFull { .. } | Self::Timeout => true,
+            _ => false,
+        }
+    }
+
     /// The name code written for the upstream crate matches on: the same error as
     /// [`Shutdown`](PoolError::Shutdown), so both names work in patterns and in comparisons.
     ///
@@ -129,4 +165,79 @@ impl PoolError {
     /// ```
     #[allow(non_upper_case_globals)]
     pub const PoolShutdown: PoolError = PoolError::Shutdown;
+}
+
+/// How a task ended without a result: what its mailbox keeps in place of one.
+///
+/// It is the task's outcome, not an operation's error: a [`PoolError`] says why a call
+/// failed (the caller stopped waiting, the queue is full, the database is away), a
+/// `TaskFailure` why the task itself produced nothing. A retrieve turns it into the
+/// [`PoolError`] variant of the same name ([`Failed`](PoolError::Failed),
+/// [`Expired`](PoolError::Expired), [`TimedOut`](PoolError::TimedOut),
+/// [`Cancelled`](PoolError::Cancelled)), so code that matches those keeps working, and
+/// `PoolError::Timeout` (the caller gave up) is never one of them.
+///
+/// It serialises (durable mailboxes store it) in serde's externally tagged form, the same
+/// text earlier versions stored for these outcomes: `"TimedOut"`, `{"Failed": "boom"}`.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{PoolError, TaskFailure};
+///
+/// let ended = TaskFailure::TimedOut;
+/// assert_eq!(PoolError::from(ended), PoolError::TimedOut);
+/// assert_ne!(PoolError::from(TaskFailure::TimedOut), PoolError::Timeout);
+/// assert_eq!(serde_json::to_string(&TaskFailure::Failed("boom".into())).unwrap(), r#"{"Failed":"boom"}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
+pub enum TaskFailure {
+    /// The executor panicked, or its run failed for good; the text says how.
+    #[error("task failed: {0}")]
+    Failed(String),
+    /// Its deadline passed before it could start.
+    #[error("task expired before it could start")]
+    Expired,
+    /// It ran past its execution timeout.
+    #[error("task ran past its execution timeout")]
+    TimedOut,
+    /// It was cancelled, or the pool shut down before it ran.
+    #[error("task cancelled")]
+    Cancelled,
+    /// The pool could not carry it to its end after admitting it (its queue or the pool
+    /// failed under it, or the pool shut down); the error says what.
+    #[error(transparent)]
+    Lost(Box<PoolError>),
+}
+
+/// A backend's failure is [`PoolError::Backend`] (boxed: it is rare, and keeps every other
+/// result small).
+impl From<BackendError> for PoolError {
+    fn from(error: BackendError) -> Self {
+        PoolError::Backend(Box::new(error))
+    }
+}
+
+impl From<TaskFailure> for PoolError {
+    fn from(failure: TaskFailure) -> Self {
+        match failure {
+            TaskFailure::Failed(reason) => PoolError::Failed(reason),
+            TaskFailure::Expired => PoolError::Expired,
+            TaskFailure::TimedOut => PoolError::TimedOut,
+            TaskFailure::Cancelled => PoolError::Cancelled,
+            TaskFailure::Lost(error) => *error,
+        }
+    }
+}
+
+impl From<PoolError> for TaskFailure {
+    /// The outcome a task that ended with `error` has: the variants of the same name, and
+    /// any other error as [`TaskFailure::Lost`].
+    fn from(error: PoolError) -> Self {
+        match error {
+            PoolError::Failed(reason) => TaskFailure::Failed(reason),
+            PoolError::Expired => TaskFailure::Expired,
+            PoolError::TimedOut => TaskFailure::TimedOut,
+            PoolError::Cancelled => TaskFailure::Cancelled,
+            other => TaskFailure::Lost(Box::new(other)),
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! ends. These types cross every boundary (actors, queues, mailboxes, configuration), so
 //! they are plain data with serde support.
 
+mod backend;
 mod budget;
 mod durability;
 mod error;
@@ -11,9 +12,10 @@ mod resource;
 mod status;
 mod task;
 
+pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use durability::Durability;
-pub use error::PoolError;
+pub use error::{PoolError, TaskFailure};
 pub use limits::{
     Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
 };

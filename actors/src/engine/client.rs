@@ -15,10 +15,10 @@ use tokio::sync::{oneshot, Notify, OnceCell};
 
 use crate::budget::{SlotBudget, SlotGuard};
 use crate::contain::drop_contained;
-use crate::domain::{MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
+use crate::domain::{BackendError, MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
 use crate::events::{EventFeed, FeedEvent};
 use crate::inspect::PoolView;
-use crate::mailbox::{Delivery, Mailbox, Notifier};
+use crate::mailbox::{Delivery, Mailbox, MailboxError, Notifier};
 use crate::parker::block_on_until;
 use crate::permit::{Gate, PermitPort};
 use crate::queue::{EntryId, KeptLetter, QueueError, SharedQueue};
@@ -524,10 +524,10 @@ where
         timeout: Duration,
     ) -> Result<R, PoolError> {
         if let Some(delivery) = self.try_take(key, task_id).await? {
-            return delivery.outcome;
+            return delivery.outcome.map_err(PoolError::from);
         }
         if let Some(delivery) = self.spin_take(key, task_id)? {
-            return delivery.outcome;
+            return delivery.outcome.map_err(PoolError::from);
         }
         let wait = self.wait_for(key, task_id);
         match tokio::time::Instant::now().checked_add(timeout) {
@@ -553,7 +553,7 @@ where
     /// Takes the oldest result under `key` without waiting: `ResultNotFound` if none.
     pub async fn try_retrieve(&self, key: &MailboxKey) -> Result<R, PoolError> {
         match self.try_take(key, None).await? {
-            Some(delivery) => delivery.outcome,
+            Some(delivery) => delivery.outcome.map_err(PoolError::from),
             None => Err(PoolError::ResultNotFound),
         }
     }
@@ -561,7 +561,7 @@ where
     /// Waits (without a time limit) until a matching result is stored, and takes it.
     async fn wait_for(&self, key: &MailboxKey, task_id: Option<TaskId>) -> Result<R, PoolError> {
         if let Some(delivery) = self.try_take(key, task_id).await? {
-            return delivery.outcome;
+            return delivery.outcome.map_err(PoolError::from);
         }
         let watch = Watch::new(self.inner.mailbox.as_ref(), key);
         loop {
@@ -569,7 +569,7 @@ where
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(delivery) = self.try_take(key, task_id).await? {
-                return delivery.outcome;
+                return delivery.outcome.map_err(PoolError::from);
             }
             notified.await;
         }
@@ -596,7 +596,7 @@ where
         });
         found
             .transpose()
-            .map_err(|error| PoolError::Internal(format!("{} mailbox: {error}", mailbox.backend())))
+            .map_err(|error| self.mailbox_error(mailbox.backend(), error))
     }
 
     async fn try_take(
@@ -611,8 +611,7 @@ where
             (None, None) => mailbox.take(key).await,
             (None, Some(id)) => mailbox.take_task(key, id).await,
         };
-        taken
-            .map_err(|error| PoolError::Internal(format!("{} mailbox: {error}", mailbox.backend())))
+        taken.map_err(|error| self.mailbox_error(mailbox.backend(), error))
     }
 
     /// Cancels the live task `id` submitted under `key` (the key `submit` returned): a parked
@@ -765,7 +764,7 @@ where
     ) -> Result<Vec<KeptLetter>, PoolError> {
         let queue = self.dead_letter_queue()?;
         let listed = queue.maintenance().list_dead_letters(offset, limit).await;
-        listed.map_err(|error| self.dead_letter_error(&error))
+        listed.map_err(|error| self.dead_letter_error("list dead letters", error))
     }
 
     /// Parks dead letter `entry` again for any node, its attempts afresh; `false` when the
@@ -773,14 +772,14 @@ where
     pub async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError> {
         let queue = self.dead_letter_queue()?;
         let retried = queue.maintenance().retry_dead_letter(entry).await;
-        retried.map_err(|error| self.dead_letter_error(&error))
+        retried.map_err(|error| self.dead_letter_error("retry a dead letter", error))
     }
 
     /// Deletes dead letter `entry`, or all of them with `None`; returns how many.
     pub async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError> {
         let queue = self.dead_letter_queue()?;
         let purged = queue.maintenance().purge_dead_letters(entry).await;
-        purged.map_err(|error| self.dead_letter_error(&error))
+        purged.map_err(|error| self.dead_letter_error("purge dead letters", error))
     }
 
     fn dead_letter_queue(&self) -> Result<&Arc<dyn SharedQueue<P>>, PoolError> {
@@ -793,10 +792,32 @@ where
         })
     }
 
-    fn dead_letter_error(&self, error: &QueueError) -> PoolError {
-        PoolError::Internal(format!(
-            "pool {:?}: the dead letters of its shared queue: {error}",
-            self.inner.name
+    /// The error of `operation` on the dead letters of the pool's shared queue.
+    fn dead_letter_error(&self, operation: &str, error: QueueError) -> PoolError {
+        let backend = self
+            .inner
+            .shared_queue
+            .as_ref()
+            .map_or("shared", |queue| queue.backend());
+        let queue = format!("{backend} queue");
+        let fault = crate::queue::actor::fault_of(error);
+        PoolError::from(BackendError::new(
+            &*self.inner.name,
+            queue,
+            operation,
+            fault,
+        ))
+    }
+
+    /// The error of a mailbox of `backend` that could not hand over a result.
+    fn mailbox_error(&self, backend: &str, error: MailboxError) -> PoolError {
+        let MailboxError::Backend(fault) = error;
+        let mailbox = format!("{backend} mailbox");
+        PoolError::from(BackendError::new(
+            &*self.inner.name,
+            mailbox,
+            "take a result",
+            fault,
         ))
     }
 
@@ -931,6 +952,7 @@ impl<R: Send + 'static> Drop for Watch<'_, R> {
     }
 }
 
+#[doc(hidden)]
 /// Shuts a pool down in the background when dropped. See [`PoolClient::shutdown_on_drop`].
 pub struct ShutdownOnDrop(Mutex<Option<Box<dyn FnOnce() + Send>>>);
 

@@ -11,14 +11,14 @@ use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
 use crate::budget::SlotBudget;
-use crate::domain::{Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
+use crate::domain::{BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
 use crate::events::{EventFeed, EventSubscriber};
 use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
-use crate::queue::actor::{QueueActor, QueueMsg, QueueReports, QueueState};
-use crate::queue::{StoredEntry, TaskQueue};
+use crate::queue::actor::{fault_of, QueueActor, QueueMsg, QueueReports, QueueState};
+use crate::queue::{QueueError, StoredEntry, TaskQueue};
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
 use crate::scheduler::core::ParkingLot;
 use crate::scheduler::driver::{Driver, Results};
@@ -157,13 +157,21 @@ async fn share_budgets<P: Send + 'static>(
     if budgets.is_empty() {
         return Ok(());
     }
-    parking.queue.share_budgets(budgets).await.map_err(|error| {
-        PoolError::InvalidConfig(format!(
-            "pool {pool:?}: its budgets are to be shared by every node of its {} queue, and \
-             could not be: {error}",
-            parking.queue.backend()
-        ))
+    let shared = parking.queue.share_budgets(budgets).await;
+    shared.map_err(|error| {
+        queue_error(
+            pool,
+            parking.queue.backend(),
+            "share the pool's budgets",
+            error,
+        )
     })
+}
+
+/// The error of `operation` on `pool`'s queue of `backend`, which failed with `error`.
+fn queue_error(pool: &str, backend: &str, operation: &str, error: QueueError) -> PoolError {
+    let queue = format!("{backend} queue");
+    PoolError::from(BackendError::new(pool, queue, operation, fault_of(error)))
 }
 
 /// Spawns a supervisor on the current tokio runtime.
@@ -214,13 +222,10 @@ where
     if let Some(parking) = &spec.shared {
         share_budgets(parking, &core.limits().budgets, &spec.name).await?;
         if core.limits().on_duplicate == OnDuplicate::Attach {
+            let operation = "keep callers unique across nodes (the pool attaches repeated \
+                             submissions)";
             parking.queue.keep_callers_unique().await.map_err(|error| {
-                PoolError::InvalidConfig(format!(
-                    "pool {:?} attaches repeated submissions, which on its {} queue needs \
-                     callers kept unique across nodes, and they could not be: {error}",
-                    spec.name,
-                    parking.queue.backend()
-                ))
+                queue_error(&spec.name, parking.queue.backend(), operation, error)
             })?;
         }
     }
@@ -304,7 +309,7 @@ where
             )
         }
         None if spec.queue.is_durable() => {
-            let stored = load_parked(&*spec.queue).await?;
+            let stored = load_parked(&spec.name, &*spec.queue).await?;
             let reports: QueueReports<P> = {
                 let scheduler_slot = scheduler_slot.clone();
                 Arc::new(move |report| match scheduler_slot.get() {
@@ -330,7 +335,7 @@ where
         None => {
             // In memory: the scheduler's ledger keeps parked tasks itself. Tasks parked in
             // the queue before the pool started move into it.
-            let stored = take_parked(&*spec.queue).await?;
+            let stored = take_parked(&spec.name, &*spec.queue).await?;
             (Storage::Memory, None, stored, None)
         }
     };
@@ -429,29 +434,24 @@ where
 
 /// The parked tasks a durable queue kept, to be indexed again.
 async fn load_parked<P: Send + 'static>(
+    pool: &str,
     queue: &dyn TaskQueue<P>,
 ) -> Result<Vec<StoredEntry>, PoolError> {
-    queue.load_parked().await.map_err(|error| {
-        PoolError::Internal(format!(
-            "{} queue: could not load its parked tasks: {error}",
-            queue.backend()
-        ))
-    })
+    let loaded = queue.load_parked().await;
+    loaded.map_err(|error| queue_error(pool, queue.backend(), "load its parked tasks", error))
 }
 
 /// Takes every task parked in a queue that keeps nothing the process does not, with its
 /// payload, for the scheduler's ledger to keep.
 async fn take_parked<P: Send + 'static>(
+    pool: &str,
     queue: &dyn TaskQueue<P>,
 ) -> Result<Vec<(StoredEntry, Option<P>)>, PoolError> {
     let mut taken = Vec::new();
-    for stored in load_parked(queue).await? {
-        let removed = queue.remove(stored.entry).await.map_err(|error| {
-            PoolError::Internal(format!(
-                "{} queue: could not take a parked task: {error}",
-                queue.backend()
-            ))
-        })?;
+    for stored in load_parked(pool, queue).await? {
+        let removed = queue.remove(stored.entry).await;
+        let removed = removed
+            .map_err(|error| queue_error(pool, queue.backend(), "take a parked task", error))?;
         if let Some(task) = removed {
             taken.push((stored, Some(task.payload)));
         }
@@ -496,6 +496,7 @@ async fn supervise(
     }
 }
 
+#[doc(hidden)]
 /// Starts a pool with its own supervisor on `spawner`'s runtime and waits until it is up.
 ///
 /// For synchronous constructors (`WorkerPool::new`). The returned client shuts its
@@ -513,6 +514,7 @@ where
     start_blocking(spawner, spec, Ownership::Own)
 }
 
+#[doc(hidden)]
 /// [`start_pool_blocking`] for a pool that only grants capacity permits
 /// ([`PoolClient::gate`]): it starts no worker threads (`spec.workers.count` is ignored)
 /// and its executor is never called.

@@ -13,6 +13,7 @@
 //! in the order the scheduler sent them; a delivery the actor accepted is written before it
 //! stops (a drain's stop writes what the buffer still holds).
 
+use crate::domain::{BackendFault, FaultKind};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,9 +257,10 @@ where
     ) {
         for (task_id, event, then) in after {
             let outcome = stored.next().unwrap_or_else(|| {
-                Err(super::MailboxError::Backend(
-                    "the backend answered fewer stores than it was given".into(),
-                ))
+                Err(super::MailboxError::Backend(BackendFault::plain(
+                    FaultKind::Other,
+                    "the backend answered fewer stores than it was given",
+                )))
             });
             let ended = match outcome {
                 Ok(true) => {

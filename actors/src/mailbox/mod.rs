@@ -10,21 +10,23 @@ pub mod notify;
 
 pub use notify::{json_result, Notifier, ResultEncoder, TerminalEvent};
 
+use crate::domain::FaultKind;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use thiserror::Error;
 use tokio::sync::Notify;
 
-use crate::domain::{MailboxKey, PoolError, TaskId, TaskStatus};
+use crate::domain::{BackendFault, MailboxKey, PoolError, TaskFailure, TaskId, TaskStatus};
 use crate::queue::{Claim, Settlement};
 
 /// A failure of a mailbox backend.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum MailboxError {
-    /// The backend itself failed; the text says how.
-    #[error("mailbox backend error: {0}")]
-    Backend(String),
+    /// The backend itself failed: its fault says what kind of failure, in what words, and
+    /// keeps the error underneath.
+    #[error(transparent)]
+    Backend(BackendFault),
 }
 
 /// A task's outcome as a mailbox stores it.
@@ -32,8 +34,8 @@ pub enum MailboxError {
 pub struct Delivery<R> {
     /// The task it belongs to.
     pub task_id: TaskId,
-    /// The result, or the error variant saying how the task ended without one.
-    pub outcome: Result<R, PoolError>,
+    /// The result, or how the task ended without one.
+    pub outcome: Result<R, TaskFailure>,
     /// When it was stored, milliseconds since the Unix epoch.
     pub stored_at_ms: u64,
 }
@@ -60,22 +62,23 @@ impl<R> Delivery<R> {
 }
 
 /// The terminal status an outcome stands for.
-pub fn status_of<R>(outcome: &Result<R, PoolError>) -> TaskStatus {
+pub fn status_of<R>(outcome: &Result<R, TaskFailure>) -> TaskStatus {
     match outcome {
         Ok(_) => TaskStatus::Completed,
-        Err(PoolError::Expired) => TaskStatus::Expired,
-        Err(PoolError::TimedOut) => TaskStatus::TimedOut,
-        Err(PoolError::Cancelled | PoolError::Shutdown) => TaskStatus::Cancelled,
-        Err(PoolError::Failed(reason)) => TaskStatus::Failed(reason.clone()),
-        Err(
+        Err(TaskFailure::Expired) => TaskStatus::Expired,
+        Err(TaskFailure::TimedOut) => TaskStatus::TimedOut,
+        Err(TaskFailure::Cancelled) => TaskStatus::Cancelled,
+        Err(TaskFailure::Failed(reason)) => TaskStatus::Failed(reason.clone()),
+        Err(TaskFailure::Lost(error)) => match error.as_ref() {
+            PoolError::Shutdown => TaskStatus::Cancelled,
             refusal @ (PoolError::QueueFull
             | PoolError::InsufficientResources { .. }
             | PoolError::MailboxFull { .. }
             | PoolError::DuplicateTask(_)
             | PoolError::ResultPending(_)
-            | PoolError::NestedBudgetExhausted { .. }),
-        ) => TaskStatus::Rejected(refusal.to_string()),
-        Err(other) => TaskStatus::Failed(other.to_string()),
+            | PoolError::NestedBudgetExhausted { .. }) => TaskStatus::Rejected(refusal.to_string()),
+            other => TaskStatus::Failed(other.to_string()),
+        },
     }
 }
 
@@ -128,9 +131,12 @@ where
         deliveries: Vec<FencedDelivery<R>>,
     ) -> Vec<Result<bool, MailboxError>> {
         let _ = node;
-        let refused = MailboxError::Backend(format!(
-            "the {} mailbox cannot settle a shared queue's claims",
-            self.backend()
+        let refused = MailboxError::Backend(BackendFault::plain(
+            FaultKind::Other,
+            format!(
+                "the {} mailbox cannot settle a shared queue's claims",
+                self.backend()
+            ),
         ));
         deliveries.iter().map(|_| Err(refused.clone())).collect()
     }

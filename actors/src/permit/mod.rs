@@ -18,7 +18,7 @@
 //! inbox (the queue submissions take), and every answer comes back through an
 //! [`answer::Answer`] cell, which keeps a waiter that gives up from leaking units.
 
-pub mod answer;
+pub(crate) mod answer;
 mod holder;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
 
-use super::{EntryId, Settlement, TaskQueue};
+use super::{EntryId, QueueError, Settlement, TaskQueue};
 use crate::contain::drop_contained;
-use crate::domain::ScheduledTask;
+use crate::domain::{BackendFault, FaultKind, ScheduledTask};
 
 /// Messages the queue actor handles.
 pub(crate) enum QueueMsg<P> {
@@ -41,10 +41,14 @@ pub(crate) enum QueueMsg<P> {
 pub(crate) enum QueueReport<P> {
     /// A parked entry is stored: answer its submitter.
     Parked { entry: EntryId },
-    /// A parked entry could not be stored.
-    ParkFailed { entry: EntryId, reason: String },
+    /// A parked entry could not be stored by the queue `backend`.
+    ParkFailed {
+        entry: EntryId,
+        backend: &'static str,
+        fault: BackendFault,
+    },
     /// A claimed entry could not be handed to its worker.
-    ClaimFailed { entry: EntryId, reason: String },
+    ClaimFailed { entry: EntryId, fault: BackendFault },
     /// A claimed entry's task, for the scheduler to send to its worker.
     Claimed {
         entry: EntryId,
@@ -103,7 +107,8 @@ where
                         Ok(()) => QueueReport::Parked { entry },
                         Err(error) => QueueReport::ParkFailed {
                             entry,
-                            reason: format!("{backend} queue: {error}"),
+                            backend,
+                            fault: fault_of(error),
                         },
                     };
                     (state.reports)(report);
@@ -113,11 +118,11 @@ where
                         Ok(Some(task)) => QueueReport::Claimed { entry, task },
                         Ok(None) => QueueReport::ClaimFailed {
                             entry,
-                            reason: "it was no longer parked".into(),
+                            fault: BackendFault::plain(FaultKind::Other, "it was no longer parked"),
                         },
                         Err(error) => QueueReport::ClaimFailed {
                             entry,
-                            reason: format!("{backend} queue: {error}"),
+                            fault: fault_of(error),
                         },
                     };
                     (state.reports)(report);
@@ -143,5 +148,13 @@ where
         }
         .instrument(span)
         .await
+    }
+}
+
+/// The fault a queue error stands for: a backend's own, or the queue's refusal in words.
+pub(crate) fn fault_of(error: QueueError) -> BackendFault {
+    match error {
+        QueueError::Backend(fault) => fault,
+        refused => BackendFault::plain(FaultKind::Refused, refused.to_string()),
     }
 }

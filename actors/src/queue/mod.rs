@@ -28,10 +28,11 @@ pub mod actor;
 pub mod duties;
 pub mod shared;
 
+use crate::domain::FaultKind;
 use async_trait::async_trait;
 use thiserror::Error;
 
-use crate::domain::{ScheduledTask, TaskMetadata};
+use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared::{
@@ -54,9 +55,10 @@ pub enum QueueError {
     /// `settle` of an entry that is not claimed (by this node).
     #[error("entry {0} is not claimed by this node")]
     NotClaimed(EntryId),
-    /// The backend itself failed (I/O, database, corrupt data); the text says how.
-    #[error("queue backend error: {0}")]
-    Backend(String),
+    /// The backend itself failed (I/O, database, corrupt data): its fault says what kind of
+    /// failure, in what words, and keeps the error underneath.
+    #[error(transparent)]
+    Backend(BackendFault),
 }
 
 /// How a claimed entry's run ended.
@@ -128,9 +130,12 @@ where
     /// run's failure final.
     async fn release(&self, entry: EntryId) -> Result<(), QueueError> {
         let _ = entry;
-        Err(QueueError::Backend(format!(
-            "the {} queue does not keep a claimed task, so it cannot hand the claim back",
-            self.backend()
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Other,
+            format!(
+                "the {} queue does not keep a claimed task, so it cannot hand the claim back",
+                self.backend()
+            ),
         )))
     }
 

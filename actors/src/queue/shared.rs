@@ -28,6 +28,7 @@
 //! `Arc<dyn SharedQueue<P>>` is all a pool is given; the duties in
 //! [`duties`](super::duties) run the maintenance on their own intervals.
 
+use crate::domain::{BackendFault, FaultKind};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -339,9 +340,12 @@ where
         if budgets.is_empty() {
             return Ok(());
         }
-        Err(QueueError::Backend(format!(
-            "the {} queue cannot keep budgets for the nodes that share it",
-            self.backend()
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Other,
+            format!(
+                "the {} queue cannot keep budgets for the nodes that share it",
+                self.backend()
+            ),
         )))
     }
 
@@ -363,9 +367,12 @@ where
     /// repeated submissions (`OnDuplicate::Attach`) calls it as it starts. The default
     /// refuses: a queue that cannot keep callers unique across nodes.
     async fn keep_callers_unique(&self) -> Result<(), QueueError> {
-        Err(QueueError::Backend(format!(
-            "the {} queue cannot keep callers unique across the nodes that share it",
-            self.backend()
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Other,
+            format!(
+                "the {} queue cannot keep callers unique across the nodes that share it",
+                self.backend()
+            ),
         )))
     }
 

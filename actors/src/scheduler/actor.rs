@@ -56,6 +56,7 @@ impl<P, R> Default for SchedulerActor<P, R> {
 
 /// The scheduler actor's state (opaque outside the engine): the shell, the driver that
 /// carries out its effects, and the inbox that feeds it.
+#[doc(hidden)]
 pub struct SchedulerState<P, R> {
     shell: Shell<P, R>,
     driver: Driver<P, R>,
@@ -65,6 +66,7 @@ pub struct SchedulerState<P, R> {
 }
 
 /// What the scheduler actor starts with (opaque outside the engine).
+#[doc(hidden)]
 pub struct SchedulerStart<P, R> {
     pub(crate) shell: ShellArgs<P, R>,
     pub(crate) driver: Driver<P, R>,

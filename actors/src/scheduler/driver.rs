@@ -4,6 +4,7 @@
 //! order. When carrying one out fails (a closed job channel, a queue actor that is gone), it
 //! tells the shell with the event that failure stands for.
 
+use crate::domain::{BackendFault, FaultKind};
 use std::sync::Arc;
 
 use ractor::ActorRef;
@@ -136,10 +137,14 @@ where
             return;
         };
         drop_contained(error);
-        let reason = "the queue actor is gone".to_owned();
+        let fault = BackendFault::plain(FaultKind::Other, "the queue actor is gone");
         let report = match answered {
-            Some(true) => QueueReport::ParkFailed { entry, reason },
-            Some(false) => QueueReport::ClaimFailed { entry, reason },
+            Some(true) => QueueReport::ParkFailed {
+                entry,
+                backend: "pool's",
+                fault,
+            },
+            Some(false) => QueueReport::ClaimFailed { entry, fault },
             None => {
                 tracing::warn!(pool = %self.pool, entry, "the queue actor is gone; a settle or remove was lost");
                 return;
@@ -294,9 +299,10 @@ fn store_inline<R: Send + 'static>(
     let event = notifiers.event_for(pool, &key, &delivery, attempt);
     let stored = match mailbox.inline() {
         Some(inline) => inline.store_now(&key, delivery),
-        None => Err(MailboxError::Backend(
-            "the mailbox lost its inline face".into(),
-        )),
+        None => Err(MailboxError::Backend(BackendFault::plain(
+            FaultKind::Other,
+            "the mailbox lost its inline face",
+        ))),
     };
     let ended = match (stored, event) {
         (Err(error), _) => {

@@ -12,6 +12,7 @@
 //! died), and the dead-letter reader hands the tasks the queue gave up on to the scheduler,
 //! which stores their failure for their submitters.
 
+use crate::domain::{BackendFault, FaultKind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,9 +172,10 @@ impl Settler {
         {
             // The loop ends only with the link: the pool is gone, and nothing was settled.
             if let Some(then) = settle.then {
-                then(Err(QueueError::Backend(
-                    "the pool's shared queue link is gone".into(),
-                )));
+                then(Err(QueueError::Backend(BackendFault::plain(
+                    FaultKind::Other,
+                    "the pool's shared queue link is gone",
+                ))));
             }
         }
     }
@@ -329,9 +331,10 @@ async fn park_loop<P: Send + 'static>(
         let mut answered = Vec::with_capacity(answers.len());
         for (task_id, key, cost, reply) in answers {
             let result = parked.next().unwrap_or_else(|| {
-                Err(QueueError::Backend(
-                    "the queue answered fewer parks than it was given".into(),
-                ))
+                Err(QueueError::Backend(BackendFault::plain(
+                    FaultKind::Other,
+                    "the queue answered fewer parks than it was given",
+                )))
             });
             let attached = match (&result, attach) {
                 (Err(QueueError::Duplicate(_)), true) => {

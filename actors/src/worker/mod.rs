@@ -9,8 +9,8 @@
 //! channel, so a job sent to it while it restarts is not lost. Only the scheduler holds the
 //! senders; when it stops, every channel closes and each thread exits after its current job.
 
-pub mod actor;
-pub mod thread;
+pub(crate) mod actor;
+pub(crate) mod thread;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,14 +23,14 @@ use crate::queue::EntryId;
 use crate::running::RunContext;
 
 /// The sending ends of every worker's job channel; element `i` reaches worker `i`.
-pub type JobSenders<P> = Arc<[UnboundedSender<Job<P>>]>;
+pub(crate) type JobSenders<P> = Arc<[UnboundedSender<Job<P>>]>;
 
 /// The receiving end of one worker's job channel, shared by the worker's successive threads:
 /// the thread that holds the lock is the one consuming the channel.
-pub type JobReceiver<P> = Arc<Mutex<UnboundedReceiver<Job<P>>>>;
+pub(crate) type JobReceiver<P> = Arc<Mutex<UnboundedReceiver<Job<P>>>>;
 
 /// Creates one job channel per worker: the senders, and receiver `i` for worker `i`.
-pub fn job_channels<P>(workers: usize) -> (JobSenders<P>, Vec<JobReceiver<P>>) {
+pub(crate) fn job_channels<P>(workers: usize) -> (JobSenders<P>, Vec<JobReceiver<P>>) {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers)
         .map(|_| {
             let (sender, receiver) = mpsc::unbounded_channel();
@@ -42,7 +42,7 @@ pub fn job_channels<P>(workers: usize) -> (JobSenders<P>, Vec<JobReceiver<P>>) {
 
 /// A task handed to one worker thread: its capacity and its worker are held from the moment
 /// it is sent.
-pub struct Job<P> {
+pub(crate) struct Job<P> {
     /// The task's entry, which the worker reports back when the run is over.
     pub entry: EntryId,
     /// The task to run.

@@ -104,7 +104,7 @@ pub(crate) fn is_worker_of(nested: &Arc<SlotBudget>) -> bool {
 }
 
 /// The thread name: `parking-lot-worker-{pool}-{n}`.
-pub fn thread_name(pool: &str, index: usize) -> String {
+pub(crate) fn thread_name(pool: &str, index: usize) -> String {
     format!("parking-lot-worker-{pool}-{index}")
 }
 

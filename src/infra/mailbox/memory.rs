@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::core::scheduling::FastMap;
 use crate::core::{Delivery, InlineMailbox, Mailbox, MailboxError};
 use crate::util::serde::{MailboxKey, TaskId};
 use prometheus_parking_lot_actors::contain;
+use prometheus_parking_lot_actors::scheduler::core::FastMap;
 
 /// The default bound on stored results plus live tasks.
 pub const DEFAULT_MAX_MESSAGES: usize = 100_000;

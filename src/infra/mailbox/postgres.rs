@@ -16,6 +16,7 @@
 //! wakes its waiters directly, without the round trip. When the listening connection is lost
 //! every waiter is woken once, since notifications may have been missed meanwhile.
 
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -28,11 +29,12 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::core::{
-    Claim, Delivery, FencedDelivery, Mailbox, MailboxError, PoolError, Settlement, TaskStatus,
+    Claim, Delivery, FencedDelivery, Mailbox, MailboxError, PoolError, Settlement, TaskFailure,
+    TaskStatus,
 };
 use crate::infra::postgres::codec::entry_to_sql;
 use crate::infra::postgres::rows::JsonRows;
-use crate::infra::postgres::{backend_error, ClaimFence, Identifier, PgDatabase, Table};
+use crate::infra::postgres::{db_fault, open_failed, ClaimFence, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, TaskId};
 
 /// A [`Mailbox`] in a PostgreSQL table. See the module docs.
@@ -288,7 +290,11 @@ impl<R> PostgresMailbox<R> {
             move |_| async move { database.ensure(Table::Mailbox(&table)).await }
         };
         database.block_on(ensure).map_err(|error| {
-            PoolError::Internal(backend_error("creating the mailbox table", &error))
+            open_failed(
+                "postgres mailbox",
+                &format!("create its table {table}"),
+                &error,
+            )
         })?;
         let waiters = Arc::new(Waiters::default());
         database.listen(
@@ -394,7 +400,7 @@ impl<R> PostgresMailbox<R> {
             match self.database.run(write.clone()).await {
                 Ok(written) => return Ok(written),
                 Err(error) if Instant::now() + pause < give_up => {
-                    tracing::warn!(table = %self.table, results, error = %backend_error("store", &error), "retrying a result store");
+                    tracing::warn!(table = %self.table, results, error = %db_fault("postgres mailbox store", &error), "retrying a result store");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
@@ -428,7 +434,7 @@ impl<R> PostgresMailbox<R> {
 }
 
 fn failed(what: &'static str) -> impl Fn(DbErr) -> MailboxError {
-    move |error| MailboxError::Backend(backend_error(what, &error))
+    move |error| MailboxError::Backend(db_fault(&format!("postgres {what}"), &error))
 }
 
 /// The word stored in `status`.
@@ -445,7 +451,10 @@ fn status_word(status: &TaskStatus) -> &'static str {
 
 fn column<T: sea_orm::TryGetable>(row: &QueryResult, name: &str) -> Result<T, MailboxError> {
     row.try_get::<T>("", name).map_err(|error| {
-        MailboxError::Backend(format!("postgres mailbox row, column {name}: {error}"))
+        MailboxError::Backend(BackendFault::plain(
+            FaultKind::Corrupt,
+            format!("postgres mailbox row, column {name}: {error}"),
+        ))
     })
 }
 
@@ -458,14 +467,11 @@ fn delivery_of<R: DeserializeOwned>(row: &QueryResult) -> Result<Delivery<R>, Ma
     let payload: Option<String> = column(row, "payload")?;
     let error: Option<String> = column(row, "error")?;
     let outcome = match (payload, error) {
-        (_, Some(error)) => Err(
-            serde_json::from_str::<PoolError>(&error).unwrap_or_else(|e| {
-                PoolError::Failed(format!("the stored error does not deserialise: {e}"))
-            }),
-        ),
-        (Some(payload), None) => serde_json::from_str::<R>(&payload)
-            .map_err(|e| PoolError::Failed(format!("the stored result does not deserialise: {e}"))),
-        (None, None) => Err(PoolError::Failed(
+        (_, Some(error)) => Err(stored_failure(&error)),
+        (Some(payload), None) => serde_json::from_str::<R>(&payload).map_err(|e| {
+            TaskFailure::Failed(format!("the stored result does not deserialise: {e}"))
+        }),
+        (None, None) => Err(TaskFailure::Failed(
             "the stored row holds neither a result nor an error".into(),
         )),
     };
@@ -476,6 +482,16 @@ fn delivery_of<R: DeserializeOwned>(row: &QueryResult) -> Result<Delivery<R>, Ma
     })
 }
 
+/// How a task ended, read back from its row's `error` column. Rows stored before outcomes
+/// had a type of their own hold a [`PoolError`]; those read as the outcome they stand for.
+fn stored_failure(error: &str) -> TaskFailure {
+    serde_json::from_str::<TaskFailure>(error)
+        .or_else(|_| serde_json::from_str::<PoolError>(error).map(TaskFailure::from))
+        .unwrap_or_else(|e| {
+            TaskFailure::Failed(format!("the stored error does not deserialise: {e}"))
+        })
+}
+
 /// A delivery's result or error as JSON text, for the `payload` and `error` columns.
 type EncodedOutcome = (Option<String>, Option<String>);
 
@@ -484,14 +500,20 @@ fn encoded<R: Serialize>(delivery: &Delivery<R>) -> Result<EncodedOutcome, Mailb
     match &delivery.outcome {
         Ok(result) => Ok((
             Some(serde_json::to_string(result).map_err(|e| {
-                MailboxError::Backend(format!("the result does not serialise: {e}"))
+                MailboxError::Backend(BackendFault::plain(
+                    FaultKind::Refused,
+                    format!("the result does not serialise: {e}"),
+                ))
             })?),
             None,
         )),
         Err(error) => Ok((
             None,
             Some(serde_json::to_string(error).map_err(|e| {
-                MailboxError::Backend(format!("the error does not serialise: {e}"))
+                MailboxError::Backend(BackendFault::plain(
+                    FaultKind::Refused,
+                    format!("the error does not serialise: {e}"),
+                ))
             })?),
         )),
     }
@@ -634,9 +656,10 @@ where
         deliveries: Vec<FencedDelivery<R>>,
     ) -> Vec<Result<bool, MailboxError>> {
         let Some(fence) = self.fence.clone() else {
-            let refused = MailboxError::Backend(
-                "the postgres mailbox is linked to no shared queue (settling_claims_of)".into(),
-            );
+            let refused = MailboxError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                "the postgres mailbox is linked to no shared queue (settling_claims_of)",
+            ));
             return deliveries.iter().map(|_| Err(refused.clone())).collect();
         };
         let mut rows = Rows::new(deliveries.len());
@@ -725,7 +748,12 @@ where
             task_id,
             answer,
         };
-        let stopped = || MailboxError::Backend("the mailbox's database runtime stopped".into());
+        let stopped = || {
+            MailboxError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                "the mailbox's database runtime stopped",
+            ))
+        };
         self.takes.send(take).map_err(|_| stopped())?;
         let row = answered.await.map_err(|_| stopped())??;
         row.as_ref().map(delivery_of).transpose()
@@ -740,7 +768,12 @@ where
             deadline: tokio::time::Instant::now() + HOLDS_PATIENCE,
             answer,
         };
-        let stopped = || MailboxError::Backend("the mailbox's database runtime stopped".into());
+        let stopped = || {
+            MailboxError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                "the mailbox's database runtime stopped",
+            ))
+        };
         self.asks.send(ask).map_err(|_| stopped())?;
         answered.await.map_err(|_| stopped())?
     }

@@ -1,6 +1,7 @@
 //! The engine's values as the queues store them, and back: entry ids, priorities and times as
 //! SQL numbers, tasks as JSON rows to park ([`ParkRows`]), and tasks read back from a row.
 
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::time::Duration;
 
 use sea_orm::QueryResult;
@@ -75,7 +76,10 @@ pub(crate) fn column<T: sea_orm::TryGetable>(
     name: &str,
 ) -> Result<T, QueueError> {
     row.try_get::<T>("", name).map_err(|error| {
-        QueueError::Backend(format!("{backend} queue row, column {name}: {error}"))
+        QueueError::Backend(BackendFault::plain(
+            FaultKind::Corrupt,
+            format!("{backend} queue row, column {name}: {error}"),
+        ))
     })
 }
 
@@ -135,9 +139,12 @@ impl ParkRows {
         task: &ScheduledTask<P>,
     ) -> Result<(), QueueError> {
         let encode = |what: &str, error: serde_json::Error| {
-            QueueError::Backend(format!(
-                "{} queue: the task's {what} does not serialise: {error}",
-                self.backend
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Refused,
+                format!(
+                    "{} queue: the task's {what} does not serialise: {error}",
+                    self.backend
+                ),
             ))
         };
         let metadata = serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?;

@@ -63,6 +63,7 @@ use tokio::runtime::Handle;
 
 use crate::core::PoolError;
 use crate::util::redact;
+use prometheus_parking_lot_actors::domain::{BackendError, BackendFault, FaultKind};
 
 /// How long connecting, or waiting for a free connection, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -278,10 +279,72 @@ pub(crate) fn describe(error: &DbErr) -> String {
     text
 }
 
-/// Turns a database error into the queue's and mailbox's backend error text.
-pub(crate) fn backend_error(what: &str, error: &DbErr) -> String {
-    format!("postgres {what} failed: {}", describe(error))
+/// The fault of a database call that failed with `error`: its kind from what the error
+/// says, its words redacted, and the redacted words kept as its cause too.
+pub(crate) fn db_fault(what: &str, error: &DbErr) -> BackendFault {
+    fault_of(what, outage::Cause::of(error), error)
 }
+
+/// The fault of a database call that failed with `error`, whose outage `cause` (if any) a
+/// probe may have found.
+pub(crate) fn fault_of(what: &str, cause: Option<outage::Cause>, error: &DbErr) -> BackendFault {
+    let (kind, words) = match cause {
+        Some(cause) => (cause.fault_kind(), cause.to_string()),
+        None => (fault_kind(error), describe(error)),
+    };
+    let detail = match what {
+        "" => words.clone(),
+        what => format!("{what} failed: {words}"),
+    };
+    BackendFault::new(kind, detail, DatabaseError(words))
+}
+
+/// The error of a backend that could not be opened: the database call `operation` of
+/// `backend` failed with `error` (no pool uses the backend yet).
+pub(crate) fn open_failed(backend: &str, operation: &str, error: &DbErr) -> PoolError {
+    let fault = fault_of("", outage::Cause::of(error), error);
+    PoolError::from(BackendError::new("", backend, operation, fault))
+}
+
+/// The kind of a database error that is not an outage.
+fn fault_kind(error: &DbErr) -> FaultKind {
+    use sea_orm::sqlx::Error as Driver;
+    use sea_orm::RuntimeErr;
+    match error {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => FaultKind::Unreachable,
+        DbErr::Type(_) | DbErr::Json(_) | DbErr::TryIntoErr { .. } => FaultKind::Corrupt,
+        DbErr::Exec(RuntimeErr::SqlxError(driver))
+        | DbErr::Query(RuntimeErr::SqlxError(driver)) => {
+            match driver.as_ref() {
+                Driver::Database(error) => match error.code().as_deref().map(|code| &code[..2]) {
+                    // connection_exception, operator_intervention
+                    Some("08") | Some("57") => FaultKind::Unreachable,
+                    // data_exception
+                    Some("22") => FaultKind::Corrupt,
+                    Some(_) => FaultKind::Refused,
+                    None => FaultKind::Other,
+                },
+                Driver::PoolTimedOut | Driver::PoolClosed | Driver::Io(_) => FaultKind::Unreachable,
+                Driver::ColumnDecode { .. } | Driver::Decode(_) => FaultKind::Corrupt,
+                _ => FaultKind::Other,
+            }
+        }
+        _ => FaultKind::Other,
+    }
+}
+
+/// What the database (or its driver) said, redacted: the cause a [`BackendFault`] keeps.
+/// The driver's own error is not kept, since it may quote a connection string.
+#[derive(Debug, Clone)]
+pub(crate) struct DatabaseError(pub(crate) String);
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DatabaseError {}
 
 /// A current-thread tokio runtime on a thread of its own, for the connections a
 /// [`PgDatabase`] makes itself. It stops when dropped.

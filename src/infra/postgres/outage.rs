@@ -109,6 +109,30 @@ impl Cause {
         }
     }
 
+    /// The fault of a call that could not run for this cause.
+    pub(crate) fn fault(&self, what: &str) -> prometheus_parking_lot_actors::domain::BackendFault {
+        prometheus_parking_lot_actors::domain::BackendFault::new(
+            self.fault_kind(),
+            format!("{what} failed: {self}"),
+            super::DatabaseError(self.to_string()),
+        )
+    }
+
+    /// The kind of backend fault this cause is: the server is out of reach (or has no room
+    /// for another connection) until it comes back, or it refuses what was asked.
+    pub(crate) fn fault_kind(&self) -> prometheus_parking_lot_actors::domain::FaultKind {
+        use prometheus_parking_lot_actors::domain::FaultKind;
+        match self {
+            Self::Authentication(_) | Self::DiskFull(_) => FaultKind::Refused,
+            Self::Refused
+            | Self::TimedOut
+            | Self::NoSlots
+            | Self::Unavailable(_)
+            | Self::Busy
+            | Self::Lost(_) => FaultKind::Unreachable,
+        }
+    }
+
     /// Whether the server is away, so that no statement can run until it is back: later
     /// statements then wait for a probe that reaches it instead of for the pool. Refused
     /// credentials, a server without a free slot, a full disk or a busy pool are not: the

@@ -30,6 +30,7 @@
 //! | `purge_dead` | `$queue`, `$entry` (`NULL`: all) | `n` |
 //! | `forget_done` | `$queue`, `$now_ms` | none |
 
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +51,7 @@ use super::groups::{answer_group, returned_entries, settle_in_groups};
 use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
 use super::retry::{RescueParams, RetryPolicy};
-use super::{describe, PgDatabase, Table};
+use super::{fault_of, PgDatabase, Table};
 use crate::core::{
     Budgets, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts, QueueError,
     QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
@@ -270,9 +271,10 @@ impl<L, P> PgQueue<L, P> {
                 .run("claim", &self.statements.claim, params, Runner::Claim)
                 .await;
         };
-        self.gate.pass(&self.database).await.map_err(|cause| {
-            QueueError::Backend(format!("{}: claim failed: {cause}", self.label))
-        })?;
+        self.gate
+            .pass(&self.database)
+            .await
+            .map_err(|cause| QueueError::Backend(cause.fault(&format!("{}: claim", self.label))))?;
         let sql = self.statements.claim.clone();
         let (queue, node) = (params.queue.to_owned(), params.node.to_owned());
         let (now_ms, expires_at_ms) = (params.now_ms, params.expires_at_ms);
@@ -318,11 +320,14 @@ impl<L, P> PgQueue<L, P> {
         params: &T,
         runner: Runner,
     ) -> Result<Vec<QueryResult>, QueueError> {
-        let values = sql
-            .bind(params)
-            .map_err(|missing| QueueError::Backend(format!("{}: {what}: {missing}", self.label)))?;
+        let values = sql.bind(params).map_err(|missing| {
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                format!("{}: {what}: {missing}", self.label),
+            ))
+        })?;
         self.gate.pass(&self.database).await.map_err(|cause| {
-            QueueError::Backend(format!("{}: {what} failed: {cause}", self.label))
+            QueueError::Backend(cause.fault(&format!("{}: {what}", self.label)))
         })?;
         let text = sql.text().to_owned();
         let rows = match runner {
@@ -337,11 +342,8 @@ impl<L, P> PgQueue<L, P> {
 
     /// The error of a statement that failed with `error`.
     async fn failed(&self, what: &str, error: &sea_orm::DbErr) -> QueueError {
-        let cause = match self.gate.cause_of(&self.database, error).await {
-            Some(cause) => cause.to_string(),
-            None => describe(error),
-        };
-        QueueError::Backend(format!("{}: {what} failed: {cause}", self.label))
+        let cause = self.gate.cause_of(&self.database, error).await;
+        QueueError::Backend(fault_of(&format!("{}: {what}", self.label), cause, error))
     }
 
     /// Reads column `name` of a row of this queue.
@@ -555,9 +557,12 @@ where
         if budgets.is_empty() {
             return Ok(());
         }
-        budgets
-            .validate()
-            .map_err(|error| QueueError::Backend(format!("{}: {error}", self.label)))?;
+        budgets.validate().map_err(|error| {
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                format!("{}: {error}", self.label),
+            ))
+        })?;
         let key = format!(
             "{} {} {}",
             self.label.backend, self.label.place, self.label.queue
@@ -893,7 +898,10 @@ impl<L, P> PgQueue<L, P> {
         let attempts: i32 = self.column(row, "attempts")?;
         let metadata: String = self.column(row, "metadata")?;
         let meta: TaskMetadata = serde_json::from_str(&metadata).map_err(|error| {
-            QueueError::Backend(format!("{}: a dead letter's metadata: {error}", self.label))
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Corrupt,
+                format!("{}: a dead letter's metadata: {error}", self.label),
+            ))
         })?;
         Ok(KeptLetter {
             entry: entry_from_sql(entry),

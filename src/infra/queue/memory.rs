@@ -9,11 +9,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
-use crate::core::scheduling::FastMap;
 use crate::core::{
     EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
     TaskQueue,
 };
+use prometheus_parking_lot_actors::scheduler::core::FastMap;
 
 /// Parked tasks in memory. See the module docs.
 ///

@@ -69,7 +69,7 @@ use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::shared_queue::{QueueLabel, Statements};
 use crate::infra::postgres::{
-    backend_error, lease_ran_out_sql, retry_at_sql, Identifier, PgDatabase, PgQueue, PgmqSource,
+    lease_ran_out_sql, open_failed, retry_at_sql, Identifier, PgDatabase, PgQueue, PgmqSource,
 };
 #[cfg(test)]
 use crate::util::serde::Priority;
@@ -195,9 +195,9 @@ impl<P> PgQueue<PgmqLayout, P> {
                 Ok(source)
             }
         };
-        let source = database.block_on(setup).map_err(|error| {
-            PoolError::Internal(backend_error("creating the pgmq queues", &error))
-        })?;
+        let source = database
+            .block_on(setup)
+            .map_err(|error| open_failed("pgmq queue", "create its queues", &error))?;
         let layout = PgmqLayout::new(name.clone(), source)?;
         let label = QueueLabel {
             backend: "postgres_pgmq",

@@ -51,12 +51,9 @@ use crate::infra::postgres::codec::{
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::shared_queue::{QueueLabel, Statements};
 use crate::infra::postgres::{
-    backend_error, lease_ran_out_sql, retry_at_sql, Identifier, PgDatabase, PgQueue, Table,
+    lease_ran_out_sql, open_failed, retry_at_sql, Identifier, PgDatabase, PgQueue, Table,
 };
 use crate::util::serde::Priority;
-
-/// How lost runs are retried (at home in `infra::postgres`, shared by both queue layouts).
-pub use crate::infra::postgres::RetryPolicy;
 
 /// A [`SharedQueue`](crate::core::SharedQueue) in a PostgreSQL table. See the module docs.
 ///
@@ -90,7 +87,11 @@ impl<P> PgQueue<TableLayout, P> {
             move |_| async move { database.ensure(Table::Queue(&table)).await }
         };
         database.block_on(ensure).map_err(|error| {
-            PoolError::Internal(backend_error("creating the queue table", &error))
+            open_failed(
+                "postgres queue",
+                &format!("create its table {table}"),
+                &error,
+            )
         })?;
         let label = QueueLabel {
             backend: "postgres",

@@ -42,12 +42,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::core::scheduling::{CostIndex, FastMap, RankKey, TokenBucket};
+use crate::core::scheduling::{RankKey, TokenBucket};
 use crate::core::{
     Budget, Budgets, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
     QueueError, QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
+use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
 
 /// A shared queue in memory, for the pools of one process. See the module docs.
 ///

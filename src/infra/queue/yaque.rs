@@ -70,6 +70,7 @@
 
 mod os;
 
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io;
@@ -192,18 +193,22 @@ impl<P> YaqueQueue<P> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !valid {
-            return Err(QueueError::Backend(format!(
-                "yaque stream {stream:?} is not allowed; stream names are 1 to 64 of the \
+            return Err(QueueError::Backend(BackendFault::plain(
+                FaultKind::Refused,
+                format!(
+                    "yaque stream {stream:?} is not allowed; stream names are 1 to 64 of the \
                  characters a-z A-Z 0-9 _ -"
+                ),
             )));
         }
         let dir = path.as_ref().join(stream);
         let quarantine = path.as_ref().join(format!("{stream}.quarantine"));
         let (store, quarantined) = Store::open(dir, &quarantine).map_err(|error| {
-            QueueError::Backend(format!(
+            let text = format!(
                 "could not open the yaque stream {stream} in {}: {error}",
                 path.as_ref().display()
-            ))
+            );
+            QueueError::Backend(io_fault(text, error))
         })?;
         Ok(Self {
             store: Mutex::new(store),
@@ -227,8 +232,9 @@ impl<P> YaqueQueue<P> {
 impl<P: DeserializeOwned> YaqueQueue<P> {
     fn decode(&self, entry: EntryId, bytes: &[u8]) -> Result<ScheduledTask<P>, QueueError> {
         serde_json::from_slice(bytes).map_err(|error| {
-            QueueError::Backend(format!(
-                "entry {entry}: its stored task does not decode: {error}"
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Corrupt,
+                format!("entry {entry}: its stored task does not decode: {error}"),
             ))
         })
     }
@@ -268,8 +274,9 @@ where
 
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
         let bytes = serde_json::to_vec(&task).map_err(|error| {
-            QueueError::Backend(format!(
-                "entry {entry}: the task does not serialise: {error}"
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Refused,
+                format!("entry {entry}: the task does not serialise: {error}"),
             ))
         })?;
         let mut store = self.lock();
@@ -356,8 +363,9 @@ where
             .filter(|(_, kept)| !kept.claimed)
             .map(|(&entry, kept)| {
                 let MetaOnly { meta } = serde_json::from_slice(&kept.task).map_err(|error| {
-                    QueueError::Backend(format!(
-                        "entry {entry}: its metadata does not decode: {error}"
+                    QueueError::Backend(BackendFault::plain(
+                        FaultKind::Corrupt,
+                        format!("entry {entry}: its metadata does not decode: {error}"),
                     ))
                 })?;
                 Ok(StoredEntry { entry, meta })
@@ -431,18 +439,24 @@ impl Store {
     fn append(&mut self, kind: u8, entry: EntryId, body: &[u8]) -> Result<(), QueueError> {
         let record = encode(kind, entry, body);
         if record.len() > MAX_FRAME {
-            return Err(QueueError::Backend(format!(
+            return Err(QueueError::Backend(BackendFault::plain(
+                FaultKind::Refused,
+                format!(
                 "entry {entry}: the task takes {} bytes stored; the yaque queue holds at most {} \
                  bytes a task",
                 body.len(),
                 MAX_FRAME - RECORD_OVERHEAD
+            ),
             )));
         }
         let written = self
             .restate()
             .and_then(|()| self.write(&[record], &[entry]));
         written.map_err(|error| {
-            QueueError::Backend(format!("writing to {}: {error}", self.dir.display()))
+            QueueError::Backend(io_fault(
+                format!("writing to {}: {error}", self.dir.display()),
+                error,
+            ))
         })
     }
 
@@ -549,7 +563,10 @@ impl Store {
         fs::create_dir_all(&self.quarantine)
             .and_then(|()| fs::write(&saved_as, &kept.task))
             .map_err(|error| {
-                QueueError::Backend(format!("could not quarantine entry {entry}: {error}"))
+                QueueError::Backend(io_fault(
+                    format!("could not quarantine entry {entry}: {error}"),
+                    error,
+                ))
             })?;
         tracing::error!(entry, saved_as = %saved_as.display(), "a stored task does not decode; it was set aside");
         self.append(GONE, entry, &[])?;
@@ -861,6 +878,21 @@ fn checksum(bytes: &[u8]) -> u64 {
 /// What a `park` record with a task of `task_len` bytes takes on disk.
 fn record_len(task_len: usize) -> u64 {
     (FRAME_HEADER + RECORD_OVERHEAD + task_len) as u64
+}
+
+/// The fault of a file operation that failed with `error`: a full disk, a missing
+/// permission or a read-only file system refuse until an operator acts; data that cannot be
+/// read back is corrupt.
+fn io_fault(text: String, error: io::Error) -> BackendFault {
+    let kind = match error.kind() {
+        io::ErrorKind::StorageFull
+        | io::ErrorKind::PermissionDenied
+        | io::ErrorKind::ReadOnlyFilesystem
+        | io::ErrorKind::QuotaExceeded => FaultKind::Refused,
+        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => FaultKind::Corrupt,
+        _ => FaultKind::Other,
+    };
+    BackendFault::new(kind, text, error)
 }
 
 #[cfg(test)]

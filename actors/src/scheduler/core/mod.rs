@@ -167,6 +167,7 @@ use std::collections::BTreeSet;
 
 use backfill::TimeoutIndex;
 pub use budget::TokenBucket;
+#[doc(hidden)]
 pub use cost_index::CostIndex;
 pub use decision::{AbsorbRefusal, Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
 use fair_share::TenantBook;
@@ -181,6 +182,7 @@ const KINDS: usize = ResourceKind::COUNT;
 
 /// The hash map of the core and the scheduler: foldhash is several times faster than SipHash
 /// on integer keys and, seeded per map, still resists hash flooding.
+#[doc(hidden)]
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Names a tenant to the core. The driver derives it from the task's mailbox tenant (all tasks
@@ -234,7 +236,7 @@ fn saturate_timeout(timeout_ms: u64) -> u32 {
 }
 
 /// Converts an API time (`u128` milliseconds) to the core's `u64`, saturating.
-pub fn clamp_ms(ms: u128) -> u64 {
+pub(crate) fn clamp_ms(ms: u128) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 

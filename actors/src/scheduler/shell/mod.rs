@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use crate::contain::drop_contained;
 use crate::domain::{
-    MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TaskId, TenantId,
+    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TaskId, TenantId,
 };
 use crate::events::TaskStep;
 use crate::inspect::{PoolView, TaskView, TenantView, MAX_PAGE};
@@ -582,29 +582,34 @@ where
         };
         match report {
             QueueReport::Parked { entry } => room.stored(&mut self.tasks, entry, now),
-            QueueReport::ParkFailed { entry, reason } => {
-                let started = room.park_failed(&mut self.tasks, entry, reason, now);
+            QueueReport::ParkFailed {
+                entry,
+                backend,
+                fault,
+            } => {
+                let failure = (backend, fault);
+                let started = room.park_failed(&mut self.tasks, entry, failure, now);
                 self.start_parked(started, now);
             }
             QueueReport::Claimed { entry, task } => {
                 room.answered();
                 self.send_job(entry, task, now);
             }
-            QueueReport::ClaimFailed { entry, reason } => {
+            QueueReport::ClaimFailed { entry, fault } => {
                 room.answered();
-                self.claim_failed(entry, reason, now);
+                self.claim_failed(entry, fault, now);
             }
         }
     }
 
     /// A started task's payload could not be taken from the queue: it never reached a
     /// worker, so its capacity is released at once and it fails.
-    fn claim_failed(&mut self, entry: EntryId, reason: String, now: u64) {
+    fn claim_failed(&mut self, entry: EntryId, fault: BackendFault, now: u64) {
         self.tasks.observers.queue_error();
         if let Some(run) = self.tasks.ledger.get_mut(entry).and_then(Record::run_mut) {
             run.from_queue = false;
         }
-        let reason = format!("could not take the task from the queue: {reason}");
+        let reason = format!("could not take the task from the queue: {fault}");
         self.finish(entry, Err(PoolError::Failed(reason)), now);
     }
 

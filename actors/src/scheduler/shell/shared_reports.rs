@@ -7,6 +7,7 @@ use crate::contain::drop_contained;
 use crate::domain::PoolError;
 use crate::events::TaskStep;
 use crate::mailbox::actor::Stored;
+use crate::queue::actor::fault_of;
 use crate::queue::{EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::SharedReport;
@@ -146,7 +147,9 @@ where
             Err(error) => {
                 self.tasks.observers.queue_error();
                 let backend = self.storage.backend();
-                let text = format!("could not store the task: {backend} queue: {error}");
+                let error =
+                    self.tasks
+                        .backend_error(backend, "store a started task", fault_of(error));
                 if let Some(record) = self.tasks.ledger.get_mut(entry) {
                     // Its submitter hears the error; nothing goes to the mailbox.
                     record.rare_mut().lease = None;
@@ -154,9 +157,9 @@ where
                         run.ended = true;
                     }
                 }
-                self.finish(entry, Err(PoolError::Internal(text.clone())), now);
+                self.finish(entry, Err(error.clone()), now);
                 if let Some(reply) = reply {
-                    self.tasks.fx.answer(reply, Err(PoolError::Internal(text)));
+                    self.tasks.fx.answer(reply, Err(error));
                 }
                 return;
             }

@@ -9,7 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::contain::drop_contained;
-use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskId, TaskMetadata};
+use crate::domain::TaskStatus;
+use crate::domain::{
+    BackendError, BackendFault, MailboxKey, PoolError, ScheduledTask, TaskFailure, TaskId,
+    TaskMetadata,
+};
 use crate::events::{Refusal, TaskStep};
 use crate::mailbox::{status_of, Delivery};
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
@@ -71,6 +75,13 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
+    /// The error of `operation` on the queue of `backend` that failed with `fault`, naming
+    /// this pool.
+    pub fn backend_error(&self, backend: &str, operation: &str, fault: BackendFault) -> PoolError {
+        let queue = format!("{backend} queue");
+        PoolError::from(BackendError::new(&*self.pool, queue, operation, fault))
+    }
+
     /// The live tasks of a pool with `core`, none yet.
     pub fn new(
         pool: Arc<str>,
@@ -374,7 +385,7 @@ where
             return true;
         }
         let outcome = Err(outcome);
-        let step = TaskStep::Ended(status_of(&outcome));
+        let step = TaskStep::Ended(status_of_run(&outcome));
         let key = record.key.key().into_owned();
         let (task_id, attempt) = (record.task_id, record.attempt());
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
@@ -415,7 +426,7 @@ where
         settle: Option<(Claim, Settlement)>,
         now: u64,
     ) {
-        let step = TaskStep::Ended(status_of(&outcome));
+        let step = TaskStep::Ended(status_of_run(&outcome));
         // The record ends here: its key moves out (built once, for an anonymous one).
         let key = std::mem::replace(&mut record.key, TaskKey::Anonymous([0, 0])).into_key();
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
@@ -441,7 +452,7 @@ where
         settle: Option<(Claim, Settlement)>,
         now: u64,
     ) {
-        let status = status_of(&outcome);
+        let status = status_of_run(&outcome);
         let later = match settle {
             Some(_) => Some(EndedLater {
                 task_id,
@@ -487,7 +498,7 @@ where
         }
         let delivery = Delivery {
             task_id,
-            outcome,
+            outcome: outcome.map_err(TaskFailure::from),
             stored_at_ms: now,
         };
         self.fx.push(Effect::Deliver(Outcome {
@@ -603,4 +614,12 @@ fn ended_step<P>(
         since_ms: detail.since_ms,
         priority: detail.priority,
     })
+}
+
+/// The terminal status of a run that ended with `outcome`.
+fn status_of_run<R>(outcome: &Result<R, PoolError>) -> TaskStatus {
+    match outcome {
+        Ok(_) => TaskStatus::Completed,
+        Err(error) => status_of::<()>(&Err(TaskFailure::from(error.clone()))),
+    }
 }

@@ -17,7 +17,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::domain::{Durability, PoolError, ScheduledTask};
+use crate::domain::{BackendFault, Durability, ScheduledTask};
 use crate::events::{Refusal, TaskStep};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, Settlement};
@@ -173,7 +173,7 @@ impl LocalRoom {
         &mut self,
         tasks: &mut Tasks<P, R>,
         entry: EntryId,
-        reason: String,
+        (backend, fault): (&'static str, BackendFault),
         now: u64,
     ) -> Vec<EntryId> {
         self.answered();
@@ -195,7 +195,7 @@ impl LocalRoom {
                 run.from_queue = false;
             }
             tasks.step(entry, TaskStep::Refused(Refusal::QueueError), now);
-            let error = PoolError::Internal(format!("could not store the task: {reason}"));
+            let error = tasks.backend_error(backend, "store a task", fault);
             tasks.fx.answer(reply, Err(error));
             return Vec::new();
         }
@@ -207,7 +207,7 @@ impl LocalRoom {
             Ok(Cancel::Parked { started }) => started,
             _ => Vec::new(),
         };
-        let error = PoolError::Internal(format!("could not park the task: {reason}"));
+        let error = tasks.backend_error(backend, "park a task", fault);
         match record.take_reply() {
             Some(reply) => {
                 tasks

@@ -28,6 +28,7 @@ use crate::domain::{
     ScheduledTask, TaskId,
 };
 use crate::events::{Refusal, TaskStep};
+use crate::queue::actor::fault_of;
 use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
 use crate::scheduler::core::ParkingLot;
 use crate::scheduler::protocol::Enqueued;
@@ -259,9 +260,8 @@ impl SharedRoom {
                 tasks
                     .observers
                     .step(task_id, &key, cost, &refused, now, Detail::NONE);
-                let backend = self.backend;
-                let text = format!("could not park the task: {backend} queue: {error}");
-                tasks.fx.answer(reply, Err(PoolError::Internal(text)));
+                let error = tasks.backend_error(self.backend, "park a task", fault_of(error));
+                tasks.fx.answer(reply, Err(error));
             }
         }
     }
@@ -283,9 +283,7 @@ impl SharedRoom {
             Ok(None) => Err(PoolError::TaskNotFound(id)),
             Err(error) => {
                 tasks.observers.queue_error();
-                Err(PoolError::Internal(format!(
-                    "could not cancel in the shared queue: {error}"
-                )))
+                Err(tasks.backend_error(self.backend, "cancel a task", fault_of(error)))
             }
         };
         tasks.fx.push(Effect::AnswerCancel { reply, answer });

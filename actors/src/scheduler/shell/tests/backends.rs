@@ -2,6 +2,7 @@
 //! shell asked for, in order or when an event says so, or failing them; and the rules their
 //! calls keep.
 
+use crate::domain::{BackendFault, FaultKind};
 use proptest::prelude::*;
 
 use super::{QueueStep, World};
@@ -19,7 +20,8 @@ impl World {
         let report = match call {
             QueueMsg::Park { entry, .. } if fail => QueueReport::ParkFailed {
                 entry,
-                reason: "disk full".into(),
+                backend: "test",
+                fault: BackendFault::plain(FaultKind::Refused, "disk full"),
             },
             QueueMsg::Park { entry, task } => {
                 self.stored.insert(entry, task);
@@ -32,7 +34,7 @@ impl World {
                 }
                 _ => QueueReport::ClaimFailed {
                     entry,
-                    reason: "not there".into(),
+                    fault: BackendFault::plain(FaultKind::Other, "not there"),
                 },
             },
             QueueMsg::Settle { entry, .. } => {
@@ -67,7 +69,10 @@ impl World {
             } => {
                 let (task_id, cost) = (task.meta.id, task.meta.cost);
                 let result = if fail {
-                    Err(crate::queue::QueueError::Backend("down".into()))
+                    Err(crate::queue::QueueError::Backend(BackendFault::plain(
+                        FaultKind::Other,
+                        "down",
+                    )))
                 } else {
                     self.shared_parked.push((entry, rank_time_ms, task));
                     Ok(())
@@ -88,7 +93,10 @@ impl World {
                 ..
             } => {
                 let result = if fail {
-                    Err(crate::queue::QueueError::Backend("down".into()))
+                    Err(crate::queue::QueueError::Backend(BackendFault::plain(
+                        FaultKind::Other,
+                        "down",
+                    )))
                 } else {
                     self.shared_claimed.insert(shared_entry, task.clone());
                     self.shared_held.push(shared_entry);
@@ -127,9 +135,9 @@ impl World {
                 }
                 SharedReport::Claimed(Ok(leases))
             }
-            SharedCall::Claim { .. } => {
-                SharedReport::Claimed(Err(crate::queue::QueueError::Backend("down".into())))
-            }
+            SharedCall::Claim { .. } => SharedReport::Claimed(Err(
+                crate::queue::QueueError::Backend(BackendFault::plain(FaultKind::Other, "down")),
+            )),
             SharedCall::RemoveTask { key, id, reply } => {
                 let found = self.shared_parked.iter().position(|(_, _, task)| {
                     task.meta.id == id && task.meta.mailbox.as_ref() == Some(&key)

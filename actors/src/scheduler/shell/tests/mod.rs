@@ -30,7 +30,7 @@ use super::storage::{LocalRoom, SharedRoom, Storage};
 use super::{Shell, ShellArgs};
 use crate::domain::{
     Durability, MailboxKey, PoolError, PoolLimits, Preemption, Priority, ResourceCost,
-    ResourceKind, ScheduledTask, TaskId, TaskMetadata,
+    ResourceKind, ScheduledTask, TaskFailure, TaskId, TaskMetadata,
 };
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
 use crate::permit::{AcquireAnswer, GrowAnswer, Holding, PermitOp};
@@ -513,7 +513,7 @@ impl World {
                         prop_assert!(
                             matches!(
                                 outcome.delivery.outcome,
-                                Err(PoolError::TimedOut | PoolError::Cancelled)
+                                Err(TaskFailure::TimedOut | TaskFailure::Cancelled)
                             ),
                             "task {id} delivered {:?} while its run goes on",
                             outcome.delivery.outcome
