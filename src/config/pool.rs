@@ -16,7 +16,11 @@ use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings
 /// How long a dropped pool lets running tasks finish.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(30);
 
-/// Settings of one pool, built by chaining `with_*` calls.
+/// Settings of one pool, built by chaining `with_*` calls: the one settings type every face
+/// takes ([`WorkerPool`](crate::WorkerPool), [`ResourcePool::with_settings`](crate::ResourcePool::with_settings),
+/// [`CapacityGate`](crate::CapacityGate), and the actor tree through [`pool_spec`](Self::pool_spec)).
+/// The seed's [`PoolConfig`] converts to it (`WorkerPoolConfig::try_from`), and so does a
+/// configuration file's pool ([`SchedulerConfig::worker_pool_config`](crate::SchedulerConfig::worker_pool_config)).
 ///
 /// ```
 /// use prometheus_parking_lot::config::WorkerPoolConfig;

@@ -16,7 +16,7 @@
 //!
 //! How it reaches the scheduler: every request is a `PermitOp` pushed onto the pool's
 //! inbox (the queue submissions take), and every answer comes back through an
-//! [`answer::Answer`] cell, which keeps a waiter that gives up from leaking units.
+//! `answer::Answer` cell, which keeps a waiter that gives up from leaking units.
 
 pub(crate) mod answer;
 mod holder;

@@ -844,3 +844,30 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_outcome_reads_back_in_the_current_form_and_the_earlier_one() {
+        let stored = |failure: &TaskFailure| serde_json::to_string(failure).unwrap();
+        for failure in [
+            TaskFailure::TimedOut,
+            TaskFailure::Failed("boom".into()),
+            TaskFailure::Lost(Box::new(PoolError::Shutdown)),
+        ] {
+            assert_eq!(stored_failure(&stored(&failure)), failure);
+        }
+        // Rows written before outcomes had a type of their own hold a `PoolError`.
+        assert_eq!(stored_failure(r#""Expired""#), TaskFailure::Expired);
+        assert_eq!(
+            stored_failure(r#""QueueFull""#),
+            TaskFailure::Lost(Box::new(PoolError::QueueFull))
+        );
+        let TaskFailure::Failed(text) = stored_failure("not json") else {
+            panic!("an unreadable row is a failure that says so");
+        };
+        assert!(text.contains("does not deserialise"), "{text}");
+    }
+}
