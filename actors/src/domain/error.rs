@@ -208,6 +208,11 @@ pub enum TaskFailure {
     Lost(Box<PoolError>),
 }
 
+// Every result the engine passes around carries a `PoolError`'s room: a rare error with
+// many fields is boxed so the common ones stay this small.
+const _: () = assert!(std::mem::size_of::<PoolError>() <= 32);
+const _: () = assert!(std::mem::size_of::<TaskFailure>() <= 32);
+
 /// A backend's failure is [`PoolError::Backend`] (boxed: it is rare, and keeps every other
 /// result small).
 impl From<BackendError> for PoolError {

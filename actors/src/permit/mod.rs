@@ -18,7 +18,8 @@
 //! inbox (the queue submissions take), and every answer comes back through an
 //! `answer::Answer` cell, which keeps a waiter that gives up from leaking units.
 
-pub(crate) mod answer;
+#[doc(hidden)]
+pub mod answer;
 mod holder;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
