@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::domain::{Budget, ResourceKind, TaskStatus};
 use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
+use crate::permit::lane::Lanes;
 
 /// A snapshot of a pool.
 ///
@@ -151,6 +152,8 @@ pub(crate) struct PoolCounters {
     pub(crate) budget_level: [AtomicU64; ResourceKind::COUNT],
     /// When the task waiting for the budget could start; 0 when none waits.
     pub(crate) budget_ready_at: [AtomicU64; ResourceKind::COUNT],
+    /// The permits' fast path, whose holders and units no reading counts.
+    pub(crate) lanes: OnceLock<Arc<Lanes>>,
 }
 
 impl PoolCounters {
@@ -165,10 +168,22 @@ impl PoolCounters {
         self.draining.store(draining, Relaxed);
     }
 
+    /// Counts the holders and units of the permits' fast path in every snapshot.
+    pub(crate) fn attach_lanes(&self, lanes: Arc<Lanes>) {
+        let _ = self.lanes.set(lanes);
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> PoolStats {
         let read = |counter: &AtomicU64| counter.load(Relaxed);
-        let used_by_kind = self.used.each_ref().map(read);
+        let mut used_by_kind = self.used.each_ref().map(read);
+        let mut active = self.active.load(Relaxed);
+        if let Some(lanes) = self.lanes.get() {
+            for kind in ResourceKind::ALL {
+                used_by_kind[kind.index()] += u64::from(lanes.borrowed(kind));
+            }
+            active += lanes.holders();
+        }
         let total_by_kind = self.total.each_ref().map(read);
         let bottleneck = bottleneck(&used_by_kind, &total_by_kind);
         PoolStats {
@@ -176,7 +191,7 @@ impl PoolCounters {
             submitted_tasks: read(&self.submitted),
             completed_tasks: read(&self.completed),
             failed_tasks: read(&self.failed),
-            active_tasks: self.active.load(Relaxed),
+            active_tasks: active,
             queued_tasks: self.queued.load(Relaxed),
             used_units: used_by_kind[bottleneck],
             total_units: total_by_kind[bottleneck],

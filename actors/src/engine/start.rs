@@ -17,6 +17,7 @@ use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
+use crate::permit::lane::Lanes;
 use crate::queue::actor::{fault_of, QueueActor, QueueMsg, QueueReports, QueueState};
 use crate::queue::{QueueError, StoredEntry, TaskQueue};
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
@@ -232,7 +233,9 @@ where
     let owns_supervisor = ownership != Ownership::Shared;
     let pool: Arc<str> = Arc::from(spec.name.as_str());
     let counters = Arc::new(PoolCounters::default());
-    let inbox = Arc::new(Inbox::<P, R>::new());
+    let lanes = Arc::new(Lanes::new());
+    counters.attach_lanes(lanes.clone());
+    let inbox = Arc::new(Inbox::<P, R>::new(lanes.clone()));
     let nested = SlotBudget::new(spec.workers.count.saturating_sub(1));
     let (jobs, job_receivers) = job_channels(spec.workers.count);
     let scheduler_slot: Arc<OnceLock<ActorRef<SchedulerMsg<P>>>> = Arc::new(OnceLock::new());
@@ -355,6 +358,7 @@ where
         mailbox: spec.mailbox.clone(),
         gpu_sampled: false,
         rerun: rerun.clone(),
+        lanes,
     };
     let driver = Driver {
         pool: pool.clone(),

@@ -3,13 +3,13 @@
 use std::fmt;
 use std::future::poll_fn;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::answer::{Answer, Withdrawal};
 use super::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp, PermitPort};
-use crate::domain::{PoolError, TaskId, TaskMetadata};
+use crate::domain::{PoolError, ResourceKind, TaskId, TaskMetadata};
 use crate::parker::block_on_until;
-use crate::queue::EntryId;
 use crate::spin::AdaptiveSpin;
 use crate::stats::{PoolCounters, PoolStats};
 
@@ -52,6 +52,8 @@ async fn answer_of<T>(answer: &Answer<T>) -> T {
 #[must_use = "a permit is requested at once and withdrawn when this future is dropped"]
 pub struct Acquire<'a> {
     gate: &'a Gate,
+    /// A permit the fast path granted before the future was made.
+    granted: Option<Permit>,
     /// `None` once answered.
     answer: Option<Arc<AcquireAnswer>>,
     id: TaskId,
@@ -70,6 +72,9 @@ impl std::future::Future for Acquire<'_> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let this = self.get_mut();
+        if let Some(permit) = this.granted.take() {
+            return std::task::Poll::Ready(Ok(permit));
+        }
         let Some(answer) = &this.answer else {
             return std::task::Poll::Ready(Err(PoolError::Shutdown));
         };
@@ -88,8 +93,7 @@ impl std::future::Future for Acquire<'_> {
             },
         };
         this.answer = None;
-        std::task::Poll::Ready(granted.map(|Grant { entry, holding }| Permit {
-            entry,
+        std::task::Poll::Ready(granted.map(|Grant { holding, .. }| Permit {
             id: this.id,
             holding,
             port: this.gate.port.clone(),
@@ -135,12 +139,25 @@ impl Drop for GrowGuard<'_> {
             Withdrawal::Answered(Ok(())) => {
                 let units = permit.holding.take(self.extra);
                 permit.port.send(PermitOp::Shrink {
-                    entry: permit.entry,
+                    entry: permit.holding.entry(),
                     units,
                 });
             }
             Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
         }
+    }
+}
+
+/// Takes `units` of `kind` from its lane when it is open and has them (the fast path).
+fn take_from_lane(port: &dyn PermitPort, kind: ResourceKind, units: u32) -> bool {
+    port.lanes().try_take(kind, units)
+}
+
+/// Gives `units` of `kind` borrowed from its lane back: to the lane while it is open, else
+/// to the scheduler, which hands them to the waiters in rank order.
+fn give_to_lane(port: &dyn PermitPort, kind: ResourceKind, units: u32) {
+    if units > 0 && !port.lanes().give(kind, units) {
+        port.send(PermitOp::LaneReturn { kind, units });
     }
 }
 
@@ -187,6 +204,15 @@ impl Gate {
 
     fn request(&self, meta: TaskMetadata, wait: bool, spin: bool) -> Acquire<'_> {
         let id = meta.id;
+        if let Some(permit) = self.fast_path(&meta) {
+            return Acquire {
+                gate: self,
+                granted: Some(permit),
+                answer: None,
+                id,
+                spin: false,
+            };
+        }
         let answer = Arc::new(AcquireAnswer::new());
         self.port.send(PermitOp::Acquire {
             meta,
@@ -195,10 +221,21 @@ impl Gate {
         });
         Acquire {
             gate: self,
+            granted: None,
             answer: Some(answer),
             id,
             spin,
         }
+    }
+
+    /// A permit from the kind's lane, when it is open and has the units (nobody waits).
+    fn fast_path(&self, meta: &TaskMetadata) -> Option<Permit> {
+        let holding = acquire_from_lane(&*self.port, meta)?;
+        Some(Permit {
+            id: meta.id,
+            holding,
+            port: self.port.clone(),
+        })
     }
 
     /// The pool's counters: permits held count as active tasks, waiting ones as queued.
@@ -210,7 +247,6 @@ impl Gate {
 /// Units granted by a [`Gate`], held until the permit is dropped (released exactly once).
 /// `Send + Sync`: the code that generates with it may share it by reference.
 pub struct Permit {
-    entry: EntryId,
     id: TaskId,
     holding: Arc<Holding>,
     port: Arc<dyn PermitPort>,
@@ -240,12 +276,44 @@ impl Permit {
     /// Takes `extra` more units now, if the fast path would grant them (they are free, and
     /// no waiter is reserved against starvation); `WouldWait` if not, or
     /// `InsufficientResources` if the pool could never hold that many for one holder.
-    /// Waits one trip to the scheduler, as [`Gate::try_acquire`] does.
+    /// While nobody waits for its kind this is one atomic operation; otherwise it waits
+    /// one trip to the scheduler, as [`Gate::try_acquire`] does.
     pub fn try_grow(&self, extra: u32) -> Result<(), PoolError> {
-        if extra == 0 {
+        if extra == 0 || self.grow_from_lane(extra) {
             return Ok(());
         }
         block_on_until(self.grow_with(extra, false), None).unwrap_or(Err(PoolError::Shutdown))
+    }
+
+    /// Borrows `extra` units from the lane, if it is open and has them.
+    fn grow_from_lane(&self, extra: u32) -> bool {
+        grow_from_lane(&*self.port, &self.holding, extra)
+    }
+
+    /// Asks for `extra` more units, ranked as [`grow`](Self::grow) is, and returns at once
+    /// with a [`PendingGrow`] to [`check`](PendingGrow::check) later: for an engine that
+    /// polls each request once per step rather than awaiting a future. The request is made
+    /// once, so it keeps its place among the waiters from step to step (a loop that calls
+    /// [`try_grow`](Self::try_grow) each step never gets one). Dropping it withdraws it.
+    pub fn grow_pending(&self, extra: u32) -> PendingGrow {
+        let pending = |answer, outcome| PendingGrow {
+            holding: self.holding.clone(),
+            port: self.port.clone(),
+            answer,
+            extra,
+            outcome,
+        };
+        if extra == 0 || self.grow_from_lane(extra) {
+            return pending(None, Some(Ok(())));
+        }
+        let answer = Arc::new(GrowAnswer::new());
+        self.port.send(PermitOp::Grow {
+            holding: self.holding.clone(),
+            extra,
+            wait: true,
+            answer: answer.clone(),
+        });
+        pending(Some(answer), None)
     }
 
     /// Waits, ranked as the permit itself was, for `extra` more units, keeping what it holds.
@@ -256,7 +324,7 @@ impl Permit {
     /// than joined (shrink or drop a permit, then grow again). `InsufficientResources` when
     /// the pool could never hold that many for one holder.
     pub async fn grow(&self, extra: u32) -> Result<(), PoolError> {
-        if extra == 0 {
+        if extra == 0 || self.grow_from_lane(extra) {
             return Ok(());
         }
         self.grow_with(extra, true).await
@@ -265,7 +333,7 @@ impl Permit {
     async fn grow_with(&self, extra: u32, wait: bool) -> Result<(), PoolError> {
         let answer = Arc::new(GrowAnswer::new());
         self.port.send(PermitOp::Grow {
-            entry: self.entry,
+            holding: self.holding.clone(),
             extra,
             wait,
             answer: answer.clone(),
@@ -282,14 +350,10 @@ impl Permit {
     }
 
     /// Gives `units` back at once (at most what it holds); waiters that now fit are granted.
+    /// Units it borrowed from the fast path go back first, with one atomic operation while
+    /// nobody waits.
     pub fn shrink(&self, units: u32) {
-        let units = self.holding.take(units);
-        if units > 0 {
-            self.port.send(PermitOp::Shrink {
-                entry: self.entry,
-                units,
-            });
-        }
+        shrink_holding(&*self.port, &self.holding, units);
     }
 
     /// Whether a waiter of higher priority asked this permit to yield. Nothing is taken
@@ -313,8 +377,141 @@ impl Permit {
     }
 }
 
+/// Gives back up to `units` that `holding` holds: those borrowed from the lane to the lane,
+/// the rest to the scheduler.
+pub(crate) fn shrink_holding(port: &dyn PermitPort, holding: &Holding, units: u32) {
+    let units = holding.take(units);
+    if units == 0 {
+        return;
+    }
+    let borrowed = holding.fast.unborrow(units);
+    give_to_lane(port, holding.kind, borrowed);
+    if units > borrowed {
+        port.send(PermitOp::Shrink {
+            entry: holding.entry(),
+            units: units - borrowed,
+        });
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.port.send(PermitOp::Release { entry: self.entry });
+        release_holding(&*self.port, &self.holding);
+    }
+}
+
+/// The fast path of an acquire: a permit for `meta` from its kind's lane, when it is open
+/// and has the units; the scheduler hears of it at its next drain.
+pub(crate) fn acquire_from_lane(
+    port: &dyn PermitPort,
+    meta: &TaskMetadata,
+) -> Option<Arc<Holding>> {
+    if meta
+        .deadline_ms
+        .is_some_and(|deadline| deadline <= crate::clock::now_ms())
+    {
+        return None;
+    }
+    if !take_from_lane(port, meta.cost.kind, meta.cost.units) {
+        return None;
+    }
+    let holding = Holding::borrowing(meta);
+    if port.lanes().register(holding.clone()) {
+        port.nudge();
+    }
+    Some(holding)
+}
+
+/// The fast path of a grow: `holding` borrows `extra` units from its lane, if it is open and
+/// has them; returns whether it did.
+pub(crate) fn grow_from_lane(port: &dyn PermitPort, holding: &Holding, extra: u32) -> bool {
+    if !take_from_lane(port, holding.kind, extra) {
+        return false;
+    }
+    holding.fast.borrow(extra);
+    holding.add(extra);
+    true
+}
+
+/// What dropping the permit held through `holding` does: what it borrowed goes back to its
+/// lane (or the scheduler), and the scheduler hears of the drop if it took the permit over.
+pub(crate) fn release_holding(port: &dyn PermitPort, holding: &Holding) {
+    let left = holding.fast.leave();
+    give_to_lane(port, holding.kind, left.borrowed);
+    if left.adopted {
+        port.send(PermitOp::Release {
+            entry: holding.entry(),
+        });
+    } else {
+        port.lanes().holder_left();
+    }
+}
+
+/// A ranked grow made by [`Permit::grow_pending`], checked without a future. Dropped before
+/// it was granted, it withdraws; a grant that came meanwhile is given back.
+#[must_use = "the grow is withdrawn when this is dropped"]
+pub struct PendingGrow {
+    holding: Arc<Holding>,
+    port: Arc<dyn PermitPort>,
+    /// The request in flight; `None` once settled.
+    answer: Option<Arc<GrowAnswer>>,
+    extra: u32,
+    /// The answer, once it came.
+    outcome: Option<Result<(), PoolError>>,
+}
+
+impl fmt::Debug for PendingGrow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingGrow")
+            .field("extra", &self.extra)
+            .field("outcome", &self.outcome)
+            .finish()
+    }
+}
+
+impl PendingGrow {
+    /// `Pending` while it waits; then, every time, `Ready(Ok(()))` once the units were
+    /// added to the permit, or `Ready(Err(_))` as [`Permit::grow`] is refused (for
+    /// example `WouldDeadlock`: every other holder waits to grow too, so the engine must
+    /// give some units back, by preempting a sequence, before anyone can grow).
+    pub fn check(&mut self) -> Poll<Result<(), PoolError>> {
+        if let Some(outcome) = &self.outcome {
+            return Poll::Ready(outcome.clone());
+        }
+        let Some(answer) = &self.answer else {
+            return Poll::Ready(Err(PoolError::Shutdown));
+        };
+        match answer.try_take() {
+            Some(outcome) => {
+                self.answer = None;
+                self.outcome = Some(outcome.clone());
+                Poll::Ready(outcome)
+            }
+            None => Poll::Pending,
+        }
+    }
+
+    /// Units asked for.
+    pub fn extra(&self) -> u32 {
+        self.extra
+    }
+}
+
+impl Drop for PendingGrow {
+    fn drop(&mut self) {
+        let Some(answer) = self.answer.take() else {
+            return;
+        };
+        match answer.withdraw() {
+            Withdrawal::WasWaiting => self.port.send(PermitOp::WithdrawGrow(answer)),
+            Withdrawal::Answered(Ok(())) => {
+                let units = self.holding.take(self.extra);
+                self.port.send(PermitOp::Shrink {
+                    entry: self.holding.entry(),
+                    units,
+                });
+            }
+            Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
+        }
     }
 }

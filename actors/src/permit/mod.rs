@@ -14,42 +14,99 @@
 //!   ([`Permit::grow`]), shrinks at once, and hears when a waiter of higher priority asks it
 //!   to yield ([`Permit::preempted`]).
 //!
-//! How it reaches the scheduler: every request is a `PermitOp` pushed onto the pool's
-//! inbox (the queue submissions take), and every answer comes back through an
-//! `answer::Answer` cell, which keeps a waiter that gives up from leaking units.
+//! How it reaches the scheduler: while nobody waits for a kind, an acquire, grow, shrink or
+//! release that fits never does: it takes or gives units of the kind's *lane* with one
+//! atomic operation on the caller's thread (see `lane.rs`). Otherwise every request is a
+//! `PermitOp` pushed onto the pool's inbox (the queue submissions take), and every answer
+//! comes back through an `answer::Answer` cell, which keeps a waiter that gives up from
+//! leaking units.
 
 #[doc(hidden)]
 pub mod answer;
 mod holder;
+#[doc(hidden)]
+pub mod lane;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::domain::{PoolError, TaskMetadata};
+use crate::domain::{PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata};
 use crate::queue::EntryId;
 use answer::Answer;
+use lane::{FastState, Lanes};
 
-pub use holder::{Acquire, Gate, Permit};
+#[cfg(test)]
+pub(crate) use holder::{acquire_from_lane, grow_from_lane, release_holding, shrink_holding};
+pub use holder::{Acquire, Gate, PendingGrow, Permit};
 
 /// What a granted permit shares between its holder and the scheduler.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Holding {
-    /// Units held now, as the holder sees them.
+    /// Units held now, as the holder sees them: its core claim's and those it borrowed
+    /// from its lane.
     units: AtomicU32,
     /// Set once a waiter of higher priority asked the holder to yield.
     preempted: AtomicBool,
     /// Wakes those waiting in [`Permit::preempted`].
     yielding: Notify,
+    /// The caller's id of the permit.
+    pub id: TaskId,
+    /// The permit's rank, for when the scheduler takes it over.
+    pub priority: Priority,
+    /// The kind of its units.
+    pub kind: ResourceKind,
+    /// Its entry in the scheduler; 0 until the scheduler has one (a permit of the fast
+    /// path, not yet taken over).
+    entry: AtomicU64,
+    /// What it borrowed from its lane, and whether it was taken over.
+    pub fast: FastState,
 }
 
 impl Holding {
-    pub(crate) fn with_units(units: u32) -> Arc<Self> {
+    /// A permit the scheduler granted as `entry` to caller `id`, holding `cost` in its claim.
+    pub(crate) fn granted(
+        entry: EntryId,
+        id: TaskId,
+        priority: Priority,
+        cost: ResourceCost,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            units: AtomicU32::new(units),
-            ..Self::default()
+            units: AtomicU32::new(cost.units),
+            preempted: AtomicBool::new(false),
+            yielding: Notify::new(),
+            id,
+            priority,
+            kind: cost.kind,
+            entry: AtomicU64::new(entry),
+            fast: FastState::adopted(),
         })
+    }
+
+    /// A permit granted on the fast path, holding `meta.cost.units` borrowed from its lane.
+    pub(crate) fn borrowing(meta: &TaskMetadata) -> Arc<Self> {
+        Arc::new(Self {
+            units: AtomicU32::new(meta.cost.units),
+            preempted: AtomicBool::new(false),
+            yielding: Notify::new(),
+            id: meta.id,
+            priority: meta.priority,
+            kind: meta.cost.kind,
+            entry: AtomicU64::new(0),
+            fast: FastState::borrowing(meta.cost.units),
+        })
+    }
+
+    /// Its entry in the scheduler, or 0 before it has one.
+    pub(crate) fn entry(&self) -> EntryId {
+        self.entry.load(Ordering::Acquire)
+    }
+
+    /// The scheduler files it under `entry` (before it takes it over, so that a holder
+    /// that sees the take-over sees the entry too).
+    pub(crate) fn set_entry(&self, entry: EntryId) {
+        self.entry.store(entry, Ordering::Release);
     }
 
     pub(crate) fn units(&self) -> u32 {
@@ -96,6 +153,8 @@ pub(crate) type GrowAnswer = Answer<Result<(), PoolError>>;
 
 /// A request to the scheduler about permits.
 pub(crate) enum PermitOp {
+    /// A holder gives back `units` of `kind` it borrowed from a lane that was closed.
+    LaneReturn { kind: ResourceKind, units: u32 },
     /// Grant a permit for `meta`, or park it until it fits (`wait`), or refuse it.
     Acquire {
         meta: TaskMetadata,
@@ -104,9 +163,10 @@ pub(crate) enum PermitOp {
     },
     /// The acquire behind `answer` was given up.
     WithdrawAcquire(Arc<AcquireAnswer>),
-    /// Add `extra` units to the permit `entry`: at once, or ranked (`wait`).
+    /// Add `extra` units to the permit held through `holding`: at once, or ranked (`wait`).
+    /// (A permit of the fast path has no entry yet: the scheduler takes it over first.)
     Grow {
-        entry: EntryId,
+        holding: Arc<Holding>,
         extra: u32,
         wait: bool,
         answer: Arc<GrowAnswer>,
@@ -130,6 +190,7 @@ impl PermitOp {
                 let _ = answer.give(Err(error));
             }
             PermitOp::WithdrawAcquire(_)
+            | PermitOp::LaneReturn { .. }
             | PermitOp::WithdrawGrow(_)
             | PermitOp::Shrink { .. }
             | PermitOp::Release { .. } => {}
@@ -141,4 +202,10 @@ impl PermitOp {
 pub(crate) trait PermitPort: Send + Sync {
     /// Hands `op` to the scheduler; once it has stopped, answers it with `Shutdown`.
     fn send(&self, op: PermitOp);
+
+    /// The pool's lanes (the fast path).
+    fn lanes(&self) -> &Lanes;
+
+    /// Wakes the scheduler to take in the fast path's registrations.
+    fn nudge(&self);
 }

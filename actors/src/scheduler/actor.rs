@@ -156,6 +156,12 @@ where
         let span = crate::spans::actor("scheduler", myself.get_id(), state.shell.pool());
         async move {
             let now = engine_now_ms();
+            if !matches!(message.0, Internal::Drain) {
+                // Every event below may change what the core decides: the lanes close first
+                // (a drain closes them once it has work, see `drain_inbox`).
+                state.shell.take_in_registrations();
+                state.shell.close_lanes(now);
+            }
             match message.0 {
                 Internal::Drain => drain(&myself, state).await,
                 Internal::Request(request) => {
@@ -184,6 +190,7 @@ where
                 }
             }
             state.driver.carry_out(&mut state.shell, now);
+            state.shell.open_lanes();
             state.shell.publish();
             arm_timer(&myself, state, now);
             Ok(())
@@ -246,6 +253,8 @@ fn request_received<P, R>(
             limit,
             reply,
         } => {
+            // Permits of the fast path are shown as the others: taken over first.
+            shell.take_over_all(None, now);
             let _ = reply.send(shell.inspect(offset, limit));
         }
     }
@@ -259,7 +268,12 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
+    state.shell.take_in_registrations();
     loop {
+        if state.inbox.is_empty() {
+            return;
+        }
+        state.shell.close_lanes(now);
         let mut handled = 0;
         while let Some(Finish {
             entry,
@@ -380,6 +394,7 @@ where
 {
     for _ in 0..DRAIN_ROUNDS {
         drain_inbox(state, engine_now_ms());
+        state.shell.open_lanes();
         state.shell.publish();
         // The queue actor's answers come as messages: let the actor take them rather than
         // spin on the inbox while they wait.

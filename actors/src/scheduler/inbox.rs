@@ -21,13 +21,14 @@
 //!   least one of them sees the other's write).
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_queue::SegQueue;
 use ractor::ActorRef;
 
 use super::protocol::{Internal, SchedulerMsg, Submission};
 use crate::domain::PoolError;
+use crate::permit::lane::Lanes;
 use crate::permit::{PermitOp, PermitPort};
 use crate::queue::EntryId;
 use crate::worker::RunReports;
@@ -56,6 +57,8 @@ pub(crate) struct Inbox<P, R> {
     /// pushes refuses what it finds.
     closed: AtomicBool,
     scheduler: OnceLock<ActorRef<SchedulerMsg<P>>>,
+    /// The permits' fast path, which the scheduler opens and closes.
+    lanes: Arc<Lanes>,
 }
 
 impl<P, R> Inbox<P, R>
@@ -63,8 +66,9 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
-    pub fn new() -> Self {
+    pub fn new(lanes: Arc<Lanes>) -> Self {
         Self {
+            lanes,
             finishes: SegQueue::new(),
             readies: SegQueue::new(),
             submissions: SegQueue::new(),
@@ -96,6 +100,7 @@ where
 
     /// The scheduler has stopped: refuse everything that waits and everything pushed later.
     pub fn close(&self) {
+        self.lanes.close_all();
         self.closed.store(true, Ordering::Release);
         fence(Ordering::SeqCst);
         self.refuse_all();
@@ -182,6 +187,14 @@ where
 {
     fn send(&self, op: PermitOp) {
         self.permits.push(op);
+        self.ring();
+    }
+
+    fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    fn nudge(&self) {
         self.ring();
     }
 }

@@ -165,6 +165,12 @@ pub enum UnknownTask {
         /// What differs between them.
         reason: AbsorbRefusal,
     },
+    /// `adopt` of an id that is parked or running already (rule 19).
+    #[error("task {0} is live already; a fast-path holder is adopted under a fresh id")]
+    AlreadyLive(TaskId),
+    /// `adopt` or `settle` of more units than the lanes lent (rule 19).
+    #[error("task {0} takes over more units than the fast path was lent")]
+    NotLent(TaskId),
 }
 
 /// Why two running tasks cannot become one: units move only within one kind and one tenant,

@@ -127,11 +127,19 @@
 //!     parked ticket, no permit; admissions park, running tickets run on and end, deadlines
 //!     expire, and [`ParkingLot::resume`] starts what fits in rank order. The saturation
 //!     invariant holds from the resume on.
+//! 19. **Lanes** (see `lanes.rs`). While nothing is parked or sleeping, no reservation
+//!     holds and the lot is not paused, the free units of a kind without a fair share, a
+//!     budget or a headroom may be *lent* to the permits' fast path
+//!     ([`ParkingLot::lend`]), which hands them out on its callers' threads. Lent units
+//!     count as used. The driver takes back what was not handed out before it feeds the lot
+//!     any other event ([`ParkingLot::reclaim`]), so every decision sees the true free
+//!     units; a fast-path holder becomes a running permit of its own when a decision must
+//!     see it ([`ParkingLot::adopt`], [`ParkingLot::settle`]).
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
 //! - `0 <= used[kind] <= capacity[kind]` and it equals the sum of the units of the running
-//!   claims of that kind, permits included; every running task but a permit holds a
+//!   claims of that kind, permits included, plus the units lent to its lane (rule 19); every running task but a permit holds a
 //!   distinct worker slot (`busy_workers` counts them); the idle slots are exactly the slots
 //!   neither held nor retired.
 //! - A kind with a budget holds no units (`used` is 0); only its running tasks may give
@@ -159,6 +167,7 @@ mod budget;
 mod cost_index;
 mod decision;
 mod fair_share;
+mod lanes;
 mod permits;
 mod rank;
 mod reasons;
@@ -352,6 +361,8 @@ pub struct ParkingLot {
     limits: PoolLimits,
     worker_slots: u32,
     used: [u32; KINDS],
+    /// Units lent to the permits' fast path (rule 19), counted in `used`.
+    lent: [u32; KINDS],
     /// Free units the world outside the pool leaves per kind (rule 11); `UNLIMITED` when
     /// the kind has no headroom set.
     headroom: [u32; KINDS],
@@ -405,6 +416,7 @@ impl ParkingLot {
             limits,
             worker_slots,
             used: [0; KINDS],
+            lent: [0; KINDS],
             headroom: [UNLIMITED; KINDS],
             idle_workers: (0..worker_slots).rev().collect(),
             retired: vec![false; limits.worker_slots],
@@ -1100,10 +1112,13 @@ impl ParkingLot {
             held[claim.kind.index()] += u64::from(claim.units);
         }
         for kind in ResourceKind::ALL {
+            held[kind.index()] += u64::from(self.lent[kind.index()]);
+        }
+        for kind in ResourceKind::ALL {
             let (used, capacity) = (self.used(kind), self.limits.capacity.get(kind));
             if used > capacity || u64::from(used) != held[kind.index()] {
                 return Err(format!(
-                    "{kind:?}: used {used}, held by running tasks {}, capacity {capacity}",
+                    "{kind:?}: used {used}, held by running tasks and lent {}, capacity {capacity}",
                     held[kind.index()]
                 ));
             }

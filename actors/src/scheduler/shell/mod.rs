@@ -30,6 +30,7 @@
 
 mod admission;
 pub(crate) mod effects;
+mod lanes;
 pub(crate) mod ledger;
 pub(crate) mod lifecycle;
 pub(crate) mod observe;
@@ -93,6 +94,8 @@ pub(crate) struct ShellArgs<P, R> {
     pub gpu_sampled: bool,
     /// How to copy a payload, once the pool preempts its tasks.
     pub rerun: Rerun<P>,
+    /// The permits' fast path (see `lanes.rs`).
+    pub lanes: Arc<crate::permit::lane::Lanes>,
 }
 
 /// The shell. See the module docs.
@@ -111,6 +114,8 @@ pub(crate) struct Shell<P, R> {
     permits: permits::Permits,
     /// How to copy a payload, once the pool preempts its tasks (see `rerun.rs`).
     rerun: Rerun<P>,
+    /// The permits' fast path: which lanes are open, the permits granted on it.
+    lanes: lanes::LaneBook,
 }
 
 impl<P, R> Shell<P, R>
@@ -137,6 +142,7 @@ where
             gpu_sampled: args.gpu_sampled,
             permits,
             rerun: args.rerun,
+            lanes: lanes::LaneBook::new(args.lanes),
         };
         shell.tick(now);
         shell

@@ -122,7 +122,8 @@ impl Observers {
         let reading = PoolReading {
             running: core.running_len(),
             parked: core.parked_len(),
-            used_by_kind: ResourceKind::ALL.map(|kind| u64::from(core.used(kind))),
+            used_by_kind: ResourceKind::ALL
+                .map(|kind| u64::from(core.used(kind) - core.lent(kind))),
             worker_restarts: self.counters.worker_restarts.load(Relaxed),
             queue_errors: self.counters.queue_errors.load(Relaxed),
             paused: core.is_paused(),

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use super::Shell;
 use crate::domain::{
-    MailboxKey, PoolError, Preemption, ResourceCost, ResourceKind, TaskId, TaskMetadata,
+    MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
 };
 use crate::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
@@ -52,11 +52,11 @@ struct Held {
 }
 
 impl Held {
-    /// Permit `id`, granted `units`.
-    fn new(id: TaskId, units: u32) -> Self {
+    /// The permit held through `holding`.
+    fn new(holding: Arc<Holding>) -> Self {
         Self {
-            holding: Holding::with_units(units),
-            id,
+            id: holding.id,
+            holding,
             asked_units: None,
             growing: 0,
         }
@@ -68,6 +68,7 @@ enum Waiter {
     Acquire {
         answer: Arc<AcquireAnswer>,
         id: TaskId,
+        priority: Priority,
     },
     Grow {
         answer: Arc<GrowAnswer>,
@@ -148,6 +149,11 @@ impl Permits {
         self.held.len()
     }
 
+    /// The fast-path permit held through `holding` was taken over as `entry`.
+    pub fn adopted(&mut self, entry: EntryId, holding: Arc<Holding>) {
+        self.held.insert(entry, Held::new(holding));
+    }
+
     /// Whether the held permit of `entry` may be asked to yield.
     fn may_yield(&self, entry: EntryId, max_per_task: u32) -> bool {
         self.held.get(&entry).is_some_and(|held| {
@@ -189,11 +195,18 @@ where
                 self.withdraw(answer.tag(), Arc::as_ptr(&answer).cast(), now)
             }
             PermitOp::Grow {
-                entry,
+                holding,
                 extra,
                 wait,
                 answer,
-            } => self.grow(entry, extra, wait, answer, now),
+            } => match self.take_over(&holding, now) {
+                Some(entry) => self.grow(entry, extra, wait, answer, now),
+                None => self.fx_permit(PermitEffect::RefuseGrow {
+                    answer,
+                    error: PoolError::Shutdown,
+                }),
+            },
+            PermitOp::LaneReturn { kind, units } => self.lane_return(kind, units, now),
             PermitOp::WithdrawGrow(answer) => {
                 self.withdraw(answer.tag(), Arc::as_ptr(&answer).cast(), now)
             }
@@ -221,13 +234,15 @@ where
         let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
         match newcomer {
             Newcomer::Start => {
-                self.grant(entry, answer, Held::new(meta.id, ticket.cost.units));
+                let holding = Holding::granted(entry, meta.id, meta.priority, ticket.cost);
+                self.grant(entry, answer, Held::new(holding));
             }
             Newcomer::Park if wait => {
                 answer.set_tag(entry);
                 let waiter = Waiter::Acquire {
                     answer,
                     id: meta.id,
+                    priority: meta.priority,
                 };
                 self.permits.waiting.insert(entry, waiter);
                 self.preempt_for(entry, meta.cost.kind, now);
@@ -265,9 +280,16 @@ where
             return;
         };
         match waiter {
-            Waiter::Acquire { answer, id } => {
-                let units = self.tasks.core.units_of(entry).unwrap_or(0);
-                self.grant(entry, answer, Held::new(id, units));
+            Waiter::Acquire {
+                answer,
+                id,
+                priority,
+            } => {
+                let Some((cost, _, _)) = self.tasks.core.claim_of(entry) else {
+                    return;
+                };
+                let holding = Holding::granted(entry, id, priority, cost);
+                self.grant(entry, answer, Held::new(holding));
             }
             Waiter::Grow {
                 answer,
@@ -350,6 +372,8 @@ where
         if let Err(error) = self.lifecycle.admits() {
             return refuse(self, answer, error);
         }
+        // Holders of the fast path count for the deadlock rule as the others do.
+        self.take_over_all(Some(kind), now);
         if self.would_deadlock(entry, kind, units) {
             return refuse(self, answer, PoolError::WouldDeadlock { kind });
         }
@@ -467,6 +491,8 @@ where
         let Some(preemption) = self.permits.preemption else {
             return;
         };
+        // Holders of the fast path may be asked to yield as the others are.
+        self.take_over_all(Some(kind), now);
         let tasks_may_yield = self.rerun.get().is_some();
         if self.permits.held.is_empty() && !tasks_may_yield {
             return;

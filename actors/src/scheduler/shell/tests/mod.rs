@@ -33,7 +33,11 @@ use crate::domain::{
     ResourceKind, ScheduledTask, TaskFailure, TaskId, TaskMetadata,
 };
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
-use crate::permit::{AcquireAnswer, GrowAnswer, Holding, PermitOp};
+use crate::permit::lane::Lanes;
+use crate::permit::{
+    acquire_from_lane, grow_from_lane, shrink_holding, AcquireAnswer, GrowAnswer, Holding,
+    PermitOp, PermitPort,
+};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{DeadLetter, EntryId};
 use crate::scheduler::core::ParkingLot;
@@ -85,12 +89,16 @@ enum Event {
     Escalate,
     /// Shutdown asked; with `deadline`, the drain deadline passes at once.
     Shutdown { deadline: bool },
-    /// A permit is asked for: ranked (`wait`) or only at once.
+    /// A permit is asked for: ranked (`wait`) or only at once; with `fast`, through the
+    /// fast path first, as a `Gate` does.
     Acquire {
         priority: u8,
         units: u32,
         wait: bool,
+        fast: bool,
     },
+    /// The scheduler takes in the fast path's registrations (a nudge).
+    Nudge,
     /// The `n`th held permit grows: ranked (`wait`) or only at once.
     Grow { n: usize, extra: u32, wait: bool },
     /// The `n`th held permit gives units back.
@@ -115,7 +123,8 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0usize..6).prop_map(|n| Event::Dead { n }),
         1 => Just(Event::Escalate),
         1 => prop::bool::ANY.prop_map(|deadline| Event::Shutdown { deadline }),
-        3 => (0u8..4, 1u32..5, prop::bool::weighted(0.8)).prop_map(|(priority, units, wait)| Event::Acquire { priority, units, wait }),
+        3 => (0u8..4, 1u32..5, prop::bool::weighted(0.8), prop::bool::ANY).prop_map(|(priority, units, wait, fast)| Event::Acquire { priority, units, wait, fast }),
+        1 => Just(Event::Nudge),
         2 => (0usize..4, 1u32..4, prop::bool::ANY).prop_map(|(n, extra, wait)| Event::Grow { n, extra, wait }),
         1 => (0usize..4, 1u32..4).prop_map(|(n, units)| Event::Shrink { n, units }),
         3 => (0usize..4).prop_map(|n| Event::Release { n }),
@@ -141,6 +150,25 @@ fn taken<T>(answer: &crate::permit::answer::Answer<T>) -> Option<T> {
 
 /// A mailbox the shell only reads (for its bound): it has no inline face, so no bound.
 struct NoMailbox;
+
+/// The permits' port: what holders send waits here until the scheduler takes it.
+#[derive(Default)]
+struct Port {
+    lanes: Arc<Lanes>,
+    ops: std::sync::Mutex<Vec<PermitOp>>,
+}
+
+impl PermitPort for Port {
+    fn send(&self, op: PermitOp) {
+        self.ops.lock().expect("port").push(op);
+    }
+
+    fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    fn nudge(&self) {}
+}
 
 #[async_trait]
 impl Mailbox<u32> for NoMailbox {
@@ -218,11 +246,13 @@ struct World {
     given_back: HashSet<(MailboxKey, TaskId)>,
     /// Workers whose slot rests (their thread still busy after a task).
     resting: Vec<usize>,
-    /// Permits granted and taken by their holders.
-    permits: Vec<(EntryId, Arc<Holding>)>,
+    /// Permits granted and taken by their holders (on the fast path or the scheduler's).
+    permits: Vec<Arc<Holding>>,
     /// Acquires and grows not answered yet.
     acquires: Vec<Arc<AcquireAnswer>>,
-    grows: Vec<(EntryId, u32, Arc<GrowAnswer>)>,
+    grows: Vec<(Arc<Holding>, u32, Arc<GrowAnswer>)>,
+    /// Where holders' requests wait for the scheduler; its lanes are the shell's.
+    port: Arc<Port>,
 }
 
 impl World {
@@ -243,6 +273,7 @@ impl World {
                 durability,
             )),
         };
+        let port = Arc::new(Port::default());
         let args = ShellArgs {
             pool: Arc::from("model"),
             core: ParkingLot::new(limits).expect("limits"),
@@ -252,6 +283,7 @@ impl World {
             subscribers: Vec::new(),
             mailbox: Arc::new(NoMailbox),
             gpu_sampled: false,
+            lanes: port.lanes.clone(),
             rerun: {
                 // Running tasks may be preempted and run again (memory mode only: the other
                 // modes must ignore it).
@@ -287,10 +319,46 @@ impl World {
             permits: Vec::new(),
             acquires: Vec::new(),
             grows: Vec::new(),
+            port,
         }
     }
 
     fn apply(&mut self, event: Event) -> Result<(), TestCaseError> {
+        let holders_act = matches!(
+            event,
+            Event::Acquire { .. }
+                | Event::Grow { .. }
+                | Event::Shrink { .. }
+                | Event::Release { .. }
+                | Event::Withdraw { .. }
+                | Event::Nudge
+        );
+        if !holders_act {
+            // As the scheduler actor does before any event: the lanes close.
+            self.shell.take_in_registrations();
+            self.shell.close_lanes(self.now);
+        }
+        self.apply_event(event)?;
+        self.schedule_port()?;
+        self.shell.open_lanes();
+        self.check()
+    }
+
+    /// The scheduler takes what holders sent, as its inbox's drain does: lanes closed first.
+    fn schedule_port(&mut self) -> Result<(), TestCaseError> {
+        let ops = std::mem::take(&mut *self.port.ops.lock().expect("port"));
+        self.shell.take_in_registrations();
+        if !ops.is_empty() {
+            self.shell.close_lanes(self.now);
+        }
+        for op in ops {
+            self.shell.permit(op, self.now);
+            self.carry_out()?;
+        }
+        self.carry_out()
+    }
+
+    fn apply_event(&mut self, event: Event) -> Result<(), TestCaseError> {
         match event {
             Event::Submit {
                 priority,
@@ -364,38 +432,43 @@ impl World {
                 priority,
                 units,
                 wait,
+                fast,
             } => {
                 let meta = TaskMetadata::new(self.next_id, ResourceCost::gpu_vram(units))
                     .with_priority(PRIORITIES[usize::from(priority)]);
                 self.next_id += 1;
-                let answer = Arc::new(AcquireAnswer::new());
-                self.acquires.push(answer.clone());
-                let op = PermitOp::Acquire { meta, wait, answer };
-                self.shell.permit(op, self.now);
+                match fast
+                    .then(|| acquire_from_lane(&*self.port, &meta))
+                    .flatten()
+                {
+                    Some(holding) => self.permits.push(holding),
+                    None => {
+                        let answer = Arc::new(AcquireAnswer::new());
+                        self.acquires.push(answer.clone());
+                        self.port.send(PermitOp::Acquire { meta, wait, answer });
+                    }
+                }
             }
+            Event::Nudge => self.shell.take_in_registrations(),
             Event::Grow { n, extra, wait } => {
                 if !self.permits.is_empty() {
-                    let entry = self.permits[n % self.permits.len()].0;
-                    let answer = Arc::new(GrowAnswer::new());
-                    self.grows.push((entry, extra, answer.clone()));
-                    let op = PermitOp::Grow {
-                        entry,
-                        extra,
-                        wait,
-                        answer,
-                    };
-                    self.shell.permit(op, self.now);
+                    let holding = self.permits[n % self.permits.len()].clone();
+                    if !grow_from_lane(&*self.port, &holding, extra) {
+                        let answer = Arc::new(GrowAnswer::new());
+                        self.grows.push((holding.clone(), extra, answer.clone()));
+                        self.port.send(PermitOp::Grow {
+                            holding,
+                            extra,
+                            wait,
+                            answer,
+                        });
+                    }
                 }
             }
             Event::Shrink { n, units } => {
                 if !self.permits.is_empty() {
-                    let (entry, holding) = &self.permits[n % self.permits.len()];
-                    let units = holding.take(units);
-                    let op = PermitOp::Shrink {
-                        entry: *entry,
-                        units,
-                    };
-                    self.shell.permit(op, self.now);
+                    let holding = &self.permits[n % self.permits.len()];
+                    shrink_holding(&*self.port, holding, units);
                 }
             }
             Event::Release { n } => self.release(n),
@@ -410,8 +483,7 @@ impl World {
                 }
             }
         }
-        self.carry_out()?;
-        self.check()
+        Ok(())
     }
 
     fn submit(
@@ -595,12 +667,29 @@ impl World {
                 worker
             );
         }
-        for (entry, holding) in &self.permits {
+        let mut borrowed = [0u32; ResourceKind::COUNT];
+        for holding in &self.permits {
+            let entry = holding.entry();
+            let claim = if entry == 0 {
+                0
+            } else {
+                core.units_of(entry).unwrap_or(0)
+            };
             prop_assert_eq!(
-                core.units_of(*entry),
-                Some(holding.units()),
-                "permit {} holds other units than the core's",
+                holding.units(),
+                claim + holding.fast.borrowed(),
+                "permit {} holds other units than its claim and what it borrowed",
                 entry
+            );
+            borrowed[holding.kind.index()] += holding.fast.borrowed();
+        }
+        let lanes = &self.port.lanes;
+        for kind in ResourceKind::ALL {
+            prop_assert_eq!(
+                core.lent(kind),
+                lanes.available(kind) + borrowed[kind.index()],
+                "{:?}: lent units are neither in the lane nor borrowed",
+                kind
             );
         }
         Ok(())
@@ -611,12 +700,12 @@ impl World {
     fn wind_down(&mut self) -> Result<(), TestCaseError> {
         while !self.acquires.is_empty() || !self.grows.is_empty() {
             self.withdraw(0);
-            self.carry_out()?;
+            self.schedule_port()?;
             self.check()?;
         }
         while !self.permits.is_empty() {
             self.release(0);
-            self.carry_out()?;
+            self.schedule_port()?;
             self.check()?;
         }
         while let Some(worker) = self.resting.pop() {
@@ -644,6 +733,8 @@ impl World {
             self.carry_out()?;
             self.check()?;
         }
+        self.shell.take_in_registrations();
+        self.shell.close_lanes(self.now);
         let (reply, _report) = oneshot::channel();
         let _ = self
             .shell

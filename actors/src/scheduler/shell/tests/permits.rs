@@ -1,9 +1,11 @@
 //! The model's permit holders: they drop permits, give up waiting (as a dropped future
 //! does) and take the answers that came.
 
+use std::sync::Arc;
+
 use super::{taken, World};
 use crate::permit::answer::Withdrawal;
-use crate::permit::{Grant, PermitOp};
+use crate::permit::{release_holding, Grant, PermitOp, PermitPort};
 
 impl World {
     /// The `n`th held permit is dropped, as `Permit`'s `Drop` does (its grows first: a
@@ -12,11 +14,15 @@ impl World {
         if self.permits.is_empty() {
             return;
         }
-        let (entry, _) = self.permits.remove(n % self.permits.len());
-        while let Some(index) = self.grows.iter().position(|grow| grow.0 == entry) {
+        let holding = self.permits.remove(n % self.permits.len());
+        while let Some(index) = self
+            .grows
+            .iter()
+            .position(|grow| Arc::ptr_eq(&grow.0, &holding))
+        {
             self.withdraw(self.acquires.len() + index);
         }
-        self.shell.permit(PermitOp::Release { entry }, self.now);
+        release_holding(&*self.port, &holding);
     }
 
     /// A waiter gives up, as the acquire and grow guards do.
@@ -34,19 +40,19 @@ impl World {
                 Withdrawal::Answered(Err(_)) | Withdrawal::Settled => None,
             }
         } else {
-            let (entry, extra, answer) = self.grows.remove(n - self.acquires.len());
+            let (holding, extra, answer) = self.grows.remove(n - self.acquires.len());
             match answer.withdraw() {
                 Withdrawal::WasWaiting => Some(PermitOp::WithdrawGrow(answer)),
                 Withdrawal::Answered(Ok(())) => {
-                    let holding = self.permits.iter().find(|held| held.0 == entry);
-                    let units = holding.map_or(extra, |(_, holding)| holding.take(extra));
+                    let units = holding.take(extra);
+                    let entry = holding.entry();
                     Some(PermitOp::Shrink { entry, units })
                 }
                 Withdrawal::Answered(Err(_)) | Withdrawal::Settled => None,
             }
         };
         if let Some(op) = op {
-            self.shell.permit(op, self.now);
+            self.port.send(op);
         }
     }
 
@@ -55,7 +61,7 @@ impl World {
         let mut waiting = Vec::new();
         for answer in std::mem::take(&mut self.acquires) {
             match taken(&answer) {
-                Some(Ok(Grant { entry, holding })) => self.permits.push((entry, holding)),
+                Some(Ok(Grant { holding, .. })) => self.permits.push(holding),
                 Some(Err(_)) => {}
                 None => waiting.push(answer),
             }
