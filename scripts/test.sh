@@ -89,4 +89,4 @@ cargo test --all-features --test gpu_nvml -- --nocapture
 # cfg(loom) build does not throw away the main build cache.
 section "the loom models"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" RUSTFLAGS="--cfg loom" \
-  cargo test -p prometheus_parking_lot_actors --release --test loom_parker --test loom_budget --test loom_grant
+  cargo test -p prometheus_parking_lot_actors --release --test loom_parker --test loom_budget --test loom_grant --test loom_lane

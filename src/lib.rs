@@ -127,7 +127,7 @@ pub use crate::builders::{
 };
 pub use crate::config::{SchedulerConfig, WorkerPoolConfig};
 pub use crate::core::{PoolError, ScheduledTask, TaskMetadata, WorkerPool};
-pub use crate::pool::gate::{Acquire, CapacityGate, Permit};
+pub use crate::pool::gate::{Acquire, CapacityGate, PendingGrow, Permit};
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TenantId};

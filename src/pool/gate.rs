@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
 use prometheus_parking_lot_actors::permit::Gate;
-pub use prometheus_parking_lot_actors::permit::{Acquire, Permit};
+pub use prometheus_parking_lot_actors::permit::{Acquire, PendingGrow, Permit};
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{PoolError, PoolStats, TaskMetadata};

@@ -189,16 +189,24 @@ impl Gate {
         meta: TaskMetadata,
         timeout: Duration,
     ) -> Result<Permit, PoolError> {
+        if let Some(permit) = self.fast_path(&meta) {
+            return Ok(permit);
+        }
         let deadline = Instant::now().checked_add(timeout);
         block_on_until(self.request(meta, true, true), deadline).unwrap_or(Err(PoolError::Timeout))
     }
 
     /// A permit only if it is granted at once, as a task that starts at once would be;
-    /// `WouldWait` otherwise. It never waits in the queue, but it does wait one trip to the
-    /// scheduler and back on the calling thread (microseconds): do not call it from a task
+    /// `WouldWait` otherwise. While nobody waits for its kind it is one atomic operation on
+    /// the calling thread (the fast path). Otherwise it never waits in the queue, but it
+    /// does wait one trip to the scheduler and back on the calling thread (microseconds):
+    /// do not call it from a task
     /// of the runtime the pool's own actors run on (a `ResourcePool` started with a spawner
     /// of yours on a single-threaded runtime); `acquire` is right there.
     pub fn try_acquire(&self, meta: TaskMetadata) -> Result<Permit, PoolError> {
+        if let Some(permit) = self.fast_path(&meta) {
+            return Ok(permit);
+        }
         block_on_until(self.request(meta, false, true), None).unwrap_or(Err(PoolError::Shutdown))
     }
 
