@@ -41,6 +41,8 @@ pub(crate) struct LaneBook {
     open: [bool; KINDS],
     /// Fast-path permits taken in and not taken over (some may be dropped since).
     fast: Vec<Arc<Holding>>,
+    /// An empty vector to swap the lanes' registrations into.
+    spare: Vec<Arc<Holding>>,
 }
 
 impl LaneBook {
@@ -49,6 +51,7 @@ impl LaneBook {
             lanes,
             open: [false; KINDS],
             fast: Vec::new(),
+            spare: Vec::new(),
         }
     }
 }
@@ -94,11 +97,9 @@ where
     /// Takes in the fast path's registrations and forgets the permits dropped since.
     pub fn take_in_registrations(&mut self) {
         let book = &mut self.lanes;
-        let mut taken = false;
-        while let Some(holding) = book.lanes.next_registered() {
-            book.fast.push(holding);
-            taken = true;
-        }
+        book.lanes.take_registered(&mut book.spare);
+        let taken = !book.spare.is_empty();
+        book.fast.append(&mut book.spare);
         if taken || book.fast.len() > 64 {
             book.fast
                 .retain(|holding| !holding.fast.is_gone() && holding.entry() == 0);
