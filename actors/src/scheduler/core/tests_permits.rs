@@ -378,6 +378,17 @@ enum Op {
     Absorb(usize, usize),
     Tick(u64),
     Headroom(Option<u32>),
+    /// Rule 19: the driver opens the lane with what the lot allows.
+    Lend,
+    /// A caller takes units from the open lane (a fast-path permit).
+    FastTake(u32),
+    /// The `pick`th fast-path holder gives its units back: to the lane while it is open,
+    /// else to the lot.
+    FastGive(usize),
+    /// The `pick`th fast-path holder is taken over: a running ticket of its own.
+    Adopt(usize, usize),
+    /// A taken-over holder borrows `units` more from the open lane, then settles them.
+    Settle(usize, u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -392,6 +403,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Op::Absorb(a, b)),
         1 => (1..20u64).prop_map(Op::Tick),
         1 => prop::option::weighted(0.7, 0..=12u32).prop_map(Op::Headroom),
+        2 => Just(Op::Lend),
+        3 => (0..=4u32).prop_map(Op::FastTake),
+        2 => any::<usize>().prop_map(Op::FastGive),
+        1 => (any::<usize>(), 0..4usize).prop_map(|(pick, priority)| Op::Adopt(pick, priority)),
+        1 => (any::<usize>(), 1..3u32).prop_map(|(pick, units)| Op::Settle(pick, units)),
     ]
 }
 
@@ -404,7 +420,22 @@ fn run(lot: &mut ParkingLot, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut now = 0;
     let mut next_id = 1;
     let mut live: Vec<TaskId> = Vec::new();
+    // The lane (rule 19) as the driver and the fast path keep it: the units it holds while
+    // open, and what each fast-path holder borrowed.
+    let vram = ResourceKind::GpuVram;
+    let mut lane: Option<u32> = None;
+    let mut borrowed: Vec<u32> = Vec::new();
     for op in ops {
+        let lane_op = matches!(
+            op,
+            Op::Lend | Op::FastTake(_) | Op::FastGive(_) | Op::Adopt(..) | Op::Settle(..)
+        );
+        if !lane_op {
+            // The driver closes the lane before it feeds the lot any other event.
+            if let Some(units) = lane.take() {
+                lot.reclaim(vram, units, now);
+            }
+        }
         let mut running: Vec<TaskId> = live
             .iter()
             .copied()
@@ -477,7 +508,73 @@ fn run(lot: &mut ParkingLot, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Headroom(headroom) => {
                 lot.set_headroom(ResourceKind::GpuVram, headroom, now);
             }
+            Op::Lend => {
+                if lane.is_none() {
+                    let room = lot.lane_room(vram);
+                    if lot.parked_len() > 0 || lot.is_paused() || fair_share(lot) {
+                        prop_assert_eq!(room, 0, "a lane may open only while nothing waits");
+                    }
+                    if room > 0 {
+                        lane = Some(lot.lend(vram, room));
+                    }
+                }
+            }
+            Op::FastTake(units) => {
+                if let Some(available) = lane.as_mut().filter(|available| **available >= units) {
+                    *available -= units;
+                    borrowed.push(units);
+                }
+            }
+            Op::FastGive(pick) => {
+                if !borrowed.is_empty() {
+                    let units = borrowed.swap_remove(pick % borrowed.len());
+                    match lane.as_mut() {
+                        Some(available) => *available += units,
+                        None => {
+                            lot.reclaim(vram, units, now);
+                        }
+                    }
+                }
+            }
+            Op::Adopt(pick, priority) => {
+                if !borrowed.is_empty() {
+                    let units = borrowed.swap_remove(pick % borrowed.len());
+                    let ticket = Ticket {
+                        id: next_id,
+                        priority: Priority::ALL[priority],
+                        cost: ResourceCost::gpu_vram(units),
+                        created_at_ms: now,
+                        deadline_ms: None,
+                        tenant: 0,
+                        timeout_ms: None,
+                    };
+                    prop_assert_eq!(lot.adopt(ticket, now), Ok(()));
+                    prop_assert_eq!(lot.units_of(next_id), Some(units));
+                    live.push(next_id);
+                    next_id += 1;
+                }
+            }
+            Op::Settle(pick, units) => {
+                let available = lane.unwrap_or(0);
+                if let (Some(id), true) = (pick_running(&running, pick), available >= units) {
+                    let held = lot.units_of(id).unwrap();
+                    if lot
+                        .claim_of(id)
+                        .is_some_and(|(cost, _, _)| cost.kind == vram)
+                    {
+                        lane = Some(available - units);
+                        prop_assert_eq!(lot.settle(id, units), Ok(()));
+                        prop_assert_eq!(lot.units_of(id), Some(held + units));
+                    }
+                }
+            }
         }
+        let outstanding = lane.unwrap_or(0) + borrowed.iter().sum::<u32>();
+        prop_assert_eq!(
+            lot.lent(vram),
+            outstanding,
+            "lent units: in the lane or borrowed"
+        );
         live.retain(|&id| lot.state(id).is_some());
         prop_assert!(lot.used(ResourceKind::GpuVram) <= 10);
         if let Err(broken) = lot.check_invariants() {
@@ -485,6 +582,11 @@ fn run(lot: &mut ParkingLot, ops: &[Op]) -> Result<(), TestCaseError> {
         }
     }
     Ok(())
+}
+
+/// Whether the lot shares its units fairly between tenants (rule 12).
+fn fair_share(lot: &ParkingLot) -> bool {
+    lot.limits().fair_share.is_some()
 }
 
 fn limits(workers: usize, fair: bool) -> PoolLimits {
