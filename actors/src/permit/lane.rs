@@ -21,7 +21,7 @@
 //! it among the waiters. So a newcomer never overtakes a waiter: a waiter exists only after
 //! the scheduler closed the lane, and the lane stays closed while it waits.
 //!
-//! Each permit granted on the fast path is also [registered](Lanes::register): the
+//! Each permit granted on the fast path is also registered with the lanes: the
 //! scheduler learns of it at its next drain without being woken for each one (when
 //! [`NUDGE_EVERY`] registrations wait, it is nudged once), and takes it over (makes it a running
 //! permit of its core) when a decision needs to see it: to ask it to yield, for the deadlock
