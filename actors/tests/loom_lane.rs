@@ -1,6 +1,7 @@
 //! Loom models of the permits' fast path ([`Lanes`] and [`FastState`]): the scheduler
-//! closing a lane while holders take and give units, a release racing the close, and a
-//! holder's drop racing the scheduler's take-over.
+//! closing a lane while holders take and give units, a release racing the close, a
+//! holder's drop racing the scheduler's take-over, and releasers racing for the hand-off
+//! baton while the scheduler takes it back and offers it again.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p prometheus_parking_lot_actors --release
 //! --test loom_lane` (`scripts/test.sh` does). The property in each: every unit lent is
@@ -12,7 +13,7 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use prometheus_parking_lot_actors::domain::ResourceKind;
-use prometheus_parking_lot_actors::permit::lane::{FastState, Lanes, Left};
+use prometheus_parking_lot_actors::permit::lane::{Baton, FastState, Lanes, Left};
 
 const KIND: ResourceKind = ResourceKind::GpuVram;
 
@@ -119,5 +120,45 @@ fn a_drop_racing_the_take_over_settles_each_unit_once() {
             "shrank units the claim never had"
         );
         assert_eq!(reclaimed + sent + claim, 5, "units lost or counted twice");
+    });
+}
+
+/// Two releasers race for a baton while the scheduler, without having booked anything,
+/// offers the same waiter again (as it does between two drain rounds that changed nothing)
+/// and then takes the batons back: the waiter is handed to at most one releaser, every
+/// hand-off made reaches the scheduler's books exactly once, and a releaser whose units do
+/// not cover the deficit never takes it.
+#[test]
+fn releasers_racing_for_the_baton_grant_its_waiter_at_most_once() {
+    loom::model(|| {
+        let lanes = Arc::new(Lanes::new());
+        lanes.offer(KIND, Baton::for_waiter(7, KIND, 4, 2));
+        let taken = Arc::new(AtomicU32::new(0));
+        let releasers: Vec<_> = [3, 2]
+            .into_iter()
+            .map(|units| {
+                let (lanes, taken) = (lanes.clone(), taken.clone());
+                thread::spawn(move || {
+                    if let Some(baton) = lanes.take_baton(KIND, units, None, 0) {
+                        assert_eq!(baton.waiter(), 7);
+                        taken.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        // A drain round that changed nothing offers the head again, if it still may.
+        if lanes.may_offer(KIND) {
+            lanes.offer(KIND, Baton::for_waiter(7, KIND, 4, 2));
+        }
+        // A short releaser never covers the deficit.
+        assert!(lanes.take_baton(KIND, 1, None, 0).is_none());
+        for releaser in releasers {
+            releaser.join().unwrap();
+        }
+        let booked = lanes.revoke();
+        let taken = taken.load(Ordering::SeqCst);
+        assert!(taken <= 1, "the waiter was granted {taken} times");
+        assert_eq!(booked.len() as u32, taken, "a hand-off missed the books");
+        assert!(lanes.revoke().is_empty(), "a hand-off was booked twice");
     });
 }

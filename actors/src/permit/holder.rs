@@ -52,16 +52,25 @@ async fn answer_of<T>(answer: &Answer<T>) -> T {
 #[must_use = "a permit is requested at once and withdrawn when this future is dropped"]
 pub struct Acquire<'a> {
     gate: &'a Gate,
-    /// A permit the fast path granted before the future was made.
-    granted: Option<Permit>,
-    /// `None` once answered.
-    answer: Option<Arc<AcquireAnswer>>,
+    /// A permit the fast path granted (its holding) before the future was made, or the
+    /// scheduler's answer to wait for; `Done` once returned.
+    state: AcquireState,
     id: TaskId,
     /// Whether the first poll still may spin for the answer: only for a caller that blocks
     /// its thread anyway. An async caller never spins: a spin would hold its runtime's
     /// worker thread, which the other tasks on it (other clients, often the holders about
     /// to release) need.
     spin: bool,
+}
+
+/// Where an [`Acquire`] stands.
+enum AcquireState {
+    /// Granted on the fast path: the permit's holding.
+    Granted(Arc<Holding>),
+    /// Asked of the scheduler: its answer.
+    Waiting(Arc<AcquireAnswer>),
+    /// Returned (or dropped).
+    Done,
 }
 
 impl std::future::Future for Acquire<'_> {
@@ -72,11 +81,17 @@ impl std::future::Future for Acquire<'_> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(permit) = this.granted.take() {
-            return std::task::Poll::Ready(Ok(permit));
-        }
-        let Some(answer) = &this.answer else {
-            return std::task::Poll::Ready(Err(PoolError::Shutdown));
+        let answer = match &this.state {
+            AcquireState::Granted(_) => {
+                let AcquireState::Granted(holding) =
+                    std::mem::replace(&mut this.state, AcquireState::Done)
+                else {
+                    unreachable!("matched just above");
+                };
+                return std::task::Poll::Ready(Ok(this.gate.permit(this.id, holding)));
+            }
+            AcquireState::Waiting(answer) => answer,
+            AcquireState::Done => return std::task::Poll::Ready(Err(PoolError::Shutdown)),
         };
         let mut granted = None;
         if this.spin {
@@ -92,19 +107,23 @@ impl std::future::Future for Acquire<'_> {
                 std::task::Poll::Pending => return std::task::Poll::Pending,
             },
         };
-        this.answer = None;
-        std::task::Poll::Ready(granted.map(|Grant { holding, .. }| Permit {
-            id: this.id,
-            holding,
-            port: this.gate.port.clone(),
-        }))
+        this.state = AcquireState::Done;
+        std::task::Poll::Ready(
+            granted.map(|Grant { holding, .. }| this.gate.permit(this.id, holding)),
+        )
     }
 }
 
 impl Drop for Acquire<'_> {
     fn drop(&mut self) {
-        let Some(answer) = self.answer.take() else {
-            return;
+        let answer = match std::mem::replace(&mut self.state, AcquireState::Done) {
+            AcquireState::Waiting(answer) => answer,
+            // Granted on the fast path and never polled: dropping the permit releases it.
+            AcquireState::Granted(holding) => {
+                drop(self.gate.permit(self.id, holding));
+                return;
+            }
+            AcquireState::Done => return,
         };
         match answer.withdraw() {
             Withdrawal::WasWaiting => self.gate.port.send(PermitOp::WithdrawAcquire(answer)),
@@ -212,11 +231,10 @@ impl Gate {
 
     fn request(&self, meta: TaskMetadata, wait: bool, spin: bool) -> Acquire<'_> {
         let id = meta.id;
-        if let Some(permit) = self.fast_path(&meta) {
+        if let Some(holding) = acquire_from_lane(&*self.port, &meta) {
             return Acquire {
                 gate: self,
-                granted: Some(permit),
-                answer: None,
+                state: AcquireState::Granted(holding),
                 id,
                 spin: false,
             };
@@ -229,8 +247,7 @@ impl Gate {
         });
         Acquire {
             gate: self,
-            granted: None,
-            answer: Some(answer),
+            state: AcquireState::Waiting(answer),
             id,
             spin,
         }
@@ -239,11 +256,16 @@ impl Gate {
     /// A permit from the kind's lane, when it is open and has the units (nobody waits).
     fn fast_path(&self, meta: &TaskMetadata) -> Option<Permit> {
         let holding = acquire_from_lane(&*self.port, meta)?;
-        Some(Permit {
-            id: meta.id,
+        Some(self.permit(meta.id, holding))
+    }
+
+    /// The permit of caller `id` held through `holding`.
+    fn permit(&self, id: TaskId, holding: Arc<Holding>) -> Permit {
+        Permit {
+            id,
             holding,
             port: self.port.clone(),
-        })
+        }
     }
 
     /// The pool's counters: permits held count as active tasks, waiting ones as queued.
@@ -443,15 +465,36 @@ pub(crate) fn grow_from_lane(port: &dyn PermitPort, holding: &Holding, extra: u3
 
 /// What dropping the permit held through `holding` does: what it borrowed goes back to its
 /// lane (or the scheduler), and the scheduler hears of the drop if it took the permit over.
+///
+/// While someone waits (the lane is closed) and the scheduler offered a baton its units
+/// cover, the holder grants that waiter itself: one wake-up (the waiter's) instead of two
+/// (the scheduler's, then the waiter's); the scheduler books it at its next drain.
 pub(crate) fn release_holding(port: &dyn PermitPort, holding: &Holding) {
     let left = holding.fast.leave();
-    give_to_lane(port, holding.kind, left.borrowed);
-    if left.adopted {
-        port.send(PermitOp::Release {
-            entry: holding.entry(),
+    let lanes = port.lanes();
+    if !left.adopted {
+        lanes.holder_left();
+    }
+    let claim = left.adopted.then(|| holding.entry());
+    let mut lane_units = left.borrowed;
+    if lane_units > 0 && lanes.give(holding.kind, lane_units) {
+        lane_units = 0;
+    } else if let Some(baton) = lanes.take_baton(holding.kind, holding.units(), claim, lane_units) {
+        if let Err(Ok(grant)) = baton.answer.give(Ok(baton.grant)) {
+            // The waiter gave up meanwhile: the scheduler releases what it would have held.
+            port.send(PermitOp::Release { entry: grant.entry });
+        }
+        port.nudge();
+        return;
+    }
+    if lane_units > 0 {
+        port.send(PermitOp::LaneReturn {
+            kind: holding.kind,
+            units: lane_units,
         });
-    } else {
-        port.lanes().holder_left();
+    }
+    if let Some(entry) = claim {
+        port.send(PermitOp::Release { entry });
     }
 }
 

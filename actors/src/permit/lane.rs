@@ -35,21 +35,24 @@
 //!   returns it to the scheduler), or the caller sends it to the scheduler; never both,
 //!   never neither.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
-use sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
-use super::Holding;
+use super::{AcquireAnswer, Grant, Holding};
 use crate::domain::ResourceKind;
+use crate::queue::EntryId;
 
 #[cfg(loom)]
 mod sync {
-    pub(super) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(super) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(super) use loom::sync::{Mutex, MutexGuard};
 }
 
 #[cfg(not(loom))]
 mod sync {
-    pub(super) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(super) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(super) use std::sync::{Mutex, MutexGuard};
 }
 
 const KINDS: usize = ResourceKind::COUNT;
@@ -74,6 +77,66 @@ pub struct Lanes {
     /// the two have grown (a lock-free queue allocates a block every few dozen pushes,
     /// which showed as the fast path's 99th percentile).
     registered: Mutex<Vec<Arc<Holding>>>,
+    /// Per kind: whether a baton waits for a releaser (a hint read without the lock).
+    baton_ready: [AtomicBool; KINDS],
+    /// Set while a hand-off waits to be booked.
+    handed_any: AtomicBool,
+    batons: Mutex<Batons>,
+}
+
+/// The hand-off: what a releaser may grant directly while someone waits (see the module
+/// docs).
+#[derive(Default)]
+struct Batons {
+    ready: [Option<Baton>; KINDS],
+    /// Hand-offs made that the scheduler has not booked yet.
+    handed: Vec<Handed>,
+}
+
+/// The waiter a releaser of at least `deficit` units of its kind may grant at once: the one
+/// the scheduler would grant first once those units came back.
+pub struct Baton {
+    pub(crate) deficit: u32,
+    pub(crate) answer: Arc<AcquireAnswer>,
+    pub(crate) grant: Grant,
+}
+
+impl Baton {
+    /// A baton for the waiter filed as `entry` (a permit of `units` units of `kind`), which
+    /// lacks `deficit` units: for the loom models.
+    pub fn for_waiter(entry: EntryId, kind: ResourceKind, units: u32, deficit: u32) -> Self {
+        let cost = crate::domain::ResourceCost::new(kind, units);
+        Self {
+            deficit,
+            answer: Arc::new(AcquireAnswer::new()),
+            grant: Grant {
+                entry,
+                holding: Holding::granted(entry, entry, crate::domain::Priority::Normal, cost),
+            },
+        }
+    }
+
+    /// The waiter's entry.
+    pub fn waiter(&self) -> EntryId {
+        self.grant.entry
+    }
+}
+
+/// A hand-off made: the waiter `to` was granted by a releaser whose units (its claim
+/// `from`, and `lane_units` it had borrowed) the scheduler has yet to book.
+pub struct Handed {
+    pub(crate) to: EntryId,
+    pub(crate) holding: Arc<Holding>,
+    pub(crate) kind: ResourceKind,
+    pub(crate) from: Option<EntryId>,
+    pub(crate) lane_units: u32,
+}
+
+impl Handed {
+    /// The waiter that was granted.
+    pub fn waiter(&self) -> EntryId {
+        self.to
+    }
 }
 
 impl Default for Lanes {
@@ -101,6 +164,9 @@ impl Lanes {
             lent: std::array::from_fn(|_| AtomicU32::new(0)),
             holders: AtomicUsize::new(0),
             registered: Mutex::new(Vec::new()),
+            baton_ready: std::array::from_fn(|_| AtomicBool::new(false)),
+            handed_any: AtomicBool::new(false),
+            batons: Mutex::new(Batons::default()),
         }
     }
 
@@ -225,6 +291,77 @@ impl Lanes {
         for kind in ResourceKind::ALL {
             self.close(kind);
         }
+        drop(self.revoke());
+    }
+
+    fn batons(&self) -> MutexGuard<'_, Batons> {
+        self.batons.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the scheduler may offer a baton for `kind`: none is offered, and no hand-off
+    /// waits to be booked (until it is, the core has not seen it, and a second baton could
+    /// name the same waiter).
+    pub fn may_offer(&self, kind: ResourceKind) -> bool {
+        let batons = self.batons();
+        batons.ready[kind.index()].is_none() && batons.handed.is_empty()
+    }
+
+    /// The scheduler offers `baton` to the releasers of units of `kind`, if it still may.
+    pub fn offer(&self, kind: ResourceKind, baton: Baton) {
+        let mut batons = self.batons();
+        if batons.ready[kind.index()].is_some() || !batons.handed.is_empty() {
+            return;
+        }
+        batons.ready[kind.index()] = Some(baton);
+        self.baton_ready[kind.index()].store(true, Ordering::Release);
+    }
+
+    /// The scheduler takes back every baton nobody took, and the hand-offs made since it
+    /// last looked, to book them.
+    pub fn revoke(&self) -> Vec<Handed> {
+        let mut batons = self.batons();
+        for (ready, hint) in batons.ready.iter_mut().zip(&self.baton_ready) {
+            hint.store(false, Ordering::Relaxed);
+            *ready = None;
+        }
+        self.handed_any.store(false, Ordering::Relaxed);
+        std::mem::take(&mut batons.handed)
+    }
+
+    /// Whether a hand-off waits to be booked.
+    pub fn has_handed(&self) -> bool {
+        self.handed_any.load(Ordering::Acquire)
+    }
+
+    /// A releaser gives back `units` of `kind` (its claim `from`, and `lane_units` it had
+    /// borrowed): if a baton waits for no more than that, it takes it (the hand-off is
+    /// booked for the scheduler) and must grant the waiter. Only while the lane is closed.
+    pub fn take_baton(
+        &self,
+        kind: ResourceKind,
+        units: u32,
+        from: Option<EntryId>,
+        lane_units: u32,
+    ) -> Option<Baton> {
+        if !self.baton_ready[kind.index()].load(Ordering::Acquire) {
+            return None;
+        }
+        let mut batons = self.batons();
+        let ready = &mut batons.ready[kind.index()];
+        if ready.as_ref().is_none_or(|baton| baton.deficit > units) {
+            return None;
+        }
+        let baton = ready.take()?;
+        self.baton_ready[kind.index()].store(false, Ordering::Relaxed);
+        self.handed_any.store(true, Ordering::Release);
+        batons.handed.push(Handed {
+            to: baton.grant.entry,
+            holding: baton.grant.holding.clone(),
+            kind,
+            from,
+            lane_units,
+        });
+        Some(baton)
     }
 }
 

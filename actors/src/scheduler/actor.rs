@@ -270,7 +270,7 @@ where
 {
     state.shell.take_in_registrations();
     loop {
-        if state.inbox.is_empty() {
+        if state.inbox.is_empty() && !state.shell.hand_off_made() {
             return;
         }
         state.shell.close_lanes(now);

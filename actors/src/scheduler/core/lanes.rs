@@ -114,4 +114,52 @@ impl ParkingLot {
         claim.units += units;
         Ok(())
     }
+
+    /// The parked permit a releaser of units of `kind` may grant directly (the hand-off of
+    /// rule 19), with the units it lacks: the best-ranked parked ticket of the kind, when it
+    /// is a permit, no reservation ranks ahead of it, and no rule but rank decides what
+    /// starts (no fair share, budget or headroom, not paused, nothing sleeping). Once
+    /// `deficit` more units of the kind are free, it is what starts first.
+    pub fn hand_off_candidate(&self, kind: ResourceKind) -> Option<(TaskId, u32)> {
+        let index = kind.index();
+        if self.paused
+            || self.tenants.is_some()
+            || self.budget(kind).is_some()
+            || self.headroom[index] != UNLIMITED
+            || !self.sleepers.is_empty()
+        {
+            return None;
+        }
+        let head = self.by_cost[index]
+            .best()
+            .into_iter()
+            .chain(self.permits_by_cost[index].best())
+            .min()?;
+        let parked = self.parked.get(&head.id())?;
+        if !parked.slotless || self.reserved().is_some_and(|reserved| reserved != head) {
+            return None;
+        }
+        let deficit = parked.units.checked_sub(self.free(kind))?;
+        (deficit > 0).then_some((head.id(), deficit))
+    }
+
+    /// A releaser handed its units to the hand-off candidate: running ticket `claim` (if
+    /// any) ends and `lane_units` lent units of `kind` come back, all before anything
+    /// starts, so the candidate starts first. Returns the started ids in order.
+    pub fn hand_back(
+        &mut self,
+        claim: Option<TaskId>,
+        kind: ResourceKind,
+        lane_units: u32,
+        now: u64,
+    ) -> Result<Vec<TaskId>, UnknownTask> {
+        let index = kind.index();
+        let lane_units = lane_units.min(self.lent[index]);
+        self.lent[index] -= lane_units;
+        self.used[index] -= lane_units;
+        let ended = claim.map_or(Ok(()), |id| self.end_claim_quietly(id, false));
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        ended.map(|()| started)
+    }
 }

@@ -899,6 +899,14 @@ impl ParkingLot {
 
     /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        self.end_claim_quietly(id, rest)?;
+        let mut started = Vec::new();
+        self.unpark(now, &mut started);
+        Ok(started)
+    }
+
+    /// [`end_claim`](Self::end_claim), starting nothing.
+    fn end_claim_quietly(&mut self, id: TaskId, rest: bool) -> Result<(), UnknownTask> {
         let claim = self
             .running
             .remove(&id)
@@ -914,9 +922,7 @@ impl ParkingLot {
             budget.end(id);
         }
         self.free_worker_of(&claim, rest);
-        let mut started = Vec::new();
-        self.unpark(now, &mut started);
-        Ok(started)
+        Ok(())
     }
 
     /// Cancels a live task. A parked one is removed (and tasks it blocked may start); a

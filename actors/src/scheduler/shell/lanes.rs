@@ -26,8 +26,8 @@ use std::sync::Arc;
 
 use super::Shell;
 use crate::domain::{ResourceCost, ResourceKind};
-use crate::permit::lane::Lanes;
-use crate::permit::Holding;
+use crate::permit::lane::{Baton, Handed, Lanes};
+use crate::permit::{Grant, Holding};
 use crate::queue::EntryId;
 use crate::scheduler::core::Ticket;
 use crate::scheduler::shell::ledger::admitted_ms;
@@ -61,8 +61,12 @@ where
     P: Send + 'static,
     R: Send + 'static,
 {
-    /// Closes every open lane; the units nobody took return to the core.
+    /// Closes every open lane; the units nobody took return to the core. Takes back the
+    /// batons nobody took and books the hand-offs made.
     pub fn close_lanes(&mut self, now: u64) {
+        for handed in self.lanes.lanes.revoke() {
+            self.book_hand_off(handed, now);
+        }
         for kind in ResourceKind::ALL {
             if !std::mem::take(&mut self.lanes.open[kind.index()]) {
                 continue;
@@ -74,7 +78,14 @@ where
         }
     }
 
-    /// Opens the lanes the core allows, lending them its free units (see the module docs).
+    /// Whether a hand-off waits to be booked: the lanes must close (and book it) before the
+    /// next event.
+    pub fn hand_off_made(&self) -> bool {
+        self.lanes.lanes.has_handed()
+    }
+
+    /// Opens the lanes the core allows, lending them its free units (see the module docs);
+    /// where someone waits, offers the releasers the waiter the core would grant first.
     pub fn open_lanes(&mut self) {
         if self.lifecycle.admits().is_err() || self.has_effects() {
             return;
@@ -85,6 +96,7 @@ where
             }
             let room = self.tasks.core.lane_room(kind);
             if room == 0 {
+                self.offer_baton(kind);
                 continue;
             }
             let lent = self.tasks.core.lend(kind, room);
@@ -104,6 +116,62 @@ where
             book.fast
                 .retain(|holding| !holding.fast.is_gone() && holding.entry() == 0);
         }
+    }
+
+    /// Offers the releasers of `kind` the waiter the core would grant first once enough
+    /// units come back, when it is a permit's acquire (rule 19's hand-off).
+    fn offer_baton(&mut self, kind: ResourceKind) {
+        if !self.lanes.lanes.may_offer(kind) {
+            return;
+        }
+        let Some((entry, deficit)) = self.tasks.core.hand_off_candidate(kind) else {
+            return;
+        };
+        let (Some((answer, id, priority)), Some((cost, _))) = (
+            self.permits.acquire_waiter(entry),
+            self.tasks.core.ticket_of(entry),
+        ) else {
+            return;
+        };
+        let grant = Grant {
+            entry,
+            holding: Holding::granted(entry, id, priority, cost),
+        };
+        let answer = answer.clone();
+        self.lanes.lanes.offer(
+            kind,
+            Baton {
+                deficit,
+                answer,
+                grant,
+            },
+        );
+    }
+
+    /// A releaser granted the waiter `handed.to` itself: its units come back (all before
+    /// anything starts, so that waiter, the first the core would grant, starts first) and
+    /// the waiter is held.
+    fn book_hand_off(&mut self, handed: Handed, now: u64) {
+        let Handed {
+            to,
+            holding,
+            kind,
+            from,
+            lane_units,
+        } = handed;
+        self.permits.handed(to, holding);
+        let claim = from.filter(|&entry| self.forget_held(entry, now));
+        match self.tasks.core.hand_back(claim, kind, lane_units, now) {
+            Ok(started) => self.start_parked(started, now),
+            Err(error) => {
+                tracing::error!(pool = %self.tasks.pool, %error, "bug: a hand-off's releaser is not running")
+            }
+        }
+        self.lanes.lanes.note_lent(kind, self.tasks.core.lent(kind));
+        if self.permits.unstarted_hand_off(to).is_some() {
+            tracing::error!(pool = %self.tasks.pool, entry = to, "bug: a waiter granted by a hand-off did not start");
+        }
+        self.stop_if_drained();
     }
 
     /// A holder gives back units it borrowed from a lane that was closed.

@@ -101,6 +101,9 @@ pub(crate) struct Permits {
     preemption: Option<Preemption>,
     /// The key of permits acquired without a mailbox key (events name one).
     anonymous: MailboxKey,
+    /// Waiters a releaser granted itself (a hand-off, see `lanes.rs`), by entry, until the
+    /// core starts them.
+    handed: FastMap<EntryId, Arc<Holding>>,
 }
 
 impl Permits {
@@ -113,6 +116,7 @@ impl Permits {
             asked: FastMap::default(),
             preemption,
             anonymous: MailboxKey::anonymous(),
+            handed: FastMap::default(),
         }
     }
 
@@ -147,6 +151,32 @@ impl Permits {
     /// Permits held now.
     pub fn held_len(&self) -> usize {
         self.held.len()
+    }
+
+    /// The acquire waiting as `entry`, when it is one: its answer, caller id and priority.
+    pub fn acquire_waiter(
+        &self,
+        entry: EntryId,
+    ) -> Option<(&Arc<AcquireAnswer>, TaskId, Priority)> {
+        match self.waiting.get(&entry)? {
+            Waiter::Acquire {
+                answer,
+                id,
+                priority,
+            } => Some((answer, *id, *priority)),
+            Waiter::Grow { .. } => None,
+        }
+    }
+
+    /// The waiter `entry` was granted by a releaser, through `holding`: once the core
+    /// starts it, it is held without a second answer.
+    pub fn handed(&mut self, entry: EntryId, holding: Arc<Holding>) {
+        self.handed.insert(entry, holding);
+    }
+
+    /// Whether the hand-off to `entry` is still to be started (it should not be).
+    pub fn unstarted_hand_off(&mut self, entry: EntryId) -> Option<Arc<Holding>> {
+        self.handed.remove(&entry)
     }
 
     /// The fast-path permit held through `holding` was taken over as `entry`.
@@ -285,6 +315,11 @@ where
                 id,
                 priority,
             } => {
+                if let Some(holding) = self.permits.handed.remove(&entry) {
+                    // A releaser granted it already (a hand-off): it is held from now on.
+                    self.permits.held.insert(entry, Held::new(holding));
+                    return;
+                }
                 let Some((cost, _, _)) = self.tasks.core.claim_of(entry) else {
                     return;
                 };
@@ -458,11 +493,23 @@ where
 
     /// A permit was dropped: its units return and waiters that now fit are granted.
     fn release(&mut self, entry: EntryId, now: u64) {
+        if !self.forget_held(entry, now) {
+            return;
+        }
+        if let Ok(started) = self.tasks.core.complete(entry, now) {
+            self.start_parked(started, now);
+        }
+        self.stop_if_drained();
+    }
+
+    /// The permit books of a dropped permit (what it was asked to yield, its grows); the
+    /// core's claim is left to the caller. Returns whether `entry` was held.
+    pub(super) fn forget_held(&mut self, entry: EntryId, now: u64) -> bool {
         let (Some(held), Some((cost, _, _))) = (
             self.permits.held.remove(&entry),
             self.tasks.core.claim_of(entry),
         ) else {
-            return;
+            return false;
         };
         if let Some(asked_units) = held.asked_units {
             self.permits.yielded(cost.kind, asked_units);
@@ -479,10 +526,7 @@ where
             let kind = cost.kind.index();
             self.permits.growing[kind] = self.permits.growing[kind].saturating_sub(1);
         }
-        if let Ok(started) = self.tasks.core.complete(entry, now) {
-            self.start_parked(started, now);
-        }
-        self.stop_if_drained();
+        true
     }
 
     /// Asks held permits of lower priority to yield for the waiter `entry` of `kind`, when

@@ -348,7 +348,7 @@ impl World {
     fn schedule_port(&mut self) -> Result<(), TestCaseError> {
         let ops = std::mem::take(&mut *self.port.ops.lock().expect("port"));
         self.shell.take_in_registrations();
-        if !ops.is_empty() {
+        if !ops.is_empty() || self.shell.hand_off_made() {
             self.shell.close_lanes(self.now);
         }
         for op in ops {
