@@ -319,6 +319,15 @@ impl Lanes {
     /// The scheduler takes back every baton nobody took, and the hand-offs made since it
     /// last looked, to book them.
     pub fn revoke(&self) -> Vec<Handed> {
+        // Only the scheduler offers: with no baton offered and no hand-off made, there is
+        // nothing to take back (and no releaser can be taking one).
+        let offered = self
+            .baton_ready
+            .iter()
+            .any(|ready| ready.load(Ordering::Acquire));
+        if !offered && !self.handed_any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         let mut batons = self.batons();
         for (ready, hint) in batons.ready.iter_mut().zip(&self.baton_ready) {
             hint.store(false, Ordering::Relaxed);

@@ -122,7 +122,8 @@ impl ParkingLot {
     /// `deficit` more units of the kind are free, it is what starts first.
     pub fn hand_off_candidate(&self, kind: ResourceKind) -> Option<(TaskId, u32)> {
         let index = kind.index();
-        if self.paused
+        if self.permits_by_cost[index].is_empty()
+            || self.paused
             || self.tenants.is_some()
             || self.budget(kind).is_some()
             || self.headroom[index] != UNLIMITED

@@ -121,12 +121,12 @@ where
     /// Offers the releasers of `kind` the waiter the core would grant first once enough
     /// units come back, when it is a permit's acquire (rule 19's hand-off).
     fn offer_baton(&mut self, kind: ResourceKind) {
-        if !self.lanes.lanes.may_offer(kind) {
-            return;
-        }
         let Some((entry, deficit)) = self.tasks.core.hand_off_candidate(kind) else {
             return;
         };
+        if !self.lanes.lanes.may_offer(kind) {
+            return;
+        }
         let (Some((answer, id, priority)), Some((cost, _))) = (
             self.permits.acquire_waiter(entry),
             self.tasks.core.ticket_of(entry),
