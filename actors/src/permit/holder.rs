@@ -151,19 +151,23 @@ impl Drop for GrowGuard<'_> {
             return;
         }
         let permit = self.permit;
-        match self.answer.withdraw() {
-            Withdrawal::WasWaiting => permit
-                .port
-                .send(PermitOp::WithdrawGrow(self.answer.clone())),
-            Withdrawal::Answered(Ok(())) => {
-                let units = permit.holding.take(self.extra);
-                permit.port.send(PermitOp::Shrink {
-                    entry: permit.holding.entry(),
-                    units,
-                });
-            }
-            Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
+        withdraw_grow(&*permit.port, &permit.holding, &self.answer, self.extra);
+    }
+}
+
+/// A grow of `extra` units of the permit held through `holding` is given up: the scheduler
+/// forgets it, or the units granted meanwhile go back.
+fn withdraw_grow(port: &dyn PermitPort, holding: &Holding, answer: &Arc<GrowAnswer>, extra: u32) {
+    match answer.withdraw() {
+        Withdrawal::WasWaiting => port.send(PermitOp::WithdrawGrow(answer.clone())),
+        Withdrawal::Answered(Ok(())) => {
+            let units = holding.take(extra);
+            port.send(PermitOp::Shrink {
+                entry: holding.entry(),
+                units,
+            });
         }
+        Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
     }
 }
 
@@ -550,19 +554,8 @@ impl PendingGrow {
 
 impl Drop for PendingGrow {
     fn drop(&mut self) {
-        let Some(answer) = self.answer.take() else {
-            return;
-        };
-        match answer.withdraw() {
-            Withdrawal::WasWaiting => self.port.send(PermitOp::WithdrawGrow(answer)),
-            Withdrawal::Answered(Ok(())) => {
-                let units = self.holding.take(self.extra);
-                self.port.send(PermitOp::Shrink {
-                    entry: self.holding.entry(),
-                    units,
-                });
-            }
-            Withdrawal::Answered(Err(_)) | Withdrawal::Settled => {}
+        if let Some(answer) = self.answer.take() {
+            withdraw_grow(&*self.port, &self.holding, &answer, self.extra);
         }
     }
 }
