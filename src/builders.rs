@@ -82,6 +82,8 @@ where
         };
         let mut settings = AdminSettings {
             token: section.token.clone(),
+            allowed_hosts: section.allowed_hosts.clone(),
+            read_token: section.read_token,
             ..AdminSettings::default()
         };
         if let Some(bind) = &section.bind {

@@ -2,6 +2,7 @@
 //! command line ask it: reads that match the pool's own answers, validation, the bearer
 //! token on every mutation, the event stream, and no payload anywhere.
 
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +45,7 @@ fn serve(pool: &WorkerPool<String, String, Gated>, token: Option<&str>) -> Admin
     Admin::new(AdminSettings {
         bind: "127.0.0.1:0".parse().unwrap(),
         token: token.map(Secret::new),
+        ..AdminSettings::default()
     })
     .with_pool("llm", pool.client().clone())
     .serve()
@@ -370,6 +372,7 @@ fn an_address_in_use_is_refused_with_its_name() {
     let error = Admin::new(AdminSettings {
         bind: addr,
         token: None,
+        ..AdminSettings::default()
     })
     .serve()
     .unwrap_err();
@@ -381,17 +384,22 @@ fn an_address_in_use_is_refused_with_its_name() {
     );
 }
 
-/// `parking-lot ARGS` against `server`: (exit success, stdout, stderr).
-async fn cli(server: &AdminServer, args: &[&str]) -> (bool, String, String) {
+/// `parking-lot ARGS` against `server`, as it ran: its status and raw output bytes.
+async fn cli_output(server: &AdminServer, args: &[&str]) -> std::process::Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parking-lot"));
     command
         .args(args)
         .env("PARKING_LOT_URL", server.url())
         .env_remove("PARKING_LOT_TOKEN");
-    let output = tokio::task::spawn_blocking(move || command.output())
+    tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
-        .expect("the command runs");
+        .expect("the command runs")
+}
+
+/// `parking-lot ARGS` against `server`: (exit success, stdout, stderr).
+async fn cli(server: &AdminServer, args: &[&str]) -> (bool, String, String) {
+    let output = cli_output(server, args).await;
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -569,6 +577,7 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
     let server = Admin::new(AdminSettings {
         bind: "127.0.0.1:0".parse().unwrap(),
         token: Some(Secret::new(TOKEN)),
+        ..AdminSettings::default()
     })
     .with_pool("node", client.clone())
     .serve()
@@ -735,4 +744,326 @@ async fn the_pools_of_a_config_are_served_as_its_admin_section_says() {
     tokio::task::spawn_blocking(move || drop(built))
         .await
         .unwrap();
+}
+
+/// A tenant no answer to a refused request may name.
+const TENANT: &str = "rebound-tenant";
+
+/// Serves a pool of 10 units with one task of [`TENANT`] running on 8 and one parked (it
+/// needs 6), with `settings` (its address: a free port on 127.0.0.1).
+async fn serve_parked(
+    gate: &Arc<AtomicBool>,
+    tenant: &str,
+    settings: AdminSettings,
+) -> (WorkerPool<String, String, Gated>, AdminServer) {
+    let pool = pool(gate);
+    let server = Admin::new(AdminSettings {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        ..settings
+    })
+    .with_pool("llm", pool.client().clone())
+    .serve()
+    .expect("the admin server starts");
+    let key = MailboxKey::new(tenant);
+    let meta =
+        |id, units| TaskMetadata::new(id, ResourceCost::gpu_vram(units)).with_mailbox(key.clone());
+    pool.submit_async(PROMPT.to_string(), meta(1, 8))
+        .await
+        .expect("runs");
+    pool.submit_async(PROMPT.to_string(), meta(2, 6))
+        .await
+        .expect("parks");
+    (pool, server)
+}
+
+/// `(status, raw bytes)` of `request` (its head as written, the lines ended by CRLF, the
+/// connection asked to close) sent to `server` over a plain socket. An event stream never
+/// ends: what came within a second and a half is the answer.
+fn raw(server: &AdminServer, request: &str) -> (u16, Vec<u8>) {
+    let mut socket = std::net::TcpStream::connect(server.addr()).expect("it listens");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .expect("a timeout");
+    let request = format!(
+        "{}\r\nConnection: close\r\n\r\n",
+        request.replace('\n', "\r\n")
+    );
+    socket.write_all(request.as_bytes()).expect("it reads");
+    let mut answer = Vec::new();
+    let mut chunk = [0; 4096];
+    let until = std::time::Instant::now() + Duration::from_millis(1_500);
+    while std::time::Instant::now() < until {
+        match socket.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => answer.extend_from_slice(&chunk[..read]),
+        }
+    }
+    let head = String::from_utf8_lossy(&answer);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {head}"));
+    (status, answer)
+}
+
+/// Whether `bytes` hold `text`.
+fn holds(bytes: &[u8], text: &str) -> bool {
+    bytes
+        .windows(text.len())
+        .any(|window| window == text.as_bytes())
+}
+
+/// What a page whose name was rebound to 127.0.0.1 sends (DNS rebinding): its own name as
+/// `Host`, or its own `Origin`. Neither reads a pool, nor changes one; the server's own
+/// names still do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_or_origin_gets_no_pool_data() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let settings = AdminSettings {
+        token: Some(Secret::new(TOKEN)),
+        ..AdminSettings::default()
+    };
+    let (pool, server) = serve_parked(&gate, TENANT, settings).await;
+    let port = server.addr().port();
+    let reads = [
+        "/api/pools",
+        "/api/pools/llm",
+        "/api/pools/llm/parked",
+        "/api/pools/llm/tenants",
+        "/api/events",
+        "/api/events?pool=llm",
+    ];
+    for path in reads {
+        let (status, answer) = raw(
+            &server,
+            &format!("GET {path} HTTP/1.1\nHost: evil.example:{port}"),
+        );
+        let text = String::from_utf8_lossy(&answer);
+        assert_eq!(status, 421, "{path}: {text}");
+        assert!(
+            !holds(&answer, TENANT) && !holds(&answer, "\"llm\""),
+            "{path}: {text}"
+        );
+        assert!(
+            text.contains("evil.example") && text.contains("allowed_hosts"),
+            "{path}: the refusal names the host and how to allow it: {text}"
+        );
+        let (status, answer) = raw(
+            &server,
+            &format!(
+                "GET {path} HTTP/1.1\nHost: 127.0.0.1:{port}\nOrigin: http://evil.example:{port}"
+            ),
+        );
+        assert_eq!(status, 403, "{path}: {}", String::from_utf8_lossy(&answer));
+        assert!(
+            !holds(&answer, TENANT) && !holds(&answer, "\"llm\""),
+            "{path}"
+        );
+    }
+    let (status, _) = raw(
+        &server,
+        &format!("GET / HTTP/1.1\nHost: evil.example:{port}"),
+    );
+    assert_eq!(status, 421, "the dashboard page too");
+
+    let pause = |host: &str, origin: &str| {
+        format!(
+            "POST /api/pools/llm/pause HTTP/1.1\nHost: {host}\nOrigin: {origin}\n\
+             Authorization: Bearer {TOKEN}\nContent-Length: 0"
+        )
+    };
+    let served = format!("127.0.0.1:{port}");
+    for origin in [format!("http://evil.example:{port}"), "null".into()] {
+        let (status, answer) = raw(&server, &pause(&served, &origin));
+        assert_eq!(
+            status,
+            403,
+            "{origin}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert!(holds(&answer, "allowed_hosts"));
+    }
+    let (status, _) = raw(&server, &pause("evil.example", &format!("http://{served}")));
+    assert_eq!(status, 421);
+    assert!(!pool.stats().paused, "a refused change changes nothing");
+
+    for host in [
+        served.clone(),
+        format!("localhost:{port}"),
+        "LOCALHOST".into(),
+    ] {
+        let (status, answer) = raw(
+            &server,
+            &format!("GET /api/pools/llm/parked HTTP/1.1\nHost: {host}"),
+        );
+        assert_eq!(status, 200, "{host}");
+        assert!(holds(&answer, TENANT), "{host}");
+    }
+    let (status, answer) = raw(
+        &server,
+        &format!("GET /api/events?pool=llm HTTP/1.1\nHost: {served}"),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let (status, _) = raw(&server, &pause(&served, &format!("http://{served}")));
+    assert_eq!(status, 200);
+    assert!(pool.stats().paused);
+    gate.store(true, Ordering::Release);
+}
+
+/// Names listed in `allowed_hosts` are answered, in code and in a configuration; a listed
+/// name that is not one is refused before anything serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_hosts_are_answered_and_others_still_refused() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let settings = AdminSettings::default().with_allowed_hosts(["Dash.Example.com"]);
+    let (_pool, server) = serve_parked(&gate, TENANT, settings).await;
+    let port = server.addr().port();
+    for host in [
+        "dash.example.com".to_owned(),
+        format!("dash.example.com:{port}"),
+    ] {
+        let (status, answer) = raw(
+            &server,
+            &format!("GET /api/pools/llm/parked HTTP/1.1\nHost: {host}"),
+        );
+        assert_eq!(status, 200, "{host}");
+        assert!(holds(&answer, TENANT));
+    }
+    let (status, answer) = raw(
+        &server,
+        &format!("GET /api/pools HTTP/1.1\nHost: evil.example:{port}"),
+    );
+    assert_eq!(status, 421);
+    assert!(!holds(&answer, "\"llm\""));
+    gate.store(true, Ordering::Release);
+
+    let error = Admin::new(AdminSettings::default().with_allowed_hosts(["http://x.example/"]))
+        .serve()
+        .expect_err("not a host name");
+    assert!(error.to_string().contains("http://x.example/"), "{error}");
+
+    use prometheus_parking_lot::SchedulerConfig;
+    let config = |hosts: &str| {
+        SchedulerConfig::from_json_str(&format!(
+            r#"{{ "pools": {{ "chat": {{ "worker_threads": 1, "max_units": 4 }} }},
+                 "admin": {{ "bind": "127.0.0.1:0", "allowed_hosts": {hosts} }} }}"#
+        ))
+    };
+    let section = config(r#"["dash.example.com", "10.0.0.5:7480", "[::1]:7480"]"#)
+        .expect("valid names")
+        .admin
+        .expect("an admin section");
+    assert_eq!(section.allowed_hosts.len(), 3);
+    assert!(!section.read_token);
+    for (hosts, problem) in [
+        (r#"[""]"#, "is empty"),
+        (r#"["ok.example", "a b"]"#, "is not a host name"),
+        (r#"["http://dash.example.com"]"#, "scheme"),
+        (r#"["dash.example.com:99999"]"#, "port"),
+    ] {
+        let error = config(hosts).expect_err(hosts).to_string();
+        assert!(error.contains("admin.allowed_hosts["), "{hosts}: {error}");
+        assert!(error.contains(problem), "{hosts}: {error}");
+    }
+}
+
+/// With `read_token`, reads of pool data need the token on loopback too (the event stream
+/// takes it in its address, as a browser's EventSource can send it); the page does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_token_makes_reads_need_the_token() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let settings = AdminSettings {
+        token: Some(Secret::new(TOKEN)),
+        ..AdminSettings::default()
+    }
+    .with_read_token(true);
+    let (_pool, server) = serve_parked(&gate, TENANT, settings).await;
+    let host = format!("Host: {}", server.addr());
+    for path in [
+        "/api/pools",
+        "/api/pools/llm/parked",
+        "/api/events?pool=llm",
+    ] {
+        let (status, answer) = raw(&server, &format!("GET {path} HTTP/1.1\n{host}"));
+        assert_eq!(status, 401, "{path}: {}", String::from_utf8_lossy(&answer));
+        assert!(
+            !holds(&answer, TENANT) && !holds(&answer, "\"llm\""),
+            "{path}"
+        );
+        let (status, _) = raw(
+            &server,
+            &format!("GET {path} HTTP/1.1\n{host}\nAuthorization: Bearer wrong-token"),
+        );
+        assert_eq!(status, 401, "{path}");
+        let (status, _) = raw(
+            &server,
+            &format!("GET {path} HTTP/1.1\n{host}\nAuthorization: Bearer {TOKEN}"),
+        );
+        assert_eq!(status, 200, "{path}");
+    }
+    let (status, answer) = raw(
+        &server,
+        &format!("GET /api/pools/llm/tenants HTTP/1.1\n{host}\nAuthorization: Bearer {TOKEN}"),
+    );
+    assert_eq!(status, 200);
+    assert!(holds(&answer, TENANT));
+    let (status, _) = raw(
+        &server,
+        &format!("GET /api/events?pool=llm&token={TOKEN} HTTP/1.1\n{host}"),
+    );
+    assert_eq!(
+        status, 200,
+        "the event stream takes the token in its address"
+    );
+    let (status, _) = raw(
+        &server,
+        &format!("GET /api/events?pool=llm&token=wrong HTTP/1.1\n{host}"),
+    );
+    assert_eq!(status, 401);
+    let (status, _) = raw(
+        &server,
+        &format!("GET /api/pools?token={TOKEN} HTTP/1.1\n{host}"),
+    );
+    assert_eq!(status, 401, "only the event stream takes it in its address");
+    let (status, answer) = raw(&server, &format!("GET / HTTP/1.1\n{host}"));
+    assert_eq!(status, 200, "the page itself needs no token");
+    assert!(holds(&answer, "<html"));
+    let (ok, out, _) = cli(&server, &["--token", TOKEN, "tenants", "--pool", "llm"]).await;
+    assert!(
+        ok && out.contains(TENANT),
+        "the command line reads with its token: {out}"
+    );
+    gate.store(true, Ordering::Release);
+}
+
+/// A tenant made of terminal escapes (tenants come from API callers) reaches the
+/// operator's terminal escaped: no ESC or BEL byte in what `parked` and `tenants` print.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_prints_callers_text_escaped() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let tenant = "esc\x1b[2J\x1b]0;pwned\x07tenant";
+    let (_pool, server) = serve_parked(&gate, tenant, AdminSettings::default()).await;
+    let escaped = r"esc\u{1b}[2J\u{1b}]0;pwned\u{7}tenant";
+    for command in ["parked", "tenants", "running"] {
+        let output = cli_output(&server, &[command, "--pool", "llm"]).await;
+        let shown = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{command}: {shown}");
+        assert!(
+            !output.stdout.contains(&0x1b) && !output.stdout.contains(&0x07),
+            "{command} printed raw control bytes: {shown:?}"
+        );
+        assert!(holds(&output.stdout, escaped), "{command}: {shown}");
+        let output = cli_output(&server, &["--json", command, "--pool", "llm"]).await;
+        assert!(!output.stdout.contains(&0x1b) && !output.stdout.contains(&0x07));
+        let json: Value = serde_json::from_slice(&output.stdout).expect("--json prints JSON");
+        assert!(json.to_string().contains("pwned"), "{json}");
+    }
+    let output = cli_output(&server, &["parked", "--pool", "no\x1b[2Jsuch"]).await;
+    assert!(!output.status.success());
+    assert!(
+        !output.stderr.contains(&0x1b),
+        "an error echoing a name is escaped too"
+    );
+    gate.store(true, Ordering::Release);
 }

@@ -470,6 +470,7 @@ fn serve(llm: &Pool, vision: &Pool) -> AdminServer {
     Admin::new(AdminSettings {
         bind: "127.0.0.1:0".parse().unwrap(),
         token: Some(Secret::new(TOKEN)),
+        ..AdminSettings::default()
     })
     .with_pool("llm", llm.client().clone())
     .with_pool("vision", vision.client().clone())

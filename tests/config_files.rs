@@ -550,7 +550,8 @@ fn the_admin_section_is_checked() {
     for (admin, expected) in [
         (r#"{ "bind": "localhost:80" }"#, "admin.bind: \"localhost:80\" is not an address; use host:port with an IP address, such as 127.0.0.1:7480 (port 0 picks a free one)"),
         (r#"{ "token": " " }"#, "admin.token: the token is empty; give one (a ${NAME} reference keeps it out of the file), or leave the field out to serve reads only"),
-        (r#"{ "port": 1 }"#, "admin.port: unknown field `port`; use `bind` or `token`"),
+        (r#"{ "read_token": true }"#, "admin.read_token: reads cannot need a token the server does not have; give admin.token too, or leave read_token out"),
+        (r#"{ "port": 1 }"#, "admin.port: unknown field `port`; use one of `bind`, `token`, `allowed_hosts`, `read_token`"),
     ] {
         let error = SchedulerConfig::from_json_str(&with_admin(admin)).unwrap_err().to_string();
         assert_eq!(error, expected, "{admin}");

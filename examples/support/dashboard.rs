@@ -29,6 +29,7 @@ pub fn serve(
     let mut admin = Admin::new(AdminSettings {
         bind: ([127, 0, 0, 1], port).into(),
         token: Some(Secret::new(token)),
+        ..AdminSettings::default()
     });
     for (_, add) in pools {
         admin = add(admin);

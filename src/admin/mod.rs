@@ -22,22 +22,35 @@
 //! | `POST /api/pools/{pool}/dead-letters/purge` `{"entry": "..."}` or `{}` (all) | delete dead letters (a token) |
 //! | `POST /api/pools/{pool}/cancel` `{"tenant", "user_id", "session_id", "id"}` | cancel a task (a token) |
 //!
-//! **Safe by default.** It binds to `127.0.0.1` unless told otherwise. Every endpoint that
-//! changes something needs `Authorization: Bearer <token>`, compared in constant time; an
-//! admin started without a token refuses them all (403, saying how to set one). No endpoint
-//! shows a task's payload or result (they carry users' prompts): the API shows ids, keys,
-//! costs, states and reasons. Bad input is a 400 that says what is wrong and what is
-//! allowed; a pool or task that does not exist is a 404.
+//! **Safe by default.** It binds to `127.0.0.1` unless told otherwise. It answers only
+//! requests whose `Host` is one of its names: its bound address (`127.0.0.1:7480`),
+//! `localhost` and those of [`AdminSettings::allowed_hosts`]; any other is a 421 naming the
+//! host and how to allow it, so a page whose name is rebound to 127.0.0.1 reads nothing. A
+//! request (a change above all) sent with an `Origin` that is not `http://` or `https://`
+//! and one of those names is a 403. Every endpoint that changes something needs
+//! `Authorization: Bearer <token>`, compared in constant time; an admin started without a
+//! token refuses them all (403, saying how to set one). Reads of pool data (every
+//! `GET /api/...`) need the token too when the server binds to anything but loopback, or
+//! when [`AdminSettings::read_token`] asks for it; the dashboard page itself does not, and
+//! the event stream, which a browser opens without headers, then also takes it as
+//! `?token=`. No endpoint shows a task's payload or result (they carry users' prompts): the
+//! API shows ids, keys, costs, states and reasons. Bad input is a 400 that says what is
+//! wrong and what is allowed; a pool or task that does not exist is a 404.
 //!
 //! ```no_run
 //! use prometheus_parking_lot::admin::{Admin, AdminSettings};
 //! use prometheus_parking_lot::config::Secret;
 //! # fn pools() -> prometheus_parking_lot::core::PoolClient<String, String> { unimplemented!() }
 //!
-//! let admin = Admin::new(AdminSettings {
-//!     bind: "127.0.0.1:7480".parse().unwrap(),
-//!     token: Some(Secret::new("change me")),
-//! })
+//! let admin = Admin::new(
+//!     AdminSettings {
+//!         bind: "127.0.0.1:7480".parse().unwrap(),
+//!         token: Some(Secret::new("change me")),
+//!         ..AdminSettings::default()
+//!     }
+//!     .with_allowed_hosts(["dash.example.com"])
+//!     .with_read_token(true),
+//! )
 //! .with_pool("llm", pools());
 //! let server = admin.serve()?;
 //! println!("dashboard: {}", server.url());
@@ -45,6 +58,7 @@
 //! ```
 
 mod history;
+mod hosts;
 mod routes;
 
 use std::collections::BTreeMap;
@@ -54,27 +68,52 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::config::Secret;
+use crate::config::{escape_controls, host_problem, Secret};
 use crate::core::{EntryId, KeptLetter, PoolClient, PoolError, PoolStats};
 use crate::util::serde::{MailboxKey, TaskId};
 use history::History;
+use hosts::ServedHosts;
 use prometheus_parking_lot_actors::events::FeedEvent;
 use prometheus_parking_lot_actors::inspect::PoolView;
 
 pub use routes::constant_time_eq;
 
-/// Where the admin server listens and who may change things.
+/// Where the admin server listens, the names it answers under, and who may read and change
+/// things.
 #[derive(Debug, Clone)]
 pub struct AdminSettings {
     /// The address to bind: `127.0.0.1:7480` by default (port 0 picks a free one).
     pub bind: SocketAddr,
     /// The bearer token mutating endpoints need; `None` refuses them all.
     pub token: Option<Secret>,
+    /// Names answered besides the bound address and `localhost`, as a `Host` header holds
+    /// them: `name` (bare or with the bound port) or `name:port`. Empty by default.
+    pub allowed_hosts: Vec<String>,
+    /// Whether reads of pool data need the token on loopback too; off loopback they always
+    /// do. `false` by default.
+    pub read_token: bool,
 }
 
 impl AdminSettings {
     /// The default port.
     pub const DEFAULT_PORT: u16 = 7480;
+
+    /// These settings, also answering requests addressed to `hosts` (a reverse proxy's name,
+    /// a machine's name on the network).
+    pub fn with_allowed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_hosts.extend(hosts.into_iter().map(Into::into));
+        self
+    }
+
+    /// These settings, with reads of pool data needing the token on loopback too (`true`).
+    pub fn with_read_token(mut self, read_token: bool) -> Self {
+        self.read_token = read_token;
+        self
+    }
 }
 
 impl Default for AdminSettings {
@@ -82,6 +121,8 @@ impl Default for AdminSettings {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], Self::DEFAULT_PORT)),
             token: None,
+            allowed_hosts: Vec::new(),
+            read_token: false,
         }
     }
 }
@@ -195,8 +236,10 @@ impl Admin {
 
     /// Binds the address and serves on a thread of its own until the returned server is
     /// dropped or [`stop`](AdminServer::stop)ped. An address that cannot be bound is an
-    /// error naming it.
+    /// error naming it, and so is a malformed name of `allowed_hosts` or a `read_token`
+    /// without a token.
     pub fn serve(self) -> Result<AdminServer, PoolError> {
+        self.check_settings()?;
         let listener = std::net::TcpListener::bind(self.settings.bind).map_err(|error| {
             PoolError::InvalidConfig(format!(
                 "admin: cannot listen on {}: {error}; choose another address (port 0 picks a free one)",
@@ -235,7 +278,12 @@ impl Admin {
                             (name, Served { pool, history })
                         })
                         .collect();
-                    let app = routes::router(served, settings.token, closed);
+                    let access = routes::Access {
+                        hosts: ServedHosts::new(addr, &settings.allowed_hosts),
+                        reads_need_token: settings.read_token || !addr.ip().is_loopback(),
+                        token: settings.token,
+                    };
+                    let app = routes::router(served, access, closed);
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => listener,
                         Err(error) => {
@@ -262,6 +310,29 @@ impl Admin {
             stop: Some(stop),
             thread: Some(thread),
         })
+    }
+}
+
+impl Admin {
+    /// Refuses settings the server could not honour, naming the setting.
+    fn check_settings(&self) -> Result<(), PoolError> {
+        if self.settings.read_token && self.settings.token.is_none() {
+            return Err(PoolError::InvalidConfig(
+                "admin: read_token asks reads for a token the server does not have; give it \
+                 a token too"
+                    .into(),
+            ));
+        }
+        for host in &self.settings.allowed_hosts {
+            if let Some(problem) = host_problem(host) {
+                return Err(PoolError::InvalidConfig(format!(
+                    "admin: the allowed host {} {problem}; write it as a Host header holds \
+                     it: dash.example.com or dash.example.com:7480",
+                    escape_controls(host)
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

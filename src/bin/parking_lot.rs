@@ -11,13 +11,20 @@
 //! ```
 //!
 //! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise;
-//! commands that change a pool send the token of `--token` or `PARKING_LOT_TOKEN`. `--json`
+//! commands that change a pool send the token of `--token` or `PARKING_LOT_TOKEN` (and so do
+//! reads, when one is given: a server off loopback, or with `read_token`, wants it). `--json`
 //! prints the server's answer as it came, for scripts.
+//!
+//! What callers wrote (tenants, keys, reasons, error texts) reaches the operator's terminal
+//! only escaped: a tenant named `a\x1b[2Jb` is shown as `a\u{1b}[2Jb`, not as an escape
+//! sequence that clears the screen (see [`escape_controls`]). `--json` output escapes them as
+//! JSON does.
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
+use prometheus_parking_lot::config::escape_controls;
 use serde_json::Value;
 
 /// The command line over a parking lot's admin server.
@@ -171,7 +178,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(Failure(text)) => {
-            eprintln!("parking-lot: {text}");
+            eprintln!("parking-lot: {}", escape_controls(&text));
             ExitCode::FAILURE
         }
     }
@@ -237,18 +244,21 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 .act(pool, &format!("dead-letters/{}/retry", path(entry)), None)
                 .await?;
             return Ok(if cli.json {
-                format!("{answer}\n")
+                format!("{}\n", json_text(&answer, false))
             } else {
-                format!("dead letter {entry} parked again\n")
+                format!("dead letter {} parked again\n", escape_controls(entry))
             });
         }
         Command::Purge { pool, entry, .. } => {
             let body = serde_json::json!({ "entry": entry });
             let answer = server.act(pool, "dead-letters/purge", Some(body)).await?;
             return Ok(if cli.json {
-                format!("{answer}\n")
+                format!("{}\n", json_text(&answer, false))
             } else {
-                format!("{} dead letters deleted\n", answer["purged"])
+                format!(
+                    "{} dead letters deleted\n",
+                    json_text(&answer["purged"], false)
+                )
             });
         }
         Command::Cancel {
@@ -265,15 +275,36 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             return Ok(if cli.json {
                 format!("{}\n", serde_json::json!({ "cancelled": id }))
             } else {
-                format!("cancelled task {id} of {tenant}\n")
+                format!("cancelled task {id} of {}\n", escape_controls(tenant))
             });
         }
     };
     Ok(if cli.json {
-        format!("{answer:#}\n")
+        format!("{}\n", json_text(&answer, true))
     } else {
         table(&answer)
     })
+}
+
+/// `value` as JSON text, pretty or not. serde_json escapes the control characters below
+/// U+0020 in strings (a raw line break is the layout's); DEL and U+0080 to U+009F, which
+/// some terminals obey, can only stand in strings, so they are written as `\u` escapes too
+/// and the text stays the same JSON.
+fn json_text(value: &Value, pretty: bool) -> String {
+    let text = if pretty {
+        format!("{value:#}")
+    } else {
+        value.to_string()
+    };
+    text.chars()
+        .map(|c| {
+            if matches!(c, '\u{7f}'..='\u{9f}') {
+                format!("\\u{:04x}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A pool name as a path segment: the characters a name may hold pass, others are escaped.
@@ -296,9 +327,13 @@ struct Server {
 }
 
 impl Server {
+    /// Reads `path`, with the token when one is given (reads need it off loopback).
     async fn get(&self, path: &str) -> Result<Value, Failure> {
-        self.answer(self.client.get(format!("{}{path}", self.url)))
-            .await
+        let mut request = self.client.get(format!("{}{path}", self.url));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        self.answer(request).await
     }
 
     /// Asks pool `pool` to do `action`, with the token.
@@ -345,12 +380,18 @@ impl Server {
         let reason = value["error"]
             .as_str()
             .map_or_else(|| value.to_string(), str::to_owned);
+        // Printed escaped, like everything a server sends (see `main`).
         Err(Failure(format!("{} ({status})", reason)))
     }
 }
 
-/// Rows as aligned columns under a header.
+/// Rows as aligned columns under a header, every cell escaped (cells hold what callers
+/// wrote: tenants, keys, reasons).
 fn columns(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|row| row.iter().map(|cell| escape_controls(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -604,5 +645,9 @@ fn dead_letters_table(answer: &Value) -> String {
 
 fn state_line(answer: &Value) -> String {
     let pool = &answer["pool"];
-    format!("pool {} is {}\n", text(&pool["name"]), state_of(pool))
+    format!(
+        "pool {} is {}\n",
+        escape_controls(&text(&pool["name"])),
+        state_of(pool)
+    )
 }

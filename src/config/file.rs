@@ -76,7 +76,8 @@ pub struct SchedulerConfig {
 
 /// The configuration's `admin` section: `{"bind": "127.0.0.1:7480", "token":
 /// "${ADMIN_TOKEN}"}`. Without `bind` the server listens on 127.0.0.1:7480; without a
-/// token it serves reads only and refuses every change.
+/// token it serves reads only and refuses every change. It answers only requests addressed
+/// to its own address, `localhost` and the names of `allowed_hosts`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
@@ -87,6 +88,14 @@ pub struct AdminSection {
     /// out of the file).
     #[serde(default)]
     pub token: Option<Secret>,
+    /// More names the server answers under, besides its address and `localhost`: `name`
+    /// (any port) or `name:port`, such as a reverse proxy's `dash.example.com`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Whether reads of pool data need the token on loopback too (off loopback they always
+    /// do). Default `false`.
+    #[serde(default)]
+    pub read_token: bool,
 }
 
 /// One pool in a configuration file. Every field but the pool's name has a default.

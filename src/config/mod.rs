@@ -34,4 +34,7 @@ pub use file::{
 pub use gpu::GpuSettings;
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
 pub use queue::QueueSettings;
+pub use quote::escape_controls;
 pub use secret::Secret;
+#[cfg(feature = "admin")]
+pub(crate) use validate::host_problem;

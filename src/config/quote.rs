@@ -30,7 +30,7 @@ pub(crate) fn value(text: &str) -> String {
 /// A name as part of a field path (`pools.NAME.queue`), escaped and cut, without quotes.
 pub(crate) fn name(text: &str) -> String {
     let (kept, cut) = clip(text, MAX_SHOWN_CHARS);
-    let mut shown: String = kept.chars().map(escape_char).collect();
+    let mut shown = escape_controls(kept);
     if cut {
         shown.push('…');
     }
@@ -79,6 +79,22 @@ pub(crate) fn problem(text: &str) -> String {
         shown.push_str(&piece);
     }
     shown
+}
+
+/// `text` whole, safe to print to a terminal or a log: control and invisible characters (an
+/// escape, a bell, a line break, a right-to-left override) are escaped the way Rust's `Debug`
+/// escapes them, and so is the backslash, so an escaped form cannot be faked; quotes and
+/// everything else stay as they are. The `parking-lot` command line shows what callers
+/// wrote (tenants, keys, reasons) through it.
+///
+/// ```
+/// use prometheus_parking_lot::config::escape_controls;
+/// assert_eq!(escape_controls("acme"), "acme");
+/// assert_eq!(escape_controls("a\u{1b}[2J\u{7}b"), r"a\u{1b}[2J\u{7}b");
+/// assert_eq!(escape_controls(r"a\b"), r"a\\b");
+/// ```
+pub fn escape_controls(text: &str) -> String {
+    text.chars().map(escape_char).collect()
 }
 
 fn push_separator(shown: &mut String) {

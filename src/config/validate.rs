@@ -9,6 +9,8 @@
 //! | `admin` | the cargo feature `admin` built in |
 //! | `admin.bind` | `host:port` with an IP address (default 127.0.0.1:7480) |
 //! | `admin.token` | not empty (leave it out to serve reads only) |
+//! | `admin.allowed_hosts` | each a host name, an IPv4 address or a `[IPv6]` address, with an optional `:port` |
+//! | `admin.read_token` | `true` only with a `token` |
 //! | pool names | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `worker_threads` | 1 – 1,024; 0 on a shared queue (a producer-only node) |
 //! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs; a pool with `gpu.devices` counts once per device) |
@@ -160,6 +162,25 @@ impl SchedulerConfig {
                  or leave the field out to serve reads only",
             ));
         }
+        if admin.read_token && admin.token.is_none() {
+            return Err(ConfigError::invalid(
+                "admin.read_token",
+                "reads cannot need a token the server does not have; give admin.token too, \
+                 or leave read_token out",
+            ));
+        }
+        for (index, host) in admin.allowed_hosts.iter().enumerate() {
+            if let Some(problem) = host_problem(host) {
+                return Err(ConfigError::invalid(
+                    format!("admin.allowed_hosts[{index}]"),
+                    format!(
+                        "{} {problem}; write a name as a browser's Host header has it: \
+                         dash.example.com, dash.example.com:7480, 10.0.0.5:7480 or [::1]:7480",
+                        quote::value(host)
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -213,6 +234,46 @@ impl SchedulerConfig {
         }
         Ok(())
     }
+}
+
+/// What is wrong with `entry` as a name of `admin.allowed_hosts`, if anything: it must be
+/// what a `Host` header holds, a host and an optional port, with no scheme, path or space.
+pub(crate) fn host_problem(entry: &str) -> Option<&'static str> {
+    if entry.is_empty() {
+        return Some("is empty");
+    }
+    if entry.contains("://") {
+        return Some("holds a scheme");
+    }
+    let port = match entry.strip_prefix('[') {
+        Some(bracketed) => {
+            let Some((address, rest)) = bracketed.split_once(']') else {
+                return Some("opens a [ it does not close");
+            };
+            if address.parse::<std::net::Ipv6Addr>().is_err() {
+                return Some("holds no IPv6 address between [ and ]");
+            }
+            if !rest.is_empty() && !rest.starts_with(':') {
+                return Some("has text after its ]");
+            }
+            rest.strip_prefix(':')
+        }
+        None => {
+            let (host, port) = match entry.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (entry, None),
+            };
+            let name_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+            if host.is_empty() || !host.chars().all(name_char) {
+                return Some("is not a host name (letters, digits, - and . only)");
+            }
+            port
+        }
+    };
+    if port.is_some_and(|port| port.parse::<u16>().is_err()) {
+        return Some("has a port that is not a number from 0 to 65535");
+    }
+    None
 }
 
 impl QueueSettings {
