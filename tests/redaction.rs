@@ -186,6 +186,25 @@ mod postgres {
             let error = PgDatabase::connect(url).expect_err("refused");
             assert_error_clean(&format!("connecting to {url}"), &error);
         }
+        // URLs that lost their `://` (a typo in a file or an environment variable): the
+        // driver cannot parse them and quotes them.
+        let malformed = [
+            "postgres//u:hunter2pg@127.0.0.1:5544/test",
+            "postgres:/u:hunter2pg@127.0.0.1:5544/test",
+            "u:hunter2pg@127.0.0.1/test",
+            "postgres:u:hunter2pg@127.0.0.1/test",
+        ];
+        for url in malformed {
+            let error = PgDatabase::connect(url).expect_err("refused");
+            assert_error_clean(&format!("connecting to {url}"), &error);
+            let written = format!(
+                r#"{{ "database_url": "{url}", "pools": {{ "p": {{ "queue": {{ "type": "postgres" }} }} }} }}"#
+            );
+            match SchedulerConfig::from_json_str(&written) {
+                Ok(config) => assert_error_clean(&format!("building from {url}"), &build(&config)),
+                Err(error) => assert_error_clean(&format!("loading {url}"), &error),
+            }
+        }
         // A server that refuses the connection.
         let error = PgDatabase::connect("postgres://u:hunter2pg@127.0.0.1:1/test")
             .expect_err("nothing listens on port 1");

@@ -5,7 +5,9 @@
 //! configuration, passes through here before it is put in an error or a log line:
 //!
 //! - [`text`] masks every credential the text visibly carries: a URL's userinfo
-//!   (`postgres://user:***@host`), the value of a `key=value` pair whose key names a secret
+//!   (`postgres://user:***@host`, and `user:***@host` in a URL that lost its `://`, such as
+//!   `postgres//app:***@db` or `app:***@db/app`), the value of a `key=value` pair whose key
+//!   names a secret
 //!   (`?token=***`, `password=***`), and what follows an HTTP auth scheme (`Bearer ***`);
 //! - [`url`] shows a URL known to be a deployment address as its origin only
 //!   (`https://hooks.example.com/…`), since a webhook's path or query often is its token.
@@ -37,7 +39,8 @@ const AUTH_SCHEMES: [&str; 3] = ["bearer", "basic", "digest"];
 
 /// `text` with every credential it visibly carries masked (see the module docs).
 pub(crate) fn text(text: &str) -> String {
-    mask_auth_schemes(&mask_secret_pairs(&mask_userinfo(text)))
+    let userinfo = mask_bare_userinfo(&mask_userinfo(text));
+    mask_auth_schemes(&mask_secret_pairs(&userinfo))
 }
 
 /// A URL as it may be shown: its scheme, host and port, then `/…` if it has more (a path or
@@ -93,6 +96,44 @@ fn mask_userinfo(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// `user:password@host` → `user:***@host` in a word with no `://` (a URL that lost it:
+/// `postgres//app:pw@db`, `postgres:/app:pw@db`, `app:pw@db/app`): the password is what
+/// follows the first `:` after the word's last `/` before its last `@` (before any query).
+/// A word with an `@` and no such `:` (an e-mail address) is kept.
+fn mask_bare_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let word_end = rest.find(ends_token).unwrap_or(rest.len());
+        let (word, after) = rest.split_at(word_end);
+        out.push_str(&mask_word_userinfo(word));
+        let separator = after.chars().next().map_or(0, char::len_utf8);
+        out.push_str(&after[..separator]);
+        rest = &after[separator..];
+    }
+    out
+}
+
+/// One word of [`mask_bare_userinfo`].
+fn mask_word_userinfo(word: &str) -> std::borrow::Cow<'_, str> {
+    if word.contains("://") {
+        return word.into();
+    }
+    let query = word.find(['?', '#']).unwrap_or(word.len());
+    let Some(at) = word[..query].rfind('@') else {
+        return word.into();
+    };
+    let userinfo_start = word[..at].rfind('/').map_or(0, |slash| slash + 1);
+    let Some(colon) = word[userinfo_start..at].find(':') else {
+        return word.into();
+    };
+    let password_start = userinfo_start + colon + 1;
+    if &word[password_start..at] == MASK || password_start == at {
+        return word.into();
+    }
+    format!("{}{MASK}{}", &word[..password_start], &word[at..]).into()
 }
 
 /// `password=hunter2` → `password=***`, for every key naming a secret (query strings,
@@ -174,6 +215,26 @@ mod tests {
             text("a http://u:p@h b https://v:q@i c"),
             "a http://u:***@h b https://v:***@i c"
         );
+    }
+
+    #[test]
+    fn a_url_that_lost_its_scheme_separator_keeps_no_password() {
+        for (given, shown) in [
+            (
+                "postgres//app:WrongSecret987@127.0.0.1:5544",
+                "postgres//app:***@127.0.0.1:5544",
+            ),
+            ("app:pw@host/db", "app:***@host/db"),
+            ("postgres:/app:p:w@h/db?x=1", "postgres:/app:***@h/db?x=1"),
+            ("'app:pw@h' refused", "'app:***@h' refused"),
+            ("postgres:app:pw@h", "postgres:***@h"),
+        ] {
+            assert_eq!(text(given), shown, "{given}");
+        }
+        // No password to mask: an e-mail address, a time, a masked one.
+        for kept in ["ops@example.com", "12:30 today", "app:***@h", "a:@h"] {
+            assert_eq!(text(kept), kept);
+        }
     }
 
     #[test]

@@ -113,6 +113,18 @@ impl PgDatabase {
     /// The error names the cause (refused, unknown database, authentication) but never the
     /// URL, which may hold a password.
     pub fn connect(url: &str) -> Result<Self, PoolError> {
+        if !["postgres://", "postgresql://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+        {
+            // Refused before the driver sees it: a URL it reads some other way (a path, no
+            // password) reaches its logs whole.
+            return Err(PoolError::InvalidConfig(format!(
+                "database_url: `{}` is not a PostgreSQL URL; write \
+                 postgres://user:password@host:port/database (or postgresql://...)",
+                crate::util::redact::text(url)
+            )));
+        }
         let thread = RuntimeThread::start()?;
         let mut options = ConnectOptions::new(url.to_owned());
         options
