@@ -483,6 +483,9 @@ pub(crate) fn release_holding(port: &dyn PermitPort, holding: &Holding) {
     let mut lane_units = left.borrowed;
     if lane_units > 0 && lanes.give(holding.kind, lane_units) {
         lane_units = 0;
+    } else if holding.is_preempted() {
+        // Asked to yield: the scheduler books the yield (and counts it) before it grants the
+        // units to the waiter that asked, so whoever it wakes sees the yield counted.
     } else if let Some(baton) = lanes.take_baton(holding.kind, holding.units(), claim, lane_units) {
         if let Err(Ok(grant)) = baton.answer.give(Ok(baton.grant)) {
             // The waiter gave up meanwhile: the scheduler releases what it would have held.
