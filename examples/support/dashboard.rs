@@ -4,8 +4,9 @@
 use std::hash::{BuildHasher, Hasher};
 use std::io::IsTerminal;
 
-use prometheus_parking_lot::admin::{Admin, AdminPool, AdminServer, AdminSettings};
+use prometheus_parking_lot::admin::{Admin, AdminServer, AdminSettings};
 use prometheus_parking_lot::config::Secret;
+use prometheus_parking_lot::core::PoolControl;
 
 /// Pools to serve, each by name with how to add it to the admin server.
 pub type Pools = Vec<(String, Box<dyn FnOnce(Admin) -> Admin>)>;
@@ -58,11 +59,9 @@ pub fn start(pools: Pools) -> Option<AdminServer> {
 }
 
 /// One pool for [`start`].
-pub fn pool(
-    name: &str,
-    pool: impl AdminPool + 'static,
-) -> (String, Box<dyn FnOnce(Admin) -> Admin>) {
+pub fn pool(name: &str, pool: impl Into<PoolControl>) -> (String, Box<dyn FnOnce(Admin) -> Admin>) {
     let owned = name.to_owned();
+    let pool = pool.into();
     (
         name.to_owned(),
         Box::new(move |admin: Admin| admin.with_pool(owned, pool)),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::AdminPool;
+use crate::core::PoolControl;
 use crate::util::serde::TaskId;
 use prometheus_parking_lot_actors::domain::TaskStatus;
 use prometheus_parking_lot_actors::events::{FeedEvent, TaskStep};
@@ -55,7 +55,7 @@ pub(crate) struct History {
 impl History {
     /// Starts a listener on `pool`'s events (on the current runtime) and returns what it
     /// gathers.
-    pub fn listen(pool: &dyn AdminPool) -> Arc<Mutex<Self>> {
+    pub fn listen(pool: &PoolControl) -> Arc<Mutex<Self>> {
         let history = Arc::new(Mutex::new(Self::default()));
         let mut events = pool.events();
         let gathered = Arc::downgrade(&history);

@@ -65,18 +65,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use tokio::sync::broadcast;
-
 use crate::config::{escape_controls, host_problem, Secret};
-use crate::core::{EntryId, KeptLetter, PoolClient, PoolError, PoolStats};
-use crate::util::serde::{MailboxKey, TaskId};
+use crate::core::{PoolControl, PoolError};
 use history::History;
 use hosts::ServedHosts;
-use prometheus_parking_lot_actors::events::FeedEvent;
-use prometheus_parking_lot_actors::inspect::PoolView;
-
-pub use routes::constant_time_eq;
 
 /// Where the admin server listens, the names it answers under, and who may read and change
 /// things.
@@ -127,96 +119,16 @@ impl Default for AdminSettings {
     }
 }
 
-/// What the admin server needs of a pool, whatever its payload and result types: a
-/// [`PoolClient`] is one.
-#[async_trait]
-pub trait AdminPool: Send + Sync {
-    /// Its counters.
-    fn stats(&self) -> PoolStats;
-    /// Its work now (see [`PoolClient::inspect`]).
-    async fn inspect(&self, offset: usize, limit: usize) -> Result<PoolView, PoolError>;
-    /// Pauses it.
-    async fn pause(&self) -> Result<(), PoolError>;
-    /// Ends a pause.
-    async fn resume(&self) -> Result<(), PoolError>;
-    /// Drains it.
-    async fn drain(&self) -> Result<(), PoolError>;
-    /// Ends a drain (and a pause).
-    async fn undrain(&self) -> Result<(), PoolError>;
-    /// Cancels task `id` of `key`.
-    async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError>;
-    /// Listens to its events.
-    fn events(&self) -> broadcast::Receiver<FeedEvent>;
-    /// Its shared queue's dead letters (see [`PoolClient::dead_letters`]).
-    async fn dead_letters(&self, offset: usize, limit: usize)
-        -> Result<Vec<KeptLetter>, PoolError>;
-    /// Parks a dead letter again.
-    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError>;
-    /// Deletes a dead letter, or all.
-    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError>;
-}
-
-#[async_trait]
-impl<P: Send + 'static, R: Send + 'static> AdminPool for PoolClient<P, R> {
-    fn stats(&self) -> PoolStats {
-        PoolClient::stats(self)
-    }
-
-    async fn inspect(&self, offset: usize, limit: usize) -> Result<PoolView, PoolError> {
-        PoolClient::inspect(self, offset, limit).await
-    }
-
-    async fn pause(&self) -> Result<(), PoolError> {
-        PoolClient::pause(self).await
-    }
-
-    async fn resume(&self) -> Result<(), PoolError> {
-        PoolClient::resume(self).await
-    }
-
-    async fn drain(&self) -> Result<(), PoolError> {
-        PoolClient::drain(self).await
-    }
-
-    async fn undrain(&self) -> Result<(), PoolError> {
-        PoolClient::undrain(self).await
-    }
-
-    async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
-        PoolClient::cancel(self, key, id).await
-    }
-
-    fn events(&self) -> broadcast::Receiver<FeedEvent> {
-        PoolClient::events(self)
-    }
-
-    async fn dead_letters(
-        &self,
-        offset: usize,
-        limit: usize,
-    ) -> Result<Vec<KeptLetter>, PoolError> {
-        PoolClient::dead_letters(self, offset, limit).await
-    }
-
-    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError> {
-        PoolClient::retry_dead_letter(self, entry).await
-    }
-
-    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError> {
-        PoolClient::purge_dead_letters(self, entry).await
-    }
-}
-
 /// A pool as the server holds it: the pool and what its listener gathered.
 pub(crate) struct Served {
-    pub pool: Arc<dyn AdminPool>,
+    pub pool: PoolControl,
     pub history: Arc<Mutex<History>>,
 }
 
 /// The admin server's pools and settings, before it serves. See the module docs.
 pub struct Admin {
     settings: AdminSettings,
-    pools: BTreeMap<String, Arc<dyn AdminPool>>,
+    pools: BTreeMap<String, PoolControl>,
 }
 
 impl Admin {
@@ -228,9 +140,10 @@ impl Admin {
         }
     }
 
-    /// Adds `pool` under `name` (a pool's client: `pool.client().clone()`).
-    pub fn with_pool(mut self, name: impl Into<String>, pool: impl AdminPool + 'static) -> Self {
-        self.pools.insert(name.into(), Arc::new(pool));
+    /// Adds `pool` under `name`: a pool's client (`pool.client().clone()`) or its
+    /// [`PoolControl`], whatever the pool runs.
+    pub fn with_pool(mut self, name: impl Into<String>, pool: impl Into<PoolControl>) -> Self {
+        self.pools.insert(name.into(), pool.into());
         self
     }
 
@@ -274,7 +187,7 @@ impl Admin {
                     let served = pools
                         .into_iter()
                         .map(|(name, pool)| {
-                            let history = History::listen(&*pool);
+                            let history = History::listen(&pool);
                             (name, Served { pool, history })
                         })
                         .collect();

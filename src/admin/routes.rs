@@ -270,14 +270,7 @@ fn not_the_token() -> ApiError {
 
 /// Whether `a` and `b` are equal, in time that depends on their lengths only, not on where
 /// they differ (a token guessed byte by byte learns nothing from the answer's timing).
-///
-/// ```
-/// use prometheus_parking_lot::admin::constant_time_eq;
-/// assert!(constant_time_eq(b"s3cret", b"s3cret"));
-/// assert!(!constant_time_eq(b"s3cret", b"s3creT"));
-/// assert!(!constant_time_eq(b"s3cret", b"s3cre"));
-/// ```
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut differ = u8::from(a.len() != b.len());
     for (index, byte) in a.iter().enumerate() {
         differ |= byte ^ b.get(index).copied().unwrap_or(!byte);
@@ -702,4 +695,18 @@ async fn purge_dead_letters(
         .map_err(ApiError::of_pool)?;
     tracing::info!(pool = %name, purged, "admin: dead letters purged");
     Ok(Json(json!({ "purged": purged })).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_compare_by_every_byte_and_the_length() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cret", b"s3creT"));
+        assert!(!constant_time_eq(b"s3cret", b"s3cre"));
+        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
+        assert!(constant_time_eq(b"", b""));
+    }
 }

@@ -14,7 +14,7 @@ pub use prometheus_parking_lot_actors::domain::{
     OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
     StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
 };
-pub use prometheus_parking_lot_actors::engine::PoolClient;
+pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
 pub use prometheus_parking_lot_actors::events::{
     BudgetReading, EventFeed, EventSubscriber, FeedEvent, PoolReading, Refusal, TaskEvent, TaskStep,
 };

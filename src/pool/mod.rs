@@ -21,7 +21,6 @@ use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{Mailbox, PoolError, Spawn, TaskQueue};
-use crate::util::serde::{MailboxKey, TaskId};
 use crate::TaskExecutor;
 
 /// What a pool stores into and reports to, beyond its settings.
@@ -176,38 +175,4 @@ where
     drainer
         .join()
         .unwrap_or_else(|_| Err(PoolError::Internal("the shutdown thread panicked".into())))
-}
-
-/// Passes a retrieve's outcome through, first logging (at debug level) one that gave up:
-/// `PoolError::Timeout` carries nothing (code matches it as a bare variant), so the log line
-/// says which key and task, how long it waited, and what the pool was doing then.
-fn noting_give_up<P, R, T>(
-    client: &PoolClient<P, R>,
-    key: &MailboxKey,
-    task: Option<TaskId>,
-    waited: std::time::Duration,
-    outcome: Result<T, PoolError>,
-) -> Result<T, PoolError>
-where
-    P: Send + 'static,
-    R: Send + 'static,
-{
-    if outcome
-        .as_ref()
-        .is_err_and(|error| *error == PoolError::Timeout)
-    {
-        let stats = client.stats();
-        tracing::debug!(
-            pool = client.name(),
-            tenant = %key.tenant,
-            user = key.user_id.as_deref(),
-            session = key.session_id.as_deref(),
-            task,
-            waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-            running = stats.active_tasks,
-            parked = stats.queued_tasks,
-            "a retrieve gave up before a result came; a later retrieve can still take it"
-        );
-    }
-    outcome
 }

@@ -8,8 +8,8 @@ use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitO
 use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::{PoolConfig, WorkerPoolConfig};
-use crate::core::{Mailbox, PoolError, PoolStats, ScheduledTask, Spawn, TaskQueue};
-use crate::util::serde::{MailboxKey, TaskId};
+use crate::core::{Mailbox, PoolError, ScheduledTask, Spawn, TaskQueue};
+use crate::util::serde::MailboxKey;
 use crate::TaskExecutor;
 
 /// A pool of dedicated worker threads over the queue, mailbox and runtime you choose.
@@ -242,50 +242,10 @@ where
             .await
     }
 
-    /// Waits up to `timeout` (`Duration::MAX`: for ever) for the oldest result under `key`
-    /// and takes it: it is removed from the mailbox, so the next retrieve gets the next
-    /// result or waits. A task that ended without a result gives the error that says how
-    /// (`Failed`, `TimedOut`, `Cancelled`, `Expired`). A retrieve that gives up returns
-    /// `Timeout` and takes nothing. Cancel-safe: dropping the future loses no result.
-    pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
-        let outcome = self.client.retrieve(key, timeout).await;
-        super::noting_give_up(&self.client, key, None, timeout, outcome)
-    }
-
-    /// Like [`retrieve`](Self::retrieve), blocking the calling thread (no runtime needed);
+    /// Like [`retrieve`](PoolClient::retrieve), blocking the calling thread (no runtime needed);
     /// use it from synchronous code or `spawn_blocking`.
     pub fn retrieve_blocking(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
-        let outcome = self.client.retrieve_blocking(key, None, timeout);
-        super::noting_give_up(&self.client, key, None, timeout, outcome)
-    }
-
-    /// Like [`retrieve`](Self::retrieve), for the result of task `id` under `key`, when
-    /// several tasks share a key (see the type's second example).
-    pub async fn retrieve_task(
-        &self,
-        key: &MailboxKey,
-        id: TaskId,
-        timeout: Duration,
-    ) -> Result<R, PoolError> {
-        let outcome = self.client.retrieve_task(key, id, timeout).await;
-        super::noting_give_up(&self.client, key, Some(id), timeout, outcome)
-    }
-
-    /// Cancels the parked or running task `id` submitted under `key` (the key `submit`
-    /// returned). `TaskNotFound` unless such a task is live under exactly that key.
-    pub async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
-        self.client.cancel(key, id).await
-    }
-
-    /// The pool's counters, read without a round trip (task counts follow the pool's
-    /// events, so they may trail a result just retrieved by a moment).
-    ///
-    /// They count what this pool did since it started. Tasks it resumed from a durable
-    /// queue, or claimed from a shared one, were submitted elsewhere (to an earlier run, or
-    /// another node): they count in `completed_tasks` and the other outcomes, not in
-    /// `submitted_tasks`. So after a restart `completed_tasks` may exceed `submitted_tasks`.
-    pub fn stats(&self) -> PoolStats {
-        self.client.stats()
+        self.client.retrieve_blocking(key, None, timeout)
     }
 
     /// Shuts the pool down: stops admitting, lets running tasks finish for up to `drain`
@@ -305,53 +265,20 @@ where
         super::gate::CapacityGate::of_pool(&self.client)
     }
 
-    /// Lets the pool preempt its running tasks, not only permits, when its config turns
-    /// preemption on (`with_preemption`) and its queue is in memory: a task asked to yield
-    /// sees `running::is_preempted()` (and its cancellation flag) raised; once its executor
-    /// returns, what it returned is discarded and the task parks again at its rank, to run
-    /// again later (at most `max_per_task` times). The pool keeps a clone of each running
-    /// task's payload for this, hence `Clone`.
-    pub fn preempt_tasks(&self)
-    where
-        P: Clone,
-    {
-        self.client.preempt_tasks();
-    }
-
-    /// Lets the pool run a failed task again when its config retries failed runs
-    /// (`with_retry`, or the config's `retry`) and its queue is in memory: the pool keeps a
-    /// clone of each running task's payload for this, hence `Clone`. A yaque queue keeps
-    /// the payload itself and needs no call. See `PoolClient::retry_tasks`.
-    pub fn retry_tasks(&self)
-    where
-        P: Clone,
-    {
-        self.client.retry_tasks();
-    }
-
-    /// Pauses the pool: it keeps admitting (tasks park) and starts nothing until
-    /// [`resume`](Self::resume); running tasks run on (see `PoolClient::pause`).
-    pub async fn pause(&self) -> Result<(), PoolError> {
-        self.client.pause().await
-    }
-
-    /// Ends a pause: what fits starts at once, in rank order.
-    pub async fn resume(&self) -> Result<(), PoolError> {
-        self.client.resume().await
-    }
-
-    /// Why the live task `id` under `key` has not started, or `None` once it runs (see
-    /// `PoolClient::why_waiting`).
-    pub async fn why_waiting(
-        &self,
-        key: &MailboxKey,
-        id: TaskId,
-    ) -> Result<Option<crate::core::scheduling::WaitReason>, PoolError> {
-        self.client.why_waiting(key, id).await
-    }
-
-    /// The engine client, for the actor-level API.
+    /// The engine client, for the actor-level API. The pool also dereferences to it.
     pub fn client(&self) -> &PoolClient<P, R> {
+        &self.client
+    }
+}
+
+/// Every operation the pool does not shape for the seed's API is its client's (and its
+/// client's [`PoolControl`](crate::core::PoolControl)'s): `pool.retrieve(..)`,
+/// `pool.retrieve_task(..)`, `pool.cancel(..)`, `pool.stats()`, `pool.pause()`,
+/// `pool.why_waiting(..)`, `pool.events()`, `pool.inspect(..)`, `pool.preempt_tasks()`...
+impl<P, R, E> std::ops::Deref for ResourcePool<P, R, E> {
+    type Target = PoolClient<P, R>;
+
+    fn deref(&self) -> &PoolClient<P, R> {
         &self.client
     }
 }

@@ -14,7 +14,9 @@
 //! `PoolClient` over this tree; there is no second engine.
 
 pub mod client;
+pub mod control;
 pub mod start;
 
 pub use client::{PoolClient, ShutdownOnDrop};
+pub use control::PoolControl;
 pub use start::{spawn_supervisor, start_gate_blocking, start_pool, start_pool_blocking, PoolSpec};

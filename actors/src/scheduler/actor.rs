@@ -228,35 +228,12 @@ fn request_received<P, R>(
             });
             shell.submit(task, options, Reply::Port(reply), Some(extras), now);
         }
-        SchedulerRequest::Cancel { key, id, reply } => shell.cancel(key, id, reply, now),
         SchedulerRequest::Shutdown { drain, reply } => {
             if let Shutdown::Begins = shell.shutdown(reply, now) {
                 arm_drain_deadline(myself, drain);
             }
         }
-        SchedulerRequest::Stats { reply } => {
-            let _ = reply.send(shell.stats());
-        }
-        SchedulerRequest::Pause { paused, reply } => {
-            shell.pause(paused, now);
-            let _ = reply.send(());
-        }
-        SchedulerRequest::WhyWaiting { key, id, reply } => {
-            let _ = reply.send(shell.why_waiting(&key, id));
-        }
-        SchedulerRequest::Drain { drained, reply } => {
-            shell.drain(drained, now);
-            let _ = reply.send(());
-        }
-        SchedulerRequest::Inspect {
-            offset,
-            limit,
-            reply,
-        } => {
-            // Permits of the fast path are shown as the others: taken over first.
-            shell.take_over_all(None, now);
-            let _ = reply.send(shell.inspect(offset, limit));
-        }
+        SchedulerRequest::Control(request) => request.carry_out(shell, now),
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! Callers that speak to the actor tree directly hold a
 //! `DerivedActorRef<SchedulerRequest<P>>` (see `PoolClient::scheduler`) and can only send
-//! requests: submit, cancel, shutdown, stats. The events that move capacity (a task
+//! requests: submit, shutdown, and the operator's [`ControlRequest`]s (cancel, pause, drain,
+//! inspect, stats), which have a module of their own (`scheduler::control`). The events that move capacity (a task
 //! finished, a worker is gone, a claim failed) are variants of a private enum inside the
 //! opaque [`SchedulerMsg`], so no caller can forge one and break "capacity is released
 //! exactly once".
@@ -18,13 +19,12 @@ use crate::budget::SlotGuard;
 use crate::domain::{
     MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
 };
-use crate::inspect::PoolView;
 use crate::mailbox::actor::Stored;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
-use crate::scheduler::core::WaitReason;
-use crate::stats::PoolStats;
 use crate::stream::StreamAttachment;
+
+pub use super::control::ControlRequest;
 
 /// Per-submission options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,16 +71,6 @@ pub enum SchedulerRequest<P> {
         /// Where the admission answer goes.
         reply: RpcReplyPort<Result<MailboxKey, PoolError>>,
     },
-    /// Cancel a live task of the tenant `key` names (parked: removed at once; running: its
-    /// future is dropped). `TaskNotFound` unless a live task has this id under exactly `key`.
-    Cancel {
-        /// The mailbox key the task was submitted with (or the anonymous key it was given).
-        key: MailboxKey,
-        /// The task's id.
-        id: TaskId,
-        /// `Ok` once cancelled or signalled.
-        reply: RpcReplyPort<Result<(), PoolError>>,
-    },
     /// Stop admitting, drain running tasks up to `drain`, end or keep parked tasks.
     Shutdown {
         /// How long running tasks may take to finish (`Duration::MAX`: for ever).
@@ -88,49 +78,9 @@ pub enum SchedulerRequest<P> {
         /// The report, once drained.
         reply: RpcReplyPort<ShutdownReport>,
     },
-    /// Why a live task of the tenant `key` names has not started: its reason (core rule
-    /// 17), `None` once it runs, `TaskNotFound` unless a live task has this id under
-    /// exactly `key` on this node (a task parked in a shared queue is the queue's).
-    WhyWaiting {
-        /// The mailbox key the task was submitted with.
-        key: MailboxKey,
-        /// The task's id.
-        id: TaskId,
-        /// The reason.
-        reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
-    },
-    /// Stop starting tasks (`true`: pause) or start again (`false`: resume). While paused
-    /// the pool keeps admitting (tasks park), running tasks run on, and on a shared queue
-    /// the node claims nothing. The reply comes once the change is made.
-    Pause {
-        /// Pause (`true`) or resume (`false`).
-        paused: bool,
-        /// Answered once done.
-        reply: RpcReplyPort<()>,
-    },
-    /// Refuse new work and run what is admitted (`true`: drain), or take new work again
-    /// (`false`, which also ends a pause). On a shared queue a drained node claims nothing.
-    Drain {
-        /// Drain (`true`) or open again (`false`).
-        drained: bool,
-        /// Answered once done.
-        reply: RpcReplyPort<()>,
-    },
-    /// The pool's work now: running tasks, parked tasks `offset..offset + limit` in rank
-    /// order with their reasons, tenants (see [`crate::inspect`]).
-    Inspect {
-        /// The page's first index in rank order.
-        offset: usize,
-        /// The page's length, at most [`MAX_PAGE`](crate::inspect::MAX_PAGE).
-        limit: usize,
-        /// The view.
-        reply: RpcReplyPort<PoolView>,
-    },
-    /// A snapshot of the pool's counters.
-    Stats {
-        /// Where the snapshot goes.
-        reply: RpcReplyPort<PoolStats>,
-    },
+    /// An operator's request about the pool's work: cancel, pause, drain, inspect, why a
+    /// task waits, the counters (see [`ControlRequest`]).
+    Control(ControlRequest),
 }
 
 /// The scheduler actor's message: a [`SchedulerRequest`], or an event only the engine can

@@ -1,0 +1,224 @@
+//! Retrieving: taking a result from the mailbox, at once, after a short spin, or after
+//! waiting on the key's notification; from async code or a plain thread.
+//!
+//! Results are taken straight from the mailbox (before subscribing to it, so a result that
+//! is already there costs no subscription). Blocking callers on plain threads wait on a
+//! three-state [parker](crate::parker), never on a hop through the pool's runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::{deadline_after, PoolClient};
+use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
+use crate::mailbox::{Delivery, Mailbox, MailboxError};
+use crate::parker::block_on_until;
+
+impl<P, R> PoolClient<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// Waits up to `timeout` for the oldest result under `key` and takes it.
+    ///
+    /// Cancel-safe: if the returned future is dropped, no result is lost; it stays stored for
+    /// the next retrieve. A timeout (`PoolError::Timeout`) consumes nothing either. A task
+    /// that ended without a result (panic, timeout, cancel, expiry, shutdown) gives the
+    /// `PoolError` variant that says which. `Duration::MAX` waits for ever. Needs a tokio
+    /// runtime with time enabled unless the result is there already.
+    pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
+        self.retrieve_where(key, None, timeout).await
+    }
+
+    /// Like [`retrieve`](Self::retrieve), for the result of task `task_id` under `key`, when
+    /// several tasks share a key.
+    pub async fn retrieve_task(
+        &self,
+        key: &MailboxKey,
+        task_id: TaskId,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        self.retrieve_where(key, Some(task_id), timeout).await
+    }
+
+    async fn retrieve_where(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        let outcome = self.take_within(key, task_id, timeout).await;
+        self.noting_give_up(key, task_id, timeout, outcome)
+    }
+
+    async fn take_within(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        if let Some(delivery) = self.try_take(key, task_id).await? {
+            return delivery.outcome.map_err(PoolError::from);
+        }
+        if let Some(delivery) = self.spin_take(key, task_id)? {
+            return delivery.outcome.map_err(PoolError::from);
+        }
+        let wait = self.wait_for(key, task_id);
+        match tokio::time::Instant::now().checked_add(timeout) {
+            Some(deadline) => tokio::time::timeout_at(deadline, wait)
+                .await
+                .unwrap_or(Err(PoolError::Timeout)),
+            None => wait.await,
+        }
+    }
+
+    /// Like [`retrieve`](Self::retrieve), blocking a plain thread (no runtime needed); use it
+    /// from synchronous code or `spawn_blocking`. It keeps working after shutdown.
+    pub fn retrieve_blocking(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        timeout: Duration,
+    ) -> Result<R, PoolError> {
+        let deadline = deadline_after(timeout);
+        let outcome = block_on_until(self.wait_for(key, task_id), deadline)
+            .unwrap_or(Err(PoolError::Timeout));
+        self.noting_give_up(key, task_id, timeout, outcome)
+    }
+
+    /// Takes the oldest result under `key` without waiting: `ResultNotFound` if none.
+    pub async fn try_retrieve(&self, key: &MailboxKey) -> Result<R, PoolError> {
+        match self.try_take(key, None).await? {
+            Some(delivery) => delivery.outcome.map_err(PoolError::from),
+            None => Err(PoolError::ResultNotFound),
+        }
+    }
+
+    /// Waits (without a time limit) until a matching result is stored, and takes it.
+    async fn wait_for(&self, key: &MailboxKey, task_id: Option<TaskId>) -> Result<R, PoolError> {
+        if let Some(delivery) = self.try_take(key, task_id).await? {
+            return delivery.outcome.map_err(PoolError::from);
+        }
+        let watch = Watch::new(self.inner.mailbox.as_ref(), key);
+        loop {
+            let notified = watch.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(delivery) = self.try_take(key, task_id).await? {
+                return delivery.outcome.map_err(PoolError::from);
+            }
+            notified.await;
+        }
+    }
+
+    /// Re-checks an inline mailbox for a short, adaptive while (see [`AdaptiveSpin`]) before
+    /// the caller subscribes and sleeps; `None` if nothing came, or if the mailbox is not
+    /// inline.
+    fn spin_take(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Result<Option<Delivery<R>>, PoolError> {
+        let mailbox = self.inner.mailbox.as_ref();
+        let Some(inline) = mailbox.inline() else {
+            return Ok(None);
+        };
+        let found = self.inner.result_spin.spin(|| {
+            match task_id {
+                None => inline.take_now(key),
+                Some(id) => inline.take_task_now(key, id),
+            }
+            .transpose()
+        });
+        found
+            .transpose()
+            .map_err(|error| self.mailbox_error(mailbox.backend(), error))
+    }
+
+    async fn try_take(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Result<Option<Delivery<R>>, PoolError> {
+        let mailbox = self.inner.mailbox.as_ref();
+        let taken = match (mailbox.inline(), task_id) {
+            (Some(inline), None) => inline.take_now(key),
+            (Some(inline), Some(id)) => inline.take_task_now(key, id),
+            (None, None) => mailbox.take(key).await,
+            (None, Some(id)) => mailbox.take_task(key, id).await,
+        };
+        taken.map_err(|error| self.mailbox_error(mailbox.backend(), error))
+    }
+
+    /// Passes a retrieve's outcome through, first logging (at debug level) one that gave up:
+    /// `PoolError::Timeout` carries nothing (code matches it as a bare variant), so the log
+    /// line says which key and task, how long it waited, and what the pool was doing then.
+    fn noting_give_up(
+        &self,
+        key: &MailboxKey,
+        task: Option<TaskId>,
+        waited: Duration,
+        outcome: Result<R, PoolError>,
+    ) -> Result<R, PoolError> {
+        if outcome
+            .as_ref()
+            .is_err_and(|error| *error == PoolError::Timeout)
+        {
+            let stats = self.stats();
+            tracing::debug!(
+                pool = self.name(),
+                tenant = %key.tenant,
+                user = key.user_id.as_deref(),
+                session = key.session_id.as_deref(),
+                task,
+                waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                running = stats.active_tasks,
+                parked = stats.queued_tasks,
+                "a retrieve gave up before a result came; a later retrieve can still take it"
+            );
+        }
+        outcome
+    }
+
+    /// The error of a mailbox of `backend` that could not hand over a result.
+    fn mailbox_error(&self, backend: &str, error: MailboxError) -> PoolError {
+        let MailboxError::Backend(fault) = error;
+        let mailbox = format!("{backend} mailbox");
+        PoolError::from(BackendError::new(
+            self.name(),
+            mailbox,
+            "take a result",
+            fault,
+        ))
+    }
+}
+
+/// A subscription to one mailbox key, dropped (and the backend told) when the wait ends.
+struct Watch<'a, R: Send + 'static> {
+    mailbox: &'a dyn Mailbox<R>,
+    key: &'a MailboxKey,
+    notify: Option<Arc<Notify>>,
+}
+
+impl<'a, R: Send + 'static> Watch<'a, R> {
+    fn new(mailbox: &'a dyn Mailbox<R>, key: &'a MailboxKey) -> Self {
+        let notify = Some(mailbox.subscribe(key));
+        Self {
+            mailbox,
+            key,
+            notify,
+        }
+    }
+
+    fn notify(&self) -> &Notify {
+        self.notify.as_deref().expect("present until dropped")
+    }
+}
+
+impl<R: Send + 'static> Drop for Watch<'_, R> {
+    fn drop(&mut self) {
+        drop(self.notify.take());
+        self.mailbox.unsubscribe(self.key);
+    }
+}

@@ -1,0 +1,262 @@
+//! [`PoolControl`]: a running pool's operations that do not depend on what it runs (its name,
+//! counters and events; cancel, pause, drain; its work now and why a task waits; a shared
+//! queue's dead letters), written once for every face.
+//!
+//! A [`PoolClient`](super::PoolClient) dereferences to its `PoolControl`, and so do
+//! `WorkerPool` and `ResourcePool` through their client: `pool.pause()` is this method on
+//! every face. The admin server holds one `PoolControl` per pool, whatever the pools' payload
+//! and result types, since nothing here is generic.
+
+use std::sync::Arc;
+
+use ractor::rpc::CallResult;
+use ractor::{DerivedActorRef, RpcReplyPort};
+
+use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
+use crate::events::{EventFeed, FeedEvent};
+use crate::inspect::PoolView;
+use crate::queue::{EntryId, KeptLetter, QueueError, QueueMaintenance, SharedQueue};
+use crate::scheduler::control::ControlRequest;
+use crate::scheduler::core::WaitReason;
+use crate::stats::{PoolCounters, PoolStats};
+
+/// The operations of one running pool that need no payload or result type. Cheap to clone.
+#[derive(Clone)]
+pub struct PoolControl {
+    name: Arc<str>,
+    requests: DerivedActorRef<ControlRequest>,
+    counters: Arc<PoolCounters>,
+    feed: Arc<EventFeed>,
+    /// The shared queue the pool is a node of, if any: it keeps the dead letters.
+    dead_letters: Option<Arc<dyn DeadLetterDesk>>,
+}
+
+impl std::fmt::Debug for PoolControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolControl")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A shared queue's maintenance face and name, whatever its payload type.
+trait DeadLetterDesk: Send + Sync {
+    fn maintenance(&self) -> &dyn QueueMaintenance;
+    fn backend(&self) -> &str;
+}
+
+/// A shared queue, seen from its dead letters.
+struct Desk<P>(Arc<dyn SharedQueue<P>>);
+
+impl<P: Send + 'static> DeadLetterDesk for Desk<P> {
+    fn maintenance(&self) -> &dyn QueueMaintenance {
+        self.0.maintenance()
+    }
+
+    fn backend(&self) -> &str {
+        self.0.backend()
+    }
+}
+
+impl PoolControl {
+    /// The control side of a pool whose scheduler takes `requests`.
+    pub(crate) fn new<P: Send + 'static>(
+        name: Arc<str>,
+        requests: DerivedActorRef<ControlRequest>,
+        counters: Arc<PoolCounters>,
+        feed: Arc<EventFeed>,
+        shared_queue: Option<Arc<dyn SharedQueue<P>>>,
+    ) -> Self {
+        let dead_letters =
+            shared_queue.map(|queue| Arc::new(Desk(queue)) as Arc<dyn DeadLetterDesk>);
+        Self {
+            name,
+            requests,
+            counters,
+            feed,
+            dead_letters,
+        }
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The pool's name, shared (the supervisor keys the pool's actors by it).
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+
+    /// A snapshot of the pool's counters, read without a message round trip.
+    ///
+    /// They count what this pool did since it started. Tasks it resumed from a durable
+    /// queue, or claimed from a shared one, were submitted elsewhere (to an earlier run, or
+    /// another node): they count in `completed_tasks` and the other outcomes, not in
+    /// `submitted_tasks`. So after a restart `completed_tasks` may exceed `submitted_tasks`.
+    /// Task counts follow the pool's events, so they may trail a result just retrieved by a
+    /// moment.
+    pub fn stats(&self) -> PoolStats {
+        self.counters.snapshot()
+    }
+
+    /// Listens to the pool's events from now on (see [`EventFeed`]): every step of every
+    /// task, as it happens, without payloads or results. A listener that falls more than
+    /// [`EventFeed::CAPACITY`] events behind misses the oldest.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<FeedEvent> {
+        self.feed.subscribe()
+    }
+
+    /// Cancels the live task `id` submitted under `key` (the key `submit` returned): a parked
+    /// one ends at once; a running one has its future dropped (its capacity is released when
+    /// its thread returns). Both end `Cancelled`. `TaskNotFound` unless such a task is live
+    /// under exactly that key, so one tenant can never cancel, or probe, another's tasks.
+    pub async fn cancel(&self, key: &MailboxKey, id: TaskId) -> Result<(), PoolError> {
+        let key = key.clone();
+        self.ask(|reply| ControlRequest::Cancel { key, id, reply })
+            .await?
+    }
+
+    /// Pauses the pool: from now on it starts nothing (no parked task, no newcomer, no
+    /// permit), while it keeps admitting (tasks park, up to `max_queue_depth`) and its
+    /// running tasks run on and end as usual; on a shared queue the node claims nothing.
+    /// Returns once paused. [`resume`](Self::resume) ends it.
+    pub async fn pause(&self) -> Result<(), PoolError> {
+        self.ask(|reply| ControlRequest::Pause {
+            paused: true,
+            reply,
+        })
+        .await
+    }
+
+    /// Ends a pause: what fits starts at once, in rank order.
+    pub async fn resume(&self) -> Result<(), PoolError> {
+        self.ask(|reply| ControlRequest::Pause {
+            paused: false,
+            reply,
+        })
+        .await
+    }
+
+    /// Drains the pool: new submissions are refused (`PoolError::Draining`), the tasks it
+    /// has (parked and running) run to their end, and on a shared queue the node claims
+    /// nothing more, so its share of the work goes to the other nodes. Returns once set;
+    /// [`undrain`](Self::undrain) takes work again.
+    pub async fn drain(&self) -> Result<(), PoolError> {
+        self.ask(|reply| ControlRequest::Drain {
+            drained: true,
+            reply,
+        })
+        .await
+    }
+
+    /// Ends a drain, and a pause: the pool takes new work again and starts what fits.
+    pub async fn undrain(&self) -> Result<(), PoolError> {
+        self.ask(|reply| ControlRequest::Drain {
+            drained: false,
+            reply,
+        })
+        .await
+    }
+
+    /// The pool's work now: its running tasks (and held permits), parked tasks `offset..
+    /// offset + limit` in rank order (at most [`MAX_PAGE`](crate::inspect::MAX_PAGE)) each
+    /// with the reason it waits, and its tenants. See [`crate::inspect`]. On a shared queue
+    /// it shows this node's tasks (the queue's parked tasks are the queue's).
+    ///
+    /// ```
+    /// # use prometheus_parking_lot_actors::engine::PoolControl;
+    /// # async fn show(pool: &PoolControl) -> Result<(), prometheus_parking_lot_actors::domain::PoolError> {
+    /// let view = pool.inspect(0, 50).await?;
+    /// for task in &view.parked {
+    ///     println!("task {} of {} waits: {:?}", task.id, task.key.tenant.0, task.reason);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self, offset: usize, limit: usize) -> Result<PoolView, PoolError> {
+        self.ask(|reply| ControlRequest::Inspect {
+            offset,
+            limit,
+            reply,
+        })
+        .await
+    }
+
+    /// Why the live task `id` submitted under exactly `key` has not started: the first
+    /// obstacle (too few free units, its kind's budget, its tenant's share, no idle worker,
+    /// the reservation, a retry's backoff, or the order of the rules; see [`WaitReason`]);
+    /// `None` once it runs; `TaskNotFound` when no live task of this node has this id under
+    /// `key` (ended, or parked in a shared queue rather than on this node).
+    pub async fn why_waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<WaitReason>, PoolError> {
+        let key = key.clone();
+        self.ask(|reply| ControlRequest::WhyWaiting { key, id, reply })
+            .await?
+    }
+
+    /// The dead letters the pool's shared queue keeps, oldest first, `offset..offset +
+    /// limit`: tasks the queue gave up on and runs that ended `Failed`, each with its reason
+    /// (see [`QueueMaintenance::list_dead_letters`]). `InvalidConfig` for a pool whose queue
+    /// is its own: only a shared queue keeps them.
+    pub async fn dead_letters(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<KeptLetter>, PoolError> {
+        let desk = self.dead_letter_desk()?;
+        let listed = desk.maintenance().list_dead_letters(offset, limit).await;
+        listed.map_err(|error| self.dead_letter_error(desk, "list dead letters", error))
+    }
+
+    /// Parks dead letter `entry` again for any node, its attempts afresh; `false` when the
+    /// queue keeps no dead letter `entry`.
+    pub async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError> {
+        let desk = self.dead_letter_desk()?;
+        let retried = desk.maintenance().retry_dead_letter(entry).await;
+        retried.map_err(|error| self.dead_letter_error(desk, "retry a dead letter", error))
+    }
+
+    /// Deletes dead letter `entry`, or all of them with `None`; returns how many.
+    pub async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError> {
+        let desk = self.dead_letter_desk()?;
+        let purged = desk.maintenance().purge_dead_letters(entry).await;
+        purged.map_err(|error| self.dead_letter_error(desk, "purge dead letters", error))
+    }
+
+    /// Sends a request and waits for its answer; `Shutdown` when the scheduler has stopped.
+    async fn ask<T: Send + 'static>(
+        &self,
+        request: impl FnOnce(RpcReplyPort<T>) -> ControlRequest,
+    ) -> Result<T, PoolError> {
+        match self.requests.call(request, None).await {
+            Ok(CallResult::Success(answer)) => Ok(answer),
+            _ => Err(PoolError::Shutdown),
+        }
+    }
+
+    fn dead_letter_desk(&self) -> Result<&dyn DeadLetterDesk, PoolError> {
+        self.dead_letters.as_deref().ok_or_else(|| {
+            PoolError::InvalidConfig(format!(
+                "pool {:?} keeps no dead letters: its queue is its own; a shared queue \
+                 (postgres, postgres_pgmq) keeps them",
+                self.name
+            ))
+        })
+    }
+
+    /// The error of `operation` on the dead letters of the pool's shared queue.
+    fn dead_letter_error(
+        &self,
+        desk: &dyn DeadLetterDesk,
+        operation: &str,
+        error: QueueError,
+    ) -> PoolError {
+        let queue = format!("{} queue", desk.backend());
+        let fault = crate::queue::actor::fault_of(error);
+        PoolError::from(BackendError::new(&*self.name, queue, operation, fault))
+    }
+}
