@@ -120,7 +120,7 @@ pub mod util;
 // The crate root holds the names a first program needs and nothing twice that has a home
 // of its own: the pool faces and the permit gate, the task vocabulary, and the
 // configuration-driven builders (whose only home is here). Each other public name lives in
-// exactly one module; the few that also appear elsewhere are the paths `API.md` fixes for
+// exactly one module; the few that also appear elsewhere are the paths `docs/API.md` lists for
 // code written against earlier versions.
 pub use crate::builders::{
     build_pools_from_scheduler_config, build_pools_with_gpu_probe, BuiltPools, QueueBuilderContext,
