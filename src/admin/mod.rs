@@ -73,8 +73,8 @@ use crate::core::{EntryId, KeptLetter, PoolClient, PoolError, PoolStats};
 use crate::util::serde::{MailboxKey, TaskId};
 use history::History;
 use hosts::ServedHosts;
-use prometheus_parking_lot_actors::events::FeedEvent;
-use prometheus_parking_lot_actors::inspect::PoolView;
+use prometheus_parking_lot_actors::observe::events::FeedEvent;
+use prometheus_parking_lot_actors::scheduler::inspect::PoolView;
 
 pub use routes::constant_time_eq;
 
