@@ -489,7 +489,7 @@ where
 
 /// A pool's part in a shared queue, and the queue's fence for a mailbox in its database.
 struct SharedPart<P> {
-    parking: prometheus_parking_lot_actors::scheduler::shared::SharedParking<P>,
+    parking: prometheus_parking_lot_actors::scheduler::shared_io::SharedParking<P>,
     #[cfg(feature = "postgres")]
     fence: crate::infra::postgres::ClaimFence,
 }
@@ -661,8 +661,8 @@ fn shared_parking<P: Send + 'static>(
     queue: Arc<dyn crate::core::SharedQueue<P>>,
     pool: &str,
     lease_ms: Option<u64>,
-) -> prometheus_parking_lot_actors::scheduler::shared::SharedParking<P> {
-    use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
+) -> prometheus_parking_lot_actors::scheduler::shared_io::SharedParking<P> {
+    use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
     let lease = std::time::Duration::from_millis(lease_ms.unwrap_or(30_000));
     // Claims follow NOTIFY at once; the poll is a safety net, and the clock of lease renewals
     // and rescues.

@@ -131,8 +131,10 @@ pub use crate::pool::gate::{Acquire, CapacityGate, PendingGrow, Permit};
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TenantId};
-pub use prometheus_parking_lot_actors::executor::TaskExecutor;
-pub use prometheus_parking_lot_actors::{budget, running, stream};
+pub use prometheus_parking_lot_actors::running::{self, stream};
+pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
+// The nested-work slots, under the name this crate has always exported them by.
+pub use prometheus_parking_lot_actors::sync::slots as budget;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

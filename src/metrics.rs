@@ -19,7 +19,7 @@
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram};
 use metrics::{gauge, histogram, Counter, Gauge, Histogram, Unit};
-use prometheus_parking_lot_actors::events::{
+use prometheus_parking_lot_actors::observe::events::{
     EventSubscriber, PoolReading, Refusal, TaskEvent, TaskStep,
 };
 

@@ -7,36 +7,25 @@
 //! - the actor tree built on `ractor`: [`supervisor`], [`scheduler::actor`], the queue and
 //!   mailbox actors, and the worker actors, wired by [`engine`];
 //! - the backend contracts [`queue::TaskQueue`] (local), [`queue::SharedQueue`] (several
-//!   nodes) and [`mailbox::Mailbox`], and the user's [`executor::TaskExecutor`];
-//! - [`events`]: the scheduler's event stream, which [`stats`] subscribes to;
-//! - [`parker`]: the three-state parker blocking callers wait on;
-//! - [`clock`]: the one place that reads the wall clock.
+//!   nodes) and [`mailbox::Mailbox`], and the user's [`worker::executor::TaskExecutor`];
+//! - [`running`]: what a running task sees of its own run (its cancellation, its stream);
+//! - [`permit`]: capacity permits for engines that run their own loop;
+//! - [`observe`]: the scheduler's event stream and the pool's counters;
+//! - [`sync`]: the waiting primitives (the parker, bounded spins, the nested-work slots);
+//! - [`util`]: the wall clock, random numbers, panic-safe drops.
 //!
 //! Users normally depend on `prometheus_parking_lot`, which re-exports these names at the
 //! paths existing code imports and adds the facades and the backends.
 
-pub mod budget;
-pub(crate) mod cancellation;
-pub mod clock;
-#[doc(hidden)]
-pub mod contain;
 pub mod domain;
 pub mod engine;
-pub mod events;
-pub mod executor;
-pub mod inspect;
 pub mod mailbox;
-pub mod parker;
+pub mod observe;
 pub mod permit;
 pub mod queue;
-#[doc(hidden)]
-pub mod random;
 pub mod running;
 pub mod scheduler;
-pub(crate) mod spans;
-pub mod spawn;
-pub(crate) mod spin;
-pub mod stats;
-pub mod stream;
 pub mod supervisor;
+pub mod sync;
+pub mod util;
 pub mod worker;

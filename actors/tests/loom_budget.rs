@@ -7,7 +7,7 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use prometheus_parking_lot_actors::budget::SlotBudget;
+use prometheus_parking_lot_actors::sync::slots::SlotBudget;
 
 /// Two threads race for one slot while the main thread holds none: never more than one
 /// holder at once, at least one acquire succeeds, and the slot comes back.

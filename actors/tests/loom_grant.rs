@@ -13,8 +13,8 @@ use std::task::{Context, Poll};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use prometheus_parking_lot_actors::parker::Parker;
 use prometheus_parking_lot_actors::permit::answer::{Answer, Withdrawal};
+use prometheus_parking_lot_actors::sync::parker::Parker;
 
 /// A grant racing a withdrawal: the units are released exactly once, by one side.
 #[test]

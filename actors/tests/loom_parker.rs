@@ -9,7 +9,7 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use prometheus_parking_lot_actors::parker::Parker;
+use prometheus_parking_lot_actors::sync::parker::Parker;
 
 /// A park racing one unpark always returns: the wake-up is never lost, whether the unpark
 /// lands before the park, while it is on its way to sleep, or while it sleeps.

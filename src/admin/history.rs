@@ -11,7 +11,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::core::PoolControl;
 use crate::util::serde::TaskId;
 use prometheus_parking_lot_actors::domain::TaskStatus;
-use prometheus_parking_lot_actors::events::{FeedEvent, TaskStep};
+use prometheus_parking_lot_actors::observe::events::{FeedEvent, TaskStep};
 
 /// Refusals kept, the latest.
 pub(crate) const REFUSALS_KEPT: usize = 100;
@@ -137,7 +137,7 @@ impl History {
 mod tests {
     use super::*;
     use crate::util::serde::{MailboxKey, ResourceCost};
-    use prometheus_parking_lot_actors::events::Refusal;
+    use prometheus_parking_lot_actors::observe::events::Refusal;
 
     fn event(step: TaskStep, at_ms: u64, since_ms: Option<u64>) -> FeedEvent {
         FeedEvent {

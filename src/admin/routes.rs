@@ -23,7 +23,7 @@ use super::Served;
 use crate::config::{escape_controls, Secret};
 use crate::core::{EntryId, KeptLetter, PoolError, PoolStats};
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
-use prometheus_parking_lot_actors::inspect::MAX_PAGE;
+use prometheus_parking_lot_actors::scheduler::inspect::MAX_PAGE;
 
 /// The dashboard page.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -553,7 +553,7 @@ async fn events(
 /// Hands a pool's task events to an event stream until it closes or the server stops.
 async fn forward_tasks(
     pool: String,
-    mut feed: broadcast::Receiver<prometheus_parking_lot_actors::events::FeedEvent>,
+    mut feed: broadcast::Receiver<prometheus_parking_lot_actors::observe::events::FeedEvent>,
     sender: mpsc::Sender<Event>,
     mut closing: watch::Receiver<bool>,
 ) {

@@ -15,25 +15,25 @@ pub use prometheus_parking_lot_actors::domain::{
     StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
-pub use prometheus_parking_lot_actors::events::{
-    BudgetReading, EventFeed, EventSubscriber, FeedEvent, PoolReading, Refusal, TaskEvent, TaskStep,
-};
-pub use prometheus_parking_lot_actors::executor::TaskExecutor;
-pub use prometheus_parking_lot_actors::inspect::{PoolView, TaskView, TenantView};
 pub use prometheus_parking_lot_actors::mailbox::{
     json_result, Delivery, FencedDelivery, InlineMailbox, Mailbox, MailboxError, Notifier,
     ResultEncoder, TerminalEvent,
 };
+pub use prometheus_parking_lot_actors::observe::events::{
+    BudgetReading, EventFeed, EventSubscriber, FeedEvent, PoolReading, Refusal, TaskEvent, TaskStep,
+};
+pub use prometheus_parking_lot_actors::observe::stats::{BudgetStats, PoolStats};
 pub use prometheus_parking_lot_actors::queue::{
     Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, KeptLetter, Lease,
     LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
     SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
+pub use prometheus_parking_lot_actors::scheduler::inspect::{PoolView, TaskView, TenantView};
 pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
-pub use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
-pub use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
-pub use prometheus_parking_lot_actors::stats::{BudgetStats, PoolStats};
+pub use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
+pub use prometheus_parking_lot_actors::supervisor::spawn::{BoxTask, Spawn};
 pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;
+pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 
 /// The pure parking-lot core: admit, complete, cancel and tick with an explicit `now`, and
 /// get decisions back. See `PARKING_LOT.md` for the algorithm.

@@ -35,7 +35,7 @@ pub(crate) mod plan;
 pub use fake::FakeGpu;
 #[cfg(feature = "gpu")]
 pub use nvml::NvmlProbe;
-pub use prometheus_parking_lot_actors::stats::GpuStats;
+pub use prometheus_parking_lot_actors::observe::stats::GpuStats;
 
 use thiserror::Error;
 

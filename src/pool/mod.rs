@@ -13,11 +13,11 @@ use std::time::Duration;
 use prometheus_parking_lot_actors::engine::{
     start_gate_blocking, start_pool_blocking, PoolClient, PoolSpec,
 };
-use prometheus_parking_lot_actors::events::EventSubscriber;
 use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
+use prometheus_parking_lot_actors::observe::events::EventSubscriber;
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
 use prometheus_parking_lot_actors::scheduler::protocol::ShutdownReport;
-use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
+use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{Mailbox, PoolError, Spawn, TaskQueue};

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
+use prometheus_parking_lot_actors::running::stream::ResultStream;
 use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
-use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::{PoolConfig, WorkerPoolConfig};
 use crate::core::{Mailbox, PoolError, ScheduledTask, Spawn, TaskQueue};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use prometheus_parking_lot_actors::engine::{PoolClient, ShutdownOnDrop};
+use prometheus_parking_lot_actors::running::stream::ResultStream;
 use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
-use prometheus_parking_lot_actors::stream::ResultStream;
 
 use crate::config::WorkerPoolConfig;
 use crate::core::{PoolError, ScheduledTask, TaskMetadata};

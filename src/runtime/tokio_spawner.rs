@@ -1,6 +1,6 @@
 //! [`TokioSpawner`]: a dedicated single-threaded tokio runtime per pool.
 
-use prometheus_parking_lot_actors::spawn::{BoxTask, Spawn};
+use prometheus_parking_lot_actors::supervisor::spawn::{BoxTask, Spawn};
 
 use crate::core::PoolError;
 

@@ -1,3 +1,3 @@
 //! The wall clock, read in one place.
 
-pub use prometheus_parking_lot_actors::clock::now_ms;
+pub use prometheus_parking_lot_actors::util::clock::now_ms;

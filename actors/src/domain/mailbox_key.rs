@@ -121,7 +121,7 @@ impl MailboxKey {
     /// assert_eq!(a.tenant.0.len(), "anonymous-".len() + 32);
     /// ```
     pub fn anonymous() -> Self {
-        Self::anonymous_from_bits(crate::random::random_u128())
+        Self::anonymous_from_bits(crate::util::random::random_u128())
     }
 
     /// The anonymous key whose tenant carries `bits` (see [`anonymous_bits`](Self::anonymous_bits)).

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{MailboxKey, ResourceCost};
-use crate::clock::now_ms;
+use crate::util::clock::now_ms;
 
 /// Identifies a task within a pool. Callers choose it (a request id, a random number).
 pub type TaskId = u64;
@@ -48,7 +48,7 @@ impl Priority {
 /// Built with [`TaskMetadata::new`] and the `with_*` calls, or as a struct literal:
 ///
 /// ```
-/// use prometheus_parking_lot_actors::clock::now_ms;
+/// use prometheus_parking_lot_actors::util::clock::now_ms;
 /// use prometheus_parking_lot_actors::domain::{MailboxKey, Priority, ResourceCost, TaskMetadata};
 ///
 /// let chat = TaskMetadata::new(1, ResourceCost::gpu_vram(2))

@@ -13,12 +13,12 @@ use ractor::rpc::CallResult;
 use ractor::{DerivedActorRef, RpcReplyPort};
 
 use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
-use crate::events::{EventFeed, FeedEvent};
-use crate::inspect::PoolView;
+use crate::observe::events::{EventFeed, FeedEvent};
+use crate::observe::stats::{PoolCounters, PoolStats};
 use crate::queue::{EntryId, KeptLetter, QueueError, QueueMaintenance, SharedQueue};
-use crate::scheduler::control::ControlRequest;
 use crate::scheduler::core::WaitReason;
-use crate::stats::{PoolCounters, PoolStats};
+use crate::scheduler::inspect::PoolView;
+use crate::scheduler::protocol::ControlRequest;
 
 /// The operations of one running pool that need no payload or result type. Cheap to clone.
 #[derive(Clone)]
@@ -160,8 +160,8 @@ impl PoolControl {
     }
 
     /// The pool's work now: its running tasks (and held permits), parked tasks `offset..
-    /// offset + limit` in rank order (at most [`MAX_PAGE`](crate::inspect::MAX_PAGE)) each
-    /// with the reason it waits, and its tenants. See [`crate::inspect`]. On a shared queue
+    /// offset + limit` in rank order (at most [`MAX_PAGE`](crate::scheduler::inspect::MAX_PAGE)) each
+    /// with the reason it waits, and its tenants. See [`crate::scheduler::inspect`]. On a shared queue
     /// it shows this node's tasks (the queue's parked tasks are the queue's).
     ///
     /// ```

@@ -10,13 +10,12 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
-use crate::budget::SlotBudget;
 use crate::domain::{BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
-use crate::events::{EventFeed, EventSubscriber};
-use crate::executor::TaskExecutor;
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
+use crate::observe::events::{EventFeed, EventSubscriber};
+use crate::observe::stats::PoolCounters;
 use crate::permit::lane::Lanes;
 use crate::queue::actor::{fault_of, QueueActor, QueueMsg, QueueReports, QueueState};
 use crate::queue::{QueueError, StoredEntry, TaskQueue};
@@ -26,15 +25,16 @@ use crate::scheduler::driver::{Driver, Results};
 use crate::scheduler::gpu_watch::GpuWatch;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
-use crate::scheduler::shared::{SharedIo, SharedParking};
+use crate::scheduler::shared_io::{SharedIo, SharedParking};
 use crate::scheduler::shell::storage::{LocalRoom, SharedRoom, Storage};
 use crate::scheduler::shell::{Rerun, ShellArgs};
-use crate::spawn::Spawn;
-use crate::stats::PoolCounters;
+use crate::supervisor::spawn::Spawn;
 use crate::supervisor::{
     ChildSpec, Escalate, RestartPolicy, StartChild, SupervisorActor, SupervisorMsg,
 };
+use crate::sync::slots::SlotBudget;
 use crate::worker::actor::WorkerActor;
+use crate::worker::executor::TaskExecutor;
 use crate::worker::thread::WorkerThreadSpec;
 use crate::worker::{job_channels, WorkerSettings};
 

@@ -23,9 +23,9 @@ use tracing::Instrument;
 
 use super::notify::Notifiers;
 use super::{Delivery, FencedDelivery, Mailbox};
-use crate::clock::engine_now_ms;
 use crate::domain::{MailboxKey, TaskId};
 use crate::queue::{Claim, Settlement};
+use crate::util::clock::engine_now_ms;
 
 /// How a store ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ pub(crate) struct MailboxState<R> {
     /// How long results are kept; `None` keeps them until taken.
     pub retention: Option<Duration>,
     /// The pool's counters (`expired_results`).
-    pub counters: Arc<crate::stats::PoolCounters>,
+    pub counters: Arc<crate::observe::stats::PoolCounters>,
 }
 
 /// What the mailbox actor holds: its starting state and the deliveries not yet written.
@@ -141,7 +141,7 @@ where
         message: Self::Msg,
         held: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("mailbox", myself.get_id(), &held.state.pool);
+        let span = crate::observe::spans::actor("mailbox", myself.get_id(), &held.state.pool);
         async move {
             match message {
                 MailboxMsg::Deliver {

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use super::answer::{Answer, Withdrawal};
 use super::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp, PermitPort};
 use crate::domain::{PoolError, ResourceKind, TaskId, TaskMetadata};
-use crate::parker::block_on_until;
-use crate::spin::AdaptiveSpin;
-use crate::stats::{PoolCounters, PoolStats};
+use crate::observe::stats::{PoolCounters, PoolStats};
+use crate::sync::parker::block_on_until;
+use crate::sync::spin::AdaptiveSpin;
 
-/// How many rounds an acquire spins for its answer at most (see `crate::spin`).
+/// How many rounds an acquire spins for its answer at most (see `crate::sync::spin`).
 const ANSWER_SPIN_ROUNDS: u32 = 64;
 
 /// Hands out [`Permit`]s for a pool's capacity, ranked by the pool's scheduler with the
@@ -96,7 +96,7 @@ impl std::future::Future for Acquire<'_> {
         let mut granted = None;
         if this.spin {
             // The scheduler usually answers within microseconds: a short spin spares a
-            // sleep and a wake-up (see `crate::spin`).
+            // sleep and a wake-up (see `crate::sync::spin`).
             this.spin = false;
             granted = this.gate.spin.spin(|| answer.try_take());
         }
@@ -442,7 +442,7 @@ pub(crate) fn acquire_from_lane(
 ) -> Option<Arc<Holding>> {
     if meta
         .deadline_ms
-        .is_some_and(|deadline| deadline <= crate::clock::now_ms())
+        .is_some_and(|deadline| deadline <= crate::util::clock::now_ms())
     {
         return None;
     }

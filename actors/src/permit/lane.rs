@@ -139,6 +139,16 @@ impl Handed {
     }
 }
 
+impl crate::observe::stats::Unread for Lanes {
+    fn borrowed(&self, kind: ResourceKind) -> u32 {
+        Lanes::borrowed(self, kind)
+    }
+
+    fn holders(&self) -> usize {
+        Lanes::holders(self)
+    }
+}
+
 impl Default for Lanes {
     fn default() -> Self {
         Self::new()

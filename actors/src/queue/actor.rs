@@ -14,8 +14,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
 
 use super::{EntryId, QueueError, Settlement, TaskQueue};
-use crate::contain::drop_contained;
 use crate::domain::{BackendFault, FaultKind, ScheduledTask};
+use crate::util::contain::drop_contained;
 
 /// Messages the queue actor handles.
 pub(crate) enum QueueMsg<P> {
@@ -98,7 +98,7 @@ where
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("queue", myself.get_id(), state.queue.backend());
+        let span = crate::observe::spans::actor("queue", myself.get_id(), state.queue.backend());
         async move {
             let backend = state.queue.backend();
             match message {

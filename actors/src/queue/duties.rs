@@ -31,7 +31,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::shared::{DeadLetter, QueueMaintenance, SharedQueue};
+use super::shared_queue::{DeadLetter, QueueMaintenance, SharedQueue};
 use super::{EntryId, QueueError};
 
 /// Whether a duty of `interval` that last ran at `last_run_ms` is due at `now_ms` (0: it never

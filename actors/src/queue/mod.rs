@@ -26,7 +26,7 @@
 
 pub mod actor;
 pub mod duties;
-pub mod shared;
+pub mod shared_queue;
 
 use crate::domain::FaultKind;
 use async_trait::async_trait;
@@ -35,7 +35,7 @@ use thiserror::Error;
 use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
-pub use shared::{
+pub use shared_queue::{
     Claim, DeadLetter, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, SharedQueue,
     StarvationRule,
 };

@@ -24,18 +24,18 @@ use super::gpu_watch::GpuWatch;
 use super::inbox::{Finish, Inbox};
 use super::protocol::{Extras, Internal, Reply, SchedulerMsg, SchedulerRequest, Submission};
 use super::shell::{Shell, ShellArgs, Shutdown};
-use crate::clock::engine_now_ms;
 use crate::domain::{MailboxKey, PoolError};
+use crate::observe::stats::PoolCounters;
 use crate::queue::StoredEntry;
-use crate::spin::{Spin, SPIN_TIME};
-use crate::stats::PoolCounters;
+use crate::sync::spin::{Spin, SPIN_TIME};
+use crate::util::clock::engine_now_ms;
 
 /// How long a stopping scheduler waits for its shared queue's last hand-backs and settles.
 const SHARED_FINISH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How many times the scheduler re-checks an empty inbox before it sleeps. A round is a
 /// `sched_yield` (well under a microsecond when no other thread wants the core), and every
 /// 16th also yields to the pool's runtime so its other actors and timers run. The spin is
-/// also cut off after [`SPIN_TIME`] of wall time (see [`crate::spin`]).
+/// also cut off after [`SPIN_TIME`] of wall time (see [`crate::sync::spin`]).
 const IDLE_SPIN_ROUNDS: u32 = 96;
 
 /// How many drain-and-spin rounds one `Drain` message runs before the actor takes its other
@@ -153,7 +153,7 @@ where
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("scheduler", myself.get_id(), state.shell.pool());
+        let span = crate::observe::spans::actor("scheduler", myself.get_id(), state.shell.pool());
         async move {
             let now = engine_now_ms();
             if !matches!(message.0, Internal::Drain) {

@@ -11,17 +11,17 @@ use ractor::ActorRef;
 
 use super::gpu_watch::GpuLink;
 use super::protocol::SharedReport;
-use super::shared::{AfterSettle, SharedIo};
+use super::shared_io::{AfterSettle, SharedIo};
 use super::shell::effects::{Effect, Outcome};
 use super::shell::tasks::stream_of;
 use super::shell::Shell;
-use crate::contain::drop_contained;
 use crate::domain::MailboxKey;
 use crate::mailbox::actor::{AfterStore, Fence, MailboxMsg, Stored};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
 use crate::queue::actor::{QueueMsg, QueueReport};
 use crate::queue::QueueError;
+use crate::util::contain::drop_contained;
 use crate::worker::{Job, JobSenders};
 
 /// Where outcomes are stored: directly, for a mailbox with an inline face, or through the

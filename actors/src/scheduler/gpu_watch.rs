@@ -30,7 +30,7 @@ use ractor::ActorRef;
 
 use super::protocol::{Headroom, Internal, SchedulerMsg};
 use crate::domain::{PoolError, ResourceKind};
-use crate::stats::{GpuStats, PoolCounters};
+use crate::observe::stats::{GpuStats, PoolCounters};
 
 /// Reads a GPU's free memory. Implemented over NVML by the public crate, and by fakes in
 /// tests.

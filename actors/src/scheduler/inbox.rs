@@ -111,7 +111,7 @@ where
             submission.refuse(PoolError::Shutdown);
         }
         while let Some(finish) = self.finishes.pop() {
-            crate::contain::drop_contained(finish.outcome);
+            crate::util::contain::drop_contained(finish.outcome);
         }
         while let Some(op) = self.permits.pop() {
             op.refuse(PoolError::Shutdown);

@@ -5,7 +5,7 @@
 //! Callers that speak to the actor tree directly hold a
 //! `DerivedActorRef<SchedulerRequest<P>>` (see `PoolClient::scheduler`) and can only send
 //! requests: submit, shutdown, and the operator's [`ControlRequest`]s (cancel, pause, drain,
-//! inspect, stats), which have a module of their own (`scheduler::control`). The events that move capacity (a task
+//! inspect, stats), which are handled beside the shell's control actions (`shell/control.rs`). The events that move capacity (a task
 //! finished, a worker is gone, a claim failed) are variants of a private enum inside the
 //! opaque [`SchedulerMsg`], so no caller can forge one and break "capacity is released
 //! exactly once".
@@ -15,16 +15,16 @@ use std::time::Duration;
 use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
-use crate::budget::SlotGuard;
 use crate::domain::{
     MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
 };
 use crate::mailbox::actor::Stored;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
-use crate::stream::StreamAttachment;
+use crate::running::stream::StreamAttachment;
+use crate::sync::slots::SlotGuard;
 
-pub use super::control::ControlRequest;
+pub use super::shell::control::ControlRequest;
 
 /// Per-submission options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -223,7 +223,7 @@ pub(crate) struct Extras {
     /// A streamed task's buffer: its outcome goes there.
     pub stream: Option<StreamAttachment>,
     /// The nested slot of a task submitted from one of the pool's own workers, held until
-    /// the task's worker is free again (see [`crate::budget`]).
+    /// the task's worker is free again (see [`crate::sync::slots`]).
     pub slot: Option<SlotGuard>,
 }
 
@@ -253,13 +253,13 @@ impl<P> Submission<P> {
         match self {
             Submission::One { task, reply, .. } => {
                 reply.send(Err(error));
-                crate::contain::drop_contained(task);
+                crate::util::contain::drop_contained(task);
             }
             Submission::Batch { tasks, reply, .. } => {
                 let answers = tasks.iter().map(|_| Err(error.clone())).collect();
                 let _ = reply.send(answers);
                 for task in tasks {
-                    crate::contain::drop_contained(task);
+                    crate::util::contain::drop_contained(task);
                 }
             }
         }

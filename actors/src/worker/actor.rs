@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::thread::{self, WorkerThreadSpec};
 use super::WorkerMsg;
-use crate::executor::TaskExecutor;
+use crate::worker::executor::TaskExecutor;
 
 /// Marks the payload, result and executor types without owning any.
 type Types<P, R, E> = PhantomData<fn() -> (P, R, E)>;
@@ -59,7 +59,7 @@ where
         message: Self::Msg,
         _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("worker", myself.get_id(), "");
+        let span = crate::observe::spans::actor("worker", myself.get_id(), "");
         async move {
             match message {
                 WorkerMsg::ThreadDied { reason } => {

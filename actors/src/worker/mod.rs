@@ -1,5 +1,6 @@
 //! Worker threads: each worker actor (`actor.rs`) owns one named OS thread running
-//! its own current-thread tokio runtime, which takes jobs from its own job channel.
+//! its own current-thread tokio runtime, which takes jobs from its own job channel and runs
+//! each with the user's [`TaskExecutor`](executor::TaskExecutor) ([`executor`]).
 //!
 //! Worker `i` has job channel `i`. The scheduler's core gives every task it starts an idle
 //! worker slot (each worker runs at most one job at a time) and the scheduler sends the job
@@ -10,6 +11,7 @@
 //! senders; when it stops, every channel closes and each thread exits after its current job.
 
 pub(crate) mod actor;
+pub mod executor;
 pub(crate) mod thread;
 
 use std::sync::Arc;

@@ -29,12 +29,12 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::{Job, JobReceiver, RunReports, WorkerMsg, WorkerSettings};
-use crate::budget::SlotBudget;
-use crate::contain::{drop_contained, panic_message};
 use crate::domain::PoolError;
-use crate::executor::TaskExecutor;
-use crate::spin::{Spin, SPIN_TIME};
-use crate::stats::PoolCounters;
+use crate::observe::stats::PoolCounters;
+use crate::sync::slots::SlotBudget;
+use crate::sync::spin::{Spin, SPIN_TIME};
+use crate::util::contain::{drop_contained, panic_message};
+use crate::worker::executor::TaskExecutor;
 
 /// Everything one worker thread needs; cloned for each (re)start.
 pub struct WorkerThreadSpec<P, R, E> {
@@ -53,7 +53,7 @@ pub struct WorkerThreadSpec<P, R, E> {
     /// The pool's counters (`live_worker_threads`).
     pub(crate) counters: Arc<PoolCounters>,
     /// The pool's nested slots: the thread marks itself as this pool's, so submissions it
-    /// makes to the same pool are recognised as nested (see [`crate::budget`]).
+    /// makes to the same pool are recognised as nested (see [`crate::sync::slots`]).
     pub(crate) nested: Arc<SlotBudget>,
 }
 
@@ -196,7 +196,7 @@ where
 /// Each round yields the CPU (`sched_yield`), so a spinning worker never keeps a runnable
 /// thread off its core, and every few rounds it yields to its own runtime too, so tasks an
 /// executor spawned keep running. The spin is also cut off after [`SPIN_TIME`] of wall time
-/// (see [`crate::spin`]).
+/// (see [`crate::sync::spin`]).
 const IDLE_SPIN_ROUNDS: u32 = 64;
 
 /// The next job: checked for a short while (see [`IDLE_SPIN_ROUNDS`]), then awaited.

@@ -22,8 +22,8 @@ use tokio::sync::Notify;
 
 use crate::core::{Delivery, InlineMailbox, Mailbox, MailboxError};
 use crate::util::serde::{MailboxKey, TaskId};
-use prometheus_parking_lot_actors::contain;
 use prometheus_parking_lot_actors::scheduler::core::FastMap;
+use prometheus_parking_lot_actors::util::contain;
 
 /// The default bound on stored results plus live tasks.
 pub const DEFAULT_MAX_MESSAGES: usize = 100_000;

@@ -19,7 +19,7 @@
 //! `Debug`, logs, tracing fields or errors; logged errors leave the URL out too, since a
 //! webhook URL may carry a token of its own.
 
-use prometheus_parking_lot_actors::random::random_u128;
+use prometheus_parking_lot_actors::util::random::random_u128;
 use std::fmt;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

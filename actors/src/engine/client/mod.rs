@@ -22,18 +22,18 @@ use tokio::sync::OnceCell;
 pub use shutdown::ShutdownOnDrop;
 
 use super::control::PoolControl;
-use crate::budget::SlotBudget;
 use crate::domain::{OnDuplicate, PoolError};
-use crate::events::EventFeed;
 use crate::mailbox::{Mailbox, Notifier};
+use crate::observe::events::EventFeed;
+use crate::observe::stats::PoolCounters;
 use crate::permit::{Gate, PermitPort};
 use crate::queue::SharedQueue;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{SchedulerMsg, SchedulerRequest, ShutdownReport};
 use crate::scheduler::shell::Rerun;
-use crate::spin::AdaptiveSpin;
-use crate::stats::PoolCounters;
 use crate::supervisor::SupervisorMsg;
+use crate::sync::slots::SlotBudget;
+use crate::sync::spin::AdaptiveSpin;
 
 /// A handle to one running pool: submit, retrieve, shutdown, and (through
 /// [`PoolControl`], which it dereferences to) stats, events, cancel, pause, drain, inspect.

@@ -3,7 +3,7 @@
 //!
 //! Results are taken straight from the mailbox (before subscribing to it, so a result that
 //! is already there costs no subscription). Blocking callers on plain threads wait on a
-//! three-state [parker](crate::parker), never on a hop through the pool's runtime.
+//! three-state [parker](crate::sync::parker), never on a hop through the pool's runtime.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use super::{deadline_after, PoolClient};
 use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
-use crate::parker::block_on_until;
+use crate::sync::parker::block_on_until;
 
 impl<P, R> PoolClient<P, R>
 where

@@ -7,13 +7,13 @@
 use tokio::sync::oneshot;
 
 use super::PoolClient;
-use crate::budget::SlotGuard;
-use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
-use crate::parker::block_on_until;
+use crate::running::stream::{ResultStream, StreamAttachment};
 use crate::scheduler::protocol::{Extras, Reply, Submission, SubmitOptions};
-use crate::spin::AdaptiveSpin;
-use crate::stream::{ResultStream, StreamAttachment};
+use crate::sync::parker::block_on_until;
+use crate::sync::slots::SlotGuard;
+use crate::sync::spin::AdaptiveSpin;
+use crate::util::contain::drop_contained;
 use crate::worker::thread::is_worker_of;
 
 /// How many times a submitter re-checks for its admission answer (yielding the CPU with
@@ -21,7 +21,7 @@ use crate::worker::thread::is_worker_of;
 /// within a few microseconds, well inside this window, and catching the answer awake spares
 /// the submitter's thread a kernel wake-up per task (tens of microseconds on a virtual
 /// machine). Bounded: at most this many yields, and at most
-/// [`SPIN_TIME`](crate::spin::SPIN_TIME) (see [`crate::spin`]). The budget adapts
+/// [`SPIN_TIME`](crate::sync::spin::SPIN_TIME) (see [`crate::sync::spin`]). The budget adapts
 /// ([`AdaptiveSpin`]): where answers take a database round trip (a pool parking to a shared
 /// queue), spins fail, and submitters soon sleep at once instead of burning the CPU the
 /// database needs.
@@ -134,7 +134,7 @@ where
             .unwrap_or(Err(PoolError::Shutdown))
     }
 
-    /// Admits a task whose executor streams partial results (see [`crate::stream`]): the
+    /// Admits a task whose executor streams partial results (see [`crate::running::stream`]): the
     /// stream yields each partial, then the final value or the error that ended the task.
     /// `buffer` partials wait at most (back-pressure on the executor). Dropping the stream
     /// before its end cancels the task. Refused (`InvalidConfig`) on a pool whose queue is
@@ -155,7 +155,7 @@ where
 
     /// Like [`submit_streaming`](Self::submit_streaming), blocking a plain thread until the
     /// admission answer; read the stream with
-    /// [`ResultStream::into_blocking_iter`](crate::stream::ResultStream::into_blocking_iter).
+    /// [`ResultStream::into_blocking_iter`](crate::running::stream::ResultStream::into_blocking_iter).
     pub fn submit_streaming_blocking(
         &self,
         task: ScheduledTask<P>,
@@ -168,7 +168,7 @@ where
 
     /// Hands one submission to the inbox; the receiver gets the admission answer. Refuses at
     /// once (`NestedBudgetExhausted`) a submission from one of the pool's own workers that
-    /// finds no nested slot free (see [`crate::budget`]).
+    /// finds no nested slot free (see [`crate::sync::slots`]).
     fn send_submission(
         &self,
         task: ScheduledTask<P>,

@@ -1,13 +1,13 @@
 //! Admission: what a task being admitted carries, why a submission is refused before the
 //! core is asked, and how a newcomer the core expired or refused ends.
 
-use crate::contain::drop_contained;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskStatus};
-use crate::events::TaskStep;
 use crate::mailbox::Mailbox;
+use crate::observe::events::TaskStep;
 use crate::queue::{Claim, EntryId, Settlement};
+use crate::running::stream::StreamShared;
 use crate::scheduler::protocol::{Extras, Reply};
-use crate::stream::StreamShared;
+use crate::util::contain::drop_contained;
 
 use super::storage::Storage;
 use super::tasks::Tasks;

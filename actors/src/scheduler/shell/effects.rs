@@ -16,8 +16,8 @@ use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{Claim, EntryId, FitQuery, Settlement};
+use crate::running::stream::StreamAttachment;
 use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
-use crate::stream::StreamAttachment;
 use crate::worker::Job;
 use std::sync::Arc;
 

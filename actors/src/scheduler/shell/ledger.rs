@@ -26,14 +26,14 @@ use std::time::Duration;
 
 use hashbrown::HashTable;
 
-use crate::budget::SlotGuard;
-use crate::cancellation::Cancellation;
 use crate::domain::{
     MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskMetadata, TenantId,
 };
 use crate::queue::{Claim, EntryId};
+use crate::running::cancellation::Cancellation;
+use crate::running::stream::StreamAttachment;
 use crate::scheduler::protocol::Reply;
-use crate::stream::StreamAttachment;
+use crate::sync::slots::SlotGuard;
 
 /// Entry ids are the admission time in milliseconds shifted left by this many bits, plus a
 /// counter within the millisecond: increasing in admission order and across restarts.
@@ -201,7 +201,7 @@ pub(crate) struct Rare {
     /// A streamed task's buffer: its outcome goes there, not to the mailbox.
     pub stream: Option<StreamAttachment>,
     /// The nested slot of a task submitted from one of the pool's own workers, held until
-    /// its worker is free again (see [`crate::budget`]).
+    /// its worker is free again (see [`crate::sync::slots`]).
     pub slot: Option<SlotGuard>,
     /// Its submitter, waiting until the queue has stored the task.
     pub reply: Option<Reply>,

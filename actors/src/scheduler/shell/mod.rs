@@ -29,6 +29,7 @@
 //! - Queue calls for one entry are asked in order: park, then claim or remove, then settle.
 
 mod admission;
+pub(crate) mod control;
 pub(crate) mod effects;
 mod lanes;
 pub(crate) mod ledger;
@@ -38,30 +39,30 @@ pub(crate) mod permits;
 mod recent;
 mod rerun;
 mod retry;
-mod shared_reports;
+mod shared_mode;
 pub(crate) mod storage;
 pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
+mod views;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::contain::drop_contained;
 use crate::domain::{
-    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TaskId, TenantId,
+    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask,
 };
-use crate::events::TaskStep;
-use crate::inspect::{PoolView, TaskView, TenantView, MAX_PAGE};
 use crate::mailbox::Mailbox;
+use crate::observe::events::TaskStep;
+use crate::observe::stats::PoolStats;
 use crate::queue::actor::QueueReport;
-use crate::queue::{Claim, EntryId, Lease, Settlement, StoredEntry};
-use crate::scheduler::core::{Admit, Cancel, Newcomer, ParkingLot, WaitReason};
+use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
+use crate::scheduler::core::{Admit, Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
-use crate::stats::PoolStats;
+use crate::util::contain::drop_contained;
 
 use admission::{end_unadmitted, mailbox_has_room, no_result_waits, streamable, Admission, Origin};
-use effects::{CancelReply, Effect, Effects, SharedCall};
+use effects::{Effect, Effects, SharedCall};
 use ledger::{admitted_ms, sequence_of, Record};
 use lifecycle::Lifecycle;
 pub(crate) use lifecycle::Shutdown;
@@ -85,9 +86,9 @@ pub(crate) struct ShellArgs<P, R> {
     /// Where parked tasks are kept.
     pub storage: Storage,
     /// The pool's counters (the first observer).
-    pub counters: Arc<crate::stats::PoolCounters>,
+    pub counters: Arc<crate::observe::stats::PoolCounters>,
     /// Who else hears every event.
-    pub subscribers: Vec<Arc<dyn crate::events::EventSubscriber>>,
+    pub subscribers: Vec<Arc<dyn crate::observe::events::EventSubscriber>>,
     /// The mailbox, read (never written) to refuse work it has no room to answer.
     pub mailbox: Arc<dyn Mailbox<R>>,
     /// Whether a GPU sampler wants to hear that tasks wait for memory.
@@ -187,40 +188,6 @@ where
             .unwrap_or_else(MailboxKey::anonymous);
         let timeout = options.timeout.or(self.tasks.default_timeout);
         let origin = Origin::Submitted { reply, extras };
-        self.admit(
-            Admission {
-                task,
-                key,
-                timeout,
-                origin,
-            },
-            now,
-        );
-    }
-
-    /// Admits a task claimed from the shared queue, as its lease's holder.
-    fn run_leased(&mut self, lease: Lease<P>, now: u64) {
-        let Lease {
-            entry: shared_entry,
-            mut task,
-            attempt,
-            ..
-        } = lease;
-        if !self.lifecycle.is_open() {
-            // Stopping: its lease runs out and another node runs it.
-            drop_contained(task);
-            return;
-        }
-        let key = task
-            .meta
-            .mailbox
-            .take()
-            .unwrap_or_else(MailboxKey::anonymous);
-        let timeout = self.tasks.default_timeout;
-        let origin = Origin::Leased {
-            shared_entry,
-            attempt,
-        };
         self.admit(
             Admission {
                 task,
@@ -435,36 +402,6 @@ where
         }
     }
 
-    /// Whether a task of `kind` from `origin` skips this node's core and waits in the shared
-    /// queue whatever room this node has: a submission of a kind with a budget, which the
-    /// queue keeps for every node, so only a claim may spend from it; and any submission of
-    /// a pool that attaches repeated submissions, whose callers the queue keeps unique
-    /// across nodes.
-    fn parks_for_the_fleet(&self, origin: &Origin, kind: ResourceKind) -> bool {
-        let limits = self.tasks.core.limits();
-        matches!(origin, Origin::Submitted { .. })
-            && self.storage.is_shared()
-            && (limits.budgets.get(kind).is_some() || limits.on_duplicate == OnDuplicate::Attach)
-    }
-
-    /// Parks submission `entry` in the shared queue, where any node may claim it.
-    fn park_shared(
-        &mut self,
-        entry: EntryId,
-        mut task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
-    ) {
-        task.meta.mailbox = Some(key.clone());
-        self.tasks.fx.shared(SharedCall::Enqueue {
-            entry: SharedRoom::entry_for(sequence_of(entry)),
-            rank_time_ms: admitted_ms(entry),
-            task,
-            key,
-            reply,
-        });
-    }
-
     /// Hands a started task's job to its worker slot.
     fn send_job(&mut self, entry: EntryId, task: ScheduledTask<P>, now: u64) {
         self.keep_spare(entry, &task);
@@ -556,7 +493,7 @@ where
         self.lifecycle.note_finished();
         self.start_parked(started, now);
         self.stop_if_drained();
-        self.claim_if_room(now);
+        self.claim_if_open(now);
         if self.gpu_sampled && self.tasks.core.parked_len() > 0 {
             self.tasks.fx.push(Effect::WakeGpu);
         }
@@ -566,7 +503,7 @@ where
     pub fn worker_ready(&mut self, worker: usize, now: u64) {
         let started = self.tasks.core.worker_ready(worker, now);
         self.start_parked(started, now);
-        self.claim_if_room(now);
+        self.claim_if_open(now);
     }
 
     /// A job's worker channel was closed: it never reached a worker.
@@ -578,7 +515,7 @@ where
     pub fn set_headroom(&mut self, kind: ResourceKind, units: Option<u32>, now: u64) {
         let started = self.tasks.core.set_headroom(kind, units, now);
         self.start_parked(started, now);
-        self.claim_if_room(now);
+        self.claim_if_open(now);
     }
 
     /// What the queue actor reported.
@@ -619,157 +556,6 @@ where
         self.finish(entry, Err(PoolError::Failed(reason)), now);
     }
 
-    /// Cancels the live task `id` of exactly `key`, here or parked in the shared queue.
-    pub fn cancel(&mut self, key: MailboxKey, id: TaskId, reply: CancelReply, now: u64) {
-        let answer = match self.tasks.entry_of(&key, id) {
-            Some(entry) => self.cancel_local(entry, id, now),
-            None if self.storage.is_shared() => {
-                self.tasks
-                    .fx
-                    .shared(SharedCall::RemoveTask { key, id, reply });
-                return;
-            }
-            None => Err(PoolError::TaskNotFound(id)),
-        };
-        self.tasks.fx.push(Effect::AnswerCancel { reply, answer });
-    }
-
-    /// Pauses the pool (`true`: nothing starts, admissions park) or resumes it, starting
-    /// what fits (core rule 18).
-    pub fn pause(&mut self, paused: bool, now: u64) {
-        self.tasks.observers.counters.set_paused(paused);
-        if paused {
-            self.tasks.core.pause();
-            return;
-        }
-        let started = self.tasks.core.resume(now);
-        self.start_parked(started, now);
-        if let Storage::Shared(room) = &mut self.storage {
-            room.claim_if_room(&mut self.tasks, now);
-        }
-    }
-
-    /// An operator drains the pool (`drained`: new work is refused, admitted work runs) or
-    /// opens it again, which also ends a pause.
-    pub fn drain(&mut self, drained: bool, now: u64) {
-        self.lifecycle.close(drained);
-        self.tasks
-            .observers
-            .counters
-            .set_draining(self.lifecycle.is_closed());
-        if !drained {
-            self.pause(false, now);
-        }
-    }
-
-    /// The pool's work now (see [`crate::inspect`]): O(n) in the live tasks.
-    pub fn inspect(&self, offset: usize, limit: usize) -> PoolView {
-        let core = &self.tasks.core;
-        let ledger = &self.tasks.ledger;
-        let view = |entry: EntryId, reason: Option<WaitReason>| -> Option<TaskView> {
-            if let Some(record) = ledger.get(entry) {
-                let since_ms = record.started_ms().unwrap_or_else(|| record.admitted_ms());
-                return Some(TaskView {
-                    id: record.task_id,
-                    key: record.key.key().into_owned(),
-                    cost: record.cost(),
-                    priority: record.priority,
-                    permit: false,
-                    since_ms,
-                    attempt: record.attempt(),
-                    reason,
-                });
-            }
-            let id = self
-                .permits
-                .waiter_id(entry)
-                .or_else(|| self.permits.held_id(entry))?;
-            let (cost, priority) = core.ticket_of(entry)?;
-            Some(TaskView {
-                id,
-                key: self.permits.key().clone(),
-                cost,
-                priority,
-                permit: true,
-                since_ms: admitted_ms(entry),
-                attempt: 1,
-                reason,
-            })
-        };
-        let mut running: Vec<TaskView> = ledger
-            .iter()
-            .filter(|record| record.run().is_some())
-            .map(|record| record.entry)
-            .chain(self.permits.held().map(|(entry, _)| entry))
-            .filter_map(|entry| view(entry, None))
-            .collect();
-        running.sort_by_key(|task| (task.since_ms, task.id));
-        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
-        let parked = page
-            .into_iter()
-            .filter_map(|entry| view(entry, core.why_waiting(entry)))
-            .collect();
-        let mut tenants: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
-        for record in ledger.iter() {
-            let key = record.key.key();
-            let tenant = tenants
-                .entry(key.tenant.clone())
-                .or_insert_with(|| TenantView {
-                    tenant: key.tenant.clone(),
-                    running: 0,
-                    parked: 0,
-                    holds: [0; ResourceKind::COUNT],
-                });
-            if record.run().is_some() {
-                tenant.running += 1;
-                let cost = record.cost();
-                tenant.holds[cost.kind.index()] += cost.units;
-            } else if record.is_parked() {
-                tenant.parked += 1;
-            }
-        }
-        PoolView {
-            paused: core.is_paused(),
-            draining: self.lifecycle.is_closed(),
-            running,
-            parked,
-            parked_total,
-            offset,
-            tenants: tenants.into_values().collect(),
-        }
-    }
-
-    /// Why the live task `id` under exactly `key` has not started (core rule 17); `None`
-    /// once it runs.
-    pub fn why_waiting(
-        &self,
-        key: &MailboxKey,
-        id: TaskId,
-    ) -> Result<Option<crate::scheduler::core::WaitReason>, PoolError> {
-        let entry = self
-            .tasks
-            .entry_of(key, id)
-            .ok_or(PoolError::TaskNotFound(id))?;
-        Ok(self.tasks.core.why_waiting(entry))
-    }
-
-    fn cancel_local(&mut self, entry: EntryId, id: TaskId, now: u64) -> Result<(), PoolError> {
-        match self.tasks.core.cancel(entry, now) {
-            Ok(Cancel::Parked { started }) => {
-                self.end_parked(entry, PoolError::Cancelled, now);
-                self.start_parked(started, now);
-                Ok(())
-            }
-            Ok(Cancel::Running) => {
-                if let Some(run) = self.tasks.ledger.get_mut(entry).and_then(Record::run_mut) {
-                    run.cancellation.cancel();
-                }
-                Ok(())
-            }
-            Err(_) => Err(PoolError::TaskNotFound(id)),
-        }
-    }
-
     /// Ends a task the core no longer holds as parked (removing it from the local durable
     /// queue, where it is stored there).
     fn end_parked(&mut self, entry: EntryId, outcome: PoolError, now: u64) {
@@ -785,7 +571,7 @@ where
             Storage::Local(room) => room.store_spun(&mut self.tasks, now, false),
             Storage::Shared(room) => {
                 if room.take_reclaim(now) {
-                    self.claim_if_room(now);
+                    self.claim_if_open(now);
                 }
             }
             Storage::Memory => {}

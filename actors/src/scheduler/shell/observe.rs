@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::domain::{MailboxKey, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId};
-use crate::events::{BudgetReading, EventSubscriber, PoolReading, TaskEvent, TaskStep};
+use crate::observe::events::{BudgetReading, EventSubscriber, PoolReading, TaskEvent, TaskStep};
+use crate::observe::stats::PoolCounters;
 use crate::scheduler::core::ParkingLot;
-use crate::stats::PoolCounters;
 
 use super::ledger::Record;
 

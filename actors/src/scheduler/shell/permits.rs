@@ -30,7 +30,7 @@ use super::Shell;
 use crate::domain::{
     MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
 };
-use crate::events::TaskStep;
+use crate::observe::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::EntryId;
 use crate::scheduler::core::{Cancel, FastMap, Newcomer, Ticket};

@@ -22,12 +22,12 @@
 
 use super::ledger::Ledger;
 use super::Shell;
-use crate::contain::drop_contained;
 use crate::domain::{PoolError, ScheduledTask};
-use crate::events::TaskStep;
+use crate::observe::events::TaskStep;
 use crate::queue::EntryId;
 use crate::scheduler::shell::observe::Detail;
 use crate::scheduler::shell::storage::Storage;
+use crate::util::contain::drop_contained;
 
 /// Whether the running task `entry` may be asked to yield: it keeps a spare, was not asked
 /// yet, and its run is under way (not ended by the watchdog or the drain deadline).

@@ -23,12 +23,12 @@
 //! no deadline (it started in time; a deadline is a time to start by).
 
 use super::Shell;
-use crate::contain::drop_contained;
 use crate::domain::{PoolError, Retries};
-use crate::events::TaskStep;
+use crate::observe::events::TaskStep;
 use crate::queue::EntryId;
 use crate::scheduler::shell::observe::Detail;
 use crate::scheduler::shell::storage::Storage;
+use crate::util::contain::drop_contained;
 
 /// How a failed run's task gets its payload back for the next run.
 enum Payload<P> {
@@ -202,7 +202,7 @@ where
 
 /// A draw in `[0, 1)` for a backoff's jitter: 53 random bits.
 fn jitter() -> f64 {
-    (crate::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64
+    (crate::util::random::random_u128() >> 75) as f64 / (1u64 << 53) as f64
 }
 
 /// The reason a task's last failed run ends with: the run's own when it ran once, else

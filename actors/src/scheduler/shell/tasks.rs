@@ -8,19 +8,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::contain::drop_contained;
 use crate::domain::TaskStatus;
 use crate::domain::{
     BackendError, BackendFault, MailboxKey, PoolError, ScheduledTask, TaskFailure, TaskId,
     TaskMetadata,
 };
-use crate::events::{Refusal, TaskStep};
 use crate::mailbox::{status_of, Delivery};
+use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
+use crate::running::stream::{StreamAttachment, StreamShared};
 use crate::running::{Cancellation, RunContext};
 use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
 use crate::scheduler::protocol::{EndedLater, Extras, Reply};
-use crate::stream::{StreamAttachment, StreamShared};
+use crate::util::contain::drop_contained;
 use crate::worker::Job;
 
 use super::effects::{Effect, Effects, Outcome, SharedCall};

@@ -18,7 +18,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use crate::domain::{BackendFault, Durability, ScheduledTask};
-use crate::events::{Refusal, TaskStep};
+use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{EntryId, Settlement};
 use crate::scheduler::core::Cancel;

@@ -100,7 +100,7 @@ impl Refusal {
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::PoolError;
-    /// use prometheus_parking_lot_actors::events::Refusal;
+    /// use prometheus_parking_lot_actors::observe::events::Refusal;
     /// assert_eq!(Refusal::of(&PoolError::QueueFull), Refusal::QueueFull);
     /// assert_eq!(Refusal::of(&PoolError::DuplicateTask(7)).label(), "duplicate");
     /// ```

@@ -14,7 +14,7 @@ use crate::domain::TaskMetadata;
 /// ```
 /// use async_trait::async_trait;
 /// use prometheus_parking_lot_actors::domain::TaskMetadata;
-/// use prometheus_parking_lot_actors::executor::TaskExecutor;
+/// use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 ///
 /// #[derive(Clone)]
 /// struct Echo;

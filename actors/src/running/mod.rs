@@ -22,7 +22,7 @@
 //! ```
 //! use async_trait::async_trait;
 //! use prometheus_parking_lot_actors::domain::TaskMetadata;
-//! use prometheus_parking_lot_actors::executor::TaskExecutor;
+//! use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 //! use prometheus_parking_lot_actors::running;
 //!
 //! /// Generates tokens in blocking code, stopping as soon as nobody wants them any more.
@@ -50,12 +50,15 @@
 //! }
 //! ```
 
+pub(crate) mod cancellation;
+pub mod stream;
+
 use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-pub use crate::cancellation::Cancellation;
-use crate::stream::Partials;
+pub use cancellation::Cancellation;
+use stream::Partials;
 
 /// The context of the task a worker thread runs: its flag, and its stream if it has one.
 #[derive(Clone)]
@@ -131,7 +134,7 @@ pub fn is_lease_lost() -> bool {
 /// ```
 /// use async_trait::async_trait;
 /// use prometheus_parking_lot_actors::domain::TaskMetadata;
-/// use prometheus_parking_lot_actors::executor::TaskExecutor;
+/// use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 /// use prometheus_parking_lot_actors::running;
 ///
 /// /// Calls a model with a quota on tokens; the cost declared the most it may use.
@@ -162,7 +165,7 @@ pub fn return_units(units: u32) -> bool {
 /// ```
 /// use async_trait::async_trait;
 /// use prometheus_parking_lot_actors::domain::TaskMetadata;
-/// use prometheus_parking_lot_actors::executor::TaskExecutor;
+/// use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 /// use prometheus_parking_lot_actors::running;
 ///
 /// struct Call;

@@ -30,7 +30,7 @@
 //! shutdown, refusal) gives its slot back exactly once.
 //!
 //! ```
-//! use prometheus_parking_lot_actors::budget::SlotBudget;
+//! use prometheus_parking_lot_actors::sync::slots::SlotBudget;
 //!
 //! let budget = SlotBudget::new(1);
 //! let slot = budget.try_acquire().expect("one slot is free");

@@ -121,7 +121,7 @@ const NOTIFIED: usize = 2;
 /// ```
 /// use std::sync::Arc;
 /// use std::thread;
-/// use prometheus_parking_lot_actors::parker::Parker;
+/// use prometheus_parking_lot_actors::sync::parker::Parker;
 ///
 /// let parker = Arc::new(Parker::new());
 /// let waker = Arc::clone(&parker);
@@ -310,7 +310,7 @@ impl Wake for Parker {
 /// ```
 /// use std::thread;
 /// use std::time::{Duration, Instant};
-/// use prometheus_parking_lot_actors::parker::block_on_until;
+/// use prometheus_parking_lot_actors::sync::parker::block_on_until;
 ///
 /// let (sender, receiver) = tokio::sync::oneshot::channel();
 /// thread::spawn(move || sender.send(42));

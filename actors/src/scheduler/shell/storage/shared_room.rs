@@ -22,12 +22,11 @@
 
 use std::time::Duration;
 
-use crate::contain::drop_contained;
 use crate::domain::{
     Budgets, Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind,
     ScheduledTask, TaskId,
 };
-use crate::events::{Refusal, TaskStep};
+use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::fault_of;
 use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
 use crate::scheduler::core::ParkingLot;
@@ -36,6 +35,7 @@ use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
 use crate::scheduler::shell::ledger::Record;
 use crate::scheduler::shell::observe::Detail;
 use crate::scheduler::shell::tasks::Tasks;
+use crate::util::contain::drop_contained;
 
 /// The shared mode's state. See the module docs.
 pub(crate) struct SharedRoom {
@@ -147,7 +147,7 @@ impl SharedRoom {
     /// count within its millisecond) in the high 16 bits, 48 random bits below.
     pub fn entry_for(sequence: u16) -> EntryId {
         const RANDOM_BITS: u32 = 48;
-        let random = (crate::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
+        let random = (crate::util::random::random_u128() as u64) & ((1 << RANDOM_BITS) - 1);
         (u64::from(sequence) << RANDOM_BITS) | random
     }
 

@@ -1,22 +1,24 @@
-//! Control requests: what an operator asks of a running pool besides work (cancel a task,
-//! pause, drain, look at its work, ask why a task waits), the message for each, and how the
-//! scheduler answers it.
+//! An operator's control actions: cancel a task, pause, drain, look at the pool's work, ask
+//! why a task waits. Each is a [`ControlRequest`] (one enum, independent of the pool's
+//! payload type, so that whoever controls a pool needs no generic handle: the engine's
+//! `PoolControl` sends them through a `DerivedActorRef<ControlRequest>`, and the admin
+//! server holds one `PoolControl` per pool whatever the pools run), answered here like any
+//! other event: the shell asks the core, then appends the effects that carry it out.
 //!
-//! They are one enum, independent of the pool's payload type, so that whoever controls a
-//! pool needs no generic handle: [`PoolControl`](crate::engine::PoolControl) sends them
-//! through a `DerivedActorRef<ControlRequest>`, and the admin server holds one
-//! `PoolControl` per pool whatever the pools run. A new control action is a variant here, its
-//! arm in [`ControlRequest::carry_out`], the shell's or core's rule it applies, and its method
-//! on `PoolControl`.
+//! A new control action is a variant of [`ControlRequest`], its arm in
+//! [`ControlRequest::carry_out`] and its handling below (or in `views.rs` for a read), the
+//! core's rule it needs, and its method on `PoolControl`.
 
 use ractor::RpcReplyPort;
 
-use super::protocol::{Internal, SchedulerMsg, SchedulerRequest};
-use super::shell::Shell;
+use super::{Record, Shell, Storage};
 use crate::domain::{MailboxKey, PoolError, TaskId};
-use crate::inspect::PoolView;
-use crate::scheduler::core::WaitReason;
-use crate::stats::PoolStats;
+use crate::observe::stats::PoolStats;
+use crate::queue::EntryId;
+use crate::scheduler::core::{Cancel, WaitReason};
+use crate::scheduler::inspect::PoolView;
+use crate::scheduler::protocol::{Internal, SchedulerMsg, SchedulerRequest};
+use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
 
 /// An operator's request to the scheduler, answered on its reply port.
 pub enum ControlRequest {
@@ -59,11 +61,11 @@ pub enum ControlRequest {
         reply: RpcReplyPort<()>,
     },
     /// The pool's work now: running tasks, parked tasks `offset..offset + limit` in rank
-    /// order with their reasons, tenants (see [`crate::inspect`]).
+    /// order with their reasons, tenants (see [`crate::scheduler::inspect`]).
     Inspect {
         /// The page's first index in rank order.
         offset: usize,
-        /// The page's length, at most [`MAX_PAGE`](crate::inspect::MAX_PAGE).
+        /// The page's length, at most [`MAX_PAGE`](crate::scheduler::inspect::MAX_PAGE).
         limit: usize,
         /// The view.
         reply: RpcReplyPort<PoolView>,
@@ -124,6 +126,74 @@ impl<P> TryFrom<SchedulerMsg<P>> for ControlRequest {
         match message.0 {
             Internal::Request(SchedulerRequest::Control(request)) => Ok(request),
             _ => Err(()),
+        }
+    }
+}
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// Cancels the live task `id` of exactly `key`, here or parked in the shared queue.
+    pub fn cancel(&mut self, key: MailboxKey, id: TaskId, reply: CancelReply, now: u64) {
+        let answer = match self.tasks.entry_of(&key, id) {
+            Some(entry) => self.cancel_local(entry, id, now),
+            None if self.storage.is_shared() => {
+                self.tasks
+                    .fx
+                    .shared(SharedCall::RemoveTask { key, id, reply });
+                return;
+            }
+            None => Err(PoolError::TaskNotFound(id)),
+        };
+        self.tasks.fx.push(Effect::AnswerCancel { reply, answer });
+    }
+
+    /// Cancels live task `entry` of this node: a parked one ends `Cancelled` at once, a
+    /// running one is asked to stop through its flag.
+    fn cancel_local(&mut self, entry: EntryId, id: TaskId, now: u64) -> Result<(), PoolError> {
+        match self.tasks.core.cancel(entry, now) {
+            Ok(Cancel::Parked { started }) => {
+                self.end_parked(entry, PoolError::Cancelled, now);
+                self.start_parked(started, now);
+                Ok(())
+            }
+            Ok(Cancel::Running) => {
+                if let Some(run) = self.tasks.ledger.get_mut(entry).and_then(Record::run_mut) {
+                    run.cancellation.cancel();
+                }
+                Ok(())
+            }
+            Err(_) => Err(PoolError::TaskNotFound(id)),
+        }
+    }
+
+    /// Pauses the pool (`true`: nothing starts, admissions park) or resumes it, starting
+    /// what fits (core rule 18).
+    pub fn pause(&mut self, paused: bool, now: u64) {
+        self.tasks.observers.counters.set_paused(paused);
+        if paused {
+            self.tasks.core.pause();
+            return;
+        }
+        let started = self.tasks.core.resume(now);
+        self.start_parked(started, now);
+        if let Storage::Shared(room) = &mut self.storage {
+            room.claim_if_room(&mut self.tasks, now);
+        }
+    }
+
+    /// An operator drains the pool (`drained`: new work is refused, admitted work runs) or
+    /// opens it again, which also ends a pause.
+    pub fn drain(&mut self, drained: bool, now: u64) {
+        self.lifecycle.close(drained);
+        self.tasks
+            .observers
+            .counters
+            .set_draining(self.lifecycle.is_closed());
+        if !drained {
+            self.pause(false, now);
         }
     }
 }

@@ -29,10 +29,10 @@ use std::time::Instant;
 
 use futures_util::Stream;
 
-use crate::cancellation::Cancellation;
-use crate::contain::drop_contained;
 use crate::domain::PoolError;
-use crate::parker::block_on_until;
+use crate::running::cancellation::Cancellation;
+use crate::sync::parker::block_on_until;
+use crate::util::contain::drop_contained;
 
 /// The smallest stream buffer: one partial.
 pub const MIN_STREAM_BUFFER: usize = 1;
@@ -185,7 +185,7 @@ impl<R: Send + 'static> Partials<R> {
 ///
 /// ```
 /// use futures_util::StreamExt;
-/// use prometheus_parking_lot_actors::stream::ResultStream;
+/// use prometheus_parking_lot_actors::running::stream::ResultStream;
 ///
 /// // The channel behind `submit_streaming`, driven by hand here.
 /// let (_attachment, stream) = ResultStream::<u32>::channel(4).unwrap();

@@ -3,7 +3,7 @@
 //! (`SharedCall`) and reports their answers back to the scheduler.
 //!
 //! What the mode decides (what to park there, when to claim, which leases to renew) is the
-//! shell's (`shell/storage/shared.rs`); this file only talks to the queue. Every call runs in
+//! shell's (`shell/storage/shared_room.rs`); this file only talks to the queue. Every call runs in
 //! a task of its own on the pool's runtime, so a slow database never holds up the scheduler:
 //! parks and settles go in groups through a loop each, claims and cancels one at a time.
 //!
@@ -38,7 +38,7 @@ const GROUP_AT_MOST: usize = 1_000;
 /// use std::time::Duration;
 ///
 /// use prometheus_parking_lot_actors::queue::SharedQueue;
-/// use prometheus_parking_lot_actors::scheduler::shared::SharedParking;
+/// use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
 ///
 /// /// This node's part in a queue the deployment shares (a database table, say).
 /// fn gpu_node(queue: Arc<dyn SharedQueue<String>>) -> SharedParking<String> {
@@ -630,7 +630,7 @@ async fn rescue_leases<P: Send + 'static>(
 ) {
     let mut every = Every::new(rescuer.interval(), scheduler);
     while every.next().await {
-        let now = crate::clock::engine_now_ms();
+        let now = crate::util::clock::engine_now_ms();
         match rescuer.run_once(queue.maintenance(), now).await {
             Ok(0) => {}
             Ok(rescued) => {

@@ -6,8 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use crate::domain::{Budget, ResourceKind, TaskStatus};
-use crate::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
-use crate::permit::lane::Lanes;
+use crate::observe::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 
 /// A snapshot of a pool.
 ///
@@ -153,7 +152,17 @@ pub(crate) struct PoolCounters {
     /// When the task waiting for the budget could start; 0 when none waits.
     pub(crate) budget_ready_at: [AtomicU64; ResourceKind::COUNT],
     /// The permits' fast path, whose holders and units no reading counts.
-    pub(crate) lanes: OnceLock<Arc<Lanes>>,
+    pub(crate) lanes: OnceLock<Arc<dyn Unread>>,
+}
+
+/// Holders and units that no reading counts: those of the permits' fast path, which lends
+/// units without a message to the scheduler. The counters ask it at each snapshot; the
+/// permits implement it, so these counters need not know them.
+pub(crate) trait Unread: Send + Sync + std::fmt::Debug {
+    /// Units of `kind` held now.
+    fn borrowed(&self, kind: ResourceKind) -> u32;
+    /// How many hold some.
+    fn holders(&self) -> usize;
 }
 
 impl PoolCounters {
@@ -169,7 +178,7 @@ impl PoolCounters {
     }
 
     /// Counts the holders and units of the permits' fast path in every snapshot.
-    pub(crate) fn attach_lanes(&self, lanes: Arc<Lanes>) {
+    pub(crate) fn attach_lanes(&self, lanes: Arc<dyn Unread>) {
         let _ = self.lanes.set(lanes);
     }
 

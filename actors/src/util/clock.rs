@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// A clock set before 1970 reads as `0` rather than panicking.
 ///
 /// ```
-/// let now = prometheus_parking_lot_actors::clock::now_ms();
+/// let now = prometheus_parking_lot_actors::util::clock::now_ms();
 /// assert!(now > 1_600_000_000_000);
 /// ```
 pub fn now_ms() -> u128 {

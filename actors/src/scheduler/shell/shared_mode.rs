@@ -1,24 +1,93 @@
-//! What the shared queue answers: the shell's side of the shared mode's calls (claims,
-//! starts stored as claims, parks, removals, dead letters, lost leases, polls). The mode's
-//! own state lives in `storage/shared.rs`.
+//! The shell's side of the shared-queue mode: what it parks there, how it admits what it
+//! claims, and what it does with the queue's answers (claims, starts stored as claims,
+//! parks, removals, dead letters, lost leases, polls). The mode's own state (leases,
+//! claims in flight, when to claim) is [`SharedRoom`](super::storage::SharedRoom), in
+//! `storage/shared_room.rs`; the calls themselves are made by `scheduler/shared_io.rs`.
 
+use super::admission::{Admission, Origin};
+use super::ledger::{admitted_ms, sequence_of};
+use super::storage::SharedRoom;
 use super::{Record, Shell, Storage};
-use crate::contain::drop_contained;
-use crate::domain::PoolError;
-use crate::events::TaskStep;
+use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask};
 use crate::mailbox::actor::Stored;
+use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
 use crate::queue::{EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
-use crate::scheduler::protocol::SharedReport;
+use crate::scheduler::protocol::{Reply, SharedReport};
 use crate::scheduler::shell::effects::SharedCall;
 use crate::scheduler::shell::observe::Detail;
+use crate::util::contain::drop_contained;
 
 impl<P, R> Shell<P, R>
 where
     P: Send + 'static,
     R: Send + 'static,
 {
+    /// Admits a task claimed from the shared queue, as its lease's holder.
+    fn run_leased(&mut self, lease: Lease<P>, now: u64) {
+        let Lease {
+            entry: shared_entry,
+            mut task,
+            attempt,
+            ..
+        } = lease;
+        if !self.lifecycle.is_open() {
+            // Stopping: its lease runs out and another node runs it.
+            drop_contained(task);
+            return;
+        }
+        let key = task
+            .meta
+            .mailbox
+            .take()
+            .unwrap_or_else(MailboxKey::anonymous);
+        let timeout = self.tasks.default_timeout;
+        let origin = Origin::Leased {
+            shared_entry,
+            attempt,
+        };
+        self.admit(
+            Admission {
+                task,
+                key,
+                timeout,
+                origin,
+            },
+            now,
+        );
+    }
+
+    /// Whether a task of `kind` from `origin` skips this node's core and waits in the shared
+    /// queue whatever room this node has: a submission of a kind with a budget, which the
+    /// queue keeps for every node, so only a claim may spend from it; and any submission of
+    /// a pool that attaches repeated submissions, whose callers the queue keeps unique
+    /// across nodes.
+    pub(super) fn parks_for_the_fleet(&self, origin: &Origin, kind: ResourceKind) -> bool {
+        let limits = self.tasks.core.limits();
+        matches!(origin, Origin::Submitted { .. })
+            && self.storage.is_shared()
+            && (limits.budgets.get(kind).is_some() || limits.on_duplicate == OnDuplicate::Attach)
+    }
+
+    /// Parks submission `entry` in the shared queue, where any node may claim it.
+    pub(super) fn park_shared(
+        &mut self,
+        entry: EntryId,
+        mut task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+    ) {
+        task.meta.mailbox = Some(key.clone());
+        self.tasks.fx.shared(SharedCall::Enqueue {
+            entry: SharedRoom::entry_for(sequence_of(entry)),
+            rank_time_ms: admitted_ms(entry),
+            task,
+            key,
+            reply,
+        });
+    }
+
     /// What a shared-queue call answered, or a poll.
     pub fn shared_report(&mut self, report: SharedReport<P>, now: u64) {
         let Storage::Shared(room) = &mut self.storage else {
@@ -27,11 +96,11 @@ where
         match report {
             SharedReport::Poll => {
                 room.renew_if_due(&mut self.tasks, now);
-                self.claim_if_room(now);
+                self.claim_if_open(now);
             }
             SharedReport::Wake => {
                 room.woken();
-                self.claim_if_room(now);
+                self.claim_if_open(now);
             }
             SharedReport::Enqueued(group) => {
                 for enqueued in group {
@@ -78,7 +147,7 @@ where
         match claimed {
             Ok(leases) if leases.is_empty() => {
                 if woken {
-                    self.claim_if_room(now);
+                    self.claim_if_open(now);
                 } else if let Storage::Shared(room) = &mut self.storage {
                     room.found_nothing(&self.tasks.core, now);
                 }
@@ -87,7 +156,7 @@ where
                 for lease in leases {
                     self.run_leased(lease, now);
                 }
-                self.claim_if_room(now);
+                self.claim_if_open(now);
             }
             Err(error) => {
                 self.tasks.observers.queue_error();
@@ -194,8 +263,9 @@ where
         }
     }
 
-    /// Claims from the shared queue if this node has room (see [`SharedRoom::claim_wanted`]).
-    pub(super) fn claim_if_room(&mut self, now: u64) {
+    /// Claims from the shared queue if the pool takes work (open: not draining, stopping or
+    /// escalated) and this node has room ([`SharedRoom::claim_if_room`]).
+    pub(super) fn claim_if_open(&mut self, now: u64) {
         if !self.lifecycle.takes_work() {
             return;
         }

@@ -8,6 +8,10 @@
 //!
 //! Invariants: every live child is in `children`; a child stopped on purpose (pool shutdown)
 //! is never restarted; an escalated pool is never restarted again.
+//!
+//! The tree runs on futures the pool's [`Spawn`](spawn::Spawn) hosts ([`spawn`]).
+
+pub mod spawn;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -135,7 +139,7 @@ impl Actor for SupervisorActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("supervisor", myself.get_id(), "");
+        let span = crate::observe::spans::actor("supervisor", myself.get_id(), "");
         async move {
             match message {
                 SupervisorMsg::Spawn { spec, reply } => {
@@ -179,7 +183,7 @@ impl Actor for SupervisorActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = crate::spans::actor("supervisor", myself.get_id(), "");
+        let span = crate::observe::spans::actor("supervisor", myself.get_id(), "");
         async move {
             match event {
                 SupervisionEvent::ActorFailed(cell, error) => {

@@ -1,0 +1,106 @@
+//! What an operator reads of the pool at one instant, built from the ledger, the core and
+//! the permits: the view of [`crate::scheduler::inspect`], and why one task waits.
+
+use super::ledger::admitted_ms;
+use super::Shell;
+use crate::domain::{MailboxKey, PoolError, ResourceKind, TaskId, TenantId};
+use crate::queue::EntryId;
+use crate::scheduler::core::WaitReason;
+use crate::scheduler::inspect::{PoolView, TaskView, TenantView, MAX_PAGE};
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// The pool's work now (see [`crate::scheduler::inspect`]): O(n) in the live tasks.
+    pub fn inspect(&self, offset: usize, limit: usize) -> PoolView {
+        let core = &self.tasks.core;
+        let ledger = &self.tasks.ledger;
+        let view = |entry: EntryId, reason: Option<WaitReason>| -> Option<TaskView> {
+            if let Some(record) = ledger.get(entry) {
+                let since_ms = record.started_ms().unwrap_or_else(|| record.admitted_ms());
+                return Some(TaskView {
+                    id: record.task_id,
+                    key: record.key.key().into_owned(),
+                    cost: record.cost(),
+                    priority: record.priority,
+                    permit: false,
+                    since_ms,
+                    attempt: record.attempt(),
+                    reason,
+                });
+            }
+            let id = self
+                .permits
+                .waiter_id(entry)
+                .or_else(|| self.permits.held_id(entry))?;
+            let (cost, priority) = core.ticket_of(entry)?;
+            Some(TaskView {
+                id,
+                key: self.permits.key().clone(),
+                cost,
+                priority,
+                permit: true,
+                since_ms: admitted_ms(entry),
+                attempt: 1,
+                reason,
+            })
+        };
+        let mut running: Vec<TaskView> = ledger
+            .iter()
+            .filter(|record| record.run().is_some())
+            .map(|record| record.entry)
+            .chain(self.permits.held().map(|(entry, _)| entry))
+            .filter_map(|entry| view(entry, None))
+            .collect();
+        running.sort_by_key(|task| (task.since_ms, task.id));
+        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
+        let parked = page
+            .into_iter()
+            .filter_map(|entry| view(entry, core.why_waiting(entry)))
+            .collect();
+        let mut tenants: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
+        for record in ledger.iter() {
+            let key = record.key.key();
+            let tenant = tenants
+                .entry(key.tenant.clone())
+                .or_insert_with(|| TenantView {
+                    tenant: key.tenant.clone(),
+                    running: 0,
+                    parked: 0,
+                    holds: [0; ResourceKind::COUNT],
+                });
+            if record.run().is_some() {
+                tenant.running += 1;
+                let cost = record.cost();
+                tenant.holds[cost.kind.index()] += cost.units;
+            } else if record.is_parked() {
+                tenant.parked += 1;
+            }
+        }
+        PoolView {
+            paused: core.is_paused(),
+            draining: self.lifecycle.is_closed(),
+            running,
+            parked,
+            parked_total,
+            offset,
+            tenants: tenants.into_values().collect(),
+        }
+    }
+
+    /// Why the live task `id` under exactly `key` has not started (core rule 17); `None`
+    /// once it runs.
+    pub fn why_waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<WaitReason>, PoolError> {
+        let entry = self
+            .tasks
+            .entry_of(key, id)
+            .ok_or(PoolError::TaskNotFound(id))?;
+        Ok(self.tasks.core.why_waiting(entry))
+    }
+}
