@@ -13,16 +13,20 @@ use serde::Serialize;
 use prometheus_parking_lot_actors::mailbox::json_result;
 
 use crate::config::{
-    MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, QueueSettings, SchedulerConfig,
-    StorageSettings,
+    MailboxSettings, MaxUnits, NotifierSettings, PoolSettings, SchedulerConfig, StorageSettings,
 };
-use crate::core::{Mailbox, Notifier, PoolError, Spawn, TaskQueue};
+use crate::core::{Mailbox, Notifier, PoolError, Spawn};
 use crate::gpu::plan::{plan, GpuSource};
 use crate::gpu::GpuProbe;
 use crate::infra::mailbox::memory::InMemoryMailbox;
 #[cfg(feature = "postgres")]
 use crate::infra::postgres::PgDatabase;
+use crate::infra::queue::driver::{
+    is_built, queue_driver, queue_rules, Databases, SharedPart, QUEUE_TYPES,
+};
 use crate::infra::queue::memory::InMemoryQueue;
+#[cfg(feature = "postgres")]
+use crate::infra::queue::postgres::driver::in_pool;
 use crate::pool::Backends;
 use crate::{ResourcePool, TaskExecutor};
 
@@ -261,7 +265,10 @@ where
     // Queues that open files are opened before any pool starts, for the same reason.
     let mut queues = HashMap::with_capacity(config.pools.len());
     for (name, pool) in &config.pools {
-        queues.insert(name.as_str(), queue_for::<P>(name, &pool.queue)?);
+        queues.insert(
+            name.as_str(),
+            queue_driver::<P>(&pool.queue).open_local(name)?,
+        );
     }
     let mut sources = Sources::new(config, context);
     let mut pools = HashMap::with_capacity(planned.len());
@@ -273,7 +280,7 @@ where
                     PoolError::Internal(format!("pool {name} vanished from its config"))
                 })?
                 .with_name(&instance.name);
-            let shared = sources.shared_queue(name, pool)?;
+            let shared = queue_driver::<P>(&pool.queue).open_shared(name, &mut sources)?;
             let results = match &mailbox {
                 Some(given) => given.clone(),
                 None => sources.mailbox(name, &pool.mailbox.storage, shared.as_ref())?,
@@ -310,36 +317,10 @@ fn check_available(
     gpus: &GpuSource,
 ) -> Result<(), PoolError> {
     let _ = context;
-    match &pool.queue {
-        QueueSettings::InMemory => {}
-        #[cfg(feature = "yaque")]
-        QueueSettings::Yaque { .. } => {}
-        #[cfg(not(feature = "yaque"))]
-        QueueSettings::Yaque { .. } => {
-            return Err(unavailable(name, "queue.type", "the yaque queue", "yaque"))
-        }
-        #[cfg(feature = "postgres")]
-        QueueSettings::Postgres { .. } => {}
-        #[cfg(not(feature = "postgres"))]
-        QueueSettings::Postgres { .. } => {
-            return Err(unavailable(
-                name,
-                "queue.type",
-                "the postgres queue",
-                "postgres",
-            ))
-        }
-        #[cfg(feature = "pgmq")]
-        QueueSettings::PostgresPgmq { .. } => {}
-        #[cfg(not(feature = "pgmq"))]
-        QueueSettings::PostgresPgmq { .. } => {
-            return Err(unavailable(
-                name,
-                "queue.type",
-                "the postgres_pgmq queue",
-                "pgmq",
-            ))
-        }
+    let queue = queue_rules(&pool.queue);
+    if let (Some(feature), false) = (queue.feature(), is_built(queue.type_name())) {
+        let what = format!("the {} queue", queue.type_name());
+        return Err(unavailable(name, "queue.type", &what, feature));
     }
     if let (StorageSettings::Postgres { .. }, false, false) = (
         &pool.mailbox.storage,
@@ -381,15 +362,10 @@ fn unavailable(pool: &str, field: &str, what: &str, feature: &str) -> PoolError 
 
 /// The backends this build has, for `unavailable`: queues, mailboxes, notifiers, capacity.
 fn available() -> String {
-    let queues: Vec<&str> = [
-        Some("in_memory"),
-        cfg!(feature = "yaque").then_some("yaque"),
-        cfg!(feature = "postgres").then_some("postgres"),
-        cfg!(feature = "pgmq").then_some("postgres_pgmq"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let queues: Vec<&str> = QUEUE_TYPES
+        .into_iter()
+        .filter_map(|(queue, built)| built.then_some(queue))
+        .collect();
     let mailboxes: Vec<&str> = [
         Some("in_memory"),
         cfg!(feature = "postgres").then_some("postgres"),
@@ -450,48 +426,6 @@ fn http_notifier(pool: &str, _settings: &NotifierSettings) -> Result<Arc<dyn Not
         "the http notifier",
         "webhook",
     ))
-}
-
-/// The queue a pool's settings name (`check_available` refused the ones this build lacks).
-fn queue_for<P>(name: &str, settings: &QueueSettings) -> Result<Box<dyn TaskQueue<P>>, PoolError>
-where
-    P: Serialize + DeserializeOwned + Send + 'static,
-{
-    match settings {
-        #[cfg(feature = "yaque")]
-        QueueSettings::Yaque { path, stream } => {
-            let queue =
-                crate::infra::queue::yaque::YaqueQueue::open(path, stream).map_err(|error| {
-                    let reason = match error {
-                        crate::core::QueueError::Backend(fault) => fault.detail,
-                        other => other.to_string(),
-                    };
-                    PoolError::InvalidConfig(format!(
-                        "pools.{name}.queue.path: {reason}; give a directory this process can \
-                         create and write, in which no other running process has this stream open"
-                    ))
-                })?;
-            Ok(Box::new(queue))
-        }
-        QueueSettings::InMemory => Ok(Box::new(InMemoryQueue::new())),
-        // A node of a shared queue keeps only claims it had to park again, in memory.
-        #[cfg(feature = "postgres")]
-        QueueSettings::Postgres { .. } => Ok(Box::new(InMemoryQueue::new())),
-        #[cfg(feature = "pgmq")]
-        QueueSettings::PostgresPgmq { .. } => Ok(Box::new(InMemoryQueue::new())),
-        // Reached only in builds without some queue feature.
-        #[allow(unreachable_patterns)]
-        _ => Err(PoolError::Internal(format!(
-            "pools.{name}.queue: this build has no such queue"
-        ))),
-    }
-}
-
-/// A pool's part in a shared queue, and the queue's fence for a mailbox in its database.
-struct SharedPart<P> {
-    parking: prometheus_parking_lot_actors::scheduler::shared_io::SharedParking<P>,
-    #[cfg(feature = "postgres")]
-    fence: crate::infra::postgres::ClaimFence,
 }
 
 /// Where built pools' backends come from: the database, connected once for every pool that
@@ -560,72 +494,9 @@ impl<'a> Sources<'a> {
             )),
         }
     }
+}
 
-    /// The shared queue `settings` name, if any (a local queue is opened by `queue_for`).
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    fn shared_queue<P>(
-        &mut self,
-        pool: &str,
-        settings: &PoolSettings,
-    ) -> Result<Option<SharedPart<P>>, PoolError>
-    where
-        P: Serialize + DeserializeOwned + Send + 'static,
-    {
-        match &settings.queue {
-            QueueSettings::InMemory => Ok(None),
-            #[cfg(feature = "yaque")]
-            QueueSettings::Yaque { .. } => Ok(None),
-            #[cfg(feature = "postgres")]
-            QueueSettings::Postgres {
-                table,
-                queue_name,
-                lease_ms,
-                max_attempts,
-                claim_ahead,
-            } => {
-                use crate::infra::queue::postgres::PostgresQueue;
-
-                let database = self.database(pool, "queue.type")?;
-                let queue = PostgresQueue::<P>::open(
-                    &database,
-                    table,
-                    queue_name.as_deref().unwrap_or(pool),
-                )
-                .map_err(|error| in_pool(pool, "queue", error))?
-                .with_retry(retry_policy(*max_attempts))
-                .with_pool(pool);
-                let fence = queue.fence();
-                let parking = shared_parking(Arc::new(queue), pool, *lease_ms)
-                    .with_claim_ahead(claim_ahead.unwrap_or(0) as usize);
-                Ok(Some(SharedPart { parking, fence }))
-            }
-            #[cfg(feature = "pgmq")]
-            QueueSettings::PostgresPgmq {
-                queue_name,
-                lease_ms,
-                max_attempts,
-                claim_ahead,
-            } => {
-                use crate::infra::queue::pgmq::PgmqQueue;
-
-                let database = self.database(pool, "queue.type")?;
-                let queue = PgmqQueue::<P>::open(&database, queue_name)
-                    .map_err(|error| in_pool(pool, "queue", error))?
-                    .with_retry(retry_policy(*max_attempts))
-                    .with_pool(pool);
-                let fence = queue.fence();
-                let parking = shared_parking(Arc::new(queue), pool, *lease_ms)
-                    .with_claim_ahead(claim_ahead.unwrap_or(0) as usize);
-                Ok(Some(SharedPart { parking, fence }))
-            }
-            // Reached only in builds without some queue feature.
-            #[allow(unreachable_patterns)]
-            other => Err(PoolError::Internal(format!(
-                "pools.{pool}.queue: {other:?} passed the availability check but cannot be built"
-            ))),
-        }
-    }
-
+impl Databases for Sources<'_> {
     /// The database: the context's, or one connection to `database_url` for every pool.
     #[cfg(feature = "postgres")]
     fn database(&mut self, pool: &str, field: &str) -> Result<PgDatabase, PoolError> {
@@ -643,65 +514,4 @@ impl<'a> Sources<'a> {
         self.database = Some(database.clone());
         Ok(database)
     }
-}
-
-/// The retries of a shared queue: `max_attempts` claims (default 3), the default backoff.
-#[cfg(feature = "postgres")]
-fn retry_policy(max_attempts: Option<u32>) -> crate::infra::postgres::RetryPolicy {
-    use crate::infra::postgres::RetryPolicy;
-    RetryPolicy {
-        max_attempts: max_attempts.unwrap_or(RetryPolicy::default().max_attempts),
-        ..RetryPolicy::default()
-    }
-}
-
-/// A node's parking on shared `queue`, leased for `lease_ms` (default 30 s).
-#[cfg(feature = "postgres")]
-fn shared_parking<P: Send + 'static>(
-    queue: Arc<dyn crate::core::SharedQueue<P>>,
-    pool: &str,
-    lease_ms: Option<u64>,
-) -> prometheus_parking_lot_actors::scheduler::shared_io::SharedParking<P> {
-    use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
-    let lease = std::time::Duration::from_millis(lease_ms.unwrap_or(30_000));
-    // Claims follow NOTIFY at once; the poll is a safety net, and the clock of lease renewals
-    // and rescues.
-    let poll = (lease / 3).min(std::time::Duration::from_secs(1));
-    SharedParking::new(queue, node_name(pool))
-        .with_lease(lease)
-        .with_poll(poll)
-}
-
-/// Says which pool and field an error of a backend belongs to.
-#[cfg(feature = "postgres")]
-fn in_pool(pool: &str, field: &str, error: PoolError) -> PoolError {
-    match error {
-        PoolError::InvalidConfig(text) => {
-            PoolError::InvalidConfig(format!("pools.{pool}.{field}: {text}"))
-        }
-        PoolError::Internal(text) => PoolError::Internal(format!("pools.{pool}.{field}: {text}")),
-        PoolError::Backend(mut error) => {
-            if error.pool.is_empty() {
-                error.pool = pool.to_owned();
-            }
-            PoolError::Backend(error)
-        }
-        other => other,
-    }
-}
-
-/// This process's name in a shared queue's leases: host, process and pool, plus random bits
-/// so two pools of one name on one host (a restarted process reusing a pid) never share one.
-#[cfg(feature = "postgres")]
-fn node_name(pool: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|host| host.trim().to_owned())
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| "node".into());
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos());
-    format!("{host}:{}:{pool}:{nonce:08x}", std::process::id())
 }

@@ -13,14 +13,14 @@
 //! one, and a wrong type says "a whole number" rather than a Rust type. Text fields that may
 //! hold credentials or deployment values may reference environment variables as `${NAME}`.
 
+pub(crate) mod checks;
 mod error;
 mod file;
 mod gpu;
 mod load;
 mod pool;
 mod queue;
-mod quote;
-mod range;
+pub(crate) mod quote;
 mod secret;
 mod strict_json;
 mod validate;

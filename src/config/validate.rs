@@ -63,15 +63,15 @@
 
 use std::collections::HashMap;
 
+use super::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
 use super::error::ConfigError;
 use super::file::{
     DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
     SchedulerConfig, StorageSettings,
 };
-use super::queue::QueueSettings;
 use super::quote;
-use super::range::in_range;
 use super::secret::Secret;
+use crate::infra::queue::driver::queue_rules;
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::domain::MAX_PERIOD_MS;
 use prometheus_parking_lot_actors::worker::default_worker_count;
@@ -93,14 +93,6 @@ const MAX_RETENTION_SECS: u64 = 365 * 24 * 3_600;
 const MAX_NOTIFY_TIMEOUT_MS: u64 = 5 * 60 * 1_000;
 const MAX_RETRIES: u32 = 100;
 const MAX_SPIN_MS: u64 = 60_000;
-const MIN_LEASE_MS: u64 = 300;
-const MAX_LEASE_MS: u64 = 24 * 3_600 * 1_000;
-const MAX_ATTEMPTS: u32 = 1_000;
-/// The most claimed tasks a node may hold waiting (`queue.claim_ahead`).
-const MAX_CLAIM_AHEAD: u32 = 10_000;
-const MAX_IDENTIFIER: usize = 63;
-/// PGMQ allows 47 characters; the priority levels add a suffix of up to 5 (`_crit`).
-const MAX_PGMQ_QUEUE: usize = 42;
 
 impl SchedulerConfig {
     /// Checks every rule of the module docs.
@@ -207,22 +199,14 @@ impl SchedulerConfig {
 
     /// Two pools on one queue would take each other's tasks.
     fn check_shared_queues(&self, written: &SchedulerConfig) -> Result<(), ConfigError> {
-        let mut owners: HashMap<(&str, &str, &str), &str> = HashMap::new();
+        let mut owners: HashMap<(&str, String, String), &str> = HashMap::new();
         for (name, pool) in &self.pools {
-            let key = match &pool.queue {
-                QueueSettings::InMemory => continue,
-                QueueSettings::Yaque { path, stream } => ("yaque", path.as_str(), stream.as_str()),
-                QueueSettings::Postgres {
-                    table, queue_name, ..
-                } => (
-                    "postgres",
-                    table.as_str(),
-                    queue_name.as_deref().unwrap_or(name),
-                ),
-                QueueSettings::PostgresPgmq { queue_name, .. } => ("pgmq", queue_name.as_str(), ""),
+            let Some(key) = queue_rules(&pool.queue).storage_key(name) else {
+                continue;
             };
             if let Some(other) = owners.insert(key, name) {
-                let queue = written.pools.get(name).unwrap_or(pool).queue.describe(name);
+                let queue =
+                    queue_rules(&written.pools.get(name).unwrap_or(pool).queue).describe(name);
                 return Err(ConfigError::invalid(
                     format!("pools.{}.queue", quote::name(name)),
                     format!(
@@ -276,38 +260,11 @@ pub(crate) fn host_problem(entry: &str) -> Option<&'static str> {
     None
 }
 
-impl QueueSettings {
-    /// The queue in words, for errors: `yaque stream s in ./q`.
-    fn describe(&self, pool: &str) -> String {
-        match self {
-            QueueSettings::InMemory => "in-memory queue".into(),
-            QueueSettings::Yaque { path, stream } => format!(
-                "yaque stream {} in {}",
-                quote::name(stream),
-                quote::name(path)
-            ),
-            QueueSettings::Postgres {
-                table, queue_name, ..
-            } => format!(
-                "Postgres queue {} in table {}",
-                quote::name(queue_name.as_deref().unwrap_or(pool)),
-                quote::name(table)
-            ),
-            QueueSettings::PostgresPgmq { queue_name, .. } => {
-                format!("pgmq queue {}", quote::name(queue_name))
-            }
-        }
-    }
-}
-
 impl PoolSettings {
     /// Checks this pool; `written` is the same pool before `${NAME}` replacement.
     fn validate(&self, path: &str, written: &PoolSettings) -> Result<(), ConfigError> {
         if let Some(workers) = self.worker_threads {
-            let shared = matches!(
-                self.queue,
-                QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
-            );
+            let shared = queue_rules(&self.queue).is_shared();
             if workers == 0 && !shared {
                 return Err(ConfigError::invalid(
                     format!("{path}.worker_threads"),
@@ -366,7 +323,7 @@ impl PoolSettings {
                 in_range(&at, "max_backoff_ms", max, retry.backoff_ms, MAX_PERIOD_MS)?;
             }
         }
-        validate_queue(&format!("{path}.queue"), &self.queue)?;
+        queue_rules(&self.queue).validate(&format!("{path}.queue"))?;
         if let Some(gpu) = &self.gpu {
             gpu.validate(path, &self.queue)?;
         }
@@ -411,7 +368,7 @@ impl PoolSettings {
     }
 
     fn validate_durability(&self, path: &str) -> Result<(), ConfigError> {
-        if self.durability.is_some() && self.queue == QueueSettings::InMemory {
+        if self.durability.is_some() && !queue_rules(&self.queue).is_durable() {
             return Err(ConfigError::invalid(
                 format!("{path}.durability"),
                 "applies to durable queues only (yaque, postgres, postgres_pgmq); the \
@@ -427,10 +384,7 @@ impl PoolSettings {
                 ));
             }
             in_range(path, "spin_ms", spin, 0, MAX_SPIN_MS)?;
-            let shared = matches!(
-                self.queue,
-                QueueSettings::Postgres { .. } | QueueSettings::PostgresPgmq { .. }
-            );
+            let shared = queue_rules(&self.queue).is_shared();
             if spin > 0 && shared {
                 return Err(ConfigError::invalid(
                     format!("{path}.spin_ms"),
@@ -457,62 +411,6 @@ impl PoolSettings {
             ),
             (None, Some(ms)) => in_range(path, "default_timeout_ms", ms, 1, MAX_TIMEOUT_MS),
             (None, None) => Ok(()),
-        }
-    }
-}
-
-fn validate_queue(path: &str, queue: &QueueSettings) -> Result<(), ConfigError> {
-    match queue {
-        QueueSettings::InMemory => Ok(()),
-        QueueSettings::Yaque { path: dir, stream } => {
-            if dir.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    format!("{path}.path"),
-                    "is empty; give the directory of the queue files",
-                ));
-            }
-            check_name(&format!("{path}.stream"), "stream names", stream)
-        }
-        QueueSettings::Postgres {
-            table,
-            queue_name,
-            lease_ms,
-            max_attempts,
-            claim_ahead,
-        } => {
-            if let Some(ahead) = *claim_ahead {
-                in_range(path, "claim_ahead", ahead, 0, MAX_CLAIM_AHEAD)?;
-            }
-            check_identifier(&format!("{path}.table"), table, MAX_IDENTIFIER)?;
-            if let Some(lease) = *lease_ms {
-                in_range(path, "lease_ms", lease, MIN_LEASE_MS, MAX_LEASE_MS)?;
-            }
-            if let Some(attempts) = *max_attempts {
-                in_range(path, "max_attempts", attempts, 1, MAX_ATTEMPTS)?;
-            }
-            match queue_name {
-                Some(queue_name) => {
-                    check_identifier(&format!("{path}.queue_name"), queue_name, MAX_IDENTIFIER)
-                }
-                None => Ok(()),
-            }
-        }
-        QueueSettings::PostgresPgmq {
-            queue_name,
-            lease_ms,
-            max_attempts,
-            claim_ahead,
-        } => {
-            if let Some(ahead) = *claim_ahead {
-                in_range(path, "claim_ahead", ahead, 0, MAX_CLAIM_AHEAD)?;
-            }
-            if let Some(lease) = *lease_ms {
-                in_range(path, "lease_ms", lease, MIN_LEASE_MS, MAX_LEASE_MS)?;
-            }
-            if let Some(attempts) = *max_attempts {
-                in_range(path, "max_attempts", attempts, 1, MAX_ATTEMPTS)?;
-            }
-            check_identifier(&format!("{path}.queue_name"), queue_name, MAX_PGMQ_QUEUE)
         }
     }
 }
@@ -622,44 +520,6 @@ fn validate_fair_share(
              max_fraction (a share of each kind's units, greater than 0 and at most 1)",
         )),
     }
-}
-
-/// Names that end up in thread names and file names.
-fn check_name(path: &str, what: &str, name: &str) -> Result<(), ConfigError> {
-    let valid = (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if valid {
-        return Ok(());
-    }
-    Err(ConfigError::invalid(
-        path,
-        format!(
-            "{} is not allowed; {what} are 1 to 64 of the characters a-z A-Z 0-9 _ -",
-            quote::value(name)
-        ),
-    ))
-}
-
-/// Table and queue names go into SQL: only plain identifiers, never quoted text.
-fn check_identifier(path: &str, name: &str, max_len: usize) -> Result<(), ConfigError> {
-    let mut chars = name.chars();
-    let valid = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= max_len;
-    if valid {
-        return Ok(());
-    }
-    Err(ConfigError::invalid(
-        path,
-        format!(
-            "{} is not a safe SQL identifier; use a letter or '_' followed by letters, digits or '_', at most {max_len} characters",
-            quote::value(name)
-        ),
-    ))
 }
 
 /// `url` is checked; `written` (the field before `${NAME}` replacement) is what an error shows.

@@ -13,7 +13,7 @@
 //! total memory less a reserve, and, with `"live_guard": true`, VRAM tasks wait while the
 //! device has less free memory than their cost plus the reserve (another process is using
 //! the card). `build_pools_from_scheduler_config` probes with NVML;
-//! [`build_pools_with_gpu_probe`](crate::builders::build_pools_with_gpu_probe) takes any
+//! [`build_pools_with_gpu_probe`](crate::build_pools_with_gpu_probe) takes any
 //! probe.
 //!
 //! ```

@@ -5,6 +5,8 @@
 //! so the scheduler drives it directly ([`InlineQueue`]). Nothing survives the process:
 //! shutdown ends parked tasks `Cancelled`.
 
+pub(crate) mod driver;
+
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;

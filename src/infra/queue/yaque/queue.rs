@@ -68,7 +68,7 @@
 //! Each call does its file I/O (a `write` of a few hundred bytes) on the queue actor's task;
 //! the scheduler never waits for it.
 
-mod os;
+use super::os;
 
 use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1,0 +1,11 @@
+//! The embedded durable queue (cargo feature `yaque`): [`queue`] holds it, [`driver`] its
+//! settings' rules and how it opens, [`os`] what it asks of the operating system.
+
+pub(crate) mod driver;
+#[cfg(feature = "yaque")]
+mod os;
+#[cfg(feature = "yaque")]
+pub mod queue;
+
+#[cfg(feature = "yaque")]
+pub use queue::{Quarantined, YaqueQueue};
