@@ -75,7 +75,7 @@
 //!   [`gpu`]: GPU probes (NVML with the cargo feature `gpu`, and a fake);
 //! - [`actors`]: the actor tree itself, for callers that send it messages;
 //! - [`stream`] and [`running`]: streamed results, and what a running task sees of its run
-//!   (its cancellation, its partial-result sink); [`budget`]: the nested-work slots;
+//!   (its cancellation, its partial-result sink); [`slots`]: the nested-work slots;
 //! - [`util`]: the serializable domain types and [`util::now_ms`];
 //! - `metrics` (cargo feature `metrics`, on by default): every pool's metrics through the
 //!   `metrics` facade, named for Prometheus.
@@ -132,8 +132,11 @@ pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TenantId};
 pub use prometheus_parking_lot_actors::running::{self, stream};
+pub use prometheus_parking_lot_actors::sync::slots;
 pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
-// The nested-work slots, under the name this crate has always exported them by.
+// The nested-work slots under the name earlier versions exported them by (it read as the
+// token bucket, `core::Budget`, which it is not).
+#[doc(hidden)]
 pub use prometheus_parking_lot_actors::sync::slots as budget;
 
 /// The README's examples, compiled and run as doc tests.

@@ -226,7 +226,7 @@ pub struct FeedEvent {
 }
 
 /// A pool's events for whoever listens at the moment (an admin server's live view, a test):
-/// every pool has one ([`PoolClient::events`](crate::engine::PoolClient::events)). While
+/// every pool has one ([`PoolControl::events`](crate::engine::PoolControl::events)). While
 /// nobody listens an event costs one atomic read; a listener that falls more than the
 /// feed's capacity behind misses the oldest (it is told how many).
 pub struct EventFeed {

@@ -1,6 +1,6 @@
 //! What an operator sees of a pool's work at one instant: its running tasks, a page of its
 //! parked tasks in rank order with the reason each waits, and its tenants
-//! ([`PoolClient::inspect`](crate::engine::PoolClient::inspect)).
+//! ([`PoolControl::inspect`](crate::engine::PoolControl::inspect)).
 //!
 //! A view names tasks by their caller's key and id and says what they cost; it never holds a
 //! payload or a result (they carry users' prompts).

@@ -3,7 +3,7 @@
 //!
 //! - [`parker`]: the three-state parker a caller outside any async runtime sleeps on, and
 //!   [`block_on_until`](parker::block_on_until), which waits for a future on a plain thread;
-//! - [`spin`]: bounded spinning, how a waiting side re-checks for a few microseconds before
+//! - `spin`: bounded spinning, how a waiting side re-checks for a few microseconds before
 //!   it sleeps;
 //! - [`slots`]: the lock-free nested-work slots that keep a pool's own workers from
 //!   deadlocking it (not to be confused with a kind's token bucket,

@@ -1,5 +1,5 @@
 //! Queue backends implementing [`TaskQueue`](crate::core::TaskQueue), one folder each with
-//! its driver ([`driver`]: how a configuration's `"queue"` reaches it).
+//! its driver (`driver`: how a configuration's `"queue"` reaches it).
 //!
 //! [`InMemoryQueue`] is also here, beside its module, where code written for the upstream
 //! crate imports it.

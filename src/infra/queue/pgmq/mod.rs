@@ -1,5 +1,5 @@
 //! The queue on PGMQ that many nodes share (cargo feature `pgmq`): [`queue`] writes its
-//! statements, [`driver`] holds its settings' rules and how a node joins it.
+//! statements, `driver` holds its settings' rules and how a node joins it.
 
 pub(crate) mod driver;
 #[cfg(feature = "pgmq")]

@@ -1,5 +1,5 @@
 //! The queue in a PostgreSQL table that many nodes share (cargo feature `postgres`):
-//! [`queue`] writes its statements, [`driver`] holds its settings' rules and how a node
+//! [`queue`] writes its statements, `driver` holds its settings' rules and how a node
 //! joins it.
 
 pub(crate) mod driver;

@@ -1,5 +1,5 @@
-//! The embedded durable queue (cargo feature `yaque`): [`queue`] holds it, [`driver`] its
-//! settings' rules and how it opens, [`os`] what it asks of the operating system.
+//! The embedded durable queue (cargo feature `yaque`): [`queue`] holds it, `driver` its
+//! settings' rules and how it opens, `os` what it asks of the operating system.
 
 pub(crate) mod driver;
 #[cfg(feature = "yaque")]
