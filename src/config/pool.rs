@@ -9,7 +9,6 @@ use crate::core::{
     Preemption, Retries, StarvationGuard,
 };
 use crate::util::serde::ResourceKind;
-use prometheus_parking_lot_actors::engine::PoolSpec;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 use prometheus_parking_lot_actors::worker::{default_worker_count, WorkerSettings};
 
@@ -317,44 +316,6 @@ impl WorkerPoolConfig {
             stack_size: Some(self.thread_stack_size),
             pin_to_cpus: self.pin_to_cpus,
         }
-    }
-
-    /// The actor tree's [`PoolSpec`] of these settings, over a queue and a mailbox: what
-    /// [`start_pool`](crate::actors::start_pool) takes, for callers that run the actor tree
-    /// themselves. The pool's metrics are registered as for a [`WorkerPool`](crate::WorkerPool).
-    ///
-    /// ```
-    /// use prometheus_parking_lot::config::WorkerPoolConfig;
-    /// use prometheus_parking_lot::infra::{mailbox::InMemoryMailbox, queue::InMemoryQueue};
-    /// # use prometheus_parking_lot::{TaskExecutor, TaskMetadata};
-    /// # #[derive(Clone)]
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl TaskExecutor<String, String> for Echo {
-    /// #     async fn execute(&self, payload: String, _meta: TaskMetadata) -> String { payload }
-    /// # }
-    ///
-    /// let settings = WorkerPoolConfig::new().with_name("words").with_worker_count(2).with_max_units(8);
-    /// let spec = settings.pool_spec(Echo, Box::new(InMemoryQueue::new()), Box::new(InMemoryMailbox::new()));
-    /// assert_eq!(spec.name, "words");
-    /// assert_eq!(spec.workers.count, 2);
-    /// ```
-    pub fn pool_spec<P, R, E>(
-        &self,
-        executor: E,
-        queue: Box<dyn crate::core::TaskQueue<P>>,
-        mailbox: Box<dyn crate::core::Mailbox<R>>,
-    ) -> PoolSpec<P, R, E>
-    where
-        P: Send + 'static,
-        R: Send + 'static,
-        E: crate::TaskExecutor<P, R> + 'static,
-    {
-        crate::pool::spec(
-            self,
-            executor,
-            crate::pool::Backends::local(queue, mailbox.into()),
-        )
     }
 }
 

@@ -7,7 +7,8 @@ use prometheus_parking_lot_actors::permit::Gate;
 pub use prometheus_parking_lot_actors::permit::{Acquire, PendingGrow, Permit};
 
 use crate::config::WorkerPoolConfig;
-use crate::core::{PoolError, PoolStats, TaskMetadata};
+use prometheus_parking_lot_actors::domain::{PoolError, TaskMetadata};
+use prometheus_parking_lot_actors::observe::stats::PoolStats;
 
 /// Hands out ranked [`Permit`]s for a budget of units. `Send + Sync`; share it in an `Arc`.
 ///

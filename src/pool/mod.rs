@@ -20,8 +20,11 @@ use prometheus_parking_lot_actors::scheduler::protocol::ShutdownReport;
 use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
 
 use crate::config::WorkerPoolConfig;
-use crate::core::{Mailbox, PoolError, Spawn, TaskQueue};
 use crate::TaskExecutor;
+use prometheus_parking_lot_actors::domain::PoolError;
+use prometheus_parking_lot_actors::mailbox::Mailbox;
+use prometheus_parking_lot_actors::queue::TaskQueue;
+use prometheus_parking_lot_actors::supervisor::spawn::Spawn;
 
 /// What a pool stores into and reports to, beyond its settings.
 pub(crate) struct Backends<P, R> {
@@ -50,6 +53,44 @@ impl<P, R> Backends<P, R> {
             shared: None,
             gpu: None,
         }
+    }
+}
+
+/// The settings' view of the engine: built here, beside the pools that start from it, so
+/// that the settings need not know the pools.
+impl WorkerPoolConfig {
+    /// The actor tree's [`PoolSpec`] of these settings, over a queue and a mailbox: what
+    /// [`start_pool`](crate::actors::start_pool) takes, for callers that run the actor tree
+    /// themselves. The pool's metrics are registered as for a [`WorkerPool`](crate::WorkerPool).
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::WorkerPoolConfig;
+    /// use prometheus_parking_lot::infra::{mailbox::InMemoryMailbox, queue::InMemoryQueue};
+    /// # use prometheus_parking_lot::{TaskExecutor, TaskMetadata};
+    /// # #[derive(Clone)]
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl TaskExecutor<String, String> for Echo {
+    /// #     async fn execute(&self, payload: String, _meta: TaskMetadata) -> String { payload }
+    /// # }
+    ///
+    /// let settings = WorkerPoolConfig::new().with_name("words").with_worker_count(2).with_max_units(8);
+    /// let spec = settings.pool_spec(Echo, Box::new(InMemoryQueue::new()), Box::new(InMemoryMailbox::new()));
+    /// assert_eq!(spec.name, "words");
+    /// assert_eq!(spec.workers.count, 2);
+    /// ```
+    pub fn pool_spec<P, R, E>(
+        &self,
+        executor: E,
+        queue: Box<dyn TaskQueue<P>>,
+        mailbox: Box<dyn Mailbox<R>>,
+    ) -> PoolSpec<P, R, E>
+    where
+        P: Send + 'static,
+        R: Send + 'static,
+        E: TaskExecutor<P, R> + 'static,
+    {
+        spec(self, executor, Backends::local(queue, mailbox.into()))
     }
 }
 
@@ -93,7 +134,7 @@ pub(crate) fn start_gate(config: &WorkerPoolConfig) -> Result<PoolClient<(), ()>
 
     #[async_trait::async_trait]
     impl TaskExecutor<(), ()> for Nothing {
-        async fn execute(&self, (): (), _: crate::core::TaskMetadata) {}
+        async fn execute(&self, (): (), _: prometheus_parking_lot_actors::domain::TaskMetadata) {}
     }
 
     let backends = Backends::local(

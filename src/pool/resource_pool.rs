@@ -8,13 +8,16 @@ use prometheus_parking_lot_actors::running::stream::ResultStream;
 use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 
 use crate::config::{PoolConfig, WorkerPoolConfig};
-use crate::core::{Mailbox, PoolError, ScheduledTask, Spawn, TaskQueue};
 use crate::util::serde::MailboxKey;
 use crate::TaskExecutor;
+use prometheus_parking_lot_actors::domain::{PoolError, ScheduledTask};
+use prometheus_parking_lot_actors::mailbox::Mailbox;
+use prometheus_parking_lot_actors::queue::TaskQueue;
+use prometheus_parking_lot_actors::supervisor::spawn::Spawn;
 
 /// A pool of dedicated worker threads over the queue, mailbox and runtime you choose.
 ///
-/// The same engine as [`WorkerPool`](crate::core::WorkerPool); this face takes whole
+/// The same engine as [`WorkerPool`](crate::WorkerPool); this face takes whole
 /// [`ScheduledTask`]s and explicit backends.
 ///
 /// ```
@@ -272,7 +275,7 @@ where
 }
 
 /// Every operation the pool does not shape for the seed's API is its client's (and its
-/// client's [`PoolControl`](crate::core::PoolControl)'s): `pool.retrieve(..)`,
+/// client's [`PoolControl`](prometheus_parking_lot_actors::engine::PoolControl)'s): `pool.retrieve(..)`,
 /// `pool.retrieve_task(..)`, `pool.cancel(..)`, `pool.stats()`, `pool.pause()`,
 /// `pool.why_waiting(..)`, `pool.events()`, `pool.inspect(..)`, `pool.preempt_tasks()`...
 impl<P, R, E> std::ops::Deref for ResourcePool<P, R, E> {

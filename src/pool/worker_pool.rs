@@ -11,12 +11,12 @@ use prometheus_parking_lot_actors::running::stream::ResultStream;
 use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 
 use crate::config::WorkerPoolConfig;
-use crate::core::{PoolError, ScheduledTask, TaskMetadata};
 use crate::infra::mailbox::memory::InMemoryMailbox;
 use crate::infra::queue::memory::InMemoryQueue;
 use crate::runtime::tokio_spawner::TokioSpawner;
 use crate::util::serde::MailboxKey;
 use crate::TaskExecutor;
+use prometheus_parking_lot_actors::domain::{PoolError, ScheduledTask, TaskMetadata};
 
 /// The work a [`WorkerPool`] runs, one call per task, on a dedicated worker thread.
 ///
@@ -325,7 +325,7 @@ where
 }
 
 /// Every operation the pool does not shape for the inference-server API is its client's
-/// (and its client's [`PoolControl`](crate::core::PoolControl)'s): `pool.cancel(..)`,
+/// (and its client's [`PoolControl`](prometheus_parking_lot_actors::engine::PoolControl)'s): `pool.cancel(..)`,
 /// `pool.retrieve_task(..)`, `pool.stats()`, `pool.pause()`, `pool.why_waiting(..)`,
 /// `pool.events()`, `pool.inspect(..)`, `pool.preempt_tasks()`...
 impl<P, R, E> std::ops::Deref for WorkerPool<P, R, E> {
