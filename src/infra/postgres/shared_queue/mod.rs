@@ -1,7 +1,7 @@
 //! A [`SharedQueue`] on PostgreSQL, whatever its layout: [`PgQueue`].
 //!
 //! The two Postgres queues differ only in where a task lives: a row of one table
-//! ([`PostgresQueue`](crate::infra::queue::postgres::PostgresQueue)), or a PGMQ message in a
+//! ([`PostgresQueue`](crate::infra::postgres::queue::PostgresQueue)), or a PGMQ message in a
 //! queue per priority level (`PgmqQueue`, cargo feature `pgmq`). Each layout writes its
 //! [`Statements`] once, when the queue is opened; everything else is here, once for both:
 //! the values each statement is given (by name, see [`named`](super::named)), the answers of
@@ -144,7 +144,7 @@ impl std::fmt::Display for QueueLabel {
 
 /// A [`SharedQueue`] on PostgreSQL in layout `L`. See the module docs; users name it by its
 /// layout's name,
-/// [`PostgresQueue`](crate::infra::queue::postgres::PostgresQueue) or `PgmqQueue`.
+/// [`PostgresQueue`](crate::infra::postgres::queue::PostgresQueue) or `PgmqQueue`.
 pub struct PgQueue<L, P> {
     database: PgDatabase,
     layout: L,
@@ -380,7 +380,7 @@ impl<L, P> PgQueue<L, P> {
     }
 
     /// The queue's way of ending claims in a result store's transaction, for a
-    /// [`PostgresMailbox`](crate::infra::mailbox::postgres::PostgresMailbox) of the same
+    /// [`PostgresMailbox`](crate::infra::postgres::mailbox::PostgresMailbox) of the same
     /// database (see [`ClaimFence`]).
     pub fn fence(&self) -> ClaimFence {
         ClaimFence::new(
