@@ -7,7 +7,8 @@
 //! the values each statement is given (by name, see [`named`](super::named)), the answers of
 //! group statements, the claim and its loop past unreadable tasks, the rescue and its
 //! wake-up, the dead letters, and errors that name the pool, the queue and the cause (see
-//! [`outage`](super::outage)).
+//! [`outage`](super::outage)). The [`SharedQueue`] operations are in `operations.rs`, the
+//! [`QueueMaintenance`] ones (rescue, dead letters, counts) in `maintenance.rs`.
 //!
 //! | statement | parameters | answers (columns) |
 //! |---|---|---|
@@ -29,38 +30,32 @@
 //! | `retry_dead` | `$queue`, `$entry` | `entry` (none when no such dead letter) |
 //! | `purge_dead` | `$queue`, `$entry` (`NULL`: all) | `n` |
 //! | `forget_done` | `$queue`, `$now_ms` | none |
+//!
+//! [`SharedQueue`]: crate::core::SharedQueue
+//! [`QueueMaintenance`]: crate::core::QueueMaintenance
 
 use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sea_orm::{QueryResult, Value};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::watch;
 
 use super::budgets::FleetBudgets;
 use super::claim::{claimed_rows, ClaimParams, Claimed, Unreadable};
-use super::codec::{
-    column, count_to_sql, entry_from_sql, entry_to_sql, millis_u64, task_of, ParkRows,
-};
+use super::codec::{column, task_of};
 use super::fence::{claim_values, ClaimFence};
-use super::groups::{answer_group, returned_entries, settle_in_groups};
+use super::groups::returned_entries;
 use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
-use super::retry::{RescueParams, RetryPolicy};
-use super::{fault_of, PgDatabase, Table};
-use crate::core::{
-    Budgets, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts, QueueError,
-    QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
-};
-use crate::util::serde::{MailboxKey, ResourceCost, ResourceKind, TaskId, TenantId};
+use super::retry::RetryPolicy;
+use super::{fault_of, PgDatabase};
+use crate::core::{Claim, FitQuery, Lease, QueueError, ScheduledTask, Settlement};
 
-/// How many claims in a row [`SharedQueue::claim_best_fit`] makes when each takes only tasks
-/// that cannot be read, so that a queue full of bad tasks cannot hold a node there.
-const UNREADABLE_ROUNDS: usize = 16;
+mod maintenance;
+mod operations;
 
 /// How a statement runs: on its own, or as a claim (see [`PgDatabase::claim_rows`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +103,7 @@ pub(crate) struct Statements {
     /// Deletes one dead letter, or all of the queue's.
     pub purge_dead: NamedSql,
     /// Forgets the callers of completed tasks once their time is up (see
-    /// [`SharedQueue::keep_callers_unique`]).
+    /// [`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
     pub forget_done: NamedSql,
     /// Dead-letters a claimed task that cannot be read.
     pub bury: NamedSql,
@@ -118,7 +113,7 @@ pub(crate) struct Statements {
 /// pl_queue_jobs)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QueueLabel {
-    /// The backend's name ([`SharedQueue::backend`]).
+    /// The backend's name ([`SharedQueue::backend`](crate::core::SharedQueue::backend)).
     pub backend: &'static str,
     /// The queue's name, as statements bind it (`$queue`).
     pub queue: String,
@@ -142,7 +137,7 @@ impl std::fmt::Display for QueueLabel {
     }
 }
 
-/// A [`SharedQueue`] on PostgreSQL in layout `L`. See the module docs; users name it by its
+/// A [`SharedQueue`](crate::core::SharedQueue) on PostgreSQL in layout `L`. See the module docs; users name it by its
 /// layout's name,
 /// [`PostgresQueue`](crate::infra::postgres::queue::PostgresQueue) or `PgmqQueue`.
 pub struct PgQueue<L, P> {
@@ -159,7 +154,7 @@ pub struct PgQueue<L, P> {
     /// The budgets every node of the queue spends from in its claims, once shared.
     budgets: std::sync::Mutex<Option<Arc<FleetBudgets>>>,
     /// Whether the rows this handle parks keep their callers unique
-    /// ([`SharedQueue::keep_callers_unique`]).
+    /// ([`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
     attach: std::sync::atomic::AtomicBool,
     _payload: PhantomData<fn() -> P>,
 }
@@ -462,479 +457,5 @@ where
                 Ok(None)
             }
         }
-    }
-}
-
-#[async_trait]
-impl<L, P> SharedQueue<P> for PgQueue<L, P>
-where
-    L: Send + Sync + 'static,
-    P: Serialize + DeserializeOwned + Send + 'static,
-{
-    fn backend(&self) -> &'static str {
-        self.label.backend
-    }
-
-    fn maintenance(&self) -> &dyn QueueMaintenance {
-        self
-    }
-
-    async fn enqueue(
-        &self,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-    ) -> Result<(), QueueError> {
-        let mut parked = self.enqueue_many(vec![(entry, rank_time_ms, task)]).await;
-        parked.pop().unwrap_or(Err(QueueError::Duplicate(entry)))
-    }
-
-    async fn enqueue_many(
-        &self,
-        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
-    ) -> Vec<Result<(), QueueError>> {
-        let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
-        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
-        let mut written = Vec::with_capacity(tasks.len());
-        for (entry, rank_time_ms, task) in tasks {
-            match rows.push(entry, rank_time_ms, &task) {
-                Ok(()) => {
-                    written.push((parked.len(), entry));
-                    parked.push(Ok(()));
-                }
-                Err(error) => parked.push(Err(error)),
-            }
-        }
-        if written.is_empty() {
-            return parked;
-        }
-        let params = [("queue", self.queue()), ("rows", rows.finish().into())];
-        let stored = self.rows("park", &self.statements.park, &params).await;
-        // An entry stored already (or twice in this group) is refused, once per copy.
-        let stored = stored.map(|rows| returned_entries(&rows));
-        // Only a parked task is news for other nodes: one announcement for the group.
-        if answer_group(&mut parked, written, stored, QueueError::Duplicate) {
-            self.announce();
-        }
-        parked
-    }
-
-    async fn enqueue_claimed(
-        &self,
-        node: &str,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        lease: Duration,
-        now_ms: u64,
-    ) -> Result<Lease<P>, QueueError> {
-        let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
-        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
-        rows.push(entry, rank_time_ms, &task)?;
-        let params = [
-            ("queue", self.queue()),
-            ("rows", rows.finish().into()),
-            ("node", node.to_owned().into()),
-            ("expires_ms", millis_u64(expires_at_ms).into()),
-        ];
-        let stored = self
-            .rows("park", &self.statements.park_claimed, &params)
-            .await?;
-        if stored.is_empty() {
-            return Err(QueueError::Duplicate(entry));
-        }
-        Ok(Lease {
-            entry,
-            task,
-            attempt: 1,
-            expires_at_ms,
-        })
-    }
-
-    /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the
-    /// database's clock and spent in each claim's transaction (`infra/postgres/budgets.rs`).
-    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
-        if budgets.is_empty() {
-            return Ok(());
-        }
-        budgets.validate().map_err(|error| {
-            QueueError::Backend(BackendFault::plain(
-                FaultKind::Other,
-                format!("{}: {error}", self.label),
-            ))
-        })?;
-        let key = format!(
-            "{} {} {}",
-            self.label.backend, self.label.place, self.label.queue
-        );
-        let shared = async {
-            self.database.ensure(Table::Budgets).await?;
-            FleetBudgets::share(&self.database, key, budgets).await
-        };
-        match shared.await {
-            Ok(fleet) => {
-                *self
-                    .budgets
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fleet);
-                Ok(())
-            }
-            Err(error) => Err(self.failed("share budgets", &error).await),
-        }
-    }
-
-    /// A unique index on the live rows' callers, checked by the statement that parks.
-    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
-        self.attach
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-
-    async fn live_task_key(
-        &self,
-        tenant: &TenantId,
-        id: TaskId,
-    ) -> Result<Option<MailboxKey>, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("tenant", tenant.0.clone().into()),
-            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
-        ];
-        let Some(row) = self
-            .row(
-                "look up a caller's task",
-                &self.statements.live_task,
-                &params,
-            )
-            .await?
-        else {
-            return Ok(None);
-        };
-        let mut key = MailboxKey::new(self.column::<String>(&row, "tenant")?);
-        key.user_id = self.column(&row, "user_id")?;
-        key.session_id = self.column(&row, "session_id")?;
-        Ok(Some(key))
-    }
-
-    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
-        let Some(fleet) = self.fleet_budgets() else {
-            return Ok(());
-        };
-        match fleet.give_back(&self.database, kind, units).await {
-            Ok(()) => Ok(()),
-            Err(error) => Err(self.failed("give back budget", &error).await),
-        }
-    }
-
-    /// Claims one task at a time until it takes one that can be read or finds none: a task
-    /// that cannot be read is dead-lettered and the next is tried, `UNREADABLE_ROUNDS` times
-    /// at most.
-    async fn claim_best_fit(
-        &self,
-        node: &str,
-        query: &FitQuery,
-        lease: Duration,
-        now_ms: u64,
-    ) -> Result<Option<Lease<P>>, QueueError> {
-        for _ in 0..UNREADABLE_ROUNDS {
-            let mut claimed = self.claim(node, query, 1, lease, now_ms).await?;
-            if !claimed.leases.is_empty() || claimed.unreadable.is_empty() {
-                return Ok(claimed.leases.pop());
-            }
-        }
-        Ok(None)
-    }
-
-    async fn claim_batch(
-        &self,
-        node: &str,
-        query: &FitQuery,
-        max: usize,
-        lease: Duration,
-        now_ms: u64,
-    ) -> Result<Vec<Lease<P>>, QueueError> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        Ok(self.claim(node, query, max, lease, now_ms).await?.leases)
-    }
-
-    async fn renew(
-        &self,
-        node: &str,
-        entry: EntryId,
-        lease: Duration,
-        now_ms: u64,
-    ) -> Result<(), QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("entry", entry_to_sql(entry).into()),
-            ("node", node.to_owned().into()),
-            (
-                "expires_ms",
-                millis_u64(Lease::<P>::expiry(now_ms, lease)).into(),
-            ),
-        ];
-        let row = self.row("renew", &self.statements.renew, &params).await?;
-        let changed: i64 = row.map_or(Ok(0), |row| self.column(&row, "changed"))?;
-        if changed == 0 {
-            return Err(QueueError::NotClaimed(entry));
-        }
-        Ok(())
-    }
-
-    async fn settle(
-        &self,
-        node: &str,
-        claim: Claim,
-        settlement: Settlement,
-    ) -> Result<(), QueueError> {
-        let settled = self.settle_claims(node, &[claim], settlement).await?;
-        if settled.is_empty() {
-            return Err(QueueError::NotClaimed(claim.entry));
-        }
-        Ok(())
-    }
-
-    async fn settle_many(
-        &self,
-        node: &str,
-        settlements: Vec<(Claim, Settlement)>,
-    ) -> Vec<Result<(), QueueError>> {
-        let failed = |claim, settlement| self.settle(node, claim, settlement);
-        let done = |claims: Vec<Claim>| async move {
-            self.settle_claims(node, &claims, Settlement::Done).await
-        };
-        settle_in_groups(settlements, failed, done).await
-    }
-
-    async fn release_many(
-        &self,
-        node: &str,
-        claims: Vec<Claim>,
-        now_ms: u64,
-    ) -> Vec<Result<(), QueueError>> {
-        let mut params = self.claim_params(node, &claims);
-        params.push(("now_ms", millis_u64(now_ms).into()));
-        let released = self
-            .rows("release", &self.statements.release, params.as_slice())
-            .await
-            .map(|rows| returned_entries(&rows));
-        if matches!(&released, Ok(entries) if !entries.is_empty()) {
-            // At once, not coalesced: a node hands work back as it stops, and its process
-            // may end before a coalesced announcement would go out.
-            let notify = "SELECT pg_notify($1, '')".to_owned();
-            let channel = vec![Value::from(self.channel.clone())];
-            if let Err(error) = self.database.rows(notify, channel).await {
-                tracing::warn!(queue = %self.label, error = %super::describe(&error), "could not announce the handed-back tasks; other nodes find them at their next poll");
-            }
-        }
-        let mut answers: Vec<Result<(), QueueError>> = claims.iter().map(|_| Ok(())).collect();
-        let indexed = claims.iter().map(|claim| claim.entry).enumerate().collect();
-        answer_group(&mut answers, indexed, released, QueueError::NotClaimed);
-        answers
-    }
-
-    async fn retry(
-        &self,
-        node: &str,
-        claim: Claim,
-        at_ms: u64,
-        reason: String,
-    ) -> Result<(), QueueError> {
-        let mut params = self.claim_params(node, &[claim]);
-        params.push(("at_ms", millis_u64(at_ms).into()));
-        params.push(("reason", reason.into()));
-        let rows = self
-            .rows("retry", &self.statements.retry, params.as_slice())
-            .await?;
-        if returned_entries(&rows).is_empty() {
-            return Err(QueueError::NotClaimed(claim.entry));
-        }
-        Ok(())
-    }
-
-    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("entry", entry_to_sql(entry).into()),
-        ];
-        self.take_parked("remove", &self.statements.remove, &params)
-            .await
-    }
-
-    async fn remove_task(
-        &self,
-        key: &MailboxKey,
-        id: TaskId,
-    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("tenant", key.tenant.0.clone().into()),
-            ("user_id", key.user_id.clone().into()),
-            ("session_id", key.session_id.clone().into()),
-            ("task_id", (id as i64).into()),
-        ];
-        self.take_parked("cancel", &self.statements.remove_task, &params)
-            .await
-    }
-
-    fn watch(&self) -> Option<watch::Receiver<u64>> {
-        Some(self.wake.subscribe())
-    }
-}
-
-#[async_trait]
-impl<L, P> QueueMaintenance for PgQueue<L, P>
-where
-    L: Send + Sync,
-{
-    /// Parks each expired claim again after its backoff, or dead-letters it on its last
-    /// attempt, in one statement; announces the parked ones.
-    async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
-        let params = RescueParams {
-            queue: &self.label.queue,
-            now_ms,
-            retry: &self.retry,
-        };
-        let forget = [
-            ("queue", self.queue()),
-            ("now_ms", millis_u64(now_ms).into()),
-        ];
-        self.rows(
-            "forget ended callers",
-            &self.statements.forget_done,
-            &forget,
-        )
-        .await?;
-        let Some(row) = self.row("rescue", &self.statements.rescue, &params).await? else {
-            return Ok(0);
-        };
-        let parked: i64 = self.column(&row, "parked")?;
-        let dead: i64 = self.column(&row, "dead")?;
-        if parked > 0 {
-            self.announce();
-        }
-        if dead > 0 {
-            tracing::warn!(queue = %self.label, dead, "dead-lettered tasks whose every attempt lost its lease");
-        }
-        Ok(usize::try_from(parked + dead).unwrap_or(usize::MAX))
-    }
-
-    async fn take_dead_letters(&self, max: usize) -> Result<Vec<DeadLetter>, QueueError> {
-        let params = [("queue", self.queue()), ("max", count_to_sql(max).into())];
-        let rows = self
-            .rows("dead letters", &self.statements.dead_letters, &params)
-            .await?;
-        rows.iter().map(|row| self.dead_letter(row)).collect()
-    }
-
-    async fn list_dead_letters(
-        &self,
-        offset: usize,
-        limit: usize,
-    ) -> Result<Vec<KeptLetter>, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("offset", count_to_sql(offset).into()),
-            ("limit", count_to_sql(limit).into()),
-        ];
-        let rows = self
-            .rows("list dead letters", &self.statements.list_dead, &params)
-            .await?;
-        rows.iter().map(|row| self.kept_letter(row)).collect()
-    }
-
-    async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("entry", entry_to_sql(entry).into()),
-        ];
-        let retried = self
-            .row("retry a dead letter", &self.statements.retry_dead, &params)
-            .await?
-            .is_some();
-        if retried {
-            self.announce();
-        }
-        Ok(retried)
-    }
-
-    async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("entry", entry.map(entry_to_sql).into()),
-        ];
-        let Some(row) = self
-            .row("purge dead letters", &self.statements.purge_dead, &params)
-            .await?
-        else {
-            return Ok(0);
-        };
-        let purged: i64 = self.column(&row, "n")?;
-        Ok(usize::try_from(purged).unwrap_or(0))
-    }
-
-    async fn counts(&self) -> Result<QueueCounts, QueueError> {
-        let params = [("queue", self.queue())];
-        let Some(row) = self.row("count", &self.statements.counts, &params).await? else {
-            return Ok(QueueCounts::default());
-        };
-        let count = |name: &str| -> Result<usize, QueueError> {
-            let counted: i64 = self.column(&row, name)?;
-            Ok(usize::try_from(counted).unwrap_or(0))
-        };
-        Ok(QueueCounts {
-            parked: count("parked")?,
-            claimed: count("claimed")?,
-        })
-    }
-}
-
-impl<L, P> PgQueue<L, P> {
-    /// Reads a row of the `list_dead` statement.
-    fn kept_letter(&self, row: &QueryResult) -> Result<KeptLetter, QueueError> {
-        let entry: i64 = self.column(row, "entry")?;
-        let attempts: i32 = self.column(row, "attempts")?;
-        let metadata: String = self.column(row, "metadata")?;
-        let meta: TaskMetadata = serde_json::from_str(&metadata).map_err(|error| {
-            QueueError::Backend(BackendFault::plain(
-                FaultKind::Corrupt,
-                format!("{}: a dead letter's metadata: {error}", self.label),
-            ))
-        })?;
-        Ok(KeptLetter {
-            entry: entry_from_sql(entry),
-            task_id: meta.id,
-            key: meta.mailbox.unwrap_or_else(|| MailboxKey::new("")),
-            cost: meta.cost,
-            priority: meta.priority,
-            attempts: u32::try_from(attempts).unwrap_or(0),
-            reason: self.column(row, "reason")?,
-        })
-    }
-
-    /// Reads a row of the `dead_letters` statement.
-    fn dead_letter(&self, row: &QueryResult) -> Result<DeadLetter, QueueError> {
-        let kind: i16 = self.column(row, "kind")?;
-        let kind = ResourceKind::ALL
-            .into_iter()
-            .find(|known| known.index() as i16 == kind)
-            .unwrap_or(ResourceKind::Cpu);
-        let units: i64 = self.column(row, "units")?;
-        let mut key = MailboxKey::new(self.column::<String>(row, "tenant")?);
-        key.user_id = self.column(row, "user_id")?;
-        key.session_id = self.column(row, "session_id")?;
-        let task_id: i64 = self.column(row, "task_id")?;
-        let reason: Option<String> = self.column(row, "reason")?;
-        Ok(DeadLetter {
-            key,
-            task_id: task_id as u64,
-            cost: ResourceCost::new(kind, u32::try_from(units).unwrap_or(u32::MAX)),
-            reason: format!(
-                "the shared queue gave up on the task: {}",
-                reason.unwrap_or_else(|| "no reason recorded".into())
-            ),
-        })
     }
 }
