@@ -20,13 +20,13 @@ use crate::gpu::plan::{plan, GpuSource};
 use crate::gpu::GpuProbe;
 use crate::infra::mailbox::memory::InMemoryMailbox;
 #[cfg(feature = "postgres")]
+use crate::infra::postgres::queue::driver::in_pool;
+#[cfg(feature = "postgres")]
 use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::driver::{
     is_built, queue_driver, queue_rules, Databases, SharedPart, QUEUE_TYPES,
 };
 use crate::infra::queue::memory::InMemoryQueue;
-#[cfg(feature = "postgres")]
-use crate::infra::queue::postgres::driver::in_pool;
 use crate::pool::Backends;
 use crate::{ResourcePool, TaskExecutor};
 
@@ -476,7 +476,7 @@ impl<'a> Sources<'a> {
             StorageSettings::Postgres { table } => {
                 let database = self.database(pool, "mailbox.storage.type")?;
                 let mut mailbox =
-                    crate::infra::mailbox::postgres::PostgresMailbox::open(&database, table)
+                    crate::infra::postgres::mailbox::PostgresMailbox::open(&database, table)
                         .map_err(|error| in_pool(pool, "mailbox.storage", error))?;
                 if let Some(fence) = shared.map(|shared| shared.fence.clone()) {
                     mailbox = mailbox

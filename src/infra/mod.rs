@@ -1,8 +1,14 @@
 //! Backends: where parked tasks and results are stored, and who hears of results.
+//!
+//! | folder | what it holds |
+//! |---|---|
+//! | `queue/` | the queue drivers' registry, the in-memory queues and the embedded durable one |
+//! | `mailbox/` | the in-memory mailbox |
+//! | `postgres/` | everything on PostgreSQL: its queues, its mailbox, and what they share |
+//! | `notify/` | the http notifier (cargo feature `webhook`) |
 
 pub mod mailbox;
 #[cfg(feature = "webhook")]
 pub mod notify;
-#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue;

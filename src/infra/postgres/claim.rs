@@ -2,8 +2,8 @@
 //! parts of the statement both layouts share (what fits, the rank bound, the reserved task),
 //! and what it answers ([`Claimed`]).
 //!
-//! A claim statement is written by its layout (`infra::queue::postgres`,
-//! `infra::queue::pgmq`) with these parameters, each bound from [`ClaimParams`] in
+//! A claim statement is written by its layout (`infra::postgres::queue`,
+//! `infra::postgres::pgmq`) with these parameters, each bound from [`ClaimParams`] in
 //! [`ClaimParams::value`] and nowhere else:
 //!
 //! | parameter | value |

@@ -7,7 +7,7 @@
 //! (its entry *and* its claim count, the fencing token), so a claim that was rescued and
 //! claimed again settles nothing, and its result is not stored. Both happen, or neither.
 //!
-//! [`PostgresMailbox`]: crate::infra::mailbox::postgres::PostgresMailbox
+//! [`PostgresMailbox`]: crate::infra::postgres::mailbox::PostgresMailbox
 
 use std::collections::HashSet;
 
@@ -21,7 +21,7 @@ use crate::core::{Claim, EntryId, Settlement};
 
 /// A shared queue's way of ending claims inside another statement's transaction: see the
 /// module docs. Made by [`PgQueue::fence`](super::PgQueue::fence); given to
-/// [`PostgresMailbox::settling_claims_of`](crate::infra::mailbox::postgres::PostgresMailbox::settling_claims_of).
+/// [`PostgresMailbox::settling_claims_of`](crate::infra::postgres::mailbox::PostgresMailbox::settling_claims_of).
 #[derive(Clone)]
 pub struct ClaimFence {
     pub(crate) database: PgDatabase,

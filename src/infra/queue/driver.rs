@@ -6,9 +6,9 @@
 //! for a payload type). [`queue_driver`] is the one place that maps a `"type"` to its driver;
 //! [`QUEUE_TYPES`] lists the types and whether this build has them.
 //!
-//! Adding a queue backend: its folder here (the queue, and a `driver.rs` implementing both
-//! traits), its variant of [`QueueSettings`], its line in [`queue_driver`] and
-//! [`QUEUE_TYPES`], and its cargo feature.
+//! Adding a queue backend: its folder (here, or in `infra/postgres/` for one on PostgreSQL:
+//! the queue, and a `driver.rs` implementing both traits), its variant of [`QueueSettings`],
+//! its line in [`queue_driver`] and [`QUEUE_TYPES`], and its cargo feature.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -20,7 +20,8 @@ use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
 
-use super::{memory, pgmq, postgres, yaque};
+use super::{memory, yaque};
+use crate::infra::postgres::{pgmq, queue as postgres};
 
 /// Every queue `"type"` a configuration may name, and whether this build has it, in the
 /// order errors list them.

@@ -4,8 +4,11 @@
 //! holds their payloads by entry id, so it is a hash map and nothing more. It needs no I/O,
 //! so the scheduler drives it directly ([`InlineQueue`]). Nothing survives the process:
 //! shutdown ends parked tasks `Cancelled`.
+//!
+//! [`multi_node`] holds the in-memory queue many pools of one process share.
 
 pub(crate) mod driver;
+pub mod multi_node;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

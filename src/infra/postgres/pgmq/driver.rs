@@ -5,10 +5,10 @@ use crate::config::checks::{check_identifier, in_range};
 use crate::config::quote;
 use crate::config::ConfigError;
 use crate::core::PoolError;
-use crate::infra::queue::driver::{Databases, QueueDriver, QueueRules, SharedPart};
-use crate::infra::queue::postgres::driver::{
+use crate::infra::postgres::queue::driver::{
     MAX_ATTEMPTS, MAX_CLAIM_AHEAD, MAX_LEASE_MS, MIN_LEASE_MS,
 };
+use crate::infra::queue::driver::{Databases, QueueDriver, QueueRules, SharedPart};
 
 /// The `"type"` of the pgmq queue.
 pub(crate) const TYPE: &str = "postgres_pgmq";
@@ -77,7 +77,7 @@ where
         pool: &str,
         databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
-        use crate::infra::queue::postgres::driver::{in_pool, retry_policy, shared_parking};
+        use crate::infra::postgres::queue::driver::{in_pool, retry_policy, shared_parking};
 
         let database = databases.database(pool, "queue.type")?;
         let queue = super::PgmqQueue::<P>::open(&database, self.queue_name)

@@ -31,8 +31,8 @@
 
 use sea_orm::{ConnectionTrait, DbErr, TransactionTrait};
 
-use super::schema::SCHEMA_LOCK;
-use super::{Identifier, PgDatabase};
+use crate::infra::postgres::schema::SCHEMA_LOCK;
+use crate::infra::postgres::{Identifier, PgDatabase};
 
 /// The comment on schema `pgmq` that marks this crate's installation, and its version.
 const MARK: &str = "prometheus_parking_lot pgmq-compatible SQL, version 1";

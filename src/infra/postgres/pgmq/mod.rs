@@ -1,0 +1,17 @@
+//! The queue on PGMQ that many nodes share (cargo feature `pgmq`): [`queue`] opens it in its
+//! layout, `statements.rs` writes its statements, `install` puts PGMQ's API on a server
+//! that lacks the extension, and `driver` holds its settings' rules and how a node joins
+//! it.
+
+pub(crate) mod driver;
+#[cfg(feature = "pgmq")]
+mod install;
+#[cfg(feature = "pgmq")]
+pub mod queue;
+#[cfg(feature = "pgmq")]
+mod statements;
+
+#[cfg(feature = "pgmq")]
+pub use install::PgmqSource;
+#[cfg(feature = "pgmq")]
+pub use queue::{check_queue_name, PgmqLayout, PgmqQueue, MAX_QUEUE_NAME};

@@ -1,0 +1,10 @@
+//! The queue in a PostgreSQL table that many nodes share (cargo feature `postgres`):
+//! [`table`] opens it and writes its statements, `driver` holds its settings' rules and
+//! how a node joins it.
+
+pub(crate) mod driver;
+#[cfg(feature = "postgres")]
+pub mod table;
+
+#[cfg(feature = "postgres")]
+pub use table::{PostgresQueue, TableLayout};

@@ -1,0 +1,345 @@
+//! What a node asks of a [`PgQueue`]: the [`SharedQueue`] operations (park, claim, renew,
+//! settle, release, retry, remove), each one statement of the layout run with its values.
+
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sea_orm::Value;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::PgQueue;
+use crate::core::{
+    Budgets, Claim, EntryId, FitQuery, Lease, QueueError, QueueMaintenance, ScheduledTask,
+    Settlement, SharedQueue,
+};
+use crate::infra::postgres::budgets::FleetBudgets;
+use crate::infra::postgres::codec::{entry_to_sql, millis_u64, ParkRows};
+use crate::infra::postgres::groups::{answer_group, returned_entries, settle_in_groups};
+use crate::infra::postgres::Table;
+use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
+
+/// How many claims in a row [`SharedQueue::claim_best_fit`] makes when each takes only tasks
+/// that cannot be read, so that a queue full of bad tasks cannot hold a node there.
+const UNREADABLE_ROUNDS: usize = 16;
+
+#[async_trait]
+impl<L, P> SharedQueue<P> for PgQueue<L, P>
+where
+    L: Send + Sync + 'static,
+    P: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn backend(&self) -> &'static str {
+        self.label.backend
+    }
+
+    fn maintenance(&self) -> &dyn QueueMaintenance {
+        self
+    }
+
+    async fn enqueue(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+    ) -> Result<(), QueueError> {
+        let mut parked = self.enqueue_many(vec![(entry, rank_time_ms, task)]).await;
+        parked.pop().unwrap_or(Err(QueueError::Duplicate(entry)))
+    }
+
+    async fn enqueue_many(
+        &self,
+        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
+        let mut written = Vec::with_capacity(tasks.len());
+        for (entry, rank_time_ms, task) in tasks {
+            match rows.push(entry, rank_time_ms, &task) {
+                Ok(()) => {
+                    written.push((parked.len(), entry));
+                    parked.push(Ok(()));
+                }
+                Err(error) => parked.push(Err(error)),
+            }
+        }
+        if written.is_empty() {
+            return parked;
+        }
+        let params = [("queue", self.queue()), ("rows", rows.finish().into())];
+        let stored = self.rows("park", &self.statements.park, &params).await;
+        // An entry stored already (or twice in this group) is refused, once per copy.
+        let stored = stored.map(|rows| returned_entries(&rows));
+        // Only a parked task is news for other nodes: one announcement for the group.
+        if answer_group(&mut parked, written, stored, QueueError::Duplicate) {
+            self.announce();
+        }
+        parked
+    }
+
+    async fn enqueue_claimed(
+        &self,
+        node: &str,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Lease<P>, QueueError> {
+        let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
+        rows.push(entry, rank_time_ms, &task)?;
+        let params = [
+            ("queue", self.queue()),
+            ("rows", rows.finish().into()),
+            ("node", node.to_owned().into()),
+            ("expires_ms", millis_u64(expires_at_ms).into()),
+        ];
+        let stored = self
+            .rows("park", &self.statements.park_claimed, &params)
+            .await?;
+        if stored.is_empty() {
+            return Err(QueueError::Duplicate(entry));
+        }
+        Ok(Lease {
+            entry,
+            task,
+            attempt: 1,
+            expires_at_ms,
+        })
+    }
+
+    /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the
+    /// database's clock and spent in each claim's transaction (`infra/postgres/budgets.rs`).
+    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
+        if budgets.is_empty() {
+            return Ok(());
+        }
+        budgets.validate().map_err(|error| {
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                format!("{}: {error}", self.label),
+            ))
+        })?;
+        let key = format!(
+            "{} {} {}",
+            self.label.backend, self.label.place, self.label.queue
+        );
+        let shared = async {
+            self.database.ensure(Table::Budgets).await?;
+            FleetBudgets::share(&self.database, key, budgets).await
+        };
+        match shared.await {
+            Ok(fleet) => {
+                *self
+                    .budgets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fleet);
+                Ok(())
+            }
+            Err(error) => Err(self.failed("share budgets", &error).await),
+        }
+    }
+
+    /// A unique index on the live rows' callers, checked by the statement that parks.
+    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
+        self.attach
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn live_task_key(
+        &self,
+        tenant: &TenantId,
+        id: TaskId,
+    ) -> Result<Option<MailboxKey>, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("tenant", tenant.0.clone().into()),
+            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
+        ];
+        let Some(row) = self
+            .row(
+                "look up a caller's task",
+                &self.statements.live_task,
+                &params,
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut key = MailboxKey::new(self.column::<String>(&row, "tenant")?);
+        key.user_id = self.column(&row, "user_id")?;
+        key.session_id = self.column(&row, "session_id")?;
+        Ok(Some(key))
+    }
+
+    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
+        let Some(fleet) = self.fleet_budgets() else {
+            return Ok(());
+        };
+        match fleet.give_back(&self.database, kind, units).await {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.failed("give back budget", &error).await),
+        }
+    }
+
+    /// Claims one task at a time until it takes one that can be read or finds none: a task
+    /// that cannot be read is dead-lettered and the next is tried, `UNREADABLE_ROUNDS` times
+    /// at most.
+    async fn claim_best_fit(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Option<Lease<P>>, QueueError> {
+        for _ in 0..UNREADABLE_ROUNDS {
+            let mut claimed = self.claim(node, query, 1, lease, now_ms).await?;
+            if !claimed.leases.is_empty() || claimed.unreadable.is_empty() {
+                return Ok(claimed.leases.pop());
+            }
+        }
+        Ok(None)
+    }
+
+    async fn claim_batch(
+        &self,
+        node: &str,
+        query: &FitQuery,
+        max: usize,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Vec<Lease<P>>, QueueError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.claim(node, query, max, lease, now_ms).await?.leases)
+    }
+
+    async fn renew(
+        &self,
+        node: &str,
+        entry: EntryId,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<(), QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("entry", entry_to_sql(entry).into()),
+            ("node", node.to_owned().into()),
+            (
+                "expires_ms",
+                millis_u64(Lease::<P>::expiry(now_ms, lease)).into(),
+            ),
+        ];
+        let row = self.row("renew", &self.statements.renew, &params).await?;
+        let changed: i64 = row.map_or(Ok(0), |row| self.column(&row, "changed"))?;
+        if changed == 0 {
+            return Err(QueueError::NotClaimed(entry));
+        }
+        Ok(())
+    }
+
+    async fn settle(
+        &self,
+        node: &str,
+        claim: Claim,
+        settlement: Settlement,
+    ) -> Result<(), QueueError> {
+        let settled = self.settle_claims(node, &[claim], settlement).await?;
+        if settled.is_empty() {
+            return Err(QueueError::NotClaimed(claim.entry));
+        }
+        Ok(())
+    }
+
+    async fn settle_many(
+        &self,
+        node: &str,
+        settlements: Vec<(Claim, Settlement)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let failed = |claim, settlement| self.settle(node, claim, settlement);
+        let done = |claims: Vec<Claim>| async move {
+            self.settle_claims(node, &claims, Settlement::Done).await
+        };
+        settle_in_groups(settlements, failed, done).await
+    }
+
+    async fn release_many(
+        &self,
+        node: &str,
+        claims: Vec<Claim>,
+        now_ms: u64,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut params = self.claim_params(node, &claims);
+        params.push(("now_ms", millis_u64(now_ms).into()));
+        let released = self
+            .rows("release", &self.statements.release, params.as_slice())
+            .await
+            .map(|rows| returned_entries(&rows));
+        if matches!(&released, Ok(entries) if !entries.is_empty()) {
+            // At once, not coalesced: a node hands work back as it stops, and its process
+            // may end before a coalesced announcement would go out.
+            let notify = "SELECT pg_notify($1, '')".to_owned();
+            let channel = vec![Value::from(self.channel.clone())];
+            if let Err(error) = self.database.rows(notify, channel).await {
+                tracing::warn!(queue = %self.label, error = %crate::infra::postgres::describe(&error), "could not announce the handed-back tasks; other nodes find them at their next poll");
+            }
+        }
+        let mut answers: Vec<Result<(), QueueError>> = claims.iter().map(|_| Ok(())).collect();
+        let indexed = claims.iter().map(|claim| claim.entry).enumerate().collect();
+        answer_group(&mut answers, indexed, released, QueueError::NotClaimed);
+        answers
+    }
+
+    async fn retry(
+        &self,
+        node: &str,
+        claim: Claim,
+        at_ms: u64,
+        reason: String,
+    ) -> Result<(), QueueError> {
+        let mut params = self.claim_params(node, &[claim]);
+        params.push(("at_ms", millis_u64(at_ms).into()));
+        params.push(("reason", reason.into()));
+        let rows = self
+            .rows("retry", &self.statements.retry, params.as_slice())
+            .await?;
+        if returned_entries(&rows).is_empty() {
+            return Err(QueueError::NotClaimed(claim.entry));
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("entry", entry_to_sql(entry).into()),
+        ];
+        self.take_parked("remove", &self.statements.remove, &params)
+            .await
+    }
+
+    async fn remove_task(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("tenant", key.tenant.0.clone().into()),
+            ("user_id", key.user_id.clone().into()),
+            ("session_id", key.session_id.clone().into()),
+            ("task_id", (id as i64).into()),
+        ];
+        self.take_parked("cancel", &self.statements.remove_task, &params)
+            .await
+    }
+
+    fn watch(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.wake.subscribe())
+    }
+}

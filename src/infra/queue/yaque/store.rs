@@ -1,0 +1,518 @@
+//! The log on disk: its writer and the index it rebuilds ([`Store`]), the start that
+//! replays the segments and sets damage aside ([`Replay`]), appends, and compaction.
+
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use yaque::{Sender, SenderBuilder};
+
+use crate::core::{EntryId, QueueError, TaskMetadata};
+
+use super::os;
+use super::queue::{io_fault, Quarantined};
+use super::record::{
+    encode, frame_at, record_len, CLAIM, FRAME_HEADER, GONE, MAX_FRAME, PARK, RECORD_OVERHEAD,
+    SEGMENT_END,
+};
+
+/// The log is rewritten once this much (and four times the live tasks' size) was appended.
+const COMPACT_FLOOR: u64 = 8 * 1024 * 1024;
+/// Free space a start needs besides the log it keeps, with slack: the lock files and the
+/// first block of a fresh segment. A rewrite needs this beyond the copy of the live tasks.
+const START_ROOM: u64 = 64 * 1024;
+
+/// The log's writer and the index it rebuilds.
+pub(super) struct Store {
+    pub(super) dir: PathBuf,
+    /// Where damaged records and undecodable tasks are set aside.
+    pub(super) quarantine: PathBuf,
+    /// The stream's ownership, held while the queue is open.
+    pub(super) _owner: os::OwnerLock,
+    /// `None` after a failed write or rewrite: the next record opens a new writer.
+    pub(super) sender: Option<Sender>,
+    /// The segment the writer appends to (it never moves to another by itself).
+    pub(super) segment: PathBuf,
+    /// The bytes of `segment` that hold whole records: where a failed write is cut back to.
+    pub(super) segment_len: u64,
+    /// Live entries, in entry order.
+    pub(super) entries: BTreeMap<EntryId, Kept>,
+    pub(super) claimed: usize,
+    /// Size of the live entries' `park` records.
+    pub(super) live_bytes: u64,
+    /// Bytes appended since the last rewrite.
+    pub(super) appended: u64,
+    /// Entries whose state in the log may differ from the index: the start dropped them (a
+    /// duplicate task id, an undecodable task), or a failed write of theirs could not be cut
+    /// back. Their state is written again before the next record.
+    pub(super) uncertain: BTreeSet<EntryId>,
+}
+
+/// A live entry: its task as stored, and whether it is running.
+pub(super) struct Kept {
+    pub(super) task: Vec<u8>,
+    pub(super) claimed: bool,
+}
+
+/// The part of a stored task read at start.
+#[derive(Deserialize)]
+pub(super) struct MetaOnly {
+    pub(super) meta: TaskMetadata,
+}
+
+impl Store {
+    /// Takes the stream, replays the log (quarantining damage), parks left-over claims
+    /// again, drops duplicate task ids, and rewrites the log into a fresh segment when the
+    /// disk has room for it (else opens a writer on the log as it is).
+    pub(super) fn open(dir: PathBuf, quarantine: &Path) -> io::Result<(Self, Vec<Quarantined>)> {
+        Self::start(dir.clone(), quarantine).map_err(|error| explain_full_disk(&dir, error))
+    }
+
+    pub(super) fn start(dir: PathBuf, quarantine: &Path) -> io::Result<(Self, Vec<Quarantined>)> {
+        fs::create_dir_all(&dir)?;
+        let owner = os::OwnerLock::take(&dir)?;
+        os::clear_yaque_locks(&dir)?;
+        let mut replay = Replay::default();
+        let mut quarantined = Vec::new();
+        let mut log_bytes = 0;
+        for (_, file) in &segments(&dir, quarantine, &mut quarantined)? {
+            let bytes = fs::read(file)?;
+            log_bytes += bytes.len() as u64;
+            replay.segment(file, &bytes, quarantine, &mut quarantined)?;
+        }
+        let (entries, dropped) = replay.finish(&dir, quarantine, &mut quarantined)?;
+        let live_bytes = entries
+            .values()
+            .map(|kept| record_len(kept.task.len()))
+            .sum();
+        let mut store = Store {
+            dir,
+            quarantine: quarantine.to_path_buf(),
+            _owner: owner,
+            sender: None,
+            segment: PathBuf::new(),
+            segment_len: 0,
+            entries,
+            claimed: 0,
+            live_bytes,
+            appended: log_bytes.saturating_sub(live_bytes),
+            uncertain: dropped.into_iter().collect(),
+        };
+        match store.compact() {
+            Ok(true) => {}
+            Ok(false) => {
+                store.writer()?;
+            }
+            Err(error) => {
+                // A failed rewrite leaves the old log whole.
+                tracing::warn!(dir = %store.dir.display(), %error, "could not rewrite the queue's log at start; it is kept as it is");
+                store.writer()?;
+            }
+        }
+        Ok((store, quarantined))
+    }
+
+    /// Appends one record (after restating uncertain entries). On failure nothing changes in
+    /// the index, and nothing of the record stays in the log.
+    pub(super) fn append(
+        &mut self,
+        kind: u8,
+        entry: EntryId,
+        body: &[u8],
+    ) -> Result<(), QueueError> {
+        let record = encode(kind, entry, body);
+        if record.len() > MAX_FRAME {
+            return Err(QueueError::Backend(BackendFault::plain(
+                FaultKind::Refused,
+                format!(
+                "entry {entry}: the task takes {} bytes stored; the yaque queue holds at most {} \
+                 bytes a task",
+                body.len(),
+                MAX_FRAME - RECORD_OVERHEAD
+            ),
+            )));
+        }
+        let written = self
+            .restate()
+            .and_then(|()| self.write(&[record], &[entry]));
+        written.map_err(|error| {
+            QueueError::Backend(io_fault(
+                format!("writing to {}: {error}", self.dir.display()),
+                error,
+            ))
+        })
+    }
+
+    /// Appends `records` (of `entries`) with one write. A failed write is cut off the
+    /// segment: yaque's writer keeps the bytes it could not write and writes them when it is
+    /// dropped, or writes part of them, so without the cut a record reported as not stored
+    /// could be found after a restart. If the cut fails, the entries' state is written again
+    /// before the next record instead.
+    pub(super) fn write(&mut self, records: &[Vec<u8>], entries: &[EntryId]) -> io::Result<()> {
+        let written = self
+            .writer()?
+            .try_send_batch(records.iter())
+            .map_err(|error| io::Error::other(error.to_string()));
+        if let Err(error) = written {
+            // The writer goes first: dropping it is what may write the failed bytes.
+            self.sender = None;
+            let cut = fs::OpenOptions::new()
+                .write(true)
+                .open(&self.segment)
+                .and_then(|file| file.set_len(self.segment_len));
+            if let Err(cut_error) = cut {
+                tracing::warn!(segment = %self.segment.display(), error = %cut_error, "could not cut a failed write off the queue's log; its entries are written again before the next record");
+                self.uncertain.extend(entries);
+            }
+            return Err(error);
+        }
+        let bytes = records
+            .iter()
+            .map(|record| (FRAME_HEADER + record.len()) as u64)
+            .sum::<u64>();
+        self.segment_len += bytes;
+        self.appended += bytes;
+        Ok(())
+    }
+
+    /// Writes the index's state of every uncertain entry again (`park`, and `claim` if it
+    /// runs, or `gone`), so that whatever a failed write left in the log is overridden.
+    pub(super) fn restate(&mut self) -> io::Result<()> {
+        if self.uncertain.is_empty() {
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        for entry in &self.uncertain {
+            match self.entries.get(entry) {
+                Some(kept) => {
+                    records.push(encode(PARK, *entry, &kept.task));
+                    if kept.claimed {
+                        records.push(encode(CLAIM, *entry, &[]));
+                    }
+                }
+                None => records.push(encode(GONE, *entry, &[])),
+            }
+        }
+        let entries: Vec<EntryId> = self.uncertain.iter().copied().collect();
+        self.write(&records, &entries)?;
+        self.uncertain.clear();
+        Ok(())
+    }
+
+    /// The log's writer; after a failed write or rewrite, a new one on a fresh segment.
+    pub(super) fn writer(&mut self) -> io::Result<&mut Sender> {
+        let sender = match self.sender.take() {
+            Some(sender) => sender,
+            None => self.new_writer()?,
+        };
+        Ok(self.sender.insert(sender))
+    }
+
+    /// A writer appending to a fresh segment after every existing one. Called with no writer
+    /// open, so yaque's lock files, if any, are left-overs of a failed open.
+    pub(super) fn new_writer(&mut self) -> io::Result<Sender> {
+        os::clear_yaque_locks(&self.dir)?;
+        let next = segments(&self.dir, Path::new(""), &mut Vec::new())?
+            .last()
+            .map_or(0, |&(number, _)| number + 1);
+        let segment = self.dir.join(format!("{next}.q"));
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&segment)?;
+        let dir = &self.dir;
+        // yaque appends to the highest segment; with no size limit it stays on this one,
+        // whose length is then known (rewrites keep the log small).
+        let sender = catch_unwind(AssertUnwindSafe(|| {
+            SenderBuilder::new().segment_size(u64::MAX).open(dir)
+        }))
+        .map_err(|_| {
+            io::Error::other(format!(
+                "yaque could not read the queue's version file in {}",
+                dir.display()
+            ))
+        })??;
+        self.segment = segment;
+        self.segment_len = 0;
+        Ok(sender)
+    }
+
+    /// Moves a task this build cannot decode out of the queue, into the quarantine.
+    pub(super) fn set_aside(&mut self, entry: EntryId) -> Result<(), QueueError> {
+        let Some(kept) = self.entries.get(&entry) else {
+            return Ok(());
+        };
+        let saved_as = self.quarantine.join(format!("entry-{entry}.json"));
+        fs::create_dir_all(&self.quarantine)
+            .and_then(|()| fs::write(&saved_as, &kept.task))
+            .map_err(|error| {
+                QueueError::Backend(io_fault(
+                    format!("could not quarantine entry {entry}: {error}"),
+                    error,
+                ))
+            })?;
+        tracing::error!(entry, saved_as = %saved_as.display(), "a stored task does not decode; it was set aside");
+        self.append(GONE, entry, &[])?;
+        self.forget(entry);
+        Ok(())
+    }
+
+    pub(super) fn forget(&mut self, entry: EntryId) {
+        if let Some(kept) = self.entries.remove(&entry) {
+            self.live_bytes -= record_len(kept.task.len());
+            if kept.claimed {
+                self.claimed -= 1;
+            }
+        }
+    }
+
+    /// Rewrites the log when the appended records dwarf the live ones.
+    pub(super) fn maybe_compact(&mut self) {
+        if self.appended <= COMPACT_FLOOR.max(self.live_bytes.saturating_mul(4)) {
+            return;
+        }
+        let compacted = self.compact().unwrap_or_else(|error| {
+            tracing::error!(dir = %self.dir.display(), %error, "yaque queue compaction failed; the log keeps growing until the next rewrite");
+            false
+        });
+        if !compacted {
+            // Tried again once as much more was appended, not at every record.
+            self.appended = 0;
+        }
+    }
+
+    /// Rewrites the log if the disk has room for a copy of the live entries: moves the
+    /// writer to a fresh segment, writes every live entry there, then deletes the older
+    /// segments, oldest first. `Ok(false)`: no room, the log is left as it is.
+    pub(super) fn compact(&mut self) -> io::Result<bool> {
+        let claims = self.entries.values().filter(|kept| kept.claimed).count() as u64;
+        let snapshot = self.live_bytes + claims * record_len(0);
+        let needed = snapshot + START_ROOM;
+        if let Some(free) = os::free_bytes(&self.dir).filter(|&free| free < needed) {
+            tracing::warn!(dir = %self.dir.display(), free, needed, "too little free space to rewrite the queue's log; it is kept as it is, and rewritten once there is room");
+            return Ok(false);
+        }
+        let older = segments(&self.dir, Path::new(""), &mut Vec::new())?;
+        self.sender = None;
+        let mut records = Vec::with_capacity(self.entries.len());
+        for (&entry, kept) in &self.entries {
+            records.push(encode(PARK, entry, &kept.task));
+            if kept.claimed {
+                records.push(encode(CLAIM, entry, &[]));
+            }
+        }
+        self.writer()?;
+        for chunk in records.chunks(1024) {
+            if let Err(error) = self.write(chunk, &[]) {
+                // Half a snapshot only repeats live entries; it goes, the old log stays.
+                let _ = fs::remove_file(&self.segment);
+                return Err(error);
+            }
+        }
+        self.appended = 0;
+        for (number, file) in &older {
+            if let Err(error) = fs::remove_file(file) {
+                tracing::warn!(segment = number, file = %file.display(), %error, "could not delete a compacted segment");
+                return Ok(true);
+            }
+        }
+        // Whatever a failed write left behind was in the deleted segments.
+        self.uncertain.clear();
+        Ok(true)
+    }
+}
+
+/// Adds to a full disk's error what the queue needs to start.
+fn explain_full_disk(dir: &Path, error: io::Error) -> io::Error {
+    if error.kind() != io::ErrorKind::StorageFull {
+        return error;
+    }
+    let free = os::free_bytes(dir).map_or_else(String::new, |free| format!(", {free} bytes free"));
+    io::Error::new(
+        io::ErrorKind::StorageFull,
+        format!(
+            "{error} (the disk holding {}{free}): the queue needs about {} KiB free to start; \
+             it keeps its log as it is and rewrites it once the disk has room for a copy of \
+             its live tasks",
+            dir.display(),
+            START_ROOM / 1024
+        ),
+    )
+}
+
+/// The segment files of `dir` in order. A `.q` file whose name is no number (which yaque
+/// cannot handle) is moved to the quarantine.
+fn segments(
+    dir: &Path,
+    quarantine: &Path,
+    quarantined: &mut Vec<Quarantined>,
+) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut segments = Vec::new();
+    for item in fs::read_dir(dir)? {
+        let path = item?.path();
+        if path.extension().is_none_or(|ext| ext != "q") {
+            continue;
+        }
+        match path
+            .file_stem()
+            .and_then(|stem| stem.to_str()?.parse::<u64>().ok())
+        {
+            Some(number) => segments.push((number, path)),
+            None if !quarantine.as_os_str().is_empty() => {
+                let len = fs::metadata(&path)?.len();
+                let saved_as = quarantine_path(quarantine, &path, 0)?;
+                fs::rename(&path, &saved_as)?;
+                tracing::warn!(file = %path.display(), offset = 0, bytes = len, saved_as = %saved_as.display(), "a queue file that is no segment was quarantined");
+                quarantined.push(Quarantined {
+                    file: path,
+                    offset: 0,
+                    len,
+                    saved_as,
+                });
+            }
+            None => {}
+        }
+    }
+    segments.sort_unstable();
+    Ok(segments)
+}
+
+fn quarantine_path(quarantine: &Path, file: &Path, offset: u64) -> io::Result<PathBuf> {
+    fs::create_dir_all(quarantine)?;
+    let name = file
+        .file_name()
+        .map_or_else(|| "segment".into(), |name| name.to_string_lossy());
+    Ok(quarantine.join(format!("{name}@{offset}.bad")))
+}
+
+/// The state the log's records describe, as they are replayed.
+#[derive(Default)]
+struct Replay {
+    entries: BTreeMap<EntryId, Kept>,
+}
+
+impl Replay {
+    /// Replays one segment's frames, quarantining every damaged stretch.
+    fn segment(
+        &mut self,
+        file: &Path,
+        bytes: &[u8],
+        quarantine: &Path,
+        quarantined: &mut Vec<Quarantined>,
+    ) -> io::Result<()> {
+        let mut at = 0;
+        while at < bytes.len() {
+            if bytes[at..].starts_with(&SEGMENT_END) && at + FRAME_HEADER == bytes.len() {
+                break;
+            }
+            if let Some((kind, entry, body, next)) = frame_at(bytes, at) {
+                self.apply(kind, entry, body);
+                at = next;
+                continue;
+            }
+            let resume = (at + 1..bytes.len())
+                .find(|&start| frame_at(bytes, start).is_some())
+                .unwrap_or(bytes.len());
+            let saved_as = quarantine_path(quarantine, file, at as u64)?;
+            fs::write(&saved_as, &bytes[at..resume])?;
+            tracing::warn!(
+                file = %file.display(),
+                offset = at,
+                bytes = resume - at,
+                saved_as = %saved_as.display(),
+                "a truncated or corrupt queue record was quarantined; the other records are kept"
+            );
+            quarantined.push(Quarantined {
+                file: file.to_path_buf(),
+                offset: at as u64,
+                len: (resume - at) as u64,
+                saved_as,
+            });
+            at = resume;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, kind: u8, entry: EntryId, body: &[u8]) {
+        match kind {
+            PARK => {
+                self.entries.insert(
+                    entry,
+                    Kept {
+                        task: body.to_vec(),
+                        claimed: false,
+                    },
+                );
+            }
+            CLAIM => {
+                if let Some(kept) = self.entries.get_mut(&entry) {
+                    kept.claimed = true;
+                }
+            }
+            _ => {
+                self.entries.remove(&entry);
+            }
+        }
+    }
+
+    /// The live entries (left-over claims parked again, one entry per caller's task id), and
+    /// the entries dropped: duplicates, and those whose metadata does not decode (quarantined).
+    fn finish(
+        self,
+        dir: &Path,
+        quarantine: &Path,
+        quarantined: &mut Vec<Quarantined>,
+    ) -> io::Result<(BTreeMap<EntryId, Kept>, Vec<EntryId>)> {
+        let mut entries = self.entries;
+        let mut seen: HashMap<(String, u64), EntryId> = HashMap::new();
+        let mut dropped = Vec::new();
+        let mut rerun = 0;
+        for (&entry, kept) in entries.iter_mut() {
+            if kept.claimed {
+                kept.claimed = false;
+                rerun += 1;
+            }
+            let meta = match serde_json::from_slice::<MetaOnly>(&kept.task) {
+                Ok(MetaOnly { meta }) => meta,
+                Err(error) => {
+                    fs::create_dir_all(quarantine)?;
+                    let saved_as = quarantine.join(format!("entry-{entry}.json"));
+                    fs::write(&saved_as, &kept.task)?;
+                    tracing::warn!(entry, %error, saved_as = %saved_as.display(), "a stored task's metadata does not decode; it was quarantined");
+                    quarantined.push(Quarantined {
+                        file: dir.to_path_buf(),
+                        offset: 0,
+                        len: kept.task.len() as u64,
+                        saved_as,
+                    });
+                    dropped.push(entry);
+                    continue;
+                }
+            };
+            if let Some(caller) = meta.mailbox.map(|key| (key.tenant.to_string(), meta.id)) {
+                if let Some(first) = seen.get(&caller) {
+                    tracing::warn!(
+                        entry,
+                        first,
+                        task_id = caller.1,
+                        "a task id stored twice for one tenant is kept once"
+                    );
+                    dropped.push(entry);
+                } else {
+                    seen.insert(caller, entry);
+                }
+            }
+        }
+        for entry in &dropped {
+            entries.remove(entry);
+        }
+        if rerun > 0 {
+            tracing::warn!(tasks = rerun, "tasks that were running when the process stopped are parked again and will run again");
+        }
+        Ok((entries, dropped))
+    }
+}
