@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+#[cfg(feature = "webhook")]
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -23,10 +25,9 @@ use crate::infra::mailbox::memory::InMemoryMailbox;
 use crate::infra::postgres::queue::driver::in_pool;
 #[cfg(feature = "postgres")]
 use crate::infra::postgres::PgDatabase;
-use crate::infra::queue::driver::{
-    is_built, queue_driver, queue_rules, Databases, SharedPart, QUEUE_TYPES,
-};
+use crate::infra::queue::driver::{Databases, SharedPart};
 use crate::infra::queue::memory::InMemoryQueue;
+use crate::infra::queue::registry::{is_built, queue_driver, queue_rules, QUEUE_TYPES};
 use crate::pool::Backends;
 use crate::{ResourcePool, TaskExecutor};
 
@@ -406,15 +407,32 @@ fn notifiers_for(
 #[cfg(feature = "webhook")]
 fn http_notifier(pool: &str, settings: &NotifierSettings) -> Result<Arc<dyn Notifier>, PoolError> {
     use crate::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
-    let notifier =
-        HttpNotifier::new(HttpNotifierSettings::from_config(pool, settings)).map_err(|error| {
-            match error {
-                PoolError::InvalidConfig(problem) => {
-                    PoolError::InvalidConfig(format!("pools.{pool}.mailbox.notifier: {problem}"))
-                }
-                other => other,
-            }
-        })?;
+    let NotifierSettings::Http {
+        base_url,
+        auth_header,
+        hmac_secret,
+        timeout_ms,
+        max_retries,
+    } = settings;
+    let mut http = HttpNotifierSettings::new(base_url.clone()).with_name(pool);
+    if let Some(header) = auth_header {
+        http = http.with_auth_header(header.clone());
+    }
+    if let Some(key) = hmac_secret {
+        http = http.with_hmac_secret(key.clone());
+    }
+    if let Some(timeout_ms) = timeout_ms {
+        http = http.with_timeout(Duration::from_millis(*timeout_ms));
+    }
+    if let Some(max_retries) = max_retries {
+        http = http.with_max_retries(*max_retries);
+    }
+    let notifier = HttpNotifier::new(http).map_err(|error| match error {
+        PoolError::InvalidConfig(problem) => {
+            PoolError::InvalidConfig(format!("pools.{pool}.mailbox.notifier: {problem}"))
+        }
+        other => other,
+    })?;
     Ok(Arc::new(notifier))
 }
 

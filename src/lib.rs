@@ -115,6 +115,7 @@ pub mod infra;
 pub mod metrics;
 mod pool;
 pub mod runtime;
+mod settings;
 pub mod util;
 
 // The crate root holds the names a first program needs and nothing twice that has a home

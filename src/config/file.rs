@@ -24,11 +24,11 @@ use serde::{Deserialize, Deserializer};
 
 use super::gpu::GpuSettings;
 use super::pool::WorkerPoolConfig;
-use super::queue::QueueSettings;
-use super::secret::Secret;
 use crate::core::{
     Budget, Capacity, Durability, FairShare, OnDuplicate, Retries, StartCap, StarvationGuard,
 };
+use crate::infra::queue::QueueSettings;
+use crate::settings::secret::Secret;
 use crate::util::redact;
 use crate::util::serde::ResourceKind;
 

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::checks::in_range;
-use super::error::ConfigError;
-use super::queue::QueueSettings;
+use crate::infra::queue::QueueSettings;
+use crate::settings::checks::in_range;
+use crate::settings::error::ConfigError;
 
 /// The `"gpu"` section of a pool. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]

@@ -11,11 +11,12 @@
 
 use std::path::Path;
 
-use super::error::ConfigError;
 use super::file::{NotifierSettings, SchedulerConfig};
-use super::queue::QueueSettings;
-use super::secret::{expand_field, expand_secret};
-use super::{quote, strict_json, wording};
+use super::{strict_json, wording};
+use crate::infra::queue::QueueSettings;
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
+use crate::settings::secret::{expand_field, expand_secret};
 
 impl SchedulerConfig {
     /// Reads a configuration file; `.json` is JSON, `.yaml` / `.yml` YAML.

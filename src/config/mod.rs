@@ -13,28 +13,23 @@
 //! one, and a wrong type says "a whole number" rather than a Rust type. Text fields that may
 //! hold credentials or deployment values may reference environment variables as `${NAME}`.
 
-pub(crate) mod checks;
-mod error;
 mod file;
 mod gpu;
 mod load;
 mod pool;
-mod queue;
-pub(crate) mod quote;
-mod secret;
 mod strict_json;
 mod validate;
 mod wording;
 
-pub use error::ConfigError;
+pub use crate::infra::queue::QueueSettings;
+pub use crate::settings::error::ConfigError;
+pub use crate::settings::quote::escape_controls;
+pub use crate::settings::secret::Secret;
 pub use file::{
     DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
     SchedulerConfig, StarvationSettings, StorageSettings,
 };
 pub use gpu::GpuSettings;
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
-pub use queue::QueueSettings;
-pub use quote::escape_controls;
-pub use secret::Secret;
 #[cfg(feature = "admin")]
 pub(crate) use validate::host_problem;

@@ -11,8 +11,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::error::ConfigError;
-use super::quote;
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
 
 /// Parses `text` as one JSON document without duplicate keys.
 pub(crate) fn parse(text: &str) -> Result<Value, ConfigError> {

@@ -63,15 +63,15 @@
 
 use std::collections::HashMap;
 
-use super::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
-use super::error::ConfigError;
 use super::file::{
     DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
     SchedulerConfig, StorageSettings,
 };
-use super::quote;
-use super::secret::Secret;
-use crate::infra::queue::driver::queue_rules;
+use crate::infra::queue::registry::queue_rules;
+use crate::settings::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
+use crate::settings::secret::Secret;
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::domain::MAX_PERIOD_MS;
 use prometheus_parking_lot_actors::worker::default_worker_count;

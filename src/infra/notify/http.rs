@@ -34,8 +34,8 @@ use tokio::sync::{Notify, Semaphore};
 use super::body;
 use super::outbox::Outbox;
 use super::signature::{Signer, SIGNATURE_HEADER};
-use crate::config::{NotifierSettings, Secret};
 use crate::core::{Notifier, PoolError, TerminalEvent};
+use crate::settings::secret::Secret;
 use crate::util::redact;
 use crate::util::serde::TaskId;
 
@@ -103,28 +103,6 @@ impl HttpNotifierSettings {
             outbox_capacity: Self::DEFAULT_OUTBOX_CAPACITY,
             max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
         }
-    }
-
-    /// The settings a pool's `mailbox.notifier` names; `pool` names the delivery thread and
-    /// the logs.
-    pub fn from_config(pool: &str, notifier: &NotifierSettings) -> Self {
-        let NotifierSettings::Http {
-            base_url,
-            auth_header,
-            hmac_secret,
-            timeout_ms,
-            max_retries,
-        } = notifier;
-        let mut settings = Self::new(base_url.clone()).with_name(pool);
-        settings.auth_header = auth_header.clone();
-        settings.hmac_secret = hmac_secret.clone();
-        if let Some(timeout_ms) = timeout_ms {
-            settings.timeout = Duration::from_millis(*timeout_ms);
-        }
-        if let Some(max_retries) = max_retries {
-            settings.max_retries = *max_retries;
-        }
-        settings
     }
 
     /// Names the delivery thread (`parking-lot-webhook-{name}`) and the logs; usually the

@@ -1,85 +1,19 @@
-//! How the configuration and the pool builder reach a queue backend: its driver.
+//! What a queue backend's driver is: [`QueueRules`] (the rules of its settings, with errors
+//! that name the field, and what it is: shared between nodes, durable) and [`QueueDriver`]
+//! (how it opens for a payload type). Each backend's folder holds its driver; the registry
+//! (`registry.rs`) maps a pool's `"queue"` section to one.
 //!
-//! A pool's `"queue"` section ([`QueueSettings`]) names one backend. Each backend's folder
-//! holds its driver: [`QueueRules`] (the rules of its settings, with errors that name the
-//! field, and what it is: shared between nodes, durable) and [`QueueDriver`] (how it opens
-//! for a payload type). [`queue_driver`] is the one place that maps a `"type"` to its driver;
-//! [`QUEUE_TYPES`] lists the types and whether this build has them.
-//!
-//! Adding a queue backend: its folder (here, or in `infra/postgres/` for one on PostgreSQL:
-//! the queue, and a `driver.rs` implementing both traits), its variant of [`QueueSettings`],
-//! its line in [`queue_driver`] and [`QUEUE_TYPES`], and its cargo feature.
+//! Adding a queue backend: its folder (under `infra/queue/`, or in `infra/postgres/` for one
+//! on PostgreSQL: the queue, and a `driver.rs` implementing both traits), its variant of
+//! `QueueSettings` and its `mod` line (`infra/queue/mod.rs`), its lines in the registry, and
+//! its cargo feature.
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
-use crate::config::{ConfigError, QueueSettings};
 use crate::core::{PoolError, TaskQueue};
 #[cfg(feature = "postgres")]
 use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::memory::InMemoryQueue;
+use crate::settings::error::ConfigError;
 use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
-
-use super::{memory, yaque};
-use crate::infra::postgres::{pgmq, queue as postgres};
-
-/// Every queue `"type"` a configuration may name, and whether this build has it, in the
-/// order errors list them.
-pub(crate) const QUEUE_TYPES: [(&str, bool); 4] = [
-    (memory::driver::TYPE, true),
-    (yaque::driver::TYPE, cfg!(feature = "yaque")),
-    (postgres::driver::TYPE, cfg!(feature = "postgres")),
-    (pgmq::driver::TYPE, cfg!(feature = "pgmq")),
-];
-
-/// Whether this build has the queue `"type"` `type_name`.
-pub(crate) fn is_built(type_name: &str) -> bool {
-    QUEUE_TYPES
-        .iter()
-        .any(|&(queue, built)| queue == type_name && built)
-}
-
-/// The driver of the backend `settings` name.
-pub(crate) fn queue_driver<P>(settings: &QueueSettings) -> Box<dyn QueueDriver<P> + '_>
-where
-    P: Serialize + DeserializeOwned + Send + 'static,
-{
-    match settings {
-        QueueSettings::InMemory => Box::new(memory::driver::MemoryDriver),
-        QueueSettings::Yaque { path, stream } => {
-            Box::new(yaque::driver::YaqueDriver { path, stream })
-        }
-        QueueSettings::Postgres {
-            table,
-            queue_name,
-            lease_ms,
-            max_attempts,
-            claim_ahead,
-        } => Box::new(postgres::driver::PostgresDriver {
-            table,
-            queue_name: queue_name.as_deref(),
-            lease_ms: *lease_ms,
-            max_attempts: *max_attempts,
-            claim_ahead: *claim_ahead,
-        }),
-        QueueSettings::PostgresPgmq {
-            queue_name,
-            lease_ms,
-            max_attempts,
-            claim_ahead,
-        } => Box::new(pgmq::driver::PgmqDriver {
-            queue_name,
-            lease_ms: *lease_ms,
-            max_attempts: *max_attempts,
-            claim_ahead: *claim_ahead,
-        }),
-    }
-}
-
-/// The rules of the backend `settings` name, which do not depend on the payload type.
-pub(crate) fn queue_rules(settings: &QueueSettings) -> Box<dyn QueueRules + '_> {
-    queue_driver::<()>(settings)
-}
 
 /// What a queue backend's settings must hold, and what the backend is.
 pub(crate) trait QueueRules {

@@ -1,14 +1,14 @@
 //! The pgmq queue's driver: its settings' rules, and how a node joins it (cargo feature
 //! `pgmq`). Its limits and its way of joining are the Postgres queue's.
 
-use crate::config::checks::{check_identifier, in_range};
-use crate::config::quote;
-use crate::config::ConfigError;
 use crate::core::PoolError;
 use crate::infra::postgres::queue::driver::{
     MAX_ATTEMPTS, MAX_CLAIM_AHEAD, MAX_LEASE_MS, MIN_LEASE_MS,
 };
 use crate::infra::queue::driver::{Databases, QueueDriver, QueueRules, SharedPart};
+use crate::settings::checks::{check_identifier, in_range};
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
 
 /// The `"type"` of the pgmq queue.
 pub(crate) const TYPE: &str = "postgres_pgmq";

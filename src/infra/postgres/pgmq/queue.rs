@@ -201,7 +201,7 @@ impl<P> PgQueue<PgmqLayout, P> {
             place: format!("pgmq queues {name}_crit .. {name}_low, {name}_dlq"),
             pool: None,
         };
-        let statements = super::statements::statements(&layout);
+        let statements = layout.statements();
         Ok(PgQueue::new(
             database,
             layout,

@@ -54,43 +54,46 @@ fn union_of(cte: &str, columns: &str) -> String {
         .join(" UNION ALL ")
 }
 
-/// The layout's statements (see `infra::postgres::shared_queue` for what each is given and
-/// answers).
-pub(super) fn statements(layout: &PgmqLayout) -> Statements {
-    let sql = |text: String| NamedSql::new(&text);
-    Statements {
-        park: sql(park_sql(layout, false)),
-        park_claimed: sql(park_sql(layout, true)),
-        claim: sql(claim_sql(layout)),
-        renew: sql(renew_sql(layout)),
-        settle_done: sql(settle_sql(layout, &Settlement::Done)),
-        settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
-        release: sql(release_sql(layout)),
-        retry: sql(retry_sql(layout)),
-        remove: sql(remove_sql(
-            layout,
-            &format!("{ENTRY} = $entry AND {PARKED} FOR UPDATE SKIP LOCKED"),
-        )),
-        remove_task: sql(remove_sql(
-            layout,
-            &format!(
-                "{TASK} = $task_id AND {PARKED} AND message->>'tenant' = $tenant \
-                 AND message->>'user' IS NOT DISTINCT FROM $user_id \
-                 AND message->>'session' IS NOT DISTINCT FROM $session_id \
-                 ORDER BY msg_id LIMIT 1 FOR UPDATE SKIP LOCKED"
-            ),
-        )),
-        live_task: sql(live_task_sql()),
-        rescue: sql(rescue_sql(layout)),
-        counts: sql(counts_sql(layout)),
-        dead_letters: sql(dead_letters_sql(layout)),
-        bury: sql(bury_sql(layout)),
-        list_dead: sql(list_dead_sql(layout)),
-        forget_done: sql(format!(
-            "DELETE FROM {ENTRIES} WHERE queue_name = $queue AND done_until <= $now_ms"
-        )),
-        retry_dead: sql(retry_dead_sql(layout)),
-        purge_dead: sql(purge_dead_sql(layout)),
+impl PgmqLayout {
+    /// The layout's statements (see `infra::postgres::shared_queue` for what each is given and
+    /// answers).
+    pub(super) fn statements(&self) -> Statements {
+        let layout = self;
+        let sql = |text: String| NamedSql::new(&text);
+        Statements {
+            park: sql(park_sql(layout, false)),
+            park_claimed: sql(park_sql(layout, true)),
+            claim: sql(claim_sql(layout)),
+            renew: sql(renew_sql(layout)),
+            settle_done: sql(settle_sql(layout, &Settlement::Done)),
+            settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
+            release: sql(release_sql(layout)),
+            retry: sql(retry_sql(layout)),
+            remove: sql(remove_sql(
+                layout,
+                &format!("{ENTRY} = $entry AND {PARKED} FOR UPDATE SKIP LOCKED"),
+            )),
+            remove_task: sql(remove_sql(
+                layout,
+                &format!(
+                    "{TASK} = $task_id AND {PARKED} AND message->>'tenant' = $tenant \
+                     AND message->>'user' IS NOT DISTINCT FROM $user_id \
+                     AND message->>'session' IS NOT DISTINCT FROM $session_id \
+                     ORDER BY msg_id LIMIT 1 FOR UPDATE SKIP LOCKED"
+                ),
+            )),
+            live_task: sql(live_task_sql()),
+            rescue: sql(rescue_sql(layout)),
+            counts: sql(counts_sql(layout)),
+            dead_letters: sql(dead_letters_sql(layout)),
+            bury: sql(bury_sql(layout)),
+            list_dead: sql(list_dead_sql(layout)),
+            forget_done: sql(format!(
+                "DELETE FROM {ENTRIES} WHERE queue_name = $queue AND done_until <= $now_ms"
+            )),
+            retry_dead: sql(retry_dead_sql(layout)),
+            purge_dead: sql(purge_dead_sql(layout)),
+        }
     }
 }
 

@@ -1,13 +1,13 @@
 //! The Postgres queue's driver: its settings' rules, and how a node joins it (cargo feature
 //! `postgres`). The pgmq queue's driver shares its limits and its way of joining.
 
-use crate::config::checks::{check_identifier, in_range, MAX_IDENTIFIER};
-use crate::config::quote;
-use crate::config::ConfigError;
 use crate::core::PoolError;
 #[cfg(feature = "postgres")]
 use crate::core::SharedQueue;
 use crate::infra::queue::driver::{Databases, QueueDriver, QueueRules, SharedPart};
+use crate::settings::checks::{check_identifier, in_range, MAX_IDENTIFIER};
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
 #[cfg(feature = "postgres")]
 use std::sync::Arc;
 

@@ -1,8 +1,8 @@
 //! The in-memory queue's driver: no settings, owned by its pool, nothing kept across a
 //! restart.
 
-use crate::config::ConfigError;
 use crate::infra::queue::driver::{QueueDriver, QueueRules};
+use crate::settings::error::ConfigError;
 
 /// The `"type"` of the in-memory queue.
 pub(crate) const TYPE: &str = "in_memory";

@@ -1,10 +1,10 @@
 //! The yaque queue's driver: its settings' rules, and how it opens (cargo feature `yaque`).
 
-use crate::config::checks::check_name;
-use crate::config::quote;
-use crate::config::ConfigError;
 use crate::core::{PoolError, TaskQueue};
 use crate::infra::queue::driver::{QueueDriver, QueueRules};
+use crate::settings::checks::check_name;
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
 
 /// The `"type"` of the yaque queue.
 pub(crate) const TYPE: &str = "yaque";

@@ -13,4 +13,6 @@ mod record;
 mod store;
 
 #[cfg(feature = "yaque")]
-pub use queue::{Quarantined, YaqueQueue};
+pub use queue::YaqueQueue;
+#[cfg(feature = "yaque")]
+pub use store::Quarantined;

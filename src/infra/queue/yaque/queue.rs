@@ -69,12 +69,12 @@
 //! the scheduler never waits for it.
 
 use super::record::{record_len, CLAIM, GONE, PARK};
-use super::store::{Kept, MetaOnly, Store};
+use super::store::{io_fault, Kept, MetaOnly, Quarantined, Store};
 
 use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
-use std::io;
+
 use std::marker::PhantomData;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -84,20 +84,6 @@ use serde::Serialize;
 use crate::core::{
     EntryId, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry, TaskQueue,
 };
-
-/// A truncated or corrupt stretch of a segment file, set aside at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Quarantined {
-    /// The segment file it was found in (the stream's directory, for a whole record whose
-    /// task's metadata does not decode).
-    pub file: PathBuf,
-    /// Its byte offset in that file (0 for a task that does not decode).
-    pub offset: u64,
-    /// How many bytes were set aside.
-    pub len: u64,
-    /// Where its bytes were copied.
-    pub saved_as: PathBuf,
-}
 
 /// Parked and claimed tasks in files; see the module docs.
 ///
@@ -318,19 +304,4 @@ where
             claimed: store.claimed,
         })
     }
-}
-
-/// The fault of a file operation that failed with `error`: a full disk, a missing
-/// permission or a read-only file system refuse until an operator acts; data that cannot be
-/// read back is corrupt.
-pub(super) fn io_fault(text: String, error: io::Error) -> BackendFault {
-    let kind = match error.kind() {
-        io::ErrorKind::StorageFull
-        | io::ErrorKind::PermissionDenied
-        | io::ErrorKind::ReadOnlyFilesystem
-        | io::ErrorKind::QuotaExceeded => FaultKind::Refused,
-        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => FaultKind::Corrupt,
-        _ => FaultKind::Other,
-    };
-    BackendFault::new(kind, text, error)
 }

@@ -14,11 +14,39 @@ use yaque::{Sender, SenderBuilder};
 use crate::core::{EntryId, QueueError, TaskMetadata};
 
 use super::os;
-use super::queue::{io_fault, Quarantined};
 use super::record::{
     encode, frame_at, record_len, CLAIM, FRAME_HEADER, GONE, MAX_FRAME, PARK, RECORD_OVERHEAD,
     SEGMENT_END,
 };
+
+/// A truncated or corrupt stretch of a segment file, set aside at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The segment file it was found in (the stream's directory, for a whole record whose
+    /// task's metadata does not decode).
+    pub file: PathBuf,
+    /// Its byte offset in that file (0 for a task that does not decode).
+    pub offset: u64,
+    /// How many bytes were set aside.
+    pub len: u64,
+    /// Where its bytes were copied.
+    pub saved_as: PathBuf,
+}
+
+/// The fault of a file operation that failed with `error`: a full disk, a missing
+/// permission or a read-only file system refuse until an operator acts; data that cannot be
+/// read back is corrupt.
+pub(super) fn io_fault(text: String, error: io::Error) -> BackendFault {
+    let kind = match error.kind() {
+        io::ErrorKind::StorageFull
+        | io::ErrorKind::PermissionDenied
+        | io::ErrorKind::ReadOnlyFilesystem
+        | io::ErrorKind::QuotaExceeded => FaultKind::Refused,
+        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => FaultKind::Corrupt,
+        _ => FaultKind::Other,
+    };
+    BackendFault::new(kind, text, error)
+}
 
 /// The log is rewritten once this much (and four times the live tasks' size) was appended.
 const COMPACT_FLOOR: u64 = 8 * 1024 * 1024;
