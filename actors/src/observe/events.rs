@@ -37,7 +37,8 @@ pub enum TaskStep {
     /// Ended in this state: exactly one per task, on the node that ended it (the one that
     /// ran it; for a task that ended parked in a shared queue, the one that removed it or
     /// heard the queue give up on it). Where the task was admitted or claimed, it comes
-    /// after that step.
+    /// after that step. A submission already past its deadline ends `Expired` at once,
+    /// without being admitted.
     Ended(TaskStatus),
     /// Refused at admission, for this reason (never admitted, so no `Ended` follows).
     Refused(Refusal),

@@ -116,11 +116,8 @@ pub(super) fn end_unadmitted<P: Send + 'static, R: Send + 'static>(
     } = admission;
     match origin {
         Origin::Submitted { reply, .. } if error == PoolError::Expired => {
-            // Admitted, and past its deadline already: its one outcome follows its
-            // admission, as every task's does.
-            for step in [TaskStep::Admitted, TaskStep::Ended(TaskStatus::Expired)] {
-                tasks.step_unrecorded(&task.meta, &key, &step, now);
-            }
+            let step = TaskStep::Ended(TaskStatus::Expired);
+            tasks.step_unrecorded(&task.meta, &key, &step, now);
             tasks.fx.answer(reply, Err(error));
             drop_contained(task);
         }
