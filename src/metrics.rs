@@ -232,7 +232,8 @@ impl EventSubscriber for PoolMetrics {
     fn on_event(&self, event: &TaskEvent<'_>) {
         match event.step {
             TaskStep::Admitted => self.submitted.increment(1),
-            TaskStep::Parked => {}
+            // Submitted (and counted) where it was admitted.
+            TaskStep::Claimed | TaskStep::Parked => {}
             TaskStep::Started => {
                 if let (Some(since), Some(priority)) = (event.since_ms, event.priority) {
                     self.wait[priority as usize].record(seconds(since, event.at_ms));

@@ -1,7 +1,8 @@
 //! The scheduler's event stream: what happened to each task, and when.
 //!
 //! The scheduler publishes one event per step of a task's life, with the time of the core's
-//! decision: admitted (and then started or parked), started, ended. After each batch of
+//! decision: admitted (or claimed from a shared queue; then started or parked), started,
+//! ended. After each batch of
 //! events it also publishes a [`PoolReading`]: the gauges its core holds (running, parked,
 //! units in use) and the failure counts no event carries. Subscribers (the pool's counters,
 //! metrics, audit logs) hear every event and every reading on the scheduler's thread, in
@@ -19,13 +20,25 @@ use crate::domain::{
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "step", content = "detail", rename_all = "snake_case")]
 pub enum TaskStep {
-    /// Accepted by admission; a `Started` or `Parked` follows at the same time.
+    /// A submission to this pool accepted by admission; a `Started` or `Parked` follows at
+    /// the same time (for a task handed to a shared queue, `Parked` there). Once per
+    /// submission: a task this node claims from a shared queue, or resumes from a durable
+    /// one, was admitted where it was submitted, and steps [`Claimed`](Self::Claimed) or
+    /// nothing here instead.
     Admitted,
+    /// Taken from a shared queue by this node under a lease (submitted here or on another
+    /// node, whose `Admitted` counted it); a `Started` or `Parked` follows at the same time.
+    /// A task claimed again after its lease ran out steps it again.
+    Claimed,
     /// Waiting in the parking lot.
     Parked,
     /// Running on a worker thread; its cost is held from now until it ends.
     Started,
-    /// Ended in this state; exactly one per admitted task.
+    /// Ended in this state: exactly one per task, on the node that ended it (the one that
+    /// ran it; for a task that ended parked in a shared queue, the one that removed it or
+    /// heard the queue give up on it). Where the task was admitted or claimed, it comes
+    /// after that step. A submission already past its deadline ends `Expired` at once,
+    /// without being admitted.
     Ended(TaskStatus),
     /// Refused at admission, for this reason (never admitted, so no `Ended` follows).
     Refused(Refusal),

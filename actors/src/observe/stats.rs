@@ -2,7 +2,9 @@
 //! scheduler's event stream, and gauges (running, parked, units held) the scheduler
 //! publishes from its core after each batch.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, OnceLock};
 
 use crate::domain::{Budget, ResourceKind, TaskStatus};
@@ -19,7 +21,10 @@ use crate::observe::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
 pub struct PoolStats {
     /// Worker threads the pool is configured with.
     pub worker_count: usize,
-    /// Tasks admitted (started or parked).
+    /// Submissions to this pool admitted (started or parked), each once. Tasks this pool
+    /// claimed from a shared queue or resumed from a durable one were submitted elsewhere:
+    /// they count in the outcomes (`completed_tasks` and the others), not here. Every
+    /// reading has each outcome's task counted here already, if it was submitted here.
     pub submitted_tasks: u64,
     /// Tasks whose executor returned a result.
     pub completed_tasks: u64,
@@ -116,6 +121,13 @@ pub struct GpuStats {
 /// The shared counters behind [`PoolStats`]. Task counters follow the scheduler's event
 /// stream; worker threads maintain `live_worker_threads`, the supervisor `worker_restarts`,
 /// the mailbox actor `expired_results`, the scheduler `queue_errors`.
+///
+/// A task's submission is counted before its outcome (the scheduler steps `Admitted`
+/// before `Ended`, on one thread). A reading must never show an outcome without its
+/// submission, though a reader on another thread reads the counters one by one while they
+/// move: so an outcome is counted with `Release` and read with `Acquire`, and `submitted`
+/// is read after every outcome. A reading then sees the submission of each outcome it sees,
+/// and outcomes never exceed submissions plus the tasks claimed or resumed from elsewhere.
 #[derive(Debug, Default)]
 pub(crate) struct PoolCounters {
     pub(crate) worker_count: AtomicUsize,
@@ -195,21 +207,30 @@ impl PoolCounters {
         }
         let total_by_kind = self.total.each_ref().map(read);
         let bottleneck = bottleneck(&used_by_kind, &total_by_kind);
+        // Outcomes first, then the submissions (see the type's docs).
+        let outcome = |counter: &AtomicU64| counter.load(Acquire);
+        let completed_tasks = outcome(&self.completed);
+        let failed_tasks = outcome(&self.failed);
+        let timed_out_tasks = outcome(&self.timed_out);
+        let expired_tasks = outcome(&self.expired);
+        let cancelled_tasks = outcome(&self.cancelled);
+        let rejected_tasks = outcome(&self.rejected);
+        let submitted_tasks = read(&self.submitted);
         PoolStats {
             worker_count: self.worker_count.load(Relaxed),
-            submitted_tasks: read(&self.submitted),
-            completed_tasks: read(&self.completed),
-            failed_tasks: read(&self.failed),
+            submitted_tasks,
+            completed_tasks,
+            failed_tasks,
             active_tasks: active,
             queued_tasks: self.queued.load(Relaxed),
             used_units: used_by_kind[bottleneck],
             total_units: total_by_kind[bottleneck],
             used_by_kind,
             total_by_kind,
-            timed_out_tasks: read(&self.timed_out),
-            expired_tasks: read(&self.expired),
-            cancelled_tasks: read(&self.cancelled),
-            rejected_tasks: read(&self.rejected),
+            timed_out_tasks,
+            expired_tasks,
+            cancelled_tasks,
+            rejected_tasks,
             expired_results: read(&self.expired_results),
             worker_restarts: read(&self.worker_restarts),
             queue_errors: read(&self.queue_errors),
@@ -246,6 +267,18 @@ impl PoolCounters {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
     }
+
+    /// The counter of tasks that ended in `status`.
+    fn outcome(&self, status: &TaskStatus) -> &AtomicU64 {
+        match status {
+            TaskStatus::Completed => &self.completed,
+            TaskStatus::Expired => &self.expired,
+            TaskStatus::TimedOut => &self.timed_out,
+            TaskStatus::Cancelled => &self.cancelled,
+            TaskStatus::Rejected(_) => &self.rejected,
+            TaskStatus::Failed(_) | TaskStatus::Parked | TaskStatus::Running => &self.failed,
+        }
+    }
 }
 
 /// The kind with the highest `used / total` (ties and an idle pool: the largest budget).
@@ -268,7 +301,10 @@ impl EventSubscriber for PoolCounters {
     fn on_event(&self, event: &TaskEvent<'_>) {
         match event.step {
             TaskStep::Admitted => Self::bump(&self.submitted),
-            TaskStep::Parked | TaskStep::Started | TaskStep::WaitsForBudget { .. } => {}
+            TaskStep::Claimed
+            | TaskStep::Parked
+            | TaskStep::Started
+            | TaskStep::WaitsForBudget { .. } => {}
             TaskStep::Retrying { .. } => Self::bump(&self.retried_runs),
             TaskStep::YieldAsked => Self::bump(&self.preemptions_asked),
             TaskStep::Yielded { units } => {
@@ -277,14 +313,9 @@ impl EventSubscriber for PoolCounters {
             }
             TaskStep::Refused(_) => Self::bump(&self.rejected),
             TaskStep::LeaseLost => Self::bump(&self.lost_leases),
-            TaskStep::Ended(status) => Self::bump(match status {
-                TaskStatus::Completed => &self.completed,
-                TaskStatus::Expired => &self.expired,
-                TaskStatus::TimedOut => &self.timed_out,
-                TaskStatus::Cancelled => &self.cancelled,
-                TaskStatus::Rejected(_) => &self.rejected,
-                TaskStatus::Failed(_) | TaskStatus::Parked | TaskStatus::Running => &self.failed,
-            }),
+            TaskStep::Ended(status) => {
+                self.outcome(status).fetch_add(1, Release);
+            }
         }
     }
 

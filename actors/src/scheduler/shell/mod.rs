@@ -339,9 +339,10 @@ where
                 shared_entry,
                 attempt,
             } => {
+                // Admitted where it was submitted: claimed here.
                 self.tasks.track(entry, &task.meta, &key, timeout, None);
                 self.tasks.set_lease(entry, shared_entry, attempt);
-                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.step(entry, TaskStep::Claimed, now);
                 self.tasks.begin_run(entry, false, now);
                 task.meta.mailbox = Some(key);
                 self.send_job(entry, task, now);
@@ -375,7 +376,9 @@ where
                 // its lease, where the core's order protects it.
                 self.tasks.track(entry, &task.meta, &key, timeout, None);
                 self.tasks.set_lease(entry, shared_entry, attempt);
-                self.tasks.keep_parked(entry, task.payload, None, key, now);
+                let arrived = (None, TaskStep::Claimed);
+                self.tasks
+                    .keep_parked(entry, task.payload, arrived, key, now);
                 return;
             }
         };
@@ -383,12 +386,18 @@ where
         let spin = self.storage.local().map(|room| room.spin());
         match spin {
             // In memory: the ledger is the store.
-            None => self.tasks.keep_parked(entry, task.payload, reply, key, now),
+            None => {
+                let arrived = (reply, TaskStep::Admitted);
+                self.tasks
+                    .keep_parked(entry, task.payload, arrived, key, now);
+            }
             Some(Some(spin)) => {
                 if let Some(room) = self.storage.local() {
                     room.spin_from(entry, spin, now);
                 }
-                self.tasks.keep_parked(entry, task.payload, reply, key, now);
+                let arrived = (reply, TaskStep::Admitted);
+                self.tasks
+                    .keep_parked(entry, task.payload, arrived, key, now);
             }
             Some(None) => {
                 if let (Some(record), Some(reply)) = (self.tasks.ledger.get_mut(entry), reply) {
@@ -627,7 +636,7 @@ where
                 }
             }
             if let Some(mut record) = self.tasks.ledger.remove(entry) {
-                self.tasks.answer_pending_park(&mut record);
+                self.tasks.answer_pending_park(&mut record, now);
                 // A claimed task waiting here goes back to the shared queue at once, for
                 // another node, rather than waiting there for its lease to run out.
                 handed_back.extend(record.lease());

@@ -226,10 +226,10 @@ where
                         run.ended = true;
                     }
                 }
-                self.finish(entry, Err(error.clone()), now);
                 if let Some(reply) = reply {
-                    self.tasks.fx.answer(reply, Err(error));
+                    self.tasks.end_unstored(entry, reply, error.clone(), now);
                 }
+                self.finish(entry, Err(error), now);
                 return;
             }
         };

@@ -173,7 +173,7 @@ where
         let stored_elsewhere = payload.is_none();
         drop_contained(payload);
         let settle = record.lease().map(|claim| (claim, Settlement::Done));
-        self.answer_pending_park(&mut record);
+        self.answer_pending_park(&mut record, now);
         record.release_nested_slot();
         self.deliver(record, Err(outcome), settle, now);
         stored_elsewhere
@@ -242,19 +242,21 @@ where
         })
     }
 
-    /// Keeps a parked task's payload in its record, announces it and answers its submitter.
+    /// Keeps a parked task's payload in its record, announces it (`arrived`: `Admitted` for
+    /// a submission, `Claimed` for a task claimed from a shared queue, then `Parked`) and
+    /// answers its submitter.
     pub fn keep_parked(
         &mut self,
         entry: EntryId,
         payload: P,
-        reply: Option<Reply>,
+        (reply, arrived): (Option<Reply>, TaskStep),
         key: MailboxKey,
         now: u64,
     ) {
         if let Some(record) = self.ledger.get_mut(entry) {
             record.keep_payload(payload);
             // Reported with the key in hand: the record keeps an anonymous key compact.
-            for step in [TaskStep::Admitted, TaskStep::Parked] {
+            for step in [arrived, TaskStep::Parked] {
                 self.observers.record_step_as(record, &key, &step, now);
             }
             if let Some(until_ms) = self.core.budget_ready_at(entry) {
@@ -361,10 +363,33 @@ where
     }
 
     /// Answers a submitter still waiting for its park to be stored: the task was admitted.
-    pub fn answer_pending_park(&mut self, record: &mut Record<P>) {
-        if let Some(reply) = record.take_reply() {
-            self.fx.answer(reply, Ok(record.key.key().into_owned()));
+    /// A parked task is announced only once its submitter is answered (a running one was
+    /// as it started), so it is announced here, before any step that ends it.
+    pub fn answer_pending_park(&mut self, record: &mut Record<P>, now: u64) {
+        let Some(reply) = record.take_reply() else {
+            return;
+        };
+        if record.is_parked() {
+            for step in [TaskStep::Admitted, TaskStep::Parked] {
+                self.observers.record_step(record, &step, now);
+            }
         }
+        self.fx.answer(reply, Ok(record.key.key().into_owned()));
+    }
+
+    /// Ends a running task whose submitter still waits for the queue to store it: the
+    /// submitter hears `outcome` instead of being admitted, and nothing goes to the mailbox
+    /// (the run's late report only releases its capacity). It was announced as it started,
+    /// so its `Ended` is told here, its one.
+    pub fn end_unstored(&mut self, entry: EntryId, reply: Reply, outcome: PoolError, now: u64) {
+        let step = TaskStep::Ended(status_of_run::<()>(&Err(outcome.clone())));
+        if let Some(record) = self.ledger.get_mut(entry) {
+            if let Some(run) = record.run_mut() {
+                run.ended = true;
+            }
+            self.observers.record_step(record, &step, now);
+        }
+        self.fx.answer(reply, Err(outcome));
     }
 
     /// Delivers an outcome for a running task before its thread returns, and asks the thread
@@ -379,9 +404,7 @@ where
         run.ended = true;
         run.cancellation.cancel();
         if let Some(reply) = record.take_reply() {
-            // Its submitter still waits for the queue to store it: it hears the outcome
-            // instead of being admitted, and nothing goes to the mailbox.
-            self.fx.answer(reply, Err(outcome));
+            self.end_unstored(entry, reply, outcome, now);
             return true;
         }
         let outcome = Err(outcome);

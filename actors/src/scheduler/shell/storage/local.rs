@@ -145,7 +145,7 @@ impl LocalRoom {
             // Kept by the queue at a stop: the submitter hears it was admitted; the record
             // has done its work.
             if let Some(mut record) = tasks.ledger.remove(entry) {
-                tasks.answer_pending_park(&mut record);
+                tasks.answer_pending_park(&mut record, now);
             }
             return;
         }

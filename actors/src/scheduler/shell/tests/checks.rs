@@ -14,6 +14,20 @@ impl World {
     pub(super) fn check(&self) -> Result<(), TestCaseError> {
         let core = &self.shell.tasks.core;
         prop_assert_eq!(core.check_invariants(), Ok(()));
+        let unadmitted = self.steps.unadmitted_ends.lock().expect("steps").clone();
+        prop_assert!(unadmitted.is_empty(), "{:?}", unadmitted);
+        let stats = self.shell.stats();
+        let outcomes = stats.completed_tasks
+            + stats.failed_tasks
+            + stats.timed_out_tasks
+            + stats.expired_tasks
+            + stats.cancelled_tasks;
+        prop_assert!(
+            outcomes <= stats.submitted_tasks,
+            "{} outcomes of {} submissions",
+            outcomes,
+            stats.submitted_tasks
+        );
         for &(worker, entry, _, id) in &self.running {
             prop_assert_eq!(
                 core.worker_of(entry),
@@ -147,6 +161,10 @@ impl World {
         }
         if matches!(self.mode, Mode::Memory) {
             prop_assert_eq!(self.shell.tasks.ledger.len(), 0, "the ledger is empty");
+            let counts = self.steps.counts.lock().expect("steps");
+            for ((_, id), &(admitted, ended)) in counts.iter() {
+                prop_assert_eq!(admitted, ended, "task {}: admitted, ended", id);
+            }
         }
         prop_assert!(
             self.shell.tasks.publishing.is_empty(),

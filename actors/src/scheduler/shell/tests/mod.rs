@@ -10,7 +10,9 @@
 //! unless the watchdog or the drain deadline delivered it while the run goes on (then it
 //! says `TimedOut` or `Cancelled`); every permit's holder sees the units the core holds for
 //! it (acquires, grows, shrinks, withdrawals racing grants, preemption of permits and of
-//! running tasks, which then park again and run again). Checked at the end, once every run finished and every
+//! running tasks, which then park again and run again); no task steps `Ended` more often
+//! than it stepped `Admitted` (a claim is no admission), and the counters never read more
+//! outcomes than submissions. Checked at the end, once every run finished and every
 //! call was answered: every accepted task reached exactly one terminal outcome, or is still
 //! held by a durable or shared queue; nothing refused was delivered; no capacity is held.
 
@@ -34,6 +36,7 @@ use crate::domain::{
     ScheduledTask, TaskFailure, TaskId, TaskMetadata,
 };
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
+use crate::observe::events::{EventSubscriber, TaskEvent, TaskStep};
 use crate::observe::stats::PoolCounters;
 use crate::permit::lane::Lanes;
 use crate::permit::{
@@ -203,6 +206,35 @@ impl Mailbox<u32> for NoMailbox {
     }
 }
 
+/// Hears every step and notes, per task, its admissions and ends, and any end that came
+/// without an admission before it.
+#[derive(Default)]
+struct Steps {
+    /// Per (key, id): `Admitted` steps, `Ended` steps.
+    counts: std::sync::Mutex<HashMap<(MailboxKey, TaskId), (u32, u32)>>,
+    /// Ends that outnumbered their task's admissions.
+    unadmitted_ends: std::sync::Mutex<Vec<String>>,
+}
+
+impl EventSubscriber for Steps {
+    fn on_event(&self, event: &TaskEvent<'_>) {
+        let mut counts = self.counts.lock().expect("steps");
+        let task = (event.key.clone(), event.task_id);
+        let (admitted, ended) = counts.entry(task).or_default();
+        match event.step {
+            TaskStep::Admitted => *admitted += 1,
+            TaskStep::Ended(status) => {
+                *ended += 1;
+                if *ended > *admitted {
+                    let end = format!("task {} ended {status:?} unadmitted", event.task_id);
+                    self.unadmitted_ends.lock().expect("steps").push(end);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Where a queue call for one entry stands (the order rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum QueueStep {
@@ -254,6 +286,8 @@ struct World {
     grows: Vec<(Arc<Holding>, u32, Arc<GrowAnswer>)>,
     /// Where holders' requests wait for the scheduler; its lanes are the shell's.
     port: Arc<Port>,
+    /// Every task's admissions and ends, as the shell stepped them.
+    steps: Arc<Steps>,
 }
 
 impl World {
@@ -275,13 +309,14 @@ impl World {
             )),
         };
         let port = Arc::new(Port::default());
+        let steps = Arc::new(Steps::default());
         let args = ShellArgs {
             pool: Arc::from("model"),
             core: ParkingLot::new(limits).expect("limits"),
             default_timeout: None,
             storage,
             counters: Arc::new(PoolCounters::default()),
-            subscribers: Vec::new(),
+            subscribers: vec![steps.clone()],
             mailbox: Arc::new(NoMailbox),
             gpu_sampled: false,
             lanes: port.lanes.clone(),
@@ -321,6 +356,7 @@ impl World {
             acquires: Vec::new(),
             grows: Vec::new(),
             port,
+            steps,
         }
     }
 
