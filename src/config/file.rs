@@ -493,7 +493,7 @@ impl SchedulerConfig {
             settings = settings.with_retry(retry.retries());
         }
         if let Some(on_duplicate) = pool.on_duplicate {
-            settings.on_duplicate = on_duplicate;
+            settings.limits.on_duplicate = on_duplicate;
         }
         for (name, budget) in &pool.budgets {
             if let (Some(kind), Some(budget)) = (ResourceKind::from_name(name), budget.budget()) {

@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Budget, Budgets, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, Retries, StarvationGuard,
+    Budget, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits, Preemption,
+    Retries, StarvationGuard,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -30,35 +30,25 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(30);
 ///     .with_max_queue_depth(1_000)
 ///     .with_timeout_ms(120_000)
 ///     .with_thread_stack_size(2 * 1024 * 1024);
-/// assert_eq!(config.worker_count, 4);
+/// assert_eq!(config.worker_slots, 4);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerPoolConfig {
     /// The pool's name (thread names, logs).
     pub name: String,
-    /// Worker threads, and so tasks running at once. Default: the number of CPUs.
-    pub worker_count: usize,
-    /// Units of every resource kind (see [`Capacity`] to size kinds differently).
-    pub capacity: Capacity,
-    /// Parked tasks allowed before `QueueFull`. Default 1,024.
-    pub max_queue_depth: usize,
+    /// What the pool may hand out and how it orders what waits: units per kind, worker
+    /// slots (its worker threads), queue depth, the starvation guard, fair share, backfill,
+    /// preemption, budgets, repeated submissions, retries. The engine reads exactly these
+    /// ([`limits`](Self::limits)); the settings dereference to them, so `config.fair_share`
+    /// reads `config.limits.fair_share`. Defaults: one worker per CPU, 1,024 units of every
+    /// kind, 1,024 parked tasks, the default starvation guard, backfill on, the rest off.
+    pub limits: PoolLimits,
     /// Default execution timeout. Default: none.
     pub timeout: Option<Duration>,
     /// Worker thread stack size in bytes. Default 2 MiB.
     pub thread_stack_size: usize,
     /// Pin worker `n` to CPU `n` (Linux). Default off.
     pub pin_to_cpus: bool,
-    /// When a parked task is reserved against starvation.
-    pub starvation: StarvationGuard,
-    /// A cap on one tenant's running units per kind, and fair order among tenants within a
-    /// priority (see [`FairShare`]). Default: none.
-    pub fair_share: Option<FairShare>,
-    /// Whether a task may start past a reserved task when its execution timeout ends before
-    /// the reserved task could start (backfill). Default on.
-    pub backfill: bool,
-    /// Whether a waiter may ask running permits of lower priority to give way, and how often
-    /// one task id may be asked (see [`Preemption`]). Default: off.
-    pub preemption: Option<Preemption>,
     /// How often workers may be restarted before the pool gives up.
     pub restart: RestartPolicy,
     /// How long uncollected results are kept. Default one hour.
@@ -71,15 +61,21 @@ pub struct WorkerPoolConfig {
     pub drain_on_drop: Duration,
     /// What a durable queue stores (see [`Durability`]). Default: every accepted task.
     pub durability: Durability,
-    /// The kinds whose units refill with time instead of when tasks end (see [`Budget`]).
-    /// Default: none.
-    pub budgets: Budgets,
-    /// What a repeated submission gets: refused (the default) or the original's key (see
-    /// [`OnDuplicate`]).
-    pub on_duplicate: OnDuplicate,
-    /// Whether failed runs are tried again (see [`Retries`]). Default: no, a failure is
-    /// final.
-    pub retry: Option<Retries>,
+}
+
+/// The limits are the settings' own: `config.backfill`, `config.fair_share`... read them.
+impl std::ops::Deref for WorkerPoolConfig {
+    type Target = PoolLimits;
+
+    fn deref(&self) -> &PoolLimits {
+        &self.limits
+    }
+}
+
+impl std::ops::DerefMut for WorkerPoolConfig {
+    fn deref_mut(&mut self) -> &mut PoolLimits {
+        &mut self.limits
+    }
 }
 
 impl Default for WorkerPoolConfig {
@@ -93,24 +89,15 @@ impl WorkerPoolConfig {
     pub fn new() -> Self {
         Self {
             name: "pool".into(),
-            worker_count: default_worker_count(),
-            capacity: Capacity::uniform(1_024),
-            max_queue_depth: 1_024,
+            limits: PoolLimits::new(1_024, default_worker_count()),
             timeout: None,
             thread_stack_size: 2 * 1024 * 1024,
             pin_to_cpus: false,
-            starvation: StarvationGuard::default(),
-            fair_share: None,
-            backfill: true,
-            preemption: None,
             restart: RestartPolicy::default(),
             retention: Some(Duration::from_secs(3_600)),
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
             drain_on_drop: DEFAULT_DRAIN,
             durability: Durability::Accepted,
-            budgets: Budgets::none(),
-            on_duplicate: OnDuplicate::Refuse,
-            retry: None,
         }
     }
 
@@ -122,25 +109,29 @@ impl WorkerPoolConfig {
 
     /// Worker threads.
     pub fn with_worker_count(mut self, worker_count: usize) -> Self {
-        self.worker_count = worker_count;
+        self.limits.worker_slots = worker_count;
         self
     }
 
     /// Units of every resource kind.
-    pub fn with_max_units(mut self, max_units: u32) -> Self {
-        self.capacity = Capacity::uniform(max_units);
-        self
+    pub fn with_max_units(self, max_units: u32) -> Self {
+        self.with_capacity(Capacity::uniform(max_units))
     }
 
     /// Units per resource kind.
     pub fn with_capacity(mut self, capacity: Capacity) -> Self {
-        self.capacity = capacity;
+        // A budget's kind keeps its burst as its capacity, whichever was set first.
+        let budgets = self.limits.budgets;
+        self.limits = self.limits.with_capacity(capacity);
+        for (kind, budget) in budgets.iter() {
+            self.limits = self.limits.with_budget(kind, *budget);
+        }
         self
     }
 
     /// Parked tasks allowed.
     pub fn with_max_queue_depth(mut self, max_queue_depth: usize) -> Self {
-        self.max_queue_depth = max_queue_depth;
+        self.limits = self.limits.with_max_queue_depth(max_queue_depth);
         self
     }
 
@@ -164,7 +155,7 @@ impl WorkerPoolConfig {
 
     /// The starvation guard.
     pub fn with_starvation(mut self, starvation: StarvationGuard) -> Self {
-        self.starvation = starvation;
+        self.limits = self.limits.with_starvation(starvation);
         self
     }
 
@@ -183,7 +174,7 @@ impl WorkerPoolConfig {
     /// assert_eq!(config.limits().fair_share, Some(FairShare::MaxFraction(0.5)));
     /// ```
     pub fn with_fair_share(mut self, fair_share: FairShare) -> Self {
-        self.fair_share = Some(fair_share);
+        self.limits = self.limits.with_fair_share(Some(fair_share));
         self
     }
 
@@ -197,13 +188,15 @@ impl WorkerPoolConfig {
     /// assert_eq!(config.preemption.map(|p| p.max_per_task), Some(3));
     /// ```
     pub fn with_preemption(mut self, max_per_task: u32) -> Self {
-        self.preemption = Some(Preemption::new(max_per_task));
+        self.limits = self
+            .limits
+            .with_preemption(Some(Preemption::new(max_per_task)));
         self
     }
 
     /// Backfill on or off (see [`backfill`](Self::backfill)).
     pub fn with_backfill(mut self, backfill: bool) -> Self {
-        self.backfill = backfill;
+        self.limits = self.limits.with_backfill(backfill);
         self
     }
 
@@ -239,7 +232,7 @@ impl WorkerPoolConfig {
     /// assert_eq!(config.limits().capacity.get(ResourceKind::Io), 90_000);
     /// ```
     pub fn with_budget(mut self, kind: ResourceKind, budget: Budget) -> Self {
-        self.budgets = self.budgets.with(kind, budget);
+        self.limits = self.limits.with_budget(kind, budget);
         self
     }
 
@@ -257,11 +250,11 @@ impl WorkerPoolConfig {
     /// assert_eq!(config.limits().on_duplicate, OnDuplicate::Attach);
     /// ```
     pub fn with_attach_duplicates(mut self, attach: bool) -> Self {
-        self.on_duplicate = if attach {
+        self.limits = self.limits.with_on_duplicate(if attach {
             OnDuplicate::Attach
         } else {
             OnDuplicate::Refuse
-        };
+        });
         self
     }
 
@@ -279,7 +272,7 @@ impl WorkerPoolConfig {
     /// assert_eq!(config.limits().retry.map(|r| r.max_attempts), Some(3));
     /// ```
     pub fn with_retry(mut self, retries: Retries) -> Self {
-        self.retry = Some(retries);
+        self.limits = self.limits.with_retry(Some(retries));
         self
     }
 
@@ -289,30 +282,16 @@ impl WorkerPoolConfig {
         self
     }
 
-    /// The parking-lot limits these settings describe.
+    /// The parking-lot limits these settings describe: [`limits`](Self::limits), as the
+    /// engine takes them.
     pub fn limits(&self) -> PoolLimits {
-        let mut limits = PoolLimits {
-            capacity: self.capacity,
-            worker_slots: self.worker_count,
-            max_queue_depth: self.max_queue_depth,
-            starvation: self.starvation,
-            fair_share: self.fair_share,
-            backfill: self.backfill,
-            preemption: self.preemption,
-            budgets: Budgets::none(),
-            on_duplicate: self.on_duplicate,
-            retry: self.retry,
-        };
-        for (kind, budget) in self.budgets.iter() {
-            limits = limits.with_budget(kind, *budget);
-        }
-        limits
+        self.limits
     }
 
     /// The worker thread settings these settings describe.
     pub fn worker_settings(&self) -> WorkerSettings {
         WorkerSettings {
-            count: self.worker_count,
+            count: self.limits.worker_slots,
             stack_size: Some(self.thread_stack_size),
             pin_to_cpus: self.pin_to_cpus,
         }
