@@ -308,7 +308,7 @@ impl WorkerPoolConfig {
 ///
 /// let config = PoolConfig { worker_threads: 4, max_units: 24, default_timeout_ms: 60_000, ..PoolConfig::default() };
 /// let settings = WorkerPoolConfig::try_from(config)?;
-/// assert_eq!(settings.worker_count, 4);
+/// assert_eq!(settings.worker_slots, 4);
 /// assert_eq!(settings.timeout, Some(Duration::from_secs(60)));
 /// # Ok::<(), prometheus_parking_lot::PoolError>(())
 /// ```
