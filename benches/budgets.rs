@@ -20,9 +20,9 @@
 //! CPU per decision is the wall time of every core call (admit, complete, tick) over their
 //! number, median of R rounds, the two runs alternating.
 //!
-//! `cargo bench --bench budgets` simulates S = 3,600 s at U = 1,000 units a second, R = 3
-//! (override with `BUDGET_SECONDS`, `BUDGET_UNITS`, `BUDGET_ROUNDS`). Under `cargo test` it
-//! simulates 60 s once as a smoke test.
+//! `cargo bench -p prometheus_parking_lot_benches --bench budgets` simulates S = 3,600 s at U =
+//! 1,000 units a second, R = 3 (override with `BUDGET_SECONDS`, `BUDGET_UNITS`, `BUDGET_ROUNDS`).
+//! Under `cargo test` it simulates 60 s once as a smoke test.
 
 #[path = "support/mod.rs"]
 mod support;

@@ -2,13 +2,13 @@
 //! the parking-lot core beside a naive baseline (a rank-sorted `Vec` scanned linearly) in the
 //! same run. Both make the same decisions; the run checks that they do.
 //!
-//! `cargo bench --bench core_decisions` measures 1,000,000 parked tasks of 1,000 distinct
-//! costs. A second table times the same decisions with a live-guard headroom set (high
-//! enough never to bind, so the decisions are the same) beside a lot without one. A third
-//! times them with a fair share (cap = the whole capacity, so only the fair order is at
-//! work) for 1, 10 and 1,000 tenants beside the same lot without one, with the memory per
-//! parked task of each. Under `cargo test` (no `--bench` argument) it runs the same code on
-//! a small lot as a smoke test.
+//! `cargo bench -p prometheus_parking_lot_benches --bench core_decisions` measures 1,000,000 parked
+//! tasks of 1,000 distinct costs. A second table times the same decisions with a live-guard
+//! headroom set (high enough never to bind, so the decisions are the same) beside a lot without
+//! one. A third times them with a fair share (cap = the whole capacity, so only the fair order is
+//! at work) for 1, 10 and 1,000 tenants beside the same lot without one, with the memory per parked
+//! task of each. Under `cargo test` (no `--bench` argument) it runs the same code on a small lot as
+//! a smoke test.
 
 #[path = "support/mod.rs"]
 mod support;

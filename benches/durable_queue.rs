@@ -16,9 +16,10 @@
 //! - *yaque, parked*: only parked tasks are stored (`spin_ms` 0);
 //! - *yaque, parked, spin 5 ms*: parked tasks wait 5 ms in memory first.
 //!
-//! Each task carries a 200-byte payload. `cargo bench --bench durable_queue` runs N = 20,000
-//! and R = 3 rounds (override with `DQ_TASKS`, `DQ_ROUNDS`); under `cargo test` (no `--bench`
-//! argument) it runs 300 tasks once as a smoke test that checks every result, not speed.
+//! Each task carries a 200-byte payload. `cargo bench -p prometheus_parking_lot_benches --bench
+//! durable_queue` runs N = 20,000 and R = 3 rounds (override with `DQ_TASKS`, `DQ_ROUNDS`); under
+//! `cargo test` (no `--bench` argument) it runs 300 tasks once as a smoke test that checks every
+//! result, not speed.
 
 #[path = "support/mod.rs"]
 mod support;

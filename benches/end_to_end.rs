@@ -30,10 +30,10 @@
 //! `retrieve_async` returns, one client, one task at a time; then the process CPU time used
 //! while that pool sits idle for 1 s right after its last task (spin-waits included).
 //!
-//! `cargo bench --bench end_to_end` runs N = 100,000, W = 2, C = 64, R = 3 (override with the
-//! environment variables `E2E_TASKS`, `E2E_WORKERS`, `E2E_CLIENTS`, `E2E_ROUNDS`). Under
-//! `cargo test` (no `--bench` argument) it runs the same code with a few hundred tasks and one
-//! round as a smoke test that checks every result but no speed.
+//! `cargo bench -p prometheus_parking_lot_benches --bench end_to_end` runs N = 100,000, W = 2, C =
+//! 64, R = 3 (override with the environment variables `E2E_TASKS`, `E2E_WORKERS`, `E2E_CLIENTS`,
+//! `E2E_ROUNDS`). Under `cargo test` (no `--bench` argument) it runs the same code with a few
+//! hundred tasks and one round as a smoke test that checks every result but no speed.
 
 #[path = "support/mod.rs"]
 mod support;

@@ -18,9 +18,9 @@
 //! from using it (nothing waits, every slot busy, no waiting task fits, a reservation holds
 //! a fitting task back, or FIFO's blocked head), to show where a policy loses to the bound.
 //!
-//! `cargo bench --bench packing_study` prints the tables (for `BENCHMARKS.md`) and writes
-//! the plots to `benches/plots/` (SVG): utilisation over time and the wait distributions
-//! per priority of the three policies.
+//! `cargo bench -p prometheus_parking_lot_benches --bench packing_study` prints the tables (for
+//! `BENCHMARKS.md`) and writes the plots to `benches/plots/` (SVG): utilisation over time and the
+//! wait distributions per priority of the three policies.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -832,7 +832,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("| {} | {} |", run.name, cells.join(" | "));
     }
     flood_study();
-    let plots = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/plots");
+    let plots = Path::new(env!("CARGO_MANIFEST_DIR")).join("plots");
     std::fs::create_dir_all(&plots)?;
     plot_utilisation(&runs, &plots.join("packing_utilisation.svg"))?;
     plot_waits(&runs, &tasks, &plots.join("packing_waits.svg"))?;

@@ -42,12 +42,12 @@
 //! given up on and the subject's figure reads "stalled"; any part that makes no progress for
 //! a minute (plus the loop time) is named and the run exits non-zero.
 //!
-//! `cargo bench --bench permits` runs N = 100,000, C = 64, D = 2,000 ms, R = 3, T = 20,000,
-//! S = 2,000, W = 1,000,000 (override with `PERMITS_ITERATIONS`, `PERMITS_CLIENTS`,
-//! `PERMITS_LOOP_MS`, `PERMITS_ROUNDS`, `PERMITS_STEPS`, `PERMITS_REPS`, `PERMITS_WAITERS`).
-//! Under `cargo test` (no `--bench` argument) it runs every part at a small scale as a smoke
-//! test: the tables print, their figures mean nothing. `scripts/bench.sh permits` runs it and
-//! rewrites its block of BENCHMARKS.md.
+//! `cargo bench -p prometheus_parking_lot_benches --bench permits` runs N = 100,000, C = 64, D =
+//! 2,000 ms, R = 3, T = 20,000, S = 2,000, W = 1,000,000 (override with `PERMITS_ITERATIONS`,
+//! `PERMITS_CLIENTS`, `PERMITS_LOOP_MS`, `PERMITS_ROUNDS`, `PERMITS_STEPS`, `PERMITS_REPS`,
+//! `PERMITS_WAITERS`). Under `cargo test` (no `--bench` argument) it runs every part at a small
+//! scale as a smoke test: the tables print, their figures mean nothing. `scripts/bench.sh permits`
+//! runs it and rewrites its block of BENCHMARKS.md.
 
 #[path = "support/mod.rs"]
 mod support;

@@ -8,9 +8,9 @@
 //! difference over N is the cost of one parked task, payload included. In the same run, the
 //! core alone (`ParkingLot`) parks N tickets of the same shape: its share of the figure.
 //!
-//! `cargo bench --bench pool_memory` parks 1,000,000 tasks (override with `POOL_MEMORY_TASKS`).
-//! Under `cargo test` (no `--bench` argument) it parks a few thousand as a smoke test that
-//! checks the counts but no figure.
+//! `cargo bench -p prometheus_parking_lot_benches --bench pool_memory` parks 1,000,000 tasks
+//! (override with `POOL_MEMORY_TASKS`). Under `cargo test` (no `--bench` argument) it parks a few
+//! thousand as a smoke test that checks the counts but no figure.
 
 #[path = "support/mod.rs"]
 mod support;

@@ -25,14 +25,14 @@
 //! pool claims ahead (`"claim_ahead": A`): it holds up to A claimed tasks waiting for its W
 //! workers, as a node running many short jobs is set up.
 //!
-//! `cargo bench --bench postgres_queue --features postgres` runs N = 20,000, W = 2, C = 64,
-//! A = 256, R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`, `PG_CLAIM_AHEAD`,
-//! `PG_ROUNDS`; `PG_PATHS=1,2` runs only those paths, numbered from 0 as listed, and
-//! `PG_PHASES=1` prints when each pool round had submitted everything); the last path is the
-//! table pool's batch path again with a fleet budget too large to hold anything back (what
-//! the budget's bookkeeping in each claim costs); it reports each
-//! path's median and best jobs/s and the ratio of medians to the plain loop. Under
-//! `cargo test` it runs a few hundred jobs once, checking every result, as a smoke test.
+//! `cargo bench -p prometheus_parking_lot_benches --bench postgres_queue --features postgres` runs
+//! N = 20,000, W = 2, C = 64, A = 256, R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`,
+//! `PG_CLAIM_AHEAD`, `PG_ROUNDS`; `PG_PATHS=1,2` runs only those paths, numbered from 0 as listed,
+//! and `PG_PHASES=1` prints when each pool round had submitted everything); the last path is the
+//! table pool's batch path again with a fleet budget too large to hold anything back (what the
+//! budget's bookkeeping in each claim costs); it reports each path's median and best jobs/s and the
+//! ratio of medians to the plain loop. Under `cargo test` it runs a few hundred jobs once, checking
+//! every result, as a smoke test.
 
 #[path = "support/mod.rs"]
 mod support;

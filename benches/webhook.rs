@@ -19,9 +19,9 @@
 //! The receiver runs in the same process and competes for the same cores: on a small machine
 //! the healthy-endpoint ratio includes the receiver's own work.
 //!
-//! `cargo bench --features webhook --bench webhook` runs N = 20,000, W = 2, R = 3 (override
-//! with `WEBHOOK_TASKS`, `WEBHOOK_WORKERS`, `WEBHOOK_ROUNDS`). Under `cargo test` (no
-//! `--bench` argument) it runs a few hundred tasks once as a smoke test.
+//! `cargo bench -p prometheus_parking_lot_benches --features webhook --bench webhook` runs N =
+//! 20,000, W = 2, R = 3 (override with `WEBHOOK_TASKS`, `WEBHOOK_WORKERS`, `WEBHOOK_ROUNDS`). Under
+//! `cargo test` (no `--bench` argument) it runs a few hundred tasks once as a smoke test.
 
 #[path = "../tests/support/webhook_receiver.rs"]
 mod webhook_receiver;

@@ -8,12 +8,13 @@
 #                                     the figures mean nothing and BENCHMARKS.md is kept)
 #   BENCH_DRY=1 scripts/bench.sh      writes the report to target/bench-report/ only
 #
-# The benches are found from the manifests' [[bench]] entries, so a new bench is picked up
-# without editing this script. Each runs with --all-features (the Postgres benches need
-# DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test). Each bench prints its
-# tables with its baseline measured in the same run and the ratio; this script keeps every
-# table line (and, for a bench that prints a "markdown for BENCHMARKS.md:" section, that
-# section) and stamps it with the machine, the date and the toolchain.
+# The benches are found from the manifests' [[bench]] entries (benches/Cargo.toml, the crate
+# prometheus_parking_lot_benches), so a new bench is picked up without editing this script.
+# Each runs with --all-features (the Postgres benches need DATABASE_URL, default
+# postgres://postgres@127.0.0.1:5432/test). Each bench prints its tables with its baseline
+# measured in the same run and the ratio; this script keeps every table line (and, for a
+# bench that prints a "markdown for BENCHMARKS.md:" section, that section) and stamps it
+# with the machine, the date and the toolchain.
 #
 # BENCHMARKS.md keeps its prose; each bench's figures live between
 #   <!-- bench.sh:begin NAME --> and <!-- bench.sh:end NAME -->
@@ -29,21 +30,28 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 report_dir="$root/target/bench-report"
 mkdir -p "$report_dir"
 
-# Every bench target named in a manifest of the workspace.
+# Every bench target named in a manifest of the workspace, as "PACKAGE BENCH".
 discover() {
     for manifest in Cargo.toml */Cargo.toml; do
         [ -f "$manifest" ] || continue
         awk '
-            /^\[\[bench\]\]/ { in_bench = 1; next }
-            /^\[/ { in_bench = 0 }
-            in_bench && /^name[ \t]*=/ {
-                sub(/^name[ \t]*=[ \t]*"/, ""); sub(/".*$/, ""); print
-            }
+            function value() { sub(/^name[ \t]*=[ \t]*"/, ""); sub(/".*$/, ""); return $0 }
+            /^\[package\]/ { section = "package"; next }
+            /^\[\[bench\]\]/ { section = "bench"; next }
+            /^\[/ { section = ""; next }
+            section == "package" && /^name[ \t]*=/ { package = value() }
+            section == "bench" && /^name[ \t]*=/ { print package, value() }
         ' "$manifest"
     done
 }
 
-mapfile -t all < <(discover)
+# The package of each bench, by the bench's name.
+declare -A package_of
+all=()
+while read -r package bench; do
+    package_of[$bench]="$package"
+    all+=("$bench")
+done < <(discover)
 if [ "${#all[@]}" -eq 0 ]; then
     echo "bench.sh: no [[bench]] entries found in the manifests" >&2
     exit 2
@@ -87,12 +95,13 @@ extract() {
 # Runs one bench: measured (cargo bench passes --bench), or at its smoke scale (the same
 # binary run without --bench).
 run_bench() {
+    local package="${package_of[$1]}"
     if [ -z "${BENCH_SMOKE:-}" ]; then
-        cargo bench --all-features --bench "$1"
+        cargo bench -p "$package" --all-features --bench "$1"
         return
     fi
     local exe
-    exe="$(cargo bench --all-features --bench "$1" --no-run --message-format=json |
+    exe="$(cargo bench -p "$package" --all-features --bench "$1" --no-run --message-format=json |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
     [ -n "$exe" ] || { echo "no executable for bench $1" >&2; return 1; }
     "$exe"
@@ -101,7 +110,7 @@ run_bench() {
 failed=()
 for bench in "${benches[@]}"; do
     log="$report_dir/$bench.log"
-    command=(cargo bench --all-features --bench "$bench")
+    command=(cargo bench -p "${package_of[$bench]}" --all-features --bench "$bench")
     echo "== $bench: ${command[*]}${BENCH_SMOKE:+ (smoke scale)}"
     if run_bench "$bench" >"$log" 2>"$report_dir/$bench.err"; then
         {

@@ -4,7 +4,8 @@
 # - the suite with the default features (what `cargo test` gives a fresh clone), then with
 #   every feature, doc tests included;
 # - each cargo feature of the root crate on its own, and none at all: built with its tests,
-#   examples and benches, and linted, so code that only one feature set compiles cannot rot;
+#   examples and benches (the crate in benches/), and linted, so code that only one feature
+#   set compiles cannot rot;
 # - the real-NVML test with its report shown, and the loom models.
 #
 # Tests that talk to PostgreSQL use a real server (DATABASE_URL, default
@@ -75,10 +76,12 @@ root_features() {
   sed -n '/^\[features\]/,/^\[/p' Cargo.toml | sed -n 's/^\([a-z0-9_-]*\) *=.*/\1/p' | grep -vx default
 }
 
+# The benches' crate (benches/Cargo.toml) has the same features, each turning on the root's.
 section "each feature on its own"
 for feature in "" $(root_features); do
   echo "--no-default-features ${feature:+--features $feature}"
-  cargo clippy --no-default-features ${feature:+--features "$feature"} --all-targets --quiet -- -D warnings
+  cargo clippy -p prometheus_parking_lot -p prometheus_parking_lot_benches \
+    --no-default-features ${feature:+--features "$feature"} --all-targets --quiet -- -D warnings
 done
 
 section "the real-NVML test, with its report: the GPUs it found, or why it could not look"

@@ -7,7 +7,7 @@
 //! The crash test with real processes and `SIGKILL` is `tests/yaque_crash.rs`.
 
 #[allow(dead_code)] // the mailbox and shared-queue suites are for other backends
-mod conformance;
+use crate::conformance;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! lot, the mailbox keeping every result past its bound, results that are neither `Clone`
 //! nor `Serialize`, and the mailbox's bookkeeping under many takes.
 
-mod conformance;
+use crate::conformance;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use prometheus_parking_lot::*;
 
 // Every test that reads the list is about a feature this build lacks.
 #[cfg(not(all(feature = "pgmq", feature = "yaque", feature = "webhook")))]
-#[path = "support/features.rs"]
+#[path = "../support/features.rs"]
 mod features;
 
 fn fixture(name: &str) -> String {

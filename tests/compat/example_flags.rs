@@ -2,7 +2,7 @@
 //! usage, values come as `--name value` or `--name=value`, and a mistake is answered with
 //! what was wrong and the usage.
 
-#[path = "../examples/support/flags.rs"]
+#[path = "../../examples/support/flags.rs"]
 mod flags;
 
 use flags::Flags;

@@ -3,7 +3,7 @@
 //!
 //! Every case is bounded in time: a regression fails instead of hanging.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

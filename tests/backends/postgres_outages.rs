@@ -11,8 +11,7 @@
 //! test's own table.
 #![cfg(feature = "postgres")]
 
-#[path = "support/postgres_pools.rs"]
-mod postgres_pools;
+use crate::postgres_pools;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use prometheus_parking_lot::core::{PoolError, TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::{MailboxKey, ResourceCost, WorkerPoolConfig};
 
-#[path = "support/captured_log.rs"]
+#[path = "../support/captured_log.rs"]
 mod captured_log;
 use captured_log::Captured;
 

@@ -12,7 +12,7 @@ use prometheus_parking_lot::util::TaskId;
 use prometheus_parking_lot::*;
 
 #[cfg(not(feature = "gpu"))]
-#[path = "support/features.rs"]
+#[path = "../support/features.rs"]
 mod features;
 
 /// Says which pool ran the task; a task whose payload is `slow` takes half a second.

@@ -4,7 +4,7 @@
 //!
 //! Every case is bounded in time: a regression fails instead of hanging.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,9 +4,8 @@
 #![cfg(feature = "postgres")]
 
 #[allow(dead_code)]
-mod conformance;
-#[path = "support/postgres_pools.rs"]
-mod postgres_pools;
+use crate::conformance;
+use crate::postgres_pools;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -1,7 +1,7 @@
 //! End-to-end tests of the actor runtime through the public pools: scheduling decisions,
 //! rejections, deadlines, timeouts, panics, cancellation, shutdown and retrieval semantics.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

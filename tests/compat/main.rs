@@ -1,0 +1,12 @@
+//! What users' code and files rely on: code written for the upstream crate and an inference
+//! server (candle-vllm) compiles and runs unchanged, the shipped configs load and build, and
+//! the examples' flag reader answers as documented.
+//!
+//! One test binary for all these files, so that the crate is linked once for them; each file
+//! is a module, so its tests are named `file::test` (`cargo test --test compat
+//! compat_upstream::`).
+
+mod compat_inference_server;
+mod compat_upstream;
+mod example_flags;
+mod shipped_configs;
