@@ -7,7 +7,7 @@
 //! let seconds: u64 = flags.number("--seconds", "a whole number of seconds")?.unwrap_or(60);
 //! ```
 
-// Each example (and tests/example_flags.rs) uses the part it needs.
+// Each example (and tests/compat/example_flags.rs) uses the part it needs.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
