@@ -194,7 +194,7 @@ impl WorkerPoolConfig {
         self
     }
 
-    /// Backfill on or off (see [`backfill`](Self::backfill)).
+    /// Backfill on or off (see [`PoolLimits::backfill`]).
     pub fn with_backfill(mut self, backfill: bool) -> Self {
         self.limits = self.limits.with_backfill(backfill);
         self
