@@ -528,7 +528,14 @@ impl Databases for Sources<'_> {
                  QueueBuilderContext::Postgres"
             )));
         };
-        let database = PgDatabase::connect(url.expose())?;
+        // A server that cannot be reached is the pool's backend failing, as it is later.
+        let database = PgDatabase::connect(url.expose()).map_err(|error| match error {
+            PoolError::Backend(mut backend) => {
+                backend.pool = pool.to_owned();
+                PoolError::Backend(backend)
+            }
+            other => other,
+        })?;
         self.database = Some(database.clone());
         Ok(database)
     }

@@ -70,10 +70,16 @@ fn assert_clean(what: &str, output: &str) {
     }
 }
 
-/// Both faces of an error.
-fn assert_error_clean(what: &str, error: &(impl std::fmt::Display + std::fmt::Debug)) {
+/// Both faces of an error, and of every error in its source chain.
+fn assert_error_clean(what: &str, error: &(dyn std::error::Error + 'static)) {
     assert_clean(&format!("{what} (Display)"), &error.to_string());
     assert_clean(&format!("{what} (Debug)"), &format!("{error:?}"));
+    let mut source = error.source();
+    while let Some(cause) = source {
+        assert_clean(&format!("{what} (a source's Display)"), &cause.to_string());
+        assert_clean(&format!("{what} (a source's Debug)"), &format!("{cause:?}"));
+        source = cause.source();
+    }
 }
 
 fn pool_with_notifier(notifier: &str) -> String {
@@ -209,6 +215,17 @@ mod postgres {
         let error = PgDatabase::connect("postgres://u:hunter2pg@127.0.0.1:1/test")
             .expect_err("nothing listens on port 1");
         assert_error_clean("a refused connection", &error);
+        assert!(
+            matches!(error, prometheus_parking_lot::PoolError::Backend(_)),
+            "a server that cannot be reached is the backend's failure: {error:?}"
+        );
+        // The same, met while building pools from a configuration.
+        let unreachable = r#"{ "database_url": "postgres://u:hunter2pg@127.0.0.1:1/test",
+                               "pools": { "p": { "queue": { "type": "postgres" } } } }"#;
+        let config = SchedulerConfig::from_json_str(unreachable).expect("valid");
+        let error = build(&config);
+        assert!(error.is_retryable(), "{error:?}");
+        assert_error_clean("building on an unreachable database", &error);
 
         // From a configuration, written in the file and read from the environment.
         let pool = r#""pools": { "p": { "queue": { "type": "postgres" }, "mailbox": { "storage": { "type": "postgres" } } } }"#;
@@ -231,6 +248,58 @@ mod postgres {
         );
 
         assert_clean("the logs", &logs());
+    }
+
+    /// Whether `text` names a C source file (`postinit.c`), as a server's error location does.
+    fn names_a_c_file(text: &str) -> bool {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_')))
+            .any(|word| word.len() > 2 && word.ends_with(".c"))
+    }
+
+    /// A server's error reads as what is wrong (its message and SQLSTATE), never as where in
+    /// PostgreSQL's own code it was raised (the driver appends `at line 334`, and keeps the
+    /// file and routine). The server trusts local connections, so a wrong password is let in:
+    /// a database that does not exist is refused in the same place of the server's code.
+    #[test]
+    fn a_server_s_error_reads_as_words_not_its_source_lines() {
+        let base = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let (server, _) = base.rsplit_once('/').expect("a URL with a database");
+        let url = format!("{server}/no_such_db_xyz");
+        let connected = PgDatabase::connect(&url).expect_err("no such database");
+        let config = SchedulerConfig::from_json_str(&format!(
+            r#"{{ "database_url": "{url}", "pools": {{ "p": {{ "queue": {{ "type": "postgres" }} }} }} }}"#
+        ))
+        .expect("valid");
+        let built = build(&config);
+        for (what, error) in [("connecting", &connected), ("building", &built)] {
+            let mut faces = vec![error.to_string(), format!("{error:?}")];
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                faces.push(cause.to_string());
+                faces.push(format!("{cause:?}"));
+                source = cause.source();
+            }
+            for face in &faces {
+                assert!(!face.contains("at line"), "{what}: {face}");
+                assert!(!names_a_c_file(face), "{what}: {face}");
+                assert!(!face.contains("InitPostgres"), "{what}: {face}");
+            }
+            let text = &faces[0];
+            assert!(
+                text.contains("no_such_db_xyz") && text.contains("does not exist"),
+                "{what}: the error still says what is wrong: {text}"
+            );
+            assert!(text.contains("3D000"), "{what}: and its SQLSTATE: {text}");
+            let prometheus_parking_lot::PoolError::Backend(backend) = error else {
+                panic!("{what}: the server's refusal is a backend error, not {error:?}");
+            };
+            assert_eq!(
+                backend.fault.kind,
+                prometheus_parking_lot::core::FaultKind::Refused,
+                "{what}: retrying will not create the database"
+            );
+        }
     }
 }
 

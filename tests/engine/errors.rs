@@ -190,3 +190,82 @@ async fn stored_outcome(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A database that cannot be reached when pools are built fails the build as it would fail
+/// a running pool: a backend error of kind `Unreachable`, worth retrying, whose chain keeps
+/// the cause. Nothing listens on port 1, so no server is needed.
+#[cfg(feature = "postgres")]
+mod database_at_start {
+    use super::*;
+    use prometheus_parking_lot::{
+        build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig,
+    };
+
+    fn build(database_url: &str) -> PoolError {
+        let config = SchedulerConfig::from_json_str(&format!(
+            r#"{{ "database_url": "{database_url}",
+                 "pools": {{ "chat": {{ "queue": {{ "type": "postgres" }} }} }} }}"#
+        ))
+        .expect("a valid configuration");
+        match build_pools_from_scheduler_config::<u64, u64, Nap, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_| Nap,
+            TokioSpawner,
+        ) {
+            Ok(_) => panic!("pools built on {database_url}"),
+            Err(error) => error,
+        }
+    }
+
+    /// Fails if one part of `text` (parts end at `": "`) says again what the part before it
+    /// said: a message wrapped twice in the same prefix.
+    fn assert_no_repeated_prefix(text: &str) {
+        let parts: Vec<&str> = text.split(": ").collect();
+        assert!(
+            parts.windows(2).all(|pair| pair[0] != pair[1]),
+            "a prefix is repeated: {text}"
+        );
+    }
+
+    #[test]
+    fn a_database_that_does_not_answer_is_a_retryable_backend_error_that_keeps_its_cause() {
+        let refused = build("postgres://app@127.0.0.1:1/test");
+
+        let PoolError::Backend(backend) = &refused else {
+            panic!("a database that cannot be reached is a backend error, not {refused:?}");
+        };
+        assert_eq!(backend.pool, "chat");
+        assert_eq!(backend.fault.kind, FaultKind::Unreachable);
+        assert!(refused.is_retryable(), "{refused}");
+        let fault = refused.source().expect("the backend's fault");
+        assert!(fault.source().is_some(), "the fault keeps what was met");
+        let text = refused.to_string();
+        assert!(text.contains("database_url"), "names the setting: {text}");
+        assert!(text.contains("refused"), "says what happened: {text}");
+        assert_no_repeated_prefix(&text);
+    }
+
+    #[test]
+    fn a_url_the_driver_cannot_read_is_a_configuration_error_said_once() {
+        for url in [
+            "postgres://app@127.0.0.1:5432/test?sslmode=bogus",
+            "postgres://app@127.0.0.1:99999/test",
+        ] {
+            let refused = build(url);
+            let PoolError::InvalidConfig(problem) = &refused else {
+                panic!(
+                    "{url}: a URL that cannot be read is a configuration error, not {refused:?}"
+                );
+            };
+            assert!(problem.starts_with("database_url: "), "{problem}");
+            assert!(!refused.is_retryable());
+            assert_no_repeated_prefix(&refused.to_string());
+            assert!(
+                !problem.contains("error with configuration"),
+                "the driver's wrappers are not ours to repeat: {problem}"
+            );
+        }
+    }
+}

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, Statement};
 use tokio::runtime::Handle;
 
@@ -58,8 +59,12 @@ impl PgDatabase {
     /// Connects to `url` (`postgres://user:password@host:port/database`) on a runtime thread
     /// of its own. Works from synchronous code and from inside an async runtime.
     ///
-    /// The error names the cause (refused, unknown database, authentication) but never the
-    /// URL, which may hold a password.
+    /// A URL that cannot be read is [`PoolError::InvalidConfig`]. A server that cannot be
+    /// reached or refuses the connection is [`PoolError::Backend`], as the same failure is
+    /// once pools run: its [`FaultKind`] says whether to retry (`Unreachable`: a server that
+    /// is down or does not answer) or not (`Refused`: wrong credentials, no such database),
+    /// and its source chain keeps what the server said. The error names the cause but never
+    /// the URL, which may hold a password.
     pub fn connect(url: &str) -> Result<Self, PoolError> {
         if !["postgres://", "postgresql://"]
             .iter()
@@ -73,6 +78,14 @@ impl PgDatabase {
                 crate::util::redact::text(url)
             )));
         }
+        // A URL the driver cannot read is refused here, in the driver's own words: the
+        // connection pool would only say that it cannot be parsed.
+        if let Err(error) = url.parse::<PgConnectOptions>() {
+            return Err(PoolError::InvalidConfig(format!(
+                "database_url: {}",
+                redact::text(&driver_words(&error))
+            )));
+        }
         let thread = RuntimeThread::start()?;
         let mut options = ConnectOptions::new(url.to_owned());
         options
@@ -82,14 +95,18 @@ impl PgDatabase {
             .acquire_timeout(CONNECT_TIMEOUT)
             .sqlx_logging(false);
         prepare_connections(&mut options, url);
+        let address = url.to_owned();
         let connection = thread
-            .block_on(Database::connect(options))?
-            .map_err(|error| {
-                PoolError::InvalidConfig(format!(
-                    "database_url: cannot connect to PostgreSQL: {}",
-                    describe(&error)
-                ))
-            })?;
+            .block_on(async move {
+                match Database::connect(options).await {
+                    Ok(connection) => Ok(connection),
+                    Err(error) => {
+                        let cause = outage::cause_of_first_connection(&error, &address).await;
+                        Err((error, cause))
+                    }
+                }
+            })?
+            .map_err(|(error, cause)| connect_failed(&error, cause))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,
@@ -221,10 +238,71 @@ impl PgDatabase {
     }
 }
 
-/// Says what went wrong with a database call in words a user can act on, without the URL
-/// or any other credential (the driver quotes a connection string it cannot parse).
+/// The error of a first connection that failed with `error`, whose outage `cause` (if any)
+/// a probe found: the database's failure, a [`BackendError`] like those of the same failure
+/// later.
+fn connect_failed(error: &DbErr, cause: Option<outage::Cause>) -> PoolError {
+    let fault = fault_of("", cause, error);
+    PoolError::from(BackendError::new(
+        "",
+        "PostgreSQL server of database_url",
+        "accept a connection",
+        fault,
+    ))
+}
+
+/// The driver's error inside `error`, if it came from the driver.
+fn driver_error(error: &DbErr) -> Option<&sea_orm::sqlx::Error> {
+    use sea_orm::RuntimeErr;
+    match error {
+        DbErr::Conn(RuntimeErr::SqlxError(driver))
+        | DbErr::Exec(RuntimeErr::SqlxError(driver))
+        | DbErr::Query(RuntimeErr::SqlxError(driver)) => Some(driver),
+        _ => None,
+    }
+}
+
+/// What the driver's `error` says, in a user's words: a server's error as its message and
+/// SQLSTATE, with its detail and hint, but not the server's source location (the file, line
+/// and routine of PostgreSQL's C code the driver appends as `at line 334`); a setting the
+/// driver cannot read as the reason itself, not once per layer that wrapped it (`error with
+/// configuration: error with configuration: ...`). Not redacted: callers redact.
+pub(crate) fn driver_words(error: &sea_orm::sqlx::Error) -> String {
+    use sea_orm::sqlx::postgres::PgDatabaseError;
+    use sea_orm::sqlx::Error as Driver;
+    match error {
+        Driver::Database(server) => {
+            let mut words = server.message().to_owned();
+            if let Some(server) = server.try_downcast_ref::<PgDatabaseError>() {
+                if let Some(detail) = server.detail() {
+                    words = format!("{words} ({detail})");
+                }
+                if let Some(hint) = server.hint() {
+                    words = format!("{words}; hint: {hint}");
+                }
+            }
+            match server.code() {
+                Some(code) => format!("the server said: {words} (SQLSTATE {code})"),
+                None => format!("the server said: {words}"),
+            }
+        }
+        Driver::Configuration(_) => {
+            let mut reason: &(dyn std::error::Error + 'static) = error;
+            while let Some(inner) = reason.source() {
+                reason = inner;
+            }
+            format!("the connection settings cannot be read: {reason}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Says what went wrong with a database call in words a user can act on (see
+/// [`driver_words`]), without the URL or any other credential (the driver quotes a
+/// connection string it cannot parse).
 pub(crate) fn describe(error: &DbErr) -> String {
-    let text = redact::text(&error.to_string());
+    let words = driver_error(error).map_or_else(|| error.to_string(), driver_words);
+    let text = redact::text(&words);
     if text.contains("Connection refused") || text.contains("connection refused") {
         return "the server refused the connection (is PostgreSQL running, and on that host and \
                 port?)"
@@ -266,30 +344,34 @@ pub(crate) fn open_failed(backend: &str, operation: &str, error: &DbErr) -> Pool
     PoolError::from(BackendError::new("", backend, operation, fault))
 }
 
-/// The kind of a database error that is not an outage.
+/// The kind of a database error that is not an outage: what the driver met, where it says
+/// (a server's refusal on connecting is its SQLSTATE's kind, not the connection's).
 fn fault_kind(error: &DbErr) -> FaultKind {
-    use sea_orm::sqlx::Error as Driver;
-    use sea_orm::RuntimeErr;
+    if let Some(kind) = driver_error(error).and_then(driver_fault_kind) {
+        return kind;
+    }
     match error {
         DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => FaultKind::Unreachable,
         DbErr::Type(_) | DbErr::Json(_) | DbErr::TryIntoErr { .. } => FaultKind::Corrupt,
-        DbErr::Exec(RuntimeErr::SqlxError(driver))
-        | DbErr::Query(RuntimeErr::SqlxError(driver)) => {
-            match driver.as_ref() {
-                Driver::Database(error) => match error.code().as_deref().map(|code| &code[..2]) {
-                    // connection_exception, operator_intervention
-                    Some("08") | Some("57") => FaultKind::Unreachable,
-                    // data_exception
-                    Some("22") => FaultKind::Corrupt,
-                    Some(_) => FaultKind::Refused,
-                    None => FaultKind::Other,
-                },
-                Driver::PoolTimedOut | Driver::PoolClosed | Driver::Io(_) => FaultKind::Unreachable,
-                Driver::ColumnDecode { .. } | Driver::Decode(_) => FaultKind::Corrupt,
-                _ => FaultKind::Other,
-            }
-        }
         _ => FaultKind::Other,
+    }
+}
+
+/// The kind of a driver's error, where the error itself tells.
+fn driver_fault_kind(driver: &sea_orm::sqlx::Error) -> Option<FaultKind> {
+    use sea_orm::sqlx::Error as Driver;
+    match driver {
+        Driver::Database(error) => Some(match error.code().as_deref().map(|code| &code[..2]) {
+            // connection_exception, operator_intervention
+            Some("08") | Some("57") => FaultKind::Unreachable,
+            // data_exception
+            Some("22") => FaultKind::Corrupt,
+            Some(_) => FaultKind::Refused,
+            None => FaultKind::Other,
+        }),
+        Driver::PoolTimedOut | Driver::PoolClosed | Driver::Io(_) => Some(FaultKind::Unreachable),
+        Driver::ColumnDecode { .. } | Driver::Decode(_) => Some(FaultKind::Corrupt),
+        _ => None,
     }
 }
 

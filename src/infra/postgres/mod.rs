@@ -75,7 +75,7 @@ mod statements;
 pub use database::PgDatabase;
 #[cfg(feature = "postgres")]
 pub(crate) use database::{
-    db_fault, describe, fault_of, open_failed, DatabaseError, CONNECT_TIMEOUT,
+    db_fault, describe, driver_words, fault_of, open_failed, DatabaseError, CONNECT_TIMEOUT,
 };
 #[cfg(feature = "postgres")]
 pub use fence::ClaimFence;

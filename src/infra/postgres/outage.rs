@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use sea_orm::sqlx::postgres::PgConnection;
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection};
 use sea_orm::sqlx::Connection;
 use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
 
@@ -204,21 +204,43 @@ pub(crate) async fn probe(database: &PgDatabase) -> Result<(), Cause> {
     let outcome = database
         .run(|db| async move {
             let options = db.get_postgres_connection_pool().connect_options();
-            let connected =
-                tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(&options)).await;
-            Ok(match connected {
-                Err(_) => Err(Cause::TimedOut),
-                Ok(Err(error)) => Err(Cause::of_driver(&error).unwrap_or_else(|| {
-                    Cause::Lost(redact::text(&format!("connecting failed: {error}")))
-                })),
-                Ok(Ok(connection)) => {
-                    let _ = connection.close().await;
-                    Ok(())
-                }
-            })
+            Ok(reach(&options).await)
         })
         .await;
     outcome.unwrap_or_else(|error| Err(Cause::Lost(redact::text(&error.to_string()))))
+}
+
+/// Why the first connection to `url` failed with `error`, where the error or a probe can
+/// tell: a pool that connects retries a refused connection until its wait runs out, then
+/// says only that it waited, so the server is asked once more, by a [`probe`] of its own.
+pub(crate) async fn cause_of_first_connection(error: &DbErr, url: &str) -> Option<Cause> {
+    use sea_orm::sqlx::Error as Driver;
+    if let Some(cause) = Cause::of(error) {
+        return Some(cause);
+    }
+    if !matches!(error, DbErr::Conn(RuntimeErr::SqlxError(driver)) if matches!(driver.as_ref(), Driver::PoolTimedOut))
+    {
+        return None;
+    }
+    let options = url.parse::<PgConnectOptions>().ok()?;
+    reach(&options).await.err()
+}
+
+/// Connects once to the server `options` name, at most [`PROBE_TIMEOUT`], and closes the
+/// connection: `Ok` when it could, else why not.
+async fn reach(options: &PgConnectOptions) -> Result<(), Cause> {
+    let connected = tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(options)).await;
+    match connected {
+        Err(_) => Err(Cause::TimedOut),
+        Ok(Err(error)) => Err(Cause::of_driver(&error).unwrap_or_else(|| {
+            let words = super::driver_words(&error);
+            Cause::Lost(redact::text(&format!("connecting failed: {words}")))
+        })),
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+    }
 }
 
 /// What a queue knows of its server's outage. See the module docs.
