@@ -24,6 +24,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::gpu::GpuSettings;
 use super::pool::WorkerPoolConfig;
+use super::upstream_forms;
 use crate::core::{
     Budget, Capacity, Durability, FairShare, OnDuplicate, Retries, StartCap, StarvationGuard,
 };
@@ -151,11 +152,13 @@ pub struct PoolSettings {
     /// "max_backoff_ms": 30000}`. Default: a failure is final.
     #[serde(default)]
     pub retry: Option<RetrySettings>,
-    /// Where parked tasks wait. Default: in memory.
-    #[serde(default)]
+    /// Where parked tasks wait. Default: in memory. A backend without settings may be
+    /// written by its name alone, as upstream's files do: `"in_memory"`, `"postgres"`.
+    #[serde(default, deserialize_with = "upstream_forms::queue")]
     pub queue: QueueSettings,
-    /// Where results wait. Default: in memory, kept an hour.
-    #[serde(default)]
+    /// Where results wait. Default: in memory, kept an hour. A storage without settings may
+    /// be written by its name alone, as upstream's files do: `"in_memory"`, `"postgres"`.
+    #[serde(default, deserialize_with = "upstream_forms::mailbox")]
     pub mailbox: MailboxSettings,
     /// What a durable queue stores. Default `accepted`; only for durable queues.
     #[serde(default)]

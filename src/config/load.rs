@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use super::file::{NotifierSettings, SchedulerConfig};
-use super::{strict_json, wording};
+use super::{strict_json, upstream_forms, wording};
 use crate::infra::queue::QueueSettings;
 use crate::settings::error::ConfigError;
 use crate::settings::quote;
@@ -53,13 +53,15 @@ impl SchedulerConfig {
     }
 
     /// Deserializes an already parsed document, replaces its `${NAME}` references and
-    /// validates it.
+    /// validates it. A pool's `runtime`, which upstream's files write, is checked (`native`
+    /// or `tokio`) and set aside first: there is one runtime.
     ///
     /// This is the one place references are replaced: the returned configuration holds the
     /// values, and nothing (building pools included) looks for references in them again, so
     /// a secret that contains `${` is kept as it is. A configuration deserialized some other
     /// way gets no replacement; read it into a `serde_json::Value` and call this instead.
-    pub fn from_value(value: serde_json::Value) -> Result<Self, ConfigError> {
+    pub fn from_value(mut value: serde_json::Value) -> Result<Self, ConfigError> {
+        upstream_forms::set_runtimes_aside(&mut value)?;
         let written: Self = serde_path_to_error::deserialize(value).map_err(|error| {
             ConfigError::invalid(
                 quote::path(error.path()),

@@ -6,7 +6,9 @@
 //!   validated before it is returned; `build_pools_from_scheduler_config` turns it into
 //!   running pools. A pool's fields are those of [`PoolSettings`] (each documented with its
 //!   default), its `"queue"` a [`QueueSettings`], its `"mailbox"` a [`MailboxSettings`], its
-//!   `"gpu"` a [`GpuSettings`].
+//!   `"gpu"` a [`GpuSettings`]. The upstream crate's short forms load too: a backend without
+//!   settings named by a string (`"queue": "in_memory"`, `"mailbox": "postgres"`) and
+//!   a pool's `"runtime": "native"`, checked and set aside (there is one runtime).
 //!
 //! Errors are [`ConfigError`]s that name the field (`pools.chat.max_units`), what was found
 //! and what is allowed, in the configuration's words: a misspelt field suggests the likely
@@ -18,6 +20,7 @@ mod gpu;
 mod load;
 mod pool;
 mod strict_json;
+mod upstream_forms;
 mod validate;
 mod wording;
 

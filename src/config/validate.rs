@@ -37,6 +37,8 @@
 //! | `queue.max_attempts` (postgres) | 1 – 1,000 |
 //! | `queue.claim_ahead` (postgres) | 0 – 10,000 |
 //! | `queue.table`, `queue.queue_name`, `mailbox.storage.table` | SQL identifiers: a letter or `_`, then letters, digits or `_`; at most 63 (42 for pgmq queues: PGMQ allows 47 and the levels add `_crit`, `_high`, `_norm`, `_low`, `_dlq`) |
+//! | `queue`, `mailbox` as a string (upstream's form) | `in_memory` or `postgres`; a backend with settings is written as a mapping |
+//! | `runtime` | `native` or `tokio` (the same, and the default) |
 //! | `durability` | `accepted` or `parked`, only with a durable queue |
 //! | `spin_ms` | 0 – 60,000, only with `"durability": "parked"`, and 0 on a shared queue |
 //! | `mailbox.retention_secs` | 1 s – 365 days |
