@@ -11,7 +11,8 @@
 
 use std::path::Path;
 
-use super::file::{NotifierSettings, SchedulerConfig};
+use super::file::SchedulerConfig;
+use super::mailbox::NotifierSettings;
 use super::{strict_json, upstream_forms, wording};
 use crate::infra::queue::QueueSettings;
 use crate::settings::error::ConfigError;

@@ -18,6 +18,7 @@
 mod file;
 mod gpu;
 mod load;
+mod mailbox;
 mod pool;
 mod strict_json;
 mod upstream_forms;
@@ -29,10 +30,10 @@ pub use crate::settings::error::ConfigError;
 pub use crate::settings::quote::escape_controls;
 pub use crate::settings::secret::Secret;
 pub use file::{
-    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
-    SchedulerConfig, StarvationSettings, StorageSettings,
+    DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig, StarvationSettings,
 };
 pub use gpu::GpuSettings;
+pub use mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
 #[cfg(feature = "admin")]
 pub(crate) use validate::host_problem;

@@ -29,7 +29,7 @@ use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::file::{MailboxSettings, StorageSettings};
+use super::mailbox::{MailboxSettings, StorageSettings};
 use super::wording;
 use crate::infra::queue::QueueSettings;
 use crate::settings::error::ConfigError;

@@ -65,10 +65,8 @@
 
 use std::collections::HashMap;
 
-use super::file::{
-    DurabilityMode, FairShareSettings, MailboxSettings, MaxUnits, NotifierSettings, PoolSettings,
-    SchedulerConfig, StorageSettings,
-};
+use super::file::{DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig};
+use super::mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 use crate::infra::queue::registry::queue_rules;
 use crate::settings::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
 use crate::settings::error::ConfigError;
