@@ -482,3 +482,32 @@ async fn a_paused_node_claims_nothing_and_claims_again_once_resumed() {
     a.shutdown(WAIT).await.unwrap();
     b.shutdown(WAIT).await.unwrap();
 }
+
+/// Resuming a drained node ends its pause only: it still claims nothing from the shared
+/// queue until it is undrained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_drained_node_does_not_make_it_claim() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    a.pause().await.expect("paused");
+    b.pause().await.expect("paused");
+    b.drain().await.expect("drained");
+    let key = a
+        .submit(job(21, 5, Priority::Normal), SubmitOptions::default())
+        .await
+        .unwrap();
+    b.resume().await.expect("resumed");
+    // Give a wrongly claiming node time to claim and run the task.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        cluster.runs().is_empty(),
+        "the drained node ran nothing: {:?}",
+        cluster.runs()
+    );
+    b.undrain().await.expect("undrained");
+    assert_eq!(a.retrieve(&key, WAIT).await, Ok(21));
+    assert_eq!(cluster.runs(), vec![("node-b", 21)]);
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+}

@@ -11,7 +11,7 @@
 
 use ractor::RpcReplyPort;
 
-use super::{Record, Shell, Storage};
+use super::{Record, Shell};
 use crate::domain::{MailboxKey, PoolError, TaskId};
 use crate::observe::stats::PoolStats;
 use crate::queue::EntryId;
@@ -179,9 +179,8 @@ where
         }
         let started = self.tasks.core.resume(now);
         self.start_parked(started, now);
-        if let Storage::Shared(room) = &mut self.storage {
-            room.claim_if_room(&mut self.tasks, now);
-        }
+        // A drained node stays drained: resuming ends the pause only.
+        self.claim_if_open(now);
     }
 
     /// An operator drains the pool (`drained`: new work is refused, admitted work runs) or
