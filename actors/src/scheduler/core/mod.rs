@@ -165,8 +165,9 @@
 //! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
 //!   of it, or the lot is paused.
 //! - At most `max_queue_depth` tickets and `max_queued_units` units of any kind are parked
-//!   (sleepers not counted, and [`ParkingLot::restore`] may overfill), and the shedding
-//!   index holds exactly the parked tickets with their units.
+//!   (sleepers not counted), plus the tickets that came back past a bound (restored, or
+//!   awake after their sleep: they were admitted once and are never lost), and the
+//!   shedding index holds exactly the parked tickets with their units.
 //!
 //! # Cost
 //!
@@ -1001,7 +1002,7 @@ impl ParkingLot {
         if self.is_live(id) {
             return Err(Rejection::DuplicateId(id));
         }
-        self.park(self.at_least_a_unit(ticket), false, now);
+        self.park_returned(self.at_least_a_unit(ticket), now);
         Ok(())
     }
 
@@ -1098,7 +1099,7 @@ impl ParkingLot {
             }
             self.sleeping.pop_first();
             if let Some((_, ticket)) = self.sleepers.remove(&id) {
-                self.park(ticket, false, now);
+                self.park_returned(ticket, now);
             }
         }
     }

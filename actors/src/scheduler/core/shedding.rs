@@ -17,6 +17,11 @@
 //! refused. So a shed ticket is always replaced by a better one, and a refusal never costs a
 //! parked ticket its place.
 //!
+//! A ticket that comes back rather than being admitted (restored from a durable queue, or
+//! awake after a retry's backoff, rule 16) parks whatever the bounds: it was admitted once
+//! and must not be lost. It may take the queue past a bound; the next newcomer then has to
+//! shed (or is refused) until the queue is back within it.
+//!
 //! Only a lower priority is shed, never an equal one, whatever the order (rule 20): within a
 //! priority, the tickets parked first were promised their place, and an earlier deadline
 //! orders the line without buying a way into it.
@@ -26,6 +31,10 @@
 //! - `by_rank[kind]` holds exactly the parked tickets of `kind` (permits included, sleepers
 //!   not), under the rank they are indexed by everywhere else.
 //! - `units[kind][priority]` and `count[priority]` are the sums over those tickets.
+//! - At most `max_queue_depth + returned` tickets and `max_queued_units + returned_units`
+//!   units of a kind are parked, where `returned` are the parked tickets that came back:
+//!   an admission parks only within the bounds themselves, and only a return adds to both
+//!   sides.
 //!
 //! # Cost
 //!
@@ -49,6 +58,11 @@ pub(super) struct QueueBook {
     units: [[u64; PRIORITIES]; KINDS],
     /// Per priority, the parked tickets of every kind.
     count: [usize; PRIORITIES],
+    /// The parked tickets that came back rather than being admitted (usually none), which
+    /// may hold the queue past its bounds.
+    returned: BTreeSet<u64>,
+    /// Per kind, the units of the `returned` tickets.
+    returned_units: [u64; KINDS],
 }
 
 impl QueueBook {
@@ -60,12 +74,22 @@ impl QueueBook {
         self.count[level] += 1;
     }
 
+    /// The ticket ranked `rank`, parked just now, came back rather than being admitted.
+    fn returned(&mut self, kind: ResourceKind, units: u32, rank: RankKey) {
+        if self.returned.insert(rank.id()) {
+            self.returned_units[kind.index()] += u64::from(units);
+        }
+    }
+
     /// A parked ticket leaves the queue (it starts, expires, is cancelled or shed).
     pub(super) fn unpark(&mut self, kind: ResourceKind, units: u32, rank: RankKey) {
         let level = rank.priority() as usize;
         if self.by_rank[kind.index()].remove(&rank) {
             self.units[kind.index()][level] -= u64::from(units);
             self.count[level] -= 1;
+        }
+        if !self.returned.is_empty() && self.returned.remove(&rank.id()) {
+            self.returned_units[kind.index()] -= u64::from(units);
         }
     }
 
@@ -213,6 +237,16 @@ impl ParkingLot {
         Ok(shed)
     }
 
+    /// Parks a ticket that comes back (restored, or awake after its sleep), whatever the
+    /// bounds.
+    pub(super) fn park_returned(&mut self, ticket: Ticket, now: u64) {
+        self.park(ticket, false, now);
+        if let Some(parked) = self.parked.get(&ticket.id) {
+            let rank = parked.rank(ticket.id);
+            self.queue.returned(parked.kind, parked.units, rank);
+        }
+    }
+
     /// Why a ticket that would have to shed, but may not, is refused: the bound it meets.
     fn full_for(&self, ticket: &Ticket) -> Rejection {
         let (kind, needed) = (ticket.cost.kind, ticket.cost.units);
@@ -255,8 +289,20 @@ impl ParkingLot {
 
     /// Rule 21's bounds and the shedding index's books, for `check_invariants`.
     pub(super) fn check_queue_bounds(&self) -> Result<(), String> {
-        if self.parked.len() > self.limits.max_queue_depth {
-            return Err(format!("{} parked past the queue depth", self.parked.len()));
+        let returned = self.queue.returned.len();
+        if self.parked.len() > self.limits.max_queue_depth + returned {
+            return Err(format!(
+                "{} parked past the queue depth ({returned} of them came back)",
+                self.parked.len()
+            ));
+        }
+        if let Some(id) = self
+            .queue
+            .returned
+            .iter()
+            .find(|id| !self.parked.contains_key(id))
+        {
+            return Err(format!("task {id} counts as come back but is not parked"));
         }
         let mut units = [[0u64; PRIORITIES]; KINDS];
         let mut count = [0usize; PRIORITIES];
@@ -279,13 +325,16 @@ impl ParkingLot {
             ));
         }
         if let Some(bound) = self.limits.max_queued_units {
+            let allowed = |kind: ResourceKind| bound + self.queue.returned_units[kind.index()];
             if let Some(kind) = ResourceKind::ALL
                 .into_iter()
-                .find(|&kind| self.queue.units(kind) > bound)
+                .find(|&kind| self.queue.units(kind) > allowed(kind))
             {
                 return Err(format!(
-                    "{} units of {kind:?} parked past max_queued_units {bound}",
-                    self.queue.units(kind)
+                    "{} units of {kind:?} parked past max_queued_units {bound} (and {} units \
+                     that came back)",
+                    self.queue.units(kind),
+                    self.queue.returned_units[kind.index()]
                 ));
             }
         }

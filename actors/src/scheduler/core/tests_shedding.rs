@@ -194,6 +194,34 @@ fn a_newcomer_that_will_not_wait_sheds_nothing() {
     lot.check_invariants().expect("invariants");
 }
 
+#[test]
+fn a_ticket_that_comes_back_parks_past_the_bounds_and_newcomers_shed_it_back_within() {
+    let mut lot = bounded(2, Some(6));
+    assert_eq!(lot.admit(normal(1, 10), 0), Admit::Start);
+    assert_eq!(lot.admit(low(2, 3), 0), Admit::Park);
+    assert_eq!(lot.admit(low(3, 3), 0), Admit::Park);
+    // A retried run comes back after its backoff, and a restored one: both park, past
+    // both bounds, and are never lost.
+    lot.park_until(normal(4, 4), 10, 0).unwrap();
+    assert!(lot.tick(10).started.is_empty());
+    lot.restore(low(5, 1), 10).unwrap();
+    assert_eq!(lot.parked_len(), 4);
+    assert_eq!(lot.queue.units(ResourceKind::GpuVram), 11);
+    lot.check_invariants().expect("invariants");
+    // A High newcomer sheds until the queue is within both bounds again: 3 tickets to get
+    // to a depth of 2, by then 7 of the 8 units over (11 + 2 - 6) are gone too.
+    assert_eq!(
+        lot.admit(high(6, 2), 11),
+        Admit::ParkShedding {
+            shed: vec![5, 3, 2],
+            started: vec![]
+        }
+    );
+    assert_eq!(lot.parked_len(), 2);
+    assert_eq!(lot.queue.units(ResourceKind::GpuVram), 6);
+    lot.check_invariants().expect("invariants");
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Admit {
