@@ -127,7 +127,8 @@ impl ParkingLot {
     /// [`admit_permit`](Self::admit_permit) do, except that at a bound it sheds nothing and
     /// is refused: for a ticket that parks here only to be taken out again at once (a
     /// permit whose caller will not wait, a submission that waits in a shared queue), which
-    /// must not cost a parked ticket its place.
+    /// must not cost a parked ticket its place, and for a node of a shared queue, whose
+    /// parked tickets belong to the fleet's queue.
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};

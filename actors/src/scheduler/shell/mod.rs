@@ -266,13 +266,13 @@ where
             }
             return;
         }
-        // A submission to a shared queue waits there, not here: it must not shed what
-        // this node parks (rule 21).
-        let answer = match (&admission.origin, self.storage.is_shared()) {
-            (Origin::Submitted { .. }, true) => {
-                self.tasks.core.admit_without_shedding(ticket, false, now)
-            }
-            _ => self.tasks.core.admit(ticket, now),
+        // On a shared queue nothing is shed (rule 21): a submission waits in the shared
+        // queue, not here, and what this node parks it claimed from there; ending one for
+        // another would end it for the whole fleet.
+        let answer = if self.storage.is_shared() {
+            self.tasks.core.admit_without_shedding(ticket, false, now)
+        } else {
+            self.tasks.core.admit(ticket, now)
         };
         let AdmitParts {
             newcomer,
