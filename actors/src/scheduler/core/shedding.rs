@@ -15,7 +15,10 @@
 //! Before anything is shed, the sums kept per kind and priority say whether the tickets of
 //! lower priority can make room at all; if they cannot, nothing is shed and the newcomer is
 //! refused. So a shed ticket is always replaced by a better one, and a refusal never costs a
-//! parked ticket its place.
+//! parked ticket its place. Once room can be made, the lowest-ranked ticket of a kind is
+//! the worst of its cost indexes (each node of a [`CostIndex`] keeps its subtree's worst
+//! beside its best), and while tickets of a lower priority than the newcomer's remain, the
+//! lowest-ranked ticket is one of them: a lower priority ranks behind a higher one.
 //!
 //! A ticket that comes back rather than being admitted (restored from a durable queue, or
 //! awake after a retry's backoff, rule 16) parks whatever the bounds: it was admitted once
@@ -28,9 +31,8 @@
 //!
 //! # Invariants
 //!
-//! - `by_rank[kind]` holds exactly the parked tickets of `kind` (permits included, sleepers
-//!   not), under the rank they are indexed by everywhere else.
-//! - `units[kind][priority]` and `count[priority]` are the sums over those tickets.
+//! - `units[kind][priority]` and `count[priority]` are the sums over the parked tickets
+//!   (permits included, sleepers not).
 //! - At most `max_queue_depth + returned` tickets and `max_queued_units + returned_units`
 //!   units of a kind are parked, where `returned` are the parked tickets that came back:
 //!   an admission parks only within the bounds themselves, and only a return adds to both
@@ -38,29 +40,28 @@
 //!
 //! # Cost
 //!
-//! A park or an unpark adds one `BTreeSet` insert or remove, O(log n). A newcomer at a bound
-//! decides in O(1) whether room can be made, then sheds `k` tickets in O(k log n), walking
-//! each kind's set from its lowest-ranked end.
+//! Nothing is stored per ticket: a park or an unpark updates two sums, and the worsts ride
+//! along the walk the cost index makes anyway. A newcomer at a bound decides in O(1) whether
+//! room can be made, then sheds `k` tickets in O(k log n): each is the worst of at most
+//! eight cost indexes' roots, removed as any parked ticket is.
 
 use std::collections::BTreeSet;
 
-use super::{Admit, ParkingLot, RankKey, Rejection, Ticket, KINDS};
-use crate::domain::{Priority, ResourceKind};
+use super::{Admit, CostIndex, ParkingLot, RankKey, Rejection, Ticket, KINDS};
+use crate::domain::{Priority, ResourceKind, TaskId};
 
 const PRIORITIES: usize = Priority::ALL.len();
 
-/// The parked tickets by kind and rank, with their sums, for the bounds of rule 21.
+/// The sums of the parked tickets by kind and priority, for the bounds of rule 21.
 #[derive(Debug, Clone, Default)]
 pub(super) struct QueueBook {
-    /// Per kind, the parked tickets in rank order: the last is shed first.
-    by_rank: [BTreeSet<RankKey>; KINDS],
     /// Per kind and priority, the parked units.
     units: [[u64; PRIORITIES]; KINDS],
     /// Per priority, the parked tickets of every kind.
     count: [usize; PRIORITIES],
     /// The parked tickets that came back rather than being admitted (usually none), which
     /// may hold the queue past its bounds.
-    returned: BTreeSet<u64>,
+    returned: BTreeSet<TaskId>,
     /// Per kind, the units of the `returned` tickets.
     returned_units: [u64; KINDS],
 }
@@ -69,7 +70,6 @@ impl QueueBook {
     /// A ticket ranked `rank` parks, holding `units` of `kind` in the queue.
     pub(super) fn park(&mut self, kind: ResourceKind, units: u32, rank: RankKey) {
         let level = rank.priority() as usize;
-        self.by_rank[kind.index()].insert(rank);
         self.units[kind.index()][level] += u64::from(units);
         self.count[level] += 1;
     }
@@ -84,10 +84,8 @@ impl QueueBook {
     /// A parked ticket leaves the queue (it starts, expires, is cancelled or shed).
     pub(super) fn unpark(&mut self, kind: ResourceKind, units: u32, rank: RankKey) {
         let level = rank.priority() as usize;
-        if self.by_rank[kind.index()].remove(&rank) {
-            self.units[kind.index()][level] -= u64::from(units);
-            self.count[level] -= 1;
-        }
+        self.units[kind.index()][level] -= u64::from(units);
+        self.count[level] -= 1;
         if !self.returned.is_empty() && self.returned.remove(&rank.id()) {
             self.returned_units[kind.index()] -= u64::from(units);
         }
@@ -106,19 +104,6 @@ impl QueueBook {
     /// Parked tickets of a priority below `priority`.
     fn count_below(&self, priority: Priority) -> usize {
         self.count[..priority as usize].iter().sum()
-    }
-
-    /// Parked tickets of `kind` below `priority`, lowest-ranked first.
-    fn lowest_of(
-        &self,
-        kind: ResourceKind,
-        priority: Priority,
-    ) -> impl Iterator<Item = RankKey> + '_ {
-        self.by_rank[kind.index()]
-            .iter()
-            .rev()
-            .take_while(move |rank| rank.priority() < priority)
-            .copied()
     }
 }
 
@@ -167,75 +152,104 @@ impl ParkingLot {
         sheds: bool,
         now: u64,
     ) -> Admit {
-        let shed = match self.to_shed(&ticket) {
-            Ok(shed) if shed.is_empty() || sheds => shed,
-            Ok(_) => return Admit::Reject(self.full_for(&ticket)),
+        let (units_over, depth_over) = match self.room_to_make(&ticket) {
+            Ok(over) => over,
             Err(rejection) => return Admit::Reject(rejection),
         };
-        for rank in &shed {
-            self.remove_parked(rank.id());
-        }
-        self.park(ticket, slotless, now);
-        if shed.is_empty() {
+        if (units_over, depth_over) == (0, 0) {
+            self.park(ticket, slotless, now);
             return Admit::Park;
         }
+        if !sheds {
+            return Admit::Reject(self.full_for(&ticket));
+        }
+        let shed = self.shed(&ticket, units_over, depth_over);
+        self.park(ticket, slotless, now);
         // A shed ticket may have been the reservation, or held back a fair-order peer: what
         // its leaving unblocks starts now, so saturation holds. The newcomer is not among
         // them: every shed ticket ranks below it, so none held it back.
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         debug_assert!(!started.contains(&ticket.id), "shedding freed no units");
-        Admit::ParkShedding {
-            shed: shed.iter().map(RankKey::id).collect(),
-            started,
-        }
+        Admit::ParkShedding { shed, started }
     }
 
-    /// The tickets to shed so that `ticket` parks within both bounds, lowest-ranked first
-    /// (none when it fits), or the rejection when the lower priorities cannot make room.
-    fn to_shed(&self, ticket: &Ticket) -> Result<Vec<RankKey>, Rejection> {
+    /// How far `ticket` would take the parked units of its kind past `max_queued_units`,
+    /// and the parked tickets past `max_queue_depth`: (0, 0) when it fits both; the
+    /// rejection when the tickets of a lower priority could not make that much room.
+    fn room_to_make(&self, ticket: &Ticket) -> Result<(u64, usize), Rejection> {
         let (kind, needed, priority) = (ticket.cost.kind, ticket.cost.units, ticket.priority);
-        let max_queue_depth = self.limits.max_queue_depth;
-        let units_full = |queued: u64, max_queued_units: u64| Rejection::QueueUnitsFull {
-            kind,
-            queued,
-            needed,
-            max_queued_units,
-        };
         let queued = self.queue.units(kind);
+        let with_it = queued + u64::from(needed);
         let units_over = match self.limits.max_queued_units {
-            Some(bound) if u64::from(needed) > bound => return Err(units_full(queued, bound)),
-            Some(bound) => (queued + u64::from(needed)).saturating_sub(bound),
+            // Even an empty queue could not hold it; else the lower priorities must make
+            // the room it lacks.
+            Some(bound)
+                if u64::from(needed) > bound
+                    || with_it.saturating_sub(bound) > self.queue.units_below(kind, priority) =>
+            {
+                return Err(Rejection::QueueUnitsFull {
+                    kind,
+                    queued,
+                    needed,
+                    max_queued_units: bound,
+                });
+            }
+            Some(bound) => with_it.saturating_sub(bound),
             None => 0,
         };
+        let max_queue_depth = self.limits.max_queue_depth;
         let depth_over = (self.parked.len() + 1).saturating_sub(max_queue_depth);
-        if units_over == 0 && depth_over == 0 {
-            return Ok(Vec::new());
-        }
-        if self.queue.units_below(kind, priority) < units_over {
-            let bound = self.limits.max_queued_units.unwrap_or(u64::MAX);
-            return Err(units_full(queued, bound));
-        }
-        if self.queue.count_below(priority) < depth_over || max_queue_depth == 0 {
+        if max_queue_depth == 0 || depth_over > self.queue.count_below(priority) {
             return Err(Rejection::QueueFull { max_queue_depth });
         }
+        Ok((units_over, depth_over))
+    }
+
+    /// Sheds the lowest-ranked parked tickets of `ticket`'s kind until `units_over` units
+    /// are gone, then the lowest-ranked of any kind until `depth_over` tickets are; returns
+    /// their ids, in the order shed. [`room_to_make`](Self::room_to_make) has checked that
+    /// the tickets of a lower priority suffice, so every one shed is of a lower priority.
+    fn shed(&mut self, ticket: &Ticket, units_over: u64, depth_over: usize) -> Vec<TaskId> {
         let mut shed = Vec::new();
         let mut freed = 0u64;
-        for rank in self.queue.lowest_of(kind, priority) {
-            if freed >= units_over {
+        while freed < units_over {
+            let Some(worst) = self.worst_of(ticket.cost.kind) else {
                 break;
-            }
-            freed += self
-                .parked
-                .get(&rank.id())
-                .map_or(0, |p| u64::from(p.units));
-            shed.push(rank);
+            };
+            freed += self.shed_one(worst, ticket.priority);
+            shed.push(worst.id());
         }
-        let still_over = depth_over.saturating_sub(shed.len());
-        if still_over > 0 {
-            shed.extend(self.lowest_of_any_kind(priority, still_over, &shed));
+        while shed.len() < depth_over {
+            let worst = ResourceKind::ALL
+                .into_iter()
+                .filter_map(|kind| self.worst_of(kind))
+                .max();
+            let Some(worst) = worst else {
+                break;
+            };
+            self.shed_one(worst, ticket.priority);
+            shed.push(worst.id());
         }
-        Ok(shed)
+        shed
+    }
+
+    /// The lowest-ranked parked ticket of `kind`, task or permit.
+    fn worst_of(&self, kind: ResourceKind) -> Option<RankKey> {
+        [
+            &self.by_cost[kind.index()],
+            &self.permits_by_cost[kind.index()],
+        ]
+        .into_iter()
+        .filter_map(CostIndex::worst)
+        .max()
+    }
+
+    /// Removes parked ticket `rank`, shed for a newcomer of `priority`; returns its units.
+    fn shed_one(&mut self, rank: RankKey, priority: Priority) -> u64 {
+        debug_assert!(rank.priority() < priority, "only a lower priority is shed");
+        self.remove_parked(rank.id())
+            .map_or(0, |(parked, _)| u64::from(parked.units))
     }
 
     /// Parks a ticket that comes back (restored, or awake after its sleep), whatever the
@@ -265,30 +279,7 @@ impl ParkingLot {
         }
     }
 
-    /// The `count` lowest-ranked parked tickets of any kind below `priority`, leaving out
-    /// those in `taken`; lowest-ranked first.
-    fn lowest_of_any_kind(
-        &self,
-        priority: Priority,
-        count: usize,
-        taken: &[RankKey],
-    ) -> Vec<RankKey> {
-        // The `count` lowest of each kind include the `count` lowest of all.
-        let mut lowest: Vec<RankKey> = ResourceKind::ALL
-            .into_iter()
-            .flat_map(|kind| {
-                self.queue
-                    .lowest_of(kind, priority)
-                    .filter(|rank| !taken.contains(rank))
-                    .take(count)
-            })
-            .collect();
-        lowest.sort_unstable_by(|a, b| b.cmp(a));
-        lowest.truncate(count);
-        lowest
-    }
-
-    /// Rule 21's bounds and the shedding index's books, for `check_invariants`.
+    /// Rule 21's bounds, its sums and the cost indexes' worsts, for `check_invariants`.
     pub(super) fn check_queue_bounds(&self) -> Result<(), String> {
         let returned = self.queue.returned.len();
         if self.parked.len() > self.limits.max_queue_depth + returned {
@@ -307,23 +298,31 @@ impl ParkingLot {
         }
         let mut units = [[0u64; PRIORITIES]; KINDS];
         let mut count = [0usize; PRIORITIES];
-        for (&id, parked) in &self.parked {
+        for parked in self.parked.values() {
             let level = parked.priority as usize;
             units[parked.kind.index()][level] += u64::from(parked.units);
             count[level] += 1;
-            if !self.queue.by_rank[parked.kind.index()].contains(&parked.rank(id)) {
-                return Err(format!("parked task {id} is not in the shedding index"));
-            }
         }
-        let indexed: usize = self.queue.by_rank.iter().map(BTreeSet::len).sum();
-        if units != self.queue.units || count != self.queue.count || indexed != self.parked.len() {
+        if units != self.queue.units || count != self.queue.count {
             return Err(format!(
-                "shedding index: {indexed} tickets, units {:?}, counts {:?}; parked: {}, \
-                 units {units:?}, counts {count:?}",
-                self.queue.units,
-                self.queue.count,
-                self.parked.len()
+                "shedding sums: units {:?}, counts {:?}; parked: units {units:?}, counts \
+                 {count:?}",
+                self.queue.units, self.queue.count
             ));
+        }
+        for kind in ResourceKind::ALL {
+            let scanned = self
+                .parked
+                .iter()
+                .filter(|(_, parked)| parked.kind == kind)
+                .map(|(&id, parked)| parked.rank(id))
+                .max();
+            if self.worst_of(kind) != scanned {
+                return Err(format!(
+                    "the worst parked {kind:?} ticket is {scanned:?}, the indexes say {:?}",
+                    self.worst_of(kind)
+                ));
+            }
         }
         if let Some(bound) = self.limits.max_queued_units {
             let allowed = |kind: ResourceKind| bound + self.queue.returned_units[kind.index()];
