@@ -166,8 +166,9 @@
 //!   of it, or the lot is paused.
 //! - At most `max_queue_depth` tickets and `max_queued_units` units of any kind are parked
 //!   (sleepers not counted), plus the tickets that came back past a bound (restored, or
-//!   awake after their sleep: they were admitted once and are never lost), and the
-//!   shedding index holds exactly the parked tickets with their units.
+//!   awake after their sleep: they were admitted once and are never lost); the shedding
+//!   sums are the parked tickets' units and counts, and each cost index's worst is its
+//!   lowest-ranked ticket.
 //!
 //! # Cost
 //!
@@ -424,7 +425,7 @@ pub struct ParkingLot {
     sleepers: FastMap<TaskId, (u64, Ticket)>,
     /// Paused (rule 18): nothing starts; admissions park.
     paused: bool,
-    /// The parked tickets by kind and rank, with their units, for the bounds (rule 21).
+    /// The parked tickets' units and counts by kind and priority, for the bounds (rule 21).
     queue: QueueBook,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
