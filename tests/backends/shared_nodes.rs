@@ -422,6 +422,12 @@ async fn unworkable_shared_settings_are_refused() {
             limits.with_order(QueueOrder::Deadline),
             "order is \"deadline\"",
         ),
+        // Nor does it bound the shared queue by units (core rule 21).
+        (
+            SharedParking::new(queue.clone(), "n"),
+            limits.with_max_queued_units(Some(8)),
+            "max_queued_units is 8",
+        ),
     ];
     for (shared, limits, says) in cases {
         let spec = PoolSpec {

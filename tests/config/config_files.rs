@@ -207,6 +207,7 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "order": "edf" }"#), "pools.p.order: unknown value `edf`; use `fifo` or `deadline`"),
         (&one_pool(r#"{ "order": "deadline", "queue": { "type": "postgres" } }"#), "pools.p.order: `deadline` needs a local queue (in_memory, yaque): the nodes of a shared queue claim by priority, then admission; use `fifo` here"),
         (&one_pool(r#"{ "max_queued_units": 0 }"#), "pools.p.max_queued_units: 0 is out of range; use 1 to 18446744073709551615"),
+        (&one_pool(r#"{ "max_queued_units": 64, "queue": { "type": "postgres" } }"#), "pools.p.max_queued_units: applies to a local queue (in_memory, yaque); a shared queue holds what waits for every node and has no bound by units: remove the field"),
         (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
         (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
         (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),

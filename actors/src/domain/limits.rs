@@ -190,7 +190,8 @@ pub struct PoolLimits {
     /// The most units of any one kind that may be parked at once (core rule 21), beside
     /// `max_queue_depth`; `None`: no bound by units. At either bound a newcomer that must
     /// park takes the place of parked tasks of lower priority, lowest-ranked first, which
-    /// end refused (`QueueFull`); failing that it is refused itself.
+    /// end refused (`QueueFull`); failing that it is refused itself. Not with a shared
+    /// queue, which holds what waits for every node.
     #[serde(default)]
     pub max_queued_units: Option<u64>,
 }

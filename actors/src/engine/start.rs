@@ -140,6 +140,15 @@ impl<P, R, E> PoolSpec<P, R, E> {
                         .into(),
                 ));
             }
+            if let Some(units) = self.limits.max_queued_units {
+                // What waits is in the shared queue, which no node's core bounds; a node
+                // parks only what it claimed while the claim was in flight.
+                return Err(PoolError::InvalidConfig(format!(
+                    "max_queued_units is {units}; a shared queue holds what waits for every \
+                     node and has no bound by units: leave max_queued_units out, or use a \
+                     local queue (in_memory, yaque)"
+                )));
+            }
             if let Durability::Parked { spin } = self.durability {
                 if !spin.is_zero() {
                     return Err(PoolError::InvalidConfig(format!(
