@@ -33,36 +33,12 @@ pub enum QueueOrder {
 }
 
 impl QueueOrder {
-    /// Every order, in declaration order.
-    pub const ALL: [QueueOrder; 2] = [QueueOrder::Fifo, QueueOrder::Deadline];
-
     /// The order's name in a configuration file.
     pub const fn name(self) -> &'static str {
         match self {
             QueueOrder::Fifo => "fifo",
             QueueOrder::Deadline => "deadline",
         }
-    }
-
-    /// The order named `name` (as in a configuration file), or an error that names the
-    /// field and the names allowed.
-    ///
-    /// ```
-    /// use prometheus_parking_lot_actors::domain::QueueOrder;
-    /// assert_eq!(QueueOrder::from_name("deadline"), Ok(QueueOrder::Deadline));
-    /// let error = QueueOrder::from_name("edf").unwrap_err();
-    /// assert!(error.to_string().contains("order"), "{error}");
-    /// assert!(error.to_string().contains("\"fifo\" or \"deadline\""), "{error}");
-    /// ```
-    pub fn from_name(name: &str) -> Result<Self, PoolError> {
-        Self::ALL
-            .into_iter()
-            .find(|order| order.name() == name)
-            .ok_or_else(|| {
-                PoolError::InvalidConfig(format!(
-                    "order is \"{name}\"; use \"fifo\" or \"deadline\""
-                ))
-            })
     }
 }
 

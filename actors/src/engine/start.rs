@@ -133,12 +133,12 @@ impl<P, R, E> PoolSpec<P, R, E> {
                 // The nodes claim from the shared queue in its own order (priority, then
                 // admission), which the queue keeps in its index; a node's core only sees
                 // what it claimed, so it could not put the earliest deadline first.
-                return Err(PoolError::InvalidConfig(
-                    "order is \"deadline\"; a shared queue's nodes claim by priority, then \
+                return Err(PoolError::InvalidConfig(format!(
+                    "order is \"{}\"; a shared queue's nodes claim by priority, then \
                      admission: use \"fifo\" with a shared queue, or a local queue (in_memory, \
-                     yaque) for the deadline order"
-                        .into(),
-                ));
+                     yaque) for the deadline order",
+                    self.limits.order.name()
+                )));
             }
             if let Some(units) = self.limits.max_queued_units {
                 // What waits is in the shared queue, which no node's core bounds; a node
