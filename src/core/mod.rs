@@ -11,7 +11,7 @@ pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
     BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairShare, FaultKind,
-    OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
+    OnDuplicate, PoolError, PoolLimits, Preemption, QueueOrder, Retries, ScheduledTask, StartCap,
     StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
@@ -61,7 +61,7 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 /// ```
 pub mod scheduling {
     pub use prometheus_parking_lot_actors::scheduler::core::{
-        AbsorbRefusal, Admit, Cancel, Newcomer, ParkingLot, RankKey, Rejection, TenantKey, Tick,
-        Ticket, TokenBucket, UnknownTask, WaitReason,
+        AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, ParkingLot, RankKey, Rejection,
+        TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
     };
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::RestartPolicy;
 use prometheus_parking_lot::core::{
-    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, QueueMaintenance, ScheduledTask,
-    SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
+    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, QueueMaintenance, QueueOrder,
+    ScheduledTask, SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
@@ -391,27 +391,48 @@ async fn a_node_with_claim_ahead_holds_tasks_for_its_workers_and_runs_each_once(
 async fn unworkable_shared_settings_are_refused() {
     let supervisor = spawn_supervisor().await.unwrap();
     let queue: Arc<dyn SharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
+    let limits = PoolLimits::new(1, 1);
     let cases = [
-        (SharedParking::new(queue.clone(), " "), "node name is empty"),
+        (
+            SharedParking::new(queue.clone(), " "),
+            limits,
+            "node name is empty",
+        ),
         (
             SharedParking::new(queue.clone(), "n").with_lease(Duration::from_millis(5)),
+            limits,
             "lease",
         ),
         (
             SharedParking::new(queue.clone(), "n").with_poll(Duration::ZERO),
+            limits,
             "poll",
         ),
         (
             SharedParking::new(queue.clone(), "n")
                 .with_lease(Duration::from_secs(3))
                 .with_poll(Duration::from_secs(2)),
+            limits,
             "at most a third of the lease",
         ),
+        // The nodes claim in the queue's order, by admission within a priority: a pool that
+        // asks for the deadline order (core rule 20) is refused rather than misordered.
+        (
+            SharedParking::new(queue.clone(), "n"),
+            limits.with_order(QueueOrder::Deadline),
+            "order is \"deadline\"",
+        ),
+        // Nor does it bound the shared queue by units (core rule 21).
+        (
+            SharedParking::new(queue.clone(), "n"),
+            limits.with_max_queued_units(Some(8)),
+            "max_queued_units is 8",
+        ),
     ];
-    for (shared, says) in cases {
+    for (shared, limits, says) in cases {
         let spec = PoolSpec {
             name: "refused".into(),
-            limits: PoolLimits::new(1, 1),
+            limits,
             workers: WorkerSettings {
                 count: 1,
                 stack_size: None,
