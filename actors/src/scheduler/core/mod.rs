@@ -72,7 +72,10 @@
 //!     then rank. The reservation (rule 6) is the best starving task under that order whose
 //!     tenant has room for it; it holds back the tasks behind it under that order. A starving
 //!     task whose tenant has no room yet holds back only its own tenant's tasks ranked below
-//!     it, so its tenant drains for it without stopping the other tenants.
+//!     it, so its tenant drains for it without stopping the other tenants. Under a fair
+//!     share *by use* (see `service.rs`; without a cap when the limits set no fair share),
+//!     the tenant with the lowest weighted service counter goes first within a priority,
+//!     before the usage now.
 //! 13. **Backfill** (when the limits allow it, see `backfill.rs`). While the reservation
 //!     waits, a task it holds back may still start if it fits now and either its execution
 //!     timeout ends before the reservation's *shadow time* (the earliest time the
@@ -171,6 +174,7 @@ mod lanes;
 mod permits;
 mod rank;
 mod reasons;
+mod service;
 
 use std::collections::BTreeSet;
 
@@ -430,9 +434,7 @@ impl ParkingLot {
             running: FastMap::default(),
             running_permits: 0,
             by_overdue: BTreeSet::new(),
-            tenants: limits.fair_share.map(|share| {
-                TenantBook::new(ResourceKind::ALL.map(|kind| share.cap(limits.capacity.get(kind))))
-            }),
+            tenants: fair_share::book_for(&limits),
             by_timeout: limits.backfill.then(TimeoutIndex::default),
             by_end: BTreeSet::new(),
             budgets: budget::Budgets::new(&limits.budgets),
@@ -804,6 +806,9 @@ impl ParkingLot {
         let ticket = self.at_least_a_unit(ticket);
         let Ticket { id, cost, .. } = ticket;
         self.clock = now;
+        if let Some(book) = &mut self.tenants {
+            book.arrive(ticket.tenant);
+        }
         if let Some(budgets) = &mut self.budgets {
             budgets.refill(now);
         }
@@ -899,14 +904,14 @@ impl ParkingLot {
 
     /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
-        self.end_claim_quietly(id, rest)?;
+        self.end_claim_quietly(id, rest, now)?;
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
     }
 
     /// [`end_claim`](Self::end_claim), starting nothing.
-    fn end_claim_quietly(&mut self, id: TaskId, rest: bool) -> Result<(), UnknownTask> {
+    fn end_claim_quietly(&mut self, id: TaskId, rest: bool, now: u64) -> Result<(), UnknownTask> {
         let claim = self
             .running
             .remove(&id)
@@ -917,6 +922,7 @@ impl ParkingLot {
         self.stop_watching(id, &claim);
         if let Some(book) = &mut self.tenants {
             book.release(claim.tenant, claim.kind, claim.units);
+            book.settle(id, now);
         }
         if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(claim.kind)) {
             budget.end(id);
@@ -1155,8 +1161,8 @@ impl ParkingLot {
         if let Some(book) = &self.tenants {
             let running = self
                 .running
-                .values()
-                .map(|claim| (claim.tenant, claim.kind, claim.units));
+                .iter()
+                .map(|(&id, claim)| (id, claim.tenant, claim.kind, claim.units));
             book.check(running, self.parked.len())?;
             self.check_fair_best_fit(book)?;
         }
@@ -1582,6 +1588,8 @@ impl ParkingLot {
         self.starts += 1;
         if let Some(book) = &mut self.tenants {
             book.start(tenant, cost.kind, held, self.starts);
+            let timeout = (timeout_ms != NO_TIMEOUT).then_some(u64::from(timeout_ms));
+            book.charge(id, tenant, cost.units, timeout, now);
         }
         let ends_by = (timeout_ms != NO_TIMEOUT && self.by_timeout.is_some())
             .then(|| now.saturating_add(u64::from(timeout_ms)));
@@ -1768,3 +1776,5 @@ mod tests_permits;
 mod tests_reasons;
 #[cfg(test)]
 mod tests_share;
+#[cfg(test)]
+mod tests_vtc;

@@ -130,6 +130,8 @@ impl ParkingLot {
         }
         if let Some(book) = &mut self.tenants {
             book.merge(of_child.tenant);
+            // The child's run is over as a run of its own: settled as if it ended.
+            book.settle(child, now);
         }
         self.free_worker_of(&of_child, false);
         let mut started = Vec::new();
@@ -237,6 +239,7 @@ impl ParkingLot {
         }
         if let Some(book) = &mut self.tenants {
             book.grow(claim.tenant, claim.kind, units);
+            book.charge_growth(id, claim.tenant, units, self.clock);
         }
     }
 
@@ -254,6 +257,7 @@ impl ParkingLot {
         self.used[claim.kind.index()] -= units;
         if let Some(book) = &mut self.tenants {
             book.shrink(claim.tenant, claim.kind, units);
+            book.note_shrink(id, units, self.clock);
         }
     }
 }
