@@ -10,7 +10,9 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
-use crate::domain::{BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
+use crate::domain::{
+    BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits, TenantWeights,
+};
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
@@ -80,6 +82,9 @@ pub struct PoolSpec<P, R, E> {
     pub shared: Option<SharedParking<P>>,
     /// What a durable queue (local or shared) stores, and so what a crash costs.
     pub durability: Durability,
+    /// The weights of named tenants under a fair share by use (`limits.fair_by_use`); the
+    /// others weigh its `default_weight`. Empty without one.
+    pub tenant_weights: TenantWeights,
     /// The GPU the pool's `GpuVram` units (MiB) live on, if any: sampled for stats and,
     /// with its live guard on, for admission (see
     /// [`GpuWatch`]).
@@ -139,6 +144,14 @@ impl<P, R, E> PoolSpec<P, R, E> {
         }
         if let Some(gpu) = &self.gpu {
             gpu.validate()?;
+        }
+        self.tenant_weights.validate()?;
+        if self.limits.fair_by_use.is_none() && !self.tenant_weights.is_empty() {
+            return Err(PoolError::InvalidConfig(
+                "fair_share.by_use.weights names tenants, but the pool orders tenants by use \
+                 only with fair_share.by_use set: set it, or leave the weights out"
+                    .into(),
+            ));
         }
         if self.workers.count == 0 {
             return ParkingLot::without_workers(self.limits);
@@ -359,6 +372,7 @@ where
         gpu_sampled: false,
         rerun: rerun.clone(),
         lanes,
+        tenant_weights: spec.tenant_weights,
     };
     let driver = Driver {
         pool: pool.clone(),
