@@ -72,10 +72,8 @@
 //!     then rank. The reservation (rule 6) is the best starving task under that order whose
 //!     tenant has room for it; it holds back the tasks behind it under that order. A starving
 //!     task whose tenant has no room yet holds back only its own tenant's tasks ranked below
-//!     it, so its tenant drains for it without stopping the other tenants. Under a fair
-//!     share *by use* (see `service.rs`; without a cap when the limits set no fair share),
-//!     the tenant with the lowest weighted service counter goes first within a priority,
-//!     before the usage now.
+//!     it, so its tenant drains for it without stopping the other tenants. Rule 20 changes
+//!     the order within a priority when the limits ask for it.
 //! 13. **Backfill** (when the limits allow it, see `backfill.rs`). While the reservation
 //!     waits, a task it holds back may still start if it fits now and either its execution
 //!     timeout ends before the reservation's *shadow time* (the earliest time the
@@ -138,6 +136,15 @@
 //!     any other event ([`ParkingLot::reclaim`]), so every decision sees the true free
 //!     units; a fast-path holder becomes a running permit of its own when a decision must
 //!     see it ([`ParkingLot::adopt`], [`ParkingLot::settle`]).
+//! 20. **Fair share by use** (when the limits set `fair_by_use`, see `service.rs`; rule 12's
+//!     book without a cap when they set no `fair_share`). Each tenant has a counter of
+//!     weighted service: a start charges it the most its task can cost (declared units, or
+//!     units times the execution timeout) divided by the tenant's weight, and the end
+//!     settles the charge down to the real cost (the units the executor reported,
+//!     [`ParkingLot::report_used`], or units times the time held), never below the lowest
+//!     counter of the tenants with a parked task (the *floor*). A tenant that arrives with
+//!     nothing parked is lifted to the floor. Counters decay with a half-life. Within a
+//!     priority, the tenant with the lowest counter goes first, then rule 12's order.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!

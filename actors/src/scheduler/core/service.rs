@@ -1,4 +1,4 @@
-//! The fair share by use (rule 12's order when the limits set `fair_by_use`): each tenant's
+//! The fair share by use (rule 20 of the core, when the limits set `fair_by_use`): each tenant's
 //! counter of weighted service, so that within a priority the tenant served least goes
 //! first (the Virtual Token Counter of Sheng et al., "Fairness in Serving LLMs").
 //!
