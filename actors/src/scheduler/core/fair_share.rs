@@ -39,7 +39,7 @@
 use std::collections::BTreeSet;
 
 use super::rank::{FairKey, RankKey};
-use super::service::ServiceBook;
+use super::service::{ChargeSnapshot, ServiceBook};
 use super::{CostIndex, FastMap, TenantKey, KINDS};
 use crate::domain::{FairByUse, PoolLimits, Priority, ResourceKind, TaskId};
 
@@ -248,6 +248,30 @@ impl TenantBook {
         self.rebase_if_due(now);
         if let Some(tenant) = self.service.as_mut().and_then(|book| book.end(id, now)) {
             self.refresh(tenant);
+        }
+    }
+
+    /// Running task `id`'s charge and its tenant's counter at `now`, to put back with
+    /// [`restore_charge`](Self::restore_charge) within the same event.
+    pub(super) fn snapshot_charge(&mut self, id: TaskId, now: u64) -> Option<ChargeSnapshot> {
+        // Moved now if due, so that no move comes between the snapshot and its restore.
+        self.rebase_if_due(now);
+        self.service.as_ref()?.snapshot(id)
+    }
+
+    /// Puts back what [`snapshot_charge`](Self::snapshot_charge) saw.
+    pub(super) fn restore_charge(&mut self, snapshot: ChargeSnapshot) {
+        if let Some(book) = &mut self.service {
+            let tenant = book.restore(snapshot);
+            self.refresh(tenant);
+        }
+    }
+
+    /// Running task `child` became part of running task `parent` at `now`: its charge goes
+    /// on as the parent's.
+    pub(super) fn absorb_charge(&mut self, child: TaskId, parent: TaskId, now: u64) {
+        if let Some(book) = &mut self.service {
+            book.absorb(child, parent, now);
         }
     }
 

@@ -67,6 +67,15 @@ use crate::domain::{FairByUse, PoolError, TaskId, UsageCharge, MAX_WEIGHT};
 /// Past this factor the frame of the raw counters is moved to the present (32 half-lives).
 const REBASE_AT: f64 = 4_294_967_296.0;
 
+/// A running task's charge and its tenant's counter at one moment, to put back exactly.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ChargeSnapshot {
+    id: TaskId,
+    tenant: TenantKey,
+    raw: f64,
+    run: RunCharge,
+}
+
 /// What one running task was charged ahead, and what its real cost is so far.
 #[derive(Debug, Clone, Copy)]
 struct RunCharge {
@@ -284,6 +293,47 @@ impl ServiceBook {
             run.held += f64::from(run.units) * now.saturating_sub(run.since) as f64;
             run.since = now;
             run.units = run.units.saturating_sub(units);
+        }
+    }
+
+    /// Running task `id`'s charge and its tenant's counter as they are now.
+    pub(super) fn snapshot(&self, id: TaskId) -> Option<ChargeSnapshot> {
+        let run = *self.running.get(&id)?;
+        Some(ChargeSnapshot {
+            id,
+            tenant: run.tenant,
+            raw: self.raw(run.tenant),
+            run,
+        })
+    }
+
+    /// Puts a charge and its tenant's counter back as `snapshot` saw them (a growth that was
+    /// undone); returns the tenant.
+    pub(super) fn restore(&mut self, snapshot: ChargeSnapshot) -> TenantKey {
+        self.running.insert(snapshot.id, snapshot.run);
+        self.set(snapshot.tenant, snapshot.raw);
+        snapshot.tenant
+    }
+
+    /// Running task `child` became part of running task `parent` at `now` (a permit
+    /// absorbed it): its charge ahead and its time held so far go on as the parent's, to be
+    /// settled with it. Nothing is charged or refunded now.
+    pub(super) fn absorb(&mut self, child: TaskId, parent: TaskId, now: u64) {
+        let Some(taken) = self.running.remove(&child) else {
+            return;
+        };
+        let Some(run) = self.running.get_mut(&parent) else {
+            return;
+        };
+        let child_held =
+            taken.held + f64::from(taken.units) * now.saturating_sub(taken.since) as f64;
+        run.held += f64::from(run.units) * now.saturating_sub(run.since) as f64 + child_held;
+        run.since = now;
+        run.units += taken.units;
+        run.advance += taken.advance;
+        run.bounded &= taken.bounded;
+        if let Some(used) = taken.reported {
+            run.reported = Some(run.reported.unwrap_or(0).saturating_add(used));
         }
     }
 

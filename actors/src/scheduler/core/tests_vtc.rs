@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::tests::{lot_with, normal};
 use super::*;
-use crate::domain::{FairByUse, StarvationGuard, UsageCharge};
+use crate::domain::{FairByUse, FairShare, StarvationGuard, UsageCharge};
 
 fn of(tenant: TenantKey, id: TaskId, units: u32) -> Ticket {
     Ticket {
@@ -435,6 +435,164 @@ proptest! {
                     highest - lowest <= bound + slack,
                     "backlogged counters {lowest}..{highest} differ by more than {bound}"
                 );
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Admit {
+        tenant: TenantKey,
+        units: u32,
+        high: bool,
+        permit: bool,
+        timeout_ms: Option<u64>,
+    },
+    Sleep {
+        tenant: TenantKey,
+        units: u32,
+        ms: u64,
+    },
+    End {
+        pick: usize,
+        used: u64,
+    },
+    Cancel {
+        pick: usize,
+    },
+    Grow {
+        pick: usize,
+        units: u32,
+    },
+    Absorb {
+        pick: usize,
+        units: u32,
+    },
+    Wait {
+        ms: u64,
+    },
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => (0u64..4, 1u32..=6, any::<bool>(), prop::bool::weighted(0.2), prop::option::of(1u64..500))
+            .prop_map(|(tenant, units, high, permit, timeout_ms)| Event::Admit {
+                tenant, units, high, permit, timeout_ms,
+            }),
+        1 => (0u64..4, 1u32..=6, 1u64..300).prop_map(|(tenant, units, ms)| Event::Sleep { tenant, units, ms }),
+        3 => (any::<usize>(), 0u64..10).prop_map(|(pick, used)| Event::End { pick, used }),
+        1 => any::<usize>().prop_map(|pick| Event::Cancel { pick }),
+        1 => (any::<usize>(), 1u32..=3).prop_map(|(pick, units)| Event::Grow { pick, units }),
+        1 => (any::<usize>(), 1u32..=3).prop_map(|(pick, units)| Event::Absorb { pick, units }),
+        1 => (0u64..2_000).prop_map(|ms| Event::Wait { ms }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Whatever happens (priorities, caps, permits that grow and absorb, sleepers, cancels,
+    /// reports, a half-life short enough for the frame to move), the core's invariants hold
+    /// under a fair share by use: among them, the tenants listed under their current
+    /// counters, the backlogged set, a charge per running task, and a decision that finds
+    /// what a scan of every parked task finds.
+    #[test]
+    fn the_invariants_hold_under_a_fair_share_by_use(
+        held in any::<bool>(),
+        cap in prop::option::of(3u32..=12),
+        half_life_ms in prop::option::of(1u64..50),
+        events in prop::collection::vec(event(), 1..200),
+    ) {
+        let charge = if held { UsageCharge::Held } else { UsageCharge::Reported };
+        let mut order = FairByUse::new(charge);
+        if let Some(half_life) = half_life_ms {
+            order = order.with_half_life_ms(half_life);
+        }
+        let mut lot = lot_with(
+            PoolLimits::new(12, 3)
+                .with_max_queue_depth(10_000)
+                .with_fair_share(cap.map(FairShare::MaxUnitsPerTenant))
+                .with_fair_by_use(Some(order)),
+        );
+        lot.set_tenant_weight(1, 3).unwrap();
+        let (mut now, mut next_id) = (0u64, 0u64);
+        let mut live: Vec<TaskId> = Vec::new();
+        let pick_of = |lot: &ParkingLot, live: &[TaskId], pick: usize, state: WakeState| {
+            let matching: Vec<TaskId> = live
+                .iter()
+                .copied()
+                .filter(|&id| lot.state(id) == Some(state))
+                .collect();
+            (!matching.is_empty()).then(|| matching[pick % matching.len()])
+        };
+        for event in events {
+            match event {
+                Event::Admit { tenant, units, high, permit, timeout_ms } => {
+                    next_id += 1;
+                    let ticket = Ticket {
+                        priority: if high { Priority::High } else { Priority::Normal },
+                        timeout_ms,
+                        ..of(tenant, next_id, units)
+                    };
+                    if permit {
+                        lot.admit_permit(ticket, now);
+                    } else {
+                        lot.admit(ticket, now);
+                    }
+                    live.push(next_id);
+                }
+                Event::Sleep { tenant, units, ms } => {
+                    next_id += 1;
+                    if lot.park_until(of(tenant, next_id, units), now + ms, now).is_ok() {
+                        live.push(next_id);
+                    }
+                }
+                Event::End { pick, used } => {
+                    if let Some(id) = pick_of(&lot, &live, pick, WakeState::Running) {
+                        lot.report_used(id, used).unwrap();
+                        lot.complete(id, now).unwrap();
+                    }
+                }
+                Event::Cancel { pick } => {
+                    if let Some(id) = pick_of(&lot, &live, pick, WakeState::Parked) {
+                        lot.cancel(id, now).unwrap();
+                    }
+                }
+                Event::Grow { pick, units } => {
+                    if let Some(id) = pick_of(&lot, &live, pick, WakeState::Running) {
+                        lot.grow_now(id, units).unwrap();
+                    }
+                }
+                Event::Absorb { pick, units } => {
+                    let Some(parent) = pick_of(&lot, &live, pick, WakeState::Running) else {
+                        continue;
+                    };
+                    let Some((cost, priority, tenant)) = lot.claim_of(parent) else {
+                        continue;
+                    };
+                    next_id += 1;
+                    let child = Ticket {
+                        priority,
+                        cost: ResourceCost::new(cost.kind, units),
+                        ..of(tenant, next_id, units)
+                    };
+                    if lot.admit_permit(child, now) == Admit::Start {
+                        lot.absorb(next_id, parent, now).unwrap();
+                    } else {
+                        live.push(next_id);
+                    }
+                }
+                Event::Wait { ms } => {
+                    now += ms;
+                    lot.tick(now);
+                }
+            }
+            live.retain(|&id| lot.state(id).is_some());
+            lot.check_invariants().map_err(TestCaseError::fail)?;
+            for tenant in 0..4 {
+                let service = service(&lot, tenant);
+                prop_assert!(service.is_finite() && service >= 0.0, "tenant {tenant}: {service}");
             }
         }
     }
