@@ -235,6 +235,19 @@ where
     let core = spec.validate(ownership == Ownership::OwnGate)?;
     if let Some(parking) = &spec.shared {
         share_budgets(parking, &core.limits().budgets, &spec.name).await?;
+        if let Some(order) = core.limits().fair_by_use {
+            let shared = parking
+                .queue
+                .share_fair_by_use(order, &spec.tenant_weights)
+                .await
+                .map_err(|error| {
+                    let operation = "share the tenant counters of its fair share by use";
+                    queue_error(&spec.name, parking.queue.backend(), operation, error)
+                })?;
+            if !shared {
+                tracing::info!(pool = %spec.name, backend = parking.queue.backend(), "the shared queue claims in rank order: the fair share by use orders this node's own tasks only");
+            }
+        }
         if core.limits().on_duplicate == OnDuplicate::Attach {
             let operation = "keep callers unique across nodes (the pool attaches repeated \
                              submissions)";
