@@ -379,7 +379,23 @@ pub struct ByUseSettings {
 
 impl ByUseSettings {
     /// The order and the named tenants' weights these settings ask for (once validated:
-    /// numbers out of range are cut to it here).
+    /// numbers out of range are cut to it here); `"*"` is the order's default weight.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::ByUseSettings;
+    /// use prometheus_parking_lot::core::{FairByUse, TenantWeights, UsageCharge};
+    ///
+    /// let settings: ByUseSettings = serde_json::from_str(
+    ///     r#"{ "charge": "reported", "weights": { "acme": 3, "*": 2 }, "half_life_ms": 60000 }"#,
+    /// )
+    /// .unwrap();
+    /// let (order, weights) = settings.order();
+    /// assert_eq!(
+    ///     order,
+    ///     FairByUse::new(UsageCharge::Reported).with_half_life_ms(60_000).with_default_weight(2)
+    /// );
+    /// assert_eq!(weights, TenantWeights::default().with("acme", 3));
+    /// ```
     pub fn order(&self) -> (FairByUse, TenantWeights) {
         let whole = |value: f64| value.clamp(1.0, f64::from(MAX_WEIGHT)) as u32;
         let mut order = FairByUse::new(self.charge);

@@ -13,6 +13,14 @@ use super::PoolError;
 pub const MAX_WEIGHT: u32 = 1_000_000;
 
 /// What a tenant is charged for a task it ran.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::UsageCharge;
+///
+/// let charge: UsageCharge = serde_json::from_str(r#""reported""#).unwrap();
+/// assert_eq!(charge, UsageCharge::Reported);
+/// assert_eq!(UsageCharge::default(), UsageCharge::Held);
+/// ```
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum UsageCharge {
