@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Budget, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits, Preemption,
-    QueueOrder, Retries, StarvationGuard,
+    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, PoolError, PoolLimits,
+    Preemption, QueueOrder, Retries, StarvationGuard, TenantWeights,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -61,6 +61,9 @@ pub struct WorkerPoolConfig {
     pub drain_on_drop: Duration,
     /// What a durable queue stores (see [`Durability`]). Default: every accepted task.
     pub durability: Durability,
+    /// The weights of named tenants under a fair share by use
+    /// ([`with_fair_share_by_use`](Self::with_fair_share_by_use)). Default: none.
+    pub tenant_weights: TenantWeights,
 }
 
 /// The limits are the settings' own: `config.backfill`, `config.fair_share`... read them.
@@ -98,6 +101,7 @@ impl WorkerPoolConfig {
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
             drain_on_drop: DEFAULT_DRAIN,
             durability: Durability::Accepted,
+            tenant_weights: TenantWeights::default(),
         }
     }
 
@@ -212,6 +216,31 @@ impl WorkerPoolConfig {
     /// ```
     pub fn with_fair_share(mut self, fair_share: FairShare) -> Self {
         self.limits = self.limits.with_fair_share(Some(fair_share));
+        self
+    }
+
+    /// A fair share by use: within a priority, the tenant with the lowest weighted service
+    /// counter goes first (what its tasks were charged, divided by its weight, decayed with
+    /// the order's half-life), instead of the tenant holding least now. `weights` names
+    /// tenants whose weight is not the order's `default_weight`. With
+    /// [`with_fair_share`](Self::with_fair_share) too, tenants are also capped; without it,
+    /// they are only ordered. Weights outside 1 to 1,000,000
+    /// are refused when the pool is built, naming the tenant. `PARKING_LOT.md` ("Fair share
+    /// by use") derives the bound on how far two waiting tenants' counters drift apart.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::WorkerPoolConfig;
+    /// use prometheus_parking_lot::core::{FairByUse, TenantWeights, UsageCharge};
+    ///
+    /// let order = FairByUse::new(UsageCharge::Reported).with_half_life_ms(600_000);
+    /// let config = WorkerPoolConfig::new()
+    ///     .with_fair_share_by_use(order, TenantWeights::default().with("acme", 3));
+    /// assert_eq!(config.fair_by_use, Some(order));
+    /// assert_eq!(config.tenant_weights.get("acme"), Some(3));
+    /// ```
+    pub fn with_fair_share_by_use(mut self, order: FairByUse, weights: TenantWeights) -> Self {
+        self.limits = self.limits.with_fair_by_use(Some(order));
+        self.tenant_weights = weights;
         self
     }
 

@@ -22,7 +22,10 @@
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
 //! | `starvation.max_skips` | 1 – 1,000,000 |
-//! | `fair_share` | exactly one of `max_units_per_tenant` and `max_fraction` |
+//! | `fair_share` | at most one of `max_units_per_tenant` and `max_fraction`, and `by_use`; at least one of the three |
+//! | `fair_share.by_use.charge` | `held` or `reported` |
+//! | `fair_share.by_use.weights.<tenant>` | a whole number, 1 – 1,000,000 (`"*"`: every tenant not named) |
+//! | `fair_share.by_use.half_life_ms` | a whole number of ms, 1 – 31,536,000,000 (a year) |
 //! | `fair_share.max_units_per_tenant` | 1 – `max_units` (any `u32` with `"auto"`) |
 //! | `fair_share.max_fraction` | greater than 0, at most 1 |
 //! | `retry.max_attempts` | 1 – 1,000 (runs in all, the first included) |
@@ -67,7 +70,9 @@
 
 use std::collections::HashMap;
 
-use super::file::{DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig};
+use super::file::{
+    ByUseSettings, DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig,
+};
 use super::mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 use crate::infra::queue::registry::queue_rules;
 use crate::settings::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
@@ -509,7 +514,11 @@ fn validate_fair_share(
     fair_share: &FairShareSettings,
     max_units: MaxUnits,
 ) -> Result<(), ConfigError> {
+    if let Some(by_use) = &fair_share.by_use {
+        validate_by_use(&format!("{path}.by_use"), by_use)?;
+    }
     match (fair_share.max_units_per_tenant, fair_share.max_fraction) {
+        (None, None) if fair_share.by_use.is_some() => Ok(()),
         (Some(units), None) => {
             let most = match max_units {
                 MaxUnits::Units(units) => units.min(u64::from(u32::MAX)),
@@ -538,9 +547,40 @@ fn validate_fair_share(
         _ => Err(ConfigError::invalid(
             path,
             "give exactly one of max_units_per_tenant (units of each kind per tenant) and \
-             max_fraction (a share of each kind's units, greater than 0 and at most 1)",
+             max_fraction (a share of each kind's units, greater than 0 and at most 1), or \
+             by_use alone (tenants ordered by the service they were charged, uncapped)",
         )),
     }
+}
+
+/// The longest half-life of a fair share by use: a year, in ms.
+const MAX_HALF_LIFE_MS: f64 = 31_536_000_000.0;
+
+fn validate_by_use(path: &str, by_use: &ByUseSettings) -> Result<(), ConfigError> {
+    for (tenant, &weight) in &by_use.weights {
+        let most = f64::from(prometheus_parking_lot_actors::domain::MAX_WEIGHT);
+        if !(weight.fract() == 0.0 && (1.0..=most).contains(&weight)) {
+            return Err(ConfigError::invalid(
+                format!("{path}.weights.{}", quote::name(tenant)),
+                format!(
+                    "{weight} is not allowed; use a whole number from 1 to {most} (a tenant \
+                     of weight 3 is served three times what one of weight 1 is)"
+                ),
+            ));
+        }
+    }
+    if let Some(half_life) = by_use.half_life_ms {
+        if !(half_life.fract() == 0.0 && (1.0..=MAX_HALF_LIFE_MS).contains(&half_life)) {
+            return Err(ConfigError::invalid(
+                format!("{path}.half_life_ms"),
+                format!(
+                    "{half_life} is not allowed; use a whole number of milliseconds from 1 to \
+                     {MAX_HALF_LIFE_MS} (a year), or leave it out for counters that never decay"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `url` is checked; `written` (the field before `${NAME}` replacement) is what an error shows.

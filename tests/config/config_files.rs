@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use prometheus_parking_lot::config::{MaxUnits, NotifierSettings, QueueSettings, StorageSettings};
-use prometheus_parking_lot::core::FairShare;
+use prometheus_parking_lot::core::{FairByUse, FairShare, TenantWeights, UsageCharge};
 use prometheus_parking_lot::*;
 
 // Every test that reads the list is about a feature this build lacks.
@@ -214,13 +214,20 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "starvation": { "max_skips": 0 } }"#), "pools.p.starvation.max_skips: 0 is out of range; use 1 to 1000000"),
         (&one_pool(r#"{ "preemption": { "max_per_task": 0 } }"#), "pools.p.preemption.max_per_task: 0 is out of range; use 1 to 4294967295"),
         (&one_pool(r#"{ "starvation": { "max_park_ms": 0 } }"#), "pools.p.starvation.max_park_ms: 0 is out of range; use 1 to 86400000"),
-        (&one_pool(r#"{ "fair_share": {} }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1)"),
-        (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 4, "max_fraction": 0.5 } }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1)"),
+        (&one_pool(r#"{ "fair_share": {} }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1), or by_use alone (tenants ordered by the service they were charged, uncapped)"),
+        (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 4, "max_fraction": 0.5 } }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1), or by_use alone (tenants ordered by the service they were charged, uncapped)"),
         (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 0 } }"#), "pools.p.fair_share.max_units_per_tenant: 0 is out of range; use 1 to 1024 (the pool's max_units: a larger cap would cap nothing)"),
         (&one_pool(r#"{ "max_units": 24, "fair_share": { "max_units_per_tenant": 25 } }"#), "pools.p.fair_share.max_units_per_tenant: 25 is out of range; use 1 to 24 (the pool's max_units: a larger cap would cap nothing)"),
         (&one_pool(r#"{ "fair_share": { "max_fraction": 0 } }"#), "pools.p.fair_share.max_fraction: 0 is out of range; use a number greater than 0 and at most 1"),
         (&one_pool(r#"{ "fair_share": { "max_fraction": 1.5 } }"#), "pools.p.fair_share.max_fraction: 1.5 is out of range; use a number greater than 0 and at most 1"),
-        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`; use `max_units_per_tenant` or `max_fraction`"),
+        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`; use one of `max_units_per_tenant`, `max_fraction`, `by_use`"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weights": { "acme": 0 } } } }"#), "pools.p.fair_share.by_use.weights.acme: 0 is not allowed; use a whole number from 1 to 1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weights": { "*": -2 } } } }"#), "pools.p.fair_share.by_use.weights.*: -2 is not allowed; use a whole number from 1 to 1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weights": { "acme": 2.5 } } } }"#), "pools.p.fair_share.by_use.weights.acme: 2.5 is not allowed; use a whole number from 1 to 1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "half_life_ms": 0 } } }"#), "pools.p.fair_share.by_use.half_life_ms: 0 is not allowed; use a whole number of milliseconds from 1 to 31536000000 (a year), or leave it out for counters that never decay"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "half_life_ms": -5 } } }"#), "pools.p.fair_share.by_use.half_life_ms: -5 is not allowed; use a whole number of milliseconds from 1 to 31536000000 (a year), or leave it out for counters that never decay"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "charge": "tokens" } } }"#), "pools.p.fair_share.by_use.charge: unknown value `tokens`; use `held` or `reported`"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weight": { "acme": 2 } } } }"#), "pools.p.fair_share.by_use.weight: unknown field `weight`; did you mean `weights`?"),
         (&one_pool(r#"{ "backfill": "on" }"#), r#"pools.p.backfill: invalid type: string "on", expected a boolean"#),
         (&one_pool(r#"{ "queue": { "type": "redis" } }"#), "pools.p.queue.type: unknown value `redis`; use one of `in_memory`, `yaque`, `postgres`, `postgres_pgmq`"),
         (&one_pool(r#"{ "queue": { "type": "yaqe" } }"#), "pools.p.queue.type: unknown value `yaqe`; did you mean `yaque`?"),
@@ -264,6 +271,36 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
             .to_string();
         assert_eq!(&error, expected, "for {text}");
     }
+}
+
+#[test]
+fn a_fair_share_by_use_reads_as_its_order_and_weights() {
+    let text = one_pool(
+        r#"{ "max_units": 24, "fair_share": { "max_fraction": 0.5, "by_use": {
+             "charge": "reported", "weights": { "acme": 3, "*": 2 }, "half_life_ms": 600000 } } }"#,
+    );
+    let config = SchedulerConfig::from_json_str(&text).unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    let order = FairByUse::new(UsageCharge::Reported)
+        .with_half_life_ms(600_000)
+        .with_default_weight(2);
+    assert_eq!(settings.fair_by_use, Some(order));
+    assert_eq!(settings.fair_share, Some(FairShare::MaxFraction(0.5)));
+    assert_eq!(
+        settings.tenant_weights,
+        TenantWeights::default().with("acme", 3)
+    );
+    // Alone, by_use orders without a cap; the charge defaults to the units held.
+    let text = one_pool(r#"{ "fair_share": { "by_use": {} } }"#);
+    let settings = SchedulerConfig::from_json_str(&text)
+        .unwrap()
+        .worker_pool_config("p", 24)
+        .unwrap();
+    assert_eq!(
+        settings.fair_by_use,
+        Some(FairByUse::new(UsageCharge::Held))
+    );
+    assert_eq!(settings.fair_share, None);
 }
 
 #[test]

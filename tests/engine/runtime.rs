@@ -570,6 +570,7 @@ impl TaskExecutor<u64, u64> for Double {
 async fn the_actor_api_submits_with_a_reply_port() {
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "actors".into(),
         limits: PoolLimits::new(8, 2),
         workers: prometheus_parking_lot::actors::WorkerSettings {

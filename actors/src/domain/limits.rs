@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::order::validate_max_queued_units;
-use super::{Budget, Budgets, PoolError, QueueOrder, ResourceKind};
+use super::{Budget, Budgets, FairByUse, PoolError, QueueOrder, ResourceKind};
 
 /// Units available per resource kind. Each kind is a separate budget.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,6 +160,11 @@ pub struct PoolLimits {
     /// A cap on one tenant's running units per kind; `None`: no cap, no fair ordering.
     #[serde(default)]
     pub fair_share: Option<FairShare>,
+    /// Orders tenants by the weighted service they were charged instead of by what they
+    /// hold now (see [`FairByUse`]); `None`: by what they hold. Without a `fair_share` it
+    /// orders tenants without capping them.
+    #[serde(default)]
+    pub fair_by_use: Option<FairByUse>,
     /// While a reserved task waits for capacity, let a lower-ranked task start if its
     /// execution timeout ends before the reserved task can start (EASY backfilling).
     /// Default on: it only starts tasks that cannot delay the reservation (see
@@ -347,6 +352,7 @@ impl PoolLimits {
             max_queue_depth: 1_024,
             starvation: StarvationGuard::default(),
             fair_share: None,
+            fair_by_use: None,
             backfill: true,
             preemption: None,
             budgets: Budgets::none(),
@@ -378,6 +384,13 @@ impl PoolLimits {
     /// The same limits with a per-tenant fair share (`None`: off).
     pub fn with_fair_share(mut self, fair_share: Option<FairShare>) -> Self {
         self.fair_share = fair_share;
+        self
+    }
+
+    /// The same limits with tenants ordered by the service they were charged (`None`: by
+    /// what they hold now).
+    pub fn with_fair_by_use(mut self, fair_by_use: Option<FairByUse>) -> Self {
+        self.fair_by_use = fair_by_use;
         self
     }
 
@@ -467,6 +480,9 @@ impl PoolLimits {
         }
         if let Some(fair_share) = &self.fair_share {
             fair_share.validate()?;
+        }
+        if let Some(fair_by_use) = &self.fair_by_use {
+            fair_by_use.validate()?;
         }
         if let Some(preemption) = &self.preemption {
             preemption.validate()?;

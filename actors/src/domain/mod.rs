@@ -6,6 +6,7 @@ mod backend;
 mod budget;
 mod durability;
 mod error;
+mod fair_by_use;
 mod limits;
 mod mailbox_key;
 mod order;
@@ -17,6 +18,7 @@ pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use durability::Durability;
 pub use error::{PoolError, TaskFailure};
+pub use fair_by_use::{FairByUse, TenantWeights, UsageCharge, MAX_WEIGHT};
 pub use limits::{
     Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
 };

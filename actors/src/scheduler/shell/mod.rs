@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask,
+    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TenantWeights,
 };
 use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
@@ -97,6 +97,8 @@ pub(crate) struct ShellArgs<P, R> {
     pub rerun: Rerun<P>,
     /// The permits' fast path (see `lanes.rs`).
     pub lanes: Arc<crate::permit::lane::Lanes>,
+    /// The weights of named tenants, under a fair share by use.
+    pub tenant_weights: TenantWeights,
 }
 
 /// The shell. See the module docs.
@@ -130,6 +132,7 @@ where
         let observers = Observers::new(args.counters, args.subscribers, args.core.limits());
         let permits = permits::Permits::new(args.core.limits().preemption);
         let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
+        tasks.weigh_tenants(&args.tenant_weights);
         let attaches = tasks.core.limits().on_duplicate == OnDuplicate::Attach;
         if attaches && args.mailbox.inline().is_none() {
             tasks.recently_ended = Some(RecentlyEnded::default());

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::domain::TaskStatus;
 use crate::domain::{
     BackendError, BackendFault, MailboxKey, PoolError, ScheduledTask, TaskFailure, TaskId,
-    TaskMetadata,
+    TaskMetadata, TenantId, TenantWeights,
 };
 use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
@@ -204,6 +204,15 @@ where
             .get(entry)
             .and_then(|record| record.run())
             .map_or(0, |run| run.cancellation.unused_units());
+        let used = self
+            .ledger
+            .get(entry)
+            .and_then(|record| record.run())
+            .and_then(|run| run.cancellation.used_units());
+        if let Some(used) = used {
+            // Settled with the release below, under a fair share by use.
+            let _ = self.core.report_used(entry, used);
+        }
         let mut started = Vec::new();
         if unused > 0 {
             let given = unused.min(self.core.spent_by(entry));
@@ -554,6 +563,25 @@ where
             .step(meta.id, key, meta.cost, step, now, detail);
     }
 
+    /// Gives the core the weights of the tenants `weights` names, under a fair share by use
+    /// (the others have its default weight).
+    pub fn weigh_tenants(&mut self, weights: &TenantWeights) {
+        if self.core.limits().fair_by_use.is_none() {
+            return;
+        }
+        for (tenant, weight) in weights.iter() {
+            let key = named_tenant_key(&self.tenant_keys, &TenantId(tenant.to_owned()));
+            if let Err(error) = self.core.set_tenant_weight(key, weight) {
+                tracing::error!(pool = %self.pool, %error, "tenant weight refused");
+            }
+        }
+    }
+
+    /// The core's key of the tenant of `key`.
+    pub fn tenant_key_of(&self, key: &MailboxKey) -> TenantKey {
+        tenant_key(&self.tenant_keys, key)
+    }
+
     /// The core's ticket for an entry: ranked by admission (the entry id), not by the
     /// caller's `created_at_ms`, which stays metadata; with the execution timeout it will run
     /// under, and its tenant's key when the pool has a fair share.
@@ -564,7 +592,8 @@ where
         key: &MailboxKey,
         timeout: Option<Duration>,
     ) -> Ticket {
-        let tenant = if self.core.limits().fair_share.is_some() {
+        let limits = self.core.limits();
+        let tenant = if limits.fair_share.is_some() || limits.fair_by_use.is_some() {
             tenant_key(&self.tenant_keys, key)
         } else {
             0
@@ -600,11 +629,16 @@ fn task_span(pool: &str, meta: &TaskMetadata, key: &MailboxKey) -> tracing::Span
 /// would escape any cap, so all of them share key 0, as one tenant. Named tenants hash to a
 /// key other than 0 (a 64-bit keyed hash: two names sharing one is a 2^-64 chance).
 fn tenant_key(keys: &foldhash::fast::RandomState, key: &MailboxKey) -> TenantKey {
-    use std::hash::BuildHasher;
     if key.is_anonymous() {
         return 0;
     }
-    keys.hash_one(&key.tenant).max(1)
+    named_tenant_key(keys, &key.tenant)
+}
+
+/// The fair share's key of a named tenant.
+fn named_tenant_key(keys: &foldhash::fast::RandomState, tenant: &TenantId) -> TenantKey {
+    use std::hash::BuildHasher;
+    keys.hash_one(tenant).max(1)
 }
 
 /// The typed buffer behind a stream attachment (checked at admission, so always `Some`).

@@ -63,14 +63,17 @@ where
         let mut tenants: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
         for record in ledger.iter() {
             let key = record.key.key();
-            let tenant = tenants
-                .entry(key.tenant.clone())
-                .or_insert_with(|| TenantView {
+            let tenant = tenants.entry(key.tenant.clone()).or_insert_with(|| {
+                let core_key = self.tasks.tenant_key_of(&key);
+                TenantView {
                     tenant: key.tenant.clone(),
                     running: 0,
                     parked: 0,
                     holds: [0; ResourceKind::COUNT],
-                });
+                    service: core.tenant_service(core_key),
+                    weight: core.tenant_weight(core_key),
+                }
+            });
             if record.run().is_some() {
                 tenant.running += 1;
                 let cost = record.cost();

@@ -324,6 +324,7 @@ impl World {
             mailbox: Arc::new(NoMailbox),
             gpu_sampled: false,
             lanes: port.lanes.clone(),
+            tenant_weights: Default::default(),
             rerun: {
                 // Running tasks may be preempted and run again (memory mode only: the other
                 // modes must ignore it).
