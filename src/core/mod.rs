@@ -11,8 +11,8 @@ pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
     BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairShare, FaultKind,
-    OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
-    StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
+    OnDuplicate, OnGiveUp, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
+    StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState, DEFAULT_STREAM_IDLE_MS,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
 pub use prometheus_parking_lot_actors::mailbox::{

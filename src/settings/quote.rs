@@ -18,8 +18,8 @@ pub(crate) const MAX_SHOWN_CHARS: usize = 64;
 
 /// Characters of a message from serde (which quotes names and values itself) kept before it
 /// is cut. The longest message serde gives about a valid document's shape, an unknown field
-/// of a pool with the list of allowed ones, is about 260 characters with a 64-character key.
-const MAX_PROBLEM_CHARS: usize = 320;
+/// of a pool with the list of allowed ones, is about 320 characters with a 64-character key.
+const MAX_PROBLEM_CHARS: usize = 400;
 
 /// A value in double quotes, escaped and cut: `"a\0b"`, `"aaaa"…`.
 pub(crate) fn value(text: &str) -> String {

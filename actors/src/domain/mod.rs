@@ -11,6 +11,7 @@ mod mailbox_key;
 mod resource;
 mod status;
 mod task;
+mod waiters;
 
 pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
@@ -23,3 +24,4 @@ pub use mailbox_key::{MailboxKey, TenantId};
 pub use resource::{ResourceCost, ResourceKind};
 pub use status::{TaskStatus, WakeState};
 pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};
+pub use waiters::{OnGiveUp, DEFAULT_STREAM_IDLE_MS, MAX_STREAM_IDLE_MS};

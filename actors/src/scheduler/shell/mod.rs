@@ -45,6 +45,7 @@ pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
 mod views;
+pub(crate) mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,6 +182,7 @@ where
             self.tasks.refuse(task, refusal, reply, now);
             return;
         }
+        let minted = task.meta.mailbox.is_none();
         let key = task
             .meta
             .mailbox
@@ -194,6 +196,7 @@ where
                 key,
                 timeout,
                 origin,
+                minted,
             },
             now,
         );
@@ -266,6 +269,7 @@ where
             }
             return;
         }
+        let minted = admission.minted;
         let (newcomer, unblocked) = self.tasks.core.admit(ticket, now).newcomer();
         match newcomer {
             Newcomer::Start => self.start_admitted(entry, admission, now),
@@ -279,6 +283,9 @@ where
                 end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
             }
         }
+        if minted {
+            self.tasks.ledger.mark_minted(entry);
+        }
         self.start_parked(unblocked, now);
     }
 
@@ -289,6 +296,7 @@ where
             key,
             timeout,
             origin,
+            ..
         } = admission;
         let rank_time_ms = admitted_ms(entry);
         match origin {
@@ -357,6 +365,7 @@ where
             key,
             timeout,
             origin,
+            ..
         } = admission;
         let (reply, extras) = match origin {
             Origin::Submitted { reply, .. } if self.storage.is_shared() => {
