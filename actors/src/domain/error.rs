@@ -14,8 +14,9 @@ use super::{BackendError, ResourceKind, TaskId};
 /// [`Expired`](Self::Expired), [`TimedOut`](Self::TimedOut) and
 /// [`Cancelled`](Self::Cancelled). A mailbox stores those as a [`TaskFailure`], the type of a
 /// task's outcome; a retrieve hands them back as these variants, so code can tell "my wait
-/// ran out" (`Timeout`: try again, the result stays) from "the task ran too long"
-/// (`TimedOut`: it will never have a result).
+/// ran out" (`Timeout`: nothing was taken; try again unless the pool abandoned the task)
+/// from "the task ran too long" (`TimedOut`: it will never have a result), and both from
+/// "nothing will ever come under that key" (`NothingToRetrieve`).
 ///
 /// It serialises (a [`TaskFailure::Lost`] stores one) in serde's default externally tagged
 /// form: `"QueueFull"`, `{"InvalidConfig": "..."}`.
@@ -139,7 +140,8 @@ pub enum PoolError {
 impl PoolError {
     /// Whether the same call may succeed if tried again later: a backend that could not be
     /// reached, a full queue or mailbox that others drain, or a retrieve whose wait ran out
-    /// (the result stays for the next one).
+    /// (its task carries on, unless the pool abandoned it: see
+    /// [`OnGiveUp`](super::OnGiveUp)).
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::PoolError;

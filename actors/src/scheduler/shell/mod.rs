@@ -16,6 +16,9 @@
 //! - the [lifecycle](lifecycle): open, escalated, draining, stopped;
 //! - the [observers](observe) that hear every step.
 //!
+//! It also answers the retrieves that wait on its tasks ([waiters](waiters)): whether a
+//! result can still come, and what a retrieve that gave up does to its task.
+//!
 //! # Invariants
 //!
 //! - Every admitted task is in the ledger until it has ended and its capacity is released.
