@@ -105,9 +105,16 @@ where
         let Some(entry) = self.waited_for(key, task) else {
             return GaveUp::NotLive;
         };
+        let Some(record) = self.tasks.ledger.get(entry) else {
+            return GaveUp::NotLive;
+        };
+        if record.run().is_some_and(|run| run.ended) {
+            // Its outcome went out already (the watchdog's, the drain deadline's): it is in
+            // the mailbox, and the run only winds down.
+            return GaveUp::NotLive;
+        }
         let abandons = self.on_give_up() == OnGiveUp::Abandon;
-        let record = self.tasks.ledger.get(entry);
-        if !abandons || !record.is_some_and(only_its_waiter_collects) {
+        if !abandons || !only_its_waiter_collects(record) {
             return GaveUp::Kept;
         }
         match self.tasks.core.cancel(entry, now) {
