@@ -16,9 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use super::{deadline_after, PoolClient};
 use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
