@@ -7,14 +7,14 @@
 //!
 //! Where the pool can know that no result will come (its mailbox is in this process's
 //! memory, no other node runs its tasks, and the retrieve names a key the pool made or a
-//! task id), a retrieve that finds nothing asks the scheduler, while it waits, whether a
-//! live task will store one; if none will, and nothing waits in the mailbox, it says so at
-//! once (`NothingToRetrieve`) instead of waiting out its timeout. A retrieve whose wait runs
+//! task id), a retrieve that has found nothing for [`ASK_AFTER`] asks the scheduler, while
+//! it waits on, whether a live task will store one; if none will, and nothing waits in the
+//! mailbox, it says so at once (`NothingToRetrieve`) instead of waiting out its timeout. A retrieve whose wait runs
 //! out tells the scheduler, which applies the pool's `OnGiveUp` rule to the task (see
 //! `scheduler/shell/waiters.rs`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
 
@@ -23,6 +23,12 @@ use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
 use crate::scheduler::shell::waiters::{GaveUp, RetrievalNote};
 use crate::sync::parker::block_on_until;
+
+/// How long a retrieve waits for its result before it asks the scheduler whether one can
+/// still come. The results of short tasks mostly come within it, and then cost the scheduler
+/// no question (an inbox push, an allocation or two, perhaps a wake-up); for a key with
+/// nothing to come, a millisecond is still "at once" beside any timeout a caller sets.
+const ASK_AFTER: Duration = Duration::from_millis(1);
 
 impl<P, R> PoolClient<P, R>
 where
@@ -78,7 +84,15 @@ where
         if let Some(delivery) = self.spin_take(key, task_id)? {
             return delivery.outcome.map_err(PoolError::from);
         }
-        let wait = self.wait_or_nothing(key, task_id);
+        let wait = async {
+            if self.can_tell(key, task_id) {
+                let early = tokio::time::timeout(ASK_AFTER, self.wait_for(key, task_id)).await;
+                if let Ok(outcome) = early {
+                    return outcome;
+                }
+            }
+            self.wait_or_nothing(key, task_id).await
+        };
         match tokio::time::Instant::now().checked_add(timeout) {
             Some(deadline) => tokio::time::timeout_at(deadline, wait)
                 .await
@@ -96,8 +110,22 @@ where
         timeout: Duration,
     ) -> Result<R, PoolError> {
         let deadline = deadline_after(timeout);
-        let outcome = block_on_until(self.wait_or_nothing(key, task_id), deadline)
-            .unwrap_or(Err(PoolError::Timeout));
+        let early = self
+            .can_tell(key, task_id)
+            .then(|| {
+                let ask_at = deadline_after(ASK_AFTER);
+                let until = deadline.map_or(ask_at, |deadline| ask_at.map(|at| at.min(deadline)));
+                block_on_until(self.wait_for(key, task_id), until)
+            })
+            .flatten();
+        let outcome = match early {
+            Some(outcome) => outcome,
+            None if deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
+                Err(PoolError::Timeout)
+            }
+            None => block_on_until(self.wait_or_nothing(key, task_id), deadline)
+                .unwrap_or(Err(PoolError::Timeout)),
+        };
         block_on_until(self.after_give_up(key, task_id, timeout, outcome), None)
             .unwrap_or(Err(PoolError::Timeout))
     }
