@@ -166,7 +166,7 @@ async fn a_request_whose_wait_timed_out_while_parked_never_starts() {
         .submit_async(Job::Stream, request(2, 512).into())
         .await
         .unwrap();
-    assert_eq!(pool.stats().queued_tasks, 1);
+    eventually("it parks", || pool.stats().queued_tasks == 1).await;
 
     // The server's wait times out: its client is gone.
     let waited = pool.retrieve_async(&key, Duration::from_millis(30)).await;
