@@ -27,8 +27,8 @@ use super::mailbox::MailboxSettings;
 use super::pool::WorkerPoolConfig;
 use super::upstream_forms;
 use crate::core::{
-    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, QueueOrder, Retries,
-    StartCap, StarvationGuard, TenantWeights, UsageCharge,
+    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp, QueueOrder,
+    Retries, StartCap, StarvationGuard, TenantWeights, UsageCharge,
 };
 use crate::infra::queue::QueueSettings;
 use crate::settings::secret::Secret;
@@ -164,6 +164,16 @@ pub struct PoolSettings {
     /// "max_backoff_ms": 30000}`. Default: a failure is final.
     #[serde(default)]
     pub retry: Option<RetrySettings>,
+    /// What a retrieve that gives up does to the task it waited for: `"keep"` (it carries
+    /// on; a later retrieve gets its result) or `"abandon"` (a task under a key the pool made
+    /// never starts, or its result is dropped). Default: `abandon` with the in-memory
+    /// mailbox, `keep` with a durable one.
+    #[serde(default)]
+    pub on_give_up: Option<OnGiveUp>,
+    /// How long a streamed task's full buffer may go unread before the task is cancelled
+    /// and its units freed, ms. Default 300,000 (five minutes).
+    #[serde(default)]
+    pub stream_idle_ms: Option<u64>,
     /// Where parked tasks wait. Default: in memory. A backend without settings may be
     /// written by its name alone, as upstream's files do: `"in_memory"`, `"postgres"`.
     #[serde(default, deserialize_with = "upstream_forms::queue")]
@@ -495,6 +505,10 @@ impl SchedulerConfig {
         }
         if let Some(on_duplicate) = pool.on_duplicate {
             settings.limits.on_duplicate = on_duplicate;
+        }
+        settings.limits.on_give_up = pool.on_give_up;
+        if let Some(idle_ms) = pool.stream_idle_ms {
+            settings.limits.stream_idle_ms = idle_ms;
         }
         for (name, budget) in &pool.budgets {
             if let (Some(kind), Some(budget)) = (ResourceKind::from_name(name), budget.budget()) {

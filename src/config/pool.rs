@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, QueueOrder, Retries, StarvationGuard, TenantWeights,
+    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp, PoolError,
+    PoolLimits, Preemption, QueueOrder, Retries, StarvationGuard, TenantWeights,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -321,6 +321,41 @@ impl WorkerPoolConfig {
         } else {
             OnDuplicate::Refuse
         });
+        self
+    }
+
+    /// What a retrieve that gives up (`PoolError::Timeout`) does to the task it waited for:
+    /// [`OnGiveUp::Keep`] (it carries on and its result waits for a later retrieve) or
+    /// [`OnGiveUp::Abandon`] (a task under a key the pool made never starts, or its result
+    /// is dropped so a channel inside it closes). `None`, the default, is what fits the
+    /// mailbox: abandon with the in-memory one, keep with a durable one.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::OnGiveUp;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_on_give_up(Some(OnGiveUp::Keep));
+    /// assert_eq!(config.limits().on_give_up, Some(OnGiveUp::Keep));
+    /// assert_eq!(WorkerPoolConfig::new().on_give_up, None);
+    /// ```
+    pub fn with_on_give_up(mut self, on_give_up: Option<OnGiveUp>) -> Self {
+        self.limits = self.limits.with_on_give_up(on_give_up);
+        self
+    }
+
+    /// How long a streamed task's full buffer may go unread before the task is cancelled
+    /// and its units freed (default five minutes; 1 ms to a day). See
+    /// [`PoolLimits::stream_idle_ms`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_stream_idle(Duration::from_secs(20));
+    /// assert_eq!(config.stream_idle_ms, 20_000);
+    /// ```
+    pub fn with_stream_idle(mut self, idle: Duration) -> Self {
+        self.limits = self.limits.with_stream_idle(idle);
         self
     }
 

@@ -32,6 +32,8 @@
 //! | `retry.backoff_ms` | 1 ms – 1 day |
 //! | `retry.max_backoff_ms` | `backoff_ms` – 1 day (default 64 × `backoff_ms`, at most a day) |
 //! | `on_duplicate` | `refuse` or `attach`; on a shared queue (postgres, postgres_pgmq) `attach` holds across nodes |
+//! | `on_give_up` | `keep` or `abandon` (default: `abandon` with the in-memory mailbox, `keep` with a durable one) |
+//! | `stream_idle_ms` | 1 ms – 1 day (default 300,000) |
 //! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; on a shared queue (postgres, postgres_pgmq) every node spends from one bucket per kind |
 //! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
 //! | `budgets.<kind>.per_secs` / `.per_ms` | exactly one of them, 1 ms – 1 day |
@@ -80,7 +82,7 @@ use crate::settings::error::ConfigError;
 use crate::settings::quote;
 use crate::settings::secret::Secret;
 use crate::util::serde::ResourceKind;
-use prometheus_parking_lot_actors::domain::{QueueOrder, MAX_PERIOD_MS};
+use prometheus_parking_lot_actors::domain::{QueueOrder, MAX_PERIOD_MS, MAX_STREAM_IDLE_MS};
 use prometheus_parking_lot_actors::worker::default_worker_count;
 
 const MAX_WORKERS: usize = 1_024;
@@ -348,6 +350,9 @@ impl PoolSettings {
             if let Some(max) = retry.max_backoff_ms {
                 in_range(&at, "max_backoff_ms", max, retry.backoff_ms, MAX_PERIOD_MS)?;
             }
+        }
+        if let Some(idle_ms) = self.stream_idle_ms {
+            in_range(path, "stream_idle_ms", idle_ms, 1, MAX_STREAM_IDLE_MS)?;
         }
         queue_rules(&self.queue).validate(&format!("{path}.queue"))?;
         if let Some(gpu) = &self.gpu {

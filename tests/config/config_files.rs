@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use prometheus_parking_lot::config::{MaxUnits, NotifierSettings, QueueSettings, StorageSettings};
-use prometheus_parking_lot::core::{FairByUse, FairShare, TenantWeights, UsageCharge};
+use prometheus_parking_lot::core::{
+    FairByUse, FairShare, OnGiveUp, TenantWeights, UsageCharge, DEFAULT_STREAM_IDLE_MS,
+};
 use prometheus_parking_lot::*;
 
 // Every test that reads the list is about a feature this build lacks.
@@ -177,7 +179,7 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`; did you mean `max_units`?"),
         (r#"{ "pools": { "p": { "maxUnits": 3 } } }"#, "pools.p.maxUnits: unknown field `maxUnits`; did you mean `max_units`?"),
-        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
+        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `on_give_up`, `stream_idle_ms`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
         (r#"{ "pool": {} }"#, "pool: unknown field `pool`; did you mean `pools`?"),
         (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is allowed only on a shared queue (postgres, postgres_pgmq), for a producer-only node; use 1 to 1024"),
         (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 0 to 1024"),
@@ -208,6 +210,9 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "order": "deadline", "queue": { "type": "postgres" } }"#), "pools.p.order: `deadline` needs a local queue (in_memory, yaque): the nodes of a shared queue claim by priority, then admission; use `fifo` here"),
         (&one_pool(r#"{ "max_queued_units": 0 }"#), "pools.p.max_queued_units: 0 is out of range; use 1 to 18446744073709551615"),
         (&one_pool(r#"{ "max_queued_units": 64, "queue": { "type": "postgres" } }"#), "pools.p.max_queued_units: applies to a local queue (in_memory, yaque); a shared queue holds what waits for every node and has no bound by units: remove the field"),
+        (&one_pool(r#"{ "on_give_up": "drop" }"#), "pools.p.on_give_up: unknown value `drop`; use `keep` or `abandon`"),
+        (&one_pool(r#"{ "stream_idle_ms": 0 }"#), "pools.p.stream_idle_ms: 0 is out of range; use 1 to 86400000"),
+        (&one_pool(r#"{ "stream_idle_ms": 90000000 }"#), "pools.p.stream_idle_ms: 90000000 is out of range; use 1 to 86400000"),
         (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
         (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
         (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),
@@ -498,6 +503,28 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[test]
+fn the_give_up_rule_and_the_stream_idle_bound_come_from_the_file_or_their_defaults() {
+    let config = SchedulerConfig::from_json_str(&one_pool(
+        r#"{ "on_give_up": "keep", "stream_idle_ms": 1500 }"#,
+    ))
+    .unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    assert_eq!(settings.on_give_up, Some(OnGiveUp::Keep));
+    assert_eq!(settings.stream_idle_ms, 1_500);
+    let config =
+        SchedulerConfig::from_json_str(&one_pool(r#"{ "on_give_up": "abandon" }"#)).unwrap();
+    assert_eq!(
+        config.worker_pool_config("p", 24).unwrap().on_give_up,
+        Some(OnGiveUp::Abandon)
+    );
+    // Unset: the mailbox decides when the pool starts; five minutes for streams.
+    let config = SchedulerConfig::from_json_str(&one_pool("{}")).unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    assert_eq!(settings.on_give_up, None);
+    assert_eq!(settings.stream_idle_ms, DEFAULT_STREAM_IDLE_MS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,7 @@ mod order;
 mod resource;
 mod status;
 mod task;
+mod waiters;
 
 pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
@@ -27,3 +28,4 @@ pub use order::QueueOrder;
 pub use resource::{ResourceCost, ResourceKind};
 pub use status::{TaskStatus, WakeState};
 pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};
+pub use waiters::{OnGiveUp, DEFAULT_STREAM_IDLE_MS, MAX_STREAM_IDLE_MS};

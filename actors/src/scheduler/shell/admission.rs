@@ -19,6 +19,8 @@ pub(super) struct Admission<P> {
     pub key: MailboxKey,
     pub timeout: Option<Duration>,
     pub origin: Origin,
+    /// The pool made its key (it came without one): see `Record::minted_key`.
+    pub minted: bool,
 }
 
 /// Where an admitted task comes from.

@@ -16,6 +16,9 @@
 //! - the [lifecycle](lifecycle): open, escalated, draining, stopped;
 //! - the [observers](observe) that hear every step.
 //!
+//! It also answers the retrieves that wait on its tasks ([waiters](waiters)): whether a
+//! result can still come, and what a retrieve that gave up does to its task.
+//!
 //! # Invariants
 //!
 //! - Every admitted task is in the ledger until it has ended and its capacity is released.
@@ -45,6 +48,7 @@ pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
 mod views;
+pub(crate) mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,6 +188,7 @@ where
             self.tasks.refuse(task, refusal, reply, now);
             return;
         }
+        let minted = task.meta.mailbox.is_none();
         let key = task
             .meta
             .mailbox
@@ -197,6 +202,7 @@ where
                 key,
                 timeout,
                 origin,
+                minted,
             },
             now,
         );
@@ -269,6 +275,7 @@ where
             }
             return;
         }
+        let minted = admission.minted;
         // On a shared queue nothing is shed (rule 21): a submission waits in the shared
         // queue, not here, and what this node parks it claimed from there; ending one for
         // another would end it for the whole fleet.
@@ -295,6 +302,9 @@ where
                 end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
             }
         }
+        if minted {
+            self.tasks.ledger.mark_minted(entry);
+        }
         self.start_parked(unblocked, now);
     }
 
@@ -305,6 +315,7 @@ where
             key,
             timeout,
             origin,
+            ..
         } = admission;
         let rank_time_ms = admitted_ms(entry);
         match origin {
@@ -373,6 +384,7 @@ where
             key,
             timeout,
             origin,
+            ..
         } = admission;
         let (reply, extras) = match origin {
             Origin::Submitted { reply, .. } if self.storage.is_shared() => {

@@ -179,6 +179,24 @@ where
         stored_elsewhere
     }
 
+    /// Ends a parked task the core no longer holds whose only waiter gave up (see
+    /// `waiters.rs`): like [`end_parked`](Self::end_parked), but nothing is delivered, as
+    /// nobody will collect it; its end is told as `Cancelled`. Returns `true` where a
+    /// durable queue holds it and must remove it.
+    pub fn end_abandoned(&mut self, entry: EntryId, now: u64) -> bool {
+        let Some(mut record) = self.ledger.remove(entry) else {
+            return false;
+        };
+        let payload = record.take_payload();
+        let stored_elsewhere = payload.is_none();
+        drop_contained(payload);
+        record.release_nested_slot();
+        let step = TaskStep::Ended(TaskStatus::Cancelled);
+        self.observers.record_step(&record, &step, now);
+        tracing::debug!(pool = %self.pool, task_id = record.task_id, "abandoned a parked task: the retrieve waiting for it gave up");
+        stored_elsewhere
+    }
+
     /// Releases a finished run's capacity: removes its record, frees what it held in the
     /// core and publishes the gauges. Returns the record and the parked tasks that the freed
     /// capacity starts, or `None` for a task the ledger does not hold.
@@ -341,10 +359,13 @@ where
         let Some(record) = self.ledger.get_mut(entry) else {
             return;
         };
-        let cancellation = record
-            .stream()
-            .and_then(stream_of::<R>)
-            .map_or_else(Cancellation::new, |stream| stream.cancellation().clone());
+        let stream = record.stream().and_then(stream_of::<R>);
+        if let Some(stream) = stream {
+            // Its sends may wait on an unread buffer only so long (see `running::stream`).
+            stream.set_idle_limit(self.core.limits().stream_idle_ms);
+        }
+        let cancellation =
+            stream.map_or_else(Cancellation::new, |stream| stream.cancellation().clone());
         // Started before the queue confirmed its park: its submitter keeps waiting for that
         // confirmation, now as a running task's, and it is announced as parked first.
         let announce = record.is_parked() && record.rare().is_some_and(|rare| rare.reply.is_some());
