@@ -96,11 +96,12 @@ async fn tasks_start_as_the_budget_refills_never_sooner() {
     order[..2].sort_unstable();
     assert_eq!(order, vec![1, 2, 3, 4, 5, 6], "rank order: {starts:?}");
     // The burst pays for two; each later one waits for 5 units, 250 ms. The pool's clock
-    // counts whole milliseconds, so allow one either side.
+    // counts whole milliseconds, and the offsets run from the first executor to note its
+    // start, which may do so a few ms late on a loaded machine: allow 10 ms.
     for (n, &(_, at)) in starts.iter().enumerate().skip(2) {
         let earliest = (n as u64 - 1) * 250;
         assert!(
-            at + 2 >= earliest,
+            at + 10 >= earliest,
             "start {n} at {at} ms, before {earliest}: {starts:?}"
         );
     }
@@ -132,10 +133,12 @@ async fn a_start_cap_spaces_starts_whatever_their_units() {
     }
     retrieve_all(&pool, 1..=5).await;
     let starts = offsets(&clocked);
-    // Two at once, then one every 200 ms.
+    // Two at once, then one every 200 ms. The offsets are the executors' clocks, measured
+    // from the first executor to note its start, which may note it a few ms after the
+    // scheduler started it (a loaded machine): allow that much.
     for (n, &(_, at)) in starts.iter().enumerate().skip(2) {
         let earliest = (n as u64 - 1) * 200;
-        assert!(at + 2 >= earliest, "start {n} at {at} ms: {starts:?}");
+        assert!(at + 10 >= earliest, "start {n} at {at} ms: {starts:?}");
     }
 }
 
