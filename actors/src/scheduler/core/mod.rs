@@ -135,6 +135,12 @@
 //!     any other event ([`ParkingLot::reclaim`]), so every decision sees the true free
 //!     units; a fast-path holder becomes a running permit of its own when a decision must
 //!     see it ([`ParkingLot::adopt`], [`ParkingLot::settle`]).
+//! 20. **Estimates** (see `estimate.rs`). The lot learns each cost class's run time as
+//!     claims end, and says where a parked ticket stands: its place among the parked
+//!     tickets of its kind and when it is expected to start, by a simulation of the rules
+//!     above from the running claims' expected ends ([`ParkingLot::estimate_start`],
+//!     [`ParkingLot::estimate_all`], and for a newcomer [`ParkingLot::estimate_admission`]).
+//!     Asking changes nothing.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -166,6 +172,7 @@ mod backfill;
 mod budget;
 mod cost_index;
 mod decision;
+mod estimate;
 mod fair_share;
 mod lanes;
 mod permits;
@@ -179,6 +186,7 @@ pub use budget::TokenBucket;
 #[doc(hidden)]
 pub use cost_index::CostIndex;
 pub use decision::{AbsorbRefusal, Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
+pub use estimate::{ordinal, StartEstimate};
 use fair_share::TenantBook;
 pub use rank::RankKey;
 pub use reasons::WaitReason;
@@ -333,6 +341,12 @@ struct Claim {
     overdue_at: Option<u64>,
     /// Its start plus its execution timeout, when it has one (rule 13).
     ends_by: Option<u64>,
+    /// When it started, by the lot's clock: its run time is learnt when it ends (rule 20).
+    started_ms: u64,
+    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT` (rule 20).
+    timeout_ms: u32,
+    /// The units it declared (a kind with a budget holds none of them): its cost class.
+    declared: u32,
 }
 
 /// The parking-lot state machine of one pool. See the module docs for the rules.
@@ -399,6 +413,8 @@ pub struct ParkingLot {
     sleepers: FastMap<TaskId, (u64, Ticket)>,
     /// Paused (rule 18): nothing starts; admissions park.
     paused: bool,
+    /// The run times seen per cost class, for the estimates of rule 20.
+    run_times: estimate::RunTimes,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
     /// The time of the latest event: backfill decisions depend on it, and
@@ -439,6 +455,7 @@ impl ParkingLot {
             sleeping: BTreeSet::new(),
             sleepers: FastMap::default(),
             paused: false,
+            run_times: estimate::RunTimes::default(),
             starts: 0,
             clock: 0,
         })
@@ -899,7 +916,14 @@ impl ParkingLot {
 
     /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        let run = self.running.get(&id).map(|claim| {
+            let ran = now.saturating_sub(claim.started_ms);
+            (claim.kind, claim.declared, claim.worker == NO_WORKER, ran)
+        });
         self.end_claim_quietly(id, rest)?;
+        if let Some((kind, units, slotless, ran)) = run {
+            self.run_times.observe(kind, units, slotless, ran);
+        }
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
@@ -1599,6 +1623,9 @@ impl ParkingLot {
                 started: self.starts,
                 overdue_at: None,
                 ends_by,
+                started_ms: now,
+                timeout_ms,
+                declared: cost.units,
             },
         );
         true
@@ -1762,6 +1789,8 @@ impl ParkingLot {
 mod tests;
 #[cfg(test)]
 mod tests_budget;
+#[cfg(test)]
+mod tests_estimate;
 #[cfg(test)]
 mod tests_permits;
 #[cfg(test)]
