@@ -10,8 +10,8 @@
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
-    BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairShare, FaultKind,
-    OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
+    Admission, BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairShare,
+    FaultKind, OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
     StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
@@ -28,7 +28,9 @@ pub use prometheus_parking_lot_actors::queue::{
     LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
     SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
-pub use prometheus_parking_lot_actors::scheduler::inspect::{PoolView, TaskView, TenantView};
+pub use prometheus_parking_lot_actors::scheduler::inspect::{
+    PoolView, TaskView, TenantView, WaitView,
+};
 pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 pub use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
 pub use prometheus_parking_lot_actors::supervisor::spawn::{BoxTask, Spawn};
@@ -61,7 +63,7 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 /// ```
 pub mod scheduling {
     pub use prometheus_parking_lot_actors::scheduler::core::{
-        AbsorbRefusal, Admit, Cancel, Newcomer, ParkingLot, RankKey, Rejection, TenantKey, Tick,
-        Ticket, TokenBucket, UnknownTask, WaitReason,
+        AbsorbRefusal, Admit, Cancel, Newcomer, ParkingLot, RankKey, Rejection, StartEstimate,
+        TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
     };
 }

@@ -182,6 +182,33 @@ pub struct PoolLimits {
     /// `None`: a failure is final.
     #[serde(default)]
     pub retry: Option<Retries>,
+    /// What admission refuses besides what can never run (see [`Admission`]). Default:
+    /// nothing more.
+    #[serde(default)]
+    pub admission: Admission,
+}
+
+/// Opt-in refusals at admission, decided on the pool's estimate of when a task would start
+/// (the core's rule 20, `PARKING_LOT.md`, "When will it start").
+///
+/// With `refuse_if_late`, a submission with a deadline whose estimated start is after that
+/// deadline is refused at once with [`PoolError::WouldMissDeadline`], which carries the
+/// estimate, instead of parking only to expire later: its caller can retry elsewhere,
+/// degrade, or tell its user now. A task whose start cannot be estimated (the pool is
+/// paused, or what it needs is held by a run of unknown length) is admitted as before.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{Admission, PoolLimits};
+///
+/// let limits = PoolLimits::new(24, 4).with_admission(Admission { refuse_if_late: true });
+/// assert!(limits.admission.refuse_if_late);
+/// assert!(!PoolLimits::new(24, 4).admission.refuse_if_late, "off by default");
+/// ```
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Admission {
+    /// Refuse a submission whose estimated start is after its deadline.
+    #[serde(default)]
+    pub refuse_if_late: bool,
 }
 
 /// Runs of a task that failed, tried again: a run whose executor panicked, or that asked
@@ -340,6 +367,7 @@ impl PoolLimits {
             budgets: Budgets::none(),
             on_duplicate: OnDuplicate::Refuse,
             retry: None,
+            admission: Admission::default(),
         }
     }
 
@@ -397,6 +425,12 @@ impl PoolLimits {
     /// The same limits with retries of failed runs (`None`: a failure is final).
     pub fn with_retry(mut self, retry: Option<Retries>) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// The same limits with other admission refusals (see [`Admission`]).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
         self
     }
 

@@ -17,7 +17,7 @@ pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use durability::Durability;
 pub use error::{PoolError, TaskFailure};
 pub use limits::{
-    Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
+    Admission, Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
 };
 pub use mailbox_key::{MailboxKey, TenantId};
 pub use resource::{ResourceCost, ResourceKind};

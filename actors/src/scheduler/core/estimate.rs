@@ -663,6 +663,14 @@ impl ParkingLot {
         }
     }
 
+    /// When `ticket` would start if admitted at `now`, without its place in line (see
+    /// [`estimate_admission`](Self::estimate_admission)).
+    pub(crate) fn admission_start_ms(&self, ticket: &Ticket, now: u64) -> Option<u64> {
+        let ticket = self.at_least_a_unit(*ticket);
+        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, ticket.id);
+        self.newcomer_start(&ticket, rank, false, now)
+    }
+
     /// When newcomer `ticket` ranked `rank` would start (see
     /// [`estimate_admission`](Self::estimate_admission)): `now` in O(1) when it would start
     /// at once, else by simulation.
