@@ -160,11 +160,6 @@ impl KindBudget {
         }
     }
 
-    /// Its units bucket and, under a start cap, its starts bucket (rule 20 simulates them).
-    pub(super) fn buckets(&self) -> (&TokenBucket, Option<&TokenBucket>) {
-        (&self.units, self.starts.as_ref())
-    }
-
     /// Whether the budget caps starts.
     pub(super) fn caps_starts(&self) -> bool {
         self.starts.is_some()

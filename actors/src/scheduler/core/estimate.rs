@@ -4,84 +4,102 @@
 //!
 //! - **Run times it has seen.** When a claim ends, the lot adds its run time (end less
 //!   start, by the lot's clock) to a mean per *cost class*: the kind, whether it is a permit,
-//!   and the power of two its units fall in (1, 2-3, 4-7, ...; 0 alone). The mean forgets:
-//!   the first 16 runs of a class are averaged evenly, later ones with a weight of 1/16 (an
-//!   exponentially weighted mean), so a class whose work changes is followed within a few
-//!   dozen runs. A second mean per kind (and permit or not) covers every size.
-//! - **A ticket's expected run time** ([`ParkingLot::expected_run_ms`]): its class's mean,
-//!   else its kind's mean, at most its execution timeout in both cases; with no run of its
-//!   kind seen yet, its timeout (an upper bound); with neither, unknown.
+//!   and the power of two its units fall in (1, 2-3, 4-7, ...; 0 alone); and, for a run with
+//!   an execution timeout, the share of the timeout it used to a second mean of the class.
+//!   The means forget: the first 16 runs of a class are averaged evenly, later ones with a
+//!   weight of 1/16 (an exponentially weighted mean), so a class whose work changes is
+//!   followed within a few dozen runs. The same means per kind (and permit or not) cover
+//!   every size.
+//! - **A ticket's expected run time** ([`ParkingLot::expected_run_ms`]). With a timeout:
+//!   the timeout times the share of their timeouts its class's runs used (else its kind's),
+//!   since a caller who gives a longer timeout usually expects a longer run (a larger
+//!   `max_tokens`); failing that, its class's (else its kind's) mean run time; at most the
+//!   timeout, and the timeout itself when nothing was seen. Without a timeout: its class's
+//!   (else its kind's) mean run time, or unknown.
 //! - **A running claim's expected end:** its start plus its expected run time. One that has
-//!   run past that is expected to end now (it is late; the heavy tail of run times says it
-//!   may run on, which is one way the estimate is wrong). A claim of unknown run time never
-//!   ends as far as the estimate knows.
+//!   run past that is expected to run about as long again (run times have heavy tails: the
+//!   longer a run has gone on, the longer it tends to go on), at most to its timeout. A
+//!   claim of unknown run time never ends as far as the estimate knows.
 //!
 //! # How
 //!
-//! A simulation of the lot from `now` on, with no arrival after `now`: the running claims
-//! end at their expected ends, in that order; after each end the best-ranked parked ticket
-//! that fits the free units (and a worker slot, but for a permit) starts, skipping larger
-//! ones, until nothing more fits (rule 4), and runs for its expected run time. The
-//! reservation holds back every ticket ranked below it (rule 6): the starving tickets now,
-//! and those that age into starvation at `parked_at + max_park_ms` while the simulation
-//! runs. Budgets refill by their own arithmetic (rule 15: the simulation copies the buckets
-//! and steps to the instants a refill lets a parked ticket start), sleepers park at their
-//! wake-up (rule 16), and the headroom of rule 11 stays what it is now less the starts (the
-//! other process keeps what it holds).
+//! A copy of the lot is driven from `now` on as a driver would drive it if every claim ran
+//! for its expected time and nothing arrived: the running claims end at their expected ends
+//! (at one instant, in the order of their ids), each started ticket runs for its expected
+//! run time, and `tick` runs at each [`ParkingLot::next_wakeup`]. So the copy follows every
+//! rule the lot follows, as the lot itself: skip-ahead, worker slots, the reservation and
+//! the tickets that age into it, backfill, the fair share, budgets refilling, sleepers
+//! waking, permits. The ticket's estimate is when it starts in the copy. The lot itself is
+//! not changed, and learns nothing from the copy.
 //!
 //! # What it leaves out (when it is wrong)
 //!
 //! - Arrivals after `now`: a ticket of higher priority that comes later starts first, so
 //!   under a stream of urgent work a low-priority ticket starts later than estimated.
-//! - Run times that differ from their class's mean (a heavy tail), and claims running past
-//!   their mean.
-//! - Backfill (rule 13): tickets held back by a reservation may start earlier, in its
-//!   shadow, than the simulation (which drains for it) says; the reservation itself is not
-//!   delayed by backfill, so its own estimate holds.
-//! - The fair share's order (rule 12), skips counted in the future (rule 5), cancels,
-//!   expiries, preemption, and a headroom that grows back.
+//! - Run times that differ from their class's mean (a heavy tail), claims running past
+//!   their mean, and run times the lot has not seen yet (the timeout stands in for them).
+//! - Deadlines, cancels, preemption, a headroom that changes with the next sample, a
+//!   resting worker slot coming back: the copy expires, cancels and stops nothing, and its
+//!   headroom and slots stay as they are.
 //!
 //! # Cost
 //!
-//! One simulation copies the cost indexes of the parked tickets (O(n)) and handles each
-//! event (an end, an ageing, a wake-up, a refill step) with a heap or ordered-set step and
-//! each start with a 32-step index walk and an O(log n) removal: O((n + r) log n) for n
-//! parked tickets and r running claims. [`ParkingLot::estimate_all`] estimates every parked
-//! ticket in one simulation; [`ParkingLot::estimate_start`] and
-//! [`ParkingLot::estimate_admission`] stop it as soon as their ticket starts. A simulation
-//! handles at most `4 (n + r) + 1,024` events; past that (budgets refilling slowly under a
-//! long queue) it gives up and the estimate is unknown.
+//! One simulation copies the lot (O(n + r) for n parked tickets and r running claims) and
+//! replays one end, one wake-up or one tick per step, each a decision of the lot's own
+//! cost (O(log n), see the module docs of `mod.rs`): O((n + r) log n) in all.
+//! [`ParkingLot::estimate_all`] estimates every parked ticket in one simulation;
+//! [`ParkingLot::estimate_start`] and [`ParkingLot::estimate_admission`] stop it as soon as
+//! their ticket starts (a newcomer that would start at once is answered in O(1) without a
+//! copy). A simulation takes at most `4 (n + r) + 1,024` steps; past that (budgets
+//! refilling slowly under a long queue) it gives up and the estimate is unknown.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BinaryHeap;
 
 use serde::Serialize;
 
 use crate::domain::{ResourceCost, ResourceKind, TaskId};
 
-use super::{CostIndex, FastMap, ParkingLot, RankKey, Ticket, TokenBucket, KINDS, NO_WORKER};
+use super::{FastMap, ParkingLot, RankKey, Ticket, KINDS, NO_WORKER};
 
 /// Size classes: units 0, then one per power of two up to 2^31.
 const SIZE_CLASSES: usize = 33;
 /// Runs after which a class's mean weighs each new run by 1/`FORGET`.
 const FORGET: u32 = 16;
 
-/// A mean of run times that forgets (see the module docs).
+/// A mean that forgets (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
 struct Mean {
-    ms: f64,
-    runs: u32,
+    value: f64,
+    samples: u32,
 }
 
 impl Mean {
-    fn add(&mut self, ms: u64) {
-        self.runs = self.runs.saturating_add(1);
-        let weight = 1.0 / f64::from(self.runs.min(FORGET));
-        self.ms += (ms as f64 - self.ms) * weight;
+    fn add(&mut self, value: f64) {
+        self.samples = self.samples.saturating_add(1);
+        let weight = 1.0 / f64::from(self.samples.min(FORGET));
+        self.value += (value - self.value) * weight;
     }
 
-    fn get(&self) -> Option<u64> {
-        (self.runs > 0).then(|| self.ms.round() as u64)
+    fn get(&self) -> Option<f64> {
+        (self.samples > 0).then_some(self.value)
+    }
+}
+
+/// What the lot learnt of one group of runs: how long they ran, and how much of their
+/// execution timeout they used (runs with one).
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    run_ms: Mean,
+    of_timeout: Mean,
+}
+
+impl Seen {
+    fn add(&mut self, ms: u64, timeout_ms: Option<u64>) {
+        self.run_ms.add(ms as f64);
+        if let Some(timeout) = timeout_ms.filter(|&timeout| timeout > 0) {
+            self.of_timeout.add(ms as f64 / timeout as f64);
+        }
     }
 }
 
@@ -89,16 +107,16 @@ impl Mean {
 #[derive(Debug, Clone)]
 pub(super) struct RunTimes {
     /// By `row(kind, slotless)`, then size class.
-    classes: Box<[[Mean; SIZE_CLASSES]; KINDS * 2]>,
+    classes: Box<[[Seen; SIZE_CLASSES]; KINDS * 2]>,
     /// By `row(kind, slotless)`, every size.
-    kinds: [Mean; KINDS * 2],
+    kinds: [Seen; KINDS * 2],
 }
 
 impl Default for RunTimes {
     fn default() -> Self {
         Self {
-            classes: Box::new([[Mean::default(); SIZE_CLASSES]; KINDS * 2]),
-            kinds: [Mean::default(); KINDS * 2],
+            classes: Box::new([[Seen::default(); SIZE_CLASSES]; KINDS * 2]),
+            kinds: [Seen::default(); KINDS * 2],
         }
     }
 }
@@ -113,11 +131,18 @@ fn size_class(units: u32) -> usize {
 }
 
 impl RunTimes {
-    /// A claim of `units` of `kind` ran `ms`.
-    pub(super) fn observe(&mut self, kind: ResourceKind, units: u32, slotless: bool, ms: u64) {
+    /// A claim of `units` of `kind` with this execution timeout ran `ms`.
+    pub(super) fn observe(
+        &mut self,
+        kind: ResourceKind,
+        units: u32,
+        slotless: bool,
+        ms: u64,
+        timeout_ms: Option<u64>,
+    ) {
         let row = row(kind, slotless);
-        self.classes[row][size_class(units)].add(ms);
-        self.kinds[row].add(ms);
+        self.classes[row][size_class(units)].add(ms, timeout_ms);
+        self.kinds[row].add(ms, timeout_ms);
     }
 
     /// The run time expected of a ticket (see the module docs).
@@ -129,13 +154,20 @@ impl RunTimes {
         timeout_ms: Option<u64>,
     ) -> Option<u64> {
         let row = row(kind, slotless);
-        let seen = self.classes[row][size_class(units)]
-            .get()
-            .or_else(|| self.kinds[row].get());
-        match (seen, timeout_ms) {
-            (Some(seen), Some(timeout)) => Some(seen.min(timeout)),
-            (seen, timeout) => seen.or(timeout),
-        }
+        let (class, kind) = (&self.classes[row][size_class(units)], &self.kinds[row]);
+        let Some(timeout) = timeout_ms else {
+            return class
+                .run_ms
+                .get()
+                .or(kind.run_ms.get())
+                .map(|ms| ms.round() as u64);
+        };
+        let share = class.of_timeout.get().or(kind.of_timeout.get());
+        let seen = share
+            .map(|share| share * timeout as f64)
+            .or(class.run_ms.get())
+            .or(kind.run_ms.get());
+        Some(seen.map_or(timeout, |ms| (ms.round() as u64).min(timeout)))
     }
 }
 
@@ -198,360 +230,113 @@ fn in_seconds(ms: u64) -> String {
     }
 }
 
-/// What the simulation needs of a waiting ticket.
-#[derive(Debug, Clone, Copy)]
-struct Waiting {
-    kind: ResourceKind,
-    units: u32,
-    slotless: bool,
-    run_ms: Option<u64>,
-}
+/// A running claim's end in the simulation. Ends at one instant come in the order of their
+/// ids, one at a time, as a driver completes them.
+type End = Reverse<(u64, TaskId)>;
 
-/// A claim's end in the simulation: when, and what it gives back. Ends at one instant come
-/// in the order of their ids, one at a time, as a driver completes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct End {
-    at: u64,
-    id: TaskId,
-    kind: usize,
-    units: u32,
-    frees_slot: bool,
-}
-
-/// The lot from `now` on, as the module docs describe.
+/// The lot from `now` on, as the module docs describe: a copy of the lot, driven as a
+/// driver would drive it if every claim ran for its expected time and nothing arrived.
 struct Simulation<'a> {
+    /// The lot as it is: what the run times are expected to be.
     lot: &'a ParkingLot,
-    /// A newcomer being estimated, not in the lot.
-    newcomer: Option<(RankKey, Waiting)>,
-    /// Units free per kind, as capacity and headroom go (budgets apart).
-    free: [u32; KINDS],
-    idle_slots: usize,
-    /// The units and starts buckets of the kinds with a budget.
-    buckets: [Option<(TokenBucket, Option<TokenBucket>)>; KINDS],
-    ends: BinaryHeap<Reverse<End>>,
-    tasks: [CostIndex; KINDS],
-    permits: [CostIndex; KINDS],
-    starving: BTreeSet<RankKey>,
-    /// Tickets not starving yet, by when they will be.
-    ageing: BTreeSet<(u64, TaskId)>,
-    /// Sleepers, by their wake-up.
-    sleeping: BTreeSet<(u64, TaskId)>,
-    /// Tickets started in the simulation: their ageing no longer matters.
-    started: FastMap<TaskId, ()>,
+    /// The copy that is driven.
+    copy: ParkingLot,
+    /// The copy's running claims by expected end (claims of unknown run time never end).
+    ends: BinaryHeap<End>,
     events_left: usize,
 }
 
 impl<'a> Simulation<'a> {
     fn new(lot: &'a ParkingLot, now: u64) -> Self {
-        let free = ResourceKind::ALL.map(|kind| {
-            (lot.limits.capacity.get(kind) - lot.used[kind.index()]).min(lot.headroom[kind.index()])
-        });
-        let buckets = ResourceKind::ALL.map(|kind| {
-            lot.budget(kind).map(|budget| {
-                let (units, starts) = budget.buckets();
-                let mut units = units.clone();
-                units.refill(now);
-                let starts = starts.map(|starts| {
-                    let mut starts = starts.clone();
-                    starts.refill(now);
-                    starts
-                });
-                (units, starts)
-            })
-        });
+        let mut copy = lot.clone();
+        // Deadlines and the watchdog are left out: a ticket is estimated as if it waited for
+        // its start however long that takes, and no claim is stopped.
+        copy.by_deadline.clear();
+        copy.by_overdue.clear();
+        for claim in copy.running.values_mut() {
+            claim.overdue_at = None;
+        }
         let ends = lot
             .running
             .iter()
-            .filter_map(|(&id, claim)| {
-                let run = lot.run_times.expected(
-                    claim.kind,
-                    claim.declared,
-                    claim.worker == NO_WORKER,
-                    (claim.timeout_ms != super::NO_TIMEOUT).then_some(u64::from(claim.timeout_ms)),
-                )?;
-                Some(Reverse(End {
-                    at: claim.started_ms.saturating_add(run).max(now),
-                    id,
-                    kind: claim.kind.index(),
-                    units: claim.units,
-                    frees_slot: lot.retired.get(claim.worker as usize) == Some(&false),
-                }))
-            })
+            .filter_map(|(&id, claim)| Some(Reverse((lot.expected_end(claim, now)?, id))))
             .collect();
-        let max_park_ms = lot.limits.starvation.max_park_ms;
-        let ageing = max_park_ms.map_or_else(BTreeSet::new, |max_park_ms| {
-            lot.by_park_time
-                .iter()
-                .map(|&(parked_at, id)| (parked_at.saturating_add(max_park_ms), id))
-                .collect()
-        });
         let events_left = 4 * (lot.parked.len() + lot.sleepers.len() + lot.running.len()) + 1_024;
         Self {
             lot,
-            newcomer: None,
-            free,
-            idle_slots: lot.idle_workers.len(),
-            buckets,
+            copy,
             ends,
-            tasks: lot.by_cost.clone(),
-            permits: lot.permits_by_cost.clone(),
-            starving: lot.starving.clone(),
-            ageing,
-            sleeping: lot.sleeping.clone(),
-            started: FastMap::default(),
             events_left,
         }
     }
 
-    /// Adds a newcomer ranked `rank`, parked at `now`.
-    fn with_newcomer(mut self, rank: RankKey, waiting: Waiting, now: u64) -> Self {
-        self.index_mut(waiting.kind, waiting.slotless)
-            .insert(waiting.units, rank);
-        if let Some(max_park_ms) = self.lot.limits.starvation.max_park_ms {
-            self.ageing
-                .insert((now.saturating_add(max_park_ms), rank.id()));
-        }
-        self.newcomer = Some((rank, waiting));
-        self
+    /// Admits a newcomer to the copy (without its deadline); whether it started at once.
+    fn admit(&mut self, mut ticket: Ticket, slotless: bool, now: u64) -> bool {
+        ticket.deadline_ms = None;
+        let admitted = self.copy.admit_ticket(ticket, slotless, now);
+        let (newcomer, started) = admitted.newcomer();
+        self.started_at(&started, now);
+        newcomer == super::Newcomer::Start
     }
 
-    fn index_mut(&mut self, kind: ResourceKind, slotless: bool) -> &mut CostIndex {
-        if slotless {
-            &mut self.permits[kind.index()]
-        } else {
-            &mut self.tasks[kind.index()]
-        }
-    }
-
-    /// What the simulation needs of waiting ticket `id`, and its rank.
-    fn waiting(&self, id: TaskId) -> Option<(RankKey, Waiting)> {
-        if let Some((rank, waiting)) = self.newcomer.filter(|(rank, _)| rank.id() == id) {
-            return Some((rank, waiting));
-        }
-        let lot = self.lot;
-        let (rank, kind, units, slotless, timeout) = match lot.parked.get(&id) {
-            Some(parked) => (
-                parked.rank(id),
-                parked.kind,
-                parked.units,
-                parked.slotless,
-                parked.timeout(),
-            ),
-            None => {
-                let (_, ticket) = lot.sleepers.get(&id)?;
-                let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
-                (
-                    rank,
-                    ticket.cost.kind,
-                    ticket.cost.units,
-                    false,
-                    ticket.timeout_ms,
-                )
-            }
-        };
-        let run_ms = lot.run_times.expected(kind, units, slotless, timeout);
-        Some((
-            rank,
-            Waiting {
-                kind,
-                units,
-                slotless,
-                run_ms,
-            },
-        ))
-    }
-
-    /// Units of `kind` a start may take now, budgets included.
-    fn startable(&self, kind: usize) -> u32 {
-        let free = self.free[kind];
-        match &self.buckets[kind] {
-            None => free,
-            Some((_, Some(starts))) if starts.whole() == 0 => 0,
-            Some((units, _)) => free.min(units.whole()),
-        }
-    }
-
-    /// Brings the simulation to `t`: refills, wake-ups, ageing (ends come one by one, see
-    /// [`run`](Self::run)).
-    fn advance_to(&mut self, t: u64) {
-        for (units, starts) in self.buckets.iter_mut().flatten() {
-            units.refill(t);
-            if let Some(starts) = starts {
-                starts.refill(t);
-            }
-        }
-        while let Some(&(at, id)) = self.sleeping.first() {
-            if at > t {
-                break;
-            }
-            self.sleeping.pop_first();
-            if let Some((rank, waiting)) = self.waiting(id) {
-                self.index_mut(waiting.kind, waiting.slotless)
-                    .insert(waiting.units, rank);
-                if let Some(max_park_ms) = self.lot.limits.starvation.max_park_ms {
-                    self.ageing.insert((at.saturating_add(max_park_ms), id));
-                }
-            }
-        }
-        while let Some(&(at, id)) = self.ageing.first() {
-            if at > t {
-                break;
-            }
-            self.ageing.pop_first();
-            if self.started.contains_key(&id) {
+    /// Tickets that started in the copy at `t` end at `t` plus their expected run time.
+    fn started_at(&mut self, started: &[TaskId], t: u64) {
+        for &id in started {
+            let Some(claim) = self.copy.running.get(&id) else {
                 continue;
-            }
-            if let Some((rank, _)) = self.waiting(id) {
-                self.starving.insert(rank);
-            }
-        }
-    }
-
-    /// Takes the next end at or before `t` and gives back what it held; whether there was one.
-    fn release_one(&mut self, t: u64) -> bool {
-        let Some(&Reverse(end)) = self.ends.peek() else {
-            return false;
-        };
-        if end.at > t {
-            return false;
-        }
-        self.ends.pop();
-        let capacity = self.lot.limits.capacity.get(ResourceKind::ALL[end.kind]);
-        self.free[end.kind] = self.free[end.kind].saturating_add(end.units).min(capacity);
-        self.idle_slots += usize::from(end.frees_slot);
-        true
-    }
-
-    /// Starts at `t` what fits, in rank order; whether `target` started.
-    fn start_all(
-        &mut self,
-        t: u64,
-        target: Option<TaskId>,
-        started: &mut impl FnMut(TaskId, u64),
-    ) -> bool {
-        while let Some(best) = self.best_fit() {
-            self.start(best, t);
-            started(best.id(), t);
-            if target == Some(best.id()) {
-                return true;
+            };
+            let timeout =
+                (claim.timeout_ms != super::NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+            let expected = self.lot.run_times.expected(
+                claim.kind,
+                claim.declared,
+                claim.worker == NO_WORKER,
+                timeout,
+            );
+            if let Some(run_ms) = expected {
+                self.ends.push(Reverse((t.saturating_add(run_ms), id)));
             }
         }
-        false
     }
 
-    /// The ticket that starts next at this instant, if any (rules 4, 6; see the module docs).
-    fn best_fit(&self) -> Option<RankKey> {
-        let free: [u32; KINDS] = std::array::from_fn(|kind| self.startable(kind));
-        let best_of = |indexes: &[CostIndex; KINDS]| {
-            indexes
-                .iter()
-                .zip(free)
-                .filter(|(index, _)| !index.is_empty())
-                .filter_map(|(index, free)| index.best_within(free))
-                .min()
-        };
-        let permit = best_of(&self.permits);
-        let task = (self.idle_slots > 0)
-            .then(|| best_of(&self.tasks))
-            .flatten();
-        let best = permit.into_iter().chain(task).min()?;
-        match self.starving.first() {
-            Some(reserved) if reserved.ranks_ahead_of(&best) => None,
-            _ => Some(best),
-        }
-    }
-
-    /// Starts `rank` at `t`.
-    fn start(&mut self, rank: RankKey, t: u64) {
-        let Some((_, waiting)) = self.waiting(rank.id()) else {
-            return;
-        };
-        let kind = waiting.kind.index();
-        self.index_mut(waiting.kind, waiting.slotless)
-            .remove(waiting.units, rank);
-        self.starving.remove(&rank);
-        self.started.insert(rank.id(), ());
-        let held = match &mut self.buckets[kind] {
-            Some((units, starts)) => {
-                units.spend(waiting.units);
-                if let Some(starts) = starts {
-                    starts.spend(1);
-                }
-                0
-            }
-            None => waiting.units,
-        };
-        self.free[kind] -= held;
-        let frees_slot = !waiting.slotless;
-        if frees_slot {
-            self.idle_slots -= 1;
-        }
-        if let Some(run_ms) = waiting.run_ms {
-            self.ends.push(Reverse(End {
-                at: t.saturating_add(run_ms),
-                id: rank.id(),
-                kind,
-                units: held,
-                frees_slot,
-            }));
-        }
-    }
-
-    /// The next instant after `t` at which something may change.
-    fn next_event(&self, t: u64) -> Option<u64> {
-        let end = self.ends.peek().map(|Reverse(end)| end.at);
-        let wake = self.sleeping.first().map(|&(at, _)| at);
-        let ages = self.ageing.first().map(|&(at, _)| at);
-        let refill = ResourceKind::ALL
-            .into_iter()
-            .filter_map(|kind| self.refill_event(kind))
-            .filter(|&at| at > t)
-            .min();
-        [end, wake, ages, refill].into_iter().flatten().min()
-    }
-
-    /// When a refill of `kind`'s budget lets a parked ticket start that cannot now.
-    fn refill_event(&self, kind: ResourceKind) -> Option<u64> {
-        let (units, starts) = self.buckets[kind.index()].as_ref()?;
-        if let Some(starts) = starts {
-            if starts.whole() == 0 {
-                return Some(starts.holds_at(1));
-            }
-        }
-        let level = units.whole();
-        let above = [&self.tasks[kind.index()], &self.permits[kind.index()]]
-            .into_iter()
-            .filter_map(|index| index.smallest_above(level))
-            .min()?;
-        Some(units.holds_at(above))
-    }
-
-    /// Runs from `now` until `target` starts (or, without one, until nothing is left to
-    /// start), telling `started` each start. Returns the target's start.
+    /// Drives the copy from `now` until `target` starts (or, without one, until nothing is
+    /// left to start), telling `started` each start. Returns the target's start.
     fn run(
         mut self,
         now: u64,
         target: Option<TaskId>,
         mut started: impl FnMut(TaskId, u64),
     ) -> Option<u64> {
-        if self.lot.paused {
-            return None;
-        }
         let mut t = now;
         loop {
-            self.advance_to(t);
-            if self.start_all(t, target, &mut started) {
-                return Some(t);
-            }
-            // One end at a time, each followed by the starts it allows, as the lot does
-            // when a driver completes claims one after another.
-            while self.release_one(t) {
-                if self.start_all(t, target, &mut started) {
-                    return Some(t);
+            let mut starts = Vec::new();
+            while let Some(&Reverse((at, id))) = self.ends.peek() {
+                if at > t {
+                    break;
+                }
+                self.ends.pop();
+                if let Ok(more) = self.copy.complete(id, t) {
+                    starts.extend(more);
                 }
             }
+            starts.extend(self.copy.tick(t).started);
+            self.started_at(&starts, t);
+            for &id in &starts {
+                started(id, t);
+            }
+            if target.is_some_and(|target| starts.contains(&target)) {
+                return Some(t);
+            }
+            if self.copy.parked_len() == 0 {
+                return None;
+            }
             self.events_left = self.events_left.checked_sub(1)?;
-            t = self.next_event(t)?.max(t);
+            let end = self.ends.peek().map(|&Reverse((at, _))| at);
+            t = [end, self.copy.next_wakeup()]
+                .into_iter()
+                .flatten()
+                .min()?
+                .max(t);
         }
     }
 }
@@ -624,11 +409,45 @@ impl ParkingLot {
     /// assert_eq!(estimate.in_words(10_000), "2nd in line, expected in ~8.0 s");
     /// ```
     pub fn estimate_start(&self, id: TaskId, now: u64) -> Option<StartEstimate> {
-        let simulation = Simulation::new(self, now);
-        let (rank, waiting) = simulation.waiting(id)?;
-        let position = self.position_of(rank, waiting.kind);
-        let start_ms = simulation.run(now, Some(id), |_, _| ());
+        let (rank, kind) = self.waiting_rank(id)?;
+        let position = self.position_of(rank, kind);
+        let start_ms = Simulation::new(self, now).run(now, Some(id), |_, _| ());
         Some(StartEstimate { position, start_ms })
+    }
+
+    /// The rank and kind of parked (or sleeping) ticket `id`.
+    fn waiting_rank(&self, id: TaskId) -> Option<(RankKey, ResourceKind)> {
+        if let Some(parked) = self.parked.get(&id) {
+            return Some((parked.rank(id), parked.kind));
+        }
+        let (_, ticket) = self.sleepers.get(&id)?;
+        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
+        Some((rank, ticket.cost.kind))
+    }
+
+    /// When running `claim` is expected to end, as of `now` (see the module docs): `None`
+    /// when its run time is unknown.
+    fn expected_end(&self, claim: &super::Claim, now: u64) -> Option<u64> {
+        let timeout =
+            (claim.timeout_ms != super::NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+        let run_ms = self.run_times.expected(
+            claim.kind,
+            claim.declared,
+            claim.worker == NO_WORKER,
+            timeout,
+        )?;
+        let expected = claim.started_ms.saturating_add(run_ms);
+        if expected > now {
+            return Some(expected);
+        }
+        // Late: a run that outlived its expected time is expected to end halfway between
+        // now and its timeout; without a timeout, to run about as long again (run times
+        // have heavy tails: the longer a run has gone on, the longer it tends to go on).
+        let Some(timeout) = timeout else {
+            return Some(now.saturating_add(run_ms));
+        };
+        let timed_out = claim.started_ms.saturating_add(timeout);
+        Some(now.max(now / 2 + timed_out / 2))
     }
 
     /// Where a newcomer would stand if it were admitted at `now` (rule 20): its place in
@@ -687,23 +506,14 @@ impl ParkingLot {
             .is_some_and(|reserved| reserved.ranks_ahead_of(&rank));
         let fits = ticket.cost.units <= self.free(ticket.cost.kind)
             && (slotless || !self.idle_workers.is_empty());
-        if !self.paused && fits && !reserved_ahead {
+        if !self.paused && self.tenants.is_none() && fits && !reserved_ahead {
             return Some(now);
         }
-        let waiting = Waiting {
-            kind: ticket.cost.kind,
-            units: ticket.cost.units,
-            slotless,
-            run_ms: self.run_times.expected(
-                ticket.cost.kind,
-                ticket.cost.units,
-                slotless,
-                ticket.timeout_ms,
-            ),
-        };
-        Simulation::new(self, now)
-            .with_newcomer(rank, waiting, now)
-            .run(now, Some(rank.id()), |_, _| ())
+        let mut simulation = Simulation::new(self, now);
+        if simulation.admit(*ticket, slotless, now) {
+            return Some(now);
+        }
+        simulation.run(now, Some(rank.id()), |_, _| ())
     }
 
     /// Every parked (and sleeping) ticket's place in line and expected start at `now`, in
@@ -734,7 +544,6 @@ impl ParkingLot {
     /// ]);
     /// ```
     pub fn estimate_all(&self, now: u64) -> Vec<(TaskId, StartEstimate)> {
-        let simulation = Simulation::new(self, now);
         let mut ranked: Vec<(RankKey, ResourceKind)> = self
             .parked
             .iter()
@@ -751,7 +560,7 @@ impl ParkingLot {
             .collect();
         sleepers.sort_unstable();
         let mut starts: FastMap<TaskId, u64> = FastMap::default();
-        simulation.run(now, None, |id, at| {
+        Simulation::new(self, now).run(now, None, |id, at| {
             starts.insert(id, at);
         });
         let mut ahead = [0usize; KINDS];

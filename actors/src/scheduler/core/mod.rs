@@ -918,11 +918,18 @@ impl ParkingLot {
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
         let run = self.running.get(&id).map(|claim| {
             let ran = now.saturating_sub(claim.started_ms);
-            (claim.kind, claim.declared, claim.worker == NO_WORKER, ran)
+            let timeout = (claim.timeout_ms != NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+            (
+                claim.kind,
+                claim.declared,
+                claim.worker == NO_WORKER,
+                ran,
+                timeout,
+            )
         });
         self.end_claim_quietly(id, rest)?;
-        if let Some((kind, units, slotless, ran)) = run {
-            self.run_times.observe(kind, units, slotless, ran);
+        if let Some((kind, units, slotless, ran, timeout)) = run {
+            self.run_times.observe(kind, units, slotless, ran, timeout);
         }
         let mut started = Vec::new();
         self.unpark(now, &mut started);

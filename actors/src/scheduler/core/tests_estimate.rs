@@ -201,6 +201,10 @@ fn sleepers_are_estimated_from_their_wake_up() {
 struct Workload {
     workers: usize,
     max_park_ms: Option<u64>,
+    max_skips: Option<u32>,
+    backfill: bool,
+    /// A fair share (its order: the cap is the whole capacity) among three tenants.
+    fair: bool,
     /// (priority, gpu units or cpu units when `cpu`, cpu) admitted at the first instant.
     first: Vec<(usize, u32, bool)>,
     /// The same, admitted `gap_ms` later, when the estimates are taken.
@@ -211,19 +215,30 @@ struct Workload {
 fn workload() -> impl Strategy<Value = Workload> {
     let task = (0..4usize, 1..=16u32, prop::bool::weighted(0.3));
     (
-        1..5usize,
-        proptest::option::of(100..3_000u64),
+        (
+            1..5usize,
+            proptest::option::of(100..3_000u64),
+            proptest::option::of(1..6u32),
+        ),
+        (any::<bool>(), any::<bool>()),
         prop::collection::vec(task.clone(), 0..12),
         prop::collection::vec(task, 1..25),
         0..2_000u64,
     )
-        .prop_map(|(workers, max_park_ms, first, second, gap_ms)| Workload {
-            workers,
-            max_park_ms,
-            first,
-            second,
-            gap_ms,
-        })
+        .prop_map(
+            |((workers, max_park_ms, max_skips), (backfill, fair), first, second, gap_ms)| {
+                Workload {
+                    workers,
+                    max_park_ms,
+                    max_skips,
+                    backfill,
+                    fair,
+                    first,
+                    second,
+                    gap_ms,
+                }
+            },
+        )
 }
 
 /// The run time of every ticket of a class: distinct per class and kind.
@@ -290,14 +305,16 @@ proptest! {
 
     /// With every run taking its class's learnt time and nothing arriving after the
     /// estimates, every ticket starts exactly when estimated: the simulation follows the
-    /// rules the lot follows (skip-ahead, worker slots, the reservation, ageing).
+    /// rules the lot follows (skip-ahead, worker slots, the reservation, ageing and skips,
+    /// backfill on timeouts twice the run times, the fair order).
     #[test]
     fn estimates_are_exact_when_run_times_are(work in workload()) {
         let limits = PoolLimits::new(16, work.workers)
             .with_capacity(crate::domain::Capacity::uniform(8).with(ResourceKind::GpuVram, 16))
             .with_max_queue_depth(1_000)
-            .with_backfill(false)
-            .with_starvation(StarvationGuard { max_park_ms: work.max_park_ms, max_skips: None });
+            .with_backfill(work.backfill)
+            .with_fair_share(work.fair.then_some(crate::domain::FairShare::MaxUnitsPerTenant(16)))
+            .with_starvation(StarvationGuard { max_park_ms: work.max_park_ms, max_skips: work.max_skips });
         let mut lot = lot_with(limits);
         // Teach the lot every class's run time.
         let mut now = 0;
@@ -315,14 +332,23 @@ proptest! {
         }
         let mut costs = BTreeMap::new();
         let mut running = BTreeSet::new();
+        let ticket = |id: TaskId, priority: usize, cost: ResourceCost, at: u64| Ticket {
+            cost,
+            created_at_ms: at,
+            tenant: id % 3,
+            timeout_ms: Some(2 * run_ms(cost)),
+            ..ticket_of(id, Priority::ALL[priority], 0)
+        };
+        // What an admission started: the newcomer, and under a fair share maybe others.
+        let admitted = |answer: Newcomer, also: Vec<TaskId>, id: TaskId| {
+            (answer == Newcomer::Start).then_some(id).into_iter().chain(also)
+        };
         for &(priority, units, cpu) in &work.first {
             let cost = cost_of(units, cpu);
-            let mut ticket = ticket_of(id, Priority::ALL[priority], 0);
-            ticket.cost = cost;
-            ticket.created_at_ms = now;
             costs.insert(id, cost);
-            if lot.admit(ticket, now) == Admit::Start {
-                running.insert((now + run_ms(cost), id));
+            let (answer, also) = lot.admit(ticket(id, priority, cost, now), now).newcomer();
+            for started in admitted(answer, also, id) {
+                running.insert((now + run_ms(costs[&started]), started));
             }
             id += 1;
         }
@@ -332,14 +358,12 @@ proptest! {
         let mut before = BTreeMap::new();
         for &(priority, units, cpu) in &work.second {
             let cost = cost_of(units, cpu);
-            let mut ticket = ticket_of(id, Priority::ALL[priority], 0);
-            ticket.cost = cost;
-            ticket.created_at_ms = second_at;
+            let ticket = ticket(id, priority, cost, second_at);
             before.insert(id, lot.estimate_admission(&ticket, second_at).start_ms);
-            let (answer, _) = lot.admit(ticket, second_at).newcomer();
+            let (answer, also) = lot.admit(ticket, second_at).newcomer();
             costs.insert(id, cost);
-            if answer == Newcomer::Start {
-                running.insert((second_at + run_ms(cost), id));
+            for started in admitted(answer.clone(), also, id) {
+                running.insert((second_at + run_ms(costs[&started]), started));
             }
             // What the newcomer would have met is what it meets.
             let after = match answer {
