@@ -8,8 +8,10 @@
 //! one `refuse_if_late` compares with a deadline. When it really starts, the error is
 //! `|estimated - actual| / wait`, its wait being actual start less arrival. The tables give
 //! the median and the 90th percentile of that error per priority, and how many tasks parked
-//! and how many got no estimate; then the same for the tasks no later arrival of a higher
-//! priority overtook (what is left is the error of the run times and of the model).
+//! and how many got no estimate, the median signed error (positive: the estimate came
+//! late, the task started earlier than said); then the error of the tasks no later arrival
+//! of a higher priority overtook (what is left is the error of the run times and of the
+//! model).
 //!
 //! Three runs: the default pool (starvation guard and backfill) at the packing study's
 //! overload (1.2 times the card's capacity, so the queue only grows) and below saturation
@@ -166,8 +168,8 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
 
 fn report(scenario: &Scenario, measured: &[(Parked, u64)]) {
     println!("\n### {}\n", scenario.name);
-    println!("| priority | parked | no estimate | median error | p90 error | median wait (s) | not overtaken | their median error | their p90 error |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| priority | parked | no estimate | median error | p90 error | median bias | median wait (s) | not overtaken | their median error | their p90 error |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let groups = PRIORITIES
         .iter()
         .map(|&priority| (format!("{priority:?}"), Some(priority)))
@@ -187,6 +189,15 @@ fn report(scenario: &Scenario, measured: &[(Parked, u64)]) {
             Some(estimated.abs_diff(*started) as f64 / wait as f64)
         };
         let mut errors: Vec<f64> = of_priority.iter().filter_map(error).collect();
+        // Signed: above 0 when estimates come late (the task started earlier than said).
+        let mut biases: Vec<f64> = of_priority
+            .iter()
+            .filter_map(|(parked, started)| {
+                let estimated = parked.estimated_ms? as f64;
+                let wait = started.checked_sub(parked.arrived_ms).filter(|&w| w > 0)?;
+                Some((estimated - *started as f64) / wait as f64)
+            })
+            .collect();
         let alone: Vec<&(Parked, u64)> = of_priority
             .iter()
             .copied()
@@ -198,10 +209,11 @@ fn report(scenario: &Scenario, measured: &[(Parked, u64)]) {
             .map(|(parked, started)| (started - parked.arrived_ms) as f64 / 1_000.0)
             .collect();
         println!(
-            "| {name} | {} | {unknown} | {:.0}% | {:.0}% | {:.1} | {} | {:.0}% | {:.0}% |",
+            "| {name} | {} | {unknown} | {:.0}% | {:.0}% | {:+.0}% | {:.1} | {} | {:.0}% | {:.0}% |",
             of_priority.len(),
             100.0 * quantile(&mut errors, 0.5),
             100.0 * quantile(&mut errors, 0.9),
+            100.0 * quantile(&mut biases, 0.5),
             quantile(&mut waits, 0.5),
             alone.len(),
             100.0 * quantile(&mut alone_errors, 0.5),

@@ -17,9 +17,10 @@
 //!   timeout, and the timeout itself when nothing was seen. Without a timeout: its class's
 //!   (else its kind's) mean run time, or unknown.
 //! - **A running claim's expected end:** its start plus its expected run time. One that has
-//!   run past that is expected to run about as long again (run times have heavy tails: the
-//!   longer a run has gone on, the longer it tends to go on), at most to its timeout. A
-//!   claim of unknown run time never ends as far as the estimate knows.
+//!   run past that is late: it is expected to end halfway between now and its timeout, or,
+//!   without a timeout, to run as long again as it has run so far (run times have heavy
+//!   tails: the longer a run has gone on, the longer it tends to go on). A claim of unknown
+//!   run time never ends as far as the estimate knows.
 //!
 //! # How
 //!
@@ -441,10 +442,11 @@ impl ParkingLot {
             return Some(expected);
         }
         // Late: a run that outlived its expected time is expected to end halfway between
-        // now and its timeout; without a timeout, to run about as long again (run times
-        // have heavy tails: the longer a run has gone on, the longer it tends to go on).
+        // now and its timeout; without a timeout, to run as long again as it has run (run
+        // times have heavy tails: the longer a run has gone on, the longer it tends to go on).
         let Some(timeout) = timeout else {
-            return Some(now.saturating_add(run_ms));
+            let ran = now.saturating_sub(claim.started_ms);
+            return Some(now.saturating_add(ran.max(run_ms)));
         };
         let timed_out = claim.started_ms.saturating_add(timeout);
         Some(now.max(now / 2 + timed_out / 2))
