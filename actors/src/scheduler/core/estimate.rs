@@ -207,7 +207,14 @@ impl StartEstimate {
     }
 }
 
-/// `1st`, `2nd`, `3rd`, `4th`, `11th`, `21st`...
+/// A place in line in words: `1st`, `2nd`, `3rd`, `4th`, `11th`, `21st`...
+///
+/// ```
+/// use prometheus_parking_lot_actors::scheduler::core::ordinal;
+///
+/// let places: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 102].into_iter().map(ordinal).collect();
+/// assert_eq!(places, ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "102nd"]);
+/// ```
 pub fn ordinal(n: usize) -> String {
     let suffix = match (n % 10, n % 100) {
         (_, 11..=13) => "th",

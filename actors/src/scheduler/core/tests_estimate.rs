@@ -53,6 +53,28 @@ fn run_times_are_learnt_per_class_and_capped_by_the_timeout() {
 }
 
 #[test]
+fn a_timeout_is_scaled_by_the_share_of_it_the_class_uses() {
+    let mut lot = lot();
+    // Runs of 2-3 units use half their timeout.
+    for (id, timeout, ran) in [(1, 10_000, 5_000), (2, 4_000, 2_000)] {
+        lot.admit(with_timeout(normal(id, 2), timeout), 0);
+        lot.complete(id, ran).unwrap();
+    }
+    let small = ResourceCost::gpu_vram(3);
+    assert_eq!(lot.expected_run_ms(small, Some(8_000), false), Some(4_000));
+    assert_eq!(
+        lot.expected_run_ms(small, None, false),
+        Some(3_500),
+        "without a timeout, the mean run time"
+    );
+    assert_eq!(
+        lot.expected_run_ms(ResourceCost::gpu_vram(9), Some(1_000), false),
+        Some(500),
+        "another size takes its kind's share"
+    );
+}
+
+#[test]
 fn a_class_mean_forgets_old_runs() {
     let mut lot = lot();
     for id in 0..16 {
