@@ -18,6 +18,8 @@
 //! (0.9), and at 0.9 with backfill off. Under overload every task that arrives later with a
 //! higher priority goes first, which no estimate taken at parking can know.
 //!
+//! Then what an estimate costs, in wall time, with 1,000 to 100,000 tasks parked.
+//!
 //! `cargo bench -p prometheus_parking_lot_benches --bench estimate_accuracy` runs 20,000
 //! tasks per run (`ESTIMATE_TASKS` to change it); under `cargo test`, 1,000 as a smoke test.
 
@@ -222,6 +224,62 @@ fn report(scenario: &Scenario, measured: &[(Parked, u64)]) {
     }
 }
 
+/// What an estimate costs with `parked` tasks parked behind 8 running ones, in ms, the
+/// median of 5: `estimate_all`; `estimate_many` of the first page of 50 (what `inspect`
+/// pays); `estimate_admission` of a low-priority newcomer; and `misses_deadline` of the same
+/// with a deadline 5 s away (what `refuse_if_late` pays for a submission that parks).
+fn cost(parked: usize) -> [f64; 4] {
+    let limits = PoolLimits::new(CARD_GB, WORKERS).with_max_queue_depth(usize::MAX);
+    let mut lot = ParkingLot::new(limits).expect("valid limits");
+    let tasks = workload(parked + WORKERS, SEED, CARD_GB, 1.2);
+    for task in &tasks {
+        let ticket = Ticket {
+            id: task.id,
+            priority: task.priority,
+            cost: ResourceCost::gpu_vram(task.gb),
+            created_at_ms: 0,
+            deadline_ms: None,
+            tenant: 0,
+            timeout_ms: Some(task.timeout_ms),
+        };
+        lot.admit(ticket, 0);
+    }
+    let newcomer = Ticket {
+        id: u64::MAX,
+        priority: Priority::Low,
+        cost: ResourceCost::gpu_vram(20),
+        created_at_ms: 1,
+        deadline_ms: None,
+        tenant: 0,
+        timeout_ms: Some(10_000),
+    };
+    let time = |run: &dyn Fn()| {
+        let rounds: Vec<f64> = (0..5)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                run();
+                started.elapsed().as_secs_f64() * 1_000.0
+            })
+            .collect();
+        support::median(&rounds)
+    };
+    let (page, _) = lot.parked_page(0, 50);
+    [
+        time(&|| {
+            std::hint::black_box(lot.estimate_all(1));
+        }),
+        time(&|| {
+            std::hint::black_box(lot.estimate_many(&page, 1));
+        }),
+        time(&|| {
+            std::hint::black_box(lot.estimate_admission(&newcomer, 1));
+        }),
+        time(&|| {
+            std::hint::black_box(lot.misses_deadline(&newcomer, 5_001, 1));
+        }),
+    ]
+}
+
 fn main() {
     let tasks = if support::measured() {
         support::env_u64("ESTIMATE_TASKS", 20_000) as usize
@@ -239,5 +297,19 @@ fn main() {
         let workload = workload(tasks, SEED, CARD_GB, scenario.load);
         let measured = run(&workload, scenario.backfill);
         report(scenario, &measured);
+    }
+    println!("\n### What an estimate costs (wall time, median of 5)\n");
+    println!("| parked | estimate_all | estimate_many, first 50 (inspect) | estimate_admission, low priority | misses_deadline, 5 s (refuse_if_late) |");
+    println!("|---|---|---|---|---|");
+    let sizes: &[usize] = if support::measured() {
+        &[1_000, 10_000, 100_000]
+    } else {
+        &[1_000]
+    };
+    for &parked in sizes {
+        let [all, page, admission, deadline] = cost(parked);
+        println!(
+            "| {parked} | {all:.2} ms | {page:.2} ms | {admission:.2} ms | {deadline:.2} ms |"
+        );
     }
 }

@@ -381,7 +381,16 @@ proptest! {
         for &(priority, units, cpu) in &work.second {
             let cost = cost_of(units, cpu);
             let ticket = ticket(id, priority, cost, second_at);
-            before.insert(id, lot.estimate_admission(&ticket, second_at).start_ms);
+            let estimate = lot.estimate_admission(&ticket, second_at).start_ms;
+            before.insert(id, estimate);
+            // The refusal's bounded question agrees: late exactly when the estimate is
+            // after the deadline, and then no later than the estimate.
+            let deadline = second_at + work.gap_ms;
+            match (lot.misses_deadline(&ticket, deadline, second_at), estimate) {
+                (None, Some(at)) => prop_assert!(at <= deadline, "{} late at {}", id, at),
+                (Some(late), Some(at)) => prop_assert!(deadline < late && late <= at),
+                (late, None) => prop_assert_eq!(late, None),
+            }
             let (answer, also) = lot.admit(ticket, second_at).newcomer();
             costs.insert(id, cost);
             for started in admitted(answer.clone(), also, id) {
@@ -399,6 +408,10 @@ proptest! {
         for &(id, estimate) in &estimates {
             prop_assert_eq!(Some(estimate), lot.estimate_start(id, second_at));
         }
+        // A page of them, as `inspect` asks: the same answers.
+        let page: Vec<TaskId> = estimates.iter().step_by(2).map(|&(id, _)| id).collect();
+        let expected: Vec<(TaskId, StartEstimate)> = estimates.iter().step_by(2).copied().collect();
+        prop_assert_eq!(lot.estimate_many(&page, second_at), expected);
         let starts = drive(&mut lot, &mut running, &costs, second_at, None);
         for (id, estimate) in estimates {
             prop_assert_eq!(estimate.start_ms, starts.get(&id).copied(), "task {}", id);

@@ -89,14 +89,12 @@ pub(super) fn starts_in_time(
     let Some(deadline_ms) = ticket.deadline_ms.filter(|&deadline| deadline > now) else {
         return Ok(());
     };
-    match core.admission_start_ms(ticket, now) {
-        Some(estimated_start_ms) if estimated_start_ms > deadline_ms => {
-            Err(PoolError::WouldMissDeadline {
-                estimated_start_ms,
-                deadline_ms,
-            })
-        }
-        _ => Ok(()),
+    match core.misses_deadline(ticket, deadline_ms, now) {
+        Some(estimated_start_ms) => Err(PoolError::WouldMissDeadline {
+            estimated_start_ms,
+            deadline_ms,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -15,15 +15,14 @@ where
     R: Send + 'static,
 {
     /// The pool's work at `now` (see [`crate::scheduler::inspect`]): O(n) in the live
-    /// tasks, plus the estimates of the parked ones, O(n log n) (core rule 20).
+    /// tasks, plus the estimates of the page's parked ones (core rule 20), a simulation
+    /// that stops once they have all started: at most O(n log n).
     pub fn inspect(&self, offset: usize, limit: usize, now: u64) -> PoolView {
         let core = &self.tasks.core;
         let ledger = &self.tasks.ledger;
-        let estimates: std::collections::HashMap<EntryId, StartEstimate> = if limit == 0 {
-            Default::default()
-        } else {
-            core.estimate_all(now).into_iter().collect()
-        };
+        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
+        let estimates: std::collections::HashMap<EntryId, StartEstimate> =
+            core.estimate_many(&page, now).into_iter().collect();
         let view = |entry: EntryId, reason: Option<WaitReason>| -> Option<TaskView> {
             let estimate = reason.as_ref().and_then(|_| estimates.get(&entry));
             let position = estimate.map(|estimate| estimate.position);
@@ -69,7 +68,6 @@ where
             .filter_map(|entry| view(entry, None))
             .collect();
         running.sort_by_key(|task| (task.since_ms, task.id));
-        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
         let parked = page
             .into_iter()
             .filter_map(|entry| view(entry, core.why_waiting(entry)))
