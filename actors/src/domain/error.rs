@@ -116,7 +116,9 @@ pub enum PoolError {
     /// epoch. Submitting again later, or to another pool, may succeed.
     #[error("refused: the task is expected to start at {estimated_start_ms} ms (since the epoch), {} ms after its deadline of {deadline_ms} ms; submit it elsewhere, later, or with a later deadline", estimated_start_ms.saturating_sub(*deadline_ms))]
     WouldMissDeadline {
-        /// When the pool expects it would start.
+        /// When the pool expects it would start; for a task far back in a long queue, an
+        /// instant past the deadline before which it would not start (the estimate stops
+        /// looking a little after the deadline: `ParkingLot::misses_deadline`).
         estimated_start_ms: u64,
         /// The task's deadline to start by.
         deadline_ms: u64,

@@ -47,12 +47,16 @@
 //!
 //! One simulation copies the lot (O(n + r) for n parked tickets and r running claims) and
 //! replays one end, one wake-up or one tick per step, each a decision of the lot's own
-//! cost (O(log n), see the module docs of `mod.rs`): O((n + r) log n) in all.
-//! [`ParkingLot::estimate_all`] estimates every parked ticket in one simulation;
-//! [`ParkingLot::estimate_start`] and [`ParkingLot::estimate_admission`] stop it as soon as
-//! their ticket starts (a newcomer that would start at once is answered in O(1) without a
-//! copy). A simulation takes at most `4 (n + r) + 1,024` steps; past that (budgets
-//! refilling slowly under a long queue) it gives up and the estimate is unknown.
+//! cost (O(log n), see the module docs of `mod.rs`): O((n + r) log n) to the end of the
+//! queue. [`ParkingLot::estimate_all`] estimates every parked ticket in one simulation;
+//! [`ParkingLot::estimate_many`] stops once its tickets have started (a page of the
+//! best-ranked ones: early), [`ParkingLot::estimate_start`] and
+//! [`ParkingLot::estimate_admission`] once their ticket has, and
+//! [`ParkingLot::misses_deadline`] a few steps past the deadline (a newcomer that would
+//! start at once is answered in O(1) without a copy). A simulation takes at most
+//! `4 (n + r) + 1,024` steps; past that (budgets refilling slowly under a long queue) it
+//! gives up and the estimate is unknown. The copy itself, O(n), is what remains of a
+//! question that stops early.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
