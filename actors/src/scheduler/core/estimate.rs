@@ -282,13 +282,19 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Admits a newcomer to the copy (without its deadline); whether it started at once.
-    fn admit(&mut self, mut ticket: Ticket, slotless: bool, now: u64) -> bool {
+    /// Admits a newcomer to the copy (without its deadline): whether it started at once, or
+    /// `None` when the lot would refuse it (a duplicate id, too large, the queue full): it
+    /// has no start to estimate, and admission answers for it.
+    fn admit(&mut self, mut ticket: Ticket, slotless: bool, now: u64) -> Option<bool> {
         ticket.deadline_ms = None;
         let admitted = self.copy.admit_ticket(ticket, slotless, now);
         let (newcomer, started) = admitted.newcomer();
         self.started_at(&started, now);
-        newcomer == super::Newcomer::Start
+        match newcomer {
+            super::Newcomer::Start => Some(true),
+            super::Newcomer::Park => Some(false),
+            super::Newcomer::Expire | super::Newcomer::Reject(_) => None,
+        }
     }
 
     /// Tickets that started in the copy at `t` end at `t` plus their expected run time.
@@ -556,7 +562,7 @@ impl ParkingLot {
             return None;
         }
         let mut simulation = Simulation::new(self, now);
-        if simulation.admit(ticket, false, now) {
+        if simulation.admit(ticket, false, now) != Some(false) {
             return None;
         }
         let id = ticket.id;
@@ -593,8 +599,10 @@ impl ParkingLot {
             return Some(now);
         }
         let mut simulation = Simulation::new(self, now);
-        if simulation.admit(*ticket, slotless, now) {
-            return Some(now);
+        match simulation.admit(*ticket, slotless, now) {
+            Some(true) => return Some(now),
+            Some(false) => {}
+            None => return None,
         }
         let id = ticket.id;
         match simulation.run(now, None, |started, _| started == id) {

@@ -138,6 +138,32 @@ fn nothing_is_estimated_while_paused_or_behind_a_run_of_unknown_length() {
 }
 
 #[test]
+fn a_newcomer_the_lot_would_refuse_has_no_estimate() {
+    let mut lot = lot_with(
+        PoolLimits::new(10, 8)
+            .with_max_queue_depth(1)
+            .with_starvation(StarvationGuard::disabled()),
+    );
+    lot.admit(with_timeout(normal(1, 10), 1_000), 0);
+    lot.admit(with_timeout(normal(2, 10), 1_000), 0);
+    let third = with_timeout(normal(3, 10), 1_000);
+    assert_eq!(
+        lot.estimate_admission(&third, 0).start_ms,
+        None,
+        "the queue is full"
+    );
+    assert_eq!(
+        lot.misses_deadline(&third, 500, 0),
+        None,
+        "admission refuses it as QueueFull, not as late"
+    );
+    assert_eq!(
+        lot.admit(third, 0),
+        Admit::Reject(Rejection::QueueFull { max_queue_depth: 1 })
+    );
+}
+
+#[test]
 fn a_late_run_is_expected_to_end_now() {
     let mut lot = lot();
     lot.admit(with_timeout(normal(1, 8), 1_000), 0);
