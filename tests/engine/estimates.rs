@@ -170,13 +170,9 @@ async fn without_the_setting_a_late_submission_parks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_file_turns_the_refusal_on() {
-    let config = r#"{ "pools": { "llm": {
-        "worker_threads": 2,
-        "max_units": 10,
-        "default_timeout_ms": 60000,
-        "admission": { "refuse_if_late": true }
-    } } }"#;
-    let config = SchedulerConfig::from_json_str(config).expect("valid config");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/refuse_if_late.json");
+    let config = SchedulerConfig::from_path(&path).expect("valid config");
     assert!(config.pools["llm"]
         .admission
         .is_some_and(|admission| admission.refuse_if_late));
