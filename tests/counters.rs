@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use postgres_pools::{build_embedded, work};
 use prometheus_parking_lot::core::PoolStats;
-use prometheus_parking_lot::util::serde::MailboxKey;
-use prometheus_parking_lot::SchedulerConfig;
+use prometheus_parking_lot::util::serde::{MailboxKey, Priority};
+use prometheus_parking_lot::{PoolError, SchedulerConfig};
 
 /// Tasks each test submits: many more than run at once, so most park first.
 const TASKS: u64 = 30;
@@ -233,6 +233,87 @@ async fn a_task_claimed_by_another_node_counts_in_its_outcomes_not_its_submissio
         .await
         .ok();
     drop_table(&table).await;
+}
+
+/// A full queue sheds its lowest priority (core rule 21): a shed task was submitted and ends
+/// once, `Rejected`; a newcomer refused at the bound was never submitted. Submissions still
+/// equal the admitted tasks' outcomes, on a queue in memory and on a durable one.
+async fn shed_tasks_count_once(queue: serde_json::Value, label: &str) {
+    let mut config = config(queue);
+    let pool_settings = config.pools.get_mut("gpu").expect("pool gpu");
+    pool_settings.max_queue_depth = Some(3);
+    pool_settings.max_queued_units = Some(3);
+    let built = build_embedded(config).await;
+    let pool = &built.pools["gpu"];
+    let key = MailboxKey::new("acme").with_session(postgres_pools::fresh_name(label));
+    let submit = |id, priority, ms| {
+        let mut task = work(id, id, ms, &key);
+        task.meta.priority = priority;
+        pool.submit(task)
+    };
+    // Two Low tasks hold both units long enough for the rest to meet a full queue.
+    for id in 1..=2 {
+        submit(id, Priority::Low, 2_000).await.expect("accepted");
+    }
+    for id in 3..=5 {
+        submit(id, Priority::Low, 0).await.expect("parked");
+    }
+    let refused = submit(6, Priority::Low, 0).await;
+    assert_eq!(
+        refused,
+        Err(PoolError::QueueFull),
+        "{label}: nothing lower to shed"
+    );
+    for id in 7..=9 {
+        submit(id, Priority::High, 0)
+            .await
+            .expect("parked in a Low task's place");
+    }
+    assert_eq!(
+        submit(10, Priority::High, 0).await,
+        Err(PoolError::QueueFull),
+        "{label}: no Low task is left to shed"
+    );
+    for id in 3..=5 {
+        let shed = pool.retrieve_task(&key, id, Duration::from_secs(10)).await;
+        assert_eq!(
+            shed,
+            Err(PoolError::QueueFull),
+            "{label}: task {id} was shed"
+        );
+    }
+    for id in [1, 2, 7, 8, 9] {
+        let ran = pool.retrieve_task(&key, id, Duration::from_secs(10)).await;
+        assert_eq!(ran, Ok(id * 2), "{label}: task {id}");
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.submitted_tasks, 8, "{label}: {stats:?}");
+    assert_eq!(stats.completed_tasks, 5, "{label}: {stats:?}");
+    // Three shed after their admission, two refused at it.
+    assert_eq!(stats.rejected_tasks, 5, "{label}: {stats:?}");
+    assert_eq!(
+        outcomes(&stats) - 2,
+        stats.submitted_tasks,
+        "{label}: {stats:?}"
+    );
+    pool.shutdown_with_drain(Duration::from_secs(5)).await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_shed_tasks_count_once() {
+    let queue = serde_json::json!({ "type": "in_memory" });
+    shed_tasks_count_once(queue, "in_memory").await;
+}
+
+#[cfg(feature = "yaque")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaque_shed_tasks_count_once() {
+    let dir = std::env::temp_dir().join(postgres_pools::fresh_name("pl-shed-yaque"));
+    let queue = serde_json::json!({
+        "type": "yaque", "path": dir.to_string_lossy(), "stream": "shed"
+    });
+    shed_tasks_count_once(queue, "yaque").await;
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[cfg(feature = "postgres")]

@@ -27,7 +27,7 @@ use super::mailbox::MailboxSettings;
 use super::pool::WorkerPoolConfig;
 use super::upstream_forms;
 use crate::core::{
-    Admission, Budget, Capacity, Durability, FairShare, OnDuplicate, Retries, StartCap,
+    Admission, Budget, Capacity, Durability, FairShare, OnDuplicate, QueueOrder, Retries, StartCap,
     StarvationGuard,
 };
 use crate::infra::queue::QueueSettings;
@@ -116,6 +116,16 @@ pub struct PoolSettings {
     /// Parked tasks allowed before `QueueFull`. Default 1,024.
     #[serde(default)]
     pub max_queue_depth: Option<usize>,
+    /// The most units of any one kind parked at once, beside `max_queue_depth`. At either
+    /// bound a task of a higher priority takes the place of the lowest-ranked parked task of
+    /// a lower priority (which ends refused, `QueueFull`). A local queue only. Default: no
+    /// bound by units.
+    #[serde(default)]
+    pub max_queued_units: Option<u64>,
+    /// The order of parked tasks within a priority: `"fifo"` (by admission, the default) or
+    /// `"deadline"` (earliest deadline first, tasks without one last; a local queue only).
+    #[serde(default)]
+    pub order: Option<QueueOrder>,
     /// Default execution timeout, seconds (or use `default_timeout_ms`, not both).
     #[serde(default)]
     pub default_timeout_secs: Option<u64>,
@@ -395,6 +405,12 @@ impl SchedulerConfig {
         }
         if let Some(depth) = pool.max_queue_depth {
             settings = settings.with_max_queue_depth(depth);
+        }
+        if let Some(units) = pool.max_queued_units {
+            settings = settings.with_max_queued_units(Some(units));
+        }
+        if let Some(order) = pool.order {
+            settings = settings.with_order(order);
         }
         if let Some(timeout) = pool.timeout() {
             settings.timeout = Some(timeout);

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{
     Admission, Budget, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, Retries, StarvationGuard,
+    Preemption, QueueOrder, Retries, StarvationGuard,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -132,6 +132,43 @@ impl WorkerPoolConfig {
     /// Parked tasks allowed.
     pub fn with_max_queue_depth(mut self, max_queue_depth: usize) -> Self {
         self.limits = self.limits.with_max_queue_depth(max_queue_depth);
+        self
+    }
+
+    /// The order of parked tasks within a priority: by admission ([`QueueOrder::Fifo`], the
+    /// default) or earliest deadline first ([`QueueOrder::Deadline`]; tasks without a
+    /// deadline after those with one). A local queue only: a shared queue's nodes claim by
+    /// admission, and a pool on one with the deadline order is refused at start.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::QueueOrder;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_order(QueueOrder::Deadline);
+    /// assert_eq!(config.limits().order, QueueOrder::Deadline);
+    /// ```
+    pub fn with_order(mut self, order: QueueOrder) -> Self {
+        self.limits = self.limits.with_order(order);
+        self
+    }
+
+    /// The most units of any one kind that may be parked at once, beside
+    /// [`with_max_queue_depth`](Self::with_max_queue_depth) (`None`: no bound by units). At
+    /// either bound a task that must park takes the place of parked tasks of a lower
+    /// priority, which end refused (`QueueFull`); failing that, it is refused itself. A
+    /// local queue only: a pool on a shared queue with one is refused at start.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// // A GPU pool of 24 GiB whose waiting requests may not ask for more than 96 GiB.
+    /// let config = WorkerPoolConfig::new()
+    ///     .with_max_units(24_576)
+    ///     .with_max_queued_units(Some(98_304));
+    /// assert_eq!(config.limits().max_queued_units, Some(98_304));
+    /// ```
+    pub fn with_max_queued_units(mut self, max_queued_units: Option<u64>) -> Self {
+        self.limits = self.limits.with_max_queued_units(max_queued_units);
         self
     }
 

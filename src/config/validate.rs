@@ -17,6 +17,8 @@
 //! | `thread_stack_size` | 64 KiB – 1 GiB |
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
 //! | `max_queue_depth` | 1 – 100,000,000 |
+//! | `max_queued_units` | 1 – 18,446,744,073,709,551,615, only with a local queue (in_memory, yaque) |
+//! | `order` | `fifo` or `deadline`; `deadline` only with a local queue (in_memory, yaque) |
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
 //! | `starvation.max_skips` | 1 – 1,000,000 |
@@ -73,7 +75,7 @@ use crate::settings::error::ConfigError;
 use crate::settings::quote;
 use crate::settings::secret::Secret;
 use crate::util::serde::ResourceKind;
-use prometheus_parking_lot_actors::domain::MAX_PERIOD_MS;
+use prometheus_parking_lot_actors::domain::{QueueOrder, MAX_PERIOD_MS};
 use prometheus_parking_lot_actors::worker::default_worker_count;
 
 const MAX_WORKERS: usize = 1_024;
@@ -292,6 +294,25 @@ impl PoolSettings {
         }
         if let Some(depth) = self.max_queue_depth {
             in_range(path, "max_queue_depth", depth, 1, MAX_DEPTH)?;
+        }
+        if let Some(units) = self.max_queued_units {
+            in_range(path, "max_queued_units", units, 1, u64::MAX)?;
+            if queue_rules(&self.queue).is_shared() {
+                return Err(ConfigError::invalid(
+                    format!("{path}.max_queued_units"),
+                    "applies to a local queue (in_memory, yaque); a shared queue holds what \
+                     waits for every node and has no bound by units: remove the field"
+                        .to_string(),
+                ));
+            }
+        }
+        if self.order == Some(QueueOrder::Deadline) && queue_rules(&self.queue).is_shared() {
+            return Err(ConfigError::invalid(
+                format!("{path}.order"),
+                "`deadline` needs a local queue (in_memory, yaque): the nodes of a shared \
+                 queue claim by priority, then admission; use `fifo` here"
+                    .to_string(),
+            ));
         }
         self.validate_timeout(path)?;
         if let Some(starvation) = &self.starvation {

@@ -151,7 +151,7 @@ mod tests {
     use super::problem;
 
     const POOL_FIELDS: &str = "`worker_threads`, `thread_stack_size`, `max_units`, \
-        `max_queue_depth`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, \
+        `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, \
         `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `admission`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`";
 
     #[test]

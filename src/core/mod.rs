@@ -11,8 +11,8 @@ pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
     Admission, BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairShare,
-    FaultKind, OnDuplicate, PoolError, PoolLimits, Preemption, Retries, ScheduledTask, StartCap,
-    StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
+    FaultKind, OnDuplicate, PoolError, PoolLimits, Preemption, QueueOrder, Retries, ScheduledTask,
+    StartCap, StarvationGuard, TaskFailure, TaskMetadata, TaskStatus, WakeState,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
 pub use prometheus_parking_lot_actors::mailbox::{
@@ -63,7 +63,7 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 /// ```
 pub mod scheduling {
     pub use prometheus_parking_lot_actors::scheduler::core::{
-        AbsorbRefusal, Admit, Cancel, Newcomer, ParkingLot, RankKey, Rejection, StartEstimate,
-        TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
+        AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, ParkingLot, RankKey, Rejection,
+        StartEstimate, TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
     };
 }

@@ -18,8 +18,10 @@ pub(crate) const MAX_SHOWN_CHARS: usize = 64;
 
 /// Characters of a message from serde (which quotes names and values itself) kept before it
 /// is cut. The longest message serde gives about a valid document's shape, an unknown field
-/// of a pool with the list of allowed ones, is about 260 characters with a 64-character key.
-const MAX_PROBLEM_CHARS: usize = 320;
+/// of a pool with the list of allowed ones, is about 400 characters with a 64-character key
+/// (23 fields); the margin leaves room for a few more fields, whose names must not be cut
+/// off the list a user reads.
+const MAX_PROBLEM_CHARS: usize = 512;
 
 /// A value in double quotes, escaped and cut: `"a\0b"`, `"aaaa"…`.
 pub(crate) fn value(text: &str) -> String {
@@ -121,7 +123,7 @@ fn escape_char(c: char) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{name, problem, value};
+    use super::{name, problem, value, MAX_PROBLEM_CHARS};
 
     #[test]
     fn control_characters_are_escaped_and_long_text_is_cut() {
@@ -132,7 +134,10 @@ mod tests {
         assert_eq!(value(&long), format!("\"{}\"…", "é".repeat(64)));
         assert_eq!(name(&long), format!("{}…", "é".repeat(64)));
         assert_eq!(problem("unknown field `a\nb`"), r"unknown field `a\nb`");
-        assert_eq!(problem(&"x".repeat(1_000)).chars().count(), 321);
-        assert!(problem(&"\u{7}".repeat(1_000)).chars().count() < 330);
+        assert_eq!(
+            problem(&"x".repeat(1_000)).chars().count(),
+            MAX_PROBLEM_CHARS + 1
+        );
+        assert!(problem(&"\u{7}".repeat(1_000)).chars().count() < MAX_PROBLEM_CHARS + 10);
     }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::RestartPolicy;
 use prometheus_parking_lot::core::{
-    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, QueueMaintenance, ScheduledTask,
-    SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
+    Capacity, FitQuery, PoolClient, PoolError, PoolLimits, QueueMaintenance, QueueOrder,
+    ScheduledTask, SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
@@ -391,27 +391,48 @@ async fn a_node_with_claim_ahead_holds_tasks_for_its_workers_and_runs_each_once(
 async fn unworkable_shared_settings_are_refused() {
     let supervisor = spawn_supervisor().await.unwrap();
     let queue: Arc<dyn SharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
+    let limits = PoolLimits::new(1, 1);
     let cases = [
-        (SharedParking::new(queue.clone(), " "), "node name is empty"),
+        (
+            SharedParking::new(queue.clone(), " "),
+            limits,
+            "node name is empty",
+        ),
         (
             SharedParking::new(queue.clone(), "n").with_lease(Duration::from_millis(5)),
+            limits,
             "lease",
         ),
         (
             SharedParking::new(queue.clone(), "n").with_poll(Duration::ZERO),
+            limits,
             "poll",
         ),
         (
             SharedParking::new(queue.clone(), "n")
                 .with_lease(Duration::from_secs(3))
                 .with_poll(Duration::from_secs(2)),
+            limits,
             "at most a third of the lease",
         ),
+        // The nodes claim in the queue's order, by admission within a priority: a pool that
+        // asks for the deadline order (core rule 20) is refused rather than misordered.
+        (
+            SharedParking::new(queue.clone(), "n"),
+            limits.with_order(QueueOrder::Deadline),
+            "order is \"deadline\"",
+        ),
+        // Nor does it bound the shared queue by units (core rule 21).
+        (
+            SharedParking::new(queue.clone(), "n"),
+            limits.with_max_queued_units(Some(8)),
+            "max_queued_units is 8",
+        ),
     ];
-    for (shared, says) in cases {
+    for (shared, limits, says) in cases {
         let spec = PoolSpec {
             name: "refused".into(),
-            limits: PoolLimits::new(1, 1),
+            limits,
             workers: WorkerSettings {
                 count: 1,
                 stack_size: None,
@@ -479,6 +500,35 @@ async fn a_paused_node_claims_nothing_and_claims_again_once_resumed() {
         "the resumed node claimed it: {:?}",
         cluster.runs()
     );
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+}
+
+/// Resuming a drained node ends its pause only: it still claims nothing from the shared
+/// queue until it is undrained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_drained_node_does_not_make_it_claim() {
+    let cluster = Cluster::new();
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    a.pause().await.expect("paused");
+    b.pause().await.expect("paused");
+    b.drain().await.expect("drained");
+    let key = a
+        .submit(job(21, 5, Priority::Normal), SubmitOptions::default())
+        .await
+        .unwrap();
+    b.resume().await.expect("resumed");
+    // Give a wrongly claiming node time to claim and run the task.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        cluster.runs().is_empty(),
+        "the drained node ran nothing: {:?}",
+        cluster.runs()
+    );
+    b.undrain().await.expect("undrained");
+    assert_eq!(a.retrieve(&key, WAIT).await, Ok(21));
+    assert_eq!(cluster.runs(), vec![("node-b", 21)]);
     a.shutdown(WAIT).await.unwrap();
     b.shutdown(WAIT).await.unwrap();
 }

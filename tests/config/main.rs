@@ -8,4 +8,5 @@
 
 mod config_files;
 mod config_fuzz;
+mod config_order;
 mod hardening_config;

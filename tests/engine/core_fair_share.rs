@@ -118,6 +118,7 @@ impl Model {
                     Admit::Park => assert!(self.parked.insert(id)),
                     Admit::Reject(_) => assert!(units > self.cap, "task within the cap refused"),
                     Admit::Expire => panic!("no deadlines here"),
+                    Admit::ParkShedding { .. } => panic!("a queue of 10,000 is never full here"),
                 }
                 self.tickets.insert(id, ticket);
             }

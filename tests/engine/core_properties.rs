@@ -158,8 +158,27 @@ impl Model {
                     Admit::Expire => self.end(id, End::Expired),
                     Admit::Reject(_) => self.end(id, End::Rejected),
                     Admit::StartWith(_) => panic!("StartWith without a fair share"),
+                    Admit::ParkShedding {
+                        shed,
+                        started: also,
+                    } => {
+                        // Core rule 21: only parked tasks of a lower priority make room, and
+                        // each ends once, refused.
+                        for gone in shed {
+                            assert!(self.parked.remove(&gone), "shed task {gone} was not parked");
+                            assert!(
+                                self.ranks[&gone].priority() < priority,
+                                "task {gone} shed for a newcomer of no higher priority"
+                            );
+                            self.end(gone, End::Rejected);
+                        }
+                        self.parked.insert(id);
+                        self.parked_at.insert(id, self.now);
+                        started = also;
+                        self.started(&started);
+                    }
                 }
-                if let Some(&id) = started.first() {
+                if started.first() == Some(&id) {
                     assert!(self.running.insert(id));
                 }
             }

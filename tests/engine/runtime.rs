@@ -111,19 +111,36 @@ async fn queue_full_at_max_queue_depth() {
         .submit_async(blocker, gpu(1, Priority::Normal, 4))
         .await
         .unwrap();
+    let mut parked = Vec::new();
     for id in [2, 3] {
-        lab.pool
+        let key = lab
+            .pool
             .submit_async(Job::Quick, gpu(id, Priority::Normal, 1))
             .await
             .unwrap();
+        parked.push(key);
     }
+    // A newcomer of the same priority finds nothing to shed: refused.
     let refused = lab
         .pool
-        .submit_async(Job::Quick, gpu(4, Priority::Critical, 1))
+        .submit_async(Job::Quick, gpu(4, Priority::Normal, 1))
         .await;
     assert_eq!(refused, Err(PoolError::QueueFull));
     assert_eq!(lab.pool.stats().queued_tasks, 2);
+    // A Critical one takes the place of the lowest-ranked Normal task, the younger: its
+    // caller hears QueueFull (core rule 21), and the older still runs.
+    lab.pool
+        .submit_async(Job::Quick, gpu(5, Priority::Critical, 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        lab.pool.retrieve_async(&parked[1], WAIT).await,
+        Err(PoolError::QueueFull)
+    );
+    assert_eq!(lab.pool.stats().queued_tasks, 2);
+    assert_eq!(lab.pool.stats().rejected_tasks, 2);
     lab.open(1);
+    assert_eq!(lab.pool.retrieve_async(&parked[0], WAIT).await, Ok(2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -781,7 +798,16 @@ async fn a_durable_queue_keeps_parked_tasks_at_shutdown_and_the_next_pool_runs_t
     // A new pool on the same queue indexes the kept tasks and runs them in rank order.
     let second = start("durable-b");
     eventually("kept tasks ran", || second.stats().completed_tasks == 3).await;
-    assert_eq!(stored.counts().await.unwrap(), QueueCounts::default());
+    // The queue forgets a task on its own time after the task ends: wait for it, bounded.
+    let mut counts = stored.counts().await.unwrap();
+    for _ in 0..500 {
+        if counts == QueueCounts::default() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        counts = stored.counts().await.unwrap();
+    }
+    assert_eq!(counts, QueueCounts::default());
     second
         .shutdown_with_drain(Duration::from_secs(1))
         .await

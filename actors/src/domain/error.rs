@@ -21,8 +21,10 @@ use super::{BackendError, ResourceKind, TaskId};
 /// form: `"QueueFull"`, `{"InvalidConfig": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum PoolError {
-    /// The parking lot holds `max_queue_depth` tasks already.
-    #[error("queue full: the pool's parking lot is at its max_queue_depth")]
+    /// The parking lot holds `max_queue_depth` tasks already (or `max_queued_units` units of
+    /// the task's kind) and none of lower priority could make room; or the task was parked
+    /// and a newcomer of higher priority took its place (it was shed, core rule 21).
+    #[error("queue full: the pool's parking lot is at its max_queue_depth or max_queued_units")]
     QueueFull,
     /// The task costs more than the pool could ever give it, of the kind it asked for.
     ///

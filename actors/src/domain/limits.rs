@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Budget, Budgets, PoolError, ResourceKind};
+use super::order::validate_max_queued_units;
+use super::{Budget, Budgets, PoolError, QueueOrder, ResourceKind};
 
 /// Units available per resource kind. Each kind is a separate budget.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -182,6 +183,17 @@ pub struct PoolLimits {
     /// `None`: a failure is final.
     #[serde(default)]
     pub retry: Option<Retries>,
+    /// The order of parked tasks within a priority (core rule 20): by admission (the
+    /// default) or earliest deadline first (see [`QueueOrder`]).
+    #[serde(default)]
+    pub order: QueueOrder,
+    /// The most units of any one kind that may be parked at once (core rule 21), beside
+    /// `max_queue_depth`; `None`: no bound by units. At either bound a newcomer that must
+    /// park takes the place of parked tasks of lower priority, lowest-ranked first, which
+    /// end refused (`QueueFull`); failing that it is refused itself. Not with a shared
+    /// queue, which holds what waits for every node.
+    #[serde(default)]
+    pub max_queued_units: Option<u64>,
     /// What admission refuses besides what can never run (see [`Admission`]). Default:
     /// nothing more.
     #[serde(default)]
@@ -189,7 +201,7 @@ pub struct PoolLimits {
 }
 
 /// Opt-in refusals at admission, decided on the pool's estimate of when a task would start
-/// (the core's rule 20, `PARKING_LOT.md`, "When will it start").
+/// (the core's rule 22, `PARKING_LOT.md`, "When will it start").
 ///
 /// With `refuse_if_late`, a submission with a deadline whose estimated start is after that
 /// deadline is refused at once with [`PoolError::WouldMissDeadline`], which carries the
@@ -367,6 +379,8 @@ impl PoolLimits {
             budgets: Budgets::none(),
             on_duplicate: OnDuplicate::Refuse,
             retry: None,
+            order: QueueOrder::Fifo,
+            max_queued_units: None,
             admission: Admission::default(),
         }
     }
@@ -428,6 +442,27 @@ impl PoolLimits {
         self
     }
 
+    /// The same limits with another order of parked tasks within a priority (core rule 20).
+    pub fn with_order(mut self, order: QueueOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// The same limits with a bound on the parked units of each kind (`None`: no bound by
+    /// units; core rule 21).
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::PoolLimits;
+    /// let limits = PoolLimits::new(24_000, 4).with_max_queued_units(Some(96_000));
+    /// assert!(limits.validate().is_ok());
+    /// let error = limits.with_max_queued_units(Some(0)).validate().unwrap_err();
+    /// assert!(error.to_string().contains("max_queued_units"), "{error}");
+    /// ```
+    pub fn with_max_queued_units(mut self, max_queued_units: Option<u64>) -> Self {
+        self.max_queued_units = max_queued_units;
+        self
+    }
+
     /// The same limits with other admission refusals (see [`Admission`]).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = admission;
@@ -471,6 +506,7 @@ impl PoolLimits {
             preemption.validate()?;
         }
         self.budgets.validate()?;
+        validate_max_queued_units(self.max_queued_units)?;
         if let Some(retry) = &self.retry {
             retry.validate()?;
         }

@@ -8,6 +8,7 @@ mod durability;
 mod error;
 mod limits;
 mod mailbox_key;
+mod order;
 mod resource;
 mod status;
 mod task;
@@ -20,6 +21,7 @@ pub use limits::{
     Admission, Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
 };
 pub use mailbox_key::{MailboxKey, TenantId};
+pub use order::QueueOrder;
 pub use resource::{ResourceCost, ResourceKind};
 pub use status::{TaskStatus, WakeState};
 pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};

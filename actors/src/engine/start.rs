@@ -10,7 +10,9 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 
 use super::client::{ClientParts, PoolClient};
-use crate::domain::{BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits};
+use crate::domain::{
+    BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits, QueueOrder,
+};
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
@@ -127,6 +129,26 @@ impl<P, R, E> PoolSpec<P, R, E> {
         self.limits.worker_slots = self.workers.count;
         if let Some(shared) = &self.shared {
             shared.validate()?;
+            if self.limits.order == QueueOrder::Deadline {
+                // The nodes claim from the shared queue in its own order (priority, then
+                // admission), which the queue keeps in its index; a node's core only sees
+                // what it claimed, so it could not put the earliest deadline first.
+                return Err(PoolError::InvalidConfig(format!(
+                    "order is \"{}\"; a shared queue's nodes claim by priority, then \
+                     admission: use \"fifo\" with a shared queue, or a local queue (in_memory, \
+                     yaque) for the deadline order",
+                    self.limits.order.name()
+                )));
+            }
+            if let Some(units) = self.limits.max_queued_units {
+                // What waits is in the shared queue, which no node's core bounds; a node
+                // parks only what it claimed while the claim was in flight.
+                return Err(PoolError::InvalidConfig(format!(
+                    "max_queued_units is {units}; a shared queue holds what waits for every \
+                     node and has no bound by units: leave max_queued_units out, or use a \
+                     local queue (in_memory, yaque)"
+                )));
+            }
             if let Durability::Parked { spin } = self.durability {
                 if !spin.is_zero() {
                     return Err(PoolError::InvalidConfig(format!(

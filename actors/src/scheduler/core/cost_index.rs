@@ -4,22 +4,25 @@
 //! # Shape
 //!
 //! A sparse binary trie over the 32 bits of a task's cost (a segment tree whose nodes exist
-//! only where some parked task's cost lies). Every node stores the best [`RankKey`] in its
-//! subtree. The leaf for one cost value holds the ordered set of all parked tasks with that
-//! cost.
+//! only where some parked task's cost lies). Every node stores the best and the worst
+//! [`RankKey`] in its subtree. The leaf for one cost value holds the ordered set of all
+//! parked tasks with that cost.
 //!
-//! - `insert` walks 32 levels down, creating missing nodes and lowering each node's best.
+//! - `insert` walks 32 levels down, creating missing nodes, lowering each node's best and
+//!   raising its worst.
 //! - `remove` walks down, removes the key from its leaf, then walks back up recomputing the
-//!   bests that named the removed key, freeing nodes whose subtree emptied (so memory follows
-//!   the distinct costs parked now, not every cost ever seen).
+//!   bests and worsts that named the removed key, freeing nodes whose subtree emptied (so
+//!   memory follows the distinct costs parked now, not every cost ever seen).
 //! - `best_within(free)` walks the path of `free`: wherever the path turns right, the whole
 //!   left subtree costs less than `free`, so its best is a candidate; the leaf of `free`
 //!   itself is the last candidate. 32 steps, no scan of tasks or costs.
+//! - `worst()` is the root's worst: the lowest-ranked task of any cost, which a full
+//!   parking lot sheds first (rule 21). The worsts cost a node's size, not a task's.
 //!
 //! # Invariants
 //!
-//! - `node.best` is the minimum key of the node's subtree, `None` only for the root of an
-//!   empty index.
+//! - `node.best` is the minimum key of the node's subtree and `node.worst` its maximum,
+//!   `None` only for the root of an empty index.
 //! - A non-root node exists only while its subtree holds a key.
 //! - `len` is the number of keys held.
 
@@ -34,6 +37,7 @@ const ROOT: usize = 0;
 #[derive(Debug, Clone, Copy)]
 struct Node {
     best: Option<RankKey>,
+    worst: Option<RankKey>,
     /// Children for inner nodes; for a leaf (depth 32), `children[0]` indexes `leaves`.
     children: [u32; 2],
 }
@@ -41,6 +45,7 @@ struct Node {
 impl Node {
     const EMPTY: Node = Node {
         best: None,
+        worst: None,
         children: [NIL, NIL],
     };
 }
@@ -88,11 +93,16 @@ impl CostIndex {
         self.nodes[ROOT].best
     }
 
+    /// The worst (lowest-ranked) key of any cost.
+    pub fn worst(&self) -> Option<RankKey> {
+        self.nodes[ROOT].worst
+    }
+
     /// Adds `key` at `cost`. Keys are unique (they carry the task id).
     pub fn insert(&mut self, cost: u32, key: RankKey) {
         let mut node = ROOT;
         for depth in 0..DEPTH {
-            self.lower_best(node, key);
+            self.widen(node, key);
             let bit = bit_at(cost, depth);
             node = match self.nodes[node].children[bit] {
                 NIL => {
@@ -103,7 +113,7 @@ impl CostIndex {
                 child => child as usize,
             };
         }
-        self.lower_best(node, key);
+        self.widen(node, key);
         let leaf = match self.nodes[node].children[0] {
             NIL => {
                 let leaf = self.alloc_leaf();
@@ -231,16 +241,20 @@ impl CostIndex {
         Some(from)
     }
 
-    fn lower_best(&mut self, node: usize, key: RankKey) {
-        let best = &mut self.nodes[node].best;
-        if best.is_none_or(|current| key < current) {
-            *best = Some(key);
+    /// Lowers `node`'s best and raises its worst to take in `key`.
+    fn widen(&mut self, node: usize, key: RankKey) {
+        let node = &mut self.nodes[node];
+        if node.best.is_none_or(|current| key < current) {
+            node.best = Some(key);
+        }
+        if node.worst.is_none_or(|current| key > current) {
+            node.worst = Some(key);
         }
     }
 
-    /// Walks from the leaf back to the root, recomputing bests that were `key` and freeing
-    /// emptied nodes. Stops early once a node's best was not the removed key and no child was
-    /// freed below it: nothing above can change then.
+    /// Walks from the leaf back to the root, recomputing bests and worsts that were `key`
+    /// and freeing emptied nodes. Stops early once a node's best and worst were not the
+    /// removed key and no child was freed below it: nothing above can change then.
     fn repair_after_remove(&mut self, path: &[usize; DEPTH + 1], cost: u32, key: RankKey) {
         let leaf_node = path[DEPTH];
         let leaf = self.nodes[leaf_node].children[0] as usize;
@@ -250,18 +264,22 @@ impl CostIndex {
             self.nodes[leaf_node].children[0] = NIL;
         }
         self.nodes[leaf_node].best = self.leaves_best(leaf_node);
+        self.nodes[leaf_node].worst = self.leaves_worst(leaf_node);
         for depth in (0..DEPTH).rev() {
             let node = path[depth];
             let child = path[depth + 1];
             if emptied {
                 self.free_node(child);
                 self.nodes[node].children[bit_at(cost, depth)] = NIL;
-            } else if self.nodes[node].best != Some(key) {
+            } else if self.nodes[node].best != Some(key) && self.nodes[node].worst != Some(key) {
                 return;
             }
             let [left, right] = self.nodes[node].children;
-            let best = min_key(self.best_of(left), self.best_of(right));
+            let (left, right) = (self.node_at(left), self.node_at(right));
+            let best = min_key(left.and_then(|n| n.best), right.and_then(|n| n.best));
+            let worst = max_key(left.and_then(|n| n.worst), right.and_then(|n| n.worst));
             self.nodes[node].best = best;
+            self.nodes[node].worst = worst;
             emptied = best.is_none();
         }
     }
@@ -273,10 +291,17 @@ impl CostIndex {
         }
     }
 
-    fn best_of(&self, node: u32) -> Option<RankKey> {
+    fn leaves_worst(&self, leaf_node: usize) -> Option<RankKey> {
+        match self.nodes[leaf_node].children[0] {
+            NIL => None,
+            leaf => self.leaves[leaf as usize].last().copied(),
+        }
+    }
+
+    fn node_at(&self, node: u32) -> Option<Node> {
         match node {
             NIL => None,
-            node => self.nodes[node as usize].best,
+            node => Some(self.nodes[node as usize]),
         }
     }
 
@@ -316,6 +341,10 @@ fn min_key(a: Option<RankKey>, b: Option<RankKey>) -> Option<RankKey> {
         (a, None) => a,
         (None, b) => b,
     }
+}
+
+fn max_key(a: Option<RankKey>, b: Option<RankKey>) -> Option<RankKey> {
+    a.max(b)
 }
 
 #[cfg(test)]
@@ -395,6 +424,7 @@ mod tests {
                 .map(|(_, k)| *k)
                 .min();
             assert_eq!(index.best_within(bound), expected);
+            assert_eq!(index.worst(), all.iter().map(|&(_, k)| k).max());
             let largest = all
                 .iter()
                 .filter(|(c, _)| *c <= bound)

@@ -15,6 +15,15 @@ pub enum Admit {
     StartWith(Vec<TaskId>),
     /// It waits in the parking lot.
     Park,
+    /// It waits in the parking lot in the place of parked tasks of lower priority, which
+    /// leave it refused (rule 21): each ends `Rejected` with `QueueFull`, never silently.
+    /// Their leaving may unblock parked tasks, which start now.
+    ParkShedding {
+        /// The parked tasks shed, lowest-ranked first.
+        shed: Vec<TaskId>,
+        /// Parked tasks to start now, in this order.
+        started: Vec<TaskId>,
+    },
     /// Its deadline has passed already; it ends `Expired` without running.
     Expire,
     /// It is refused; it ends `Rejected`.
@@ -23,26 +32,60 @@ pub enum Admit {
 
 impl Admit {
     /// Splits [`Admit::StartWith`] into [`Admit::Start`] and the parked tasks that start with
-    /// it; any other answer comes back with no tasks.
+    /// it, and the started tasks of [`Admit::ParkShedding`] off it (which keeps its shed
+    /// tasks); any other answer comes back with no tasks.
     pub fn split_started(self) -> (Admit, Vec<TaskId>) {
         match self {
             Admit::StartWith(started) => (Admit::Start, started),
+            Admit::ParkShedding { shed, started } => (
+                Admit::ParkShedding {
+                    shed,
+                    started: Vec::new(),
+                },
+                started,
+            ),
             other => (other, Vec::new()),
         }
     }
 
-    /// What happens to the newcomer, with the parked tasks that start with it (see
-    /// [`Admit::StartWith`]): the same answer as [`split_started`](Self::split_started), in a
-    /// type that has no `StartWith` left to handle.
-    pub fn newcomer(self) -> (Newcomer, Vec<TaskId>) {
-        match self {
-            Admit::Start => (Newcomer::Start, Vec::new()),
-            Admit::StartWith(started) => (Newcomer::Start, started),
-            Admit::Park => (Newcomer::Park, Vec::new()),
-            Admit::Expire => (Newcomer::Expire, Vec::new()),
-            Admit::Reject(rejection) => (Newcomer::Reject(rejection), Vec::new()),
+    /// The answer taken apart: what happens to the newcomer, the parked tasks that start
+    /// with it (see [`Admit::StartWith`]) and the parked tasks shed to make room for it (see
+    /// [`Admit::ParkShedding`]), in a type that has no compound answer left to handle.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::scheduler::core::{Admit, AdmitParts, Newcomer};
+    ///
+    /// let parts = Admit::ParkShedding { shed: vec![7], started: vec![] }.newcomer();
+    /// assert_eq!(parts, AdmitParts { newcomer: Newcomer::Park, started: vec![], shed: vec![7] });
+    /// assert_eq!(Admit::StartWith(vec![3]).newcomer().started, vec![3]);
+    /// ```
+    pub fn newcomer(self) -> AdmitParts {
+        let (newcomer, started, shed) = match self {
+            Admit::Start => (Newcomer::Start, Vec::new(), Vec::new()),
+            Admit::StartWith(started) => (Newcomer::Start, started, Vec::new()),
+            Admit::Park => (Newcomer::Park, Vec::new(), Vec::new()),
+            Admit::ParkShedding { shed, started } => (Newcomer::Park, started, shed),
+            Admit::Expire => (Newcomer::Expire, Vec::new(), Vec::new()),
+            Admit::Reject(rejection) => (Newcomer::Reject(rejection), Vec::new(), Vec::new()),
+        };
+        AdmitParts {
+            newcomer,
+            started,
+            shed,
         }
     }
+}
+
+/// An [`Admit`] taken apart (see [`Admit::newcomer`]): the driver ends the shed tasks
+/// refused, carries out the newcomer's answer and starts the started tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitParts {
+    /// What happens to the newcomer itself.
+    pub newcomer: Newcomer,
+    /// Parked tasks that start now, in this order.
+    pub started: Vec<TaskId>,
+    /// Parked tasks shed to make room for the newcomer; each ends refused (`QueueFull`).
+    pub shed: Vec<TaskId>,
 }
 
 /// What admission does with the newcomer itself (see [`Admit::newcomer`]).
@@ -82,11 +125,27 @@ pub enum Rejection {
         /// The fair share's cap per tenant of that kind.
         max_per_tenant: u32,
     },
-    /// The parking lot is full.
+    /// The parking lot is full, and no parked task of lower priority could make room.
     #[error("the parking lot holds its maximum of {max_queue_depth} tasks")]
     QueueFull {
         /// The configured bound.
         max_queue_depth: usize,
+    },
+    /// The parked units of the task's kind would pass `max_queued_units`, and parked tasks
+    /// of lower priority could not make room (rule 21).
+    #[error(
+        "the parking lot holds {queued} units of {kind:?}; the task's {needed} would pass \
+         its max_queued_units of {max_queued_units}"
+    )]
+    QueueUnitsFull {
+        /// The task's kind.
+        kind: ResourceKind,
+        /// Units of that kind parked now.
+        queued: u64,
+        /// Units the task asks for.
+        needed: u32,
+        /// The configured bound.
+        max_queued_units: u64,
     },
     /// A live task (parked or running) has this id already.
     #[error("a live task with id {0} exists already")]
@@ -114,7 +173,7 @@ impl From<Rejection> for PoolError {
                 available: max_per_tenant as usize,
                 kind,
             },
-            Rejection::QueueFull { .. } => PoolError::QueueFull,
+            Rejection::QueueFull { .. } | Rejection::QueueUnitsFull { .. } => PoolError::QueueFull,
             Rejection::DuplicateId(id) => PoolError::DuplicateTask(id),
         }
     }

@@ -1,4 +1,4 @@
-//! Rule 20: when a parked ticket is expected to start, and its place in line.
+//! Rule 22: when a parked ticket is expected to start, and its place in line.
 //!
 //! # What it uses
 //!
@@ -282,13 +282,19 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Admits a newcomer to the copy (without its deadline): whether it started at once, or
+    /// Admits a newcomer to the copy (its deadline expires nothing there): whether it started at once, or
     /// `None` when the lot would refuse it (a duplicate id, too large, the queue full): it
     /// has no start to estimate, and admission answers for it.
-    fn admit(&mut self, mut ticket: Ticket, slotless: bool, now: u64) -> Option<bool> {
-        ticket.deadline_ms = None;
-        let admitted = self.copy.admit_ticket(ticket, slotless, now);
-        let (newcomer, started) = admitted.newcomer();
+    fn admit(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Option<bool> {
+        // As `admit` does: a newcomer at a bound of the queue sheds tasks below it (rule 21).
+        let admitted = self.copy.admit_ticket(ticket, slotless, true, now);
+        // Its deadline ranks it (under the deadline order) but does not expire it here.
+        if let Some(deadline) = ticket.deadline_ms {
+            self.copy.by_deadline.remove(&(deadline, ticket.id));
+        }
+        let super::AdmitParts {
+            newcomer, started, ..
+        } = admitted.newcomer();
         self.started_at(&started, now);
         match newcomer {
             super::Newcomer::Start => Some(true),
@@ -422,7 +428,7 @@ impl ParkingLot {
     }
 
     /// Where parked (or sleeping) ticket `id` stands at `now`: its place in line among the
-    /// parked tickets of its kind and when it is expected to start (rule 20; the module
+    /// parked tickets of its kind and when it is expected to start (rule 22; the module
     /// docs of `estimate.rs` and `PARKING_LOT.md` say how, and when it is wrong). `None`
     /// when the lot does not hold it parked. O((n + r) log n), stopping at its start.
     ///
@@ -466,8 +472,7 @@ impl ParkingLot {
             return Some((parked.rank(id), parked.kind));
         }
         let (_, ticket) = self.sleepers.get(&id)?;
-        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
-        Some((rank, ticket.cost.kind))
+        Some((self.rank_of(ticket), ticket.cost.kind))
     }
 
     /// When running `claim` is expected to end, as of `now` (see the module docs): `None`
@@ -496,7 +501,7 @@ impl ParkingLot {
         Some(now.max(now / 2 + timed_out / 2))
     }
 
-    /// Where a newcomer would stand if it were admitted at `now` (rule 20): its place in
+    /// Where a newcomer would stand if it were admitted at `now` (rule 22): its place in
     /// line and when it would start (`now` when it would start at once). The lot is not
     /// changed. Admission's refusal of a ticket that would miss its deadline reads this
     /// (`"admission": {"refuse_if_late": true}`).
@@ -521,7 +526,7 @@ impl ParkingLot {
     /// ```
     pub fn estimate_admission(&self, ticket: &Ticket, now: u64) -> StartEstimate {
         let ticket = self.at_least_a_unit(*ticket);
-        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, ticket.id);
+        let rank = self.rank_of(&ticket);
         StartEstimate {
             position: self.position_of(rank, ticket.cost.kind),
             start_ms: self.newcomer_start(&ticket, false, now),
@@ -581,7 +586,7 @@ impl ParkingLot {
     /// Whether `ticket`, a newcomer, would start at once, as far as an O(1) look tells
     /// (without a fair share, whose order needs the tenants' books).
     fn starts_at_once(&self, ticket: &Ticket, slotless: bool) -> bool {
-        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, ticket.id);
+        let rank = self.rank_of(&ticket);
         let reserved_ahead = self
             .starving
             .first()
@@ -612,7 +617,7 @@ impl ParkingLot {
     }
 
     /// Every parked (and sleeping) ticket's place in line and expected start at `now`, in
-    /// one simulation (rule 20): O((n + r) log n). In rank order, sleepers after the
+    /// one simulation (rule 22): O((n + r) log n). In rank order, sleepers after the
     /// parked tickets.
     ///
     /// ```
@@ -643,12 +648,11 @@ impl ParkingLot {
             .parked
             .iter()
             .map(|(&id, parked)| (parked.rank(id), false))
-            .chain(self.sleepers.iter().map(|(&id, (_, ticket))| {
-                (
-                    RankKey::new(ticket.priority, ticket.created_at_ms, id),
-                    true,
-                )
-            }))
+            .chain(
+                self.sleepers
+                    .values()
+                    .map(|(_, ticket)| (self.rank_of(ticket), true)),
+            )
             .collect();
         // Parked tickets first, then sleepers, each in rank order.
         ids.sort_unstable_by_key(|&(rank, sleeping)| (sleeping, rank));
@@ -656,7 +660,7 @@ impl ParkingLot {
         self.estimate_many(&ids, now)
     }
 
-    /// The estimates (rule 20) of the parked (or sleeping) tickets among `ids`, in their
+    /// The estimates (rule 22) of the parked (or sleeping) tickets among `ids`, in their
     /// order, at `now`: one simulation, which stops once they have all started (an
     /// operator's page of the best-ranked tickets is done long before the queue is). Ids
     /// the lot does not hold parked are left out. O((n + r) log n) at most.

@@ -16,8 +16,8 @@
 //!
 //! # Rank
 //!
-//! Parked tasks are ordered by [`RankKey`]: priority (highest first), then `created_at_ms`
-//! (oldest first), then id.
+//! Parked tasks are ordered by [`RankKey`]: priority (highest first), then (under the
+//! deadline order, rule 20) the deadline, then `created_at_ms` (oldest first), then id.
 //!
 //! # Rules
 //!
@@ -135,7 +135,21 @@
 //!     any other event ([`ParkingLot::reclaim`]), so every decision sees the true free
 //!     units; a fast-path holder becomes a running permit of its own when a decision must
 //!     see it ([`ParkingLot::adopt`], [`ParkingLot::settle`]).
-//! 20. **Estimates** (see `estimate.rs`). The lot learns each cost class's run time as
+//! 20. **Deadline order** (when the limits ask for it, see `order.rs`). Within a priority,
+//!     parked tickets rank by deadline, earliest first, those without one after every
+//!     deadline, and by `created_at_ms` then id among equals; with the fifo order (the
+//!     default) the deadline takes no part and the rank is exactly the one above. Every rule
+//!     that reads the rank reads this one (skip-ahead, the reservation, backfill, the fair
+//!     order's last key, reasons); the starvation guard still ages by time parked.
+//! 21. **Shedding** (see `shedding.rs`). The parking lot is bounded by `max_queue_depth`
+//!     tickets and, when the limits set `max_queued_units`, by that many parked units of
+//!     each kind. A newcomer that must park past a bound takes the place of parked tickets of
+//!     a strictly lower priority: of its own kind, lowest-ranked first, until its units fit;
+//!     then, if the depth is still reached, the lowest-ranked of any kind. They are *shed*
+//!     ([`Admit::ParkShedding`]: each ends refused, `QueueFull`), and what their leaving
+//!     unblocks starts. When the tickets of lower priority cannot make room, nothing is shed
+//!     and the newcomer is refused (`QueueFull`, `QueueUnitsFull`).
+//! 22. **Estimates** (see `estimate.rs`). The lot learns each cost class's run time as
 //!     claims end, and says where a parked ticket stands: its place among the parked
 //!     tickets of its kind and when it is expected to start, by a simulation of the rules
 //!     above from the running claims' expected ends ([`ParkingLot::estimate_start`],
@@ -156,6 +170,11 @@
 //!   the parked tasks.
 //! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
 //!   of it, or the lot is paused.
+//! - At most `max_queue_depth` tickets and `max_queued_units` units of any kind are parked
+//!   (sleepers not counted), plus the tickets that came back past a bound (restored, or
+//!   awake after their sleep: they were admitted once and are never lost); the shedding
+//!   sums are the parked tickets' units and counts, and each cost index's worst is its
+//!   lowest-ranked ticket.
 //!
 //! # Cost
 //!
@@ -175,9 +194,11 @@ mod decision;
 mod estimate;
 mod fair_share;
 mod lanes;
+mod order;
 mod permits;
 mod rank;
 mod reasons;
+mod shedding;
 
 use std::collections::BTreeSet;
 
@@ -185,11 +206,14 @@ use backfill::TimeoutIndex;
 pub use budget::TokenBucket;
 #[doc(hidden)]
 pub use cost_index::CostIndex;
-pub use decision::{AbsorbRefusal, Admit, Cancel, Newcomer, Rejection, Tick, UnknownTask};
+pub use decision::{
+    AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, Rejection, Tick, UnknownTask,
+};
 pub use estimate::{ordinal, StartEstimate};
 use fair_share::TenantBook;
 pub use rank::RankKey;
 pub use reasons::WaitReason;
+use shedding::QueueBook;
 
 use crate::domain::{
     PoolError, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata, WakeState,
@@ -271,11 +295,13 @@ struct Parked {
     kind: ResourceKind,
     /// A capacity permit (rule 14): started, it holds units but no worker slot.
     slotless: bool,
+    /// It ranks by its deadline (rule 20).
+    by_deadline: bool,
 }
 
 impl Parked {
     fn rank(&self, id: TaskId) -> RankKey {
-        RankKey::new(self.priority, self.created_at_ms, id)
+        RankKey::by_deadline(self.priority, self.due(), self.created_at_ms, id)
     }
 
     fn timeout(&self) -> Option<u64> {
@@ -341,9 +367,9 @@ struct Claim {
     overdue_at: Option<u64>,
     /// Its start plus its execution timeout, when it has one (rule 13).
     ends_by: Option<u64>,
-    /// When it started, by the lot's clock: its run time is learnt when it ends (rule 20).
+    /// When it started, by the lot's clock: its run time is learnt when it ends (rule 22).
     started_ms: u64,
-    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT` (rule 20).
+    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT` (rule 22).
     timeout_ms: u32,
     /// The units it declared (a kind with a budget holds none of them): its cost class.
     declared: u32,
@@ -413,7 +439,9 @@ pub struct ParkingLot {
     sleepers: FastMap<TaskId, (u64, Ticket)>,
     /// Paused (rule 18): nothing starts; admissions park.
     paused: bool,
-    /// The run times seen per cost class, for the estimates of rule 20.
+    /// The parked tickets' units and counts by kind and priority, for the bounds (rule 21).
+    queue: QueueBook,
+    /// The run times seen per cost class, for the estimates of rule 22.
     run_times: estimate::RunTimes,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
@@ -455,6 +483,7 @@ impl ParkingLot {
             sleeping: BTreeSet::new(),
             sleepers: FastMap::default(),
             paused: false,
+            queue: QueueBook::default(),
             run_times: estimate::RunTimes::default(),
             starts: 0,
             clock: 0,
@@ -763,7 +792,7 @@ impl ParkingLot {
 
     /// Admits a task at time `now`: start it, park it, expire it or reject it.
     pub fn admit(&mut self, ticket: Ticket, now: u64) -> Admit {
-        self.admit_ticket(ticket, false, now)
+        self.admit_ticket(ticket, false, true, now)
     }
 
     /// Under a start cap (rule 15) a start is never free: a ticket of no units of that kind
@@ -813,8 +842,9 @@ impl ParkingLot {
         None
     }
 
-    /// Admits a task, or a permit (`slotless`, rule 14).
-    fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, now: u64) -> Admit {
+    /// Admits a task, or a permit (`slotless`, rule 14); one that must park past a bound
+    /// sheds tickets of lower priority if `sheds` (rule 21), else it is refused.
+    fn admit_ticket(&mut self, ticket: Ticket, slotless: bool, sheds: bool, now: u64) -> Admit {
         if let Some(refused) = self.screen(&ticket, now) {
             return refused;
         }
@@ -825,7 +855,7 @@ impl ParkingLot {
             budgets.refill(now);
         }
         self.promote_aged(now);
-        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, id);
+        let rank = self.rank_of(&ticket);
         let request = Request {
             id,
             cost,
@@ -850,13 +880,7 @@ impl ParkingLot {
                 Admit::StartWith(started)
             };
         }
-        if self.parked.len() >= self.limits.max_queue_depth {
-            return Admit::Reject(Rejection::QueueFull {
-                max_queue_depth: self.limits.max_queue_depth,
-            });
-        }
-        self.park(ticket, slotless, now);
-        Admit::Park
+        self.park_or_shed(ticket, slotless, sheds, now)
     }
 
     /// Releases a running task's capacity (it finished, failed, panicked, timed out or was
@@ -1010,7 +1034,7 @@ impl ParkingLot {
         if self.is_live(id) {
             return Err(Rejection::DuplicateId(id));
         }
-        self.park(self.at_least_a_unit(ticket), false, now);
+        self.park_returned(self.at_least_a_unit(ticket), now);
         Ok(())
     }
 
@@ -1107,7 +1131,7 @@ impl ParkingLot {
             }
             self.sleeping.pop_first();
             if let Some((_, ticket)) = self.sleepers.remove(&id) {
-                self.park(ticket, false, now);
+                self.park_returned(ticket, now);
             }
         }
     }
@@ -1129,6 +1153,7 @@ impl ParkingLot {
         self.by_deadline.clear();
         self.by_park_time.clear();
         self.starving.clear();
+        self.queue = QueueBook::default();
         if let Some(book) = &mut self.tenants {
             book.clear_parked();
         }
@@ -1173,9 +1198,7 @@ impl ParkingLot {
                 self.parked.len()
             ));
         }
-        if self.parked.len() > self.limits.max_queue_depth {
-            return Err(format!("{} parked past the queue depth", self.parked.len()));
-        }
+        self.check_queue_bounds()?;
         if self
             .starving
             .iter()
@@ -1683,8 +1706,10 @@ impl ParkingLot {
             priority: ticket.priority,
             kind: ticket.cost.kind,
             slotless,
+            by_deadline: self.orders_by_deadline(),
         };
         let rank = parked.rank(ticket.id);
+        self.queue.park(parked.kind, parked.units, rank);
         self.index_mut(parked.kind, slotless)
             .insert(parked.units, rank);
         if let Some(deadline) = parked.deadline_ms {
@@ -1707,6 +1732,7 @@ impl ParkingLot {
     fn remove_parked(&mut self, id: TaskId) -> Option<(Parked, TenantKey)> {
         let parked = self.parked.remove(&id)?;
         let rank = parked.rank(id);
+        self.queue.unpark(parked.kind, parked.units, rank);
         self.index_mut(parked.kind, parked.slotless)
             .remove(parked.units, rank);
         if let Some(deadline) = parked.deadline_ms {
@@ -1799,8 +1825,12 @@ mod tests_budget;
 #[cfg(test)]
 mod tests_estimate;
 #[cfg(test)]
+mod tests_order;
+#[cfg(test)]
 mod tests_permits;
 #[cfg(test)]
 mod tests_reasons;
 #[cfg(test)]
 mod tests_share;
+#[cfg(test)]
+mod tests_shedding;

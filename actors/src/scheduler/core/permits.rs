@@ -38,7 +38,7 @@ impl ParkingLot {
     /// assert_eq!(lot.units_of(2), Some(2));
     /// ```
     pub fn admit_permit(&mut self, ticket: Ticket, now: u64) -> Admit {
-        self.admit_ticket(ticket, true, now)
+        self.admit_ticket(ticket, true, true, now)
     }
 
     /// Running ticket `id` takes `extra` more units of its kind at once, if they fit now (the

@@ -4,25 +4,65 @@ use std::cmp::Reverse;
 
 use crate::domain::{Priority, TaskId};
 
-/// A parked task's place in line: higher priority first, then older, then smaller id.
+/// A parked task's place in line: higher priority first, then (under the deadline order,
+/// rule 20) earlier deadline, then older, then smaller id.
 ///
 /// Smaller compares better, so the best-ranked task of a set is its minimum. The id makes
 /// every key unique, which lets ordered sets hold keys without a separate tiebreak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RankKey {
     urgency: Reverse<Priority>,
+    /// The deadline under the deadline order, `NO_DUE` without one and under the fifo
+    /// order: one constant compares equal everywhere, so fifo keys order exactly as
+    /// (priority, created_at_ms, id).
+    due: u64,
     created_at_ms: u64,
     id: TaskId,
 }
 
+/// The `due` of a key that ranks by admission only: after every deadline.
+const NO_DUE: u64 = u64::MAX;
+
 impl RankKey {
-    /// The key of a task.
+    /// The key of a task under the fifo order: priority, then `created_at_ms`, then id.
     pub fn new(priority: Priority, created_at_ms: u64, id: TaskId) -> Self {
+        Self::by_deadline(priority, None, created_at_ms, id)
+    }
+
+    /// The key of a task under the deadline order (rule 20): priority, then its deadline
+    /// (none ranks after every deadline), then `created_at_ms`, then id.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::Priority;
+    /// use prometheus_parking_lot_actors::scheduler::core::RankKey;
+    ///
+    /// let due_soon = RankKey::by_deadline(Priority::Normal, Some(500), 20, 2);
+    /// let due_later = RankKey::by_deadline(Priority::Normal, Some(900), 10, 1);
+    /// let no_deadline = RankKey::by_deadline(Priority::Normal, None, 0, 3);
+    /// let high = RankKey::by_deadline(Priority::High, None, 30, 4);
+    /// assert!(due_soon.ranks_ahead_of(&due_later)); // though admitted later
+    /// assert!(due_later.ranks_ahead_of(&no_deadline));
+    /// assert!(high.ranks_ahead_of(&due_soon)); // priority first
+    /// assert_eq!(due_soon.deadline_ms(), Some(500));
+    /// ```
+    pub fn by_deadline(
+        priority: Priority,
+        deadline_ms: Option<u64>,
+        created_at_ms: u64,
+        id: TaskId,
+    ) -> Self {
         Self {
             urgency: Reverse(priority),
+            due: deadline_ms.unwrap_or(NO_DUE),
             created_at_ms,
             id,
         }
+    }
+
+    /// The deadline the key ranks by: `None` under the fifo order and for a task without
+    /// one.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        (self.due != NO_DUE).then_some(self.due)
     }
 
     /// The task this key ranks.
@@ -48,7 +88,8 @@ impl RankKey {
 
 /// A parked task's place in line under a fair share: priority first, then how much its
 /// tenant uses now (units of the task's kind, then running tasks), then how long ago the
-/// tenant last started a task, then the task's own rank.
+/// tenant last started a task, then the task's own rank (its deadline under rule 20, its
+/// age, its id).
 ///
 /// Unlike a [`RankKey`] it changes while the task waits (its tenant's usage does), so it is
 /// computed when a decision is made, never stored in an index.
@@ -58,6 +99,7 @@ pub(super) struct FairKey {
     pub(super) tenant_units: u32,
     pub(super) tenant_running: u32,
     pub(super) tenant_last_start: u64,
+    pub(super) due: u64,
     pub(super) created_at_ms: u64,
     pub(super) id: TaskId,
 }
@@ -71,6 +113,7 @@ impl FairKey {
             tenant_units: units,
             tenant_running: running,
             tenant_last_start: last_start,
+            due: rank.due,
             created_at_ms: rank.created_at_ms,
             id: rank.id,
         }
@@ -85,6 +128,7 @@ impl FairKey {
         }
         Self {
             urgency: Reverse(ceiling),
+            due: 0,
             created_at_ms: 0,
             id: 0,
             ..*self
@@ -102,6 +146,7 @@ impl FairKey {
             tenant_units: 0,
             tenant_running: 0,
             tenant_last_start: 0,
+            due: 0,
             created_at_ms: 0,
             id: 0,
         })
@@ -111,6 +156,7 @@ impl FairKey {
     pub(super) fn rank(&self) -> RankKey {
         RankKey {
             urgency: self.urgency,
+            due: self.due,
             created_at_ms: self.created_at_ms,
             id: self.id,
         }

@@ -1,4 +1,4 @@
-//! Rule 20: the run times the lot learns, and its estimates of when parked tickets start,
+//! Rule 22: the run times the lot learns, and its estimates of when parked tickets start,
 //! against what the lot then does when every run takes exactly its expected time and
 //! nothing else arrives.
 
@@ -394,7 +394,11 @@ proptest! {
         for &(priority, units, cpu) in &work.first {
             let cost = cost_of(units, cpu);
             costs.insert(id, cost);
-            let (answer, also) = lot.admit(ticket(id, priority, cost, now), now).newcomer();
+            let AdmitParts {
+                newcomer: answer,
+                started: also,
+                ..
+            } = lot.admit(ticket(id, priority, cost, now), now).newcomer();
             for started in admitted(answer, also, id) {
                 running.insert((now + run_ms(costs[&started]), started));
             }
@@ -417,7 +421,11 @@ proptest! {
                 (Some(late), Some(at)) => prop_assert!(deadline < late && late <= at),
                 (late, None) => prop_assert_eq!(late, None),
             }
-            let (answer, also) = lot.admit(ticket, second_at).newcomer();
+            let AdmitParts {
+                newcomer: answer,
+                started: also,
+                ..
+            } = lot.admit(ticket, second_at).newcomer();
             costs.insert(id, cost);
             for started in admitted(answer.clone(), also, id) {
                 running.insert((second_at + run_ms(costs[&started]), started));

@@ -75,7 +75,7 @@ pub(super) fn no_result_waits<P, R: Send + 'static>(
 }
 
 /// `WouldMissDeadline` when the pool refuses late submissions (`refuse_if_late`) and
-/// `ticket`'s estimated start (core rule 20) is after its deadline. A deadline already past
+/// `ticket`'s estimated start (core rule 22) is after its deadline. A deadline already past
 /// is left to the core (the task expires), and a start the core cannot estimate refuses
 /// nothing.
 pub(super) fn starts_in_time(

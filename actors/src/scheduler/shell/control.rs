@@ -11,7 +11,7 @@
 
 use ractor::RpcReplyPort;
 
-use super::{Record, Shell, Storage};
+use super::{Record, Shell};
 use crate::domain::{MailboxKey, PoolError, TaskId};
 use crate::observe::stats::PoolStats;
 use crate::queue::EntryId;
@@ -44,7 +44,7 @@ pub enum ControlRequest {
         reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
     },
     /// [`WhyWaiting`](Self::WhyWaiting) with the task's place in line and when it is
-    /// expected to start (core rule 20).
+    /// expected to start (core rule 22).
     Waiting {
         /// The mailbox key the task was submitted with.
         key: MailboxKey,
@@ -192,9 +192,8 @@ where
         }
         let started = self.tasks.core.resume(now);
         self.start_parked(started, now);
-        if let Storage::Shared(room) = &mut self.storage {
-            room.claim_if_room(&mut self.tasks, now);
-        }
+        // A drained node stays drained: resuming ends the pause only.
+        self.claim_if_open(now);
     }
 
     /// An operator drains the pool (`drained`: new work is refused, admitted work runs) or

@@ -57,7 +57,7 @@ use crate::observe::events::TaskStep;
 use crate::observe::stats::PoolStats;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
-use crate::scheduler::core::{Admit, Cancel, Newcomer, ParkingLot};
+use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::util::contain::drop_contained;
 
@@ -276,7 +276,20 @@ where
                 return;
             }
         }
-        let (newcomer, unblocked) = self.tasks.core.admit(ticket, now).newcomer();
+        // On a shared queue nothing is shed (rule 21): a submission waits in the shared
+        // queue, not here, and what this node parks it claimed from there; ending one for
+        // another would end it for the whole fleet.
+        let answer = if self.storage.is_shared() {
+            self.tasks.core.admit_without_shedding(ticket, false, now)
+        } else {
+            self.tasks.core.admit(ticket, now)
+        };
+        let AdmitParts {
+            newcomer,
+            started: unblocked,
+            shed,
+        } = answer.newcomer();
+        self.end_shed(shed, now);
         match newcomer {
             Newcomer::Start => self.start_admitted(entry, admission, now),
             Newcomer::Park => {
@@ -573,6 +586,16 @@ where
         }
         let reason = format!("could not take the task from the queue: {fault}");
         self.finish(entry, Err(PoolError::Failed(reason)), now);
+    }
+
+    /// Ends the parked tasks the core shed to make room for a newcomer of higher priority
+    /// (core rule 21): each is refused (`QueueFull`) as if it had met the full queue at its
+    /// own admission, but having been admitted it ends `Rejected`, its waiter or mailbox
+    /// hears it and a durable queue forgets it.
+    fn end_shed(&mut self, shed: Vec<EntryId>, now: u64) {
+        for entry in self.end_waiters(shed, &PoolError::QueueFull) {
+            self.end_parked(entry, PoolError::QueueFull, now);
+        }
     }
 
     /// Ends a task the core no longer holds as parked (removing it from the local durable

@@ -33,7 +33,7 @@ use crate::domain::{
 use crate::observe::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::EntryId;
-use crate::scheduler::core::{Cancel, FastMap, Newcomer, Ticket};
+use crate::scheduler::core::{AdmitParts, Cancel, FastMap, Newcomer, Ticket};
 use crate::scheduler::shell::effects::{Effect, PermitEffect};
 use crate::scheduler::shell::ledger::admitted_ms;
 use crate::scheduler::shell::observe::Detail;
@@ -261,7 +261,17 @@ where
         let entry = self.tasks.ledger.next_entry(now);
         let key = meta.mailbox.as_ref().unwrap_or(&self.permits.anonymous);
         let ticket = self.tasks.ticket(entry, &meta, key, None);
-        let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
+        // A caller that will not wait leaves at once if it would park: it sheds nothing.
+        let admitted = match wait {
+            true => self.tasks.core.admit_permit(ticket, now),
+            false => self.tasks.core.admit_without_shedding(ticket, true, now),
+        };
+        let AdmitParts {
+            newcomer,
+            started: unblocked,
+            shed,
+        } = admitted.newcomer();
+        self.end_shed(shed, now);
         match newcomer {
             Newcomer::Start => {
                 let holding = Holding::granted(entry, meta.id, meta.priority, ticket.cost);
@@ -422,7 +432,12 @@ where
             tenant,
             timeout_ms: None,
         };
-        let (newcomer, unblocked) = self.tasks.core.admit_permit(ticket, now).newcomer();
+        let AdmitParts {
+            newcomer,
+            started: unblocked,
+            shed,
+        } = self.tasks.core.admit_permit(ticket, now).newcomer();
+        self.end_shed(shed, now);
         match newcomer {
             Newcomer::Start => match self.tasks.core.absorb(child, entry, now) {
                 Ok(started) => {

@@ -1,6 +1,6 @@
 //! What an operator reads of the pool at one instant, built from the ledger, the core and
 //! the permits: the view of [`crate::scheduler::inspect`], and why one task waits, with its
-//! place in line and expected start (core rule 20).
+//! place in line and expected start (core rule 22).
 
 use super::ledger::admitted_ms;
 use super::Shell;
@@ -15,7 +15,7 @@ where
     R: Send + 'static,
 {
     /// The pool's work at `now` (see [`crate::scheduler::inspect`]): O(n) in the live
-    /// tasks, plus the estimates of the page's parked ones (core rule 20), a simulation
+    /// tasks, plus the estimates of the page's parked ones (core rule 22), a simulation
     /// that stops once they have all started: at most O(n log n).
     pub fn inspect(&self, offset: usize, limit: usize, now: u64) -> PoolView {
         let core = &self.tasks.core;
@@ -117,7 +117,7 @@ where
     }
 
     /// [`why_waiting`](Self::why_waiting) with the task's place in line and expected start
-    /// at `now` (core rule 20).
+    /// at `now` (core rule 22).
     pub fn waiting(
         &self,
         key: &MailboxKey,

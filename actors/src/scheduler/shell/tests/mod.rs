@@ -27,6 +27,7 @@ use tokio::sync::{oneshot, Notify};
 mod backends;
 mod checks;
 mod permits;
+mod shedding;
 
 use super::effects::{Effect, SharedCall};
 use super::storage::{LocalRoom, SharedRoom, Storage};
@@ -292,8 +293,11 @@ struct World {
 
 impl World {
     fn new(mode: Mode) -> Self {
+        // Bounds a run reaches: tasks and permits of a higher priority shed parked ones
+        // (core rule 21), which must end refused exactly once, whatever the storage.
         let limits = PoolLimits::new(6, 2)
-            .with_max_queue_depth(12)
+            .with_max_queue_depth(6)
+            .with_max_queued_units(Some(12))
             .with_preemption(Some(Preemption::new(2)));
         let storage = match mode {
             Mode::Memory => Storage::Memory,

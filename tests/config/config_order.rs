@@ -1,0 +1,107 @@
+//! A pool's `order` and `max_queued_units` from a configuration file (core rules 20 and 21),
+//! through `build_pools_from_scheduler_config` to a running pool: tasks of one priority start
+//! earliest deadline first, and a full queue sheds its lowest priority for a newcomer of a
+//! higher one, the shed task's caller hearing `QueueFull`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_parking_lot::core::QueueOrder;
+use prometheus_parking_lot::*;
+use tokio::sync::Semaphore;
+
+/// Runs a task once the gate lets it, and notes the order in which tasks ran.
+#[derive(Clone)]
+struct Recorder {
+    gate: Arc<Semaphore>,
+    ran: Arc<Mutex<Vec<u64>>>,
+}
+
+#[async_trait::async_trait]
+impl TaskExecutor<String, String> for Recorder {
+    async fn execute(&self, payload: String, meta: TaskMetadata) -> String {
+        self.gate.acquire().await.expect("gate open").forget();
+        self.ran.lock().expect("ran").push(meta.id);
+        payload
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "waited too long for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_ordered_pool_with_a_unit_bound_sheds_the_lowest_priority() {
+    let text = r#"{ "pools": { "p": {
+        "worker_threads": 1, "max_units": 4, "max_queue_depth": 3,
+        "max_queued_units": 8, "order": "deadline"
+    } } }"#;
+    let config = SchedulerConfig::from_json_str(text).unwrap();
+    let settings = config.worker_pool_config("p", 4).unwrap();
+    assert_eq!(settings.limits().order, QueueOrder::Deadline);
+    assert_eq!(settings.limits().max_queued_units, Some(8));
+    let recorder = Recorder {
+        gate: Arc::new(Semaphore::new(0)),
+        ran: Arc::default(),
+    };
+    let built = build_pools_from_scheduler_config::<String, String, Recorder, TokioSpawner>(
+        &config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_name| recorder.clone(),
+        TokioSpawner,
+    )
+    .unwrap();
+    let pool = built.pools.get("p").expect("pool");
+    let submit = |id, priority, units, deadline_in_ms: Option<u128>| {
+        let mut meta = TaskMetadata::new(id, ResourceCost::gpu_vram(units))
+            .with_priority(priority)
+            .with_mailbox(MailboxKey::new(format!("caller{id}")));
+        meta.deadline_ms = deadline_in_ms.map(|ms| now_ms() + ms);
+        pool.submit(ScheduledTask {
+            meta,
+            payload: format!("task{id}"),
+        })
+    };
+    // Task 1 takes the pool's 4 units; 2, 3 and 4 fill the queue: 3 tasks, 8 units.
+    let first = submit(1, Priority::Normal, 4, None).await.unwrap();
+    until("task 1 running", || pool.stats().used_units == 4).await;
+    let low = submit(2, Priority::Low, 4, None).await.unwrap();
+    let later = submit(3, Priority::Normal, 2, Some(600_000)).await.unwrap();
+    let sooner = submit(4, Priority::Normal, 2, Some(300_000)).await.unwrap();
+    assert_eq!(pool.stats().queued_tasks, 3);
+    // A High task takes the Low task's place; the Low task's caller hears QueueFull.
+    let high = submit(5, Priority::High, 2, None).await.unwrap();
+    assert_eq!(
+        pool.retrieve(&low, Duration::from_secs(10)).await,
+        Err(PoolError::QueueFull)
+    );
+    assert_eq!(pool.stats().queued_tasks, 3);
+    // A Normal task finds no lower priority to shed: it is refused itself.
+    assert_eq!(
+        submit(6, Priority::Normal, 1, None).await,
+        Err(PoolError::QueueFull)
+    );
+    let stats = pool.stats();
+    assert_eq!((stats.submitted_tasks, stats.rejected_tasks), (5, 2));
+    // The gate opens: High first, then Normal by deadline, the sooner one first.
+    recorder.gate.add_permits(8);
+    for key in [&first, &high, &sooner, &later] {
+        pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
+    }
+    assert_eq!(*recorder.ran.lock().unwrap(), vec![1, 5, 4, 3]);
+}
