@@ -586,7 +586,7 @@ impl ParkingLot {
     /// Whether `ticket`, a newcomer, would start at once, as far as an O(1) look tells
     /// (without a fair share, whose order needs the tenants' books).
     fn starts_at_once(&self, ticket: &Ticket, slotless: bool) -> bool {
-        let rank = self.rank_of(&ticket);
+        let rank = self.rank_of(ticket);
         let reserved_ahead = self
             .starving
             .first()
