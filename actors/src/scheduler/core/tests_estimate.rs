@@ -253,6 +253,8 @@ struct Workload {
     backfill: bool,
     /// A fair share (its order: the cap is the whole capacity) among three tenants.
     fair: bool,
+    /// The deadline order (rule 20), every ticket with a deadline far past every start.
+    by_deadline: bool,
     /// (priority, gpu units or cpu units when `cpu`, cpu) admitted at the first instant.
     first: Vec<(usize, u32, bool)>,
     /// The same, admitted `gap_ms` later, when the estimates are taken.
@@ -268,19 +270,26 @@ fn workload() -> impl Strategy<Value = Workload> {
             proptest::option::of(100..3_000u64),
             proptest::option::of(1..6u32),
         ),
-        (any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
         prop::collection::vec(task.clone(), 0..12),
         prop::collection::vec(task, 1..25),
         0..2_000u64,
     )
         .prop_map(
-            |((workers, max_park_ms, max_skips), (backfill, fair), first, second, gap_ms)| {
+            |(
+                (workers, max_park_ms, max_skips),
+                (backfill, fair, by_deadline),
+                first,
+                second,
+                gap_ms,
+            )| {
                 Workload {
                     workers,
                     max_park_ms,
                     max_skips,
                     backfill,
                     fair,
+                    by_deadline,
                     first,
                     second,
                     gap_ms,
@@ -362,6 +371,7 @@ proptest! {
             .with_max_queue_depth(1_000)
             .with_backfill(work.backfill)
             .with_fair_share(work.fair.then_some(crate::domain::FairShare::MaxUnitsPerTenant(16)))
+            .with_order(if work.by_deadline { crate::domain::QueueOrder::Deadline } else { crate::domain::QueueOrder::Fifo })
             .with_starvation(StarvationGuard { max_park_ms: work.max_park_ms, max_skips: work.max_skips });
         let mut lot = lot_with(limits);
         // Teach the lot every class's run time.
@@ -380,9 +390,13 @@ proptest! {
         }
         let mut costs = BTreeMap::new();
         let mut running = BTreeSet::new();
+        // Deadlines far past every start, in an order of their own (by id, scrambled), so
+        // that under the deadline order they rank the tickets and expire none.
+        let by_deadline = work.by_deadline;
         let ticket = |id: TaskId, priority: usize, cost: ResourceCost, at: u64| Ticket {
             cost,
             created_at_ms: at,
+            deadline_ms: by_deadline.then_some(100_000_000 + (id * 7_919) % 1_000),
             tenant: id % 3,
             timeout_ms: Some(2 * run_ms(cost)),
             ..ticket_of(id, Priority::ALL[priority], 0)
