@@ -573,6 +573,7 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
     let fail = Arc::new(AtomicBool::new(true));
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "node".into(),
         limits: PoolLimits::new(4, 1),
         workers: WorkerSettings {

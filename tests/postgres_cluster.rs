@@ -103,6 +103,10 @@ struct NodeSpec {
     /// The pool's `on_duplicate`, where not the default.
     #[serde(default)]
     on_duplicate: Option<String>,
+    /// The pool's `fair_share`, if it has one; the node then records the time and the units
+    /// of each start too.
+    #[serde(default)]
+    fair_share: Option<serde_json::Value>,
 }
 
 fn database_url() -> String {
@@ -142,6 +146,9 @@ fn node_config(spec: &NodeSpec) -> SchedulerConfig {
     }
     if let Some(on_duplicate) = &spec.on_duplicate {
         config["pools"]["work"]["on_duplicate"] = on_duplicate.as_str().into();
+    }
+    if let Some(fair_share) = &spec.fair_share {
+        config["pools"]["work"]["fair_share"] = fair_share.clone();
     }
     SchedulerConfig::from_json_str(&config.to_string()).expect("the cluster config is valid")
 }
@@ -227,7 +234,7 @@ fn cluster_node() {
         )),
         in_flight: Arc::new(AtomicU32::new(0)),
         capacity: spec.capacity,
-        timed: spec.budgets.is_some(),
+        timed: spec.budgets.is_some() || spec.fair_share.is_some(),
     };
     let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
         &node_config(&spec),
@@ -467,6 +474,7 @@ fn node_spec(
         drain_ms: 0,
         budgets: None,
         on_duplicate: None,
+        fair_share: None,
     }
 }
 
@@ -760,6 +768,136 @@ async fn three_nodes_share_one_budget_and_together_stay_within_it(backend: Backe
         rate >= RATE_PER_SEC * 85 / 100,
         "the fleet spent {rate} units/s of a budget of {RATE_PER_SEC} while work waited"
     );
+    clean_up(backend, &queue, &mailbox).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three nodes (one worker each) on the table queue, with a fair share by use that weighs
+/// tenant acme 3 and every other tenant 1, claim the jobs of acme and globex, 60 each, all
+/// waiting at once. Their claims follow the fleet's counters, kept in Postgres and charged
+/// in each claim's transaction: each acme job charges 1/3, each globex job 1, and while both
+/// wait the counters differ by at most one largest weighted cost (1). So in every prefix of
+/// the starts while both tenants wait, acme's starts over 3 and globex's starts differ by at
+/// most that bound, plus one for starts that different nodes record out of their claims'
+/// order; and the table holds what the claims charged.
+async fn three_nodes_share_one_fair_share_by_use() {
+    let backend = Backend::Postgres;
+    let (queue, mailbox, dir) = fresh(backend, "fair");
+    let fair_share = serde_json::json!({
+        "by_use": { "charge": "reported", "weights": { "acme": 3, "*": 1 } }
+    });
+    let specs: Vec<NodeSpec> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| NodeSpec {
+            fair_share: Some(fair_share.clone()),
+            ..node_spec(backend, name, &queue, &mailbox, &dir, 1, 1)
+        })
+        .collect();
+    let nodes: Vec<Node> = specs.iter().map(Node::start).collect();
+    nodes.iter().for_each(Node::wait_ready);
+
+    let built = build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
+        &config(backend, &queue, &mailbox, 0, 1_000),
+        &QueueBuilderContext::Embedded,
+        None,
+        |_| unreachable_executor(),
+        TokioSpawner,
+    )
+    .expect("the producer starts");
+    let pool = &built.pools["work"];
+    let (acme, globex) = (MailboxKey::new("acme"), MailboxKey::new("globex"));
+    let mut tasks = Vec::new();
+    for n in 1..=60 {
+        for (key, id) in [(&acme, n), (&globex, 1_000 + n)] {
+            let meta = TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key.clone());
+            tasks.push(ScheduledTask::new(meta, Job { ms: 20, units: 1 }));
+        }
+    }
+    for answer in pool
+        .client()
+        .submit_batch(tasks, SubmitOptions::default())
+        .await
+    {
+        assert_eq!(answer.map(|_| ()), Ok(()), "submit through the producer");
+    }
+    for n in 1..=60 {
+        for (key, id) in [(&acme, n), (&globex, 1_000 + n)] {
+            let result = pool.retrieve_task(key, id, Duration::from_secs(60)).await;
+            assert_eq!(result, Ok(id * 2), "the result of job {id}");
+        }
+    }
+
+    // Every start across the fleet, in time order: whether it was acme's.
+    let mut starts: Vec<(u64, bool)> = Vec::new();
+    for node in &nodes {
+        for line in read_lines(&node.runs) {
+            let words: Vec<&str> = line.split(' ').collect();
+            if let ["spent", id, _, at] = words[..] {
+                let id: u64 = id.parse().unwrap();
+                starts.push((at.parse().unwrap(), id < 1_000));
+            }
+        }
+    }
+    starts.sort_unstable();
+    assert_eq!(starts.len(), 120, "every job started once");
+    let (mut acme_started, mut globex_started) = (0u32, 0u32);
+    for (_, is_acme) in &starts {
+        if *is_acme {
+            acme_started += 1;
+        } else {
+            globex_started += 1;
+        }
+        if acme_started == 60 || globex_started == 60 {
+            break;
+        }
+        let gap = (f64::from(acme_started) / 3.0 - f64::from(globex_started)).abs();
+        assert!(
+            gap <= 2.0,
+            "after {acme_started} acme and {globex_started} globex starts the weighted gap is {gap}"
+        );
+    }
+    eprintln!("acme's 60 jobs started with {globex_started} of globex's");
+    assert!(
+        (18..=22).contains(&globex_started),
+        "acme, weighing 3, ran its 60 jobs beside {globex_started} of globex's"
+    );
+
+    // The fleet's counters: 60 jobs of one unit each, at weights 3 and 1.
+    use sea_orm::{ConnectionTrait, Statement};
+    let connection = sea_orm::Database::connect(database_url()).await.unwrap();
+    let rows = connection
+        .query_all_raw(Statement::from_sql_and_values(
+            sea_orm::DbBackend::Postgres,
+            "SELECT tenant, service FROM pl_fleet_service WHERE queue_key LIKE $1 ORDER BY tenant",
+            [format!("% {queue}").into()],
+        ))
+        .await
+        .unwrap();
+    let counters: Vec<(String, f64)> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.try_get("", "tenant").unwrap(),
+                row.try_get("", "service").unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(counters.len(), 2, "{counters:?}");
+    assert_eq!(counters[0].0, "acme");
+    assert!((counters[0].1 - 20.0).abs() < 1e-9, "{counters:?}");
+    assert_eq!(counters[1].0, "globex");
+    assert!((counters[1].1 - 60.0).abs() < 1e-9, "{counters:?}");
+    for table in ["pl_fleet_service", "pl_fleet_service_floors"] {
+        let _ = connection
+            .execute_raw(Statement::from_sql_and_values(
+                sea_orm::DbBackend::Postgres,
+                format!("DELETE FROM {table} WHERE queue_key LIKE $1"),
+                [format!("% {queue}").into()],
+            ))
+            .await;
+    }
+    let _ = connection.close().await;
+    drop(built);
     clean_up(backend, &queue, &mailbox).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1230,9 +1368,14 @@ fn main() {
     )];
     #[cfg(not(feature = "pgmq"))]
     let only_pgmq: &[processes::Case] = &[];
+    // Only the table layout claims by the fleet's tenant counters.
+    let only_table: &[processes::Case] = &[("three_nodes_share_one_fair_share_by_use", || {
+        processes::on_runtime(three_nodes_share_one_fair_share_by_use())
+    })];
     let tests: Vec<processes::Case> = tests()
         .into_iter()
         .chain(only_pgmq.iter().copied())
+        .chain(only_table.iter().copied())
         .collect();
     processes::main(
         &tests,

@@ -158,6 +158,7 @@ fn notifier(settings: HttpNotifierSettings) -> Arc<HttpNotifier> {
 async fn pool_with(notifier: Arc<HttpNotifier>) -> PoolClient<String, Answer> {
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "coded".into(),
         limits: PoolLimits::new(4, 1),
         workers: WorkerSettings {
@@ -408,6 +409,7 @@ async fn a_shared_queue_node_posts_a_rejected_task_and_a_coded_pool_sends_no_res
     let supervisor = spawn_supervisor().await.unwrap();
     let shared = SharedParking::new(queue.clone(), "node-a").with_poll(Duration::from_millis(10));
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "node-a".into(),
         limits: PoolLimits::new(2, 2),
         workers: WorkerSettings {

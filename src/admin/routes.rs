@@ -444,12 +444,18 @@ async fn tenants(State(state): State<Shared>, Path(name): Path<String>) -> ApiRe
                 .filter(|kind| tenant.holds[kind.index()] > 0)
                 .map(|kind| (kind.name().to_owned(), tenant.holds[kind.index()].into()))
                 .collect();
-            json!({
+            let mut row = json!({
                 "tenant": tenant.tenant,
                 "running": tenant.running,
                 "parked": tenant.parked,
                 "holds": holds,
-            })
+            });
+            // Under a fair share by use: where the tenant stands in the order.
+            if let (Some(service), Some(weight)) = (tenant.service, tenant.weight) {
+                row["service"] = service.into();
+                row["weight"] = weight.into();
+            }
+            row
         })
         .collect();
     Ok(Json(json!({ "tenants": tenants })).into_response())

@@ -27,12 +27,13 @@ use super::mailbox::MailboxSettings;
 use super::pool::WorkerPoolConfig;
 use super::upstream_forms;
 use crate::core::{
-    Admission, Budget, Capacity, Durability, FairShare, OnDuplicate, QueueOrder, Retries, StartCap,
-    StarvationGuard,
+    Admission, Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp,
+    QueueOrder, Retries, StartCap, StarvationGuard, TenantWeights, UsageCharge,
 };
 use crate::infra::queue::QueueSettings;
 use crate::settings::secret::Secret;
 use crate::util::serde::ResourceKind;
+use prometheus_parking_lot_actors::domain::MAX_WEIGHT;
 
 /// Every pool of a deployment, by name: what a configuration file holds.
 ///
@@ -163,6 +164,16 @@ pub struct PoolSettings {
     /// "max_backoff_ms": 30000}`. Default: a failure is final.
     #[serde(default)]
     pub retry: Option<RetrySettings>,
+    /// What a retrieve that gives up does to the task it waited for: `"keep"` (it carries
+    /// on; a later retrieve gets its result) or `"abandon"` (a task under a key the pool made
+    /// never starts, or its result is dropped). Default: `abandon` with the in-memory
+    /// mailbox, `keep` with a durable one.
+    #[serde(default)]
+    pub on_give_up: Option<OnGiveUp>,
+    /// How long a streamed task's full buffer may go unread before the task is cancelled
+    /// and its units freed, ms. Default 300,000 (five minutes).
+    #[serde(default)]
+    pub stream_idle_ms: Option<u64>,
     /// Refusals at admission besides what can never run, e.g. `{"refuse_if_late": true}`:
     /// a submission expected to start after its deadline is refused at once
     /// (`WouldMissDeadline`). Default: off.
@@ -358,11 +369,14 @@ pub struct StarvationSettings {
     pub max_skips: Option<u32>,
 }
 
-/// A pool's per-tenant fair share: exactly one of the two fields.
+/// A pool's per-tenant fair share: a cap (exactly one of `max_units_per_tenant` and
+/// `max_fraction`), an order by use (`by_use`), or both.
 ///
 /// `{"max_units_per_tenant": 12}` caps each tenant at 12 units of every kind;
 /// `{"max_fraction": 0.5}` at half of each kind's units (rounded down, at least one).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+/// `{"by_use": {"charge": "reported", "weights": {"acme": 3, "*": 1}, "half_life_ms":
+/// 600000}}` orders the tenants by the weighted service they were charged, without a cap.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FairShareSettings {
     /// The most units of each kind one tenant's running tasks may hold.
@@ -371,6 +385,67 @@ pub struct FairShareSettings {
     /// The most of each kind's units one tenant's running tasks may hold, as a fraction.
     #[serde(default)]
     pub max_fraction: Option<f64>,
+    /// Orders tenants by the service they were charged instead of by what they hold now.
+    #[serde(default)]
+    pub by_use: Option<ByUseSettings>,
+}
+
+/// A fair share by use: within a priority the tenant with the lowest weighted service
+/// counter goes first (`PARKING_LOT.md`, "Fair share by use").
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ByUseSettings {
+    /// What a task is charged: `held` (units times the milliseconds held, the default) or
+    /// `reported` (the units its executor reports using, `running::report_used`, at most
+    /// its cost).
+    #[serde(default)]
+    pub charge: UsageCharge,
+    /// Tenant name to weight (a whole number, 1 to 1,000,000); `"*"` weighs every tenant
+    /// not named (default 1). A tenant of weight 3 is served three times what one of
+    /// weight 1 is while both wait.
+    #[serde(default)]
+    pub weights: BTreeMap<String, f64>,
+    /// The counters halve every this many milliseconds (1 to a year); leave it out for
+    /// counters that never decay.
+    #[serde(default)]
+    pub half_life_ms: Option<f64>,
+}
+
+impl ByUseSettings {
+    /// The order and the named tenants' weights these settings ask for (once validated:
+    /// numbers out of range are cut to it here); `"*"` is the order's default weight.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::ByUseSettings;
+    /// use prometheus_parking_lot::core::{FairByUse, TenantWeights, UsageCharge};
+    ///
+    /// let settings: ByUseSettings = serde_json::from_str(
+    ///     r#"{ "charge": "reported", "weights": { "acme": 3, "*": 2 }, "half_life_ms": 60000 }"#,
+    /// )
+    /// .unwrap();
+    /// let (order, weights) = settings.order();
+    /// assert_eq!(
+    ///     order,
+    ///     FairByUse::new(UsageCharge::Reported).with_half_life_ms(60_000).with_default_weight(2)
+    /// );
+    /// assert_eq!(weights, TenantWeights::default().with("acme", 3));
+    /// ```
+    pub fn order(&self) -> (FairByUse, TenantWeights) {
+        let whole = |value: f64| value.clamp(1.0, f64::from(MAX_WEIGHT)) as u32;
+        let mut order = FairByUse::new(self.charge);
+        if let Some(half_life) = self.half_life_ms {
+            order = order.with_half_life_ms(half_life.max(1.0) as u64);
+        }
+        let mut weights = TenantWeights::default();
+        for (tenant, &weight) in &self.weights {
+            if tenant == "*" {
+                order = order.with_default_weight(whole(weight));
+            } else {
+                weights = weights.with(tenant.clone(), whole(weight));
+            }
+        }
+        (order, weights)
+    }
 }
 
 impl FairShareSettings {
@@ -429,6 +504,10 @@ impl SchedulerConfig {
         {
             settings = settings.with_fair_share(fair_share);
         }
+        if let Some(by_use) = pool.fair_share.as_ref().and_then(|f| f.by_use.as_ref()) {
+            let (order, weights) = by_use.order();
+            settings = settings.with_fair_share_by_use(order, weights);
+        }
         if let Some(backfill) = pool.backfill {
             settings = settings.with_backfill(backfill);
         }
@@ -440,6 +519,10 @@ impl SchedulerConfig {
         }
         if let Some(on_duplicate) = pool.on_duplicate {
             settings.limits.on_duplicate = on_duplicate;
+        }
+        settings.limits.on_give_up = pool.on_give_up;
+        if let Some(idle_ms) = pool.stream_idle_ms {
+            settings.limits.stream_idle_ms = idle_ms;
         }
         if let Some(admission) = pool.admission {
             settings = settings.with_admission(Admission {

@@ -30,7 +30,8 @@ pub use crate::settings::error::ConfigError;
 pub use crate::settings::quote::escape_controls;
 pub use crate::settings::secret::Secret;
 pub use file::{
-    DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig, StarvationSettings,
+    ByUseSettings, DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig,
+    StarvationSettings,
 };
 pub use gpu::GpuSettings;
 pub use mailbox::{MailboxSettings, NotifierSettings, StorageSettings};

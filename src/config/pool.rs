@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Admission, Budget, Capacity, Durability, FairShare, OnDuplicate, PoolError, PoolLimits,
-    Preemption, QueueOrder, Retries, StarvationGuard,
+    Admission, Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp,
+    PoolError, PoolLimits, Preemption, QueueOrder, Retries, StarvationGuard, TenantWeights,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -61,6 +61,9 @@ pub struct WorkerPoolConfig {
     pub drain_on_drop: Duration,
     /// What a durable queue stores (see [`Durability`]). Default: every accepted task.
     pub durability: Durability,
+    /// The weights of named tenants under a fair share by use
+    /// ([`with_fair_share_by_use`](Self::with_fair_share_by_use)). Default: none.
+    pub tenant_weights: TenantWeights,
 }
 
 /// The limits are the settings' own: `config.backfill`, `config.fair_share`... read them.
@@ -98,6 +101,7 @@ impl WorkerPoolConfig {
             max_messages: crate::infra::mailbox::memory::DEFAULT_MAX_MESSAGES,
             drain_on_drop: DEFAULT_DRAIN,
             durability: Durability::Accepted,
+            tenant_weights: TenantWeights::default(),
         }
     }
 
@@ -215,6 +219,31 @@ impl WorkerPoolConfig {
         self
     }
 
+    /// A fair share by use: within a priority, the tenant with the lowest weighted service
+    /// counter goes first (what its tasks were charged, divided by its weight, decayed with
+    /// the order's half-life), instead of the tenant holding least now. `weights` names
+    /// tenants whose weight is not the order's `default_weight`. With
+    /// [`with_fair_share`](Self::with_fair_share) too, tenants are also capped; without it,
+    /// they are only ordered. Weights outside 1 to 1,000,000
+    /// are refused when the pool is built, naming the tenant. `PARKING_LOT.md` ("Fair share
+    /// by use") derives the bound on how far two waiting tenants' counters drift apart.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::WorkerPoolConfig;
+    /// use prometheus_parking_lot::core::{FairByUse, TenantWeights, UsageCharge};
+    ///
+    /// let order = FairByUse::new(UsageCharge::Reported).with_half_life_ms(600_000);
+    /// let config = WorkerPoolConfig::new()
+    ///     .with_fair_share_by_use(order, TenantWeights::default().with("acme", 3));
+    /// assert_eq!(config.fair_by_use, Some(order));
+    /// assert_eq!(config.tenant_weights.get("acme"), Some(3));
+    /// ```
+    pub fn with_fair_share_by_use(mut self, order: FairByUse, weights: TenantWeights) -> Self {
+        self.limits = self.limits.with_fair_by_use(Some(order));
+        self.tenant_weights = weights;
+        self
+    }
+
     /// Preemption on, asking one task id to yield at most `max_per_task` times (see
     /// [`Preemption`]); 0 is refused when the pool or gate is built.
     ///
@@ -308,6 +337,41 @@ impl WorkerPoolConfig {
         } else {
             OnDuplicate::Refuse
         });
+        self
+    }
+
+    /// What a retrieve that gives up (`PoolError::Timeout`) does to the task it waited for:
+    /// [`OnGiveUp::Keep`] (it carries on and its result waits for a later retrieve) or
+    /// [`OnGiveUp::Abandon`] (a task under a key the pool made never starts, or its result
+    /// is dropped so a channel inside it closes). `None`, the default, is what fits the
+    /// mailbox: abandon with the in-memory one, keep with a durable one.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::OnGiveUp;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_on_give_up(Some(OnGiveUp::Keep));
+    /// assert_eq!(config.limits().on_give_up, Some(OnGiveUp::Keep));
+    /// assert_eq!(WorkerPoolConfig::new().on_give_up, None);
+    /// ```
+    pub fn with_on_give_up(mut self, on_give_up: Option<OnGiveUp>) -> Self {
+        self.limits = self.limits.with_on_give_up(on_give_up);
+        self
+    }
+
+    /// How long a streamed task's full buffer may go unread before the task is cancelled
+    /// and its units freed (default five minutes; 1 ms to a day). See
+    /// [`PoolLimits::stream_idle_ms`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use prometheus_parking_lot::WorkerPoolConfig;
+    ///
+    /// let config = WorkerPoolConfig::new().with_stream_idle(Duration::from_secs(20));
+    /// assert_eq!(config.stream_idle_ms, 20_000);
+    /// ```
+    pub fn with_stream_idle(mut self, idle: Duration) -> Self {
+        self.limits = self.limits.with_stream_idle(idle);
         self
     }
 

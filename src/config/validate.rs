@@ -22,13 +22,18 @@
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
 //! | `starvation.max_skips` | 1 – 1,000,000 |
-//! | `fair_share` | exactly one of `max_units_per_tenant` and `max_fraction` |
+//! | `fair_share` | at most one of `max_units_per_tenant` and `max_fraction`, and `by_use`; at least one of the three |
+//! | `fair_share.by_use.charge` | `held` or `reported` |
+//! | `fair_share.by_use.weights.<tenant>` | a whole number, 1 – 1,000,000 (`"*"`: every tenant not named) |
+//! | `fair_share.by_use.half_life_ms` | a whole number of ms, 1 – 31,536,000,000 (a year) |
 //! | `fair_share.max_units_per_tenant` | 1 – `max_units` (any `u32` with `"auto"`) |
 //! | `fair_share.max_fraction` | greater than 0, at most 1 |
 //! | `retry.max_attempts` | 1 – 1,000 (runs in all, the first included) |
 //! | `retry.backoff_ms` | 1 ms – 1 day |
 //! | `retry.max_backoff_ms` | `backoff_ms` – 1 day (default 64 × `backoff_ms`, at most a day) |
 //! | `on_duplicate` | `refuse` or `attach`; on a shared queue (postgres, postgres_pgmq) `attach` holds across nodes |
+//! | `on_give_up` | `keep` or `abandon` (default: `abandon` with the in-memory mailbox, `keep` with a durable one) |
+//! | `stream_idle_ms` | 1 ms – 1 day (default 300,000) |
 //! | `budgets` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu`; on a shared queue (postgres, postgres_pgmq) every node spends from one bucket per kind |
 //! | `budgets.<kind>.units`, `.burst` | 1 – 4,294,967,295 (`burst` defaults to `units`) |
 //! | `budgets.<kind>.per_secs` / `.per_ms` | exactly one of them, 1 ms – 1 day |
@@ -67,7 +72,9 @@
 
 use std::collections::HashMap;
 
-use super::file::{DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig};
+use super::file::{
+    ByUseSettings, DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig,
+};
 use super::mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 use crate::infra::queue::registry::queue_rules;
 use crate::settings::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
@@ -75,7 +82,7 @@ use crate::settings::error::ConfigError;
 use crate::settings::quote;
 use crate::settings::secret::Secret;
 use crate::util::serde::ResourceKind;
-use prometheus_parking_lot_actors::domain::{QueueOrder, MAX_PERIOD_MS};
+use prometheus_parking_lot_actors::domain::{QueueOrder, MAX_PERIOD_MS, MAX_STREAM_IDLE_MS};
 use prometheus_parking_lot_actors::worker::default_worker_count;
 
 const MAX_WORKERS: usize = 1_024;
@@ -344,6 +351,9 @@ impl PoolSettings {
                 in_range(&at, "max_backoff_ms", max, retry.backoff_ms, MAX_PERIOD_MS)?;
             }
         }
+        if let Some(idle_ms) = self.stream_idle_ms {
+            in_range(path, "stream_idle_ms", idle_ms, 1, MAX_STREAM_IDLE_MS)?;
+        }
         queue_rules(&self.queue).validate(&format!("{path}.queue"))?;
         if let Some(gpu) = &self.gpu {
             gpu.validate(path, &self.queue)?;
@@ -509,7 +519,11 @@ fn validate_fair_share(
     fair_share: &FairShareSettings,
     max_units: MaxUnits,
 ) -> Result<(), ConfigError> {
+    if let Some(by_use) = &fair_share.by_use {
+        validate_by_use(&format!("{path}.by_use"), by_use)?;
+    }
     match (fair_share.max_units_per_tenant, fair_share.max_fraction) {
+        (None, None) if fair_share.by_use.is_some() => Ok(()),
         (Some(units), None) => {
             let most = match max_units {
                 MaxUnits::Units(units) => units.min(u64::from(u32::MAX)),
@@ -538,9 +552,40 @@ fn validate_fair_share(
         _ => Err(ConfigError::invalid(
             path,
             "give exactly one of max_units_per_tenant (units of each kind per tenant) and \
-             max_fraction (a share of each kind's units, greater than 0 and at most 1)",
+             max_fraction (a share of each kind's units, greater than 0 and at most 1), or \
+             by_use alone (tenants ordered by the service they were charged, uncapped)",
         )),
     }
+}
+
+/// The longest half-life of a fair share by use: a year, in ms.
+const MAX_HALF_LIFE_MS: f64 = 31_536_000_000.0;
+
+fn validate_by_use(path: &str, by_use: &ByUseSettings) -> Result<(), ConfigError> {
+    for (tenant, &weight) in &by_use.weights {
+        let most = f64::from(prometheus_parking_lot_actors::domain::MAX_WEIGHT);
+        if !(weight.fract() == 0.0 && (1.0..=most).contains(&weight)) {
+            return Err(ConfigError::invalid(
+                format!("{path}.weights.{}", quote::name(tenant)),
+                format!(
+                    "{weight} is not allowed; use a whole number from 1 to {most} (a tenant \
+                     of weight 3 is served three times what one of weight 1 is)"
+                ),
+            ));
+        }
+    }
+    if let Some(half_life) = by_use.half_life_ms {
+        if !(half_life.fract() == 0.0 && (1.0..=MAX_HALF_LIFE_MS).contains(&half_life)) {
+            return Err(ConfigError::invalid(
+                format!("{path}.half_life_ms"),
+                format!(
+                    "{half_life} is not allowed; use a whole number of milliseconds from 1 to \
+                     {MAX_HALF_LIFE_MS} (a year), or leave it out for counters that never decay"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `url` is checked; `written` (the field before `${NAME}` replacement) is what an error shows.

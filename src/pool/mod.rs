@@ -180,6 +180,7 @@ where
         shared,
         durability: config.durability,
         gpu,
+        tenant_weights: config.tenant_weights.clone(),
     }
 }
 

@@ -234,7 +234,13 @@ where
     /// The result is removed from the mailbox: the next retrieve of the key gets the next
     /// result or waits. A task that ended without a result gives the error that says how
     /// (`Failed`, `TimedOut`, `Cancelled`, `Expired`). A retrieve that gives up returns
-    /// `Timeout` and takes nothing: a later retrieve still gets the result.
+    /// `Timeout` and takes nothing. Unless the pool keeps such tasks
+    /// ([`with_on_give_up`](WorkerPoolConfig::with_on_give_up)), a task submitted without a
+    /// mailbox key is then abandoned, as nobody else can collect its result: parked, it never
+    /// starts; running, its result is dropped (a channel in it closes). A task under a key you
+    /// named carries on, and a later retrieve gets its result. A key that will never get a
+    /// result (one the pool never gave out, a result taken already) is `NothingToRetrieve`,
+    /// at once.
     pub fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
         self.client.retrieve_blocking(key, None, timeout)
     }
@@ -252,9 +258,9 @@ where
     }
 
     /// Waits up to `timeout` for the result under `key` and takes it, as
-    /// [`retrieve`](Self::retrieve) does. Cancel-safe (dropping the future loses no result),
-    /// and it ties up no thread while waiting; a timeout leaves the result for a later
-    /// retrieve.
+    /// [`retrieve`](Self::retrieve) does, with the same answer to a timeout. Cancel-safe:
+    /// dropping the future loses no result and abandons nothing. It ties up no thread while
+    /// waiting.
     pub async fn retrieve_async(
         &self,
         key: &MailboxKey,

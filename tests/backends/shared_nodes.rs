@@ -76,6 +76,7 @@ impl Cluster {
             .with_poll(Duration::from_millis(10))
             .with_claim_ahead(claim_ahead);
         let spec = PoolSpec {
+            tenant_weights: Default::default(),
             name: name.into(),
             limits: PoolLimits::new(units, workers),
             workers: WorkerSettings {
@@ -431,6 +432,7 @@ async fn unworkable_shared_settings_are_refused() {
     ];
     for (shared, limits, says) in cases {
         let spec = PoolSpec {
+            tenant_weights: Default::default(),
             name: "refused".into(),
             limits,
             workers: WorkerSettings {

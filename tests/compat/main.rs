@@ -10,5 +10,6 @@
 mod compat_inference_server;
 mod compat_upstream;
 mod example_flags;
+mod inference_server_gives_up;
 mod shipped_configs;
 mod upstream_configs;

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use prometheus_parking_lot::config::{MaxUnits, NotifierSettings, QueueSettings, StorageSettings};
-use prometheus_parking_lot::core::FairShare;
+use prometheus_parking_lot::core::{
+    FairByUse, FairShare, OnGiveUp, TenantWeights, UsageCharge, DEFAULT_STREAM_IDLE_MS,
+};
 use prometheus_parking_lot::*;
 
 // Every test that reads the list is about a feature this build lacks.
@@ -177,7 +179,7 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`; did you mean `max_units`?"),
         (r#"{ "pools": { "p": { "maxUnits": 3 } } }"#, "pools.p.maxUnits: unknown field `maxUnits`; did you mean `max_units`?"),
-        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `admission`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
+        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `on_give_up`, `stream_idle_ms`, `admission`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
         (r#"{ "pool": {} }"#, "pool: unknown field `pool`; did you mean `pools`?"),
         (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is allowed only on a shared queue (postgres, postgres_pgmq), for a producer-only node; use 1 to 1024"),
         (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 0 to 1024"),
@@ -208,19 +210,29 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "order": "deadline", "queue": { "type": "postgres" } }"#), "pools.p.order: `deadline` needs a local queue (in_memory, yaque): the nodes of a shared queue claim by priority, then admission; use `fifo` here"),
         (&one_pool(r#"{ "max_queued_units": 0 }"#), "pools.p.max_queued_units: 0 is out of range; use 1 to 18446744073709551615"),
         (&one_pool(r#"{ "max_queued_units": 64, "queue": { "type": "postgres" } }"#), "pools.p.max_queued_units: applies to a local queue (in_memory, yaque); a shared queue holds what waits for every node and has no bound by units: remove the field"),
+        (&one_pool(r#"{ "on_give_up": "drop" }"#), "pools.p.on_give_up: unknown value `drop`; use `keep` or `abandon`"),
+        (&one_pool(r#"{ "stream_idle_ms": 0 }"#), "pools.p.stream_idle_ms: 0 is out of range; use 1 to 86400000"),
+        (&one_pool(r#"{ "stream_idle_ms": 90000000 }"#), "pools.p.stream_idle_ms: 90000000 is out of range; use 1 to 86400000"),
         (&one_pool(r#"{ "default_timeout_secs": 5, "default_timeout_ms": 5000 }"#), "pools.p.default_timeout_ms: default_timeout_secs is set too; set only one of the two"),
         (&one_pool(r#"{ "default_timeout_ms": 0 }"#), "pools.p.default_timeout_ms: 0 is out of range; use 1 to 604800000"),
         (&one_pool(r#"{ "default_timeout_secs": 999999999 }"#), "pools.p.default_timeout_secs: 999999999 is out of range; use 1 to 604800"),
         (&one_pool(r#"{ "starvation": { "max_skips": 0 } }"#), "pools.p.starvation.max_skips: 0 is out of range; use 1 to 1000000"),
         (&one_pool(r#"{ "preemption": { "max_per_task": 0 } }"#), "pools.p.preemption.max_per_task: 0 is out of range; use 1 to 4294967295"),
         (&one_pool(r#"{ "starvation": { "max_park_ms": 0 } }"#), "pools.p.starvation.max_park_ms: 0 is out of range; use 1 to 86400000"),
-        (&one_pool(r#"{ "fair_share": {} }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1)"),
-        (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 4, "max_fraction": 0.5 } }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1)"),
+        (&one_pool(r#"{ "fair_share": {} }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1), or by_use alone (tenants ordered by the service they were charged, uncapped)"),
+        (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 4, "max_fraction": 0.5 } }"#), "pools.p.fair_share: give exactly one of max_units_per_tenant (units of each kind per tenant) and max_fraction (a share of each kind's units, greater than 0 and at most 1), or by_use alone (tenants ordered by the service they were charged, uncapped)"),
         (&one_pool(r#"{ "fair_share": { "max_units_per_tenant": 0 } }"#), "pools.p.fair_share.max_units_per_tenant: 0 is out of range; use 1 to 1024 (the pool's max_units: a larger cap would cap nothing)"),
         (&one_pool(r#"{ "max_units": 24, "fair_share": { "max_units_per_tenant": 25 } }"#), "pools.p.fair_share.max_units_per_tenant: 25 is out of range; use 1 to 24 (the pool's max_units: a larger cap would cap nothing)"),
         (&one_pool(r#"{ "fair_share": { "max_fraction": 0 } }"#), "pools.p.fair_share.max_fraction: 0 is out of range; use a number greater than 0 and at most 1"),
         (&one_pool(r#"{ "fair_share": { "max_fraction": 1.5 } }"#), "pools.p.fair_share.max_fraction: 1.5 is out of range; use a number greater than 0 and at most 1"),
-        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`; use `max_units_per_tenant` or `max_fraction`"),
+        (&one_pool(r#"{ "fair_share": { "max_units": 3 } }"#), "pools.p.fair_share.max_units: unknown field `max_units`; use one of `max_units_per_tenant`, `max_fraction`, `by_use`"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weights": { "acme": 0 } } } }"#), "pools.p.fair_share.by_use.weights.acme: 0 is not allowed; use a whole number from 1 to 1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weights": { "*": -2 } } } }"#), "pools.p.fair_share.by_use.weights.*: -2 is not allowed; use a whole number from 1 to 1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weights": { "acme": 2.5 } } } }"#), "pools.p.fair_share.by_use.weights.acme: 2.5 is not allowed; use a whole number from 1 to 1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "half_life_ms": 0 } } }"#), "pools.p.fair_share.by_use.half_life_ms: 0 is not allowed; use a whole number of milliseconds from 1 to 31536000000 (a year), or leave it out for counters that never decay"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "half_life_ms": -5 } } }"#), "pools.p.fair_share.by_use.half_life_ms: -5 is not allowed; use a whole number of milliseconds from 1 to 31536000000 (a year), or leave it out for counters that never decay"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "charge": "tokens" } } }"#), "pools.p.fair_share.by_use.charge: unknown value `tokens`; use `held` or `reported`"),
+        (&one_pool(r#"{ "fair_share": { "by_use": { "weight": { "acme": 2 } } } }"#), "pools.p.fair_share.by_use.weight: unknown field `weight`; did you mean `weights`?"),
         (&one_pool(r#"{ "admission": { "refuse_if_late": "yes" } }"#), r#"pools.p.admission.refuse_if_late: invalid type: string "yes", expected a boolean"#),
         (&one_pool(r#"{ "admission": { "refuse_late": true } }"#), "pools.p.admission.refuse_late: unknown field `refuse_late`; did you mean `refuse_if_late`?"),
         (&one_pool(r#"{ "admission": true }"#), "pools.p.admission: invalid type: boolean `true`, expected a mapping of settings ({ ... })"),
@@ -267,6 +279,36 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
             .to_string();
         assert_eq!(&error, expected, "for {text}");
     }
+}
+
+#[test]
+fn a_fair_share_by_use_reads_as_its_order_and_weights() {
+    let text = one_pool(
+        r#"{ "max_units": 24, "fair_share": { "max_fraction": 0.5, "by_use": {
+             "charge": "reported", "weights": { "acme": 3, "*": 2 }, "half_life_ms": 600000 } } }"#,
+    );
+    let config = SchedulerConfig::from_json_str(&text).unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    let order = FairByUse::new(UsageCharge::Reported)
+        .with_half_life_ms(600_000)
+        .with_default_weight(2);
+    assert_eq!(settings.fair_by_use, Some(order));
+    assert_eq!(settings.fair_share, Some(FairShare::MaxFraction(0.5)));
+    assert_eq!(
+        settings.tenant_weights,
+        TenantWeights::default().with("acme", 3)
+    );
+    // Alone, by_use orders without a cap; the charge defaults to the units held.
+    let text = one_pool(r#"{ "fair_share": { "by_use": {} } }"#);
+    let settings = SchedulerConfig::from_json_str(&text)
+        .unwrap()
+        .worker_pool_config("p", 24)
+        .unwrap();
+    assert_eq!(
+        settings.fair_by_use,
+        Some(FairByUse::new(UsageCharge::Held))
+    );
+    assert_eq!(settings.fair_share, None);
 }
 
 #[test]
@@ -464,6 +506,28 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[test]
+fn the_give_up_rule_and_the_stream_idle_bound_come_from_the_file_or_their_defaults() {
+    let config = SchedulerConfig::from_json_str(&one_pool(
+        r#"{ "on_give_up": "keep", "stream_idle_ms": 1500 }"#,
+    ))
+    .unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    assert_eq!(settings.on_give_up, Some(OnGiveUp::Keep));
+    assert_eq!(settings.stream_idle_ms, 1_500);
+    let config =
+        SchedulerConfig::from_json_str(&one_pool(r#"{ "on_give_up": "abandon" }"#)).unwrap();
+    assert_eq!(
+        config.worker_pool_config("p", 24).unwrap().on_give_up,
+        Some(OnGiveUp::Abandon)
+    );
+    // Unset: the mailbox decides when the pool starts; five minutes for streams.
+    let config = SchedulerConfig::from_json_str(&one_pool("{}")).unwrap();
+    let settings = config.worker_pool_config("p", 24).unwrap();
+    assert_eq!(settings.on_give_up, None);
+    assert_eq!(settings.stream_idle_ms, DEFAULT_STREAM_IDLE_MS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

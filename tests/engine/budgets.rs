@@ -177,6 +177,7 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
     // 6 units a minute, so the wait outlasts the test: one unit every 10 s.
     let supervisor = spawn_supervisor().await.expect("a supervisor");
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "quota".into(),
         limits: PoolLimits::new(8, 2).with_budget(ResourceKind::Io, Budget::per_minute(6)),
         workers: WorkerSettings {

@@ -112,6 +112,7 @@ async fn pool_telling(
 ) -> PoolClient<u64, TaskId> {
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "grouped".into(),
         limits: PoolLimits::new(4, 4),
         workers: WorkerSettings {

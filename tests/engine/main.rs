@@ -14,6 +14,7 @@ mod core_fair_share;
 mod core_properties;
 mod errors;
 mod estimates;
+mod fair_by_use;
 mod fleet_budget_properties;
 mod gpu_pools;
 mod mailbox_groups;

@@ -13,7 +13,7 @@ use prometheus_parking_lot::core::{
     EntryId, PoolError, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
     TaskMetadata, TaskQueue, WorkerExecutor, WorkerPool,
 };
-use prometheus_parking_lot::core::{PoolLimits, RestartPolicy};
+use prometheus_parking_lot::core::{OnGiveUp, PoolLimits, RestartPolicy};
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
 use prometheus_parking_lot::util::clock::now_ms;
@@ -373,7 +373,10 @@ async fn cancel_ends_parked_and_running_tasks_and_frees_capacity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retrieve_timeout_consumes_nothing_and_a_dropped_retrieve_loses_nothing() {
-    let mut lab = LabPool::new(settings("retrieve", 1, 4));
+    // A pool that keeps tasks whose waiter gave up (with the in-memory mailbox it would
+    // abandon this one, whose key it made: see `compat::inference_server_gives_up`).
+    let keep = settings("retrieve", 1, 4).with_on_give_up(Some(OnGiveUp::Keep));
+    let mut lab = LabPool::new(keep);
     let job = lab.gated(1);
     let key = lab
         .pool
@@ -570,6 +573,7 @@ impl TaskExecutor<u64, u64> for Double {
 async fn the_actor_api_submits_with_a_reply_port() {
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
+        tenant_weights: Default::default(),
         name: "actors".into(),
         limits: PoolLimits::new(8, 2),
         workers: prometheus_parking_lot::actors::WorkerSettings {

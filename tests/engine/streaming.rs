@@ -375,6 +375,33 @@ async fn a_slow_reader_blocks_only_its_own_task() {
     assert_eq!(tokens[19], "t19");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_nobody_reads_past_the_idle_bound_is_cancelled_and_frees_its_units() {
+    for style in [Style::Async, Style::Blocking] {
+        let llm = FakeLlm::default();
+        let config = WorkerPoolConfig::new()
+            .with_name("unread")
+            .with_worker_count(1)
+            .with_max_units(UNITS)
+            .with_stream_idle(Duration::from_millis(50));
+        let pool = WorkerPool::new(config, llm.clone()).expect("pool starts");
+        // A buffer of one partial, and a reader that stays but never reads.
+        let mut unread = pool
+            .submit_streaming(job(1, 20, 0, style), meta(1, 4), 1)
+            .await
+            .expect("admitted");
+        eventually("the task ends", || llm.saw("end:1")).await;
+        assert!(llm.saw("closed:1"), "{style:?}: its second send failed");
+        assert!(!llm.saw("token:1:2"), "{style:?}: it stopped there");
+        eventually("its units come back", || pool.stats().used_units == 0).await;
+        assert_eq!(pool.stats().cancelled_tasks, 1);
+        // A reader that comes back gets what waited, then how the task ended.
+        assert_eq!(unread.next().await, Some(Ok("t0".to_owned())));
+        assert_eq!(unread.next().await, Some(Err(PoolError::Cancelled)));
+        assert_eq!(unread.next().await, None);
+    }
+}
+
 #[test]
 fn a_sync_caller_reads_a_stream_as_a_blocking_iterator() {
     let llm = FakeLlm::default();

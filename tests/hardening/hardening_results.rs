@@ -285,11 +285,9 @@ async fn retrieve_task_takes_one_tasks_result_among_several_on_a_key() {
         "the one asked for"
     );
     assert_eq!(
-        lab.pool
-            .retrieve_task(&shared, 2, Duration::from_millis(50))
-            .await,
-        Err(PoolError::Timeout),
-        "taken once"
+        lab.pool.retrieve_task(&shared, 2, WAIT).await,
+        Err(PoolError::NothingToRetrieve { task: Some(2) }),
+        "taken once: a second retrieve is told at once that nothing will come"
     );
 
     // A wait for task 4 is not satisfied by task 5 finishing first under the same key.

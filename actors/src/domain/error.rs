@@ -14,8 +14,9 @@ use super::{BackendError, ResourceKind, TaskId};
 /// [`Expired`](Self::Expired), [`TimedOut`](Self::TimedOut) and
 /// [`Cancelled`](Self::Cancelled). A mailbox stores those as a [`TaskFailure`], the type of a
 /// task's outcome; a retrieve hands them back as these variants, so code can tell "my wait
-/// ran out" (`Timeout`: try again, the result stays) from "the task ran too long"
-/// (`TimedOut`: it will never have a result).
+/// ran out" (`Timeout`: nothing was taken; try again unless the pool abandoned the task)
+/// from "the task ran too long" (`TimedOut`: it will never have a result), and both from
+/// "nothing will ever come under that key" (`NothingToRetrieve`).
 ///
 /// It serialises (a [`TaskFailure::Lost`] stores one) in serde's default externally tagged
 /// form: `"QueueFull"`, `{"InvalidConfig": "..."}`.
@@ -51,11 +52,24 @@ pub enum PoolError {
         /// The configured bound.
         max_messages: usize,
     },
-    /// The caller stopped waiting for a result; the result, if any, stays retrievable.
-    #[error(
-        "timed out waiting for the result (nothing was taken: a later retrieve can still get it)"
-    )]
+    /// The caller stopped waiting for a result. Nothing was taken. The task carries on and
+    /// a later retrieve can still get its result, unless the pool abandons tasks whose
+    /// waiter gave up (see [`OnGiveUp`](super::OnGiveUp)): it does so only for a task under
+    /// a key the pool made, by default where results are kept in memory.
+    #[error("timed out waiting; nothing was taken (a retrieved task carries on, unless the pool abandons tasks whose only waiter gave up: see on_give_up)")]
     Timeout,
+    /// A retrieve asked for a result that no task of this pool will ever store and that does
+    /// not wait in the mailbox: the pool never accepted a task under that key (and id), or
+    /// its result was taken already, dropped by retention, or never kept because its task
+    /// was abandoned when an earlier retrieve gave up. Said at once, where the pool can know
+    /// it: a key the pool made, or a key with a task id, in a mailbox in this process's
+    /// memory, with a queue no other node runs tasks from. (Elsewhere a retrieve waits, as a
+    /// result may still come from outside the process.)
+    #[error("nothing to retrieve{}: no live task of this pool will store a result there and none waits; the key was never accepted here, or its result was taken already, dropped by retention, or abandoned when an earlier retrieve gave up", task_suffix(*.task))]
+    NothingToRetrieve {
+        /// The task id the retrieve named, if it named one.
+        task: Option<TaskId>,
+    },
     /// No result is stored under that key.
     #[error("no result found for that mailbox key")]
     ResultNotFound,
@@ -142,7 +156,8 @@ impl PoolError {
     /// Whether the same call may succeed if tried again later: a backend that could not be
     /// reached, a full queue or mailbox that others drain, a submission refused because it
     /// would start after its deadline (the queue drains), or a retrieve whose wait ran out
-    /// (the result stays for the next one).
+    /// (its task carries on, unless the pool abandoned it: see
+    /// [`OnGiveUp`](super::OnGiveUp)).
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::PoolError;
@@ -184,6 +199,11 @@ impl PoolError {
     /// ```
     #[allow(non_upper_case_globals)]
     pub const PoolShutdown: PoolError = PoolError::Shutdown;
+}
+
+/// " for task N" when a retrieve named task N, else nothing.
+fn task_suffix(task: Option<TaskId>) -> String {
+    task.map(|id| format!(" for task {id}")).unwrap_or_default()
 }
 
 /// How a task ended without a result: what its mailbox keeps in place of one.

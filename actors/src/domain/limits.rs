@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::order::validate_max_queued_units;
-use super::{Budget, Budgets, PoolError, QueueOrder, ResourceKind};
+use super::{
+    Budget, Budgets, FairByUse, OnGiveUp, PoolError, QueueOrder, ResourceKind,
+    DEFAULT_STREAM_IDLE_MS, MAX_STREAM_IDLE_MS,
+};
 
 /// Units available per resource kind. Each kind is a separate budget.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,6 +163,11 @@ pub struct PoolLimits {
     /// A cap on one tenant's running units per kind; `None`: no cap, no fair ordering.
     #[serde(default)]
     pub fair_share: Option<FairShare>,
+    /// Orders tenants by the weighted service they were charged instead of by what they
+    /// hold now (see [`FairByUse`]); `None`: by what they hold. Without a `fair_share` it
+    /// orders tenants without capping them.
+    #[serde(default)]
+    pub fair_by_use: Option<FairByUse>,
     /// While a reserved task waits for capacity, let a lower-ranked task start if its
     /// execution timeout ends before the reserved task can start (EASY backfilling).
     /// Default on: it only starts tasks that cannot delay the reservation (see
@@ -194,6 +202,18 @@ pub struct PoolLimits {
     /// queue, which holds what waits for every node.
     #[serde(default)]
     pub max_queued_units: Option<u64>,
+    /// What a retrieve that gives up does to the task it waited for (see [`OnGiveUp`]);
+    /// `None`: what fits the pool's mailbox (abandon in memory, keep when durable).
+    #[serde(default)]
+    pub on_give_up: Option<OnGiveUp>,
+    /// How long a streamed task (`submit_streaming`) may wait on a reader who takes nothing,
+    /// ms: once its buffer is full the executor's send waits; if nothing is read for this
+    /// long, the task is cancelled (the send fails with `StreamClosed`, the cancellation
+    /// flag is raised) and its units come back as soon as its executor returns. A reader that
+    /// comes back later still gets the partials that waited, then `Cancelled`. 1 ms to a day;
+    /// default five minutes ([`DEFAULT_STREAM_IDLE_MS`]).
+    #[serde(default = "stream_idle_default")]
+    pub stream_idle_ms: u64,
     /// What admission refuses besides what can never run (see [`Admission`]). Default:
     /// nothing more.
     #[serde(default)]
@@ -201,7 +221,7 @@ pub struct PoolLimits {
 }
 
 /// Opt-in refusals at admission, decided on the pool's estimate of when a task would start
-/// (the core's rule 22, `PARKING_LOT.md`, "When will it start").
+/// (the core's rule 23, `PARKING_LOT.md`, "When will it start").
 ///
 /// With `refuse_if_late`, a submission with a deadline whose estimated start is after that
 /// deadline is refused at once with [`PoolError::WouldMissDeadline`], which carries the
@@ -357,6 +377,10 @@ fn backfill_default() -> bool {
     true
 }
 
+fn stream_idle_default() -> u64 {
+    DEFAULT_STREAM_IDLE_MS
+}
+
 impl PoolLimits {
     /// `max_units` of every kind, `worker_slots` workers, a queue of 1,024, the default
     /// starvation guard with backfill, and no fair share.
@@ -374,6 +398,7 @@ impl PoolLimits {
             max_queue_depth: 1_024,
             starvation: StarvationGuard::default(),
             fair_share: None,
+            fair_by_use: None,
             backfill: true,
             preemption: None,
             budgets: Budgets::none(),
@@ -381,6 +406,8 @@ impl PoolLimits {
             retry: None,
             order: QueueOrder::Fifo,
             max_queued_units: None,
+            on_give_up: None,
+            stream_idle_ms: DEFAULT_STREAM_IDLE_MS,
             admission: Admission::default(),
         }
     }
@@ -409,6 +436,13 @@ impl PoolLimits {
         self
     }
 
+    /// The same limits with tenants ordered by the service they were charged (`None`: by
+    /// what they hold now).
+    pub fn with_fair_by_use(mut self, fair_by_use: Option<FairByUse>) -> Self {
+        self.fair_by_use = fair_by_use;
+        self
+    }
+
     /// The same limits with preemption on (`Some`) or off.
     pub fn with_preemption(mut self, preemption: Option<Preemption>) -> Self {
         self.preemption = preemption;
@@ -433,6 +467,29 @@ impl PoolLimits {
     /// The same limits with another answer to a repeated submission (see [`OnDuplicate`]).
     pub fn with_on_duplicate(mut self, on_duplicate: OnDuplicate) -> Self {
         self.on_duplicate = on_duplicate;
+        self
+    }
+
+    /// The same limits with another rule for a retrieve that gives up (`None`: what fits
+    /// the mailbox; see [`OnGiveUp`]).
+    pub fn with_on_give_up(mut self, on_give_up: Option<OnGiveUp>) -> Self {
+        self.on_give_up = on_give_up;
+        self
+    }
+
+    /// The same limits with another bound on how long a full stream may go unread (see
+    /// [`stream_idle_ms`](Self::stream_idle_ms)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use prometheus_parking_lot_actors::domain::PoolLimits;
+    /// let limits = PoolLimits::new(8, 2).with_stream_idle(Duration::from_secs(30));
+    /// assert_eq!(limits.stream_idle_ms, 30_000);
+    /// assert!(limits.validate().is_ok());
+    /// assert!(limits.with_stream_idle(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn with_stream_idle(mut self, idle: std::time::Duration) -> Self {
+        self.stream_idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         self
     }
 
@@ -502,6 +559,9 @@ impl PoolLimits {
         if let Some(fair_share) = &self.fair_share {
             fair_share.validate()?;
         }
+        if let Some(fair_by_use) = &self.fair_by_use {
+            fair_by_use.validate()?;
+        }
         if let Some(preemption) = &self.preemption {
             preemption.validate()?;
         }
@@ -509,6 +569,13 @@ impl PoolLimits {
         validate_max_queued_units(self.max_queued_units)?;
         if let Some(retry) = &self.retry {
             retry.validate()?;
+        }
+        if self.stream_idle_ms == 0 || self.stream_idle_ms > MAX_STREAM_IDLE_MS {
+            return Err(PoolError::InvalidConfig(format!(
+                "stream_idle_ms is {}; use 1 to {MAX_STREAM_IDLE_MS} (a day), or leave it out \
+                 for the default of {DEFAULT_STREAM_IDLE_MS}",
+                self.stream_idle_ms
+            )));
         }
         for (kind, budget) in self.budgets.iter() {
             if self.capacity.get(kind) != budget.burst {

@@ -6,17 +6,20 @@ mod backend;
 mod budget;
 mod durability;
 mod error;
+mod fair_by_use;
 mod limits;
 mod mailbox_key;
 mod order;
 mod resource;
 mod status;
 mod task;
+mod waiters;
 
 pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use durability::Durability;
 pub use error::{PoolError, TaskFailure};
+pub use fair_by_use::{FairByUse, TenantWeights, UsageCharge, MAX_WEIGHT};
 pub use limits::{
     Admission, Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
 };
@@ -25,3 +28,4 @@ pub use order::QueueOrder;
 pub use resource::{ResourceCost, ResourceKind};
 pub use status::{TaskStatus, WakeState};
 pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};
+pub use waiters::{OnGiveUp, DEFAULT_STREAM_IDLE_MS, MAX_STREAM_IDLE_MS};

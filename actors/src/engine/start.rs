@@ -12,6 +12,7 @@ use ractor::{Actor, ActorCell, ActorRef, SpawnErr};
 use super::client::{ClientParts, PoolClient};
 use crate::domain::{
     BackendError, Budgets, Durability, OnDuplicate, PoolError, PoolLimits, QueueOrder,
+    TenantWeights,
 };
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
@@ -82,6 +83,9 @@ pub struct PoolSpec<P, R, E> {
     pub shared: Option<SharedParking<P>>,
     /// What a durable queue (local or shared) stores, and so what a crash costs.
     pub durability: Durability,
+    /// The weights of named tenants under a fair share by use (`limits.fair_by_use`); the
+    /// others weigh its `default_weight`. Empty without one.
+    pub tenant_weights: TenantWeights,
     /// The GPU the pool's `GpuVram` units (MiB) live on, if any: sampled for stats and,
     /// with its live guard on, for admission (see
     /// [`GpuWatch`]).
@@ -161,6 +165,14 @@ impl<P, R, E> PoolSpec<P, R, E> {
         }
         if let Some(gpu) = &self.gpu {
             gpu.validate()?;
+        }
+        self.tenant_weights.validate()?;
+        if self.limits.fair_by_use.is_none() && !self.tenant_weights.is_empty() {
+            return Err(PoolError::InvalidConfig(
+                "fair_share.by_use.weights names tenants, but the pool orders tenants by use \
+                 only with fair_share.by_use set: set it, or leave the weights out"
+                    .into(),
+            ));
         }
         if self.workers.count == 0 {
             return ParkingLot::without_workers(self.limits);
@@ -244,6 +256,19 @@ where
     let core = spec.validate(ownership == Ownership::OwnGate)?;
     if let Some(parking) = &spec.shared {
         share_budgets(parking, &core.limits().budgets, &spec.name).await?;
+        if let Some(order) = core.limits().fair_by_use {
+            let shared = parking
+                .queue
+                .share_fair_by_use(order, &spec.tenant_weights)
+                .await
+                .map_err(|error| {
+                    let operation = "share the tenant counters of its fair share by use";
+                    queue_error(&spec.name, parking.queue.backend(), operation, error)
+                })?;
+            if !shared {
+                tracing::info!(pool = %spec.name, backend = parking.queue.backend(), "the shared queue claims in rank order: the fair share by use orders this node's own tasks only");
+            }
+        }
         if core.limits().on_duplicate == OnDuplicate::Attach {
             let operation = "keep callers unique across nodes (the pool attaches repeated \
                              submissions)";
@@ -381,6 +406,7 @@ where
         gpu_sampled: false,
         rerun: rerun.clone(),
         lanes,
+        tenant_weights: spec.tenant_weights,
     };
     let driver = Driver {
         pool: pool.clone(),

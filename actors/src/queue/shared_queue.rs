@@ -35,8 +35,8 @@ use async_trait::async_trait;
 
 use super::{EntryId, QueueCounts, QueueError, Settlement};
 use crate::domain::{
-    Budgets, Capacity, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId,
-    TenantId,
+    Budgets, Capacity, FairByUse, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask,
+    TaskId, TenantId, TenantWeights,
 };
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
@@ -347,6 +347,22 @@ where
                 self.backend()
             ),
         )))
+    }
+
+    /// Orders the claims of this queue's nodes by tenant counters the whole fleet shares (a
+    /// fair share by use, `order`, with the named tenants' `weights`): a claim takes each
+    /// task for the tenant the fleet served least among those with a task that fits (within
+    /// the best priority that does), and charges the task's declared units, divided by its
+    /// tenant's weight, in the same step. A node calls it as it starts; every node of one
+    /// queue is to be given the same order. Returns whether the queue does it: the default
+    /// does not (`false`), and each node's core then orders only the tasks it holds.
+    async fn share_fair_by_use(
+        &self,
+        order: FairByUse,
+        weights: &TenantWeights,
+    ) -> Result<bool, QueueError> {
+        let _ = (order, weights);
+        Ok(false)
     }
 
     /// Puts `units` back into the shared bucket of `kind` (at most its burst): a task

@@ -2,7 +2,7 @@
 //! stream, the drain deadline), read by the task's executor through
 //! [`running`](crate::running).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -23,6 +23,9 @@ struct Flag {
     /// Units of a budgeted kind the run spent at its start and did not use (see
     /// [`running::return_units`](crate::running::return_units)).
     unused_units: AtomicU32,
+    /// Units the run reported using, plus one (0: it reported nothing; see
+    /// [`running::report_used`](crate::running::report_used)).
+    used_units: AtomicU64,
     /// Why the run asked to be tried again (see
     /// [`running::retry_later`](crate::running::retry_later)), if it did: read at every
     /// run's end, so a lock-free cell (the first reason given is kept).
@@ -73,6 +76,22 @@ impl Cancellation {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |had| {
                 Some(had.saturating_add(units))
             });
+    }
+
+    /// Records that the run used `units` (more) of its cost. Calls add up.
+    pub(crate) fn report_used(&self, units: u64) {
+        let _ = self
+            .0
+            .used_units
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |had| {
+                Some(had.max(1).saturating_add(units))
+            });
+    }
+
+    /// Units the run reported using, if it reported any (see
+    /// [`report_used`](Self::report_used)).
+    pub(crate) fn used_units(&self) -> Option<u64> {
+        self.0.used_units.load(Ordering::Acquire).checked_sub(1)
     }
 
     /// Records that the run failed in a way worth trying again, and why (the first call's

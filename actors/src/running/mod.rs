@@ -11,6 +11,8 @@
 //!   that blocks its thread (a token loop in sync code) checks the flag between steps.
 //! - [`return_units`]: a task of a kind with a budget (units that refill with time) gives
 //!   back what it declared and did not use.
+//! - [`report_used`]: what the task really used of its cost, for a fair share that charges
+//!   tenants by reported use.
 //! - [`retry_later`]: a run that failed in a way worth trying again says so.
 //! - [`partials`]: the sink of a task submitted with `submit_streaming`; `None` for tasks
 //!   submitted otherwise, so one executor can serve both.
@@ -152,6 +154,36 @@ pub fn is_lease_lost() -> bool {
 /// ```
 pub fn return_units(units: u32) -> bool {
     with_current(|context| context.cancellation.return_units(units)).is_some()
+}
+
+/// Tells the pool that the task this worker thread is running used `units` of its cost:
+/// the tokens its reply really made, out of the most its cost declared. Under a fair share
+/// that charges tenants by reported use (`fair_share.by_use` with `"charge": "reported"`),
+/// the task's tenant is charged its declared cost when it starts, and the sum of its reports
+/// (at most the declared cost) when it ends, so a tenant whose replies are short is served
+/// more often. Calls add up; a task that reports nothing stays charged its declared cost.
+/// Under any other setting this changes nothing. Returns `false` outside a run.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use prometheus_parking_lot_actors::domain::TaskMetadata;
+/// use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
+/// use prometheus_parking_lot_actors::running;
+///
+/// /// Generates at most `meta.cost.units` tokens, and says how many it made.
+/// struct Generate;
+///
+/// #[async_trait]
+/// impl TaskExecutor<String, String> for Generate {
+///     async fn execute(&self, prompt: String, _meta: TaskMetadata) -> String {
+///         let reply: Vec<&str> = prompt.split_whitespace().collect(); // the model's tokens
+///         running::report_used(reply.len() as u64);
+///         reply.join(" ")
+///     }
+/// }
+/// ```
+pub fn report_used(units: u64) -> bool {
+    with_current(|context| context.cancellation.report_used(units)).is_some()
 }
 
 /// Tells the pool that the task this worker thread is running failed in a way worth trying

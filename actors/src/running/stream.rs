@@ -18,14 +18,24 @@
 //! reads is raised, the executor's next send fails with [`StreamClosed`], an async executor's
 //! future is dropped at once, and a task still parked ends `Cancelled` when it would have
 //! started. Either way its capacity comes back as soon as its executor stops.
+//!
+//! A reader that stays but reads nothing would hold the task's units for ever, its executor
+//! waiting on a full buffer. So the pool bounds that wait (`PoolLimits::stream_idle_ms`,
+//! five minutes by default): a send that finds the buffer full and waits that long with
+//! nothing read fails with [`StreamClosed`] and raises the task's cancellation flag; the
+//! task ends `Cancelled` and frees its units when its executor returns. The partials that
+//! waited stay readable, then the stream yields `Cancelled`. (An async send bounds its wait
+//! with tokio's timer, which the pool's worker threads have; sent from a thread with no
+//! tokio runtime, only [`Partials::send_blocking`] is bounded.)
 
 use std::any::Any;
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::Stream;
 
@@ -44,6 +54,9 @@ pub(crate) struct StreamShared<R> {
     state: Mutex<State<R>>,
     capacity: usize,
     cancellation: Cancellation,
+    /// How long a send may wait on a full buffer, ms; 0 until the scheduler admits the task
+    /// and sets its pool's bound (see [`set_idle_limit`](Self::set_idle_limit)).
+    idle_limit_ms: AtomicU64,
 }
 
 struct State<R> {
@@ -54,6 +67,8 @@ struct State<R> {
     ended: bool,
     /// The submitter dropped its stream.
     abandoned: bool,
+    /// A send waited past the idle bound with nothing read: no partial is accepted any more.
+    stalled: bool,
     reader: Option<Waker>,
     writer: Option<Waker>,
 }
@@ -69,6 +84,25 @@ impl<R> StreamShared<R> {
     /// The cancellation flag of the streamed task (the same one the worker runs it under).
     pub(crate) fn cancellation(&self) -> &Cancellation {
         &self.cancellation
+    }
+
+    /// Bounds how long a send may wait on a full buffer with nothing read (the pool's
+    /// `stream_idle_ms`).
+    pub(crate) fn set_idle_limit(&self, limit_ms: u64) {
+        self.idle_limit_ms.store(limit_ms, Ordering::Relaxed);
+    }
+
+    /// The bound on a send's wait, if one is set.
+    fn idle_limit(&self) -> Option<Duration> {
+        let limit_ms = self.idle_limit_ms.load(Ordering::Relaxed);
+        (limit_ms > 0).then(|| Duration::from_millis(limit_ms))
+    }
+
+    /// A send waited out the idle bound: later sends fail, and the task is cancelled (its
+    /// executor stops, its units come back). What was sent stays for a late reader.
+    fn stall(&self) {
+        self.lock().stalled = true;
+        self.cancellation.cancel();
     }
 
     /// Whether the submitter dropped its stream.
@@ -140,16 +174,44 @@ impl<R: Send + 'static> Partials<R> {
             .map(|shared| Self { shared })
     }
 
-    /// Sends one partial, waiting while the buffer is full.
+    /// Sends one partial, waiting while the buffer is full, at most the pool's idle bound
+    /// (see the module docs): past it the send fails and the task is cancelled.
     pub async fn send(&self, item: R) -> Result<(), StreamClosed> {
         let mut item = Some(item);
-        poll_fn(|context| self.poll_send(context, &mut item)).await
+        let sending = poll_fn(|context| self.poll_send(context, &mut item));
+        let limit = self
+            .shared
+            .idle_limit()
+            .filter(|_| tokio::runtime::Handle::try_current().is_ok());
+        let Some(limit) = limit else {
+            return sending.await;
+        };
+        match tokio::time::timeout(limit, sending).await {
+            Ok(sent) => sent,
+            Err(_) => {
+                self.shared.stall();
+                Err(StreamClosed)
+            }
+        }
     }
 
     /// Sends one partial from blocking code (a sync token loop inside `execute`), blocking
-    /// the thread while the buffer is full. Works on a worker thread; needs no runtime.
+    /// the thread while the buffer is full, at most the pool's idle bound. Works on a
+    /// worker thread; needs no runtime.
     pub fn send_blocking(&self, item: R) -> Result<(), StreamClosed> {
-        block_on_until(self.send(item), None).unwrap_or(Err(StreamClosed))
+        let mut item = Some(item);
+        let sending = poll_fn(|context| self.poll_send(context, &mut item));
+        let deadline = self
+            .shared
+            .idle_limit()
+            .and_then(|limit| Instant::now().checked_add(limit));
+        match block_on_until(sending, deadline) {
+            Some(sent) => sent,
+            None => {
+                self.shared.stall();
+                Err(StreamClosed)
+            }
+        }
     }
 
     /// Whether the task was cancelled (its stream dropped, `cancel`, timeout, shutdown).
@@ -163,7 +225,7 @@ impl<R: Send + 'static> Partials<R> {
         item: &mut Option<R>,
     ) -> Poll<Result<(), StreamClosed>> {
         let mut state = self.shared.lock();
-        if state.ended || state.abandoned {
+        if state.ended || state.abandoned || state.stalled {
             return Poll::Ready(Err(StreamClosed));
         }
         if state.partials.len() >= self.shared.capacity {
@@ -213,11 +275,13 @@ impl<R: Send + 'static> ResultStream<R> {
                 outcome: None,
                 ended: false,
                 abandoned: false,
+                stalled: false,
                 reader: None,
                 writer: None,
             }),
             capacity: buffer,
             cancellation: Cancellation::new(),
+            idle_limit_ms: AtomicU64::new(0),
         });
         let attachment = StreamAttachment(shared.clone());
         Ok((
@@ -395,6 +459,35 @@ mod tests {
         }
         writer.await.unwrap();
         assert_eq!(seen, vec![0, 1, 2, 3, 4, 99]);
+    }
+
+    #[test]
+    fn a_send_that_waits_past_the_idle_bound_fails_cancels_and_leaves_what_was_sent() {
+        let (partials, mut stream) = pair(1);
+        partials.shared.set_idle_limit(30);
+        partials.send_blocking(1).unwrap();
+        assert_eq!(partials.send_blocking(2), Err(StreamClosed), "nobody read");
+        assert!(partials.is_cancelled(), "the task is asked to stop");
+        assert_eq!(
+            partials.send_blocking(3),
+            Err(StreamClosed),
+            "later sends fail at once"
+        );
+        // The task ends as a cancelled run does; a reader that comes back sees both.
+        partials.shared.finish(Err(PoolError::Cancelled));
+        assert_eq!(stream.next_blocking(None), Some(Ok(1)));
+        assert_eq!(stream.next_blocking(None), Some(Err(PoolError::Cancelled)));
+        assert_eq!(stream.next_blocking(None), None);
+    }
+
+    #[tokio::test]
+    async fn an_async_send_is_bounded_too() {
+        let (partials, mut stream) = pair(1);
+        partials.shared.set_idle_limit(30);
+        partials.send(1).await.unwrap();
+        assert_eq!(partials.send(2).await, Err(StreamClosed), "nobody read");
+        assert!(partials.is_cancelled());
+        assert_eq!(stream.next().await, Some(Ok(1)), "what was sent stays");
     }
 
     #[test]

@@ -280,6 +280,13 @@ where
             submitted(state, submission, now);
             handled += 1;
         }
+        // Retrieves' questions last: every finish drained above has stored its outcome, so
+        // a task not live now left whatever it had in the mailbox.
+        while let Some(note) = state.inbox.next_retrieval() {
+            note.answer_with(&mut state.shell, now);
+            state.driver.carry_out(&mut state.shell, now);
+            handled += 1;
+        }
         if handled == 0 {
             return;
         }

@@ -27,6 +27,7 @@ use crossbeam_queue::SegQueue;
 use ractor::ActorRef;
 
 use super::protocol::{Internal, SchedulerMsg, Submission};
+use super::shell::waiters::RetrievalNote;
 use crate::domain::PoolError;
 use crate::permit::lane::Lanes;
 use crate::permit::{PermitOp, PermitPort};
@@ -52,6 +53,9 @@ pub(crate) struct Inbox<P, R> {
     submissions: SegQueue<Submission<P>>,
     /// Requests about capacity permits (see `crate::permit`).
     permits: SegQueue<PermitOp>,
+    /// Retrieves' questions: can a result still come, and a wait that gave up (see
+    /// `shell/waiters.rs`).
+    retrievals: SegQueue<RetrievalNote>,
     scheduled: AtomicBool,
     /// Set once the scheduler has stopped: nothing will drain the inbox any more, so whoever
     /// pushes refuses what it finds.
@@ -73,6 +77,7 @@ where
             readies: SegQueue::new(),
             submissions: SegQueue::new(),
             permits: SegQueue::new(),
+            retrievals: SegQueue::new(),
             scheduled: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             scheduler: OnceLock::new(),
@@ -98,6 +103,13 @@ where
         self.ring();
     }
 
+    /// A retrieve asks a question. Once the scheduler has stopped it is dropped unanswered:
+    /// the retrieve then goes on as if the pool could not tell.
+    pub fn ask(&self, note: RetrievalNote) {
+        self.retrievals.push(note);
+        self.ring();
+    }
+
     /// The scheduler has stopped: refuse everything that waits and everything pushed later.
     pub fn close(&self) {
         self.lanes.close_all();
@@ -115,6 +127,9 @@ where
         }
         while let Some(op) = self.permits.pop() {
             op.refuse(PoolError::Shutdown);
+        }
+        while let Some(note) = self.retrievals.pop() {
+            drop(note);
         }
     }
 
@@ -160,12 +175,18 @@ where
         self.permits.pop()
     }
 
+    /// The next retrieve's question, if any.
+    pub fn next_retrieval(&self) -> Option<RetrievalNote> {
+        self.retrievals.pop()
+    }
+
     /// Whether anything waits.
     pub fn is_empty(&self) -> bool {
         self.finishes.is_empty()
             && self.readies.is_empty()
             && self.submissions.is_empty()
             && self.permits.is_empty()
+            && self.retrievals.is_empty()
     }
 
     /// The scheduler stops draining. Returns `true` if something arrived meanwhile and the

@@ -101,7 +101,7 @@ impl WaitView {
 }
 
 /// A tenant's live work on a pool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TenantView {
     /// The tenant.
     pub tenant: TenantId,
@@ -111,4 +111,10 @@ pub struct TenantView {
     pub parked: usize,
     /// Units its running tasks hold, per kind (by [`ResourceKind::index`](crate::domain::ResourceKind::index)).
     pub holds: [u32; crate::domain::ResourceKind::COUNT],
+    /// Its weighted service counter under a fair share by use (what its tasks were
+    /// charged, each divided by its weight, decayed to now; see
+    /// `ParkingLot::tenant_service`); `None` under any other setting.
+    pub service: Option<f64>,
+    /// Its weight under a fair share by use; `None` under any other setting.
+    pub weight: Option<u32>,
 }

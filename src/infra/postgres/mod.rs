@@ -28,6 +28,7 @@
 //! | `codec.rs` | the engine's values as SQL values and JSON rows, and back |
 //! | `groups.rs` | one answer per task of a group statement |
 //! | `budgets.rs` | budgets a queue's nodes share, refilled and spent in each claim |
+//! | `service.rs` | tenant counters a queue's nodes share (a fair share by use), read and charged in each claim |
 //! | `retry.rs` | [`RetryPolicy`] and the rescue's backoff |
 //! | `outage.rs` | a server that is away: its cause, and quick answers meanwhile |
 //! | `rows.rs` | rows written as one JSON array |
@@ -64,6 +65,8 @@ mod retry;
 pub(crate) mod rows;
 #[cfg(feature = "postgres")]
 mod schema;
+#[cfg(feature = "postgres")]
+pub(crate) mod service;
 #[cfg(feature = "postgres")]
 mod session;
 #[cfg(feature = "postgres")]

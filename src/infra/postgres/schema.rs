@@ -8,6 +8,7 @@
 use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
+use super::service::{service_tables, FLOORS_TABLE};
 use super::PgDatabase;
 use crate::core::PoolError;
 
@@ -158,6 +159,8 @@ pub(crate) enum Table<'a> {
     Mailbox(&'a Identifier),
     /// The table of the budgets queues share ([`BUDGETS_TABLE`]).
     Budgets,
+    /// The tables of the tenant counters queues share ([`SERVICE_TABLE`]).
+    Service,
 }
 
 impl PgDatabase {
@@ -173,6 +176,7 @@ impl PgDatabase {
             Table::Queue(name) => (queue_table(name), format!("{}_done", name.as_str())),
             Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
             Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
+            Table::Service => (service_tables(), FLOORS_TABLE.to_owned()),
         };
         self.run(move |connection| async move {
             use sea_orm::{ConnectionTrait, Statement};

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use sea_orm::{ConnectionTrait, DbErr, QueryResult, TransactionTrait, Value};
 
 use super::budgets::FleetBudgets;
+use super::service::{FairParams, FleetService, OwnedClaim};
+use super::shared_queue::FairClaim;
 use super::PgDatabase;
 use crate::core::FitQuery;
+use crate::util::serde::ResourceKind;
 
 /// The planner settings a claim runs under (see [`PgDatabase::claim_rows`]).
 const CLAIM_PLANNER: &str = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
@@ -82,6 +85,70 @@ impl PgDatabase {
                     .query_all_raw(PgDatabase::statement(sql, values))
                     .await?;
                 fleet.spend(&transaction, &rows).await?;
+            }
+            transaction.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Runs a claim that follows the fleet's tenant counters (`service.rs`): in one
+    /// transaction, the queue's turn, then one task at a time, the tenant the fleet served
+    /// least that has a task fitting the free units, its claim, its charge, until `max`
+    /// tasks or nothing fits; within the fleet's budgets where it has them (refilled once,
+    /// spent per task).
+    pub(crate) async fn claim_rows_fair(
+        &self,
+        service: Arc<FleetService>,
+        budgets: Option<Arc<FleetBudgets>>,
+        fair: FairClaim,
+        claim: OwnedClaim,
+        query: FitQuery,
+        max: usize,
+    ) -> Result<Vec<QueryResult>, DbErr> {
+        self.run(move |db| async move {
+            let transaction = db.begin().await?;
+            service.lock(&transaction).await?;
+            let (mut query, max) = match &budgets {
+                Some(fleet) => fleet.refill(&transaction).await?.limit(query, max),
+                None => (query, max),
+            };
+            transaction.execute_unprepared(CLAIM_PLANNER).await?;
+            let mut rows = Vec::new();
+            while rows.len() < max && !query.free.is_empty() {
+                let params = |tenant| FairParams {
+                    claim: &claim,
+                    query: &query,
+                    max: 1,
+                    service: &service,
+                    tenant,
+                };
+                let values = fair.pick.bind(&params(None)).map_err(DbErr::Custom)?;
+                let pick_text = fair.pick.text().to_owned();
+                let Some(pick) = service.pick(&transaction, pick_text, values).await? else {
+                    break;
+                };
+                let values = fair
+                    .claim
+                    .bind(&params(Some(&pick.tenant)))
+                    .map_err(DbErr::Custom)?;
+                let claimed = transaction
+                    .query_all_raw(PgDatabase::statement(fair.claim.text().to_owned(), values))
+                    .await?;
+                if claimed.is_empty() {
+                    // Its tasks are held back (a reservation, a rank bound): claim no further
+                    // past the tenant the fleet owes most.
+                    break;
+                }
+                let taken = service.charge(&transaction, &pick, &claimed).await?;
+                if let Some(fleet) = &budgets {
+                    fleet.spend(&transaction, &claimed).await?;
+                }
+                for kind in ResourceKind::ALL {
+                    let left = query.free.get(kind).saturating_sub(taken[kind.index()]);
+                    query.free = query.free.with(kind, left);
+                }
+                rows.extend(claimed);
             }
             transaction.commit().await?;
             Ok(rows)

@@ -107,6 +107,10 @@ struct ClientInner<P, R> {
     nested: Arc<SlotBudget>,
     rerun: Rerun<P>,
     on_duplicate: OnDuplicate,
+    /// Whether the pool can tell that no result will come under a key: its mailbox is in
+    /// this process's memory and no other node runs its tasks, so every result under a key
+    /// it knows is stored by its own scheduler (see `retrieve.rs`).
+    knows_its_keys: bool,
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -135,6 +139,7 @@ where
             feed,
             shared_queue,
         } = parts;
+        let knows_its_keys = mailbox.inline().is_some() && shared_queue.is_none();
         let control = PoolControl::new(
             name,
             scheduler.get_derived(),
@@ -158,6 +163,7 @@ where
                 nested,
                 rerun,
                 on_duplicate,
+                knows_its_keys,
             }),
         }
     }

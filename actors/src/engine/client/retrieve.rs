@@ -4,16 +4,31 @@
 //! Results are taken straight from the mailbox (before subscribing to it, so a result that
 //! is already there costs no subscription). Blocking callers on plain threads wait on a
 //! three-state [parker](crate::sync::parker), never on a hop through the pool's runtime.
+//!
+//! Where the pool can know that no result will come (its mailbox is in this process's
+//! memory, no other node runs its tasks, and the retrieve names a key the pool made or a
+//! task id), a retrieve that has found nothing for [`ASK_AFTER`] asks the scheduler, while
+//! it waits on, whether a live task will store one; if none will, and nothing waits in the
+//! mailbox, it says so at once (`NothingToRetrieve`) instead of waiting out its timeout. A retrieve whose wait runs
+//! out tells the scheduler, which applies the pool's `OnGiveUp` rule to the task (see
+//! `scheduler/shell/waiters.rs`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use super::{deadline_after, PoolClient};
 use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
+use crate::scheduler::shell::waiters::{GaveUp, RetrievalNote};
 use crate::sync::parker::block_on_until;
+
+/// How long a retrieve waits for its result before it asks the scheduler whether one can
+/// still come. The results of short tasks mostly come within it, and then cost the scheduler
+/// no question (an inbox push, an allocation or two, perhaps a wake-up); for a key with
+/// nothing to come, a millisecond is still "at once" beside any timeout a caller sets.
+const ASK_AFTER: Duration = Duration::from_millis(1);
 
 impl<P, R> PoolClient<P, R>
 where
@@ -23,10 +38,15 @@ where
     /// Waits up to `timeout` for the oldest result under `key` and takes it.
     ///
     /// Cancel-safe: if the returned future is dropped, no result is lost; it stays stored for
-    /// the next retrieve. A timeout (`PoolError::Timeout`) consumes nothing either. A task
+    /// the next retrieve, and its task carries on. A timeout (`PoolError::Timeout`) consumes
+    /// nothing either; it tells the pool that this waiter gave up, and a pool that abandons
+    /// such tasks (`OnGiveUp::Abandon`, the default with an in-memory mailbox) abandons the
+    /// task when the pool made its key: it never starts, or its result is dropped. A task
     /// that ended without a result (panic, timeout, cancel, expiry, shutdown) gives the
-    /// `PoolError` variant that says which. `Duration::MAX` waits for ever. Needs a tokio
-    /// runtime with time enabled unless the result is there already.
+    /// `PoolError` variant that says which. Where the pool can tell that no result will come
+    /// under `key` (see the module docs) the answer is `NothingToRetrieve`, at once.
+    /// `Duration::MAX` waits for ever. Needs a tokio runtime with time enabled unless the
+    /// result is there already.
     pub async fn retrieve(&self, key: &MailboxKey, timeout: Duration) -> Result<R, PoolError> {
         self.retrieve_where(key, None, timeout).await
     }
@@ -49,7 +69,7 @@ where
         timeout: Duration,
     ) -> Result<R, PoolError> {
         let outcome = self.take_within(key, task_id, timeout).await;
-        self.noting_give_up(key, task_id, timeout, outcome)
+        self.after_give_up(key, task_id, timeout, outcome).await
     }
 
     async fn take_within(
@@ -64,7 +84,15 @@ where
         if let Some(delivery) = self.spin_take(key, task_id)? {
             return delivery.outcome.map_err(PoolError::from);
         }
-        let wait = self.wait_for(key, task_id);
+        let wait = async {
+            if self.can_tell(key, task_id) {
+                let early = tokio::time::timeout(ASK_AFTER, self.wait_for(key, task_id)).await;
+                if let Ok(outcome) = early {
+                    return outcome;
+                }
+            }
+            self.wait_or_nothing(key, task_id).await
+        };
         match tokio::time::Instant::now().checked_add(timeout) {
             Some(deadline) => tokio::time::timeout_at(deadline, wait)
                 .await
@@ -82,9 +110,24 @@ where
         timeout: Duration,
     ) -> Result<R, PoolError> {
         let deadline = deadline_after(timeout);
-        let outcome = block_on_until(self.wait_for(key, task_id), deadline)
-            .unwrap_or(Err(PoolError::Timeout));
-        self.noting_give_up(key, task_id, timeout, outcome)
+        let early = self
+            .can_tell(key, task_id)
+            .then(|| {
+                let ask_at = deadline_after(ASK_AFTER);
+                let until = deadline.map_or(ask_at, |deadline| ask_at.map(|at| at.min(deadline)));
+                block_on_until(self.wait_for(key, task_id), until)
+            })
+            .flatten();
+        let outcome = match early {
+            Some(outcome) => outcome,
+            None if deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
+                Err(PoolError::Timeout)
+            }
+            None => block_on_until(self.wait_or_nothing(key, task_id), deadline)
+                .unwrap_or(Err(PoolError::Timeout)),
+        };
+        block_on_until(self.after_give_up(key, task_id, timeout, outcome), None)
+            .unwrap_or(Err(PoolError::Timeout))
     }
 
     /// Takes the oldest result under `key` without waiting: `ResultNotFound` if none.
@@ -92,6 +135,64 @@ where
         match self.try_take(key, None).await? {
             Some(delivery) => delivery.outcome.map_err(PoolError::from),
             None => Err(PoolError::ResultNotFound),
+        }
+    }
+
+    /// Waits (without a time limit) until a matching result is stored, and takes it; or,
+    /// where the pool can tell (see the module docs), ends with `NothingToRetrieve` as soon
+    /// as the scheduler says no live task will store one.
+    async fn wait_or_nothing(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Result<R, PoolError> {
+        let wait = self.wait_for(key, task_id);
+        let Some(asked) = self.ask_if_awaited(key, task_id) else {
+            return wait.await;
+        };
+        tokio::pin!(wait);
+        tokio::select! {
+            biased;
+            outcome = &mut wait => outcome,
+            live = asked => match live {
+                Ok(false) => self.last_take(key, task_id).await,
+                // Live, or the scheduler stopped and cannot tell: wait as before.
+                _ => wait.await,
+            },
+        }
+    }
+
+    /// Asks the scheduler whether a live task will store a result under `key` (for
+    /// `task_id`), where it can tell; `None` where it cannot.
+    fn ask_if_awaited(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+    ) -> Option<oneshot::Receiver<bool>> {
+        if !self.can_tell(key, task_id) {
+            return None;
+        }
+        let (answer, asked) = oneshot::channel();
+        self.inner.inbox.ask(RetrievalNote::Ask {
+            key: key.clone(),
+            task: task_id,
+            answer,
+        });
+        Some(asked)
+    }
+
+    /// Whether the scheduler can find the task a retrieve of `key` (and `task_id`) means,
+    /// and knows every result stored under it.
+    fn can_tell(&self, key: &MailboxKey, task_id: Option<TaskId>) -> bool {
+        self.inner.knows_its_keys && (task_id.is_some() || key.is_anonymous())
+    }
+
+    /// What waits under `key` once the scheduler said no live task will store anything
+    /// there: the result, if it came meanwhile, else `NothingToRetrieve`.
+    async fn last_take(&self, key: &MailboxKey, task_id: Option<TaskId>) -> Result<R, PoolError> {
+        match self.try_take(key, task_id).await? {
+            Some(delivery) => delivery.outcome.map_err(PoolError::from),
+            None => Err(PoolError::NothingToRetrieve { task: task_id }),
         }
     }
 
@@ -151,34 +252,57 @@ where
         taken.map_err(|error| self.mailbox_error(mailbox.backend(), error))
     }
 
-    /// Passes a retrieve's outcome through, first logging (at debug level) one that gave up:
-    /// `PoolError::Timeout` carries nothing (code matches it as a bare variant), so the log
-    /// line says which key and task, how long it waited, and what the pool was doing then.
-    fn noting_give_up(
+    /// Passes a retrieve's outcome through; one that gave up (`Timeout`) first tells the
+    /// scheduler, which applies the pool's `OnGiveUp` rule to the task, and is logged (at
+    /// debug level: `PoolError::Timeout` carries nothing, as code matches it as a bare
+    /// variant) with its key and task, how long it waited, what the pool was doing then and
+    /// what became of the task. When the scheduler says no live task stores under the key,
+    /// a result that came meanwhile is returned after all, or, where the pool knows its
+    /// keys, `NothingToRetrieve`.
+    async fn after_give_up(
         &self,
         key: &MailboxKey,
         task: Option<TaskId>,
         waited: Duration,
         outcome: Result<R, PoolError>,
     ) -> Result<R, PoolError> {
-        if outcome
-            .as_ref()
-            .is_err_and(|error| *error == PoolError::Timeout)
-        {
-            let stats = self.stats();
-            tracing::debug!(
-                pool = self.name(),
-                tenant = %key.tenant,
-                user = key.user_id.as_deref(),
-                session = key.session_id.as_deref(),
-                task,
-                waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-                running = stats.active_tasks,
-                parked = stats.queued_tasks,
-                "a retrieve gave up before a result came; a later retrieve can still take it"
-            );
+        if outcome.as_ref().err() != Some(&PoolError::Timeout) {
+            return outcome;
         }
-        outcome
+        let became = self.tell_gave_up(key, task).await;
+        let stats = self.stats();
+        tracing::debug!(
+            pool = self.name(),
+            tenant = %key.tenant,
+            user = key.user_id.as_deref(),
+            session = key.session_id.as_deref(),
+            task,
+            waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            running = stats.active_tasks,
+            parked = stats.queued_tasks,
+            then = became.map_or("the pool could not say what became of the task", GaveUp::describe),
+            "a retrieve gave up before a result came"
+        );
+        match became {
+            Some(GaveUp::NotLive) if self.can_tell(key, task) => self.last_take(key, task).await,
+            _ => outcome,
+        }
+    }
+
+    /// Tells the scheduler that a retrieve of `key` (and `task`) gave up, and what it did
+    /// about it; `None` once the scheduler has stopped. A key the caller named, without an
+    /// id, names no one task, and its tasks are always kept: nobody is told.
+    async fn tell_gave_up(&self, key: &MailboxKey, task: Option<TaskId>) -> Option<GaveUp> {
+        if task.is_none() && !key.is_anonymous() {
+            return Some(GaveUp::Kept);
+        }
+        let (answer, told) = oneshot::channel();
+        self.inner.inbox.ask(RetrievalNote::GaveUp {
+            key: key.clone(),
+            task,
+            answer,
+        });
+        told.await.ok()
     }
 
     /// The error of a mailbox of `backend` that could not hand over a result.

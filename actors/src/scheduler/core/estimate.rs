@@ -1,4 +1,4 @@
-//! Rule 22: when a parked ticket is expected to start, and its place in line.
+//! Rule 23: when a parked ticket is expected to start, and its place in line.
 //!
 //! # What it uses
 //!
@@ -428,7 +428,7 @@ impl ParkingLot {
     }
 
     /// Where parked (or sleeping) ticket `id` stands at `now`: its place in line among the
-    /// parked tickets of its kind and when it is expected to start (rule 22; the module
+    /// parked tickets of its kind and when it is expected to start (rule 23; the module
     /// docs of `estimate.rs` and `PARKING_LOT.md` say how, and when it is wrong). `None`
     /// when the lot does not hold it parked. O((n + r) log n), stopping at its start.
     ///
@@ -501,7 +501,7 @@ impl ParkingLot {
         Some(now.max(now / 2 + timed_out / 2))
     }
 
-    /// Where a newcomer would stand if it were admitted at `now` (rule 22): its place in
+    /// Where a newcomer would stand if it were admitted at `now` (rule 23): its place in
     /// line and when it would start (`now` when it would start at once). The lot is not
     /// changed. Admission's refusal of a ticket that would miss its deadline reads this
     /// (`"admission": {"refuse_if_late": true}`).
@@ -617,7 +617,7 @@ impl ParkingLot {
     }
 
     /// Every parked (and sleeping) ticket's place in line and expected start at `now`, in
-    /// one simulation (rule 22): O((n + r) log n). In rank order, sleepers after the
+    /// one simulation (rule 23): O((n + r) log n). In rank order, sleepers after the
     /// parked tickets.
     ///
     /// ```
@@ -660,7 +660,7 @@ impl ParkingLot {
         self.estimate_many(&ids, now)
     }
 
-    /// The estimates (rule 22) of the parked (or sleeping) tickets among `ids`, in their
+    /// The estimates (rule 23) of the parked (or sleeping) tickets among `ids`, in their
     /// order, at `now`: one simulation, which stops once they have all started (an
     /// operator's page of the best-ranked tickets is done long before the queue is). Ids
     /// the lot does not hold parked are left out. O((n + r) log n) at most.

@@ -1,6 +1,8 @@
 //! The fair share's bookkeeping (rule 12 of the core): what each tenant holds now and which
 //! of its tasks are parked, so that a decision can ask every tenant for its best task within
-//! its own room under the cap and order the answers by how much each tenant uses.
+//! its own room under the cap and order the answers by how much each tenant uses. Under a
+//! fair share by use, the order is first by each tenant's weighted service counter, which
+//! `service.rs` keeps.
 //!
 //! # Shape
 //!
@@ -37,8 +39,28 @@
 use std::collections::BTreeSet;
 
 use super::rank::{FairKey, RankKey};
+use super::service::{ChargeSnapshot, ServiceBook};
 use super::{CostIndex, FastMap, TenantKey, KINDS};
-use crate::domain::{Priority, ResourceKind, TaskId};
+use crate::domain::{FairByUse, PoolLimits, Priority, ResourceKind, TaskId};
+
+/// The book of a lot with `limits`, if it keeps one: a fair share caps each tenant at its
+/// share; a fair share by use alone orders the tenants under each kind's whole capacity.
+pub(super) fn book_for(limits: &PoolLimits) -> Option<TenantBook> {
+    if limits.fair_share.is_none() && limits.fair_by_use.is_none() {
+        return None;
+    }
+    let cap = ResourceKind::ALL.map(|kind| {
+        let capacity = limits.capacity.get(kind);
+        limits
+            .fair_share
+            .map_or(capacity, |share| share.cap(capacity))
+    });
+    let book = TenantBook::new(cap);
+    Some(match limits.fair_by_use {
+        Some(order) => book.by_use(order, 0),
+        None => book,
+    })
+}
 
 /// One tenant's share of the pool.
 #[derive(Debug, Clone, Default)]
@@ -55,16 +77,29 @@ pub(super) struct Tenant {
     starving: BTreeSet<RankKey>,
     /// The key it is listed under in `heads`, per kind.
     listed: [Option<FairKey>; KINDS],
+    /// Its service counter's key under a fair share by use (0 otherwise), as the
+    /// [`ServiceBook`] has it.
+    service: u64,
 }
 
 impl Tenant {
     fn is_idle(&self) -> bool {
-        self.running == 0 && self.parked.iter().all(CostIndex::is_empty)
+        self.running == 0 && !self.has_parked()
+    }
+
+    fn has_parked(&self) -> bool {
+        !self.parked.iter().all(CostIndex::is_empty)
     }
 
     /// The key `rank`, a task of this tenant of `kind`, has under the fair order now.
     fn key(&self, kind: usize, rank: RankKey) -> FairKey {
-        FairKey::new(rank, self.used[kind], self.running, self.last_start)
+        FairKey::new(
+            rank,
+            self.service,
+            self.used[kind],
+            self.running,
+            self.last_start,
+        )
     }
 
     /// Whether a starving task of this tenant ranks ahead of `rank` (its tenant drains for
@@ -88,6 +123,8 @@ pub(super) struct TenantBook {
     /// The tenant of each parked task (kept here, not in the core's per-task data, so a
     /// pool without a fair share pays no memory for it).
     tenant_of: FastMap<TaskId, TenantKey>,
+    /// The service counters, under a fair share by use.
+    service: Option<Box<ServiceBook>>,
 }
 
 impl TenantBook {
@@ -99,6 +136,161 @@ impl TenantBook {
             heads: Default::default(),
             with_starving: BTreeSet::new(),
             tenant_of: FastMap::default(),
+            service: None,
+        }
+    }
+
+    /// The same book ordering tenants by their weighted service (see `service.rs`), its
+    /// counters' clock starting at `now`.
+    pub(super) fn by_use(mut self, order: FairByUse, now: u64) -> Self {
+        self.service = Some(Box::new(ServiceBook::new(order, now)));
+        self
+    }
+
+    /// `tenant`'s entry, made with its counter's key if it has none.
+    fn entry(&mut self, tenant: TenantKey) -> &mut Tenant {
+        let service = self.service.as_ref().map_or(0, |book| book.bits(tenant));
+        self.tenants.entry(tenant).or_insert_with(|| Tenant {
+            service,
+            ..Tenant::default()
+        })
+    }
+
+    /// Lists `tenant` again after its counter changed.
+    fn refresh(&mut self, tenant: TenantKey) {
+        let Some(book) = &self.service else {
+            return;
+        };
+        if let Some(t) = self.tenants.get_mut(&tenant) {
+            t.service = book.bits(tenant);
+        }
+        self.relist(tenant);
+    }
+
+    /// Moves the counters' frame to `now` if it is due, listing every tenant again then.
+    fn rebase_if_due(&mut self, now: u64) {
+        if !self
+            .service
+            .as_mut()
+            .is_some_and(|book| book.rebase_if_due(now))
+        {
+            return;
+        }
+        let tenants: Vec<TenantKey> = self.tenants.keys().copied().collect();
+        for tenant in tenants {
+            self.refresh(tenant);
+        }
+    }
+
+    /// `tenant`'s weighted service as of `now`, under a fair share by use.
+    pub(super) fn service(&self, tenant: TenantKey, now: u64) -> Option<f64> {
+        self.service.as_ref().map(|book| book.service(tenant, now))
+    }
+
+    /// `tenant`'s weight under a fair share by use.
+    pub(super) fn weight(&self, tenant: TenantKey) -> Option<u32> {
+        self.service.as_ref().map(|book| book.weight(tenant))
+    }
+
+    /// Sets `tenant`'s weight for the tasks it starts from now on; returns whether the book
+    /// orders by use.
+    pub(super) fn set_weight(&mut self, tenant: TenantKey, weight: u32) -> bool {
+        self.service
+            .as_mut()
+            .map(|book| book.set_weight(tenant, weight))
+            .is_some()
+    }
+
+    /// `tenant` arrives with a task (rule 12, by use): not backlogged, it is lifted to the
+    /// floor, so idling banks no credit.
+    pub(super) fn arrive(&mut self, tenant: TenantKey) {
+        if self
+            .service
+            .as_mut()
+            .is_some_and(|book| book.arrive(tenant))
+        {
+            self.refresh(tenant);
+        }
+    }
+
+    /// Task `id` of `tenant`, declaring `units` and running at most `timeout_ms`, started
+    /// at `now`: it is charged ahead.
+    pub(super) fn charge(
+        &mut self,
+        id: TaskId,
+        tenant: TenantKey,
+        units: u32,
+        timeout_ms: Option<u64>,
+        now: u64,
+    ) {
+        if self.service.is_none() {
+            return;
+        }
+        self.rebase_if_due(now);
+        if let Some(book) = &mut self.service {
+            book.start(id, tenant, units, timeout_ms, now);
+        }
+        self.refresh(tenant);
+    }
+
+    /// Running task `id` reports using `units` more; returns whether the book charges it.
+    pub(super) fn report(&mut self, id: TaskId, units: u64) -> bool {
+        self.service
+            .as_mut()
+            .is_some_and(|book| book.report(id, units))
+    }
+
+    /// Running task `id` ended at `now`: its charge is settled.
+    pub(super) fn settle(&mut self, id: TaskId, now: u64) {
+        if self.service.is_none() {
+            return;
+        }
+        self.rebase_if_due(now);
+        if let Some(tenant) = self.service.as_mut().and_then(|book| book.end(id, now)) {
+            self.refresh(tenant);
+        }
+    }
+
+    /// Running task `id`'s charge and its tenant's counter at `now`, to put back with
+    /// [`restore_charge`](Self::restore_charge) within the same event.
+    pub(super) fn snapshot_charge(&mut self, id: TaskId, now: u64) -> Option<ChargeSnapshot> {
+        // Moved now if due, so that no move comes between the snapshot and its restore.
+        self.rebase_if_due(now);
+        self.service.as_ref()?.snapshot(id)
+    }
+
+    /// Puts back what [`snapshot_charge`](Self::snapshot_charge) saw.
+    pub(super) fn restore_charge(&mut self, snapshot: ChargeSnapshot) {
+        if let Some(book) = &mut self.service {
+            let tenant = book.restore(snapshot);
+            self.refresh(tenant);
+        }
+    }
+
+    /// Running task `child` became part of running task `parent` at `now`: its charge goes
+    /// on as the parent's.
+    pub(super) fn absorb_charge(&mut self, child: TaskId, parent: TaskId, now: u64) {
+        if let Some(book) = &mut self.service {
+            book.absorb(child, parent, now);
+        }
+    }
+
+    /// Running task `id` of `tenant` holds `units` more from `now` on (a permit grew).
+    pub(super) fn charge_growth(&mut self, id: TaskId, tenant: TenantKey, units: u32, now: u64) {
+        if self.service.is_none() {
+            return;
+        }
+        self.rebase_if_due(now);
+        if let Some(book) = &mut self.service {
+            book.grow(id, units, now);
+        }
+        self.refresh(tenant);
+    }
+
+    /// Running task `id` holds `units` fewer from `now` on.
+    pub(super) fn note_shrink(&mut self, id: TaskId, units: u32, now: u64) {
+        if let Some(book) = &mut self.service {
+            book.shrink(id, units, now);
         }
     }
 
@@ -127,7 +319,10 @@ impl TenantBook {
     pub(super) fn key(&self, tenant: TenantKey, kind: ResourceKind, rank: RankKey) -> FairKey {
         match self.tenants.get(&tenant) {
             Some(t) => t.key(kind.index(), rank),
-            None => FairKey::new(rank, 0, 0, 0),
+            None => {
+                let service = self.service.as_ref().map_or(0, |book| book.bits(tenant));
+                FairKey::new(rank, service, 0, 0, 0)
+            }
         }
     }
 
@@ -145,8 +340,15 @@ impl TenantBook {
         units: u32,
         rank: RankKey,
     ) {
-        self.tenants.entry(tenant).or_default().parked[kind.index()].insert(units, rank);
+        let t = self.entry(tenant);
+        let joins = !t.has_parked();
+        t.parked[kind.index()].insert(units, rank);
         self.tenant_of.insert(rank.id(), tenant);
+        if let (true, Some(book)) = (joins, &mut self.service) {
+            book.join(tenant);
+            self.refresh(tenant);
+            return;
+        }
         self.relist(tenant);
     }
 
@@ -183,8 +385,12 @@ impl TenantBook {
             return tenant;
         };
         t.parked[kind.index()].remove(units, rank);
+        let leaves = !t.has_parked();
         if t.starving.remove(&rank) && t.starving.is_empty() {
             self.with_starving.remove(&tenant);
+        }
+        if let (true, Some(book)) = (leaves, &mut self.service) {
+            book.leave(tenant);
         }
         self.relist(tenant);
         self.forget_if_idle(tenant);
@@ -202,7 +408,7 @@ impl TenantBook {
 
     /// `tenant` started a task holding `units` of `kind`, the pool's `start`th start.
     pub(super) fn start(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32, start: u64) {
-        let t = self.tenants.entry(tenant).or_default();
+        let t = self.entry(tenant);
         t.used[kind.index()] += units;
         t.running += 1;
         t.last_start = start;
@@ -223,7 +429,7 @@ impl TenantBook {
     /// A running task of `tenant` took `units` more of `kind` (a permit grew, rule 14 of
     /// the core).
     pub(super) fn grow(&mut self, tenant: TenantKey, kind: ResourceKind, units: u32) {
-        let t = self.tenants.entry(tenant).or_default();
+        let t = self.entry(tenant);
         t.used[kind.index()] += units;
         self.relist(tenant);
     }
@@ -264,6 +470,9 @@ impl TenantBook {
         self.with_starving.clear();
         self.tenant_of.clear();
         self.tenants.retain(|_, t| !t.is_idle());
+        if let Some(book) = &mut self.service {
+            book.leave_all();
+        }
     }
 
     /// The best task under the fair order that fits `free` and its tenant's room, skipping
@@ -332,11 +541,13 @@ impl TenantBook {
     /// Checks the book against the running tasks the core holds: `(tenant, kind, units)`.
     pub(super) fn check(
         &self,
-        running: impl Iterator<Item = (TenantKey, ResourceKind, u32)>,
+        running: impl Iterator<Item = (TaskId, TenantKey, ResourceKind, u32)>,
         parked_len: usize,
     ) -> Result<(), String> {
         let mut held: FastMap<TenantKey, ([u64; KINDS], u32)> = FastMap::default();
-        for (tenant, kind, units) in running {
+        let mut charged: FastMap<TaskId, TenantKey> = FastMap::default();
+        for (id, tenant, kind, units) in running {
+            charged.insert(id, tenant);
             let entry = held.entry(tenant).or_default();
             entry.0[kind.index()] += u64::from(units);
             entry.1 += 1;
@@ -362,6 +573,10 @@ impl TenantBook {
             }
             if t.is_idle() {
                 return Err(format!("idle tenant {tenant} is kept"));
+            }
+            let service = self.service.as_ref().map_or(0, |book| book.bits(*tenant));
+            if t.service != service {
+                return Err(format!("tenant {tenant} keeps a stale service counter"));
             }
             indexed += t.parked.iter().map(CostIndex::len).sum::<usize>();
             for kind in 0..KINDS {
@@ -394,6 +609,15 @@ impl TenantBook {
         }
         if let Some(tenant) = held.keys().next() {
             return Err(format!("tenant {tenant} runs tasks the book does not know"));
+        }
+        if let Some(book) = &self.service {
+            let with_parked = self
+                .tenants
+                .iter()
+                .filter(|(_, t)| t.has_parked())
+                .map(|(&tenant, _)| tenant)
+                .collect();
+            book.check(&with_parked, &charged)?;
         }
         if indexed != parked_len || self.tenant_of.len() != parked_len {
             return Err(format!(

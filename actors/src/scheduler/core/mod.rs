@@ -72,7 +72,8 @@
 //!     then rank. The reservation (rule 6) is the best starving task under that order whose
 //!     tenant has room for it; it holds back the tasks behind it under that order. A starving
 //!     task whose tenant has no room yet holds back only its own tenant's tasks ranked below
-//!     it, so its tenant drains for it without stopping the other tenants.
+//!     it, so its tenant drains for it without stopping the other tenants. Rule 22 changes
+//!     the order within a priority when the limits ask for it.
 //! 13. **Backfill** (when the limits allow it, see `backfill.rs`). While the reservation
 //!     waits, a task it holds back may still start if it fits now and either its execution
 //!     timeout ends before the reservation's *shadow time* (the earliest time the
@@ -149,7 +150,16 @@
 //!     ([`Admit::ParkShedding`]: each ends refused, `QueueFull`), and what their leaving
 //!     unblocks starts. When the tickets of lower priority cannot make room, nothing is shed
 //!     and the newcomer is refused (`QueueFull`, `QueueUnitsFull`).
-//! 22. **Estimates** (see `estimate.rs`). The lot learns each cost class's run time as
+//! 22. **Fair share by use** (when the limits set `fair_by_use`, see `service.rs`; rule 12's
+//!     book without a cap when they set no `fair_share`). Each tenant has a counter of
+//!     weighted service: a start charges it the most its task can cost (declared units, or
+//!     units times the execution timeout) divided by the tenant's weight, and the end
+//!     settles the charge down to the real cost (the units the executor reported,
+//!     [`ParkingLot::report_used`], or units times the time held), never below the lowest
+//!     counter of the tenants with a parked task (the *floor*). A tenant that arrives with
+//!     nothing parked is lifted to the floor. Counters decay with a half-life. Within a
+//!     priority, the tenant with the lowest counter goes first, then rule 12's order.
+//! 23. **Estimates** (see `estimate.rs`). The lot learns each cost class's run time as
 //!     claims end, and says where a parked ticket stands: its place among the parked
 //!     tickets of its kind and when it is expected to start, by a simulation of the rules
 //!     above from the running claims' expected ends ([`ParkingLot::estimate_start`],
@@ -198,6 +208,7 @@ mod order;
 mod permits;
 mod rank;
 mod reasons;
+mod service;
 mod shedding;
 
 use std::collections::BTreeSet;
@@ -367,9 +378,9 @@ struct Claim {
     overdue_at: Option<u64>,
     /// Its start plus its execution timeout, when it has one (rule 13).
     ends_by: Option<u64>,
-    /// When it started, by the lot's clock: its run time is learnt when it ends (rule 22).
+    /// When it started, by the lot's clock: its run time is learnt when it ends (rule 23).
     started_ms: u64,
-    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT` (rule 22).
+    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT` (rule 23).
     timeout_ms: u32,
     /// The units it declared (a kind with a budget holds none of them): its cost class.
     declared: u32,
@@ -441,7 +452,7 @@ pub struct ParkingLot {
     paused: bool,
     /// The parked tickets' units and counts by kind and priority, for the bounds (rule 21).
     queue: QueueBook,
-    /// The run times seen per cost class, for the estimates of rule 22.
+    /// The run times seen per cost class, for the estimates of rule 23.
     run_times: estimate::RunTimes,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
@@ -474,9 +485,7 @@ impl ParkingLot {
             running: FastMap::default(),
             running_permits: 0,
             by_overdue: BTreeSet::new(),
-            tenants: limits.fair_share.map(|share| {
-                TenantBook::new(ResourceKind::ALL.map(|kind| share.cap(limits.capacity.get(kind))))
-            }),
+            tenants: fair_share::book_for(&limits),
             by_timeout: limits.backfill.then(TimeoutIndex::default),
             by_end: BTreeSet::new(),
             budgets: budget::Budgets::new(&limits.budgets),
@@ -851,6 +860,9 @@ impl ParkingLot {
         let ticket = self.at_least_a_unit(ticket);
         let Ticket { id, cost, .. } = ticket;
         self.clock = now;
+        if let Some(book) = &mut self.tenants {
+            book.arrive(ticket.tenant);
+        }
         if let Some(budgets) = &mut self.budgets {
             budgets.refill(now);
         }
@@ -951,7 +963,7 @@ impl ParkingLot {
                 timeout,
             )
         });
-        self.end_claim_quietly(id, rest)?;
+        self.end_claim_quietly(id, rest, now)?;
         if let Some((kind, units, slotless, ran, timeout)) = run {
             self.run_times.observe(kind, units, slotless, ran, timeout);
         }
@@ -961,7 +973,7 @@ impl ParkingLot {
     }
 
     /// [`end_claim`](Self::end_claim), starting nothing.
-    fn end_claim_quietly(&mut self, id: TaskId, rest: bool) -> Result<(), UnknownTask> {
+    fn end_claim_quietly(&mut self, id: TaskId, rest: bool, now: u64) -> Result<(), UnknownTask> {
         let claim = self
             .running
             .remove(&id)
@@ -972,6 +984,7 @@ impl ParkingLot {
         self.stop_watching(id, &claim);
         if let Some(book) = &mut self.tenants {
             book.release(claim.tenant, claim.kind, claim.units);
+            book.settle(id, now);
         }
         if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(claim.kind)) {
             budget.end(id);
@@ -1209,8 +1222,8 @@ impl ParkingLot {
         if let Some(book) = &self.tenants {
             let running = self
                 .running
-                .values()
-                .map(|claim| (claim.tenant, claim.kind, claim.units));
+                .iter()
+                .map(|(&id, claim)| (id, claim.tenant, claim.kind, claim.units));
             book.check(running, self.parked.len())?;
             self.check_fair_best_fit(book)?;
         }
@@ -1636,6 +1649,8 @@ impl ParkingLot {
         self.starts += 1;
         if let Some(book) = &mut self.tenants {
             book.start(tenant, cost.kind, held, self.starts);
+            let timeout = (timeout_ms != NO_TIMEOUT).then_some(u64::from(timeout_ms));
+            book.charge(id, tenant, cost.units, timeout, now);
         }
         let ends_by = (timeout_ms != NO_TIMEOUT && self.by_timeout.is_some())
             .then(|| now.saturating_add(u64::from(timeout_ms)));
@@ -1834,3 +1849,5 @@ mod tests_reasons;
 mod tests_share;
 #[cfg(test)]
 mod tests_shedding;
+#[cfg(test)]
+mod tests_vtc;

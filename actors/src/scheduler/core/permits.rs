@@ -58,12 +58,21 @@ impl ParkingLot {
                 return Ok(false);
             }
         }
+        let clock = self.clock;
+        let charged = self
+            .tenants
+            .as_mut()
+            .and_then(|book| book.snapshot_charge(id, clock));
         self.take_units(id, &claim, extra);
         if self.tenants.is_some() && self.best_fit(self.clock).is_some() {
             self.give_units(id, &claim, extra);
             let headroom = &mut self.headroom[claim.kind.index()];
             if *headroom != UNLIMITED {
                 *headroom += extra;
+            }
+            // Under a fair share by use, the growth's charge is undone too.
+            if let (Some(book), Some(charged)) = (&mut self.tenants, charged) {
+                book.restore_charge(charged);
             }
             return Ok(false);
         }
@@ -130,6 +139,7 @@ impl ParkingLot {
         }
         if let Some(book) = &mut self.tenants {
             book.merge(of_child.tenant);
+            book.absorb_charge(child, parent, now);
         }
         self.free_worker_of(&of_child, false);
         let mut started = Vec::new();
@@ -237,6 +247,7 @@ impl ParkingLot {
         }
         if let Some(book) = &mut self.tenants {
             book.grow(claim.tenant, claim.kind, units);
+            book.charge_growth(id, claim.tenant, units, self.clock);
         }
     }
 
@@ -254,6 +265,7 @@ impl ParkingLot {
         self.used[claim.kind.index()] -= units;
         if let Some(book) = &mut self.tenants {
             book.shrink(claim.tenant, claim.kind, units);
+            book.note_shrink(id, units, self.clock);
         }
     }
 }

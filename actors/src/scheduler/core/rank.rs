@@ -86,16 +86,19 @@ impl RankKey {
     }
 }
 
-/// A parked task's place in line under a fair share: priority first, then how much its
-/// tenant uses now (units of the task's kind, then running tasks), then how long ago the
-/// tenant last started a task, then the task's own rank (its deadline under rule 20, its
-/// age, its id).
+/// A parked task's place in line under a fair share: priority first, then its tenant's
+/// weighted service counter (under a fair share by use, rule 22; 0 for every tenant
+/// otherwise), then how much its tenant uses now (units of the task's kind, then running
+/// tasks), then how long ago the tenant last started a task, then the task's own rank (its
+/// deadline under rule 20, its age, its id).
 ///
 /// Unlike a [`RankKey`] it changes while the task waits (its tenant's usage does), so it is
 /// computed when a decision is made, never stored in an index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct FairKey {
     pub(super) urgency: Reverse<Priority>,
+    /// The bits of the tenant's raw counter (non-negative, so they order as the number).
+    pub(super) tenant_service: u64,
     pub(super) tenant_units: u32,
     pub(super) tenant_running: u32,
     pub(super) tenant_last_start: u64,
@@ -105,11 +108,19 @@ pub(super) struct FairKey {
 }
 
 impl FairKey {
-    /// The key of a task ranked `rank` whose tenant holds `units` of the task's kind and
-    /// runs `running` tasks, the last started as the pool's `last_start`th start.
-    pub(super) fn new(rank: RankKey, units: u32, running: u32, last_start: u64) -> Self {
+    /// The key of a task ranked `rank` whose tenant has counter `service` (bits), holds
+    /// `units` of the task's kind and runs `running` tasks, the last started as the pool's
+    /// `last_start`th start.
+    pub(super) fn new(
+        rank: RankKey,
+        service: u64,
+        units: u32,
+        running: u32,
+        last_start: u64,
+    ) -> Self {
         Self {
             urgency: rank.urgency,
+            tenant_service: service,
             tenant_units: units,
             tenant_running: running,
             tenant_last_start: last_start,
@@ -143,6 +154,7 @@ impl FairKey {
             .find(|priority| *priority < self.urgency.0)?;
         Some(Self {
             urgency: Reverse(lower),
+            tenant_service: 0,
             tenant_units: 0,
             tenant_running: 0,
             tenant_last_start: 0,

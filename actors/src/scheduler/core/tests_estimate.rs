@@ -1,4 +1,4 @@
-//! Rule 22: the run times the lot learns, and its estimates of when parked tickets start,
+//! Rule 23: the run times the lot learns, and its estimates of when parked tickets start,
 //! against what the lot then does when every run takes exactly its expected time and
 //! nothing else arrives.
 

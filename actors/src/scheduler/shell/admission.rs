@@ -20,6 +20,8 @@ pub(super) struct Admission<P> {
     pub key: MailboxKey,
     pub timeout: Option<Duration>,
     pub origin: Origin,
+    /// The pool made its key (it came without one): see `Record::minted_key`.
+    pub minted: bool,
 }
 
 /// Where an admitted task comes from.
@@ -75,7 +77,7 @@ pub(super) fn no_result_waits<P, R: Send + 'static>(
 }
 
 /// `WouldMissDeadline` when the pool refuses late submissions (`refuse_if_late`) and
-/// `ticket`'s estimated start (core rule 22) is after its deadline. A deadline already past
+/// `ticket`'s estimated start (core rule 23) is after its deadline. A deadline already past
 /// is left to the core (the task expires), and a start the core cannot estimate refuses
 /// nothing.
 pub(super) fn starts_in_time(

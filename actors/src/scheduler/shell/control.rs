@@ -44,7 +44,7 @@ pub enum ControlRequest {
         reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
     },
     /// [`WhyWaiting`](Self::WhyWaiting) with the task's place in line and when it is
-    /// expected to start (core rule 22).
+    /// expected to start (core rule 23).
     Waiting {
         /// The mailbox key the task was submitted with.
         key: MailboxKey,

@@ -11,13 +11,16 @@
 //!
 //! A million parked tasks are a million records, so a record is kept small: an anonymous
 //! mailbox key is its 128 random bits, not its 42-byte name; the rare parts are one pointer;
-//! records sit in one vector, reused through a free list; the two indexes are tables of
-//! 4-byte slot numbers hashed by a key the record itself holds, so no key is stored twice.
+//! records sit in one vector, reused through a free list; the indexes are tables of 4-byte
+//! slot numbers hashed by a key the record itself holds, so no key is stored twice.
 //!
 //! # Invariants
 //!
 //! - Every record is reachable from `by_entry` under its entry and from `by_caller` under its
 //!   (tenant, task id); no two records share either.
+//! - A record whose key the pool made (`minted_key`, marked with [`Ledger::mark_minted`]) is
+//!   also reachable from `by_minted` under its key's random bits, which no other record
+//!   shares; no other record is in that index.
 //! - `len` counts the occupied slots; `vacant` lists exactly the empty ones.
 
 use std::borrow::Cow;
@@ -239,6 +242,9 @@ pub(crate) struct Record<P> {
     /// Its priority.
     pub priority: Priority,
     has_deadline: bool,
+    /// Its key was made by the pool (the task came without one), so the key `submit`
+    /// returned is the only way to its result: a waiter that gives up may abandon it.
+    pub minted_key: bool,
     /// Its execution timeout in ms, or [`NO_TIMEOUT`].
     timeout_ms: u64,
     /// Parked (with its payload, where the ledger keeps it) or running.
@@ -265,6 +271,7 @@ impl<P> Record<P> {
             kind: meta.cost.kind,
             priority: meta.priority,
             has_deadline: meta.deadline_ms.is_some(),
+            minted_key: false,
             timeout_ms: timeout.map_or(NO_TIMEOUT, |limit| {
                 u64::try_from(limit.as_millis())
                     .unwrap_or(NO_TIMEOUT - 1)
@@ -405,6 +412,7 @@ pub(crate) struct Ledger<P> {
     vacant: Vec<u32>,
     by_entry: HashTable<u32>,
     by_caller: HashTable<u32>,
+    by_minted: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
     len: usize,
     last_entry: EntryId,
@@ -417,6 +425,7 @@ impl<P> Default for Ledger<P> {
             vacant: Vec::new(),
             by_entry: HashTable::new(),
             by_caller: HashTable::new(),
+            by_minted: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
             len: 0,
             last_entry: 0,
@@ -450,6 +459,40 @@ impl<P> Ledger<P> {
             let record = self.record(slot);
             record.task_id == id && record.key.tenant() == tenant
         })?;
+        Some(self.record(*slot).entry)
+    }
+
+    /// Notes that the pool made `entry`'s key (see [`Record::minted_key`]), so a retrieve
+    /// that holds only that key finds the task ([`entry_of_minted`](Self::entry_of_minted)).
+    /// Does nothing for an entry that is not live, or whose key is not one the pool makes.
+    pub fn mark_minted(&mut self, entry: EntryId) {
+        let Some(slot) = self.slot_of(entry) else {
+            return;
+        };
+        let record = self.record(slot);
+        let (Some(bits), false) = (minted_bits(record), record.minted_key) else {
+            return;
+        };
+        let hash = self.hasher.hash_one(bits);
+        if let Some(record) = self.slots[slot as usize].as_mut() {
+            record.minted_key = true;
+        }
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_minted.insert_unique(hash, slot, |&slot| {
+            hasher.hash_one(minted_bits(occupied(slots, slot)).unwrap_or_default())
+        });
+    }
+
+    /// The entry of the live task whose pool-made key is exactly `key`, if any.
+    pub fn entry_of_minted(&self, key: &MailboxKey) -> Option<EntryId> {
+        if key.user_id.is_some() || key.session_id.is_some() {
+            return None;
+        }
+        let bits = MailboxKey::anonymous_bits(&key.tenant)?;
+        let hash = self.hasher.hash_one(bits);
+        let slot = self
+            .by_minted
+            .find(hash, |&slot| minted_bits(self.record(slot)) == Some(bits))?;
         Some(self.record(*slot).entry)
     }
 
@@ -509,6 +552,15 @@ impl<P> Ledger<P> {
         {
             found.remove();
         }
+        if record.minted_key {
+            let bits = minted_bits(&record).unwrap_or_default();
+            if let Ok(found) = self
+                .by_minted
+                .find_entry(self.hasher.hash_one(bits), |&other| other == slot)
+            {
+                found.remove();
+            }
+        }
         self.vacant.push(slot);
         self.len -= 1;
         if self.len == 0 {
@@ -541,6 +593,18 @@ impl<P> Ledger<P> {
 
     fn hash_caller(&self, tenant: Tenant<'_>, id: TaskId) -> u64 {
         self.hasher.hash_one((tenant, id))
+    }
+}
+
+/// The random bits of `record`'s key when it is a bare anonymous key (the only kind the
+/// pool makes), in either of the forms the record keeps it.
+fn minted_bits<P>(record: &Record<P>) -> Option<u128> {
+    match &record.key {
+        TaskKey::Anonymous(words) => Some(TaskKey::bits(*words)),
+        TaskKey::Named(key) if key.user_id.is_none() && key.session_id.is_none() => {
+            MailboxKey::anonymous_bits(&key.tenant)
+        }
+        TaskKey::Named(_) => None,
     }
 }
 
@@ -588,6 +652,38 @@ mod tests {
         let mut entries = ledger.entries();
         entries.sort_unstable();
         assert_eq!(entries, [2, 3, 4]);
+    }
+
+    #[test]
+    fn a_minted_key_finds_its_task_until_it_is_removed_and_other_keys_never_do() {
+        let mut ledger = Ledger::default();
+        let minted = MailboxKey::anonymous();
+        let named_alike = MailboxKey::anonymous();
+        ledger.insert(record(1, 7, minted.clone()));
+        ledger.insert(record(2, 8, named_alike.clone()));
+        ledger.insert(record(3, 9, MailboxKey::new("acme")));
+        ledger.mark_minted(1);
+        ledger.mark_minted(3); // a named key is never one the pool made
+        assert_eq!(ledger.entry_of_minted(&minted), Some(1));
+        assert_eq!(ledger.entry_of_minted(&named_alike), None, "not marked");
+        assert_eq!(ledger.entry_of_minted(&MailboxKey::new("acme")), None);
+        assert_eq!(
+            ledger.entry_of_minted(&minted.clone().with_user("ada")),
+            None
+        );
+        assert!(!ledger.get(3).expect("live").minted_key);
+
+        // A running task keeps its key in full: it is still found under it.
+        ledger.get_mut(1).expect("live").key.expand();
+        assert_eq!(ledger.entry_of_minted(&minted), Some(1));
+        ledger.remove(1).expect("live");
+        assert_eq!(ledger.entry_of_minted(&minted), None);
+        ledger.insert(record(4, 7, minted.clone()));
+        assert_eq!(
+            ledger.entry_of_minted(&minted),
+            None,
+            "a new record is not marked"
+        );
     }
 
     #[test]

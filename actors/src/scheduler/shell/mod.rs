@@ -16,6 +16,9 @@
 //! - the [lifecycle](lifecycle): open, escalated, draining, stopped;
 //! - the [observers](observe) that hear every step.
 //!
+//! It also answers the retrieves that wait on its tasks ([waiters](waiters)): whether a
+//! result can still come, and what a retrieve that gave up does to its task.
+//!
 //! # Invariants
 //!
 //! - Every admitted task is in the ledger until it has ended and its capacity is released.
@@ -45,12 +48,13 @@ pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
 mod views;
+pub(crate) mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask,
+    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TenantWeights,
 };
 use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
@@ -100,6 +104,8 @@ pub(crate) struct ShellArgs<P, R> {
     pub rerun: Rerun<P>,
     /// The permits' fast path (see `lanes.rs`).
     pub lanes: Arc<crate::permit::lane::Lanes>,
+    /// The weights of named tenants, under a fair share by use.
+    pub tenant_weights: TenantWeights,
 }
 
 /// The shell. See the module docs.
@@ -133,6 +139,7 @@ where
         let observers = Observers::new(args.counters, args.subscribers, args.core.limits());
         let permits = permits::Permits::new(args.core.limits().preemption);
         let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
+        tasks.weigh_tenants(&args.tenant_weights);
         let attaches = tasks.core.limits().on_duplicate == OnDuplicate::Attach;
         if attaches && args.mailbox.inline().is_none() {
             tasks.recently_ended = Some(RecentlyEnded::default());
@@ -184,6 +191,7 @@ where
             self.tasks.refuse(task, refusal, reply, now);
             return;
         }
+        let minted = task.meta.mailbox.is_none();
         let key = task
             .meta
             .mailbox
@@ -197,6 +205,7 @@ where
                 key,
                 timeout,
                 origin,
+                minted,
             },
             now,
         );
@@ -276,6 +285,7 @@ where
                 return;
             }
         }
+        let minted = admission.minted;
         // On a shared queue nothing is shed (rule 21): a submission waits in the shared
         // queue, not here, and what this node parks it claimed from there; ending one for
         // another would end it for the whole fleet.
@@ -302,6 +312,9 @@ where
                 end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
             }
         }
+        if minted {
+            self.tasks.ledger.mark_minted(entry);
+        }
         self.start_parked(unblocked, now);
     }
 
@@ -312,6 +325,7 @@ where
             key,
             timeout,
             origin,
+            ..
         } = admission;
         let rank_time_ms = admitted_ms(entry);
         match origin {
@@ -380,6 +394,7 @@ where
             key,
             timeout,
             origin,
+            ..
         } = admission;
         let (reply, extras) = match origin {
             Origin::Submitted { reply, .. } if self.storage.is_shared() => {

@@ -53,6 +53,8 @@ where
                 key,
                 timeout,
                 origin,
+                // Claimed from the fleet's queue: its submitter's waits are another node's.
+                minted: false,
             },
             now,
         );

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::domain::TaskStatus;
 use crate::domain::{
     BackendError, BackendFault, MailboxKey, PoolError, ScheduledTask, TaskFailure, TaskId,
-    TaskMetadata,
+    TaskMetadata, TenantId, TenantWeights,
 };
 use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
@@ -179,6 +179,24 @@ where
         stored_elsewhere
     }
 
+    /// Ends a parked task the core no longer holds whose only waiter gave up (see
+    /// `waiters.rs`): like [`end_parked`](Self::end_parked), but nothing is delivered, as
+    /// nobody will collect it; its end is told as `Cancelled`. Returns `true` where a
+    /// durable queue holds it and must remove it.
+    pub fn end_abandoned(&mut self, entry: EntryId, now: u64) -> bool {
+        let Some(mut record) = self.ledger.remove(entry) else {
+            return false;
+        };
+        let payload = record.take_payload();
+        let stored_elsewhere = payload.is_none();
+        drop_contained(payload);
+        record.release_nested_slot();
+        let step = TaskStep::Ended(TaskStatus::Cancelled);
+        self.observers.record_step(&record, &step, now);
+        tracing::debug!(pool = %self.pool, task_id = record.task_id, "abandoned a parked task: the retrieve waiting for it gave up");
+        stored_elsewhere
+    }
+
     /// Releases a finished run's capacity: removes its record, frees what it held in the
     /// core and publishes the gauges. Returns the record and the parked tasks that the freed
     /// capacity starts, or `None` for a task the ledger does not hold.
@@ -204,6 +222,15 @@ where
             .get(entry)
             .and_then(|record| record.run())
             .map_or(0, |run| run.cancellation.unused_units());
+        let used = self
+            .ledger
+            .get(entry)
+            .and_then(|record| record.run())
+            .and_then(|run| run.cancellation.used_units());
+        if let Some(used) = used {
+            // Settled with the release below, under a fair share by use.
+            let _ = self.core.report_used(entry, used);
+        }
         let mut started = Vec::new();
         if unused > 0 {
             let given = unused.min(self.core.spent_by(entry));
@@ -332,10 +359,13 @@ where
         let Some(record) = self.ledger.get_mut(entry) else {
             return;
         };
-        let cancellation = record
-            .stream()
-            .and_then(stream_of::<R>)
-            .map_or_else(Cancellation::new, |stream| stream.cancellation().clone());
+        let stream = record.stream().and_then(stream_of::<R>);
+        if let Some(stream) = stream {
+            // Its sends may wait on an unread buffer only so long (see `running::stream`).
+            stream.set_idle_limit(self.core.limits().stream_idle_ms);
+        }
+        let cancellation =
+            stream.map_or_else(Cancellation::new, |stream| stream.cancellation().clone());
         // Started before the queue confirmed its park: its submitter keeps waiting for that
         // confirmation, now as a running task's, and it is announced as parked first.
         let announce = record.is_parked() && record.rare().is_some_and(|rare| rare.reply.is_some());
@@ -554,6 +584,25 @@ where
             .step(meta.id, key, meta.cost, step, now, detail);
     }
 
+    /// Gives the core the weights of the tenants `weights` names, under a fair share by use
+    /// (the others have its default weight).
+    pub fn weigh_tenants(&mut self, weights: &TenantWeights) {
+        if self.core.limits().fair_by_use.is_none() {
+            return;
+        }
+        for (tenant, weight) in weights.iter() {
+            let key = named_tenant_key(&self.tenant_keys, &TenantId(tenant.to_owned()));
+            if let Err(error) = self.core.set_tenant_weight(key, weight) {
+                tracing::error!(pool = %self.pool, %error, "tenant weight refused");
+            }
+        }
+    }
+
+    /// The core's key of the tenant of `key`.
+    pub fn tenant_key_of(&self, key: &MailboxKey) -> TenantKey {
+        tenant_key(&self.tenant_keys, key)
+    }
+
     /// The core's ticket for an entry: ranked by admission (the entry id), not by the
     /// caller's `created_at_ms`, which stays metadata; with the execution timeout it will run
     /// under, and its tenant's key when the pool has a fair share.
@@ -564,7 +613,8 @@ where
         key: &MailboxKey,
         timeout: Option<Duration>,
     ) -> Ticket {
-        let tenant = if self.core.limits().fair_share.is_some() {
+        let limits = self.core.limits();
+        let tenant = if limits.fair_share.is_some() || limits.fair_by_use.is_some() {
             tenant_key(&self.tenant_keys, key)
         } else {
             0
@@ -600,11 +650,16 @@ fn task_span(pool: &str, meta: &TaskMetadata, key: &MailboxKey) -> tracing::Span
 /// would escape any cap, so all of them share key 0, as one tenant. Named tenants hash to a
 /// key other than 0 (a 64-bit keyed hash: two names sharing one is a 2^-64 chance).
 fn tenant_key(keys: &foldhash::fast::RandomState, key: &MailboxKey) -> TenantKey {
-    use std::hash::BuildHasher;
     if key.is_anonymous() {
         return 0;
     }
-    keys.hash_one(&key.tenant).max(1)
+    named_tenant_key(keys, &key.tenant)
+}
+
+/// The fair share's key of a named tenant.
+fn named_tenant_key(keys: &foldhash::fast::RandomState, tenant: &TenantId) -> TenantKey {
+    use std::hash::BuildHasher;
+    keys.hash_one(tenant).max(1)
 }
 
 /// The typed buffer behind a stream attachment (checked at admission, so always `Some`).

@@ -1,6 +1,6 @@
 //! What an operator reads of the pool at one instant, built from the ledger, the core and
 //! the permits: the view of [`crate::scheduler::inspect`], and why one task waits, with its
-//! place in line and expected start (core rule 22).
+//! place in line and expected start (core rule 23).
 
 use super::ledger::admitted_ms;
 use super::Shell;
@@ -15,7 +15,7 @@ where
     R: Send + 'static,
 {
     /// The pool's work at `now` (see [`crate::scheduler::inspect`]): O(n) in the live
-    /// tasks, plus the estimates of the page's parked ones (core rule 22), a simulation
+    /// tasks, plus the estimates of the page's parked ones (core rule 23), a simulation
     /// that stops once they have all started: at most O(n log n).
     pub fn inspect(&self, offset: usize, limit: usize, now: u64) -> PoolView {
         let core = &self.tasks.core;
@@ -75,14 +75,17 @@ where
         let mut tenants: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
         for record in ledger.iter() {
             let key = record.key.key();
-            let tenant = tenants
-                .entry(key.tenant.clone())
-                .or_insert_with(|| TenantView {
+            let tenant = tenants.entry(key.tenant.clone()).or_insert_with(|| {
+                let core_key = self.tasks.tenant_key_of(&key);
+                TenantView {
                     tenant: key.tenant.clone(),
                     running: 0,
                     parked: 0,
                     holds: [0; ResourceKind::COUNT],
-                });
+                    service: core.tenant_service(core_key),
+                    weight: core.tenant_weight(core_key),
+                }
+            });
             if record.run().is_some() {
                 tenant.running += 1;
                 let cost = record.cost();
@@ -117,7 +120,7 @@ where
     }
 
     /// [`why_waiting`](Self::why_waiting) with the task's place in line and expected start
-    /// at `now` (core rule 22).
+    /// at `now` (core rule 23).
     pub fn waiting(
         &self,
         key: &MailboxKey,

@@ -87,6 +87,9 @@ impl PgmqLayout {
             counts: sql(counts_sql(layout)),
             dead_letters: sql(dead_letters_sql(layout)),
             bury: sql(bury_sql(layout)),
+            // The pgmq layout claims in rank order: a fair share by use orders each
+            // node's own lot only.
+            fair: None,
             list_dead: sql(list_dead_sql(layout)),
             forget_done: sql(format!(
                 "DELETE FROM {ENTRIES} WHERE queue_name = $queue AND done_until <= $now_ms"

@@ -49,7 +49,8 @@ use crate::infra::postgres::codec::{
     priority_to_sql, DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS,
 };
 use crate::infra::postgres::named::NamedSql;
-use crate::infra::postgres::shared_queue::{QueueLabel, Statements};
+use crate::infra::postgres::service::pick_sql;
+use crate::infra::postgres::shared_queue::{FairClaim, QueueLabel, Statements};
 use crate::infra::postgres::{
     lease_ran_out_sql, open_failed, retry_at_sql, Identifier, PgDatabase, PgQueue, Table,
 };
@@ -152,7 +153,7 @@ fn statements(t: &Identifier) -> Statements {
                FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
              ON CONFLICT DO NOTHING RETURNING entry"
         )),
-        claim: sql(claim_sql(t)),
+        claim: sql(claim_sql(t, false)),
         renew: sql(format!(
             "WITH renewed AS (UPDATE {t} SET lease_expires_ms = $expires_ms \
                 WHERE {claimed_by_node} AND entry = $entry RETURNING 1) \
@@ -248,13 +249,14 @@ fn statements(t: &Identifier) -> Statements {
                 AND ($entry::bigint IS NULL OR entry = $entry) RETURNING 1) \
              SELECT count(*) AS n FROM gone"
         )),
+        fair: Some(fair_claim(t)),
     }
 }
 
 /// The claim statement: the best `$max` parked rows that fit one by one are locked (`SKIP
 /// LOCKED`), and of those the rank-order prefix whose running cost per kind stays within the
 /// free units is claimed, best-ranked first.
-fn claim_sql(t: &Identifier) -> String {
+fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
     // `reserved` probes each priority level's oldest aged task on its own: one index descent
     // per level. Asked in one scan ordered by priority, the time bound is no index condition,
     // and a queue with nothing aged would be read to its end on every claim.
@@ -273,7 +275,7 @@ fn claim_sql(t: &Identifier) -> String {
          candidates AS ( \
            SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} AS c \
             WHERE queue_name = $queue AND state = 'parked' AND not_before_ms <= $now_ms \
-              AND units <= {free} AND {bounded} AND {not_behind} \
+              AND units <= {free} AND {bounded} AND {not_behind}{tenant} \
             ORDER BY priority DESC, rank_time_ms, entry \
             LIMIT $max FOR UPDATE SKIP LOCKED), \
          running AS ( \
@@ -294,7 +296,27 @@ fn claim_sql(t: &Identifier) -> String {
         free = fits("kind", Units::Free),
         bounded = within_bound("priority", "rank_time_ms", "entry"),
         not_behind = not_behind_reserved("c.priority", "c.rank_time_ms", "c.entry"),
+        tenant = if one_tenant {
+            " AND c.tenant = $tenant"
+        } else {
+            ""
+        },
     )
+}
+
+/// The claim under a fair share by use across the fleet: the pick over the parked rows the
+/// node could take, and the claim restricted to the tenant picked.
+fn fair_claim(t: &Identifier) -> FairClaim {
+    let rows = format!(
+        "(SELECT tenant, priority, units FROM {t} \
+           WHERE queue_name = $queue AND state = 'parked' AND not_before_ms <= $now_ms \
+             AND units <= {free}) AS parked",
+        free = fits("kind", Units::Free),
+    );
+    FairClaim {
+        pick: NamedSql::new(&pick_sql(&rows)),
+        claim: NamedSql::new(&claim_sql(t, true)),
+    }
 }
 
 #[cfg(test)]

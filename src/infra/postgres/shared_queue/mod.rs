@@ -51,6 +51,7 @@ use super::groups::returned_entries;
 use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
 use super::retry::RetryPolicy;
+use super::service::{FleetService, OwnedClaim};
 use super::{fault_of, PgDatabase};
 use crate::core::{Claim, FitQuery, Lease, QueueError, ScheduledTask, Settlement};
 
@@ -107,6 +108,18 @@ pub(crate) struct Statements {
     pub forget_done: NamedSql,
     /// Dead-letters a claimed task that cannot be read.
     pub bury: NamedSql,
+    /// The claim under a fair share by use across the fleet, where the layout has one.
+    pub fair: Option<FairClaim>,
+}
+
+/// A layout's statements for a claim that follows the fleet's tenant counters
+/// (`infra/postgres/service.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct FairClaim {
+    /// The tenant to claim for, and the floor (see [`pick_sql`](crate::infra::postgres::service::pick_sql)).
+    pub pick: NamedSql,
+    /// The claim statement, restricted to tenant `$tenant`.
+    pub claim: NamedSql,
 }
 
 /// Which queue this is, for logs and errors: `pool "gpu", postgres queue "llm" (table
@@ -153,6 +166,8 @@ pub struct PgQueue<L, P> {
     gate: OutageGate,
     /// The budgets every node of the queue spends from in its claims, once shared.
     budgets: std::sync::Mutex<Option<Arc<FleetBudgets>>>,
+    /// The tenant counters every node of the queue claims by, once shared.
+    service: std::sync::Mutex<Option<Arc<FleetService>>>,
     /// Whether the rows this handle parks keep their callers unique
     /// ([`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
     attach: std::sync::atomic::AtomicBool,
@@ -198,6 +213,7 @@ impl<L, P> PgQueue<L, P> {
             wake,
             gate: OutageGate::default(),
             budgets: std::sync::Mutex::new(None),
+            service: std::sync::Mutex::new(None),
             attach: std::sync::atomic::AtomicBool::new(false),
             _payload: PhantomData,
         }
@@ -261,6 +277,9 @@ impl<L, P> PgQueue<L, P> {
     /// Runs the claim statement (see [`PgDatabase::claim_rows`]), within the fleet's budgets
     /// where the queue has them ([`PgDatabase::claim_rows_within`]).
     async fn claim_rows(&self, params: &ClaimParams<'_>) -> Result<Vec<QueryResult>, QueueError> {
+        if let (Some(service), Some(fair)) = (self.fleet_service(), &self.statements.fair) {
+            return self.claim_rows_fair(params, service, fair.clone()).await;
+        }
         let Some(fleet) = self.fleet_budgets() else {
             return self
                 .run("claim", &self.statements.claim, params, Runner::Claim)
@@ -297,6 +316,62 @@ impl<L, P> PgQueue<L, P> {
     /// Whether the rows this handle parks keep their callers unique.
     fn attaches(&self) -> bool {
         self.attach.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Runs a claim that follows the fleet's tenant counters (see
+    /// [`PgDatabase::claim_rows_fair`]), within the fleet's budgets where it has them.
+    async fn claim_rows_fair(
+        &self,
+        params: &ClaimParams<'_>,
+        service: Arc<FleetService>,
+        fair: FairClaim,
+    ) -> Result<Vec<QueryResult>, QueueError> {
+        self.gate
+            .pass(&self.database)
+            .await
+            .map_err(|cause| QueueError::Backend(cause.fault(&format!("{}: claim", self.label))))?;
+        let owned = OwnedClaim {
+            queue: params.queue.to_owned(),
+            node: params.node.to_owned(),
+            now_ms: params.now_ms,
+            expires_at_ms: params.expires_at_ms,
+        };
+        let claimed = self
+            .database
+            .claim_rows_fair(
+                service,
+                self.fleet_budgets(),
+                fair,
+                owned,
+                *params.query,
+                params.max,
+            )
+            .await;
+        match claimed {
+            Ok(rows) => Ok(rows),
+            Err(error) => Err(self.failed("claim", &error).await),
+        }
+    }
+
+    /// The tenant counters the queue's nodes share, if they were given an order by use.
+    fn fleet_service(&self) -> Option<Arc<FleetService>> {
+        self.service
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Keeps the fleet's tenant counters for this queue's claims.
+    pub(crate) fn set_fleet_service(&self, service: Arc<FleetService>) {
+        *self
+            .service
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(service);
+    }
+
+    /// Whether the layout can claim by the fleet's tenant counters.
+    pub(crate) fn claims_by_use(&self) -> bool {
+        self.statements.fair.is_some()
     }
 
     /// The budgets the queue's nodes share, if they were given any.

@@ -12,12 +12,13 @@ use tokio::sync::watch;
 
 use super::PgQueue;
 use crate::core::{
-    Budgets, Claim, EntryId, FitQuery, Lease, QueueError, QueueMaintenance, ScheduledTask,
-    Settlement, SharedQueue,
+    Budgets, Claim, EntryId, FairByUse, FitQuery, Lease, QueueError, QueueMaintenance,
+    ScheduledTask, Settlement, SharedQueue, TenantWeights,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
 use crate::infra::postgres::codec::{entry_to_sql, millis_u64, ParkRows};
 use crate::infra::postgres::groups::{answer_group, returned_entries, settle_in_groups};
+use crate::infra::postgres::service::FleetService;
 use crate::infra::postgres::Table;
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 
@@ -141,6 +142,28 @@ where
             }
             Err(error) => Err(self.failed("share budgets", &error).await),
         }
+    }
+
+    /// The counters live in `pl_fleet_service`, one row per queue and tenant, read and
+    /// charged in each claim's transaction (`infra/postgres/service.rs`); the table layout
+    /// claims by them, the pgmq layout does not.
+    async fn share_fair_by_use(
+        &self,
+        order: FairByUse,
+        weights: &TenantWeights,
+    ) -> Result<bool, QueueError> {
+        if !self.claims_by_use() {
+            return Ok(false);
+        }
+        let key = format!(
+            "{} {} {}",
+            self.label.backend, self.label.place, self.label.queue
+        );
+        if let Err(error) = self.database.ensure(Table::Service).await {
+            return Err(self.failed("share the tenant counters", &error).await);
+        }
+        self.set_fleet_service(FleetService::new(key, order, weights.clone()));
+        Ok(true)
     }
 
     /// A unique index on the live rows' callers, checked by the statement that parks.

@@ -151,12 +151,14 @@ impl World {
         }
         for (task, &accepted) in &self.accepted {
             let delivered = self.delivered.get(task).copied().unwrap_or(0);
+            let abandoned = self.abandoned.get(task).copied().unwrap_or(0);
             prop_assert!(
-                delivered == accepted || kept.contains(&task.1),
-                "task {:?}: {} accepted submissions, {} outcomes, not kept by a queue",
+                delivered + abandoned == accepted || kept.contains(&task.1),
+                "task {:?}: {} accepted submissions, {} outcomes, {} abandoned, not kept by a queue",
                 task,
                 accepted,
-                delivered
+                delivered,
+                abandoned
             );
         }
         if matches!(self.mode, Mode::Memory) {

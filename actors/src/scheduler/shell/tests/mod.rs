@@ -13,8 +13,9 @@
 //! running tasks, which then park again and run again); no task steps `Ended` more often
 //! than it stepped `Admitted` (a claim is no admission), and the counters never read more
 //! outcomes than submissions. Checked at the end, once every run finished and every
-//! call was answered: every accepted task reached exactly one terminal outcome, or is still
-//! held by a durable or shared queue; nothing refused was delivered; no capacity is held.
+//! call was answered: every accepted task reached exactly one terminal outcome, or was
+//! abandoned (no outcome) when a retrieve of it gave up, or is still held by a durable or
+//! shared queue; nothing refused was delivered; no capacity is held.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -31,9 +32,10 @@ mod shedding;
 
 use super::effects::{Effect, SharedCall};
 use super::storage::{LocalRoom, SharedRoom, Storage};
+use super::waiters::GaveUp;
 use super::{Shell, ShellArgs};
 use crate::domain::{
-    Durability, MailboxKey, PoolError, PoolLimits, Preemption, Priority, ResourceCost,
+    Durability, MailboxKey, OnGiveUp, PoolError, PoolLimits, Preemption, Priority, ResourceCost,
     ScheduledTask, TaskFailure, TaskId, TaskMetadata,
 };
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
@@ -80,6 +82,8 @@ enum Event {
     Ready { n: usize },
     /// Cancel the `n`th task submitted.
     Cancel { n: usize },
+    /// A retrieve of the `n`th task submitted gave up: by its key alone, or with its id.
+    GiveUp { n: usize, by_id: bool },
     /// Time passes.
     Tick { ms: u64 },
     /// The local queue answers its oldest call, or fails it.
@@ -121,6 +125,7 @@ fn event() -> impl Strategy<Value = Event> {
         5 => (0usize..4, 0u8..3, prop::bool::weighted(0.2)).prop_map(|(n, outcome, rests)| Event::Finish { n, outcome, rests }),
         1 => (0usize..4).prop_map(|n| Event::Ready { n }),
         1 => (0usize..40).prop_map(|n| Event::Cancel { n }),
+        1 => (0usize..40, prop::bool::ANY).prop_map(|(n, by_id)| Event::GiveUp { n, by_id }),
         2 => (1u64..40).prop_map(|ms| Event::Tick { ms }),
         4 => prop::bool::weighted(0.15).prop_map(|fail| Event::QueueAnswer { fail }),
         4 => (0usize..6, prop::bool::weighted(0.15)).prop_map(|(n, fail)| Event::SharedAnswer { n, fail }),
@@ -258,6 +263,8 @@ struct World {
     accepted: HashMap<(MailboxKey, TaskId), usize>,
     refused: HashSet<TaskId>,
     delivered: HashMap<(MailboxKey, TaskId), usize>,
+    /// Tasks abandoned when a retrieve gave up: they end with no outcome delivered.
+    abandoned: HashMap<(MailboxKey, TaskId), usize>,
     /// Jobs the workers hold: (worker, entry, key, id).
     running: Vec<(usize, EntryId, MailboxKey, TaskId)>,
     /// Which entry each started task ran under.
@@ -298,7 +305,8 @@ impl World {
         let limits = PoolLimits::new(6, 2)
             .with_max_queue_depth(6)
             .with_max_queued_units(Some(12))
-            .with_preemption(Some(Preemption::new(2)));
+            .with_preemption(Some(Preemption::new(2)))
+            .with_on_give_up(Some(OnGiveUp::Abandon));
         let storage = match mode {
             Mode::Memory => Storage::Memory,
             Mode::Local(durability) => Storage::Local(LocalRoom::new(durability)),
@@ -324,6 +332,7 @@ impl World {
             mailbox: Arc::new(NoMailbox),
             gpu_sampled: false,
             lanes: port.lanes.clone(),
+            tenant_weights: Default::default(),
             rerun: {
                 // Running tasks may be preempted and run again (memory mode only: the other
                 // modes must ignore it).
@@ -343,6 +352,7 @@ impl World {
             accepted: HashMap::new(),
             refused: HashSet::new(),
             delivered: HashMap::new(),
+            abandoned: HashMap::new(),
             running: Vec::new(),
             entry_of: HashMap::new(),
             queue_calls: VecDeque::new(),
@@ -434,6 +444,14 @@ impl World {
                     let (reply, _answer) = oneshot::channel();
                     let reply = ractor::RpcReplyPort::from(reply);
                     self.shell.cancel(key, id, reply, self.now);
+                }
+            }
+            Event::GiveUp { n, by_id } => {
+                if let Some((id, Some(key))) = self.submissions.get(n).cloned() {
+                    let task = by_id.then_some(id);
+                    if self.shell.gave_up(&key, task, self.now) == GaveUp::Abandoned {
+                        *self.abandoned.entry((key, id)).or_default() += 1;
+                    }
                 }
             }
             Event::Tick { ms } => {
