@@ -31,11 +31,15 @@ impl WorkerExecutor<String, String> for Gated {
     }
 }
 
+/// The pool's execution timeout: what a run is expected to take before any has ended.
+const TIMEOUT_MS: u64 = 600_000;
+
 fn pool(gate: &Arc<AtomicBool>) -> WorkerPool<String, String, Gated> {
     WorkerPool::new(
         WorkerPoolConfig::new()
             .with_worker_count(1)
-            .with_max_units(10),
+            .with_max_units(10)
+            .with_timeout_ms(TIMEOUT_MS),
         Gated(gate.clone()),
     )
     .expect("the pool starts")
@@ -155,6 +159,19 @@ async fn reads_match_the_pool_and_bad_input_gets_a_clear_answer() {
     assert_eq!(parked["parked"][0]["reason"]["reason"], "units");
     assert_eq!(parked["parked"][0]["key"]["session_id"], "chat-1");
     assert_eq!(parked["parked"][1]["id"], 2);
+    // Each in line for the VRAM, expected once task 1 (no run seen yet: its 10-minute
+    // timeout) and then task 3 are done.
+    assert_eq!(parked["parked"][0]["position"], 1);
+    assert_eq!(parked["parked"][1]["position"], 2);
+    let (Some(at), Some(first), Some(second)) = (
+        parked["at_ms"].as_u64(),
+        parked["parked"][0]["expected_start_ms"].as_u64(),
+        parked["parked"][1]["expected_start_ms"].as_u64(),
+    ) else {
+        panic!("the view's time and both estimates: {parked}");
+    };
+    assert!(first > at && first <= at + TIMEOUT_MS, "{parked}");
+    assert_eq!(second, first + TIMEOUT_MS, "{parked}");
 
     let (status, running) = get(&server, "api/pools/llm/running").await;
     assert_eq!(
@@ -447,6 +464,13 @@ async fn the_command_line_shows_and_controls_a_pool() {
         "{out}"
     );
     assert!(out.ends_with("1 of 1 parked\n"), "{out}");
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|header| header.ends_with("STARTS"))
+            && out.contains("1st in line, expected in ~"),
+        "{out}"
+    );
     let (ok, out, _) = cli(&server, &["running", "--pool", "llm"]).await;
     assert!(
         ok && out.lines().nth(1).is_some_and(|row| row.starts_with('1')),

@@ -1,8 +1,9 @@
 //! The admin dashboard (`GET /`, cargo feature `admin`) in a real browser: headless Chromium
 //! driven over WebDriver by chromedriver. The page shows the pool `?pool=` names (the
 //! first by default) and its numbers as the pool reports them, follows them live without a
-//! reload, lists a parked task with why it waits (50 a page), shows the server's error
-//! text when an action fails, and its buttons pause, resume and cancel for real.
+//! reload, lists a parked task with why it waits and when it should start (50 a page),
+//! shows the server's error text when an action fails, and its buttons pause, resume and
+//! cancel for real.
 //!
 //! It needs `/usr/bin/chromedriver` and Chromium (the Debian packages `chromium` and
 //! `chromium-driver`; `scripts/test.sh` installs them). Without them the test says so and
@@ -592,10 +593,17 @@ async fn the_dashboard_follows_a_live_pool_and_controls_it() {
     .await;
     browser.until_number("#parked-count", 1).await;
     browser.until_number("#running-count", 1).await;
+    // Its place in line and expected start: task 10 has no timeout and is the first run
+    // of its size, so it is expected to run as long again as it has run so far.
     let parked = browser
-        .until_text("#parked-list", "the parked task and its reason", |text| {
-            text.contains("needs 8 GPU VRAM, 4 free")
-        })
+        .until_text(
+            "#parked-list",
+            "the parked task, its reason and estimate",
+            |text| {
+                text.contains("needs 8 GPU VRAM, 4 free")
+                    && text.contains("1st in line, expected in ~")
+            },
+        )
         .await;
     assert!(
         parked.contains("11") && parked.contains(odd_tenant),

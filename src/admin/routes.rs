@@ -405,12 +405,15 @@ async fn parked(
         .inspect(offset, limit)
         .await
         .map_err(ApiError::of_pool)?;
+    // `at_ms`: the server's clock when the view was taken, against which each task's
+    // `expected_start_ms` reads as "expected in ~4.2 s" whatever the reader's clock says.
     let body = json!({
         "parked": view.parked,
         "parked_total": view.parked_total,
         "offset": view.offset,
         "limit": limit,
         "paused": view.paused,
+        "at_ms": crate::util::clock::now_ms() as u64,
     });
     Ok(Json(body).into_response())
 }

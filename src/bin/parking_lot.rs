@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! parking-lot status                       every pool: state, tasks, capacity in use
-//! parking-lot parked --pool llm            parked tasks in rank order, and why each waits
+//! parking-lot parked --pool llm            parked tasks in rank order, why each waits, its place
+//!                                          in line and when it is expected to start
 //! parking-lot running --pool llm           running tasks
 //! parking-lot pause --pool llm             (resume, drain, undrain)
 //! parking-lot cancel --pool llm --tenant acme 42
@@ -25,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 use prometheus_parking_lot::config::escape_controls;
+use prometheus_parking_lot::core::scheduling::StartEstimate;
 use serde_json::Value;
 
 /// The command line over a parking lot's admin server.
@@ -48,7 +50,7 @@ struct Cli {
 enum Command {
     /// Every pool: its state, its tasks and the capacity in use
     Status,
-    /// Parked tasks of a pool in rank order, and why each waits
+    /// Parked tasks of a pool in rank order, why each waits, and when each should start
     Parked {
         /// The pool
         #[arg(long)]
@@ -540,9 +542,28 @@ fn reason_of(reason: &Value) -> String {
     }
 }
 
+/// A parked task's place in line and expected start, as of the server's `at_ms`: "3rd in
+/// line, expected in ~4.2 s".
+fn in_line(task: &Value, at_ms: u64) -> String {
+    let Some(position) = task["position"].as_u64() else {
+        return "-".into();
+    };
+    let estimate = StartEstimate {
+        position: position as usize,
+        start_ms: task["expected_start_ms"].as_u64(),
+    };
+    estimate.in_words(at_ms)
+}
+
 fn parked_table(answer: &Value) -> String {
     let tasks = answer["parked"].as_array().cloned().unwrap_or_default();
     let offset = answer["offset"].as_u64().unwrap_or(0);
+    // The server's clock, so that a reader's clock that is off does not move the estimate.
+    let at_ms = answer["at_ms"].as_u64().unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |now| now.as_millis() as u64)
+    });
     let rows = tasks
         .iter()
         .enumerate()
@@ -555,11 +576,21 @@ fn parked_table(answer: &Value) -> String {
                 cost_of(task),
                 ago(&task["since_ms"]),
                 reason_of(&task["reason"]),
+                in_line(task, at_ms),
             ]
         })
         .collect();
     let mut table = columns(
-        &["#", "ID", "KEY", "PRIORITY", "COST", "PARKED", "WAITS FOR"],
+        &[
+            "#",
+            "ID",
+            "KEY",
+            "PRIORITY",
+            "COST",
+            "PARKED",
+            "WAITS FOR",
+            "STARTS",
+        ],
         rows,
     );
     table.push_str(&format!(

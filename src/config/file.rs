@@ -27,8 +27,8 @@ use super::mailbox::MailboxSettings;
 use super::pool::WorkerPoolConfig;
 use super::upstream_forms;
 use crate::core::{
-    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp, QueueOrder,
-    Retries, StartCap, StarvationGuard, TenantWeights, UsageCharge,
+    Admission, Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp,
+    QueueOrder, Retries, StartCap, StarvationGuard, TenantWeights, UsageCharge,
 };
 use crate::infra::queue::QueueSettings;
 use crate::settings::secret::Secret;
@@ -174,6 +174,11 @@ pub struct PoolSettings {
     /// and its units freed, ms. Default 300,000 (five minutes).
     #[serde(default)]
     pub stream_idle_ms: Option<u64>,
+    /// Refusals at admission besides what can never run, e.g. `{"refuse_if_late": true}`:
+    /// a submission expected to start after its deadline is refused at once
+    /// (`WouldMissDeadline`). Default: off.
+    #[serde(default)]
+    pub admission: Option<AdmissionSettings>,
     /// Where parked tasks wait. Default: in memory. A backend without settings may be
     /// written by its name alone, as upstream's files do: `"in_memory"`, `"postgres"`.
     #[serde(default, deserialize_with = "upstream_forms::queue")]
@@ -289,6 +294,15 @@ impl RetrySettings {
 pub struct PreemptionSettings {
     /// How many times one task id may be asked to yield (at least 1).
     pub max_per_task: u32,
+}
+
+/// A pool's `admission` section (see [`Admission`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSettings {
+    /// Refuse a submission whose estimated start is after its deadline. Default `false`.
+    #[serde(default)]
+    pub refuse_if_late: bool,
 }
 
 /// The `durability` of a pool on a durable queue (see [`Durability`]).
@@ -509,6 +523,11 @@ impl SchedulerConfig {
         settings.limits.on_give_up = pool.on_give_up;
         if let Some(idle_ms) = pool.stream_idle_ms {
             settings.limits.stream_idle_ms = idle_ms;
+        }
+        if let Some(admission) = pool.admission {
+            settings = settings.with_admission(Admission {
+                refuse_if_late: admission.refuse_if_late,
+            });
         }
         for (name, budget) in &pool.budgets {
             if let (Some(kind), Some(budget)) = (ResourceKind::from_name(name), budget.budget()) {

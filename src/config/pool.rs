@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{
-    Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp, PoolError,
-    PoolLimits, Preemption, QueueOrder, Retries, StarvationGuard, TenantWeights,
+    Admission, Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp,
+    PoolError, PoolLimits, Preemption, QueueOrder, Retries, StarvationGuard, TenantWeights,
 };
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::supervisor::RestartPolicy;
@@ -257,6 +257,22 @@ impl WorkerPoolConfig {
         self.limits = self
             .limits
             .with_preemption(Some(Preemption::new(max_per_task)));
+        self
+    }
+
+    /// Refusals at admission (see [`Admission`]): with `refuse_if_late`, a submission
+    /// whose estimated start is after its deadline is refused at once with
+    /// [`PoolError::WouldMissDeadline`].
+    ///
+    /// ```
+    /// use prometheus_parking_lot::config::WorkerPoolConfig;
+    /// use prometheus_parking_lot::core::Admission;
+    ///
+    /// let config = WorkerPoolConfig::new().with_admission(Admission { refuse_if_late: true });
+    /// assert!(config.limits().admission.refuse_if_late);
+    /// ```
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.limits = self.limits.with_admission(admission);
         self
     }
 

@@ -152,7 +152,7 @@ mod tests {
 
     const POOL_FIELDS: &str = "`worker_threads`, `thread_stack_size`, `max_units`, \
         `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, \
-        `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `on_give_up`, `stream_idle_ms`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`";
+        `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `on_give_up`, `stream_idle_ms`, `admission`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`";
 
     #[test]
     fn a_misspelt_field_suggests_the_likely_one() {

@@ -10,9 +10,9 @@
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
-    BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairByUse, FairShare,
-    FaultKind, OnDuplicate, OnGiveUp, PoolError, PoolLimits, Preemption, QueueOrder, Retries,
-    ScheduledTask, StartCap, StarvationGuard, TaskFailure, TaskMetadata, TaskStatus,
+    Admission, BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairByUse,
+    FairShare, FaultKind, OnDuplicate, OnGiveUp, PoolError, PoolLimits, Preemption, QueueOrder,
+    Retries, ScheduledTask, StartCap, StarvationGuard, TaskFailure, TaskMetadata, TaskStatus,
     TenantWeights, UsageCharge, WakeState, DEFAULT_STREAM_IDLE_MS,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
@@ -29,7 +29,9 @@ pub use prometheus_parking_lot_actors::queue::{
     LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
     SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
-pub use prometheus_parking_lot_actors::scheduler::inspect::{PoolView, TaskView, TenantView};
+pub use prometheus_parking_lot_actors::scheduler::inspect::{
+    PoolView, TaskView, TenantView, WaitView,
+};
 pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 pub use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
 pub use prometheus_parking_lot_actors::supervisor::spawn::{BoxTask, Spawn};
@@ -63,6 +65,6 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 pub mod scheduling {
     pub use prometheus_parking_lot_actors::scheduler::core::{
         AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, ParkingLot, RankKey, Rejection,
-        TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
+        StartEstimate, TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
     };
 }

@@ -13,6 +13,7 @@ mod busy_workers;
 mod core_fair_share;
 mod core_properties;
 mod errors;
+mod estimates;
 mod fair_by_use;
 mod fleet_budget_properties;
 mod gpu_pools;

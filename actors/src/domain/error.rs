@@ -126,6 +126,19 @@ pub enum PoolError {
         /// The pool's nested slots.
         slots: usize,
     },
+    /// The pool refuses submissions that would miss their deadline (`"admission":
+    /// {"refuse_if_late": true}`), and this one's estimated start is after its deadline:
+    /// refused at once rather than parked to expire. Both times are ms since the Unix
+    /// epoch. Submitting again later, or to another pool, may succeed.
+    #[error("refused: the task is expected to start at {estimated_start_ms} ms (since the epoch), {} ms after its deadline of {deadline_ms} ms; submit it elsewhere, later, or with a later deadline", estimated_start_ms.saturating_sub(*deadline_ms))]
+    WouldMissDeadline {
+        /// When the pool expects it would start; for a task far back in a long queue, an
+        /// instant past the deadline before which it would not start (the estimate stops
+        /// looking a little after the deadline: `ParkingLot::misses_deadline`).
+        estimated_start_ms: u64,
+        /// The task's deadline to start by.
+        deadline_ms: u64,
+    },
     /// A permit (or more units for one) was asked for with `try_acquire` or `try_grow`,
     /// which never wait, and the gate could not grant it at once.
     #[error("the gate cannot grant that at once: the units are held, or better-ranked waiters come first; acquire (or grow) and wait, or try again later")]
@@ -141,7 +154,8 @@ pub enum PoolError {
 
 impl PoolError {
     /// Whether the same call may succeed if tried again later: a backend that could not be
-    /// reached, a full queue or mailbox that others drain, or a retrieve whose wait ran out
+    /// reached, a full queue or mailbox that others drain, a submission refused because it
+    /// would start after its deadline (the queue drains), or a retrieve whose wait ran out
     /// (its task carries on, unless the pool abandoned it: see
     /// [`OnGiveUp`](super::OnGiveUp)).
     ///
@@ -154,7 +168,10 @@ impl PoolError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Backend(error) => error.fault.kind.is_retryable(),
-            Self::QueueFull | Self::MailboxFull { .. } | Self::Timeout => true,
+            Self::QueueFull
+            | Self::MailboxFull { .. }
+            | Self::WouldMissDeadline { .. }
+            | Self::Timeout => true,
             _ => false,
         }
     }

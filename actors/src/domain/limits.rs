@@ -214,6 +214,33 @@ pub struct PoolLimits {
     /// default five minutes ([`DEFAULT_STREAM_IDLE_MS`]).
     #[serde(default = "stream_idle_default")]
     pub stream_idle_ms: u64,
+    /// What admission refuses besides what can never run (see [`Admission`]). Default:
+    /// nothing more.
+    #[serde(default)]
+    pub admission: Admission,
+}
+
+/// Opt-in refusals at admission, decided on the pool's estimate of when a task would start
+/// (the core's rule 23, `PARKING_LOT.md`, "When will it start").
+///
+/// With `refuse_if_late`, a submission with a deadline whose estimated start is after that
+/// deadline is refused at once with [`PoolError::WouldMissDeadline`], which carries the
+/// estimate, instead of parking only to expire later: its caller can retry elsewhere,
+/// degrade, or tell its user now. A task whose start cannot be estimated (the pool is
+/// paused, or what it needs is held by a run of unknown length) is admitted as before.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{Admission, PoolLimits};
+///
+/// let limits = PoolLimits::new(24, 4).with_admission(Admission { refuse_if_late: true });
+/// assert!(limits.admission.refuse_if_late);
+/// assert!(!PoolLimits::new(24, 4).admission.refuse_if_late, "off by default");
+/// ```
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Admission {
+    /// Refuse a submission whose estimated start is after its deadline.
+    #[serde(default)]
+    pub refuse_if_late: bool,
 }
 
 /// Runs of a task that failed, tried again: a run whose executor panicked, or that asked
@@ -381,6 +408,7 @@ impl PoolLimits {
             max_queued_units: None,
             on_give_up: None,
             stream_idle_ms: DEFAULT_STREAM_IDLE_MS,
+            admission: Admission::default(),
         }
     }
 
@@ -489,6 +517,12 @@ impl PoolLimits {
     /// ```
     pub fn with_max_queued_units(mut self, max_queued_units: Option<u64>) -> Self {
         self.max_queued_units = max_queued_units;
+        self
+    }
+
+    /// The same limits with other admission refusals (see [`Admission`]).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
         self
     }
 

@@ -21,7 +21,7 @@ pub use durability::Durability;
 pub use error::{PoolError, TaskFailure};
 pub use fair_by_use::{FairByUse, TenantWeights, UsageCharge, MAX_WEIGHT};
 pub use limits::{
-    Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
+    Admission, Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,
 };
 pub use mailbox_key::{MailboxKey, TenantId};
 pub use order::QueueOrder;

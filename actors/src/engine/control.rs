@@ -17,7 +17,7 @@ use crate::observe::events::{EventFeed, FeedEvent};
 use crate::observe::stats::{PoolCounters, PoolStats};
 use crate::queue::{EntryId, KeptLetter, QueueError, QueueMaintenance, SharedQueue};
 use crate::scheduler::core::WaitReason;
-use crate::scheduler::inspect::PoolView;
+use crate::scheduler::inspect::{PoolView, WaitView};
 use crate::scheduler::protocol::ControlRequest;
 
 /// The operations of one running pool that need no payload or result type. Cheap to clone.
@@ -195,6 +195,33 @@ impl PoolControl {
     ) -> Result<Option<WaitReason>, PoolError> {
         let key = key.clone();
         self.ask(|reply| ControlRequest::WhyWaiting { key, id, reply })
+            .await?
+    }
+
+    /// [`why_waiting`](Self::why_waiting) with the task's place in line (among the parked
+    /// tasks of its kind) and when it is expected to start: the pool simulates its rules
+    /// from the running tasks' expected ends (the run times it has seen per cost class, at
+    /// most their execution timeouts), the reservation and budgets' refills, with no task
+    /// arriving later (`PARKING_LOT.md`, "When will it start", says when that is wrong).
+    /// `None` once it runs.
+    ///
+    /// ```
+    /// # use prometheus_parking_lot_actors::engine::PoolControl;
+    /// # use prometheus_parking_lot_actors::domain::MailboxKey;
+    /// # async fn show(pool: &PoolControl) -> Result<(), prometheus_parking_lot_actors::domain::PoolError> {
+    /// if let Some(wait) = pool.waiting(&MailboxKey::new("acme"), 7).await? {
+    ///     println!("{:?}: {}", wait.reason, wait.in_words()); // "3rd in line, expected in ~4.2 s"
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<WaitView>, PoolError> {
+        let key = key.clone();
+        self.ask(|reply| ControlRequest::Waiting { key, id, reply })
             .await?
     }
 

@@ -93,19 +93,22 @@ pub enum Refusal {
     Shutdown,
     /// The queue backend could not store the task.
     QueueError,
+    /// The task was expected to start after its deadline (`refuse_if_late`).
+    Late,
     /// Any other error.
     Other,
 }
 
 impl Refusal {
     /// Every refusal, in declaration order.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::QueueFull,
         Refusal::TooLarge,
         Refusal::MailboxFull,
         Refusal::Duplicate,
         Refusal::Shutdown,
         Refusal::QueueError,
+        Refusal::Late,
         Refusal::Other,
     ];
 
@@ -125,12 +128,13 @@ impl Refusal {
             PoolError::DuplicateTask(_) | PoolError::ResultPending(_) => Refusal::Duplicate,
             PoolError::Shutdown | PoolError::Draining | PoolError::Internal(_) => Refusal::Shutdown,
             PoolError::Backend(_) => Refusal::QueueError,
+            PoolError::WouldMissDeadline { .. } => Refusal::Late,
             _ => Refusal::Other,
         }
     }
 
     /// A short snake_case name: `queue_full`, `too_large`, `mailbox_full`, `duplicate`,
-    /// `shutdown`, `queue_error`, `other`.
+    /// `shutdown`, `queue_error`, `late`, `other`.
     pub fn label(self) -> &'static str {
         match self {
             Refusal::QueueFull => "queue_full",
@@ -139,6 +143,7 @@ impl Refusal {
             Refusal::Duplicate => "duplicate",
             Refusal::Shutdown => "shutdown",
             Refusal::QueueError => "queue_error",
+            Refusal::Late => "late",
             Refusal::Other => "other",
         }
     }

@@ -1,6 +1,8 @@
 //! What an operator sees of a pool's work at one instant: its running tasks, a page of its
-//! parked tasks in rank order with the reason each waits, and its tenants
-//! ([`PoolControl::inspect`](crate::engine::PoolControl::inspect)).
+//! parked tasks in rank order with the reason each waits, its place in line and when it is
+//! expected to start, and its tenants
+//! ([`PoolControl::inspect`](crate::engine::PoolControl::inspect)); and one task's wait
+//! ([`PoolControl::waiting`](crate::engine::PoolControl::waiting)).
 //!
 //! A view names tasks by their caller's key and id and says what they cost; it never holds a
 //! payload or a result (they carry users' prompts).
@@ -8,7 +10,7 @@
 use serde::Serialize;
 
 use crate::domain::{MailboxKey, Priority, ResourceCost, TaskId, TenantId};
-use crate::scheduler::core::WaitReason;
+use crate::scheduler::core::{StartEstimate, WaitReason};
 
 /// The most parked tasks one view lists.
 pub const MAX_PAGE: usize = 1_000;
@@ -51,6 +53,51 @@ pub struct TaskView {
     pub attempt: u32,
     /// Why it waits (parked tasks; `None` for running ones).
     pub reason: Option<WaitReason>,
+    /// Its place among the parked tasks of its kind, 1 for the first (parked tasks; `None`
+    /// for running ones). See [`StartEstimate`].
+    pub position: Option<usize>,
+    /// When it is expected to start, ms since the Unix epoch (parked tasks whose start the
+    /// pool can estimate; see [`StartEstimate`] and `PARKING_LOT.md`, "When will it start").
+    pub expected_start_ms: Option<u64>,
+}
+
+/// Why one parked task waits, its place in line and when it is expected to start, as of
+/// `at_ms`.
+///
+/// ```
+/// use prometheus_parking_lot_actors::scheduler::core::WaitReason;
+/// use prometheus_parking_lot_actors::scheduler::inspect::WaitView;
+///
+/// let view = WaitView {
+///     reason: WaitReason::Worker { busy: 4 },
+///     position: 3,
+///     expected_start_ms: Some(14_200),
+///     at_ms: 10_000,
+/// };
+/// assert_eq!(view.in_words(), "3rd in line, expected in ~4.2 s");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitView {
+    /// The first obstacle (core rule 17).
+    pub reason: WaitReason,
+    /// Its place among the parked tasks of its kind, 1 for the first.
+    pub position: usize,
+    /// When it is expected to start, ms since the Unix epoch; `None` when the pool cannot
+    /// say (paused, or what it needs is held by a run of unknown length).
+    pub expected_start_ms: Option<u64>,
+    /// When the view was taken, ms since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl WaitView {
+    /// "3rd in line, expected in ~4.2 s".
+    pub fn in_words(&self) -> String {
+        let estimate = StartEstimate {
+            position: self.position,
+            start_ms: self.expected_start_ms,
+        };
+        estimate.in_words(self.at_ms)
+    }
 }
 
 /// A tenant's live work on a pool.

@@ -94,6 +94,9 @@ impl ParkingLot {
                 started: self.starts,
                 overdue_at: None,
                 ends_by: None,
+                started_ms: now,
+                timeout_ms: super::NO_TIMEOUT,
+                declared: cost.units,
             },
         );
         Ok(())

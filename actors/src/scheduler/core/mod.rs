@@ -159,6 +159,12 @@
 //!     counter of the tenants with a parked task (the *floor*). A tenant that arrives with
 //!     nothing parked is lifted to the floor. Counters decay with a half-life. Within a
 //!     priority, the tenant with the lowest counter goes first, then rule 12's order.
+//! 23. **Estimates** (see `estimate.rs`). The lot learns each cost class's run time as
+//!     claims end, and says where a parked ticket stands: its place among the parked
+//!     tickets of its kind and when it is expected to start, by a simulation of the rules
+//!     above from the running claims' expected ends ([`ParkingLot::estimate_start`],
+//!     [`ParkingLot::estimate_all`], and for a newcomer [`ParkingLot::estimate_admission`]).
+//!     Asking changes nothing.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -195,6 +201,7 @@ mod backfill;
 mod budget;
 mod cost_index;
 mod decision;
+mod estimate;
 mod fair_share;
 mod lanes;
 mod order;
@@ -213,6 +220,7 @@ pub use cost_index::CostIndex;
 pub use decision::{
     AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, Rejection, Tick, UnknownTask,
 };
+pub use estimate::{ordinal, StartEstimate};
 use fair_share::TenantBook;
 pub use rank::RankKey;
 pub use reasons::WaitReason;
@@ -370,6 +378,12 @@ struct Claim {
     overdue_at: Option<u64>,
     /// Its start plus its execution timeout, when it has one (rule 13).
     ends_by: Option<u64>,
+    /// When it started, by the lot's clock: its run time is learnt when it ends (rule 23).
+    started_ms: u64,
+    /// Execution timeout in ms (see `saturate_timeout`), or `NO_TIMEOUT` (rule 23).
+    timeout_ms: u32,
+    /// The units it declared (a kind with a budget holds none of them): its cost class.
+    declared: u32,
 }
 
 /// The parking-lot state machine of one pool. See the module docs for the rules.
@@ -438,6 +452,8 @@ pub struct ParkingLot {
     paused: bool,
     /// The parked tickets' units and counts by kind and priority, for the bounds (rule 21).
     queue: QueueBook,
+    /// The run times seen per cost class, for the estimates of rule 23.
+    run_times: estimate::RunTimes,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
     /// The time of the latest event: backfill decisions depend on it, and
@@ -477,6 +493,7 @@ impl ParkingLot {
             sleepers: FastMap::default(),
             paused: false,
             queue: QueueBook::default(),
+            run_times: estimate::RunTimes::default(),
             starts: 0,
             clock: 0,
         })
@@ -935,7 +952,21 @@ impl ParkingLot {
 
     /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
+        let run = self.running.get(&id).map(|claim| {
+            let ran = now.saturating_sub(claim.started_ms);
+            let timeout = (claim.timeout_ms != NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+            (
+                claim.kind,
+                claim.declared,
+                claim.worker == NO_WORKER,
+                ran,
+                timeout,
+            )
+        });
         self.end_claim_quietly(id, rest, now)?;
+        if let Some((kind, units, slotless, ran, timeout)) = run {
+            self.run_times.observe(kind, units, slotless, ran, timeout);
+        }
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
@@ -1637,6 +1668,9 @@ impl ParkingLot {
                 started: self.starts,
                 overdue_at: None,
                 ends_by,
+                started_ms: now,
+                timeout_ms,
+                declared: cost.units,
             },
         );
         true
@@ -1803,6 +1837,8 @@ impl ParkingLot {
 mod tests;
 #[cfg(test)]
 mod tests_budget;
+#[cfg(test)]
+mod tests_estimate;
 #[cfg(test)]
 mod tests_order;
 #[cfg(test)]

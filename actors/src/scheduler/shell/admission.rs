@@ -6,6 +6,7 @@ use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
 use crate::queue::{Claim, EntryId, Settlement};
 use crate::running::stream::StreamShared;
+use crate::scheduler::core::{ParkingLot, Ticket};
 use crate::scheduler::protocol::{Extras, Reply};
 use crate::util::contain::drop_contained;
 
@@ -72,6 +73,30 @@ pub(super) fn no_result_waits<P, R: Send + 'static>(
     match inline.holds_now(key, task.meta.id) {
         true => Err(PoolError::ResultPending(task.meta.id)),
         false => Ok(()),
+    }
+}
+
+/// `WouldMissDeadline` when the pool refuses late submissions (`refuse_if_late`) and
+/// `ticket`'s estimated start (core rule 23) is after its deadline. A deadline already past
+/// is left to the core (the task expires), and a start the core cannot estimate refuses
+/// nothing.
+pub(super) fn starts_in_time(
+    core: &ParkingLot,
+    ticket: &Ticket,
+    now: u64,
+) -> Result<(), PoolError> {
+    if !core.limits().admission.refuse_if_late {
+        return Ok(());
+    }
+    let Some(deadline_ms) = ticket.deadline_ms.filter(|&deadline| deadline > now) else {
+        return Ok(());
+    };
+    match core.misses_deadline(ticket, deadline_ms, now) {
+        Some(estimated_start_ms) => Err(PoolError::WouldMissDeadline {
+            estimated_start_ms,
+            deadline_ms,
+        }),
+        None => Ok(()),
     }
 }
 

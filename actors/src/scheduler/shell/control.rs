@@ -16,7 +16,7 @@ use crate::domain::{MailboxKey, PoolError, TaskId};
 use crate::observe::stats::PoolStats;
 use crate::queue::EntryId;
 use crate::scheduler::core::{Cancel, WaitReason};
-use crate::scheduler::inspect::PoolView;
+use crate::scheduler::inspect::{PoolView, WaitView};
 use crate::scheduler::protocol::{Internal, SchedulerMsg, SchedulerRequest};
 use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
 
@@ -42,6 +42,16 @@ pub enum ControlRequest {
         id: TaskId,
         /// The reason.
         reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
+    },
+    /// [`WhyWaiting`](Self::WhyWaiting) with the task's place in line and when it is
+    /// expected to start (core rule 23).
+    Waiting {
+        /// The mailbox key the task was submitted with.
+        key: MailboxKey,
+        /// The task's id.
+        id: TaskId,
+        /// The reason, place and estimate.
+        reply: RpcReplyPort<Result<Option<WaitView>, PoolError>>,
     },
     /// Stop starting tasks (`true`: pause) or start again (`false`: resume). While paused
     /// the pool keeps admitting (tasks park), running tasks run on, and on a shared queue
@@ -96,6 +106,9 @@ impl ControlRequest {
             ControlRequest::WhyWaiting { key, id, reply } => {
                 let _ = reply.send(shell.why_waiting(&key, id));
             }
+            ControlRequest::Waiting { key, id, reply } => {
+                let _ = reply.send(shell.waiting(&key, id, now));
+            }
             ControlRequest::Drain { drained, reply } => {
                 shell.drain(drained, now);
                 let _ = reply.send(());
@@ -107,7 +120,7 @@ impl ControlRequest {
             } => {
                 // Permits of the fast path are shown as the others: taken over first.
                 shell.take_over_all(None, now);
-                let _ = reply.send(shell.inspect(offset, limit));
+                let _ = reply.send(shell.inspect(offset, limit, now));
             }
         }
     }

@@ -65,7 +65,10 @@ use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::util::contain::drop_contained;
 
-use admission::{end_unadmitted, mailbox_has_room, no_result_waits, streamable, Admission, Origin};
+use admission::{
+    end_unadmitted, mailbox_has_room, no_result_waits, starts_in_time, streamable, Admission,
+    Origin,
+};
 use effects::{Effect, Effects, SharedCall};
 use ledger::{admitted_ms, sequence_of, Record};
 use lifecycle::Lifecycle;
@@ -274,6 +277,13 @@ where
                 Some(_) => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
             }
             return;
+        }
+        if let Origin::Submitted { .. } = admission.origin {
+            // A claimed task was accepted by the fleet already: only submitters are refused.
+            if let Err(late) = starts_in_time(&self.tasks.core, &ticket, now) {
+                end_unadmitted(&mut self.tasks, admission, late, now);
+                return;
+            }
         }
         let minted = admission.minted;
         // On a shared queue nothing is shed (rule 21): a submission waits in the shared

@@ -1,23 +1,32 @@
 //! What an operator reads of the pool at one instant, built from the ledger, the core and
-//! the permits: the view of [`crate::scheduler::inspect`], and why one task waits.
+//! the permits: the view of [`crate::scheduler::inspect`], and why one task waits, with its
+//! place in line and expected start (core rule 23).
 
 use super::ledger::admitted_ms;
 use super::Shell;
 use crate::domain::{MailboxKey, PoolError, ResourceKind, TaskId, TenantId};
 use crate::queue::EntryId;
-use crate::scheduler::core::WaitReason;
-use crate::scheduler::inspect::{PoolView, TaskView, TenantView, MAX_PAGE};
+use crate::scheduler::core::{StartEstimate, WaitReason};
+use crate::scheduler::inspect::{PoolView, TaskView, TenantView, WaitView, MAX_PAGE};
 
 impl<P, R> Shell<P, R>
 where
     P: Send + 'static,
     R: Send + 'static,
 {
-    /// The pool's work now (see [`crate::scheduler::inspect`]): O(n) in the live tasks.
-    pub fn inspect(&self, offset: usize, limit: usize) -> PoolView {
+    /// The pool's work at `now` (see [`crate::scheduler::inspect`]): O(n) in the live
+    /// tasks, plus the estimates of the page's parked ones (core rule 23), a simulation
+    /// that stops once they have all started: at most O(n log n).
+    pub fn inspect(&self, offset: usize, limit: usize, now: u64) -> PoolView {
         let core = &self.tasks.core;
         let ledger = &self.tasks.ledger;
+        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
+        let estimates: std::collections::HashMap<EntryId, StartEstimate> =
+            core.estimate_many(&page, now).into_iter().collect();
         let view = |entry: EntryId, reason: Option<WaitReason>| -> Option<TaskView> {
+            let estimate = reason.as_ref().and_then(|_| estimates.get(&entry));
+            let position = estimate.map(|estimate| estimate.position);
+            let expected_start_ms = estimate.and_then(|estimate| estimate.start_ms);
             if let Some(record) = ledger.get(entry) {
                 let since_ms = record.started_ms().unwrap_or_else(|| record.admitted_ms());
                 return Some(TaskView {
@@ -29,6 +38,8 @@ where
                     since_ms,
                     attempt: record.attempt(),
                     reason,
+                    position,
+                    expected_start_ms,
                 });
             }
             let id = self
@@ -45,6 +56,8 @@ where
                 since_ms: admitted_ms(entry),
                 attempt: 1,
                 reason,
+                position,
+                expected_start_ms,
             })
         };
         let mut running: Vec<TaskView> = ledger
@@ -55,7 +68,6 @@ where
             .filter_map(|entry| view(entry, None))
             .collect();
         running.sort_by_key(|task| (task.since_ms, task.id));
-        let (page, parked_total) = core.parked_page(offset, limit.min(MAX_PAGE));
         let parked = page
             .into_iter()
             .filter_map(|entry| view(entry, core.why_waiting(entry)))
@@ -105,5 +117,31 @@ where
             .entry_of(key, id)
             .ok_or(PoolError::TaskNotFound(id))?;
         Ok(self.tasks.core.why_waiting(entry))
+    }
+
+    /// [`why_waiting`](Self::why_waiting) with the task's place in line and expected start
+    /// at `now` (core rule 23).
+    pub fn waiting(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        now: u64,
+    ) -> Result<Option<WaitView>, PoolError> {
+        let entry = self
+            .tasks
+            .entry_of(key, id)
+            .ok_or(PoolError::TaskNotFound(id))?;
+        let core = &self.tasks.core;
+        let (Some(reason), Some(estimate)) =
+            (core.why_waiting(entry), core.estimate_start(entry, now))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(WaitView {
+            reason,
+            position: estimate.position,
+            expected_start_ms: estimate.start_ms,
+            at_ms: now,
+        }))
     }
 }
