@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot::admin::{Admin, AdminServer, AdminSettings};
 use prometheus_parking_lot::config::Secret;
+use prometheus_parking_lot::core::{FairByUse, TenantWeights, UsageCharge};
 use prometheus_parking_lot::core::{TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::{MailboxKey, Priority, ResourceCost, WorkerPoolConfig};
 use serde_json::Value;
@@ -440,6 +441,13 @@ async fn the_command_line_shows_and_controls_a_pool() {
     pool.submit_async(PROMPT.to_string(), meta(2, 6))
         .await
         .expect("parks");
+
+    let (ok, out, _) = cli(&server, &["tenants", "--pool", "llm"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("TENANT") && out.contains("acme") && !out.contains("WEIGHT"),
+        "no fair share by use, no weight column: {out}"
+    );
 
     let (ok, out, _) = cli(&server, &["status"]).await;
     assert!(ok);
@@ -1090,5 +1098,62 @@ async fn the_command_line_prints_callers_text_escaped() {
         !output.stderr.contains(&0x1b),
         "an error echoing a name is escaped too"
     );
+    gate.store(true, Ordering::Release);
+}
+
+/// Under a fair share by use, the API and the command line show each tenant's weight and
+/// weighted service (a start charges the tenant its units times the timeout over its
+/// weight, until the run ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_show_their_weight_and_service_under_a_fair_share_by_use() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(1)
+            .with_max_units(10)
+            .with_timeout_ms(1_000)
+            .with_fair_share_by_use(
+                FairByUse::new(UsageCharge::Held),
+                TenantWeights::default().with("acme", 4),
+            ),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let server = serve(&pool, Some(TOKEN));
+    let meta = |id, tenant: &str| {
+        TaskMetadata::new(id, ResourceCost::gpu_vram(8)).with_mailbox(MailboxKey::new(tenant))
+    };
+    pool.submit_async(PROMPT.to_string(), meta(1, "acme"))
+        .await
+        .expect("runs");
+    pool.submit_async(PROMPT.to_string(), meta(2, "globex"))
+        .await
+        .expect("parks");
+    let (status, tenants) = get(&server, "api/pools/llm/tenants").await;
+    assert_eq!(status, 200);
+    let row = |name: &str| {
+        tenants["tenants"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|row| row["tenant"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name}'s row: {tenants}"))
+    };
+    // 8 units for up to 1,000 ms, over weight 4.
+    assert_eq!(row("acme")["weight"], 4);
+    assert_eq!(row("acme")["service"].as_f64(), Some(2_000.0), "{tenants}");
+    assert_eq!(row("globex")["weight"], 1);
+    let (ok, out, _) = cli(&server, &["tenants", "--pool", "llm"]).await;
+    assert!(ok, "{out}");
+    let acme = out
+        .lines()
+        .find(|line| line.starts_with("acme"))
+        .unwrap_or_else(|| panic!("acme's line: {out}"));
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|head| head.contains("WEIGHT") && head.contains("SERVICE")),
+        "{out}"
+    );
+    assert!(acme.contains(" 4 ") && acme.contains("2000"), "{out}");
     gate.store(true, Ordering::Release);
 }

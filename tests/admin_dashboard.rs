@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::admin::{Admin, AdminServer, AdminSettings};
 use prometheus_parking_lot::config::Secret;
-use prometheus_parking_lot::core::{Budget, Capacity, PoolStats};
+use prometheus_parking_lot::core::{
+    Budget, Capacity, FairByUse, PoolStats, TenantWeights, UsageCharge,
+};
 use prometheus_parking_lot::core::{SubmitOptions, TaskMetadata, WorkerExecutor, WorkerPool};
 use prometheus_parking_lot::{MailboxKey, Priority, ResourceCost, ResourceKind, WorkerPoolConfig};
 use serde_json::{json, Value};
@@ -450,10 +452,14 @@ fn base64_decode(text: &str) -> Vec<u8> {
 
 // --------------------------------------------------------------------------------- test
 
-/// The pool under test: GPU memory and CPU slots, and a provider's rate limit (I/O units,
-/// 4 a second).
+/// The pool under test: GPU memory and CPU slots, a provider's rate limit (I/O units,
+/// 4 a second), and tenants ordered by their weighted use (acme weighs 3).
 fn llm_config() -> WorkerPoolConfig {
     WorkerPoolConfig::new()
+        .with_fair_share_by_use(
+            FairByUse::new(UsageCharge::Held),
+            TenantWeights::default().with("acme", 3),
+        )
         .with_worker_count(8)
         .with_capacity(
             Capacity::default()
@@ -626,11 +632,37 @@ async fn the_dashboard_follows_a_live_pool_and_controls_it() {
         })
         .await;
     assert!(running.contains("76 GPU VRAM"), "{running}");
-    browser
+    let tenants = browser
         .until_text("#tenants-list", "both tenants", |text| {
             text.contains("acme") && text.contains(odd_tenant) && text.contains("76 GPU VRAM")
         })
         .await;
+    // Each tenant's weight, and its weighted service under the fair share by use.
+    let weights = browser
+        .script(
+            "return [...document.querySelectorAll('#tenants-list tr')].map(row => \
+             [row.cells[0].textContent, row.cells[4].textContent, row.cells[5].textContent]);",
+            json!([]),
+        )
+        .await
+        .expect("the tenants' rows");
+    let rows = weights.as_array().expect("rows");
+    let acme = rows
+        .iter()
+        .find(|row| row[0] == "acme")
+        .unwrap_or_else(|| panic!("acme's row: {tenants}"));
+    assert_eq!(acme[1], "3", "acme's weight: {weights}");
+    assert!(
+        acme[2]
+            .as_str()
+            .is_some_and(|service| service != "–" && !service.is_empty()),
+        "acme's service: {weights}"
+    );
+    let other = rows
+        .iter()
+        .find(|row| row[0] != "acme")
+        .unwrap_or_else(|| panic!("the other tenant's row: {tenants}"));
+    assert_eq!(other[1], "1", "the default weight: {weights}");
 
     // An action with a wrong token fails with the server's words, and changes nothing.
     browser.type_into("#token", "not-the-token").await;

@@ -628,8 +628,11 @@ fn running_table(answer: &Value) -> String {
     )
 }
 
+/// The tenants, with their weight and weighted service under a fair share by use (the
+/// order serves the lowest service first), when the pool has one.
 fn tenants_table(answer: &Value) -> String {
     let tenants = answer["tenants"].as_array().cloned().unwrap_or_default();
+    let by_use = tenants.iter().any(|tenant| tenant["weight"].is_number());
     let rows = tenants
         .iter()
         .map(|tenant| {
@@ -639,15 +642,31 @@ fn tenants_table(answer: &Value) -> String {
                 .flatten()
                 .map(|(kind, units)| format!("{units} {kind}"))
                 .collect();
-            vec![
+            let mut row = vec![
                 text(&tenant["tenant"]),
                 tenant["running"].to_string(),
                 tenant["parked"].to_string(),
                 holds.join(", "),
-            ]
+            ];
+            if by_use {
+                row.push(tenant["weight"].to_string());
+                row.push(
+                    tenant["service"]
+                        .as_f64()
+                        .map_or_else(|| "-".to_owned(), |service| format!("{service:.0}")),
+                );
+            }
+            row
         })
         .collect();
-    columns(&["TENANT", "RUNNING", "PARKED", "HOLDS"], rows)
+    if by_use {
+        columns(
+            &["TENANT", "RUNNING", "PARKED", "HOLDS", "WEIGHT", "SERVICE"],
+            rows,
+        )
+    } else {
+        columns(&["TENANT", "RUNNING", "PARKED", "HOLDS"], rows)
+    }
 }
 
 fn dead_letters_table(answer: &Value) -> String {
