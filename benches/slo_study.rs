@@ -527,8 +527,8 @@ struct Run {
     service: Vec<(u64, [f64; TENANTS.len()], [bool; TENANTS.len()])>,
     /// The fair share's counters at the same instants, under a fair share by use.
     counters: Vec<Option<[f64; TENANTS.len()]>>,
-    /// (estimated start, actual start, arrival, priority) of the requests that parked.
-    estimates: Vec<(u64, u64, u64, Priority)>,
+    /// (estimated start, actual start, arrival, class) of the requests that parked.
+    estimates: Vec<(u64, u64, u64, Class)>,
     preemptions: usize,
 }
 
@@ -640,7 +640,7 @@ fn simulate(policy: &mut dyn Policy, requests: &[Request], estimates_wanted: boo
             running_since.insert(id, now);
             ends.insert((now + request.runs_ms, id));
             if let Some(estimate) = estimates_made.remove(&id) {
-                estimates.push((estimate, now, request.arrives_ms, request.class.priority()));
+                estimates.push((estimate, now, request.arrives_ms, request.class));
             }
         }
         for id in arrived.into_iter().filter(|_| estimates_wanted) {
@@ -767,11 +767,11 @@ fn service_gap(run: &Run, requests: &[Request], window_ms: u64) -> f64 {
 }
 
 /// Median and p90 of |estimated - actual| / wait over the parked requests that started.
-fn estimate_error(run: &Run, priority: Option<Priority>) -> Option<(f64, f64)> {
+fn estimate_error(run: &Run, class: Option<Class>) -> Option<(f64, f64)> {
     let mut errors: Vec<f64> = run
         .estimates
         .iter()
-        .filter(|&&(_, _, _, p)| priority.is_none_or(|wanted| wanted == p))
+        .filter(|&&(_, _, _, c)| class.is_none_or(|wanted| wanted == c))
         .filter(|&&(_, actual, arrived, _)| actual > arrived)
         .map(|&(estimate, actual, arrived, _)| {
             estimate.abs_diff(actual) as f64 / (actual - arrived) as f64
@@ -1063,13 +1063,13 @@ fn report(runs: &[Run], requests: &[Request]) {
             "Start estimates of {} (|estimated - actual| / wait):",
             run.name
         );
-        println!("| priority | parked requests | median | p90 |");
+        println!("| class | parked requests | median | p90 |");
         println!("|---|---|---|---|");
-        for priority in [Priority::High, Priority::Normal] {
-            if let Some((median, p90)) = estimate_error(run, Some(priority)) {
-                let parked = run.estimates.iter().filter(|e| e.3 == priority).count();
+        for class in [Class::Interactive, Class::Batch] {
+            if let Some((median, p90)) = estimate_error(run, Some(class)) {
+                let parked = run.estimates.iter().filter(|e| e.3 == class).count();
                 println!(
-                    "| {priority:?} | {parked} | {:.0}% | {:.0}% |",
+                    "| {class:?} | {parked} | {:.0}% | {:.0}% |",
                     median * 100.0,
                     p90 * 100.0
                 );

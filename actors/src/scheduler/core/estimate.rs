@@ -39,9 +39,11 @@
 //!   under a stream of urgent work a low-priority ticket starts later than estimated.
 //! - Run times that differ from their class's mean (a heavy tail), claims running past
 //!   their mean, and run times the lot has not seen yet (the timeout stands in for them).
-//! - Deadlines, cancels, preemption, a headroom that changes with the next sample, a
-//!   resting worker slot coming back: the copy expires, cancels and stops nothing, and its
-//!   headroom and slots stay as they are.
+//! - Cancels, preemption, a headroom that changes with the next sample, a resting worker
+//!   slot coming back: the copy cancels and stops nothing, and its headroom and slots stay
+//!   as they are. The estimate of one ticket (`estimate_start`, `estimate_admission`,
+//!   `misses_deadline`) lets the other tickets' deadlines expire them in the copy, as they
+//!   will in the lot, but not its own; `estimate_all` and `estimate_many` expire nothing.
 //!
 //! # Cost
 //!
@@ -282,6 +284,20 @@ impl<'a> Simulation<'a> {
         }
     }
 
+    /// Lets the other parked tickets' deadlines expire them in the copy, as they will in the
+    /// lot: a ticket ahead that will expire before it starts makes way for `id` (whose own
+    /// deadline still expires nothing, so that it has a start to estimate).
+    fn with_deadlines_of_others(mut self, id: TaskId) -> Self {
+        self.copy.by_deadline = self
+            .lot
+            .by_deadline
+            .iter()
+            .filter(|&&(_, other)| other != id)
+            .copied()
+            .collect();
+        self
+    }
+
     /// Admits a newcomer to the copy (its deadline expires nothing there): whether it started at once, or
     /// `None` when the lot would refuse it (a duplicate id, too large, the queue full): it
     /// has no start to estimate, and admission answers for it.
@@ -459,7 +475,8 @@ impl ParkingLot {
     pub fn estimate_start(&self, id: TaskId, now: u64) -> Option<StartEstimate> {
         let (rank, kind) = self.waiting_rank(id)?;
         let position = self.position_of(rank, kind);
-        let start_ms = match Simulation::new(self, now).run(now, None, |started, _| started == id) {
+        let mut simulation = Simulation::new(self, now).with_deadlines_of_others(id);
+        let start_ms = match simulation.run(now, None, |started, _| started == id) {
             Stop::Done(at) => Some(at),
             Stop::Horizon(_) | Stop::Exhausted => None,
         };
@@ -566,7 +583,7 @@ impl ParkingLot {
         if self.starts_at_once(&ticket, false) {
             return None;
         }
-        let mut simulation = Simulation::new(self, now);
+        let mut simulation = Simulation::new(self, now).with_deadlines_of_others(ticket.id);
         if simulation.admit(ticket, false, now) != Some(false) {
             return None;
         }
@@ -603,7 +620,7 @@ impl ParkingLot {
         if self.starts_at_once(ticket, slotless) {
             return Some(now);
         }
-        let mut simulation = Simulation::new(self, now);
+        let mut simulation = Simulation::new(self, now).with_deadlines_of_others(ticket.id);
         match simulation.admit(*ticket, slotless, now) {
             Some(true) => return Some(now),
             Some(false) => {}
