@@ -161,9 +161,11 @@ impl ParkingLot {
         let lane_units = lane_units.min(self.lent[index]);
         self.lent[index] -= lane_units;
         self.used[index] -= lane_units;
-        let ended = claim.map_or(Ok(()), |id| self.end_claim_quietly(id, false, now));
+        let ended = claim.map_or(Ok(None), |id| {
+            self.end_claim_quietly(id, false, now).map(Some)
+        });
         let mut started = Vec::new();
         self.unpark(now, &mut started);
-        ended.map(|()| started)
+        ended.map(|_| started)
     }
 }

@@ -952,28 +952,27 @@ impl ParkingLot {
 
     /// Releases running ticket `id`'s claim; its slot goes idle, or rests (`rest`).
     fn end_claim(&mut self, id: TaskId, rest: bool, now: u64) -> Result<Vec<TaskId>, UnknownTask> {
-        let run = self.running.get(&id).map(|claim| {
-            let ran = now.saturating_sub(claim.started_ms);
-            let timeout = (claim.timeout_ms != NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
-            (
-                claim.kind,
-                claim.declared,
-                claim.worker == NO_WORKER,
-                ran,
-                timeout,
-            )
-        });
-        self.end_claim_quietly(id, rest, now)?;
-        if let Some((kind, units, slotless, ran, timeout)) = run {
-            self.run_times.observe(kind, units, slotless, ran, timeout);
-        }
+        let claim = self.end_claim_quietly(id, rest, now)?;
+        let timeout = (claim.timeout_ms != NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+        self.run_times.observe(
+            claim.kind,
+            claim.declared,
+            claim.worker == NO_WORKER,
+            now.saturating_sub(claim.started_ms),
+            timeout,
+        );
         let mut started = Vec::new();
         self.unpark(now, &mut started);
         Ok(started)
     }
 
-    /// [`end_claim`](Self::end_claim), starting nothing.
-    fn end_claim_quietly(&mut self, id: TaskId, rest: bool, now: u64) -> Result<(), UnknownTask> {
+    /// [`end_claim`](Self::end_claim), starting nothing; returns the claim it released.
+    fn end_claim_quietly(
+        &mut self,
+        id: TaskId,
+        rest: bool,
+        now: u64,
+    ) -> Result<Claim, UnknownTask> {
         let claim = self
             .running
             .remove(&id)
@@ -990,7 +989,7 @@ impl ParkingLot {
             budget.end(id);
         }
         self.free_worker_of(&claim, rest);
-        Ok(())
+        Ok(claim)
     }
 
     /// Cancels a live task. A parked one is removed (and tasks it blocked may start); a
