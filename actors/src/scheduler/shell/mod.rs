@@ -617,6 +617,11 @@ where
     /// queue, where it is stored there).
     fn end_parked(&mut self, entry: EntryId, outcome: PoolError, now: u64) {
         let stored_in_queue = self.tasks.end_parked(entry, outcome, now);
+        self.forget_stored(entry, stored_in_queue);
+    }
+
+    /// Has the local durable queue forget ended task `entry`, when it holds it.
+    fn forget_stored(&mut self, entry: EntryId, stored_in_queue: bool) {
         if let (true, Some(room)) = (stored_in_queue, self.storage.local()) {
             room.remove(entry, &mut self.tasks.fx);
         }

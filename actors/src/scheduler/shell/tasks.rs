@@ -166,12 +166,9 @@ where
     /// ends its shared claim, answers a submitter still waiting for its park and delivers
     /// `outcome`.
     pub fn end_parked(&mut self, entry: EntryId, outcome: PoolError, now: u64) -> bool {
-        let Some(mut record) = self.ledger.remove(entry) else {
+        let Some((mut record, stored_elsewhere)) = self.remove_parked(entry) else {
             return false;
         };
-        let payload = record.take_payload();
-        let stored_elsewhere = payload.is_none();
-        drop_contained(payload);
         let settle = record.lease().map(|claim| (claim, Settlement::Done));
         self.answer_pending_park(&mut record, now);
         record.release_nested_slot();
@@ -179,17 +176,25 @@ where
         stored_elsewhere
     }
 
+    /// Removes parked task `entry`'s record and drops its payload; `None` for a task the
+    /// ledger does not hold. The flag is `true` where the payload is stored elsewhere (a
+    /// durable queue, which must forget it too).
+    fn remove_parked(&mut self, entry: EntryId) -> Option<(Record<P>, bool)> {
+        let mut record = self.ledger.remove(entry)?;
+        let payload = record.take_payload();
+        let stored_elsewhere = payload.is_none();
+        drop_contained(payload);
+        Some((record, stored_elsewhere))
+    }
+
     /// Ends a parked task the core no longer holds whose only waiter gave up (see
     /// `waiters.rs`): like [`end_parked`](Self::end_parked), but nothing is delivered, as
     /// nobody will collect it; its end is told as `Cancelled`. Returns `true` where a
     /// durable queue holds it and must remove it.
     pub fn end_abandoned(&mut self, entry: EntryId, now: u64) -> bool {
-        let Some(mut record) = self.ledger.remove(entry) else {
+        let Some((mut record, stored_elsewhere)) = self.remove_parked(entry) else {
             return false;
         };
-        let payload = record.take_payload();
-        let stored_elsewhere = payload.is_none();
-        drop_contained(payload);
         record.release_nested_slot();
         let step = TaskStep::Ended(TaskStatus::Cancelled);
         self.observers.record_step(&record, &step, now);

@@ -120,9 +120,7 @@ where
         match self.tasks.core.cancel(entry, now) {
             Ok(Cancel::Parked { started }) => {
                 let stored_in_queue = self.tasks.end_abandoned(entry, now);
-                if let (true, Some(room)) = (stored_in_queue, self.storage.local()) {
-                    room.remove(entry, &mut self.tasks.fx);
-                }
+                self.forget_stored(entry, stored_in_queue);
                 self.start_parked(started, now);
             }
             Ok(Cancel::Running) => self.abandon_running(entry, now),
