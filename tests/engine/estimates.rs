@@ -141,7 +141,7 @@ async fn a_submission_that_would_start_after_its_deadline_is_refused_at_once() {
         .await
         .expect("parks");
     pool.submit_async(4, meta(4, 6)).await.expect("parks");
-    assert_eq!(pool.stats().queued_tasks, 2);
+    crate::support::eventually("two tasks parked", || pool.stats().queued_tasks == 2).await;
     let stats = pool.stats();
     assert_eq!(stats.rejected_tasks, 1, "{stats:?}");
     gate.store(true, Ordering::Release);
@@ -163,7 +163,8 @@ async fn without_the_setting_a_late_submission_parks() {
     pool.submit_async(2, meta(2, 6).with_deadline_ms(now_ms() + 5_000))
         .await
         .expect("parks, to expire later");
-    assert_eq!(pool.stats().queued_tasks, 1);
+    // The gauges are published after the admission is answered: wait for them, bounded.
+    crate::support::eventually("the late task parked", || pool.stats().queued_tasks == 1).await;
     gate.store(true, Ordering::Release);
     pool.shutdown();
 }
