@@ -72,6 +72,9 @@ enum Fault {
 /// A TCP proxy in front of the server that can be cut the way a [`Fault`] cuts.
 struct Proxy {
     port: u16,
+    /// How new connections are treated now; the accept loop reads it for each one, so a
+    /// change between faults that keep the port open never leaves it closed for a moment.
+    fault: Arc<Mutex<Fault>>,
     /// The accept loop, while the port listens.
     accepting: Mutex<Option<JoinHandle<()>>>,
     /// Connections under way (forwarded, or held without an answer).
@@ -84,10 +87,11 @@ impl Proxy {
         let port = listener.local_addr().expect("its address").port();
         let proxy = Self {
             port,
+            fault: Arc::new(Mutex::new(Fault::None)),
             accepting: Mutex::new(None),
             connections: Arc::default(),
         };
-        proxy.listen(listener, Fault::None);
+        proxy.listen(listener);
         proxy
     }
 
@@ -95,33 +99,44 @@ impl Proxy {
         server_url().replace(&server_address(), &format!("127.0.0.1:{}", self.port))
     }
 
-    fn listen(&self, listener: TcpListener, fault: Fault) {
+    fn listen(&self, listener: TcpListener) {
         let connections = Arc::clone(&self.connections);
+        let fault = Arc::clone(&self.fault);
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let connection = tokio::spawn(serve(client, fault));
-                connections.lock().unwrap().push(connection.abort_handle());
+                // Read under the connections' lock, which `cut` holds while it changes the
+                // fault and drops what is under way: no connection escapes a cut.
+                let mut under_way = connections.lock().unwrap();
+                let now = *fault.lock().unwrap();
+                under_way.push(tokio::spawn(serve(client, now)).abort_handle());
             }
         });
         *self.accepting.lock().unwrap() = Some(accepting);
     }
 
-    /// Drops every connection and treats new ones as `fault` does.
+    /// Treats new connections as `fault` does and drops every connection under way (so a
+    /// client that reconnects at once meets the new fault, never a gap between two).
     async fn cut(&self, fault: Fault) {
-        let accepting = self.accepting.lock().unwrap().take();
-        if let Some(accepting) = accepting {
-            accepting.abort();
-            let _ = accepting.await;
-        }
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
         if fault == Fault::Refused {
-            return;
+            let accepting = self.accepting.lock().unwrap().take();
+            if let Some(accepting) = accepting {
+                accepting.abort();
+                let _ = accepting.await;
+            }
         }
-        let address = format!("127.0.0.1:{}", self.port);
-        let listener = TcpListener::bind(&address).await.expect("the port again");
-        self.listen(listener, fault);
+        {
+            let mut under_way = self.connections.lock().unwrap();
+            *self.fault.lock().unwrap() = fault;
+            for connection in under_way.drain(..) {
+                connection.abort();
+            }
+        }
+        let listening = self.accepting.lock().unwrap().is_some();
+        if fault != Fault::Refused && !listening {
+            let address = format!("127.0.0.1:{}", self.port);
+            let listener = TcpListener::bind(&address).await.expect("the port again");
+            self.listen(listener);
+        }
     }
 }
 
