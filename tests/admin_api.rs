@@ -605,6 +605,7 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
         ),
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     let client = start_pool(&supervisor, spec).await.unwrap();
     let server = Admin::new(AdminSettings {

@@ -24,6 +24,7 @@ pub use prometheus_parking_lot_actors::observe::events::{
     BudgetReading, EventFeed, EventSubscriber, FeedEvent, PoolReading, Refusal, TaskEvent, TaskStep,
 };
 pub use prometheus_parking_lot_actors::observe::stats::{BudgetStats, PoolStats};
+pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TraceParent};
 pub use prometheus_parking_lot_actors::queue::{
     Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, KeptLetter, Lease,
     LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
