@@ -1187,6 +1187,14 @@ async fn anonymous_tenants_are_one_row_and_tenants_come_in_pages() {
     .await
     .expect("runs");
     submit_anonymous(&pool, 2..7).await;
+    // A tenant named so by its caller is a tenant like any other.
+    pool.submit_async(
+        PROMPT.to_string(),
+        TaskMetadata::new(7, ResourceCost::gpu_vram(1))
+            .with_mailbox(MailboxKey::new("anonymous-team")),
+    )
+    .await
+    .expect("parks");
 
     let (status, body) = get(&server, "api/pools/llm/tenants").await;
     assert_eq!(status, 200);
@@ -1195,29 +1203,30 @@ async fn anonymous_tenants_are_one_row_and_tenants_come_in_pages() {
         .iter()
         .filter_map(|row| row["tenant"].as_str())
         .collect();
-    assert_eq!(names, ["acme", "anonymous"], "{body}");
+    assert_eq!(names, ["acme", "anonymous-team", "anonymous"], "{body}");
     assert_eq!(
         (
-            &rows[1]["anonymous_tenants"],
-            &rows[1]["parked"],
-            &rows[1]["running"]
+            &rows[2]["anonymous_tenants"],
+            &rows[2]["parked"],
+            &rows[2]["running"]
         ),
         (&Value::from(5), &Value::from(5), &Value::from(0)),
         "{body}"
     );
     assert!(rows[0].get("anonymous_tenants").is_none(), "{body}");
-    assert_eq!(body["tenants_total"], 2);
+    assert!(rows[1].get("anonymous_tenants").is_none(), "{body}");
+    assert_eq!(body["tenants_total"], 3);
     let (_, one) = get(&server, "api/pools/llm").await;
-    assert_eq!(one["tenants"].as_array().map(Vec::len), Some(2), "{one}");
+    assert_eq!(one["tenants"].as_array().map(Vec::len), Some(3), "{one}");
 
-    let (_, page) = get(&server, "api/pools/llm/tenants?offset=1&limit=1").await;
+    let (_, page) = get(&server, "api/pools/llm/tenants?offset=2&limit=1").await;
     assert_eq!(
         (
             page["tenants"].as_array().map(Vec::len),
             &page["tenants"][0]["tenant"],
             &page["tenants_total"]
         ),
-        (Some(1), &Value::from("anonymous"), &Value::from(2)),
+        (Some(1), &Value::from("anonymous"), &Value::from(3)),
         "{page}"
     );
     let (status, body) = get(&server, "api/pools/llm/tenants?limit=0").await;
@@ -1231,13 +1240,15 @@ async fn anonymous_tenants_are_one_row_and_tenants_come_in_pages() {
 
     let (ok, out, _) = cli(&server, &["tenants", "--pool", "llm"]).await;
     assert!(ok, "{out}");
-    assert_eq!(out.lines().count(), 3, "a header and two rows: {out}");
+    assert_eq!(out.lines().count(), 4, "a header and three rows: {out}");
     assert!(
-        out.contains("anonymous (5 tasks)") && !out.contains("anonymous-"),
+        out.contains("anonymous (5 tasks)")
+            && out.matches("anonymous-").count() == 1
+            && out.contains("anonymous-team"),
         "{out}"
     );
     let (ok, out, _) = cli(&server, &["tenants", "--pool", "llm", "--limit", "1"]).await;
-    assert!(ok && out.ends_with("1–1 of 2 tenants\n"), "{out}");
+    assert!(ok && out.ends_with("1–1 of 3 tenants\n"), "{out}");
     assert!(out.contains("acme") && !out.contains("anonymous"), "{out}");
     gate.store(true, Ordering::Release);
 }
@@ -1258,7 +1269,8 @@ fn units_of(tasks: &Value, kind: &str) -> u64 {
 /// hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_shows_counters_and_lists_of_one_instant() {
-    let gate = Arc::new(AtomicBool::new(true));
+    // Closed until a read has seen tasks running; then they start and end all the time.
+    let gate = Arc::new(AtomicBool::new(false));
     let pool = WorkerPool::new(
         WorkerPoolConfig::new()
             .with_worker_count(3)
@@ -1285,7 +1297,9 @@ async fn a_snapshot_shows_counters_and_lists_of_one_instant() {
         })
     };
     let mut busy_reads = 0;
-    for _ in 0..60 {
+    let mut reads = 0;
+    while reads < 60 || !submitter.is_finished() {
+        reads += 1;
         let (status, snapshot) = get(&server, "api/pools/llm/snapshot?limit=1000").await;
         assert_eq!(status, 200, "{snapshot}");
         let stats = &snapshot["pool"]["stats"];
@@ -1315,7 +1329,10 @@ async fn a_snapshot_shows_counters_and_lists_of_one_instant() {
             .sum();
         assert_eq!(running_by_tenants, running as u64, "{snapshot}");
         assert!(snapshot["refusals"].is_array() && snapshot["at_ms"].is_u64());
-        busy_reads += usize::from(running > 0);
+        if running > 0 {
+            busy_reads += 1;
+            gate.store(true, Ordering::Release);
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     submitter.await.unwrap();

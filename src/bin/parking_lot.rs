@@ -5,6 +5,8 @@
 //! parking-lot parked --pool llm            parked tasks in rank order, why each waits, its place
 //!                                          in line and when it is expected to start
 //! parking-lot running --pool llm           running tasks
+//! parking-lot tenants --pool llm           tenants and their work (tasks without a mailbox
+//!                                          as one row), 50 a page
 //! parking-lot pause --pool llm             (resume, drain, undrain)
 //! parking-lot cancel --pool llm --tenant acme 42
 //! parking-lot dead-letters --pool llm      a shared queue's dead letters, and why
