@@ -699,10 +699,12 @@ fn tenants_table(answer: &Value) -> String {
                 .flatten()
                 .map(|(kind, units)| format!("{units} {kind}"))
                 .collect();
-            let name = match tenant["anonymous_tenants"].as_u64() {
-                Some(1) => "anonymous (1 task)".to_owned(),
-                Some(tasks) => format!("anonymous ({tasks} tasks)"),
-                None => text(&tenant["tenant"]),
+            let tasks =
+                tenant["running"].as_u64().unwrap_or(0) + tenant["parked"].as_u64().unwrap_or(0);
+            let name = match (tenant["anonymous_tenants"].is_u64(), tasks) {
+                (true, 1) => "anonymous (1 task)".to_owned(),
+                (true, tasks) => format!("anonymous ({tasks} tasks)"),
+                (false, _) => text(&tenant["tenant"]),
             };
             let mut row = vec![
                 name,
