@@ -31,7 +31,7 @@ pub use prometheus_parking_lot_actors::queue::{
     SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{
-    PoolView, TaskView, TenantView, WaitView,
+    PoolSnapshot, PoolView, TaskView, TenantView, WaitView,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 pub use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;

@@ -134,6 +134,15 @@ impl TaskKey {
         }
     }
 
+    /// The bits of the tenant when it is one [`MailboxKey::anonymous`] made (a task
+    /// submitted without a mailbox), whatever the rest of the key.
+    pub fn anonymous_tenant(&self) -> Option<u128> {
+        match self.tenant() {
+            Tenant::Anonymous(bits) => Some(bits),
+            Tenant::Named(_) => None,
+        }
+    }
+
     /// Whether `key` is exactly this key.
     pub fn is(&self, key: &MailboxKey) -> bool {
         match self {
