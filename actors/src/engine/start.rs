@@ -467,7 +467,7 @@ where
         supervise(supervisor, worker).await?;
     }
 
-    Ok(PoolClient::new(ClientParts {
+    let client = PoolClient::new(ClientParts {
         name: pool,
         scheduler,
         inbox,
@@ -481,7 +481,13 @@ where
         on_duplicate,
         feed,
         shared_queue,
-    }))
+    });
+    let enqueuer = crate::schedule::enqueuer::run(
+        client.downgrade(),
+        client.control().schedule_board().clone(),
+    );
+    tokio::spawn(enqueuer);
+    Ok(client)
 }
 
 /// The parked tasks a durable queue kept, to be indexed again.
