@@ -9,8 +9,8 @@ use crate::queue::QueueError;
 use crate::schedule::{Schedule, Tick};
 use crate::scheduler::shell::storage::SharedRoom;
 
-/// Makes the payload of a schedule's tick.
-pub(crate) type PayloadFn<P> = Arc<dyn Fn(&Tick) -> P + Send + Sync>;
+/// Makes the payload of a schedule's tick, or says why it cannot.
+pub(crate) type PayloadFn<P> = Arc<dyn Fn(&Tick) -> Result<P, String> + Send + Sync>;
 
 impl<P, R> PoolClient<P, R>
 where
@@ -38,6 +38,46 @@ where
         schedule: Schedule,
         payload: impl Fn(&Tick) -> P + Send + Sync + 'static,
     ) -> Result<(), PoolError> {
+        self.add_payload_maker(schedule, Arc::new(move |tick| Ok(payload(tick))))
+    }
+
+    /// [`add_schedule`](Self::add_schedule) with every tick's payload read from `payload`
+    /// (what a configuration file gives). `InvalidConfig` when it does not read as `P`.
+    ///
+    /// ```
+    /// # use prometheus_parking_lot_actors::engine::PoolClient;
+    /// use std::time::Duration;
+    /// use prometheus_parking_lot_actors::schedule::{Schedule, Timing};
+    /// # fn add(pool: &PoolClient<String, String>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let heartbeat = Schedule::new("heartbeat", Timing::every(Duration::from_secs(30))?)?;
+    /// pool.add_schedule_json(heartbeat, serde_json::json!("ping"))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_schedule_json(
+        &self,
+        schedule: Schedule,
+        payload: serde_json::Value,
+    ) -> Result<(), PoolError>
+    where
+        P: serde::de::DeserializeOwned,
+    {
+        let read = |value: serde_json::Value| {
+            serde_json::from_value::<P>(value).map_err(|error| {
+                format!("its payload does not read as the pool's payload type: {error}")
+            })
+        };
+        if let Err(problem) = read(payload.clone()) {
+            return Err(PoolError::InvalidConfig(format!(
+                "pool {:?}, schedule {:?}: {problem}",
+                self.name(),
+                schedule.name
+            )));
+        }
+        self.add_payload_maker(schedule, Arc::new(move |_| read(payload.clone())))
+    }
+
+    fn add_payload_maker(&self, schedule: Schedule, make: PayloadFn<P>) -> Result<(), PoolError> {
         let name = schedule.name.clone();
         let mut makers = self.payload_makers();
         if makers.contains_key(&name) {
@@ -49,7 +89,7 @@ where
             .schedule_board()
             .add(schedule)
             .map_err(|error| self.control().schedule_error(error))?;
-        makers.insert(name, Arc::new(payload));
+        makers.insert(name, make);
         Ok(())
     }
 
@@ -76,7 +116,14 @@ where
             deadline_ms: None,
             created_at_ms: crate::util::clock::now_ms(),
         };
-        let task = ScheduledTask::new(meta, make(&tick));
+        let payload = make(&tick).map_err(|problem| {
+            PoolError::InvalidConfig(format!(
+                "pool {:?}, schedule {:?}: {problem}",
+                self.name(),
+                tick.schedule
+            ))
+        })?;
+        let task = ScheduledTask::new(meta, payload);
         let Some(queue) = &self.inner.shared_queue else {
             return self.submit_tick(task).await.map(|_| true);
         };
