@@ -26,19 +26,18 @@ fn schedules_read_with_their_defaults() {
     );
     let config = SchedulerConfig::from_json_str(&text).unwrap();
     let pool = &config.pools["p"];
-    let reindex = pool.schedules[0]
-        .schedule("pools.p.schedules[0]")
-        .unwrap();
+    let reindex = pool.schedules[0].schedule("pools.p.schedules[0]").unwrap();
     assert_eq!(reindex.timing.expression(), "0 2 * * *");
     assert_eq!(reindex.timing.zone(), Some("Europe/Paris"));
     assert_eq!(reindex.missed, Missed::RunOnce);
     assert_eq!(reindex.priority, Priority::Low);
     assert_eq!(reindex.cost, ResourceCost::cpu(4));
     assert_eq!(reindex.mailbox, MailboxKey::new("ops"));
-    assert_eq!(pool.schedules[0].payload, serde_json::json!({"job": "reindex"}));
-    let heartbeat = pool.schedules[1]
-        .schedule("pools.p.schedules[1]")
-        .unwrap();
+    assert_eq!(
+        pool.schedules[0].payload,
+        serde_json::json!({"job": "reindex"})
+    );
+    let heartbeat = pool.schedules[1].schedule("pools.p.schedules[1]").unwrap();
     assert_eq!(heartbeat.timing.zone(), None);
     assert_eq!(heartbeat.missed, Missed::Skip);
     assert_eq!(heartbeat.priority, Priority::Normal);
@@ -73,7 +72,10 @@ fn every_schedule_rule_names_the_field_and_what_is_allowed() {
         let error = SchedulerConfig::from_json_str(&text)
             .expect_err(&text)
             .to_string();
-        assert!(error.starts_with(expected), "for {list}:\n{error}\nshould start with\n{expected}");
+        assert!(
+            error.starts_with(expected),
+            "for {list}:\n{error}\nshould start with\n{expected}"
+        );
     }
 }
 
@@ -134,6 +136,11 @@ async fn a_built_pool_runs_the_ticks_of_its_schedules() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(pings.0.load(Ordering::SeqCst) >= 3, "three ticks ran within 10 s");
-    pool.shutdown_with_drain(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        pings.0.load(Ordering::SeqCst) >= 3,
+        "three ticks ran within 10 s"
+    );
+    pool.shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .unwrap();
 }

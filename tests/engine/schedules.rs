@@ -33,7 +33,9 @@ impl WorkerExecutor<String, ()> for Runs {
 
 fn pool(runs: &Runs) -> WorkerPool<String, (), Runs> {
     WorkerPool::new(
-        WorkerPoolConfig::new().with_worker_count(2).with_max_units(8),
+        WorkerPoolConfig::new()
+            .with_worker_count(2)
+            .with_max_units(8),
         runs.clone(),
     )
     .expect("the pool starts")
@@ -45,7 +47,11 @@ fn every(ms: u64) -> Timing {
 
 fn enqueued(pool: &WorkerPool<String, (), Runs>, name: &str) -> u64 {
     let views = pool.schedules();
-    views.iter().find(|v| v.name == name).expect("listed").enqueued
+    views
+        .iter()
+        .find(|v| v.name == name)
+        .expect("listed")
+        .enqueued
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,8 +63,10 @@ async fn each_tick_becomes_a_task_with_the_schedules_metadata_and_its_payload() 
         .with_priority(Priority::High)
         .with_cost(ResourceCost::cpu(2))
         .with_mailbox(MailboxKey::new("ops"));
-    pool.add_schedule(schedule, |tick: &Tick| format!("{}@{}", tick.schedule, tick.at_ms))
-        .unwrap();
+    pool.add_schedule(schedule, |tick: &Tick| {
+        format!("{}@{}", tick.schedule, tick.at_ms)
+    })
+    .unwrap();
     eventually("three ticks ran", || runs.count() >= 3).await;
     pool.shutdown();
     let all = runs.all();
@@ -116,8 +124,10 @@ async fn a_cron_expression_with_seconds_ticks_every_second() {
     let runs = Runs::default();
     let pool = pool(&runs);
     let timing = Timing::cron("* * * * * *", "Europe/Paris").unwrap();
-    pool.add_schedule(Schedule::new("each-second", timing).unwrap(), |_| "s".into())
-        .unwrap();
+    pool.add_schedule(Schedule::new("each-second", timing).unwrap(), |_| {
+        "s".into()
+    })
+    .unwrap();
     let view = pool.schedules().remove(0);
     assert_eq!(view.expression, "* * * * * *");
     assert_eq!(view.zone.as_deref(), Some("Europe/Paris"));
@@ -148,12 +158,22 @@ async fn a_second_schedule_of_one_name_and_an_unknown_name_are_refused() {
 #[test]
 fn bad_expressions_zones_periods_and_names_are_refused() {
     let cron = Timing::cron("61 * * * *", "UTC").unwrap_err().to_string();
-    assert!(cron.contains("\"61 * * * *\" is not a cron expression"), "{cron}");
+    assert!(
+        cron.contains("\"61 * * * *\" is not a cron expression"),
+        "{cron}"
+    );
     assert!(cron.contains("five fields"), "{cron}");
     let zone = Timing::cron("0 2 * * *", "Paris").unwrap_err().to_string();
-    assert!(zone.contains("\"Paris\" is not a known time zone"), "{zone}");
-    let period = Timing::every(Duration::from_millis(10)).unwrap_err().to_string();
+    assert!(
+        zone.contains("\"Paris\" is not a known time zone"),
+        "{zone}"
+    );
+    let period = Timing::every(Duration::from_millis(10))
+        .unwrap_err()
+        .to_string();
     assert!(period.contains("too short"), "{period}");
-    let name = Schedule::new("no spaces", every(1_000)).unwrap_err().to_string();
+    let name = Schedule::new("no spaces", every(1_000))
+        .unwrap_err()
+        .to_string();
     assert!(name.contains("not a schedule name"), "{name}");
 }

@@ -33,6 +33,8 @@ struct Entry {
     paused: bool,
     /// Every tick at or before it is handled; `None` until the enqueuer starts the schedule.
     cursor_ms: Option<u64>,
+    /// When the enqueuer started it.
+    started_ms: Option<u64>,
     last_enqueued_ms: Option<u64>,
     enqueued: u64,
 }
@@ -63,6 +65,7 @@ impl ScheduleBoard {
             schedule,
             paused: false,
             cursor_ms: None,
+            started_ms: None,
             last_enqueued_ms: None,
             enqueued: 0,
         });
@@ -108,6 +111,7 @@ impl ScheduleBoard {
                 missed: entry.schedule.missed,
                 paused: entry.paused,
                 next_tick_ms: entry.next_tick_ms(),
+                started_ms: entry.started_ms,
                 last_enqueued_ms: entry.last_enqueued_ms,
                 enqueued: entry.enqueued,
             })
@@ -121,11 +125,15 @@ impl ScheduleBoard {
         unstarted.map(|e| e.schedule.clone()).collect()
     }
 
-    /// Starts schedule `name` with its cursor at `cursor_ms`.
-    pub(crate) fn start(&self, name: &str, cursor_ms: u64) {
+    /// Starts schedule `name` at `now_ms` with its cursor at `cursor_ms`.
+    pub(crate) fn start(&self, name: &str, cursor_ms: u64, now_ms: u64) {
         let mut state = self.lock();
-        if let Some(entry) = state.entries.iter_mut().find(|e| e.schedule.name == name) {
-            entry.cursor_ms.get_or_insert(cursor_ms);
+        let Some(entry) = state.entries.iter_mut().find(|e| e.schedule.name == name) else {
+            return;
+        };
+        if entry.cursor_ms.is_none() {
+            entry.cursor_ms = Some(cursor_ms);
+            entry.started_ms = Some(now_ms);
         }
     }
 
@@ -208,7 +216,7 @@ mod tests {
         let board = ScheduleBoard::default();
         board.add(every_second("a")).unwrap();
         assert!(board.take_due(10_500).is_empty(), "not started yet");
-        board.start("a", 10_500);
+        board.start("a", 10_500, 10_500);
         assert_eq!(board.next_wake_ms(), Some(11_000));
         assert!(board.take_due(10_900).is_empty());
         let due = board.take_due(13_200);
@@ -221,7 +229,7 @@ mod tests {
     fn a_paused_schedule_takes_nothing_and_skips_what_passed_when_resumed() {
         let board = ScheduleBoard::default();
         board.add(every_second("a")).unwrap();
-        board.start("a", 10_000);
+        board.start("a", 10_000, 10_000);
         board.set_paused("a", true, 10_000).unwrap();
         assert!(board.take_due(15_000).is_empty());
         assert_eq!(board.next_wake_ms(), None);

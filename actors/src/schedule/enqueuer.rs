@@ -27,8 +27,8 @@ where
             return;
         };
         for schedule in board.unstarted() {
-            let cursor_ms = start_cursor(&pool, &schedule).await;
-            board.start(&schedule.name, cursor_ms);
+            let (cursor_ms, now) = start_cursor(&pool, &schedule).await;
+            board.start(&schedule.name, cursor_ms, now);
         }
         for (schedule, tick_ms) in board.take_due(millis_now()) {
             match pool.enqueue_tick(&schedule, tick_ms).await {
@@ -60,13 +60,16 @@ where
 }
 
 /// Where a schedule starts (rule 4): on a queue of the pool's own, now; on a shared queue,
-/// after the latest tick the fleet stored, less what the missed-tick policy skips.
-async fn start_cursor<P, R>(pool: &crate::engine::PoolClient<P, R>, schedule: &Schedule) -> u64
+/// after the latest tick the fleet stored, less what the missed-tick policy skips. With the
+/// time it was started at.
+async fn start_cursor<P, R>(
+    pool: &crate::engine::PoolClient<P, R>,
+    schedule: &Schedule,
+) -> (u64, u64)
 where
     P: Send + 'static,
     R: Send + 'static,
 {
-    let now = millis_now();
     let stored = match pool.latest_tick(&schedule.name).await {
         Ok(stored) => stored,
         Err(error) => {
@@ -79,7 +82,8 @@ where
             None
         }
     };
-    cursor_after(schedule, stored, now)
+    let now = millis_now();
+    (cursor_after(schedule, stored, now), now)
 }
 
 /// The cursor of a schedule whose latest stored tick is `stored`, started at `now`.

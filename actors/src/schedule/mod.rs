@@ -181,6 +181,10 @@ pub struct ScheduleView {
     /// Its next tick, milliseconds since the Unix epoch; `None` while paused, or when the
     /// expression names no later instant.
     pub next_tick_ms: Option<u64>,
+    /// When this node started the schedule (on a shared queue, after reading the latest tick
+    /// the fleet stored): a tick at or before it that the node enqueued was a missed one,
+    /// run once. `None` until started.
+    pub started_ms: Option<u64>,
     /// The latest tick this node enqueued, if any.
     pub last_enqueued_ms: Option<u64>,
     /// How many ticks this node enqueued since it started (on a shared queue, only those it
