@@ -51,6 +51,7 @@ where
         a_group_store_keeps_its_order_and_wakes_every_key,
         concurrent_takes_each_get_their_own_task_once,
         concurrent_holds_questions_each_get_their_own_answers,
+        a_take_whose_caller_leaves_loses_no_result,
         backend_is_named,
     );
 }
@@ -192,6 +193,46 @@ pub async fn error_outcomes_round_trip(mailbox: Arc<dyn Mailbox<String>>) {
         assert_eq!(taken.status(), status, "status of task {id}");
     }
     assert_stored(mailbox, 0, "taking everything").await;
+}
+
+/// A take whose caller stops waiting at any moment (before its statement, while it runs, as
+/// its answer comes back) loses no result: whatever it would have taken is there for the
+/// next take, in its place among the key's results. Both takes are tried with the caller
+/// leaving after 0 to 3 ms, in steps of 100 µs, so a database's statement is caught at
+/// every stage.
+pub async fn a_take_whose_caller_leaves_loses_no_result(mailbox: Arc<dyn Mailbox<String>>) {
+    let mailbox = mailbox.as_ref();
+    let inbox = key("acme", "ada", "leaving");
+    for step in 0..30u64 {
+        let patience = Duration::from_micros(step * 100);
+        let (first, second) = (2 * step, 2 * step + 1);
+        store(mailbox, &inbox, ok(first, first)).await;
+        store(mailbox, &inbox, ok(second, second)).await;
+        let by_task = timeout(patience, mailbox.take_task(&inbox, first)).await;
+        let by_key = timeout(patience, mailbox.take(&inbox)).await;
+        // What each take answered before its caller left is the caller's; the rest stays.
+        let mut expected: Vec<TaskId> = vec![first, second];
+        for answered in [by_task, by_key].into_iter().flatten() {
+            let taken = answered.expect("take").expect("stored");
+            expected.retain(|&id| id != taken.task_id);
+        }
+        // A take still under way when its caller left may put its row back a moment later.
+        for id in expected {
+            let deadline = tokio::time::Instant::now() + WAKE_TIMEOUT;
+            let mut taken = take_task(mailbox, &inbox, id).await;
+            while taken.is_none() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                taken = take_task(mailbox, &inbox, id).await;
+            }
+            assert_eq!(
+                taken,
+                Some(seen(&ok(id, id))),
+                "task {id}'s result after takes that left at {patience:?}"
+            );
+        }
+        assert_eq!(list(mailbox, &inbox).await, Vec::<TaskId>::new());
+    }
+    assert_stored(mailbox, 0, "every result taken").await;
 }
 
 /// `take_task` takes exactly the named task and leaves the others in order.

@@ -12,6 +12,7 @@ use crate::infra::postgres::rows::JsonRows;
 use crate::infra::postgres::{Identifier, PgDatabase};
 use crate::util::serde::{MailboxKey, TaskId};
 
+use super::hand_over::{hand_over, Home, Taken, WHOLE_ROW};
 use super::stored::column;
 use super::{failed, RETURNED};
 
@@ -22,16 +23,18 @@ pub(super) const TAKES_AT_MOST: usize = 1_000;
 pub(super) struct TakeTask {
     pub(super) key: MailboxKey,
     pub(super) task_id: TaskId,
-    pub(super) answer: oneshot::Sender<Result<Option<QueryResult>, MailboxError>>,
+    pub(super) answer: oneshot::Sender<Taken>,
 }
 
 /// Takes deliveries by task as callers ask for them, in groups: every take asked for while
 /// the previous group was in flight goes in the next statement, which locks the oldest row
 /// of each (key, task) (`SKIP LOCKED`), deletes them and returns each to its caller. Many
 /// callers waiting on their results (an API server's requests) so cost a statement and a
-/// commit per group, not per result. Ends when the mailbox is dropped.
+/// commit per group, not per result. A take whose caller left before its statement is not
+/// asked for; a row taken for a caller that left meanwhile is put back ([`hand_over`]).
+/// Ends when the mailbox is dropped.
 pub(super) async fn take_loop(
-    connection: DatabaseConnection,
+    database: PgDatabase,
     table: Identifier,
     mut takes: mpsc::UnboundedReceiver<TakeTask>,
 ) {
@@ -47,18 +50,22 @@ pub(super) async fn take_loop(
                 AND m.session_id IS NOT DISTINCT FROM w.session_id \
               ORDER BY m.id LIMIT 1 FOR UPDATE SKIP LOCKED) p), \
          taken AS ( \
-           DELETE FROM {table} WHERE id = ANY(ARRAY(SELECT id FROM picked)) \
-           RETURNING id, {RETURNED}) \
+           DELETE FROM {table} AS gone WHERE id = ANY(ARRAY(SELECT id FROM picked)) \
+           RETURNING id, {RETURNED}, to_jsonb(gone.*)::text AS {WHOLE_ROW}) \
          SELECT DISTINCT ON (taken.id) picked.n, taken.* FROM taken JOIN picked USING (id)"
     );
     let mut group = Vec::new();
     while takes.recv_many(&mut group, TAKES_AT_MOST).await > 0 {
+        group.retain(|take: &TakeTask| !take.answer.is_closed());
+        if group.is_empty() {
+            continue;
+        }
         let mut rows = JsonRows::new();
         for (n, take) in group.iter().enumerate() {
             wanted_row(&mut rows, n, &take.key, take.task_id);
         }
         let statement = PgDatabase::statement(sql.clone(), [rows.finish().into()]);
-        match connection.query_all_raw(statement).await {
+        match database.connection().query_all_raw(statement).await {
             Ok(found) => {
                 let mut by_take: HashMap<i64, QueryResult> = HashMap::with_capacity(found.len());
                 for row in found {
@@ -67,7 +74,13 @@ pub(super) async fn take_loop(
                     }
                 }
                 for (n, take) in group.drain(..).enumerate() {
-                    let _ = take.answer.send(Ok(by_take.remove(&(n as i64))));
+                    let taken = Ok(by_take.remove(&(n as i64)));
+                    let home = Home {
+                        database: database.clone(),
+                        table: table.clone(),
+                        key: take.key,
+                    };
+                    hand_over(&home, take.answer, taken).await;
                 }
             }
             Err(error) => {

@@ -11,10 +11,12 @@
 //! |---|---|
 //! | `mod.rs` | [`PostgresMailbox`]: opening it, and the [`Mailbox`] operations |
 //! | `grouped.rs` | takes and `holds` questions gathered into one statement per group |
+//! | `hand_over.rs` | a taken result handed to its caller, or put back when the caller left |
 //! | `waiters.rs` | who waits on which key, woken by NOTIFY instead of polling |
 //! | `stored.rs` | a delivery as a row, and back |
 
 mod grouped;
+mod hand_over;
 mod stored;
 mod waiters;
 
@@ -34,6 +36,7 @@ use crate::infra::postgres::codec::entry_to_sql;
 use crate::infra::postgres::{db_fault, open_failed, ClaimFence, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, TaskId};
 use grouped::{holds_loop, take_loop, HoldsAsk, TakeTask};
+use hand_over::{hand_over, handed_over, Home, WHOLE_ROW};
 use stored::{column, delivery_of, Rows, STORED_COLUMNS, STORED_RECORD};
 use waiters::{key_hash, Waiters};
 
@@ -105,11 +108,7 @@ impl<R> PostgresMailbox<R> {
             },
         );
         let (takes, taken) = mpsc::unbounded_channel();
-        database.spawn(take_loop(
-            database.connection().clone(),
-            table.clone(),
-            taken,
-        ));
+        database.spawn(take_loop(database.clone(), table.clone(), taken));
         let (asks, asked) = mpsc::unbounded_channel();
         database.spawn(holds_loop(
             database.connection().clone(),
@@ -222,6 +221,14 @@ impl<R> PostgresMailbox<R> {
             )
             .await
     }
+}
+
+/// The error of a question asked after the mailbox's database runtime stopped.
+fn runtime_stopped() -> MailboxError {
+    MailboxError::Backend(BackendFault::plain(
+        FaultKind::Other,
+        "the mailbox's database runtime stopped",
+    ))
 }
 
 fn failed(what: &'static str) -> impl Fn(DbErr) -> MailboxError {
@@ -370,13 +377,32 @@ where
     async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<R>>, MailboxError> {
         let (filter, values) = Self::key_filter(key, 1);
         let sql = format!(
-            "DELETE FROM {t} WHERE id = ( \
+            "DELETE FROM {t} AS gone WHERE id = ( \
                 SELECT id FROM {t} WHERE {filter} ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING {RETURNED}",
+             RETURNING {RETURNED}, to_jsonb(gone.*)::text AS {WHOLE_ROW}",
             t = self.table
         );
-        let rows = self.query_all(sql, values).await.map_err(failed("take"))?;
-        rows.first().map(delivery_of).transpose()
+        // Run on the database's runtime, not in this future: a caller that leaves while the
+        // statement runs gets its row put back (see `hand_over`).
+        let home = Home {
+            database: self.database.clone(),
+            table: self.table.clone(),
+            key: key.clone(),
+        };
+        let (answer, mut handed) = handed_over(home.clone());
+        self.database.spawn(async move {
+            if answer.is_closed() {
+                return;
+            }
+            let statement = PgDatabase::statement(sql, values);
+            let taken = home.database.connection().query_all_raw(statement).await;
+            let taken = taken
+                .map(|rows| rows.into_iter().next())
+                .map_err(failed("take"));
+            hand_over(&home, answer, taken).await;
+        });
+        let row = handed.received().await.ok_or_else(runtime_stopped)??;
+        row.as_ref().map(delivery_of).transpose()
     }
 
     async fn take_task(
@@ -384,20 +410,18 @@ where
         key: &MailboxKey,
         task_id: TaskId,
     ) -> Result<Option<Delivery<R>>, MailboxError> {
-        let (answer, answered) = oneshot::channel();
+        let (answer, mut handed) = handed_over(Home {
+            database: self.database.clone(),
+            table: self.table.clone(),
+            key: key.clone(),
+        });
         let take = TakeTask {
             key: key.clone(),
             task_id,
             answer,
         };
-        let stopped = || {
-            MailboxError::Backend(BackendFault::plain(
-                FaultKind::Other,
-                "the mailbox's database runtime stopped",
-            ))
-        };
-        self.takes.send(take).map_err(|_| stopped())?;
-        let row = answered.await.map_err(|_| stopped())??;
+        self.takes.send(take).map_err(|_| runtime_stopped())?;
+        let row = handed.received().await.ok_or_else(runtime_stopped)??;
         row.as_ref().map(delivery_of).transpose()
     }
 
@@ -410,14 +434,8 @@ where
             deadline: tokio::time::Instant::now() + HOLDS_PATIENCE,
             answer,
         };
-        let stopped = || {
-            MailboxError::Backend(BackendFault::plain(
-                FaultKind::Other,
-                "the mailbox's database runtime stopped",
-            ))
-        };
-        self.asks.send(ask).map_err(|_| stopped())?;
-        answered.await.map_err(|_| stopped())?
+        self.asks.send(ask).map_err(|_| runtime_stopped())?;
+        answered.await.map_err(|_| runtime_stopped())?
     }
 
     async fn list(&self, key: &MailboxKey) -> Result<Vec<TaskId>, MailboxError> {
