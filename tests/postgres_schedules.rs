@@ -226,7 +226,7 @@ fn each_tick_runs_once_in_a_fleet_of_three(backend: &str) {
         twice.is_empty(),
         "{backend}: ticks that ran twice: {twice:?}"
     );
-    let enqueued: u64 = nodes
+    let by_node: Vec<u64> = nodes
         .iter()
         .map(|node| {
             let lines = read_lines(&node.runs);
@@ -235,8 +235,13 @@ fn each_tick_runs_once_in_a_fleet_of_three(backend: &str) {
                 .parse::<u64>()
                 .unwrap()
         })
-        .sum();
+        .collect();
+    let enqueued: u64 = by_node.iter().sum();
     let stored = ticks_stored(&queue);
+    println!(
+        "{backend}: {} ticks ran, {stored} stored, enqueued per node {by_node:?}",
+        runs.len()
+    );
     assert_eq!(
         enqueued, stored,
         "{backend}: the nodes together enqueued each stored tick once"

@@ -24,7 +24,6 @@ where
     /// has a schedule of that name already.
     ///
     /// ```
-    /// # use std::time::Duration;
     /// # use prometheus_parking_lot_actors::engine::PoolClient;
     /// use prometheus_parking_lot_actors::schedule::{Schedule, Timing};
     /// # fn add(pool: &PoolClient<String, String>) -> Result<(), Box<dyn std::error::Error>> {
