@@ -20,6 +20,7 @@ mod gpu;
 mod load;
 mod mailbox;
 mod pool;
+mod schedules;
 mod strict_json;
 mod upstream_forms;
 mod validate;
@@ -36,5 +37,6 @@ pub use file::{
 pub use gpu::GpuSettings;
 pub use mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
+pub use schedules::{CostSettings, PriorityName, ScheduleSettings};
 #[cfg(feature = "admin")]
 pub(crate) use validate::host_problem;
