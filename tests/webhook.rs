@@ -336,6 +336,7 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
     run(3, "panic").await.unwrap();
     let short = SubmitOptions {
         timeout: Some(Duration::from_millis(300)),
+        ..SubmitOptions::default()
     };
     client.submit(task(4, "sleep:5000"), short).await.unwrap();
     receiver.wait_for_deliveries(4, WAIT).await;

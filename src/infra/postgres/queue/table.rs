@@ -142,8 +142,9 @@ fn statements(t: &Identifier) -> Statements {
     let parked_task = "RETURNING metadata::text AS metadata, payload::text AS payload";
     Statements {
         park: sql(format!(
-            "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}) \
-             SELECT $queue, {PARKED_COLUMNS} FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
+            "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}, not_before_ms) \
+             SELECT $queue, {PARKED_COLUMNS}, COALESCE(not_before_ms, 0) \
+               FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
              ON CONFLICT DO NOTHING RETURNING entry"
         )),
         park_claimed: sql(format!(

@@ -29,6 +29,7 @@ mod backends;
 mod checks;
 mod permits;
 mod shedding;
+mod sleepers;
 
 use super::effects::{Effect, SharedCall};
 use super::storage::{LocalRoom, SharedRoom, Storage};
@@ -573,6 +574,7 @@ impl World {
         self.submissions.push((id, meta.mailbox.clone()));
         let options = SubmitOptions {
             timeout: timeout.map(Duration::from_millis),
+            ..SubmitOptions::default()
         };
         let (reply, answer) = oneshot::channel();
         self.answers.push((id, answer));
