@@ -80,6 +80,10 @@ where
         callers_kept_unique_have_one_live_task_each,
         callers_are_not_checked_unless_asked,
         dead_letters_are_kept_listed_retried_and_purged,
+        a_scheduled_start_is_claimed_by_no_node_before_its_instant,
+        a_scheduled_start_ranks_as_usual_once_due,
+        a_scheduled_start_is_removed_while_it_sleeps,
+        a_scheduled_start_is_refused_as_a_duplicate_entry,
         backend_is_named,
     );
 }
@@ -1437,4 +1441,80 @@ pub async fn dead_letters_are_kept_listed_retried_and_purged(queue: &dyn SharedQ
 pub async fn backend_is_named(queue: &dyn SharedQueue<Job>) {
     let name = queue.backend();
     assert!(!name.trim().is_empty(), "backend name {name:?}");
+}
+
+/// A scheduled start ([`SharedQueue::enqueue_not_before`]) is parked and counted at once,
+/// but no node claims it before its instant, whatever its rank; from then on it is claimed
+/// unchanged, as its first attempt.
+pub async fn a_scheduled_start_is_claimed_by_no_node_before_its_instant(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let later = cpu(1, Critical, 0, 1);
+    queue
+        .enqueue_not_before(1, rank_time(&later), later.clone(), at(10_000))
+        .await
+        .expect("enqueue_not_before");
+    assert_counts(queue, 1, 0, "a scheduled start").await;
+    assert_eq!(claim(queue, NODE_A, within(only(Cpu, 4)), 0).await, None);
+    assert_eq!(
+        claim(queue, NODE_B, within(only(Cpu, 4)), 9_999).await,
+        None
+    );
+    let due = claim(queue, NODE_B, within(only(Cpu, 4)), 10_000).await;
+    assert_eq!(
+        due,
+        Some(Lease {
+            entry: 1,
+            task: later,
+            attempt: 1,
+            expires_at_ms: at(10_000 + LEASE_MS),
+        }),
+        "claimed at its instant, as its first attempt"
+    );
+}
+
+/// Once due, a scheduled start ranks by its priority and admission time like any parked
+/// task: a High one due now goes before an older Low one, and after an older High one.
+pub async fn a_scheduled_start_ranks_as_usual_once_due(queue: &dyn SharedQueue<Job>) {
+    let (old_high, low, woken) = (cpu(1, High, 0, 1), cpu(2, Low, 1, 1), cpu(3, High, 2, 1));
+    enqueue_all(queue, &[(1, &old_high), (2, &low)]).await;
+    queue
+        .enqueue_not_before(3, rank_time(&woken), woken, at(1_000))
+        .await
+        .expect("enqueue_not_before");
+    let mut order = Vec::new();
+    while let Some(lease) = claim(queue, NODE_A, within(only(Cpu, 1)), 1_000).await {
+        order.push(lease.entry);
+    }
+    assert_eq!(order, vec![1, 3, 2]);
+}
+
+/// A sleeping scheduled start can be removed (cancelled) before its instant, and no node
+/// claims it after.
+pub async fn a_scheduled_start_is_removed_while_it_sleeps(queue: &dyn SharedQueue<Job>) {
+    let later = cpu(1, Normal, 0, 1);
+    queue
+        .enqueue_not_before(1, rank_time(&later), later.clone(), at(10_000))
+        .await
+        .expect("enqueue_not_before");
+    assert_eq!(queue.remove(1).await, Ok(Some(later)));
+    assert_eq!(
+        claim(queue, NODE_A, within(only(Cpu, 4)), 20_000).await,
+        None
+    );
+    assert_counts(queue, 0, 0, "removed").await;
+}
+
+/// An entry stored already is refused, scheduled or not, and the first stays as it was.
+pub async fn a_scheduled_start_is_refused_as_a_duplicate_entry(queue: &dyn SharedQueue<Job>) {
+    let (first, second) = (cpu(1, Normal, 0, 1), cpu(2, High, 0, 1));
+    enqueue_all(queue, &[(1, &first)]).await;
+    assert_eq!(
+        queue
+            .enqueue_not_before(1, rank_time(&second), second, at(10_000))
+            .await,
+        Err(QueueError::Duplicate(1))
+    );
+    let lease = claim(queue, NODE_A, within(only(Cpu, 4)), 0).await;
+    assert_eq!(lease.map(|lease| lease.task), Some(first));
 }
