@@ -84,6 +84,7 @@ where
         a_scheduled_start_ranks_as_usual_once_due,
         a_scheduled_start_is_removed_while_it_sleeps,
         a_scheduled_start_is_refused_as_a_duplicate_entry,
+        a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_its_instant,
         backend_is_named,
     );
 }
@@ -1517,4 +1518,54 @@ pub async fn a_scheduled_start_is_refused_as_a_duplicate_entry(queue: &dyn Share
     );
     let lease = claim(queue, NODE_A, within(only(Cpu, 4)), 0).await;
     assert_eq!(lease.map(|lease| lease.task), Some(first));
+}
+
+/// The starvation rule ages a scheduled start from its instant, not from its admission: while
+/// it sleeps it reserves nothing (smaller tasks skip ahead of it as usual), and once awake it
+/// reserves only after it has waited as long as any task must.
+pub async fn a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_its_instant(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let big = cpu(1, Normal, 0, 8);
+    queue
+        .enqueue_not_before(1, rank_time(&big), big, at(1_000))
+        .await
+        .expect("enqueue_not_before");
+    let (second, third, fourth) = (
+        cpu(2, Normal, 100, 1),
+        cpu(3, Normal, 200, 1),
+        cpu(4, Normal, 300, 1),
+    );
+    enqueue_all(queue, &[(2, &second), (3, &third), (4, &fourth)]).await;
+    let rule = |aged_at: u64, free: u32| FitQuery {
+        starvation: Some(StarvationRule {
+            capacity: only(Cpu, 8),
+            parked_before_ms: at(aged_at),
+        }),
+        ..within(only(Cpu, free))
+    };
+    let claimed = |query: FitQuery, now: u64| async move {
+        let lease = queue.claim_best_fit(NODE_A, &query, LEASE, at(now)).await;
+        lease.expect("claim").map(|lease| lease.entry)
+    };
+    assert_eq!(
+        claimed(rule(400, 4), 500).await,
+        Some(2),
+        "asleep, it reserves nothing"
+    );
+    assert_eq!(
+        claimed(rule(500, 4), 1_000).await,
+        Some(3),
+        "awake, not aged yet"
+    );
+    assert_eq!(
+        claimed(rule(1_000, 4), 1_000).await,
+        None,
+        "aged from its instant, it reserves"
+    );
+    assert_eq!(
+        claimed(rule(1_000, 8), 1_000).await,
+        Some(1),
+        "it fits: claimed"
+    );
 }

@@ -168,10 +168,12 @@ fn claim_sql(layout: &PgmqLayout) -> String {
         format!(
             "(SELECT {p} AS priority, {rank} AS rank, {entry} AS entry, {kind} AS kind, \
                      {units} AS units FROM pgmq.{table} AS c \
-               WHERE {parked} AND {rank} <= $aged_before AND {units} <= {whole} \
+               WHERE {parked} AND {rank} <= $aged_before AND c.vt <= {aged} \
+                 AND {units} <= {whole} \
                ORDER BY {rank}, {entry} LIMIT 1)",
             p = level.p,
             table = level.table,
+            aged = at_ms("$aged_before"),
             whole = fits(kind, Units::Whole),
         )
     });

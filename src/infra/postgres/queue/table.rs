@@ -270,7 +270,8 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
            CROSS JOIN LATERAL ( \
              SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
               WHERE queue_name = $queue AND state = 'parked' AND priority = level.priority \
-                AND rank_time_ms <= $aged_before AND units <= {whole} \
+                AND rank_time_ms <= $aged_before AND not_before_ms <= $aged_before \
+                AND units <= {whole} \
               ORDER BY rank_time_ms, entry LIMIT 1) AS r \
            ORDER BY r.priority DESC LIMIT 1), \
          candidates AS ( \
