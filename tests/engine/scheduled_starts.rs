@@ -2,7 +2,8 @@
 //! `SubmitOptions::with_not_before` or `with_delay` is admitted at once, says it sleeps
 //! (`WaitReason::Sleeping`), starts no earlier than its instant, can be cancelled while it
 //! sleeps, and ranks among the parked tasks as usual once awake; the batch path takes the
-//! option for every task of the batch; absurd values are refused naming the field.
+//! option for every task of the batch, and a streamed task may be scheduled too; absurd
+//! values are refused naming the field.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
@@ -230,4 +231,53 @@ async fn absurd_instants_are_refused_naming_the_field() {
     );
     assert_eq!(pool.stats().queued_tasks as usize, 0);
     assert!(clocked.started().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_task_may_be_scheduled() {
+    use futures_util::StreamExt;
+    let (pool, clocked) = pool(1, 4);
+    let at_ms = now_ms() + 300;
+    let task = ScheduledTask::new(meta(1), false);
+    let stream = pool
+        .client()
+        .submit_streaming(task, not_before(at_ms), 4)
+        .await
+        .expect("admitted");
+    let items: Vec<_> = stream.collect().await;
+    assert_eq!(items, vec![Ok(1)], "its outcome ends the stream");
+    let started = clocked.started_at(1).expect("it ran");
+    assert!(started >= at_ms, "started at {started}, before {at_ms}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_view_lists_a_sleeper_after_the_parked_with_its_time() {
+    // One worker, held: task 2 parks; task 3 sleeps.
+    let (pool, clocked) = pool(1, 4);
+    pool.submit_async(true, meta(1)).await.expect("runs");
+    eventually("task 1 runs", || clocked.started() == vec![1]).await;
+    pool.submit_async(false, meta(2)).await.expect("parks");
+    let until_ms = now_ms() + 60_000;
+    pool.submit_with(
+        false,
+        meta(3).with_priority(Priority::High),
+        not_before(until_ms),
+    )
+    .await
+    .expect("sleeps");
+    let view = pool.inspect(0, 10).await.expect("a view");
+    assert_eq!(view.parked_total, 2);
+    let parked: Vec<_> = view
+        .parked
+        .iter()
+        .map(|task| (task.id, task.reason.clone()))
+        .collect();
+    let until_ms = u64::try_from(until_ms).expect("fits");
+    assert_eq!(parked[0].0, 2, "the parked task first: {parked:?}");
+    assert_eq!(
+        parked[1],
+        (3, Some(WaitReason::Sleeping { until_ms })),
+        "then the sleeper, with its time"
+    );
+    clocked.hold.notify_one();
 }
