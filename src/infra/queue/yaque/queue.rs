@@ -13,6 +13,7 @@
 //! | record | written by | meaning |
 //! | --- | --- | --- |
 //! | `park` (entry, task as JSON) | [`park`](TaskQueue::park) | the entry is parked with this task |
+//! | `park_at` (entry, instant, task as JSON) | [`park_not_before`](TaskQueue::park_not_before) | the same, not to start before the instant (a scheduled start, returned by `load_parked`) |
 //! | `claim` (entry) | [`claim`](TaskQueue::claim) | the entry is running |
 //! | `gone` (entry) | [`settle`](TaskQueue::settle), [`remove`](TaskQueue::remove) | the entry is finished or cancelled |
 //!
