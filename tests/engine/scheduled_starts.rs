@@ -90,7 +90,7 @@ async fn a_scheduled_task_sleeps_and_starts_no_earlier_than_its_instant() {
         })),
         "it sleeps with every unit free"
     );
-    assert_eq!(pool.stats().queued_tasks as usize, 1, "counted as parked");
+    assert_eq!(pool.stats().queued_tasks, 1, "counted as parked");
     assert_eq!(
         pool.retrieve_async(&key, Duration::from_secs(10)).await,
         Ok(1)
@@ -229,7 +229,7 @@ async fn absurd_instants_are_refused_naming_the_field() {
         matches!(&refused, Err(PoolError::InvalidConfig(text)) if text.contains("deadline_ms")),
         "{refused:?}"
     );
-    assert_eq!(pool.stats().queued_tasks as usize, 0);
+    assert_eq!(pool.stats().queued_tasks, 0);
     assert!(clocked.started().is_empty());
 }
 
