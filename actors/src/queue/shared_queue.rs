@@ -218,6 +218,20 @@ where
         parked
     }
 
+    /// Stores a task that `node` starts at once (it fitted the node's free capacity) as
+    /// claimed by `node` under a lease of `lease` from `now_ms`, and hands it back to run: the
+    /// `accepted` durability, where a task is stored before its submitter hears it was
+    /// accepted. If the node dies, the lease runs out and the task is rescued like any claim.
+    async fn enqueue_claimed(
+        &self,
+        node: &str,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Lease<P>, QueueError>;
+
     /// Parks a task for any node as [`enqueue`](Self::enqueue) does, claimable by none before
     /// `not_before_ms` (ms since the Unix epoch: a scheduled start); from then on it ranks at
     /// `rank_time_ms` like any other. The default refuses it, naming the backend: a backend
@@ -241,20 +255,6 @@ where
             ),
         )))
     }
-
-    /// Stores a task that `node` starts at once (it fitted the node's free capacity) as
-    /// claimed by `node` under a lease of `lease` from `now_ms`, and hands it back to run: the
-    /// `accepted` durability, where a task is stored before its submitter hears it was
-    /// accepted. If the node dies, the lease runs out and the task is rescued like any claim.
-    async fn enqueue_claimed(
-        &self,
-        node: &str,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        lease: Duration,
-        now_ms: u64,
-    ) -> Result<Lease<P>, QueueError>;
 
     /// Claims the best-ranked parked task that fits `query` for `node`, leased for `lease`
     /// from `now_ms`.

@@ -453,28 +453,6 @@ where
         Ok(())
     }
 
-    /// Kept resting until `not_before_ms`, as a retried claim rests out its backoff.
-    async fn enqueue_not_before(
-        &self,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        not_before_ms: u64,
-    ) -> Result<(), QueueError> {
-        let mut lot = self.lock();
-        if lot.refuses(entry, &task) {
-            return Err(QueueError::Duplicate(entry));
-        }
-        let parked = Parked {
-            task,
-            rank_time_ms,
-            claims: 0,
-            claimable_from_ms: 0,
-        };
-        lot.resting.insert(entry, (not_before_ms, parked));
-        Ok(())
-    }
-
     async fn enqueue_claimed(
         &self,
         node: &str,
@@ -506,6 +484,28 @@ where
         };
         lot.claimed.insert(entry, held);
         Ok(leased)
+    }
+
+    /// Kept resting until `not_before_ms`, as a retried claim rests out its backoff.
+    async fn enqueue_not_before(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        if lot.refuses(entry, &task) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        let parked = Parked {
+            task,
+            rank_time_ms,
+            claims: 0,
+            claimable_from_ms: 0,
+        };
+        lot.resting.insert(entry, (not_before_ms, parked));
+        Ok(())
     }
 
     async fn claim_best_fit(
