@@ -16,6 +16,11 @@ pub enum WaitReason {
         /// When it parks again.
         until_ms: u64,
     },
+    /// It is held until `pending` more of the tasks it depends on end (rule 24).
+    Dependencies {
+        /// Its parents still live.
+        pending: u32,
+    },
     /// The pool is paused (rule 18): nothing starts until it resumes.
     Paused,
     /// Its kind has too few free units: `free` of the `needed` (capacity less what running
@@ -94,11 +99,14 @@ impl ParkingLot {
         (ranks[offset..].iter().map(RankKey::id).collect(), total)
     }
 
-    /// The cost and priority of live ticket `id` (parked or running).
+    /// The cost and priority of live ticket `id` (parked, held or running).
     pub fn ticket_of(
         &self,
         id: TaskId,
     ) -> Option<(crate::domain::ResourceCost, crate::domain::Priority)> {
+        if let Some(ticket) = self.dependencies.ticket(id) {
+            return Some((ticket.cost, ticket.priority));
+        }
         if let Some(parked) = self.parked.get(&id) {
             let cost = crate::domain::ResourceCost::new(parked.kind, parked.units);
             return Some((cost, parked.priority));
@@ -136,6 +144,9 @@ impl ParkingLot {
     /// assert_eq!(lot.why_waiting(1), None, "running");
     /// ```
     pub fn why_waiting(&self, id: TaskId) -> Option<WaitReason> {
+        if let Some(held) = self.why_held(id) {
+            return Some(held);
+        }
         if let Some(&(until_ms, _)) = self.sleepers.get(&id) {
             return Some(WaitReason::Sleeping { until_ms });
         }

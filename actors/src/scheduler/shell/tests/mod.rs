@@ -573,12 +573,13 @@ impl World {
         self.submissions.push((id, meta.mailbox.clone()));
         let options = SubmitOptions {
             timeout: timeout.map(Duration::from_millis),
+            ..SubmitOptions::default()
         };
         let (reply, answer) = oneshot::channel();
         self.answers.push((id, answer));
         let task = ScheduledTask { meta, payload: 7 };
         self.shell
-            .submit(task, options, Reply::Oneshot(reply), None, self.now);
+            .submit(task, &options, Reply::Oneshot(reply), None, self.now);
     }
 
     /// Carries out every effect, as the driver and the backends would.
