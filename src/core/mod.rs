@@ -65,6 +65,6 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 pub mod scheduling {
     pub use prometheus_parking_lot_actors::scheduler::core::{
         AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, ParkingLot, RankKey, Rejection,
-        StartEstimate, TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
+        Released, StartEstimate, TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
     };
 }

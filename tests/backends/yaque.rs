@@ -118,6 +118,29 @@ async fn yaque_queue_conforms() {
     drop(dirs);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yaque_pool_refuses_dependencies_naming_the_queues_that_support_them() {
+    let dir = TempDir::new("dependencies");
+    conformance::dependencies::refused_where_unsupported(|steps| {
+        let queue = YaqueQueue::<u64>::open(dir.path(), "deps").expect("the queue opens");
+        async move {
+            let settings = WorkerPoolConfig::new()
+                .with_name("yaque-dependencies")
+                .with_worker_count(2)
+                .with_max_units(2);
+            ResourcePool::with_settings(
+                settings,
+                steps,
+                Box::new(queue),
+                Arc::new(InMemoryMailbox::new()),
+                &TokioSpawner,
+            )
+            .expect("pool starts")
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn reopening_keeps_parked_entries_and_parks_left_over_claims_again() {
     let dir = TempDir::new("reopen");
