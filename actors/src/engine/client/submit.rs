@@ -171,7 +171,7 @@ where
     /// finds no nested slot free (see [`crate::sync::slots`]).
     fn send_submission(
         &self,
-        task: ScheduledTask<P>,
+        mut task: ScheduledTask<P>,
         options: SubmitOptions,
         stream: Option<StreamAttachment>,
     ) -> Result<oneshot::Receiver<Result<MailboxKey, PoolError>>, PoolError> {
@@ -182,6 +182,9 @@ where
                 return Err(refusal);
             }
         };
+        if slot.is_some() {
+            crate::running::inherit(&mut task.meta);
+        }
         let extras =
             (stream.is_some() || slot.is_some()).then(|| Box::new(Extras { stream, slot }));
         let (reply, answer) = oneshot::channel();
@@ -275,9 +278,10 @@ where
         let count = tasks.len();
         let mut answers: Vec<Option<Result<MailboxKey, PoolError>>> = Vec::with_capacity(count);
         let (mut sent, mut slots) = (Vec::new(), Vec::new());
-        for task in tasks {
+        for mut task in tasks {
             match self.nested_slot() {
                 Ok(slot) => {
+                    crate::running::inherit(&mut task.meta);
                     slots.extend(slot);
                     sent.push(task);
                     answers.push(None);

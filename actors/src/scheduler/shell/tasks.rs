@@ -17,7 +17,7 @@ use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
 use crate::running::stream::{StreamAttachment, StreamShared};
-use crate::running::{Cancellation, RunContext};
+use crate::running::{Cancellation, Lineage, RunContext};
 use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
 use crate::scheduler::protocol::{EndedLater, Extras, Reply};
 use crate::util::contain::drop_contained;
@@ -114,11 +114,16 @@ where
             let stream = record.stream().map(|stream| stream.0.clone());
             let timeout = record.timeout();
             let span = record.rare().and_then(|rare| rare.span.clone());
+            let lineage = Lineage {
+                priority: record.priority,
+                tenant: record.key.named_tenant().cloned(),
+            };
             let run = record.run_mut().filter(|run| !run.sent)?;
             run.sent = true;
             let context = RunContext {
                 cancellation: run.cancellation.clone(),
                 stream,
+                lineage,
             };
             Some((context, timeout, span))
         });
