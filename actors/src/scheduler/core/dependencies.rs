@@ -78,6 +78,10 @@ impl Dependencies {
         self.held.get(&id).map(|held| held.pending)
     }
 
+    pub(super) fn tickets(&self) -> impl Iterator<Item = &Ticket> {
+        self.held.values().map(|held| &held.ticket)
+    }
+
     pub(super) fn ticket(&self, id: TaskId) -> Option<&Ticket> {
         self.held.get(&id).map(|held| &held.ticket)
     }

@@ -78,13 +78,19 @@ pub enum WaitReason {
 }
 
 impl ParkingLot {
-    /// Parked tickets `offset..offset + limit` in rank order (best first), and how many are
-    /// parked in all: O(n) to find the page, O(limit log limit) to order it.
+    /// Parked tickets `offset..offset + limit` in rank order (best first), held ones (rule
+    /// 24) at the rank they will park at, and how many are parked or held in all: O(n) to
+    /// find the page, O(limit log limit) to order it.
     pub fn parked_page(&self, offset: usize, limit: usize) -> (Vec<TaskId>, usize) {
         let mut ranks: Vec<RankKey> = self
             .parked
             .iter()
             .map(|(&id, parked)| parked.rank(id))
+            .chain(
+                self.dependencies
+                    .tickets()
+                    .map(|ticket| self.rank_of(ticket)),
+            )
             .collect();
         let total = ranks.len();
         let end = offset.saturating_add(limit).min(total);

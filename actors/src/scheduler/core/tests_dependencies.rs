@@ -20,6 +20,11 @@ fn a_held_ticket_is_live_but_starts_only_once_every_parent_succeeded() {
     assert_eq!(lot.state(3), Some(WakeState::Parked));
     assert_eq!(lot.parked_len(), 1);
     assert_eq!(
+        lot.parked_page(0, 10),
+        (vec![3], 1),
+        "listed among the parked"
+    );
+    assert_eq!(
         lot.why_waiting(3),
         Some(WaitReason::Dependencies { pending: 2 })
     );
