@@ -121,24 +121,21 @@ async fn yaque_queue_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_yaque_pool_refuses_dependencies_naming_the_queues_that_support_them() {
     let dir = TempDir::new("dependencies");
-    conformance::dependencies::refused_where_unsupported(|steps| {
-        let queue = YaqueQueue::<u64>::open(dir.path(), "deps").expect("the queue opens");
-        async move {
-            let settings = WorkerPoolConfig::new()
-                .with_name("yaque-dependencies")
-                .with_worker_count(2)
-                .with_max_units(2);
-            ResourcePool::with_settings(
-                settings,
-                steps,
-                Box::new(queue),
-                Arc::new(InMemoryMailbox::new()),
-                &TokioSpawner,
-            )
-            .expect("pool starts")
-        }
-    })
-    .await;
+    let queue = YaqueQueue::<u64>::open(dir.path(), "deps").expect("the queue opens");
+    let settings = WorkerPoolConfig::new()
+        .with_name("yaque-dependencies")
+        .with_worker_count(2)
+        .with_max_units(2);
+    let pool = ResourcePool::with_settings(
+        settings,
+        conformance::dependencies::plain_steps(),
+        Box::new(queue),
+        Arc::new(InMemoryMailbox::new()),
+        &TokioSpawner,
+    )
+    .expect("pool starts");
+    conformance::dependencies::refused_where_unsupported(pool.client(), "durable local queue")
+        .await;
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    DependencyError, PoolError, ScheduledTask, SubmitOptions, TaskMetadata,
+    DependencyError, PoolClient, PoolError, ScheduledTask, SubmitOptions, TaskMetadata,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
 use prometheus_parking_lot::{ResourcePool, TaskExecutor};
@@ -158,24 +158,38 @@ where
     }
 }
 
-/// Asserts that the pool refuses a submission with dependencies, naming the queues that
-/// support them, and still takes the same task without them.
-pub async fn refused_where_unsupported<F, Fut>(fresh: F)
-where
-    F: Fn(Steps) -> Fut,
-    Fut: Future<Output = ResourcePool<u64, u64, Steps>>,
-{
-    let lab = lab(&fresh).await;
-    let parent = lab.submit(1, 10, SubmitOptions::default()).await;
-    assert_eq!(lab.outcome(&parent).await, Ok(10));
-    match lab.refusal(step(TENANT, 2, 20), after(&[1])).await {
-        DependencyError::Unsupported { supported, .. } => {
-            assert!(supported.contains("memory"), "{supported}")
-        }
-        other => panic!("expected Unsupported, got {other:?}"),
+/// An executor for a pool that only runs plain payloads (it returns each at once): what
+/// [`refused_where_unsupported`] needs.
+pub fn plain_steps() -> Steps {
+    let (started, _) = mpsc::unbounded_channel();
+    let (_, gate) = watch::channel(true);
+    Steps { started, gate }
+}
+
+/// Asserts that `pool` (on a queue that does not support dependencies, built around
+/// [`plain_steps`]) refuses a submission with dependencies, naming `queue` and the queues
+/// that support them, and still takes the same task without them.
+pub async fn refused_where_unsupported(pool: &PoolClient<u64, u64>, queue: &str) {
+    let submit = |id, options| pool.submit(step(TENANT, id, id * 10), options);
+    let outcome =
+        |key: MailboxKey| async move { pool.retrieve(&key, Duration::from_secs(10)).await };
+    let parent = submit(1, SubmitOptions::default()).await.expect("admitted");
+    assert_eq!(outcome(parent).await, Ok(10));
+    match submit(2, after(&[1])).await {
+        Err(PoolError::Dependency(refusal)) => match *refusal {
+            DependencyError::Unsupported {
+                queue: named,
+                supported,
+            } => {
+                assert!(named.contains(queue), "{named}");
+                assert!(supported.contains("memory"), "{supported}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        },
+        other => panic!("expected a dependency refusal, got {other:?}"),
     }
-    let child = lab.submit(2, 20, SubmitOptions::default()).await;
-    assert_eq!(lab.outcome(&child).await, Ok(20));
+    let child = submit(2, SubmitOptions::default()).await.expect("admitted");
+    assert_eq!(outcome(child).await, Ok(20));
 }
 
 async fn a_child_is_held_until_every_parent_succeeded(mut lab: Lab) {

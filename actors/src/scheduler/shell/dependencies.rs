@@ -149,10 +149,15 @@ where
         if options.depends_on.is_empty() {
             return Ok(parents);
         }
-        if !matches!(self.storage, Storage::Memory) {
+        let unsupported = match &self.storage {
+            Storage::Memory => None,
+            Storage::Local(_) => Some("a durable local queue".to_owned()),
+            Storage::Shared(room) => Some(format!("the shared queue {}", room.backend())),
+        };
+        if let Some(queue) = unsupported {
             return refuse(DependencyError::Unsupported {
-                queue: "a durable or shared queue".into(),
-                supported: "memory".into(),
+                queue,
+                supported: "memory (the in-memory queue)".into(),
             });
         }
         if options.depends_on.len() > MAX_PARENTS {
