@@ -334,7 +334,10 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
     );
     run(2, "unserialisable").await.unwrap();
     run(3, "panic").await.unwrap();
-    let short = SubmitOptions::default().with_timeout(Duration::from_millis(300));
+    let short = SubmitOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..SubmitOptions::default()
+    };
     client.submit(task(4, "sleep:5000"), short).await.unwrap();
     receiver.wait_for_deliveries(4, WAIT).await;
     // While task 5 holds the only worker, 6 parks and expires, 7 parks and is cancelled.

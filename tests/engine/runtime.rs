@@ -214,7 +214,10 @@ async fn an_async_executor_past_its_timeout_is_dropped_and_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_thread_times_out_at_once_but_keeps_its_units_until_it_returns() {
     let lab = LabPool::new(settings("blocked", 1, 4));
-    let options = SubmitOptions::default().with_timeout(Duration::from_millis(50));
+    let options = SubmitOptions {
+        timeout: Some(Duration::from_millis(50)),
+        ..SubmitOptions::default()
+    };
     let key = lab
         .pool
         .submit_with(

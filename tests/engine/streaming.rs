@@ -290,7 +290,10 @@ async fn cancel_raises_the_flag_a_blocking_executor_reads_between_tokens() {
 async fn the_execution_timeout_raises_the_flag_of_a_blocking_executor() {
     let llm = FakeLlm::default();
     let pool = pool(2, &llm);
-    let options = SubmitOptions::default().with_timeout(Duration::from_millis(50));
+    let options = SubmitOptions {
+        timeout: Some(Duration::from_millis(50)),
+        ..SubmitOptions::default()
+    };
     let key = pool
         .submit_with(job(3, 1_000, 10, Style::Blocking), meta(3, UNITS), options)
         .await

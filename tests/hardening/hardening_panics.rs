@@ -182,7 +182,10 @@ async fn a_future_that_panics_when_cancel_drops_it_ends_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_result_that_panics_when_dropped_after_the_watchdog_fired_is_contained() {
     let pool = WorkerPool::new(settings("bomb-late", 1, 8), Hazards).unwrap();
-    let options = SubmitOptions::default().with_timeout(Duration::from_millis(50));
+    let options = SubmitOptions {
+        timeout: Some(Duration::from_millis(50)),
+        ..SubmitOptions::default()
+    };
     let key = pool
         .submit_with(
             Act::BlockThenBombResult(Duration::from_millis(400)),
