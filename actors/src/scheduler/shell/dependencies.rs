@@ -138,7 +138,7 @@ where
     pub(super) fn resolve_parents(
         &self,
         id: TaskId,
-        key: Option<&MailboxKey>,
+        key: &MailboxKey,
         options: &SubmitOptions,
     ) -> Result<Parents, PoolError> {
         let refuse = |error| Err(PoolError::Dependency(Box::new(error)));
@@ -167,7 +167,7 @@ where
             });
         }
         // A task without a named tenant has a tenant of its own: nothing is its parent.
-        let named = key.filter(|key| !key.is_anonymous());
+        let named = Some(key).filter(|key| !key.is_anonymous());
         let tenant = named.map_or(0, |key| self.tasks.tenant_key_of(key));
         for &parent in &options.depends_on {
             if parent == id {

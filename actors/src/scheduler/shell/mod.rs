@@ -62,7 +62,7 @@ use crate::observe::events::TaskStep;
 use crate::observe::stats::PoolStats;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
-use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot, WaitReason};
+use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::util::contain::drop_contained;
 
@@ -192,14 +192,6 @@ where
             self.tasks.refuse(task, refusal, reply, now);
             return;
         }
-        let parents = match self.resolve_parents(task.meta.id, task.meta.mailbox.as_ref(), options)
-        {
-            Ok(parents) => parents,
-            Err(refusal) => {
-                self.tasks.refuse(task, refusal, reply, now);
-                return;
-            }
-        };
         let minted = task.meta.mailbox.is_none();
         let key = task
             .meta
@@ -207,6 +199,14 @@ where
             .take()
             .unwrap_or_else(MailboxKey::anonymous);
         let timeout = options.timeout.or(self.tasks.default_timeout);
+        let parents = match self.resolve_parents(task.meta.id, &key, options) {
+            Ok(parents) => parents,
+            Err(refusal) => {
+                task.meta.mailbox = (!minted).then_some(key);
+                self.tasks.refuse(task, refusal, reply, now);
+                return;
+            }
+        };
         let origin = Origin::Submitted { reply, extras };
         self.admit(
             Admission {
@@ -321,7 +321,7 @@ where
             Newcomer::Start => self.start_admitted(entry, admission, now),
             Newcomer::Park if held => {
                 self.park_admitted(entry, admission, now);
-                if let Some(WaitReason::Dependencies { pending }) =
+                if let Some(crate::scheduler::core::WaitReason::Dependencies { pending }) =
                     self.tasks.core.why_waiting(entry)
                 {
                     self.tasks
