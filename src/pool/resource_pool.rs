@@ -227,7 +227,8 @@ where
     }
 
     /// Submits a task with per-task options: an execution timeout of its own (see the
-    /// type's second example).
+    /// type's second example), or a scheduled start (`SubmitOptions::with_delay`,
+    /// `with_not_before`: admitted now, it sleeps until then).
     pub async fn submit_with(
         &self,
         task: ScheduledTask<P>,

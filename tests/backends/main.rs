@@ -18,6 +18,7 @@ mod postgres_backends;
 #[cfg(feature = "postgres")]
 mod postgres_outages;
 mod queue_duties;
+mod scheduled_nodes;
 mod shared_nodes;
 #[cfg(feature = "yaque")]
 mod yaque;

@@ -24,5 +24,6 @@ mod permits_fast_path;
 mod retries;
 mod retrieve_give_up;
 mod runtime;
+mod scheduled_starts;
 mod streaming;
 mod why_waiting;

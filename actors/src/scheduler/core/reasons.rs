@@ -78,18 +78,23 @@ pub enum WaitReason {
 }
 
 impl ParkingLot {
-    /// Parked tickets `offset..offset + limit` in rank order (best first), held ones (rule
-    /// 24) at the rank they will park at, and how many are parked or held in all: O(n) to
-    /// find the page, O(limit log limit) to order it.
+    /// Parked tickets `offset..offset + limit` in rank order (best first), then the
+    /// sleepers (rule 16) and the held tickets (rule 24) in rank order, and how many there
+    /// are in all: O(n) to find the page, O(limit log limit) to order it.
     pub fn parked_page(&self, offset: usize, limit: usize) -> (Vec<TaskId>, usize) {
-        let mut ranks: Vec<RankKey> = self
+        let mut ranks: Vec<(bool, RankKey)> = self
             .parked
             .iter()
-            .map(|(&id, parked)| parked.rank(id))
+            .map(|(&id, parked)| (false, parked.rank(id)))
+            .chain(
+                self.sleepers
+                    .values()
+                    .map(|(_, ticket)| (true, self.rank_of(ticket))),
+            )
             .chain(
                 self.dependencies
                     .tickets()
-                    .map(|ticket| self.rank_of(ticket)),
+                    .map(|ticket| (true, self.rank_of(ticket))),
             )
             .collect();
         let total = ranks.len();
@@ -102,7 +107,8 @@ impl ParkingLot {
             ranks.truncate(end);
         }
         ranks.sort_unstable();
-        (ranks[offset..].iter().map(RankKey::id).collect(), total)
+        let page = ranks[offset..].iter().map(|(_, rank)| rank.id()).collect();
+        (page, total)
     }
 
     /// The cost and priority of live ticket `id` (parked, held or running).

@@ -80,6 +80,26 @@ where
         parked
     }
 
+    /// One row whose `not_before_ms` (the table's column, pgmq's visibility time) keeps every
+    /// node's claim off it until then.
+    async fn enqueue_not_before(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
+        rows.push_not_before(entry, rank_time_ms, &task, Some(not_before_ms))?;
+        let params = [("queue", self.queue()), ("rows", rows.finish().into())];
+        let stored = self.rows("park", &self.statements.park, &params).await?;
+        if returned_entries(&stored).is_empty() {
+            return Err(QueueError::Duplicate(entry));
+        }
+        self.announce();
+        Ok(())
+    }
+
     async fn enqueue_claimed(
         &self,
         node: &str,
