@@ -233,7 +233,10 @@ impl EventSubscriber for PoolMetrics {
         match event.step {
             TaskStep::Admitted => self.submitted.increment(1),
             // Submitted (and counted) where it was admitted.
-            TaskStep::Claimed | TaskStep::Parked => {}
+            TaskStep::Claimed
+            | TaskStep::Parked
+            | TaskStep::WaitsForParents { .. }
+            | TaskStep::ParentFailed { .. } => {}
             TaskStep::Started => {
                 if let (Some(since), Some(priority)) = (event.since_ms, event.priority) {
                     self.wait[priority as usize].record(seconds(since, event.at_ms));

@@ -195,6 +195,11 @@ impl EventSubscriber for PoolTracing {
                     *budget_ready_ms = Some(*until_ms);
                 }
             }
+            TaskStep::WaitsForParents { .. } => {
+                if let Some(Open::Wait { reason, .. }) = open.get_mut(&key) {
+                    *reason = Some("dependencies");
+                }
+            }
             TaskStep::Claimed => {
                 let mut attributes = vec![KeyValue::new("attempt", i64::from(attempt))];
                 attributes.extend(self.node.clone().map(|node| KeyValue::new("node", node)));
@@ -239,6 +244,7 @@ impl EventSubscriber for PoolTracing {
                 }
             }
             TaskStep::Admitted
+            | TaskStep::ParentFailed { .. }
             | TaskStep::Refused(_)
             | TaskStep::YieldAsked
             | TaskStep::Yielded { .. } => {}

@@ -632,6 +632,7 @@ fn reason_of(reason: &Value) -> String {
         Some("behind") => format!("{} tasks rank ahead", reason["ahead"]),
         Some("sleeping") => format!("retry backoff, parks again {}", ago(&reason["until_ms"])),
         Some("paused") => "the pool is paused".into(),
+        Some("dependencies") => format!("waits for {} tasks it depends on", reason["pending"]),
         Some(other) => other.into(),
     }
 }

@@ -10,10 +10,10 @@
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::pool::worker_pool::{WorkerExecutor, WorkerPool};
 pub use prometheus_parking_lot_actors::domain::{
-    Admission, BackendError, BackendFault, Budget, Budgets, Capacity, Durability, FairByUse,
-    FairShare, FaultKind, OnDuplicate, OnGiveUp, PoolError, PoolLimits, Preemption, QueueOrder,
-    Retries, ScheduledTask, StartCap, StarvationGuard, TaskFailure, TaskMetadata, TaskStatus,
-    TenantWeights, UsageCharge, WakeState, DEFAULT_STREAM_IDLE_MS,
+    Admission, BackendError, BackendFault, Budget, Budgets, Capacity, DependencyError, Durability,
+    FairByUse, FairShare, FaultKind, OnDuplicate, OnGiveUp, PoolError, PoolLimits, Preemption,
+    QueueOrder, Retries, ScheduledTask, StartCap, StarvationGuard, TaskFailure, TaskMetadata,
+    TaskStatus, TenantWeights, UsageCharge, WakeState, DEFAULT_STREAM_IDLE_MS, MAX_PARENTS,
 };
 pub use prometheus_parking_lot_actors::engine::{PoolClient, PoolControl};
 pub use prometheus_parking_lot_actors::mailbox::{
@@ -66,6 +66,6 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 pub mod scheduling {
     pub use prometheus_parking_lot_actors::scheduler::core::{
         AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, ParkingLot, RankKey, Rejection,
-        StartEstimate, TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
+        Released, StartEstimate, TenantKey, Tick, Ticket, TokenBucket, UnknownTask, WaitReason,
     };
 }

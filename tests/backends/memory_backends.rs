@@ -42,6 +42,25 @@ async fn in_memory_shared_queue_conforms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_queue_keeps_the_dependencies_contract() {
+    conformance::dependencies::run_all(|steps| async move {
+        let settings = prometheus_parking_lot::config::WorkerPoolConfig::new()
+            .with_name("dependencies")
+            .with_worker_count(4)
+            .with_max_units(4);
+        prometheus_parking_lot::ResourcePool::with_settings(
+            settings,
+            steps,
+            Box::new(InMemoryQueue::new()),
+            Arc::new(InMemoryMailbox::new()),
+            &prometheus_parking_lot::TokioSpawner,
+        )
+        .expect("pool starts")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_mailbox_conforms() {
     mailbox::run_all(|| async { Arc::new(InMemoryMailbox::new()) as Arc<dyn Mailbox<String>> })
         .await;

@@ -921,3 +921,60 @@ async fn with_attach_a_repeated_submission_gets_the_original_and_nothing_runs_ag
         drop(built);
     }
 }
+
+/// A pool of `queue_type` (a shared queue in Postgres) built from a config around the
+/// dependencies suite's executor.
+async fn dependencies_pool(
+    queue_type: &str,
+    name: &str,
+) -> BuiltPools<u64, u64, conformance::dependencies::Steps> {
+    let config = serde_json::json!({
+        "database_url": postgres_pools::server_url(),
+        "pools": { "deps": {
+            "worker_threads": 2,
+            "max_units": 2,
+            "queue": { "type": queue_type, "queue_name": name, "lease_ms": 3_000 },
+            "mailbox": { "storage": { "type": "in_memory" } }
+        } }
+    });
+    let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+    tokio::task::spawn_blocking(move || {
+        build_pools_from_scheduler_config::<
+            u64,
+            u64,
+            conformance::dependencies::Steps,
+            TokioSpawner,
+        >(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_| conformance::dependencies::plain_steps(),
+            TokioSpawner,
+        )
+        .expect("the pool starts")
+    })
+    .await
+    .expect("building does not panic")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_queue_pool_refuses_dependencies_naming_the_queues_that_support_them() {
+    let built = dependencies_pool("postgres", &fresh_name("deps")).await;
+    let pool = built.pools["deps"].client();
+    conformance::dependencies::refused_where_unsupported(pool, "postgres").await;
+}
+
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgmq_pool_refuses_dependencies_naming_the_queues_that_support_them() {
+    let name = fresh_name("deps");
+    let built = dependencies_pool("postgres_pgmq", &name).await;
+    let pool = built.pools["deps"].client();
+    conformance::dependencies::refused_where_unsupported(pool, "pgmq").await;
+    drop(built);
+    let queues: Vec<String> = ["crit", "high", "norm", "low", "dlq"]
+        .iter()
+        .map(|suffix| format!("{name}_{suffix}"))
+        .collect();
+    drop_pgmq_queues(&queues).await;
+}

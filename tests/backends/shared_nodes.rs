@@ -536,3 +536,37 @@ async fn resuming_a_drained_node_does_not_make_it_claim() {
     a.shutdown(WAIT).await.unwrap();
     b.shutdown(WAIT).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_a_shared_queue_refuses_dependencies_naming_the_queues_that_support_them() {
+    let supervisor = spawn_supervisor().await.unwrap();
+    let queue: Arc<InMemorySharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
+    let shared = SharedParking::new(queue, "deps")
+        .with_lease(Duration::from_millis(300))
+        .with_poll(Duration::from_millis(10));
+    let spec = PoolSpec {
+        tenant_weights: Default::default(),
+        name: "deps".into(),
+        limits: PoolLimits::new(2, 2),
+        workers: WorkerSettings {
+            count: 2,
+            stack_size: None,
+            pin_to_cpus: false,
+        },
+        default_timeout: None,
+        restart: RestartPolicy::default(),
+        executor: crate::conformance::dependencies::plain_steps(),
+        queue: Box::new(InMemoryQueue::new()),
+        mailbox: Arc::new(InMemoryMailbox::new()),
+        notifiers: Vec::new(),
+        result_encoder: None,
+        subscribers: Vec::new(),
+        retention: None,
+        shared: Some(shared),
+        durability: Default::default(),
+        gpu: None,
+        tracer: None,
+    };
+    let pool = start_pool(&supervisor, spec).await.unwrap();
+    crate::conformance::dependencies::refused_where_unsupported(&pool, "in_memory_shared").await;
+}

@@ -118,6 +118,26 @@ async fn yaque_queue_conforms() {
     drop(dirs);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yaque_pool_refuses_dependencies_naming_the_queues_that_support_them() {
+    let dir = TempDir::new("dependencies");
+    let queue = YaqueQueue::<u64>::open(dir.path(), "deps").expect("the queue opens");
+    let settings = WorkerPoolConfig::new()
+        .with_name("yaque-dependencies")
+        .with_worker_count(2)
+        .with_max_units(2);
+    let pool = ResourcePool::with_settings(
+        settings,
+        conformance::dependencies::plain_steps(),
+        Box::new(queue),
+        Arc::new(InMemoryMailbox::new()),
+        &TokioSpawner,
+    )
+    .expect("pool starts");
+    conformance::dependencies::refused_where_unsupported(pool.client(), "durable local queue")
+        .await;
+}
+
 #[tokio::test]
 async fn reopening_keeps_parked_entries_and_parks_left_over_claims_again() {
     let dir = TempDir::new("reopen");
@@ -774,7 +794,7 @@ async fn a_scheduled_start_sleeps_through_a_restart_and_starts_after_its_instant
     for id in [1, 2] {
         let meta = TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key(id));
         lab.pool
-            .submit_with(ScheduledTask::new(meta, id), options)
+            .submit_with(ScheduledTask::new(meta, id), options.clone())
             .await
             .expect("admitted");
     }

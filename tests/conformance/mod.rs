@@ -8,6 +8,7 @@
 //!
 //! This module holds what the suites share: the payload type and time constants.
 
+pub mod dependencies;
 pub mod mailbox;
 pub mod queue;
 pub mod shared_queue;

@@ -12,6 +12,7 @@ mod budgets;
 mod busy_workers;
 mod core_fair_share;
 mod core_properties;
+mod dependencies;
 mod errors;
 mod estimates;
 mod fair_by_use;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::{BackendError, ResourceKind, TaskId};
+use super::{BackendError, DependencyError, ResourceKind, TaskId};
 
 /// Why a pool operation failed.
 ///
@@ -82,6 +82,11 @@ pub enum PoolError {
         "the pool is draining: it finishes the work it has and takes no new work until resumed"
     )]
     Draining,
+    /// A submission's dependencies (`SubmitOptions::depends_on`) were refused: an unknown
+    /// parent, one of another tenant, a cycle, a parent that failed already, or a queue that
+    /// does not support them.
+    #[error("dependencies refused: {0}")]
+    Dependency(Box<DependencyError>),
     /// A setting is out of range; the text names it and what is allowed.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -4,6 +4,7 @@
 
 mod backend;
 mod budget;
+mod dependency;
 mod durability;
 mod error;
 mod fair_by_use;
@@ -17,6 +18,7 @@ mod waiters;
 
 pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
+pub use dependency::{DependencyError, MAX_PARENTS};
 pub use durability::Durability;
 pub use error::{PoolError, TaskFailure};
 pub use fair_by_use::{FairByUse, TenantWeights, UsageCharge, MAX_WEIGHT};

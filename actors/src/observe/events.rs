@@ -62,6 +62,20 @@ pub enum TaskStep {
         /// When the budget will hold its units, by the core's clock (ms since the epoch).
         until_ms: u64,
     },
+    /// Parked (just after `Parked`) held until `pending` tasks it depends on end
+    /// (`SubmitOptions::depends_on`): it takes no part in any decision until then.
+    WaitsForParents {
+        /// Its parents still live.
+        pending: u32,
+    },
+    /// A task it depends on, `parent` (its id), ended `status` without succeeding, so it
+    /// will not run: an `Ended(Cancelled)` follows at once.
+    ParentFailed {
+        /// The parent's id.
+        parent: TaskId,
+        /// How the parent ended.
+        status: TaskStatus,
+    },
     /// A run failed in a way worth trying again (its executor panicked, or asked with
     /// `running::retry_later`) and the pool retries failed runs: its output was discarded
     /// and the task parks again from `at_ms` on, for run number `attempt`. No `Ended`

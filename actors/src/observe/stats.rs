@@ -304,7 +304,9 @@ impl EventSubscriber for PoolCounters {
             TaskStep::Claimed
             | TaskStep::Parked
             | TaskStep::Started
-            | TaskStep::WaitsForBudget { .. } => {}
+            | TaskStep::WaitsForBudget { .. }
+            | TaskStep::WaitsForParents { .. }
+            | TaskStep::ParentFailed { .. } => {}
             TaskStep::Retrying { .. } => Self::bump(&self.retried_runs),
             TaskStep::YieldAsked => Self::bump(&self.preemptions_asked),
             TaskStep::Yielded { units } => {

@@ -62,12 +62,50 @@ use std::sync::Arc;
 pub use cancellation::Cancellation;
 use stream::Partials;
 
-/// The context of the task a worker thread runs: its flag, and its stream if it has one.
+use crate::domain::{MailboxKey, Priority, TaskMetadata, TenantId};
+use crate::observe::trace::TraceParent;
+
+/// The context of the task a worker thread runs: its flag, its stream if it has one, and
+/// what the tasks it submits inherit from it.
 #[derive(Clone)]
 pub(crate) struct RunContext {
     pub cancellation: Cancellation,
     /// The task's `StreamShared<R>`, type-erased (jobs are generic over the payload only).
     pub stream: Option<Arc<dyn Any + Send + Sync>>,
+    /// What a child submitted from inside the task inherits (see [`inherit`]).
+    pub lineage: Lineage,
+}
+
+/// What a task passes to the children it submits from inside its executor (nested work,
+/// recognized by the submitting thread being one of the pool's own workers): its priority,
+/// as the least theirs may be, and its tenant, for a child submitted without a mailbox key.
+/// Its trace goes to any task submitted from inside it, to this pool or another (see
+/// [`current_trace`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Lineage {
+    /// The task's priority.
+    pub priority: Priority,
+    /// The tenant of the task's mailbox key, when it named one (an anonymous key's tenant
+    /// is the task's own).
+    pub tenant: Option<TenantId>,
+    /// The trace the task belongs to, if any.
+    pub trace: Option<TraceParent>,
+}
+
+/// Gives a child submitted from inside the running task of this thread what it inherits
+/// from that task: at least its priority (a child may be raised, never lowered below its
+/// parent), and, when the child has no mailbox key, a key of the parent's tenant in a
+/// session of its own (so it counts against the same fair share and may name its
+/// siblings as dependencies). Does nothing outside a run.
+pub(crate) fn inherit(meta: &mut TaskMetadata) {
+    with_current(|context| {
+        let lineage = &context.lineage;
+        meta.priority = meta.priority.max(lineage.priority);
+        if let (None, Some(tenant)) = (&meta.mailbox, &lineage.tenant) {
+            let session = format!("nested-{:032x}", crate::util::random::random_u128());
+            meta.mailbox = Some(MailboxKey::new(tenant.clone()).with_session(session));
+        }
+    });
 }
 
 thread_local! {
@@ -94,6 +132,12 @@ impl Drop for Entered {
 
 fn with_current<T>(read: impl FnOnce(&RunContext) -> T) -> Option<T> {
     CURRENT.with(|current| current.borrow().as_ref().map(read))
+}
+
+/// The trace of the task this worker thread is running, if it carries one: a task submitted
+/// from inside it without a trace of its own joins it. `None` outside a run.
+pub fn current_trace() -> Option<TraceParent> {
+    with_current(|context| context.lineage.trace).flatten()
 }
 
 /// The cancellation flag of the task this worker thread is running; `None` outside a run.
@@ -241,6 +285,7 @@ mod tests {
             let _entered = enter(RunContext {
                 cancellation: flag.clone(),
                 stream: None,
+                lineage: Lineage::default(),
             });
             assert!(!is_cancelled());
             flag.cancel();

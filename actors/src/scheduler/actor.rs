@@ -215,7 +215,7 @@ fn request_received<P, R>(
             task,
             options,
             reply,
-        } => shell.submit(task, options, Reply::Port(reply), None, now),
+        } => shell.submit(task, &options, Reply::Port(reply), None, now),
         SchedulerRequest::SubmitStreaming {
             task,
             options,
@@ -226,7 +226,7 @@ fn request_received<P, R>(
                 stream: Some(stream),
                 ..Extras::default()
             });
-            shell.submit(task, options, Reply::Port(reply), Some(extras), now);
+            shell.submit(task, &options, Reply::Port(reply), Some(extras), now);
         }
         SchedulerRequest::Shutdown { drain, reply } => {
             if let Shutdown::Begins = shell.shutdown(reply, now) {
@@ -306,7 +306,7 @@ where
             reply,
             extras,
         } => {
-            state.shell.submit(task, options, reply, extras, now);
+            state.shell.submit(task, &options, reply, extras, now);
             state.driver.carry_out(&mut state.shell, now);
         }
         Submission::Batch {
@@ -327,7 +327,7 @@ where
                 });
                 state
                     .shell
-                    .submit(task, options, Reply::Oneshot(answer), extras, now);
+                    .submit(task, &options, Reply::Oneshot(answer), extras, now);
                 answers.push(wait);
             }
             state.driver.carry_out(&mut state.shell, now);

@@ -54,7 +54,25 @@ use super::shell::observe::Detail;
 /// .with_not_before(at);
 /// assert_eq!(options.not_before_ms, Some(1_900_000_000_000));
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+///
+/// Built with its methods (or as a struct literal with `..Default::default()`):
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot_actors::scheduler::protocol::SubmitOptions;
+///
+/// // A summary that runs once tasks 1, 2 and 3 of its tenant succeeded, for at most a minute.
+/// let summary = SubmitOptions::default()
+///     .with_timeout(Duration::from_secs(60))
+///     .with_depends_on([1, 2, 3]);
+/// assert_eq!(summary.depends_on, vec![1, 2, 3]);
+/// assert!(!summary.run_if_parents_fail);
+///
+/// // A cleanup step: it runs once task 7 ended, however it ended.
+/// let cleanup = SubmitOptions::default().with_depends_on([7]).run_if_parents_fail();
+/// assert!(cleanup.run_if_parents_fail);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SubmitOptions {
     /// Overrides the pool's default execution timeout for this task.
     pub timeout: Option<Duration>,
@@ -65,6 +83,18 @@ pub struct SubmitOptions {
     /// Do not start the task before this instant, in ms since the Unix epoch (a scheduled
     /// start; `None`: as soon as it can).
     pub not_before_ms: Option<u128>,
+    /// Tasks (their ids, of the same tenant: the tenant of the task's mailbox key) this task
+    /// waits for: it is admitted and held (`WaitReason::Dependencies`) until every one of
+    /// them succeeded, then ranks by its own metadata. If one fails, is cancelled or
+    /// expires, it ends `Cancelled` (its events say which parent, `TaskStep::ParentFailed`),
+    /// unless [`run_if_parents_fail`](Self::run_if_parents_fail). Each must be live in the
+    /// pool or have ended recently; an unknown id, another tenant's task, the task itself,
+    /// or more than [`MAX_PARENTS`](crate::domain::MAX_PARENTS) ids are refused at submit
+    /// (`PoolError::Dependency`). Supported on the in-memory queue.
+    pub depends_on: Vec<TaskId>,
+    /// Runs the task once every parent ended, however they ended (a cleanup step), instead
+    /// of cancelling it when one did not succeed.
+    pub run_if_parents_fail: bool,
 }
 
 impl SubmitOptions {
@@ -135,6 +165,26 @@ impl SubmitOptions {
         }
         // Within the horizon, so it fits in 64 bits.
         Ok(Some(u64::try_from(not_before_ms).unwrap_or(u64::MAX)))
+    }
+
+    /// These options with an execution timeout of `timeout` for the task.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// These options with the task depending on `parents` (see
+    /// [`depends_on`](Self::depends_on)), added to any named already.
+    pub fn with_depends_on(mut self, parents: impl IntoIterator<Item = TaskId>) -> Self {
+        self.depends_on.extend(parents);
+        self
+    }
+
+    /// These options with the task running once its parents ended, however they ended (see
+    /// [`run_if_parents_fail`](Self::run_if_parents_fail)).
+    pub fn run_if_parents_fail(mut self) -> Self {
+        self.run_if_parents_fail = true;
+        self
     }
 }
 

@@ -79,13 +79,17 @@ where
     }
 
     /// The span of a submission of `count` tasks, the first of them `first`, where the pool
-    /// traces: the tasks then carry its context in `options`.
+    /// traces: the tasks then carry its context in `options`. A submission from inside a
+    /// running task, without a trace of its own, joins that task's.
     fn trace_submission(
         &self,
         first: &ScheduledTask<P>,
         count: usize,
         options: &mut SubmitOptions,
     ) -> Option<Box<dyn SubmitSpan>> {
+        if options.trace.is_none() {
+            options.trace = crate::running::current_trace();
+        }
         let tracer = self.inner.tracer.as_ref()?;
         let span = tracer.submitting(self.name(), &first.meta, count, options.trace)?;
         options.trace = Some(span.context());
@@ -224,7 +228,7 @@ where
     /// finds no nested slot free (see [`crate::sync::slots`]).
     fn send_submission(
         &self,
-        task: ScheduledTask<P>,
+        mut task: ScheduledTask<P>,
         options: SubmitOptions,
         stream: Option<StreamAttachment>,
     ) -> Result<oneshot::Receiver<Result<MailboxKey, PoolError>>, PoolError> {
@@ -235,6 +239,9 @@ where
                 return Err(refusal);
             }
         };
+        if slot.is_some() {
+            crate::running::inherit(&mut task.meta);
+        }
         let extras = (stream.is_some() || slot.is_some()).then(|| {
             Box::new(Extras {
                 stream,
@@ -351,9 +358,10 @@ where
         let count = tasks.len();
         let mut answers: Vec<Option<Result<MailboxKey, PoolError>>> = Vec::with_capacity(count);
         let (mut sent, mut slots) = (Vec::new(), Vec::new());
-        for task in tasks {
+        for mut task in tasks {
             match self.nested_slot() {
                 Ok(slot) => {
+                    crate::running::inherit(&mut task.meta);
                     slots.extend(slot);
                     sent.push(task);
                     answers.push(None);

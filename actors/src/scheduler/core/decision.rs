@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use crate::domain::{PoolError, ResourceKind, TaskId};
+use crate::domain::{DependencyError, PoolError, ResourceKind, TaskId};
 
 /// The answer to admitting a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +150,10 @@ pub enum Rejection {
     /// A live task (parked or running) has this id already.
     #[error("a live task with id {0} exists already")]
     DuplicateId(TaskId),
+    /// A ticket to hold until its parents end (rule 24) named one that is not live in the
+    /// lot, or itself.
+    #[error("parent {0} is not a live task of this pool")]
+    UnknownParent(TaskId),
 }
 
 impl From<Rejection> for PoolError {
@@ -175,6 +179,9 @@ impl From<Rejection> for PoolError {
             },
             Rejection::QueueFull { .. } | Rejection::QueueUnitsFull { .. } => PoolError::QueueFull,
             Rejection::DuplicateId(id) => PoolError::DuplicateTask(id),
+            Rejection::UnknownParent(parent) => {
+                PoolError::Dependency(Box::new(DependencyError::UnknownParent { parent }))
+            }
         }
     }
 }

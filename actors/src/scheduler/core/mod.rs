@@ -167,6 +167,15 @@
 //!     above from the running claims' expected ends ([`ParkingLot::estimate_start`],
 //!     [`ParkingLot::estimate_all`], and for a newcomer [`ParkingLot::estimate_admission`]).
 //!     Asking changes nothing.
+//! 24. **Dependencies** (see `dependencies.rs`). A ticket may be admitted *held* until
+//!     tickets live in the lot (its parents) end ([`ParkingLot::admit_after`]). Held, it
+//!     is live (`Parked` to [`ParkingLot::state`], cancellable, counted among the parked,
+//!     expired at its deadline) but in no index a decision reads. The driver says how
+//!     each parent ended ([`ParkingLot::parent_ended`]): when the last one succeeded, the
+//!     ticket parks at its rank (past the bounds if need be, as a sleeper wakes) and what
+//!     fits starts; when one did not, it leaves the lot for the driver to end `Cancelled`,
+//!     unless it runs anyway. A parent's end costs O(1) per child waiting on it: a pending
+//!     counter per child and a list of children per parent, never a scan.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -182,6 +191,8 @@
 //!   the parked tasks.
 //! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
 //!   of it, or the lot is paused.
+//! - A held ticket (rule 24) is neither parked, sleeping nor running; its pending count is
+//!   the number of live parents whose list names it.
 //! - At most `max_queue_depth` tickets and `max_queued_units` units of any kind are parked
 //!   (sleepers not counted), plus the tickets that came back past a bound (restored, or
 //!   awake after their sleep: they were admitted once and are never lost); the shedding
@@ -203,6 +214,7 @@ mod backfill;
 mod budget;
 mod cost_index;
 mod decision;
+mod dependencies;
 mod estimate;
 mod fair_share;
 mod lanes;
@@ -222,6 +234,7 @@ pub use cost_index::CostIndex;
 pub use decision::{
     AbsorbRefusal, Admit, AdmitParts, Cancel, Newcomer, Rejection, Tick, UnknownTask,
 };
+pub use dependencies::Released;
 pub use estimate::{ordinal, StartEstimate};
 use fair_share::TenantBook;
 pub use rank::RankKey;
@@ -450,6 +463,8 @@ pub struct ParkingLot {
     /// Tickets parked from a later time on (rule 16), by that time: in no other index.
     sleeping: BTreeSet<(u64, TaskId)>,
     sleepers: FastMap<TaskId, (u64, Ticket)>,
+    /// Tickets held until their parents end (rule 24), and who waits for whom.
+    dependencies: dependencies::Dependencies,
     /// Paused (rule 18): nothing starts; admissions park.
     paused: bool,
     /// The parked tickets' units and counts by kind and priority, for the bounds (rule 21).
@@ -493,6 +508,7 @@ impl ParkingLot {
             budgets: budget::Budgets::new(&limits.budgets),
             sleeping: BTreeSet::new(),
             sleepers: FastMap::default(),
+            dependencies: dependencies::Dependencies::default(),
             paused: false,
             queue: QueueBook::default(),
             run_times: estimate::RunTimes::default(),
@@ -712,7 +728,7 @@ impl ParkingLot {
 
     /// Number of parked tasks.
     pub fn parked_len(&self) -> usize {
-        self.parked.len() + self.sleepers.len()
+        self.parked.len() + self.sleepers.len() + self.dependencies.len()
     }
 
     /// Number of running tasks, permits included.
@@ -725,7 +741,7 @@ impl ParkingLot {
         if self.running.contains_key(&id) {
             return Some(WakeState::Running);
         }
-        if self.sleepers.contains_key(&id) {
+        if self.sleepers.contains_key(&id) || self.dependencies.holds(id) {
             return Some(WakeState::Parked);
         }
         let parked = self.parked.get(&id)?;
@@ -769,10 +785,18 @@ impl ParkingLot {
         });
         let overdue = self.by_overdue.first().map(|&(at, _)| at);
         let sleeper = self.sleeping.first().map(|&(at, _)| at);
-        [deadline, aging, overdue, self.budget_wakeup(), sleeper]
-            .into_iter()
-            .flatten()
-            .min()
+        let held = self.dependencies.next_deadline();
+        [
+            deadline,
+            aging,
+            overdue,
+            self.budget_wakeup(),
+            sleeper,
+            held,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// When a refill lets a parked task of a kind with a budget start that cannot now (rule
@@ -1011,6 +1035,11 @@ impl ParkingLot {
                 started: Vec::new(),
             });
         }
+        if self.cancel_held(id) {
+            return Ok(Cancel::Parked {
+                started: Vec::new(),
+            });
+        }
         if self.remove_parked(id).is_none() {
             return Err(UnknownTask::NotLive(id));
         }
@@ -1044,6 +1073,13 @@ impl ParkingLot {
             }
             self.remove_parked(id);
             tick.expired.push(id);
+        }
+        if self
+            .dependencies
+            .next_deadline()
+            .is_some_and(|at| at <= now)
+        {
+            tick.expired.extend(self.dependencies.expire(now));
         }
         self.unpark(now, &mut tick.started);
         tick
@@ -1144,6 +1180,7 @@ impl ParkingLot {
         self.parked.contains_key(&id)
             || self.running.contains_key(&id)
             || (!self.sleepers.is_empty() && self.sleepers.contains_key(&id))
+            || self.dependencies.holds(id)
     }
 
     /// Parks the sleepers whose time has come (rule 16).
@@ -1167,7 +1204,8 @@ impl ParkingLot {
             .map(|(&id, parked)| parked.rank(id))
             .collect();
         ranks.sort_unstable();
-        let sleepers: Vec<TaskId> = self.sleeping.iter().map(|&(_, id)| id).collect();
+        let mut sleepers: Vec<TaskId> = self.sleeping.iter().map(|&(_, id)| id).collect();
+        sleepers.extend(self.dependencies.take_all());
         self.sleeping.clear();
         self.sleepers.clear();
         self.parked.clear();
@@ -1263,6 +1301,11 @@ impl ParkingLot {
                     .into(),
             );
         }
+        self.dependencies.check(|id| {
+            self.parked.contains_key(&id)
+                || self.running.contains_key(&id)
+                || self.sleepers.contains_key(&id)
+        })?;
         if let Some(runnable) = self.best_fit(self.clock) {
             return Err(format!(
                 "saturation broken: parked task {} fits and is not blocked",
@@ -1847,6 +1890,8 @@ impl ParkingLot {
 mod tests;
 #[cfg(test)]
 mod tests_budget;
+#[cfg(test)]
+mod tests_dependencies;
 #[cfg(test)]
 mod tests_estimate;
 #[cfg(test)]

@@ -16,6 +16,11 @@ pub enum WaitReason {
         /// When it parks again.
         until_ms: u64,
     },
+    /// It is held until `pending` more of the tasks it depends on end (rule 24).
+    Dependencies {
+        /// Its parents still live.
+        pending: u32,
+    },
     /// The pool is paused (rule 18): nothing starts until it resumes.
     Paused,
     /// Its kind has too few free units: `free` of the `needed` (capacity less what running
@@ -84,6 +89,7 @@ impl WaitReason {
     pub fn name(&self) -> &'static str {
         match self {
             WaitReason::Sleeping { .. } => "sleeping",
+            WaitReason::Dependencies { .. } => "dependencies",
             WaitReason::Paused => "paused",
             WaitReason::Units { .. } => "units",
             WaitReason::Budget { .. } => "budget",
@@ -96,9 +102,9 @@ impl WaitReason {
 }
 
 impl ParkingLot {
-    /// Parked tickets `offset..offset + limit` in rank order (best first), the sleepers
-    /// (rule 16) after them in rank order, and how many there are in all: O(n) to find the
-    /// page, O(limit log limit) to order it.
+    /// Parked tickets `offset..offset + limit` in rank order (best first), then the
+    /// sleepers (rule 16) and the held tickets (rule 24) in rank order, and how many there
+    /// are in all: O(n) to find the page, O(limit log limit) to order it.
     pub fn parked_page(&self, offset: usize, limit: usize) -> (Vec<TaskId>, usize) {
         let mut ranks: Vec<(bool, RankKey)> = self
             .parked
@@ -108,6 +114,11 @@ impl ParkingLot {
                 self.sleepers
                     .values()
                     .map(|(_, ticket)| (true, self.rank_of(ticket))),
+            )
+            .chain(
+                self.dependencies
+                    .tickets()
+                    .map(|ticket| (true, self.rank_of(ticket))),
             )
             .collect();
         let total = ranks.len();
@@ -124,11 +135,14 @@ impl ParkingLot {
         (page, total)
     }
 
-    /// The cost and priority of live ticket `id` (parked or running).
+    /// The cost and priority of live ticket `id` (parked, held or running).
     pub fn ticket_of(
         &self,
         id: TaskId,
     ) -> Option<(crate::domain::ResourceCost, crate::domain::Priority)> {
+        if let Some(ticket) = self.dependencies.ticket(id) {
+            return Some((ticket.cost, ticket.priority));
+        }
         if let Some(parked) = self.parked.get(&id) {
             let cost = crate::domain::ResourceCost::new(parked.kind, parked.units);
             return Some((cost, parked.priority));
@@ -178,6 +192,9 @@ impl ParkingLot {
     /// The first obstacle of parked ticket `id`; `Behind`'s count only if `count_ahead`
     /// (else 0: the one O(n) case).
     fn first_obstacle(&self, id: TaskId, count_ahead: bool) -> Option<WaitReason> {
+        if let Some(held) = self.why_held(id) {
+            return Some(held);
+        }
         if let Some(&(until_ms, _)) = self.sleepers.get(&id) {
             return Some(WaitReason::Sleeping { until_ms });
         }

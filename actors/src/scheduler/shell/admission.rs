@@ -10,6 +10,7 @@ use crate::scheduler::core::{ParkingLot, Ticket};
 use crate::scheduler::protocol::{Extras, Reply};
 use crate::util::contain::drop_contained;
 
+use super::dependencies::Parents;
 use super::storage::Storage;
 use super::tasks::Tasks;
 use std::time::Duration;
@@ -24,6 +25,8 @@ pub(super) struct Admission<P> {
     pub origin: Origin,
     /// The pool made its key (it came without one): see `Record::minted_key`.
     pub minted: bool,
+    /// The live tasks it waits for (none for most: see `dependencies.rs`).
+    pub parents: Parents,
 }
 
 /// Where an admitted task comes from.

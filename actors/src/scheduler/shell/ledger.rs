@@ -83,6 +83,14 @@ pub(crate) enum TaskKey {
 }
 
 impl TaskKey {
+    /// The tenant of a key that is not anonymous.
+    pub fn named_tenant(&self) -> Option<&TenantId> {
+        match self {
+            TaskKey::Anonymous(_) => None,
+            TaskKey::Named(key) => Some(&key.tenant),
+        }
+    }
+
     /// Keeps `key` in its smallest form (an anonymous key costs no allocation).
     pub fn of(key: &MailboxKey) -> Self {
         let bare = key.user_id.is_none() && key.session_id.is_none();

@@ -33,6 +33,7 @@
 
 mod admission;
 pub(crate) mod control;
+mod dependencies;
 pub(crate) mod effects;
 mod lanes;
 pub(crate) mod ledger;
@@ -163,7 +164,7 @@ where
     pub fn submit(
         &mut self,
         mut task: ScheduledTask<P>,
-        options: SubmitOptions,
+        options: &SubmitOptions,
         reply: Reply,
         extras: Option<Box<Extras>>,
         now: u64,
@@ -206,6 +207,14 @@ where
             .unwrap_or_else(MailboxKey::anonymous);
         let timeout = options.timeout.or(self.tasks.default_timeout);
         let extras = Extras::with_trace(extras, options.trace);
+        let parents = match self.resolve_parents(task.meta.id, &key, options) {
+            Ok(parents) => parents,
+            Err(refusal) => {
+                task.meta.mailbox = (!minted).then_some(key);
+                self.tasks.refuse(task, refusal, reply, now);
+                return;
+            }
+        };
         let origin = Origin::Submitted { reply, extras };
         self.admit(
             Admission {
@@ -215,6 +224,7 @@ where
                 not_before_ms,
                 origin,
                 minted,
+                parents,
             },
             now,
         );
@@ -302,7 +312,14 @@ where
         // On a shared queue nothing is shed (rule 21): a submission waits in the shared
         // queue, not here, and what this node parks it claimed from there; ending one for
         // another would end it for the whole fleet.
-        let answer = if self.storage.is_shared() {
+        let held = !admission.parents.entries.is_empty();
+        let answer = if held {
+            let parents = &admission.parents;
+            let run_anyway = parents.run_anyway;
+            self.tasks
+                .core
+                .admit_after(ticket, &parents.entries, run_anyway, now)
+        } else if self.storage.is_shared() {
             self.tasks.core.admit_without_shedding(ticket, false, now)
         } else {
             self.tasks.core.admit(ticket, now)
@@ -315,6 +332,15 @@ where
         self.end_shed(shed, now);
         match newcomer {
             Newcomer::Start => self.start_admitted(entry, admission, now),
+            Newcomer::Park if held => {
+                self.park_admitted(entry, admission, now);
+                if let Some(crate::scheduler::core::WaitReason::Dependencies { pending }) =
+                    self.tasks.core.why_waiting(entry)
+                {
+                    self.tasks
+                        .step(entry, TaskStep::WaitsForParents { pending }, now);
+                }
+            }
             Newcomer::Park => {
                 let kind = ticket.cost.kind;
                 self.park_admitted(entry, admission, now);
@@ -831,13 +857,17 @@ where
 
     /// Hands over the effects asked for so far; `spare` (the last batch, emptied) becomes
     /// the next buffer.
+    /// Parents that ended are settled first (see `dependencies.rs`): their children start
+    /// or end in the same turn.
     pub fn take_effects(&mut self, spare: Vec<Effect<P, R>>) -> Vec<Effect<P, R>> {
+        self.settle_dependencies();
         self.tasks.fx.take(spare)
     }
 
-    /// Whether effects wait to be carried out.
+    /// Whether effects wait to be carried out (or parents' ends to be settled, which make
+    /// some).
     pub fn has_effects(&self) -> bool {
-        !self.tasks.fx.is_empty()
+        !self.tasks.fx.is_empty() || self.tasks.dependencies.is_unsettled()
     }
 
     /// Publishes the gauges to every observer.

@@ -56,6 +56,7 @@ where
                 origin,
                 // Claimed from the fleet's queue: its submitter's waits are another node's.
                 minted: false,
+                parents: Default::default(),
             },
             now,
         );

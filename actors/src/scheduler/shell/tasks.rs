@@ -18,12 +18,13 @@ use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
 use crate::running::stream::{StreamAttachment, StreamShared};
-use crate::running::{Cancellation, RunContext};
+use crate::running::{Cancellation, Lineage, RunContext};
 use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
 use crate::scheduler::protocol::{EndedLater, Extras, Reply};
 use crate::util::contain::drop_contained;
 use crate::worker::Job;
 
+use super::dependencies::DependencyBook;
 use super::effects::{Effect, Effects, Outcome, SharedCall};
 use super::ledger::{admitted_ms, Ledger, Phase, Record, Run, TaskKey};
 use super::observe::{Detail, Observers};
@@ -56,6 +57,9 @@ pub(crate) struct Tasks<P, R> {
     /// Callers whose tasks ended a moment ago, for a pool that attaches repeated
     /// submissions and stores results on the mailbox's own time (see [`RecentlyEnded`]).
     pub recently_ended: Option<RecentlyEnded>,
+    /// Recent outcomes, for the parents a submission names, and the ends of parents whose
+    /// held children have not heard yet (see `dependencies.rs`).
+    pub dependencies: DependencyBook,
 }
 
 /// What [`Tasks::prepare_job`] made of a started task. (Returned once per start and moved
@@ -100,6 +104,7 @@ where
             publishing: std::collections::HashSet::new(),
             tenant_keys: foldhash::fast::RandomState::default(),
             recently_ended: None,
+            dependencies: DependencyBook::default(),
         }
     }
 
@@ -110,11 +115,17 @@ where
             let stream = record.stream().map(|stream| stream.0.clone());
             let timeout = record.timeout();
             let span = record.rare().and_then(|rare| rare.span.clone());
+            let lineage = Lineage {
+                priority: record.priority,
+                tenant: record.key.named_tenant().cloned(),
+                trace: record.trace().copied(),
+            };
             let run = record.run_mut().filter(|run| !run.sent)?;
             run.sent = true;
             let context = RunContext {
                 cancellation: run.cancellation.clone(),
                 stream,
+                lineage,
             };
             Some((context, timeout, span))
         });
@@ -209,6 +220,8 @@ where
         record.release_nested_slot();
         let step = TaskStep::Ended(TaskStatus::Cancelled);
         self.observers.record_step(&record, &step, now);
+        let key = record.key.key().into_owned();
+        self.note_end((entry, record.task_id), &key, &TaskStatus::Cancelled, now);
         tracing::debug!(pool = %self.pool, task_id = record.task_id, "abandoned a parked task: the retrieve waiting for it gave up");
         stored_elsewhere
     }
@@ -430,12 +443,20 @@ where
     /// (the run's late report only releases its capacity). It was announced as it started,
     /// so its `Ended` is told here, its one.
     pub fn end_unstored(&mut self, entry: EntryId, reply: Reply, outcome: PoolError, now: u64) {
-        let step = TaskStep::Ended(status_of_run::<()>(&Err(outcome.clone())));
+        let status = status_of_run::<()>(&Err(outcome.clone()));
+        let step = TaskStep::Ended(status.clone());
         if let Some(record) = self.ledger.get_mut(entry) {
             if let Some(run) = record.run_mut() {
                 run.ended = true;
             }
             self.observers.record_step(record, &step, now);
+        }
+        let ended = self.ledger.get(entry).map(|record| {
+            let caller = (entry, record.task_id);
+            (caller, record.key.key().into_owned())
+        });
+        if let Some((caller, key)) = ended {
+            self.note_end(caller, &key, &status, now);
         }
         self.fx.answer(reply, Err(outcome));
     }
@@ -456,7 +477,8 @@ where
             return true;
         }
         let outcome = Err(outcome);
-        let step = TaskStep::Ended(status_of_run(&outcome));
+        let status = status_of_run(&outcome);
+        let step = TaskStep::Ended(status.clone());
         let key = record.key.key().into_owned();
         let (task_id, run) = (record.task_id, run_of(record));
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
@@ -469,6 +491,7 @@ where
             .map(|claim| (claim, Settlement::Done));
         let held_back = settle.is_some() && stream.is_none();
         let later = ended_step(&self.observers, record, &key, &step, held_back, now);
+        self.note_end((entry, task_id), &key, &status, now);
         self.send_outcome(stream, key, task_id, run, outcome, settle, later, now);
         true
     }
@@ -497,12 +520,14 @@ where
         settle: Option<(Claim, Settlement)>,
         now: u64,
     ) {
-        let step = TaskStep::Ended(status_of_run(&outcome));
+        let status = status_of_run(&outcome);
+        let step = TaskStep::Ended(status.clone());
         // The record ends here: its key moves out (built once, for an anonymous one).
         let key = std::mem::replace(&mut record.key, TaskKey::Anonymous([0, 0])).into_key();
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
         let held_back = settle.is_some() && stream.is_none();
         let later = ended_step(&self.observers, &record, &key, &step, held_back, now);
+        self.note_end((record.entry, record.task_id), &key, &status, now);
         let (task_id, run) = (record.task_id, run_of(&record));
         if let (Some(recent), None) = (&mut self.recently_ended, &stream) {
             recent.remember(&key, task_id, now);
@@ -582,6 +607,27 @@ where
             settle,
             later,
         }));
+    }
+
+    /// Ledger task `record` (of `key`) ended `status`: remembered for the children named
+    /// later, and queued for the held children waiting on it, if any (see
+    /// `dependencies.rs`). A task without a named tenant can be nobody's parent.
+    pub fn note_end(
+        &mut self,
+        (entry, task_id): (EntryId, TaskId),
+        key: &MailboxKey,
+        status: &TaskStatus,
+        now: u64,
+    ) {
+        if key.is_anonymous() {
+            return;
+        }
+        let tenant = self.tenant_key_of(key);
+        self.dependencies.remember(tenant, task_id, status, now);
+        if self.core.has_children(entry) {
+            self.dependencies
+                .parent_ended(entry, task_id, status.clone(), now);
+        }
     }
 
     pub fn step(&self, entry: EntryId, step: TaskStep, now: u64) {

@@ -144,7 +144,9 @@ where
         run.cancellation.cancel();
         let step = TaskStep::Ended(TaskStatus::Cancelled);
         tasks.observers.record_step(record, &step, now);
-        tracing::debug!(pool = %tasks.pool, task_id = record.task_id, "abandoned a running task: the retrieve waiting for it gave up");
+        let (task_id, key) = (record.task_id, record.key.key().into_owned());
+        tasks.note_end((entry, task_id), &key, &TaskStatus::Cancelled, now);
+        tracing::debug!(pool = %tasks.pool, task_id, "abandoned a running task: the retrieve waiting for it gave up");
     }
 }
 

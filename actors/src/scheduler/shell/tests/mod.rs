@@ -76,6 +76,15 @@ enum Event {
         tenant: Option<u8>,
         duplicate: bool,
     },
+    /// A submission of tenant `tenant` depending on earlier submissions (each the `n`th
+    /// submitted, modulo their count), running anyway or not: held in memory mode (where a
+    /// parent of another tenant, an anonymous one or itself is refused), refused elsewhere.
+    SubmitAfter {
+        units: u32,
+        tenant: u8,
+        parents: Vec<usize>,
+        run_anyway: bool,
+    },
     /// The `n`th busy worker's run ends: well, with an error, or `Failed`; with `rests`, its
     /// thread still has work the task left on it.
     Finish { n: usize, outcome: u8, rests: bool },
@@ -123,6 +132,8 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         6 => (0u8..4, 1u32..5, prop::option::weighted(0.2, 1u64..50), prop::option::weighted(0.3, 1u64..80), prop::option::of(0u8..3), prop::bool::weighted(0.1))
             .prop_map(|(priority, units, deadline, timeout, tenant, duplicate)| Event::Submit { priority, units, deadline, timeout, tenant, duplicate }),
+        2 => (1u32..5, 0u8..3, prop::collection::vec(0usize..40, 1..4), prop::bool::weighted(0.3))
+            .prop_map(|(units, tenant, parents, run_anyway)| Event::SubmitAfter { units, tenant, parents, run_anyway }),
         5 => (0usize..4, 0u8..3, prop::bool::weighted(0.2)).prop_map(|(n, outcome, rests)| Event::Finish { n, outcome, rests }),
         1 => (0usize..4).prop_map(|n| Event::Ready { n }),
         1 => (0usize..40).prop_map(|n| Event::Cancel { n }),
@@ -420,6 +431,12 @@ impl World {
                 tenant,
                 duplicate,
             } => self.submit(priority, units, deadline, timeout, tenant, duplicate),
+            Event::SubmitAfter {
+                units,
+                tenant,
+                parents,
+                run_anyway,
+            } => self.submit_after(units, tenant, &parents, run_anyway),
             Event::Finish { n, outcome, rests } => {
                 if !self.running.is_empty() {
                     let (worker, entry, _, id) = self.running.remove(n % self.running.len());
@@ -580,7 +597,29 @@ impl World {
         self.answers.push((id, answer));
         let task = ScheduledTask { meta, payload: 7 };
         self.shell
-            .submit(task, options, Reply::Oneshot(reply), None, self.now);
+            .submit(task, &options, Reply::Oneshot(reply), None, self.now);
+    }
+
+    fn submit_after(&mut self, units: u32, tenant: u8, parents: &[usize], run_anyway: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut options = SubmitOptions::default();
+        if !self.submissions.is_empty() {
+            let count = self.submissions.len();
+            options =
+                options.with_depends_on(parents.iter().map(|n| self.submissions[n % count].0));
+        }
+        if run_anyway {
+            options = options.run_if_parents_fail();
+        }
+        let mut meta = TaskMetadata::new(id, ResourceCost::gpu_vram(units));
+        meta.mailbox = Some(MailboxKey::new(format!("t{tenant}")));
+        self.submissions.push((id, meta.mailbox.clone()));
+        let (reply, answer) = oneshot::channel();
+        self.answers.push((id, answer));
+        let task = ScheduledTask { meta, payload: 7 };
+        self.shell
+            .submit(task, &options, Reply::Oneshot(reply), None, self.now);
     }
 
     /// Carries out every effect, as the driver and the backends would.

@@ -34,7 +34,7 @@ fn submit_not_before(
     let task = ScheduledTask { meta, payload: 7 };
     world
         .shell
-        .submit(task, options, Reply::Oneshot(reply), None, world.now);
+        .submit(task, &options, Reply::Oneshot(reply), None, world.now);
     settle(world);
     let answer = answer
         .try_recv()
@@ -115,7 +115,7 @@ fn a_durable_queue_is_asked_to_keep_the_instant() {
     let (reply, _answer) = oneshot::channel();
     world.shell.submit(
         ScheduledTask { meta, payload: 7 },
-        options,
+        &options,
         Reply::Oneshot(reply),
         None,
         world.now,
@@ -198,7 +198,7 @@ fn a_sleeper_wakes_to_rank_among_the_parked() {
         let (reply, _answer) = oneshot::channel();
         world.shell.submit(
             ScheduledTask { meta, payload: 7 },
-            SubmitOptions::default(),
+            &SubmitOptions::default(),
             Reply::Oneshot(reply),
             None,
             world.now,
@@ -216,7 +216,7 @@ fn a_sleeper_wakes_to_rank_among_the_parked() {
     let (reply, _answer) = oneshot::channel();
     world.shell.submit(
         ScheduledTask { meta, payload: 7 },
-        options,
+        &options,
         Reply::Oneshot(reply),
         None,
         world.now,

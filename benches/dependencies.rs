@@ -1,0 +1,209 @@
+//! A thousand-way fan-in (`SubmitOptions::depends_on`, core rule 24): what a parent's end
+//! costs when one child waits on all of the parents, beside the same work with no child
+//! waiting, in the same run.
+//!
+//! - **Pool**: an in-memory `WorkerPool` of 8 workers. P parents (no-op tasks of one unit)
+//!   and a child that depends on all of them are submitted while a gate holds the parents
+//!   back; the gate opens and the clock runs until every parent's result and the child's are
+//!   retrieved. The baseline submits the same P tasks and the same last task without
+//!   dependencies. Per-parent completion time is the time over P; the ratio compares the
+//!   two.
+//! - **Core**: the pure core alone, P parents started then ended one by one (`complete`,
+//!   then `parent_ended` for the fan-in), per parent end, beside the same ends with no
+//!   child held.
+//!
+//! Medians of R rounds, the two runs alternating. `cargo bench -p
+//! prometheus_parking_lot_benches --bench dependencies` runs P = 1,000 parents, R = 7
+//! (override with `FAN_IN_PARENTS`, `FAN_IN_ROUNDS`); under `cargo test` it runs P = 100
+//! once as a smoke test.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_parking_lot::config::WorkerPoolConfig;
+use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, Ticket};
+use prometheus_parking_lot::core::{
+    PoolLimits, StarvationGuard, SubmitOptions, TaskMetadata, WorkerExecutor, WorkerPool,
+};
+use prometheus_parking_lot::{MailboxKey, Priority, ResourceCost};
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+
+const WORKERS: usize = 8;
+
+struct Scale {
+    parents: u64,
+    rounds: usize,
+}
+
+impl Scale {
+    fn from_args() -> Self {
+        if support::measured() {
+            Self {
+                parents: support::env_u64("FAN_IN_PARENTS", 1_000),
+                rounds: support::env_u64("FAN_IN_ROUNDS", 7) as usize,
+            }
+        } else {
+            Self {
+                parents: 100,
+                rounds: 1,
+            }
+        }
+    }
+}
+
+/// Waits for the gate, then returns at once.
+#[derive(Clone)]
+struct Gated {
+    open: watch::Receiver<bool>,
+}
+
+#[async_trait::async_trait]
+impl WorkerExecutor<u64, u64> for Gated {
+    async fn execute(&self, payload: u64, _meta: TaskMetadata) -> u64 {
+        let mut open = self.open.clone();
+        let _ = open.wait_for(|open| *open).await;
+        payload
+    }
+}
+
+/// One round through a fresh pool: seconds from the gate's opening to the last result.
+fn pool_round(runtime: &Runtime, scale: &Scale, fan_in: bool) -> f64 {
+    let (gate, open) = watch::channel(false);
+    let config = WorkerPoolConfig::new()
+        .with_name("fan-in")
+        .with_worker_count(WORKERS)
+        .with_max_units(WORKERS as u32)
+        .with_max_queue_depth(scale.parents as usize + 10)
+        .with_starvation(StarvationGuard::disabled());
+    let pool = Arc::new(WorkerPool::new(config, Gated { open }).expect("pool starts"));
+    let parents = scale.parents;
+    runtime.block_on(async move {
+        let key = |id: u64| MailboxKey::new("plan").with_session(format!("step-{id}"));
+        let meta = |id: u64| TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key(id));
+        let mut keys = Vec::with_capacity(parents as usize + 1);
+        for id in 1..=parents {
+            keys.push(
+                pool.submit_async(id, meta(id))
+                    .await
+                    .expect("parent admitted"),
+            );
+        }
+        let options = if fan_in {
+            SubmitOptions::default().with_depends_on(1..=parents)
+        } else {
+            SubmitOptions::default()
+        };
+        let last = parents + 1;
+        keys.push(
+            pool.submit_with(last, meta(last), options)
+                .await
+                .expect("child admitted"),
+        );
+        let started = Instant::now();
+        let _ = gate.send(true);
+        for key in &keys {
+            pool.retrieve_async(key, Duration::from_secs(60))
+                .await
+                .expect("a result");
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        pool.shutdown_with_drain(Duration::from_secs(5))
+            .await
+            .expect("drained");
+        elapsed
+    })
+}
+
+/// One round of the core alone: nanoseconds per parent end.
+fn core_round(scale: &Scale, fan_in: bool) -> f64 {
+    let parents = scale.parents;
+    let limits = PoolLimits::new(parents as u32 + 1, parents as usize + 1)
+        .with_max_queue_depth(10)
+        .with_starvation(StarvationGuard::disabled());
+    let mut lot = ParkingLot::new(limits).expect("valid limits");
+    let ticket = |id: u64| Ticket {
+        id,
+        priority: Priority::Normal,
+        cost: ResourceCost::cpu(1),
+        created_at_ms: id,
+        deadline_ms: None,
+        tenant: 0,
+        timeout_ms: None,
+    };
+    for id in 1..=parents {
+        assert_eq!(lot.admit(ticket(id), 0), Admit::Start);
+    }
+    let ids: Vec<u64> = (1..=parents).collect();
+    let child = parents + 1;
+    if fan_in {
+        assert_eq!(lot.admit_after(ticket(child), &ids, false, 0), Admit::Park);
+    }
+    let started = Instant::now();
+    for &id in &ids {
+        lot.complete(id, 1).expect("running");
+        if fan_in && lot.has_children(id) {
+            std::hint::black_box(lot.parent_ended(id, true, 1));
+        }
+    }
+    let elapsed = started.elapsed().as_nanos() as f64;
+    if fan_in {
+        assert_eq!(
+            lot.state(child),
+            Some(prometheus_parking_lot::core::WakeState::Running)
+        );
+    }
+    elapsed / parents as f64
+}
+
+fn main() {
+    let scale = Scale::from_args();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (mut pool_with, mut pool_without) = (Vec::new(), Vec::new());
+    let (mut core_with, mut core_without) = (Vec::new(), Vec::new());
+    for round in 0..scale.rounds {
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for fan_in in order {
+            let seconds = pool_round(&runtime, &scale, fan_in);
+            let ns = core_round(&scale, fan_in);
+            if fan_in {
+                pool_with.push(seconds);
+                core_with.push(ns);
+            } else {
+                pool_without.push(seconds);
+                core_without.push(ns);
+            }
+        }
+    }
+    let per_parent_us = |seconds: f64| seconds * 1e6 / scale.parents as f64;
+    let (with, without) = (
+        per_parent_us(support::median(&pool_with)),
+        per_parent_us(support::median(&pool_without)),
+    );
+    println!(
+        "fan-in of {} parents into one child, {WORKERS} workers, {} rounds (median)",
+        scale.parents, scale.rounds
+    );
+    println!("| measure | with the fan-in | without dependencies | ratio |");
+    println!("|---|---|---|---|");
+    println!(
+        "| pool: per-parent completion | {with:.2} µs | {without:.2} µs | {:.2}x |",
+        with / without
+    );
+    let (with, without) = (support::median(&core_with), support::median(&core_without));
+    println!(
+        "| core: per parent end | {with:.0} ns | {without:.0} ns | {:.2}x |",
+        with / without
+    );
+}
