@@ -49,6 +49,10 @@ pub enum QueueBuilderContext {
 pub struct BuiltPools<P, R, E> {
     /// The running pools.
     pub pools: HashMap<String, ResourcePool<P, R, E>>,
+    /// The places in their fleets of the pools on a shared Postgres queue; dropped after the
+    /// pools, so that each node marks itself gone as it stops.
+    #[cfg(feature = "postgres")]
+    fleet: crate::infra::postgres::fleet::Seats,
 }
 
 #[cfg(feature = "admin")]
@@ -104,6 +108,10 @@ where
             .fold(Admin::new(settings), |admin, (name, pool)| {
                 admin.with_pool(name.clone(), pool.client().clone())
             });
+        #[cfg(feature = "postgres")]
+        let admin = self.fleet.views().fold(admin, |admin, (name, view)| {
+            admin.with_fleet(name.clone(), view.clone())
+        });
         admin.serve().map(Some)
     }
 }
@@ -273,6 +281,8 @@ where
     }
     let mut sources = Sources::new(config, context);
     let mut pools = HashMap::with_capacity(planned.len());
+    #[cfg(feature = "postgres")]
+    let mut fleet = crate::infra::postgres::fleet::Seats::default();
     for (name, pool, instances) in planned {
         for instance in instances {
             let settings = config
@@ -282,6 +292,8 @@ where
                 })?
                 .with_name(&instance.name);
             let shared = queue_driver::<P>(&pool.queue).open_shared(name, &mut sources)?;
+            #[cfg(feature = "postgres")]
+            let node = shared.as_ref().map(|shared| shared.parking.node.clone());
             let results = match &mailbox {
                 Some(given) => given.clone(),
                 None => sources.mailbox(name, &pool.mailbox.storage, shared.as_ref())?,
@@ -303,10 +315,28 @@ where
                 backends,
                 &spawner,
             )?;
+            #[cfg(feature = "postgres")]
+            if let Some(node) = node {
+                fleet.join(
+                    name,
+                    &instance.name,
+                    &pool.queue,
+                    &node,
+                    sources.database(name, "queue")?,
+                    built.client().clone().into(),
+                    crate::infra::postgres::fleet::FleetSettings {
+                        heartbeat: config.fleet.clone().unwrap_or_default().heartbeat(),
+                    },
+                )?;
+            }
             pools.insert(instance.name, built);
         }
     }
-    Ok(BuiltPools { pools })
+    Ok(BuiltPools {
+        pools,
+        #[cfg(feature = "postgres")]
+        fleet,
+    })
 }
 
 /// Refuses, before anything starts, a pool that names a backend this build does not have.

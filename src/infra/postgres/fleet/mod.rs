@@ -7,6 +7,7 @@
 //! | `heartbeat.rs` | [`NodeHeartbeat`], the duty that keeps a node's row, and [`FleetMember`], the thread that runs it |
 //! | `view.rs` | [`FleetView`]: the nodes and their health, the parked tasks in rank order, the budgets |
 //! | `reasons.rs` | why a parked task waits, from what the database holds |
+//! | `seats.rs` | the fleet places of pools built from a configuration |
 //!
 //! A node registers itself under the queue's key (the same key the fleet's budgets and
 //! tenant counters use: backend, place and queue name) and its node name in the queue's
@@ -23,6 +24,7 @@
 mod heartbeat;
 mod reasons;
 mod registry;
+mod seats;
 mod view;
 
 use std::time::Duration;
@@ -30,6 +32,7 @@ use std::time::Duration;
 pub use heartbeat::{FleetMember, NodeHeartbeat};
 pub use reasons::ParkedReason;
 pub use registry::{NodeAction, NODES_TABLE};
+pub(crate) use seats::Seats;
 pub use view::{BudgetLevel, FleetNode, FleetParked, FleetView, NodeHealth, ParkedPage};
 
 use super::Identifier;

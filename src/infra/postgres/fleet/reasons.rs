@@ -10,7 +10,7 @@ use crate::util::serde::ResourceKind;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "code", rename_all = "snake_case")]
 pub enum ParkedReason {
-    /// No node serves the queue now: every node left, or none heartbeats.
+    /// No node with workers serves the queue now: every one left, or none heartbeats.
     NoLiveNode,
     /// Every live node is paused or draining: nothing is claimed.
     PausedFleet {
@@ -75,7 +75,7 @@ impl ParkedReason {
     /// The reason in a sentence, for tables and pages.
     pub fn text(&self) -> String {
         match self {
-            Self::NoLiveNode => "no live node serves the queue".into(),
+            Self::NoLiveNode => "no live node with workers serves the queue".into(),
             Self::PausedFleet { live_nodes } => {
                 format!("every live node ({live_nodes}) is paused or draining")
             }
@@ -125,7 +125,7 @@ impl ParkedReason {
 pub(crate) struct FleetState {
     /// The database's clock, ms since the Unix epoch.
     pub now_ms: u64,
-    /// Nodes heartbeating and not gone.
+    /// Nodes with workers, heartbeating and not gone.
     pub live_nodes: usize,
     /// Of those, the ones that claim (neither paused nor draining).
     pub claiming_nodes: usize,

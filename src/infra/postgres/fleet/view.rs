@@ -389,7 +389,11 @@ fn fleet_state(
         now_ms,
         ..FleetState::default()
     };
-    for node in nodes.iter().filter(|node| node.health == NodeHealth::Live) {
+    // A producer-only node (no workers) claims nothing: it is no help to a parked task.
+    let claimers = nodes
+        .iter()
+        .filter(|node| node.health == NodeHealth::Live && node.workers > 0);
+    for node in claimers {
         fleet.live_nodes += 1;
         if !node.paused && !node.draining {
             fleet.claiming_nodes += 1;
