@@ -127,7 +127,9 @@ mod api {
             .await
             .map_err(ApiError::of_pool)?;
         let mut body = serde_json::to_value(parked).map_err(|error| {
-            ApiError::of_pool(PoolError::Internal(format!("fleet: a page of parked tasks: {error}")))
+            ApiError::of_pool(PoolError::Internal(format!(
+                "fleet: a page of parked tasks: {error}"
+            )))
         })?;
         body["limit"] = limit.into();
         Ok(Json(body).into_response())
