@@ -248,6 +248,22 @@ fn post(admin: &str, path: &str, body: Value) -> (u16, Value) {
     call(reqwest::Method::POST, &format!("{admin}{path}"), Some(body))
 }
 
+/// Runs the `parking-lot` command line against `admin`: what it printed.
+fn cli(admin: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_parking-lot"))
+        .args(["--url", admin, "--token", TOKEN])
+        .args(args)
+        .output()
+        .expect("run parking-lot");
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "parking-lot {args:?}: {printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    printed
+}
+
 /// The fleet's node of process `pid`, as `admin` shows it.
 fn node_of(admin: &str, pid: u64) -> Option<Value> {
     let fleet = get(admin, "/api/fleet/work");
@@ -392,9 +408,16 @@ fn one_admin_shows_and_controls_a_fleet_of_three_nodes() {
     assert_eq!(nodes[1].starts(), 0, "a paused node claims nothing");
     assert!(nodes[0].starts() > 0 && nodes[2].starts() > 0);
 
-    // Pausing every node: the parked task's reason becomes the paused fleet.
-    let (status, answer) = post(&admin, "/api/fleet/work/pause", json!({ "all": true }));
-    assert_eq!(status, 200, "{answer}");
+    // The command line shows the same fleet: every node, the parked task and its reason.
+    let nodes_text = cli(&admin, &["fleet", "nodes", "--pool", "work"]);
+    assert_eq!(nodes_text.matches(" live ").count(), 4, "{nodes_text}");
+    let parked_text = cli(&admin, &["fleet", "parked", "--pool", "work"]);
+    assert!(parked_text.contains("needs 16 cpu units"), "{parked_text}");
+    assert!(parked_text.contains("1-1 of 1 parked"), "{parked_text}");
+
+    // Pausing every node (from the command line): the reason becomes the paused fleet.
+    let paused_text = cli(&admin, &["fleet", "pause", "--pool", "work", "--all"]);
+    assert!(paused_text.starts_with("pause asked of "), "{paused_text}");
     eventually("the reason to say the fleet is paused", || {
         let page = get(&admin, "/api/fleet/work/parked");
         (page["parked"][0]["reason"]["code"] == "paused_fleet").then_some(())

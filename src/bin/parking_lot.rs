@@ -9,6 +9,7 @@
 //! parking-lot cancel --pool llm --tenant acme 42
 //! parking-lot dead-letters --pool llm      a shared queue's dead letters, and why
 //! parking-lot retry --pool llm ENTRY       (purge --pool llm ENTRY, purge --pool llm --all)
+//! parking-lot fleet nodes --pool llm       the fleet of a shared queue (see `parking_lot/fleet.rs`)
 //! ```
 //!
 //! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise;
@@ -23,6 +24,9 @@
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[path = "parking_lot/fleet.rs"]
+mod fleet;
 
 use clap::{Parser, Subcommand};
 use prometheus_parking_lot::config::escape_controls;
@@ -138,6 +142,12 @@ enum Command {
         session: Option<String>,
         /// The task's id
         id: u64,
+    },
+    /// The fleet of a pool's shared Postgres queue: its nodes, parked tasks, budgets, and
+    /// control of any node
+    Fleet {
+        #[command(subcommand)]
+        command: fleet::FleetCommand,
     },
 }
 
@@ -263,6 +273,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 )
             });
         }
+        Command::Fleet { command } => return fleet::run(&server, cli.json, command).await,
         Command::Cancel {
             pool,
             tenant,
