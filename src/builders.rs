@@ -50,8 +50,10 @@ pub struct BuiltPools<P, R, E> {
     /// The running pools.
     pub pools: HashMap<String, ResourcePool<P, R, E>>,
     /// The places in their fleets of the pools on a shared Postgres queue; dropped after the
-    /// pools, so that each node marks itself gone as it stops.
+    /// pools, so that each node marks itself gone as it stops (without `admin`, held for that
+    /// drop only).
     #[cfg(feature = "postgres")]
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
     fleet: crate::infra::postgres::fleet::Seats,
 }
 

@@ -51,6 +51,7 @@ impl Seats {
     }
 
     /// Each pool's view of its fleet.
+    #[cfg(feature = "admin")]
     pub(crate) fn views(&self) -> impl Iterator<Item = (&String, &FleetView)> {
         self.views.iter()
     }
