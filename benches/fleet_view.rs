@@ -166,7 +166,10 @@ async fn round(database: &PgDatabase, scale: &Scale, with_view: bool) -> (f64, u
         let answers = producer_pool
             .submit_batch(tasks, SubmitOptions::default())
             .await;
-        assert!(answers.iter().all(Result::is_ok), "every submit is accepted");
+        assert!(
+            answers.iter().all(Result::is_ok),
+            "every submit is accepted"
+        );
     }
     let deadline = started + Duration::from_secs(600);
     while worker_pool.stats().completed_tasks < scale.jobs {
@@ -179,7 +182,10 @@ async fn round(database: &PgDatabase, scale: &Scale, with_view: bool) -> (f64, u
         reader.await.expect("the reader ends");
     }
     let reads = reads.load(Ordering::Relaxed);
-    assert!(!with_view || reads > 0, "the view was read during the round");
+    assert!(
+        !with_view || reads > 0,
+        "the view was read during the round"
+    );
     drop(producer);
     drop(worker);
     for sql in [

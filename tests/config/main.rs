@@ -9,4 +9,5 @@
 mod config_files;
 mod config_fuzz;
 mod config_order;
+mod fleet_section;
 mod hardening_config;
