@@ -284,7 +284,10 @@ where
     let mut sources = Sources::new(config, context);
     let mut pools = HashMap::with_capacity(planned.len());
     #[cfg(feature = "postgres")]
-    let mut fleet = crate::infra::postgres::fleet::Seats::default();
+    let mut fleet =
+        crate::infra::postgres::fleet::Seats::new(crate::infra::postgres::fleet::FleetSettings {
+            heartbeat: config.fleet.clone().unwrap_or_default().heartbeat(),
+        });
     for (name, pool, instances) in planned {
         for instance in instances {
             let settings = config
@@ -326,9 +329,6 @@ where
                     &node,
                     sources.database(name, "queue")?,
                     built.client().clone().into(),
-                    crate::infra::postgres::fleet::FleetSettings {
-                        heartbeat: config.fleet.clone().unwrap_or_default().heartbeat(),
-                    },
                 )?;
             }
             pools.insert(instance.name, built);

@@ -26,10 +26,10 @@ const FLEET_PAGE: &str = include_str!("fleet.html");
 pub(crate) type Fleets =
     std::collections::BTreeMap<String, crate::infra::postgres::fleet::FleetView>;
 
-/// The fleets the server shows: none in a build without Postgres.
+/// The fleets the server shows: none in a build without Postgres (no value of the map's
+/// type can exist).
 #[cfg(not(feature = "postgres"))]
-#[derive(Default)]
-pub(crate) struct Fleets;
+pub(crate) type Fleets = std::collections::BTreeMap<String, std::convert::Infallible>;
 
 /// The fleet's routes, to be merged into the server's (behind its guard).
 pub(crate) fn routes() -> Router<Shared> {
@@ -43,17 +43,20 @@ async fn page() -> Html<&'static str> {
 /// Without Postgres there is no fleet to read: the page only, which says so.
 #[cfg(not(feature = "postgres"))]
 mod api {
+    use axum::extract::State;
     use axum::routing::get;
     use axum::{Json, Router};
 
     use super::Shared;
 
     pub(super) fn routes(router: Router<Shared>) -> Router<Shared> {
-        router.route("/api/fleet", get(no_fleets))
+        router.route("/api/fleet", get(fleets))
     }
 
-    async fn no_fleets() -> Json<serde_json::Value> {
-        Json(serde_json::json!({ "fleets": [] }))
+    /// The pools with a fleet: none.
+    async fn fleets(State(state): State<Shared>) -> Json<serde_json::Value> {
+        let pools: Vec<&String> = state.fleets.keys().collect();
+        Json(serde_json::json!({ "fleets": pools }))
     }
 }
 

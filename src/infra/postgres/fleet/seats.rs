@@ -11,13 +11,23 @@ use crate::infra::postgres::PgDatabase;
 
 /// The fleet places of built pools: their heartbeats, stopped (each node marking itself gone)
 /// when this is dropped, and their views by pool.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Seats {
+    settings: FleetSettings,
     members: Vec<FleetMember>,
     views: BTreeMap<String, FleetView>,
 }
 
 impl Seats {
+    /// No pool yet; each that joins heartbeats as `settings` say.
+    pub(crate) fn new(settings: FleetSettings) -> Self {
+        Self {
+            settings,
+            members: Vec::new(),
+            views: BTreeMap::new(),
+        }
+    }
+
     /// Joins pool `pool` (built as `instance`, its node named `node` in the queue's leases)
     /// to the fleet of its queue `queue`, if that is a shared Postgres queue.
     pub(crate) fn join(
@@ -28,7 +38,6 @@ impl Seats {
         node: &str,
         database: PgDatabase,
         control: PoolControl,
-        settings: FleetSettings,
     ) -> Result<(), PoolError> {
         let fleet_queue = match queue {
             QueueSettings::Postgres {
@@ -42,7 +51,7 @@ impl Seats {
             fleet_queue.clone(),
             node,
             control,
-            settings,
+            self.settings,
         );
         self.members.push(FleetMember::join(heartbeat)?);
         self.views
