@@ -387,6 +387,23 @@ fn one_admin_shows_and_controls_a_fleet_of_three_nodes() {
         "{task}"
     );
 
+    // And so does the question about that one task, asked of a node that did not park it.
+    let why = get(
+        &admin,
+        &format!("/api/fleet/work/why?tenant=fleet&session_id={queue}&id=100"),
+    );
+    assert_eq!(why["task"]["position"], 0, "{why}");
+    assert_eq!(
+        why["task"]["reason"]["code"], "larger_than_any_node",
+        "{why}"
+    );
+    let (status, answer) = call(
+        reqwest::Method::GET,
+        &format!("{admin}/api/fleet/work/why?tenant=fleet&id=100"),
+        None,
+    );
+    assert_eq!(status, 404, "another key is another task: {answer}");
+
     // Pausing b from a's admin: b claims nothing, a and c run every task.
     let b = node_of(&admin, nodes[1].pid()).unwrap();
     let (status, answer) = post(

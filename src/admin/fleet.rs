@@ -9,6 +9,7 @@
 //! | `GET /api/fleet` | the pools whose fleet is shown, with their queues |
 //! | `GET /api/fleet/{pool}` | the nodes (live, stale or gone, with their claims at risk) and the budgets |
 //! | `GET /api/fleet/{pool}/parked?offset=0&limit=50` | the queue's parked tasks in rank order, each with why it waits |
+//! | `GET /api/fleet/{pool}/why?tenant=..&id=..` (`user_id`, `session_id`) | one parked task of the queue, its place and why it waits, whichever node parked it |
 //! | `POST /api/fleet/{pool}/pause`, `/resume`, `/drain`, `/undrain` `{"node": ".."}` or `{"all": true}` | a request to a node, or every node, carried out at its next heartbeat (a token) |
 //! | `POST /api/fleet/{pool}/cancel` `{"tenant", "user_id", "session_id", "id"}` | cancel a parked task of the queue, whichever node submitted it (a token) |
 
@@ -81,6 +82,7 @@ mod api {
             .route("/api/fleet", get(fleets))
             .route("/api/fleet/{pool}", get(overview))
             .route("/api/fleet/{pool}/parked", get(parked))
+            .route("/api/fleet/{pool}/why", get(why))
             .route("/api/fleet/{pool}/{action}", post(control))
     }
 
@@ -143,6 +145,49 @@ mod api {
         })?;
         body["limit"] = limit.into();
         Ok(Json(body).into_response())
+    }
+
+    /// Why a parked task of the queue waits: `?tenant=..&id=..` (and `user_id`, `session_id`
+    /// when its key has them).
+    async fn why(
+        State(state): State<Shared>,
+        Path(name): Path<String>,
+        Query(query): Query<HashMap<String, String>>,
+    ) -> ApiResult {
+        let fleet = fleet_of(&state, &name)?;
+        if let Some(unknown) = query
+            .keys()
+            .find(|key| !["tenant", "user_id", "session_id", "id"].contains(&key.as_str()))
+        {
+            return Err(ApiError::bad_request(format!(
+                "unknown parameter {unknown:?}; use tenant, user_id, session_id and id"
+            )));
+        }
+        let Some(tenant) = query.get("tenant") else {
+            return Err(ApiError::bad_request(
+                "why takes the task's tenant (?tenant=..&id=..)",
+            ));
+        };
+        let id: TaskId = query
+            .get("id")
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| {
+                ApiError::bad_request("why takes the task's id, a whole number (?tenant=..&id=..)")
+            })?;
+        let mut key = MailboxKey::new(tenant.clone());
+        key.user_id = query.get("user_id").cloned();
+        key.session_id = query.get("session_id").cloned();
+        let task = fleet
+            .why_waiting(&key, id)
+            .await
+            .map_err(ApiError::of_pool)?
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "task {id} of tenant {tenant:?} is not parked in the queue of pool {name:?} \
+                     (it runs, it ended, or no node took it)"
+                ))
+            })?;
+        Ok(Json(json!({ "task": task })).into_response())
     }
 
     /// Which nodes a request is for: one by name, or every node.

@@ -236,6 +236,7 @@ impl FleetView {
             .map_err(|error| self.failed("read its parked tasks", &error))?;
         let budgets = self.budgets().await?;
         let counters = self.tenant_counters().await?;
+        let waiting_tenants = self.waiting_tenants(table.as_str(), &counters).await?;
         let read = |row: &QueryResult| -> Result<(u64, u64), DbErr> {
             Ok((
                 to_u64(row.try_get::<i64>("", "now_ms")?),
@@ -246,7 +247,7 @@ impl FleetView {
             Some(row) => read(row).map_err(|error| self.failed("read its clock", &error))?,
             None => (crate::util::clock::now_ms() as u64, 0),
         };
-        let fleet = fleet_state(now_ms, &nodes, &budgets, &counters, &rows);
+        let fleet = fleet_state(now_ms, &nodes, &budgets, &counters, &waiting_tenants);
         let parked = rows
             .iter()
             .enumerate()
@@ -262,6 +263,91 @@ impl FleetView {
             offset,
             at_ms: now_ms,
         })
+    }
+
+    /// Why the task `id` of exactly `key` waits, if it is parked in the queue (`None`: it
+    /// runs, ended, or never was), with its place in the rank order: what
+    /// [`PoolControl::why_waiting`](crate::core::PoolControl::why_waiting) answers for a
+    /// node's own tasks, for every parked task of the queue. The table queue only, as
+    /// [`parked`](Self::parked).
+    pub async fn why_waiting(
+        &self,
+        key: &MailboxKey,
+        id: u64,
+    ) -> Result<Option<FleetParked>, PoolError> {
+        let Some(table) = &self.queue.table else {
+            return Err(PoolError::InvalidConfig(format!(
+                "fleet: the parked tasks of {} are not read: PGMQ keeps them in queues of its \
+                 own; the fleet reads those of the postgres table queue",
+                self.queue.key()
+            )));
+        };
+        let sql = format!(
+            "SELECT t.entry, t.task_id, t.tenant, t.user_id, t.session_id, t.priority, t.kind, \
+                    t.units, t.rank_time_ms, t.attempts, t.not_before_ms, t.last_error, \
+                    {DATABASE_NOW_MS} AS now_ms, \
+                    (SELECT count(*) FROM {table} AS a WHERE a.queue_name = $1 \
+                        AND a.state = 'parked' AND (a.priority > t.priority \
+                         OR (a.priority = t.priority \
+                             AND (a.rank_time_ms, a.entry) < (t.rank_time_ms, t.entry)))) AS ahead \
+               FROM {table} AS t WHERE t.queue_name = $1 AND t.state = 'parked' \
+                AND t.tenant = $2 AND t.task_id = $3 \
+                AND t.user_id IS NOT DISTINCT FROM $4 AND t.session_id IS NOT DISTINCT FROM $5"
+        );
+        let values: Vec<Value> = vec![
+            self.queue.queue_name().to_owned().into(),
+            key.tenant.0.clone().into(),
+            i64::try_from(id).unwrap_or(i64::MAX).into(),
+            key.user_id.clone().into(),
+            key.session_id.clone().into(),
+        ];
+        let rows = self
+            .database
+            .rows(sql, values)
+            .await
+            .map_err(|error| self.failed("read a parked task", &error))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let nodes = self.nodes().await?;
+        let budgets = self.budgets().await?;
+        let counters = self.tenant_counters().await?;
+        let waiting_tenants = self.waiting_tenants(table.as_str(), &counters).await?;
+        let read = |row: &QueryResult| -> Result<(u64, u64), DbErr> {
+            Ok((
+                to_u64(row.try_get::<i64>("", "now_ms")?),
+                to_u64(row.try_get::<i64>("", "ahead")?),
+            ))
+        };
+        let (now_ms, ahead) = read(row).map_err(|error| self.failed("read its place", &error))?;
+        let fleet = fleet_state(now_ms, &nodes, &budgets, &counters, &waiting_tenants);
+        parked_of(row, ahead, &fleet, &counters)
+            .map(Some)
+            .map_err(|error| self.failed("read a parked task's row", &error))
+    }
+
+    /// The tenants with a task parked in `table`, where the fleet keeps tenant counters (the
+    /// least served of them goes first); none otherwise.
+    async fn waiting_tenants(
+        &self,
+        table: &str,
+        counters: &HashMap<String, f64>,
+    ) -> Result<Vec<String>, PoolError> {
+        if counters.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT DISTINCT tenant FROM {table} WHERE queue_name = $1 AND state = 'parked'"
+        );
+        let rows = self
+            .database
+            .rows(sql, vec![self.queue.queue_name().to_owned().into()])
+            .await
+            .map_err(|error| self.failed("read its waiting tenants", &error))?;
+        rows.iter()
+            .map(|row| row.try_get::<String>("", "tenant"))
+            .collect::<Result<_, _>>()
+            .map_err(|error| self.failed("read a waiting tenant", &error))
     }
 
     /// Each tenant's service counter, where the fleet keeps them (a fair share by use).
@@ -383,7 +469,7 @@ fn fleet_state(
     nodes: &[FleetNode],
     budgets: &[BudgetLevel],
     counters: &HashMap<String, f64>,
-    rows: &[QueryResult],
+    waiting_tenants: &[String],
 ) -> FleetState {
     let mut fleet = FleetState {
         now_ms,
@@ -413,12 +499,11 @@ fn fleet_state(
         }
     }
     if !counters.is_empty() {
-        fleet.least_served = rows
+        fleet.least_served = waiting_tenants
             .iter()
-            .filter_map(|row| row.try_get::<String>("", "tenant").ok())
             .map(|tenant| {
-                let service = counters.get(&tenant).copied().unwrap_or(0.0);
-                (tenant, service)
+                let service = counters.get(tenant).copied().unwrap_or(0.0);
+                (tenant.clone(), service)
             })
             .min_by(|a, b| a.1.total_cmp(&b.1));
     }
