@@ -883,10 +883,8 @@ fn fleet_config(
     workers: usize,
     units: u32,
 ) -> prometheus_parking_lot::SchedulerConfig {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let text = json!({
-        "database_url": url,
+        "database_url": database_url(),
         "fleet": { "heartbeat_ms": 200 },
         "admin": { "bind": "127.0.0.1:0", "token": TOKEN },
         "pools": { "work": {
@@ -977,4 +975,21 @@ async fn the_fleet_page_lists_the_nodes_and_why_a_parked_task_waits() {
     drop(server);
     drop(producer);
     drop(node);
+    if let Ok(connection) = sea_orm::Database::connect(database_url()).await {
+        use sea_orm::ConnectionTrait;
+        for sql in [
+            format!("DROP TABLE IF EXISTS {queue}_results"),
+            format!("DELETE FROM pl_fleet_nodes WHERE queue_key = 'postgres table pl_queue_jobs {queue}'"),
+        ] {
+            let _ = connection.execute_unprepared(&sql).await;
+        }
+        let _ = connection.close().await;
+    }
+}
+
+/// The test database.
+#[cfg(feature = "postgres")]
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }

@@ -397,6 +397,24 @@ fn one_admin_shows_and_controls_a_fleet_of_three_nodes() {
         why["task"]["reason"]["code"], "larger_than_any_node",
         "{why}"
     );
+    let why_text = cli(
+        &admin,
+        &[
+            "fleet",
+            "why",
+            "--pool",
+            "work",
+            "--tenant",
+            "fleet",
+            "--session",
+            &queue,
+            "100",
+        ],
+    );
+    assert!(
+        why_text.starts_with("task 100 of fleet: #1 in the queue; needs 16 cpu units"),
+        "{why_text}"
+    );
     let (status, answer) = call(
         reqwest::Method::GET,
         &format!("{admin}/api/fleet/work/why?tenant=fleet&id=100"),

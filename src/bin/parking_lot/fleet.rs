@@ -4,6 +4,7 @@
 //! ```text
 //! parking-lot fleet nodes --pool work              every node: health, state, claims (at risk when stale)
 //! parking-lot fleet parked --pool work             the queue's parked tasks in rank order, why each waits
+//! parking-lot fleet why --pool work --tenant acme 42   why one parked task waits, and its place
 //! parking-lot fleet budgets --pool work            the fleet's budgets as they stand
 //! parking-lot fleet pause --pool work --node NAME  (or --all; resume, drain, undrain alike)
 //! parking-lot fleet cancel --pool work --tenant acme 42
@@ -31,6 +32,23 @@ pub(crate) enum FleetCommand {
         pool: String,
         #[command(flatten)]
         page: Page,
+    },
+    /// Why one parked task of the queue waits, and its place, whichever node parked it
+    Why {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The tenant it was submitted under
+        #[arg(long)]
+        tenant: String,
+        /// The user part of its key, if it has one
+        #[arg(long)]
+        user: Option<String>,
+        /// The session part of its key, if it has one
+        #[arg(long)]
+        session: Option<String>,
+        /// The task's id
+        id: u64,
     },
     /// The fleet's budgets as they stand
     Budgets {
@@ -100,6 +118,27 @@ pub(crate) async fn run(
                 .await?,
             parked_table,
         ),
+        FleetCommand::Why {
+            pool,
+            tenant,
+            user,
+            session,
+            id,
+        } => {
+            let mut query = format!("tenant={}&id={id}", path(tenant));
+            if let Some(user) = user {
+                query.push_str(&format!("&user_id={}", path(user)));
+            }
+            if let Some(session) = session {
+                query.push_str(&format!("&session_id={}", path(session)));
+            }
+            (
+                server
+                    .get(&format!("/api/fleet/{}/why?{query}", path(pool)))
+                    .await?,
+                why_line,
+            )
+        }
         FleetCommand::Budgets { pool } => (
             server.get(&format!("/api/fleet/{}", path(pool))).await?,
             budgets_table,
@@ -239,6 +278,17 @@ fn parked_table(answer: &Value) -> String {
         format!("{}-{} of {total} parked\n", first + 1, first + shown)
     });
     table
+}
+
+fn why_line(answer: &Value) -> String {
+    let task = &answer["task"];
+    format!(
+        "task {} of {}: #{} in the queue; {}\n",
+        text(&task["task_id"]),
+        escape_controls(&text(&task["key"]["tenant"])),
+        task["position"].as_u64().unwrap_or(0) + 1,
+        escape_controls(&text(&task["reason_text"]))
+    )
 }
 
 fn budgets_table(answer: &Value) -> String {
