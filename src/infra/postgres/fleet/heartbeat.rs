@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use sea_orm::DbErr;
 
-use super::registry::{ensure_nodes_table, leave, take_wanted, write_beat, NodeAction, NodeBeat};
+use super::registry::{
+    ensure_nodes_table, forget_old_nodes, leave, take_wanted, write_beat, NodeAction, NodeBeat,
+};
 use super::{millis, FleetQueue, FleetSettings};
 use crate::core::{PoolControl, PoolError};
 use crate::infra::postgres::PgDatabase;
@@ -77,6 +79,9 @@ impl NodeHeartbeat {
         write_beat(&self.database, key, &self.node, &self.beat())
             .await
             .map_err(|error| self.failed("write its heartbeat", &error))?;
+        forget_old_nodes(&self.database)
+            .await
+            .map_err(|error| self.failed("forget the nodes long gone", &error))?;
         Ok(wanted)
     }
 

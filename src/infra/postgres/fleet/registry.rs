@@ -11,6 +11,9 @@
 //! | `running`, `paused`, `draining` | its state at its last heartbeat |
 //! | `wanted` | what an operator asked of it and it has not done yet ([`NodeAction`]) |
 //! | `left_ms` | when it stopped cleanly (`NULL` while it serves) |
+//!
+//! A row gone or silent for an hour ([`FORGET_AFTER_MS`]) is deleted by a later heartbeat
+//! of any node.
 
 use sea_orm::{DbErr, QueryResult, TransactionTrait, Value};
 
@@ -139,6 +142,19 @@ pub(crate) async fn write_beat(
         beat.draining.into(),
     ];
     database.rows(sql, values).await.map(drop)
+}
+
+/// How long the table keeps the row of a node gone or silent, ms: then any node's heartbeat
+/// deletes it, so restarts (each a new node name) do not pile up rows.
+pub const FORGET_AFTER_MS: i64 = 60 * 60 * 1_000;
+
+/// Deletes the rows of every queue's nodes gone or silent for [`FORGET_AFTER_MS`].
+pub(crate) async fn forget_old_nodes(database: &PgDatabase) -> Result<(), DbErr> {
+    let sql = format!(
+        "DELETE FROM {NODES_TABLE} \
+         WHERE COALESCE(left_ms, heartbeat_ms) < {DATABASE_NOW_MS} - {FORGET_AFTER_MS}"
+    );
+    database.rows(sql, Vec::new()).await.map(drop)
 }
 
 /// Takes the request waiting for node `node`, if any: it is cleared as it is read, so each
