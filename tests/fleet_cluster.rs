@@ -507,6 +507,7 @@ fn one_admin_shows_and_controls_a_fleet_of_three_nodes() {
     drop(nodes);
     drop(built);
     runtime.block_on(clean_up(&queue, &mailbox));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn main() {
