@@ -172,6 +172,7 @@ fn notify_cost(runtime: &Runtime, calls: u64) -> f64 {
         stored_at_ms: 1_700_000_000_000,
         attempt: 1,
         result: Some(serde_json::json!({ "text": "a short answer of a few words" })),
+        trace: None,
     };
     for id in 0..2_000 {
         notifier.notify(&event(id));

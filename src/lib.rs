@@ -113,6 +113,8 @@ pub mod gpu;
 pub mod infra;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod pool;
 pub mod runtime;
 mod settings;

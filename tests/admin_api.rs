@@ -605,6 +605,7 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
         ),
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     let client = start_pool(&supervisor, spec).await.unwrap();
     let server = Admin::new(AdminSettings {
@@ -719,9 +720,9 @@ async fn dead_letters_of_a_shared_queue_are_listed_retried_and_purged() {
     let local = pool(&gate);
     let local_server = serve(&local, None);
     let (status, body) = get(&local_server, "api/pools/llm/dead-letters").await;
-    assert_eq!(status, 409);
+    assert_eq!((status, &body["kept"]), (200, &Value::Bool(false)));
     assert!(
-        body["error"]
+        body["note"]
             .as_str()
             .unwrap()
             .contains("keeps no dead letters"),
@@ -1155,5 +1156,393 @@ async fn tenants_show_their_weight_and_service_under_a_fair_share_by_use() {
         "{out}"
     );
     assert!(acme.contains(" 4 ") && acme.contains("2000"), "{out}");
+    gate.store(true, Ordering::Release);
+}
+
+// ------------------------------------------------------- what an operator saw (issue 41)
+
+/// `n` tasks without a mailbox: each gets a tenant of its own (`anonymous-` and 32 hex
+/// digits).
+async fn submit_anonymous(pool: &WorkerPool<String, String, Gated>, ids: std::ops::Range<u64>) {
+    for id in ids {
+        pool.submit_async(
+            PROMPT.to_string(),
+            TaskMetadata::new(id, ResourceCost::gpu_vram(1)),
+        )
+        .await
+        .expect("parks");
+    }
+}
+
+/// Tasks without a mailbox are one row of the tenants, `anonymous (N tasks)`, in the API
+/// and on the command line, not a row each; and the tenants come in pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_tenants_are_one_row_and_tenants_come_in_pages() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = pool(&gate);
+    let server = serve(&pool, Some(TOKEN));
+    pool.submit_async(
+        PROMPT.to_string(),
+        TaskMetadata::new(1, ResourceCost::gpu_vram(8)).with_mailbox(MailboxKey::new("acme")),
+    )
+    .await
+    .expect("runs");
+    submit_anonymous(&pool, 2..7).await;
+    // A tenant named so by its caller is a tenant like any other.
+    pool.submit_async(
+        PROMPT.to_string(),
+        TaskMetadata::new(7, ResourceCost::gpu_vram(1))
+            .with_mailbox(MailboxKey::new("anonymous-team")),
+    )
+    .await
+    .expect("parks");
+
+    let (status, body) = get(&server, "api/pools/llm/tenants").await;
+    assert_eq!(status, 200);
+    let rows = body["tenants"].as_array().expect("rows").clone();
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|row| row["tenant"].as_str())
+        .collect();
+    assert_eq!(names, ["acme", "anonymous-team", "anonymous"], "{body}");
+    assert_eq!(
+        (
+            &rows[2]["anonymous_tenants"],
+            &rows[2]["parked"],
+            &rows[2]["running"]
+        ),
+        (&Value::from(5), &Value::from(5), &Value::from(0)),
+        "{body}"
+    );
+    assert!(rows[0].get("anonymous_tenants").is_none(), "{body}");
+    assert!(rows[1].get("anonymous_tenants").is_none(), "{body}");
+    assert_eq!(body["tenants_total"], 3);
+    let (_, one) = get(&server, "api/pools/llm").await;
+    assert_eq!(one["tenants"].as_array().map(Vec::len), Some(3), "{one}");
+
+    let (_, page) = get(&server, "api/pools/llm/tenants?offset=2&limit=1").await;
+    assert_eq!(
+        (
+            page["tenants"].as_array().map(Vec::len),
+            &page["tenants"][0]["tenant"],
+            &page["tenants_total"]
+        ),
+        (Some(1), &Value::from("anonymous"), &Value::from(3)),
+        "{page}"
+    );
+    let (status, body) = get(&server, "api/pools/llm/tenants?limit=0").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            400,
+            Some("limit is \"0\"; use a whole number from 1 to 1000")
+        )
+    );
+
+    let (ok, out, _) = cli(&server, &["tenants", "--pool", "llm"]).await;
+    assert!(ok, "{out}");
+    assert_eq!(out.lines().count(), 4, "a header and three rows: {out}");
+    assert!(
+        out.contains("anonymous (5 tasks)")
+            && out.matches("anonymous-").count() == 1
+            && out.contains("anonymous-team"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&server, &["tenants", "--pool", "llm", "--limit", "1"]).await;
+    assert!(ok && out.ends_with("1–1 of 3 tenants\n"), "{out}");
+    assert!(out.contains("acme") && !out.contains("anonymous"), "{out}");
+    gate.store(true, Ordering::Release);
+}
+
+/// The sum of what `tasks` hold of `kind`.
+fn units_of(tasks: &Value, kind: &str) -> u64 {
+    tasks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|task| task["cost"]["kind"].as_str().map(str::to_lowercase) == Some(kind.into()))
+        .filter_map(|task| task["cost"]["units"].as_u64())
+        .sum()
+}
+
+/// One snapshot gives the counters, the capacity in use and the lists of one instant: read
+/// again and again while tasks start and end, its counters always count what its lists
+/// hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_shows_counters_and_lists_of_one_instant() {
+    // Closed until a read has seen tasks running; then they start and end all the time.
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(3)
+            .with_max_units(24)
+            .with_timeout_ms(TIMEOUT_MS),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let server = serve(&pool, Some(TOKEN));
+    let submitter = {
+        let client = pool.client().clone();
+        tokio::spawn(async move {
+            for id in 1..=400u64 {
+                let meta = TaskMetadata::new(id, ResourceCost::gpu_vram(1 + (id % 8) as u32))
+                    .with_mailbox(MailboxKey::new(format!("tenant-{}", id % 3)));
+                let task = prometheus_parking_lot::core::ScheduledTask::new(meta, id.to_string());
+                if client.submit(task, Default::default()).await.is_err() {
+                    return;
+                }
+                if id % 16 == 0 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        })
+    };
+    let mut busy_reads = 0;
+    let mut reads = 0;
+    while reads < 60 || !submitter.is_finished() {
+        reads += 1;
+        let (status, snapshot) = get(&server, "api/pools/llm/snapshot?limit=1000").await;
+        assert_eq!(status, 200, "{snapshot}");
+        let stats = &snapshot["pool"]["stats"];
+        let running = snapshot["running"].as_array().expect("running").len();
+        assert_eq!(stats["active_tasks"], running, "{snapshot}");
+        assert_eq!(
+            stats["queued_tasks"], snapshot["parked"]["parked_total"],
+            "{snapshot}"
+        );
+        let vram = snapshot["pool"]["kinds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|kind| kind["kind"] == "gpu_vram")
+            .map_or(0, |kind| kind["used"].as_u64().unwrap_or(0));
+        assert_eq!(
+            vram,
+            units_of(&snapshot["running"], "gpuvram"),
+            "{snapshot}"
+        );
+        let tenants = &snapshot["tenants"]["tenants"];
+        let running_by_tenants: u64 = tenants
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|tenant| tenant["running"].as_u64())
+            .sum();
+        assert_eq!(running_by_tenants, running as u64, "{snapshot}");
+        assert!(snapshot["refusals"].is_array() && snapshot["at_ms"].is_u64());
+        if running > 0 {
+            busy_reads += 1;
+            gate.store(true, Ordering::Release);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    submitter.await.unwrap();
+    assert!(busy_reads > 0, "some reads saw tasks running");
+    let (status, body) = get(&server, "api/pools/llm/snapshot?offset=x").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            400,
+            Some("offset is \"x\"; use a whole number from 0 to 9223372036854775807")
+        )
+    );
+}
+
+/// Capacity is shown for the kinds configured, and where one number sets every kind
+/// (`max_units`) for the kinds tasks use only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_is_shown_for_the_kinds_configured_or_used() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let uniform = pool(&gate);
+    let server = serve(&uniform, None);
+    let kinds = |body: &Value| -> Vec<String> {
+        body["pools"][0]["kinds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|kind| kind["kind"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let (_, body) = get(&server, "api/pools").await;
+    assert_eq!(kinds(&body), Vec::<String>::new(), "none used yet: {body}");
+    assert_eq!(body["pools"][0]["units_per_kind"], 10, "{body}");
+    uniform
+        .submit_async(
+            PROMPT.to_string(),
+            TaskMetadata::new(1, ResourceCost::gpu_vram(4)),
+        )
+        .await
+        .expect("runs");
+    let (_, body) = get(&server, "api/pools").await;
+    assert_eq!(kinds(&body), ["gpu_vram"], "{body}");
+    gate.store(true, Ordering::Release);
+    // Once the task has ended, the kind it used keeps its bar (at 0).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while uniform.stats().active_tasks > 0 {
+        assert!(std::time::Instant::now() < deadline, "the task ends");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (_, body) = get(&server, "api/pools").await;
+    assert_eq!(kinds(&body), ["gpu_vram"], "{body}");
+
+    let explicit = WorkerPool::new(
+        WorkerPoolConfig::new().with_worker_count(1).with_capacity(
+            prometheus_parking_lot::core::Capacity::default()
+                .with(prometheus_parking_lot::ResourceKind::Cpu, 4),
+        ),
+        Gated(gate.clone()),
+    )
+    .expect("the pool starts");
+    let server = serve(&explicit, None);
+    let (_, body) = get(&server, "api/pools").await;
+    assert_eq!(kinds(&body), ["cpu"], "{body}");
+    assert!(body["pools"][0].get("units_per_kind").is_none(), "{body}");
+}
+
+/// Empty lists read alike on the command line: a sentence, not a bare header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_lists_say_so_on_the_command_line() {
+    let gate = Arc::new(AtomicBool::new(true));
+    let pool = pool(&gate);
+    let server = serve(&pool, None);
+    for (command, said) in [
+        ("running", "no running tasks\n"),
+        ("tenants", "no tenants with live tasks\n"),
+        ("parked", "no parked tasks\n"),
+    ] {
+        let (ok, out, err) = cli(&server, &[command, "--pool", "llm"]).await;
+        assert_eq!((ok, out.as_str()), (true, said), "{command}: {err}");
+    }
+}
+
+/// `parking-lot ARGS` with `PARKING_LOT_URL` set to `url` (or unset): (exit success,
+/// stdout, stderr).
+async fn cli_at(args: &[&str], url: Option<&str>) -> (bool, String, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parking-lot"));
+    command.args(args).env_remove("PARKING_LOT_URL");
+    if let Some(url) = url {
+        command.env("PARKING_LOT_URL", url);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("the command runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `--url` (or PARKING_LOT_URL) without a scheme is taken as http://; a scheme the server
+/// does not speak, or what is no address, is refused saying what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_without_a_scheme_reaches_the_server() {
+    let gate = Arc::new(AtomicBool::new(true));
+    let pool = pool(&gate);
+    let server = serve(&pool, None);
+    let bare = server.addr().to_string();
+    let (ok, out, err) = cli_at(&["status", "--url", &bare], None).await;
+    assert!(
+        ok && out.lines().nth(1).is_some_and(|row| row.starts_with("llm")),
+        "{out}{err}"
+    );
+    let (ok, out, err) = cli_at(&["status"], Some(&format!("{bare}/"))).await;
+    assert!(ok && out.contains("llm"), "PARKING_LOT_URL: {out}{err}");
+    let (ok, _, err) = cli_at(&["status", "--url", &format!("ftp://{bare}")], None).await;
+    assert!(
+        !ok && err.contains("has the scheme ftp; the admin server speaks http:// or https://"),
+        "{err}"
+    );
+    let (ok, _, err) = cli_at(&["status", "--url", "127.0.0.1:notaport"], None).await;
+    assert!(
+        !ok && err.contains("--url \"127.0.0.1:notaport\" is not an address"),
+        "{err}"
+    );
+}
+
+/// A pool whose queue is its own has no dead letters: listing them says so plainly (an
+/// empty list and a note), not as a configuration error; changing them is a 409 that says
+/// the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_dead_letters_says_so_plainly() {
+    let gate = Arc::new(AtomicBool::new(true));
+    let pool = pool(&gate);
+    let server = serve(&pool, Some(TOKEN));
+    let (status, body) = get(&server, "api/pools/llm/dead-letters").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["dead_letters"], Value::Array(Vec::new()));
+    assert_eq!(body["kept"], false);
+    let note = body["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("pool \"llm\" keeps no dead letters: its queue is its own"),
+        "{body}"
+    );
+    let (ok, out, err) = cli(&server, &["dead-letters", "--pool", "llm"]).await;
+    assert_eq!(
+        (ok, out.as_str()),
+        (true, format!("{note}\n").as_str()),
+        "{err}"
+    );
+    assert!(!out.contains("invalid configuration"));
+    let (ok, _, err) = cli(
+        &server,
+        &["purge", "--pool", "llm", "--all", "--token", TOKEN],
+    )
+    .await;
+    assert!(!ok && err.contains(note), "{err}");
+    assert!(!err.contains("invalid configuration"), "{err}");
+}
+
+/// The page carries its first snapshot (the pool `?pool=` names, its lists and history),
+/// so it shows the pool as it loads; a caller's text in it cannot end its script element;
+/// where reads need the token, the page carries none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_carries_its_first_snapshot() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = pool(&gate);
+    let server = serve(&pool, Some(TOKEN));
+    let odd = "</script><script>alert(1)</script>";
+    pool.submit_async(
+        PROMPT.to_string(),
+        TaskMetadata::new(1, ResourceCost::gpu_vram(4)).with_mailbox(MailboxKey::new(odd)),
+    )
+    .await
+    .expect("runs");
+    let (status, page) = call(
+        reqwest::Method::GET,
+        format!("{}?pool=llm", server.url()),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(!page.contains(PROMPT) && !page.contains(odd), "escaped");
+    let start = r#"<script id="first-snapshot" type="application/json">"#;
+    let embedded = page
+        .split_once(start)
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map(|(json, _)| json)
+        .expect("the snapshot's element");
+    let first: Value = serde_json::from_str(embedded).expect("JSON");
+    assert_eq!(first["pool"], "llm");
+    assert_eq!(first["pools"][0]["name"], "llm");
+    assert_eq!(first["snapshot"]["running"][0]["id"], 1, "{first}");
+    assert_eq!(first["snapshot"]["running"][0]["key"]["tenant"], odd);
+    assert!(first["history"]["seconds"].is_array(), "{first}");
+
+    let settings = AdminSettings {
+        token: Some(Secret::new(TOKEN)),
+        ..AdminSettings::default()
+    }
+    .with_read_token(true);
+    let (_pool, guarded) = serve_parked(&gate, TENANT, settings).await;
+    let (status, page) = call(reqwest::Method::GET, guarded.url(), None, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(&format!("{start}null</script>")),
+        "no data without the token"
+    );
+    assert!(!page.contains(TENANT));
     gate.store(true, Ordering::Release);
 }

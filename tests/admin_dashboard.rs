@@ -861,6 +861,159 @@ async fn screenshot_under_load(browser: &Browser, vision: &Pool, path: &Path) {
     eprintln!("the dashboard under load: {}", path.display());
 }
 
+/// What an operator saw on first use (issue 41), mended: the page shows the pool as it
+/// loads (numbers, bars, lists and charts, before any request of its own); a capacity set
+/// by one number for all kinds has a bar for the kind tasks use only; tasks without a
+/// mailbox are one tenant row; the chart's "started" line shows where "ended" lies on it;
+/// and every read of the page shows one instant (the running count, the running list and
+/// the capacity bar agree) while tasks start and end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_one_instant_of_the_pool_as_it_loads() {
+    let Some(driver) = Chromedriver::start_or_skip().await else {
+        return;
+    };
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(4)
+            .with_max_units(24),
+        Work(gate.clone()),
+    )
+    .expect("the pool starts");
+    // Served before the tasks run, so that its history (the charts) holds them.
+    let server = Admin::new(AdminSettings {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        ..AdminSettings::default()
+    })
+    .with_pool("llm", pool.client().clone())
+    .serve()
+    .expect("the admin server starts");
+    let anonymous = |id, vram| TaskMetadata::new(id, ResourceCost::gpu_vram(vram));
+    for id in 1..=6 {
+        pool.submit_async("quick".into(), anonymous(id, 1))
+            .await
+            .expect("admitted");
+    }
+    until_stats(&pool, "six tasks complete", |s| s.completed_tasks == 6).await;
+    pool.submit_async("hold".into(), task(10, "acme", 8))
+        .await
+        .expect("runs");
+    for id in 11..=13 {
+        pool.submit_async("hold".into(), anonymous(id, 20))
+            .await
+            .expect("parks");
+    }
+    until_stats(&pool, "one running, three parked", |s| {
+        s.active_tasks == 1 && s.queued_tasks == 3
+    })
+    .await;
+    // The charts draw whole seconds: the one the tasks ended in is over.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let browser = Browser::open(&driver).await;
+
+    // Read once, as soon as the page has loaded: no waiting for the stream or a fetch.
+    browser.goto(&server.url()).await;
+    let shown = browser
+        .script(
+            "const text = (id) => document.getElementById(id).textContent;
+             const rows = (id) => [...document.querySelectorAll(`#${id} tr`)]
+                 .map((tr) => [...tr.children].map((td) => td.textContent));
+             return {
+               running: text('running-count'),
+               parked: text('parked-count'),
+               completed: text('completed'),
+               bars: [...document.querySelectorAll('#capacity .bar-row')]
+                 .map((row) => [row.children[0].textContent, row.children[2].textContent]),
+               runningRows: rows('running-list').length,
+               parkedRows: rows('parked-list').length,
+               tenants: rows('tenants-list').map((row) => row.slice(0, 3)),
+             };",
+            json!([]),
+        )
+        .await
+        .expect("the page's numbers");
+    assert_eq!(
+        shown,
+        json!({
+            "running": "1",
+            "parked": "3",
+            "completed": "6",
+            "bars": [["GPU VRAM", "8 / 24"]],
+            "runningRows": 1,
+            "parkedRows": 3,
+            "tenants": [["acme", "1", "0"], ["anonymous (3 tasks)", "0", "3"]],
+        }),
+        "the first view"
+    );
+    // The throughput chart holds the six tasks at load, and both lines show: "started"
+    // wide and blue, "ended" dashed and green over it (they are equal every second). Two
+    // solid lines of one width, one over the other, left about 20 pixels of the lower one
+    // in its colour (at the ends); these lines leave over 150 (the chart is 376 wide).
+    let colours = browser
+        .script(
+            "const canvas = document.querySelector('#chart-throughput canvas');
+             const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+             const near = (i, [r, g, b]) => Math.abs(data[i] - r) < 12
+                 && Math.abs(data[i + 1] - g) < 12 && Math.abs(data[i + 2] - b) < 12;
+             let started = 0, ended = 0;
+             for (let i = 0; i < data.length; i += 4) {
+               if (data[i + 3] < 200) continue;
+               if (near(i, [47, 111, 237])) started += 1;
+               if (near(i, [26, 158, 85])) ended += 1;
+             }
+             return [started, ended];",
+            json!([]),
+        )
+        .await
+        .expect("the chart's pixels");
+    let [started, ended] = [0, 1].map(|index| colours[index].as_u64().unwrap_or(0));
+    assert!(
+        started >= 80 && ended >= 20,
+        "both lines show: {started} started and {ended} ended pixels"
+    );
+
+    // Tasks start and end all the time: every read of the page shows one instant.
+    gate.store(true, Ordering::Release);
+    let churn = {
+        let client = pool.client().clone();
+        tokio::spawn(async move {
+            for id in 100..400u64 {
+                let meta = TaskMetadata::new(id, ResourceCost::gpu_vram(1 + (id % 6) as u32));
+                let task = prometheus_parking_lot::core::ScheduledTask::new(
+                    meta,
+                    format!("ms:{}", id % 40),
+                );
+                if client.submit(task, SubmitOptions::default()).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(8)).await;
+            }
+        })
+    };
+    let read = "const running = Number(document.getElementById('running-count').textContent);
+                const rows = [...document.querySelectorAll('#running-list tr')];
+                const held = rows.reduce((sum, tr) => sum + parseInt(tr.children[2].textContent, 10), 0);
+                const bar = document.querySelector('#capacity .bar-row');
+                const used = bar ? parseInt(bar.children[2].textContent, 10) : 0;
+                return [running, rows.length, held, used];";
+    let mut busy = 0;
+    while !churn.is_finished() {
+        let answer = browser.script(read, json!([])).await.expect("a read");
+        let [running, rows, held, used] =
+            [0, 1, 2, 3].map(|i| answer[i].as_u64().unwrap_or(u64::MAX));
+        assert_eq!(
+            (running, held),
+            (rows, used),
+            "the running count and list, the list's units and the bar: {answer}"
+        );
+        busy += usize::from(running > 0);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    churn.await.unwrap();
+    assert!(busy > 0, "some reads saw tasks running");
+    browser.quit().await;
+}
+
 // ------------------------------------------------------------------------------ the fleet
 
 /// The executor of the fleet page's pools: returns its payload.

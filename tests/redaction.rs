@@ -339,6 +339,7 @@ mod webhook {
             stored_at_ms: 1_700_000_000_000,
             attempt: 1,
             result: None,
+            trace: None,
         });
         notifier.flush(None).await;
         assert_eq!(notifier.stats().abandoned, 1, "every attempt failed");

@@ -178,6 +178,7 @@ async fn pool_with(notifier: Arc<HttpNotifier>) -> PoolClient<String, Answer> {
         shared: None,
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     start_pool(&supervisor, spec).await.unwrap()
 }
@@ -192,6 +193,7 @@ fn event(task_id: TaskId) -> TerminalEvent {
         stored_at_ms: now_ms(),
         attempt: 1,
         result: Some(json!({ "text": format!("answer {task_id}") })),
+        trace: None,
     }
 }
 
@@ -336,6 +338,7 @@ async fn a_config_pool_posts_every_terminal_status_signed_and_authorised() {
     run(3, "panic").await.unwrap();
     let short = SubmitOptions {
         timeout: Some(Duration::from_millis(300)),
+        ..SubmitOptions::default()
     };
     client.submit(task(4, "sleep:5000"), short).await.unwrap();
     receiver.wait_for_deliveries(4, WAIT).await;
@@ -429,6 +432,7 @@ async fn a_shared_queue_node_posts_a_rejected_task_and_a_coded_pool_sends_no_res
         shared: Some(shared),
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     let node = start_pool(&supervisor, spec).await.unwrap();
     node.submit(task(7, "sleep:400"), SubmitOptions::default())

@@ -1,6 +1,6 @@
 //! What the admin server remembers of a pool's recent past, gathered from its event feed by
-//! a listener of its own: the latest refusals, and per second the tasks started and ended
-//! and their mean wait, for the dashboard's charts.
+//! a listener of its own: the latest refusals, per second the tasks started and ended and
+//! their mean wait, for the dashboard's charts, and the kinds its tasks have used.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::core::PoolControl;
-use crate::util::serde::TaskId;
+use crate::util::serde::{ResourceKind, TaskId};
 use prometheus_parking_lot_actors::domain::TaskStatus;
 use prometheus_parking_lot_actors::observe::events::{FeedEvent, TaskStep};
 
@@ -50,6 +50,9 @@ pub(crate) struct History {
     pub seconds: VecDeque<Second>,
     /// Events the listener missed because it fell behind the feed.
     pub missed: u64,
+    /// Whether a task of each kind (by [`ResourceKind::index`]) has started since the
+    /// listener began.
+    pub kinds_used: [bool; ResourceKind::COUNT],
 }
 
 impl History {
@@ -91,6 +94,7 @@ impl History {
                 });
             }
             TaskStep::Started => {
+                self.kinds_used[event.cost.kind.index()] = true;
                 let wait = event
                     .since_ms
                     .map_or(0, |since| event.at_ms.saturating_sub(since));
@@ -166,6 +170,7 @@ mod tests {
             .collect();
         assert_eq!(seconds, [(10_000, 2, 0, 0, 200.0), (11_000, 0, 2, 1, 0.0)]);
         assert_eq!(history.refusals[0].reason, "queue_full");
+        assert_eq!(history.kinds_used, [true, false, false, false], "cpu only");
     }
 
     #[test]

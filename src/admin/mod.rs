@@ -7,17 +7,18 @@
 //!
 //! | endpoint | answers |
 //! |---|---|
-//! | `GET /` | the dashboard page |
+//! | `GET /[?pool=P]` | the dashboard page, carrying the first snapshot and history of pool P (the first by default) unless reads need the token |
 //! | `GET /fleet`, `GET /api/fleet/...`, `POST /api/fleet/{pool}/...` | the fleet of a shared Postgres queue: its nodes, parked tasks, budgets, and control of any node (see `fleet.rs`) |
-//! | `GET /api/pools` | every pool: its counters, capacity and use per kind, budgets, state |
+//! | `GET /api/pools` | every pool: its counters, capacity and use per kind (the kinds configured; under one number for all, `max_units`, the kinds tasks used, and `units_per_kind`), budgets, state |
 //! | `GET /api/pools/{pool}` | one pool, with its running tasks and tenants |
 //! | `GET /api/pools/{pool}/parked?offset=0&limit=50` | parked tasks in rank order, each with why it waits |
 //! | `GET /api/pools/{pool}/running` | running tasks and held permits |
-//! | `GET /api/pools/{pool}/tenants` | each tenant's running and parked tasks and the units it holds |
+//! | `GET /api/pools/{pool}/tenants?offset=0&limit=50` | each tenant's running and parked tasks and the units it holds, by name, `tenants_total` in all; tasks without a mailbox (a tenant each) are one row, `anonymous`, with `anonymous_tenants` |
+//! | `GET /api/pools/{pool}/snapshot?offset=0&limit=50` | what the dashboard shows, read at one instant: the pool's summary, a page of parked tasks, the running tasks, the first tenants, the latest refusals |
 //! | `GET /api/pools/{pool}/refusals` | the latest refusals (at most 100) |
 //! | `GET /api/pools/{pool}/history` | tasks started and ended, and the mean wait, per second over the last 10 minutes |
 //! | `GET /api/events[?pool=P]` | server-sent events: every task step (`task`), and each pool's counters every second (`stats`) |
-//! | `GET /api/pools/{pool}/dead-letters?offset=0&limit=50` | a shared queue's dead letters, oldest first, with their reasons (entries as strings) |
+//! | `GET /api/pools/{pool}/dead-letters?offset=0&limit=50` | a shared queue's dead letters, oldest first, with their reasons (entries as strings); for a pool whose queue is its own, none, `"kept": false` and a `note` saying why |
 //! | `POST /api/pools/{pool}/pause`, `/resume`, `/drain`, `/undrain` | control (a token) |
 //! | `POST /api/pools/{pool}/dead-letters/{entry}/retry` | park a dead letter again (a token) |
 //! | `POST /api/pools/{pool}/dead-letters/purge` `{"entry": "..."}` or `{}` (all) | delete dead letters (a token) |

@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
@@ -21,7 +22,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::hosts::ServedHosts;
 use super::Served;
 use crate::config::{escape_controls, Secret};
-use crate::core::{EntryId, KeptLetter, PoolError, PoolStats};
+use crate::core::{EntryId, KeptLetter, PoolError, PoolStats, TenantView};
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId};
 use prometheus_parking_lot_actors::scheduler::inspect::MAX_PAGE;
 
@@ -77,6 +78,7 @@ pub(crate) fn router(
         .route("/api/pools/{pool}", get(one_pool))
         .route("/api/pools/{pool}/parked", get(parked))
         .route("/api/pools/{pool}/running", get(running))
+        .route("/api/pools/{pool}/snapshot", get(snapshot))
         .route("/api/pools/{pool}/tenants", get(tenants))
         .route("/api/pools/{pool}/refusals", get(refusals))
         .route("/api/pools/{pool}/history", get(history))
@@ -289,7 +291,12 @@ struct PoolSummary<'a> {
     name: &'a str,
     paused: bool,
     draining: bool,
+    /// The kinds worth a bar (see [`kinds_shown`]).
     kinds: Vec<KindUse>,
+    /// The units every kind has, when the capacity is one number for all (`max_units`)
+    /// and the kinds no task has used are left out of `kinds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    units_per_kind: Option<u64>,
     stats: PoolStats,
 }
 
@@ -301,11 +308,16 @@ struct KindUse {
     used: u64,
 }
 
-fn summary<'a>(name: &'a str, served: &Served) -> PoolSummary<'a> {
-    let stats = served.pool.stats();
-    let kinds = ResourceKind::ALL
+/// The summary of pool `name` from its counters `stats`.
+fn summary<'a>(name: &'a str, served: &Served, stats: PoolStats) -> PoolSummary<'a> {
+    let kinds_used = served
+        .history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .kinds_used;
+    let (shown, units_per_kind) = kinds_shown(&stats, kinds_used);
+    let kinds = shown
         .into_iter()
-        .filter(|kind| stats.total_by_kind[kind.index()] > 0)
         .map(|kind| KindUse {
             kind: kind.name(),
             total: stats.total_by_kind[kind.index()],
@@ -317,12 +329,93 @@ fn summary<'a>(name: &'a str, served: &Served) -> PoolSummary<'a> {
         paused: stats.paused,
         draining: stats.draining,
         kinds,
+        units_per_kind,
         stats,
     }
 }
 
-async fn dashboard() -> Html<&'static str> {
-    Html(DASHBOARD)
+/// The kinds a pool's capacity is shown for: those with units configured and, where one
+/// number gives every kind the same units (`max_units`, which sets no kind apart), only
+/// those in use now or used since the server started; then also that number.
+fn kinds_shown(
+    stats: &PoolStats,
+    used_before: [bool; ResourceKind::COUNT],
+) -> (Vec<ResourceKind>, Option<u64>) {
+    let configured: Vec<ResourceKind> = ResourceKind::ALL
+        .into_iter()
+        .filter(|kind| stats.total_by_kind[kind.index()] > 0)
+        .collect();
+    // A budget's capacity is its burst: set apart, whatever the others have.
+    let budgeted = |kind: &ResourceKind| stats.budgets.iter().any(|b| b.kind == *kind);
+    let mut plain = configured.iter().filter(|kind| !budgeted(kind));
+    let first = plain
+        .clone()
+        .next()
+        .map(|kind| stats.total_by_kind[kind.index()]);
+    let uniform = configured.len() == ResourceKind::COUNT
+        && plain.all(|kind| Some(stats.total_by_kind[kind.index()]) == first);
+    if !uniform {
+        return (configured, None);
+    }
+    let shown = configured
+        .into_iter()
+        .filter(|kind| {
+            budgeted(kind) || used_before[kind.index()] || stats.used_by_kind[kind.index()] > 0
+        })
+        .collect();
+    (shown, first)
+}
+
+/// Where the page holds the first snapshot it shows (`null`: none, it fetches one).
+const FIRST_SNAPSHOT: &str = r#"<script id="first-snapshot" type="application/json">null</script>"#;
+
+/// The dashboard page, with the first snapshot of the pool `?pool=` names (the first by
+/// default) and its history in it, so that it shows the pool as it loads, before any
+/// request of its own. Where reads need the token the page carries no data (it is served
+/// without the token) and fetches the snapshot with the token typed into it.
+async fn dashboard(
+    State(state): State<Shared>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Html<String> {
+    if state.access.reads_need_token {
+        return Html(DASHBOARD.to_owned());
+    }
+    let wanted = query.ok().and_then(|Query(mut query)| query.remove("pool"));
+    let first = first_snapshot(&state, wanted.as_deref()).await;
+    let embedded = FIRST_SNAPSHOT.replace("null", &script_safe(&first));
+    Html(DASHBOARD.replacen(FIRST_SNAPSHOT, &embedded, 1))
+}
+
+/// The pools, and the snapshot and history of the one `wanted` names (else the first);
+/// `null` without pools or when the pool does not answer.
+async fn first_snapshot(state: &AdminState, wanted: Option<&str>) -> Value {
+    let chosen = wanted
+        .filter(|name| state.pools.contains_key(*name))
+        .or_else(|| state.pools.keys().next().map(String::as_str));
+    let Some((name, served)) = chosen.and_then(|name| state.pools.get_key_value(name)) else {
+        return Value::Null;
+    };
+    let Ok(snapshot) = snapshot_json(served, name, 0, DEFAULT_PAGE).await else {
+        return Value::Null;
+    };
+    let pools: Vec<PoolSummary<'_>> = state
+        .pools
+        .iter()
+        .map(|(name, served)| summary(name, served, served.pool.stats()))
+        .collect();
+    let history = history_json(served);
+    json!({ "pools": pools, "pool": name, "snapshot": snapshot, "history": history })
+}
+
+/// `value` as JSON text that may stand inside a `<script>` element: `<`, `>` and `&` (only
+/// ever inside strings) as `\u` escapes, so no text of a caller's (a tenant named
+/// `</script>`) ends the element.
+fn script_safe(value: &Value) -> String {
+    value
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
 }
 
 async fn charts_js() -> impl IntoResponse {
@@ -347,18 +440,23 @@ async fn list_pools(State(state): State<Shared>) -> Json<Value> {
     let pools: Vec<PoolSummary<'_>> = state
         .pools
         .iter()
-        .map(|(name, served)| summary(name, served))
+        .map(|(name, served)| summary(name, served, served.pool.stats()))
         .collect();
     Json(json!({ "pools": pools }))
 }
 
 async fn one_pool(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
     let served = state.pool(&name)?;
-    let view = served.pool.inspect(0, 0).await.map_err(ApiError::of_pool)?;
+    let snapshot = served
+        .pool
+        .snapshot(0, 0)
+        .await
+        .map_err(ApiError::of_pool)?;
+    let view = snapshot.view;
     let body = json!({
-        "pool": summary(&name, served),
+        "pool": summary(&name, served, snapshot.stats),
         "running": view.running,
-        "tenants": view.tenants,
+        "tenants": view.tenants.iter().map(tenant_json).collect::<Vec<_>>(),
         "parked_total": view.parked_total,
     });
     Ok(Json(body).into_response())
@@ -433,37 +531,106 @@ async fn running(State(state): State<Shared>, Path(name): Path<String>) -> ApiRe
     Ok(Json(json!({ "running": view.running })).into_response())
 }
 
-async fn tenants(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
-    let view = state
-        .pool(&name)?
+/// A tenant's row: its work, the units it holds per kind, its place under a fair share by
+/// use, and for the row of the anonymous tenants how many it gathers.
+fn tenant_json(tenant: &TenantView) -> Value {
+    let holds: serde_json::Map<String, Value> = ResourceKind::ALL
+        .into_iter()
+        .filter(|kind| tenant.holds[kind.index()] > 0)
+        .map(|kind| (kind.name().to_owned(), tenant.holds[kind.index()].into()))
+        .collect();
+    let mut row = json!({
+        "tenant": tenant.tenant,
+        "running": tenant.running,
+        "parked": tenant.parked,
+        "holds": holds,
+    });
+    // Under a fair share by use: where the tenant stands in the order.
+    if let (Some(service), Some(weight)) = (tenant.service, tenant.weight) {
+        row["service"] = service.into();
+        row["weight"] = weight.into();
+    }
+    if tenant.anonymous_tenants > 0 {
+        row["anonymous_tenants"] = tenant.anonymous_tenants.into();
+    }
+    row
+}
+
+/// Tenants `offset..offset + limit` of `tenants` as rows, with how many there are.
+fn tenants_page(tenants: &[TenantView], offset: usize, limit: usize) -> Value {
+    let rows: Vec<Value> = tenants
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(tenant_json)
+        .collect();
+    json!({
+        "tenants": rows,
+        "tenants_total": tenants.len(),
+        "offset": offset,
+        "limit": limit,
+    })
+}
+
+async fn tenants(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    let (offset, limit) = page(&query)?;
+    let view = served.pool.inspect(0, 0).await.map_err(ApiError::of_pool)?;
+    Ok(Json(tenants_page(&view.tenants, offset, limit)).into_response())
+}
+
+/// Everything the dashboard shows of pool `name` but its history, read at one instant:
+/// the summary, a page of parked tasks (`offset`, `limit`), the running tasks, the first
+/// tenants and the latest refusals.
+async fn snapshot_json(
+    served: &Served,
+    name: &str,
+    offset: usize,
+    limit: usize,
+) -> Result<Value, ApiError> {
+    let snapshot = served
         .pool
-        .inspect(0, 0)
+        .snapshot(offset, limit)
         .await
         .map_err(ApiError::of_pool)?;
-    let tenants: Vec<Value> = view
-        .tenants
+    let view = snapshot.view;
+    let refusals: Vec<_> = served
+        .history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .refusals
         .iter()
-        .map(|tenant| {
-            let holds: serde_json::Map<String, Value> = ResourceKind::ALL
-                .into_iter()
-                .filter(|kind| tenant.holds[kind.index()] > 0)
-                .map(|kind| (kind.name().to_owned(), tenant.holds[kind.index()].into()))
-                .collect();
-            let mut row = json!({
-                "tenant": tenant.tenant,
-                "running": tenant.running,
-                "parked": tenant.parked,
-                "holds": holds,
-            });
-            // Under a fair share by use: where the tenant stands in the order.
-            if let (Some(service), Some(weight)) = (tenant.service, tenant.weight) {
-                row["service"] = service.into();
-                row["weight"] = weight.into();
-            }
-            row
-        })
+        .rev()
+        .cloned()
         .collect();
-    Ok(Json(json!({ "tenants": tenants })).into_response())
+    Ok(json!({
+        "pool": summary(name, served, snapshot.stats),
+        "parked": {
+            "parked": view.parked,
+            "parked_total": view.parked_total,
+            "offset": view.offset,
+            "limit": limit,
+            "paused": view.paused,
+        },
+        "running": view.running,
+        "tenants": tenants_page(&view.tenants, 0, DEFAULT_PAGE),
+        "refusals": refusals,
+        "at_ms": crate::util::clock::now_ms() as u64,
+    }))
+}
+
+async fn snapshot(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    let (offset, limit) = page(&query)?;
+    Ok(Json(snapshot_json(served, &name, offset, limit).await?).into_response())
 }
 
 async fn refusals(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
@@ -477,13 +644,16 @@ async fn refusals(State(state): State<Shared>, Path(name): Path<String>) -> ApiR
 }
 
 async fn history(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
-    let history = state
-        .pool(&name)?
+    Ok(Json(history_json(state.pool(&name)?)).into_response())
+}
+
+/// A pool's seconds of history, and how many events the listener missed.
+fn history_json(served: &Served) -> Value {
+    let history = served
         .history
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let body = json!({ "seconds": history.seconds, "missed_events": history.missed });
-    Ok(Json(body).into_response())
+    json!({ "seconds": history.seconds, "missed_events": history.missed })
 }
 
 /// A task to cancel: its key's parts and its id.
@@ -532,7 +702,7 @@ async fn control(
     };
     done.map_err(ApiError::of_pool)?;
     tracing::info!(pool = %name, %action, "admin action");
-    Ok(Json(json!({ "pool": summary(&name, served) })).into_response())
+    Ok(Json(json!({ "pool": summary(&name, served, pool.stats()) })).into_response())
 }
 
 async fn events(
@@ -602,7 +772,10 @@ async fn forward_stats(state: Shared, chosen: Vec<String>, sender: mpsc::Sender<
         }
         let pools: Vec<PoolSummary<'_>> = chosen
             .iter()
-            .filter_map(|name| Some(summary(name, state.pools.get(name)?)))
+            .filter_map(|name| {
+                let served = state.pools.get(name)?;
+                Some(summary(name, served, served.pool.stats()))
+            })
             .collect();
         let data = json!({ "pools": pools }).to_string();
         if sender
@@ -645,13 +818,42 @@ async fn dead_letters(
 ) -> ApiResult {
     let served = state.pool(&name)?;
     let (offset, limit) = page(&query)?;
+    if !served.pool.keeps_dead_letters() {
+        // Not an error: there is nothing to list, and the note says why.
+        let body = json!({
+            "dead_letters": [],
+            "offset": offset,
+            "limit": limit,
+            "kept": false,
+            "note": keeps_none(&name),
+        });
+        return Ok(Json(body).into_response());
+    }
     let letters = served
         .pool
         .dead_letters(offset, limit)
         .await
         .map_err(ApiError::of_pool)?;
     let listed: Vec<Value> = letters.iter().map(letter_json).collect();
-    Ok(Json(json!({ "dead_letters": listed, "offset": offset, "limit": limit })).into_response())
+    let body = json!({ "dead_letters": listed, "offset": offset, "limit": limit, "kept": true });
+    Ok(Json(body).into_response())
+}
+
+/// Why pool `name` has no dead letters: its queue is its own.
+fn keeps_none(name: &str) -> String {
+    format!(
+        "pool {name:?} keeps no dead letters: its queue is its own, and a task that fails \
+         ends with its error in its mailbox; only a shared queue (postgres, postgres_pgmq) \
+         keeps dead letters"
+    )
+}
+
+/// The 409 of a change to the dead letters of a pool that keeps none.
+fn keeps_none_error(served: &Served, name: &str) -> Result<(), ApiError> {
+    if served.pool.keeps_dead_letters() {
+        return Ok(());
+    }
+    Err(ApiError(StatusCode::CONFLICT, keeps_none(name)))
 }
 
 async fn retry_dead_letter(
@@ -662,6 +864,7 @@ async fn retry_dead_letter(
     let served = state.pool(&name)?;
     let entry = entry_of(&entry)?;
     state.authorise(&headers)?;
+    keeps_none_error(served, &name)?;
     let retried = served
         .pool
         .retry_dead_letter(entry)
@@ -692,6 +895,7 @@ async fn purge_dead_letters(
 ) -> ApiResult {
     let served = state.pool(&name)?;
     state.authorise(&headers)?;
+    keeps_none_error(served, &name)?;
     let purge: PurgeBody = if body.is_empty() {
         PurgeBody { entry: None }
     } else {

@@ -5,6 +5,8 @@
 //! parking-lot parked --pool llm            parked tasks in rank order, why each waits, its place
 //!                                          in line and when it is expected to start
 //! parking-lot running --pool llm           running tasks
+//! parking-lot tenants --pool llm           tenants and their work (tasks without a mailbox
+//!                                          as one row), 50 a page
 //! parking-lot pause --pool llm             (resume, drain, undrain)
 //! parking-lot cancel --pool llm --tenant acme 42
 //! parking-lot dead-letters --pool llm      a shared queue's dead letters, and why
@@ -12,7 +14,8 @@
 //! parking-lot fleet nodes --pool llm       the fleet of a shared queue (see `parking_lot/fleet.rs`)
 //! ```
 //!
-//! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise;
+//! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise
+//! (`127.0.0.1:7480`, without a scheme, is taken as `http://127.0.0.1:7480`);
 //! commands that change a pool send the token of `--token` or `PARKING_LOT_TOKEN` (and so do
 //! reads, when one is given: a server off loopback, or with `read_token`, wants it). `--json`
 //! prints the server's answer as it came, for scripts.
@@ -37,7 +40,7 @@ use serde_json::Value;
 #[derive(Parser)]
 #[command(name = "parking-lot", version, about)]
 struct Cli {
-    /// The admin server [env: PARKING_LOT_URL; default: http://127.0.0.1:7480]
+    /// The admin server, `http://` assumed [env: PARKING_LOT_URL; default: http://127.0.0.1:7480]
     #[arg(long, global = true)]
     url: Option<String>,
     /// The bearer token for commands that change a pool [env: PARKING_LOT_TOKEN]
@@ -68,11 +71,13 @@ enum Command {
         #[arg(long)]
         pool: String,
     },
-    /// Tenants of a pool and their work
+    /// Tenants of a pool and their work (tasks without a mailbox as one row, "anonymous")
     Tenants {
         /// The pool
         #[arg(long)]
         pool: String,
+        #[command(flatten)]
+        page: Page,
     },
     /// Stop starting tasks (admitted work parks; running work runs on)
     Pause {
@@ -197,13 +202,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<String, Failure> {
-    let url = cli
-        .url
-        .clone()
-        .or_else(|| std::env::var("PARKING_LOT_URL").ok())
-        .unwrap_or_else(|| "http://127.0.0.1:7480".into());
+    let url = match (&cli.url, std::env::var("PARKING_LOT_URL")) {
+        (Some(url), _) => server_url(url, "--url")?,
+        (None, Ok(url)) => server_url(&url, "PARKING_LOT_URL")?,
+        (None, Err(_)) => "http://127.0.0.1:7480".to_owned(),
+    };
     let server = Server {
-        url: url.trim_end_matches('/').to_owned(),
+        url,
         token: cli
             .token
             .clone()
@@ -231,9 +236,13 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 .await?,
             running_table,
         ),
-        Command::Tenants { pool } => (
+        Command::Tenants { pool, page } => (
             server
-                .get(&format!("/api/pools/{}/tenants", path(pool)))
+                .get(&format!(
+                    "/api/pools/{}/tenants?{}",
+                    path(pool),
+                    page.query()
+                ))
                 .await?,
             tenants_table,
         ),
@@ -297,6 +306,37 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     } else {
         table(&answer)
     })
+}
+
+/// The admin server's address as `given` (by `source`, `--url` or `PARKING_LOT_URL`) names
+/// it, without a trailing `/`: `http://` is assumed where no scheme is written
+/// (`127.0.0.1:7480`); any scheme but `http` and `https`, and what is no address, are
+/// refused saying so.
+fn server_url(given: &str, source: &str) -> Result<String, Failure> {
+    let trimmed = given.trim().trim_end_matches('/');
+    let url = if trimmed.contains("://") {
+        trimmed.to_owned()
+    } else {
+        format!("http://{trimmed}")
+    };
+    let parsed = reqwest::Url::parse(&url).map_err(|error| {
+        Failure(format!(
+            "{source} {given:?} is not an address ({error}); write it as \
+             http://127.0.0.1:7480 or 127.0.0.1:7480"
+        ))
+    })?;
+    if !["http", "https"].contains(&parsed.scheme()) {
+        return Err(Failure(format!(
+            "{source} {given:?} has the scheme {}; the admin server speaks http:// or https://",
+            parsed.scheme()
+        )));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(Failure(format!(
+            "{source} {given:?} names no host; write it as http://127.0.0.1:7480"
+        )));
+    }
+    Ok(url)
 }
 
 /// `value` as JSON text, pretty or not. serde_json escapes the control characters below
@@ -569,6 +609,13 @@ fn in_line(task: &Value, at_ms: u64) -> String {
 fn parked_table(answer: &Value) -> String {
     let tasks = answer["parked"].as_array().cloned().unwrap_or_default();
     let offset = answer["offset"].as_u64().unwrap_or(0);
+    let total = answer["parked_total"].as_u64().unwrap_or(0);
+    if total == 0 {
+        return "no parked tasks\n".into();
+    }
+    if tasks.is_empty() {
+        return format!("no parked tasks from --offset {offset}; {total} parked in all\n");
+    }
     // The server's clock, so that a reader's clock that is off does not move the estimate.
     let at_ms = answer["at_ms"].as_u64().unwrap_or_else(|| {
         SystemTime::now()
@@ -604,16 +651,15 @@ fn parked_table(answer: &Value) -> String {
         ],
         rows,
     );
-    table.push_str(&format!(
-        "{} of {} parked\n",
-        tasks.len(),
-        answer["parked_total"]
-    ));
+    table.push_str(&format!("{} of {total} parked\n", tasks.len()));
     table
 }
 
 fn running_table(answer: &Value) -> String {
     let tasks = answer["running"].as_array().cloned().unwrap_or_default();
+    if tasks.is_empty() {
+        return "no running tasks\n".into();
+    }
     let rows = tasks
         .iter()
         .map(|task| {
@@ -640,9 +686,20 @@ fn running_table(answer: &Value) -> String {
 }
 
 /// The tenants, with their weight and weighted service under a fair share by use (the
-/// order serves the lowest service first), when the pool has one.
+/// order serves the lowest service first), when the pool has one; the tasks without a
+/// mailbox (a tenant each) as one row, `anonymous (N tasks)`.
 fn tenants_table(answer: &Value) -> String {
     let tenants = answer["tenants"].as_array().cloned().unwrap_or_default();
+    let offset = answer["offset"].as_u64().unwrap_or(0);
+    let total = answer["tenants_total"]
+        .as_u64()
+        .unwrap_or(tenants.len() as u64);
+    if total == 0 {
+        return "no tenants with live tasks\n".into();
+    }
+    if tenants.is_empty() {
+        return format!("no tenants from --offset {offset}; {total} in all\n");
+    }
     let by_use = tenants.iter().any(|tenant| tenant["weight"].is_number());
     let rows = tenants
         .iter()
@@ -653,8 +710,15 @@ fn tenants_table(answer: &Value) -> String {
                 .flatten()
                 .map(|(kind, units)| format!("{units} {kind}"))
                 .collect();
+            let tasks =
+                tenant["running"].as_u64().unwrap_or(0) + tenant["parked"].as_u64().unwrap_or(0);
+            let name = match (tenant["anonymous_tenants"].is_u64(), tasks) {
+                (true, 1) => "anonymous (1 task)".to_owned(),
+                (true, tasks) => format!("anonymous ({tasks} tasks)"),
+                (false, _) => text(&tenant["tenant"]),
+            };
             let mut row = vec![
-                text(&tenant["tenant"]),
+                name,
                 tenant["running"].to_string(),
                 tenant["parked"].to_string(),
                 holds.join(", "),
@@ -670,17 +734,29 @@ fn tenants_table(answer: &Value) -> String {
             row
         })
         .collect();
-    if by_use {
+    let shown = tenants.len() as u64;
+    let mut table = if by_use {
         columns(
             &["TENANT", "RUNNING", "PARKED", "HOLDS", "WEIGHT", "SERVICE"],
             rows,
         )
     } else {
         columns(&["TENANT", "RUNNING", "PARKED", "HOLDS"], rows)
+    };
+    if offset > 0 || shown < total {
+        table.push_str(&format!(
+            "{}–{} of {total} tenants\n",
+            offset + 1,
+            offset + shown
+        ));
     }
+    table
 }
 
 fn dead_letters_table(answer: &Value) -> String {
+    if let Some(note) = answer["note"].as_str() {
+        return format!("{}\n", escape_controls(note));
+    }
     let letters = answer["dead_letters"]
         .as_array()
         .cloned()

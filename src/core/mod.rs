@@ -24,13 +24,14 @@ pub use prometheus_parking_lot_actors::observe::events::{
     BudgetReading, EventFeed, EventSubscriber, FeedEvent, PoolReading, Refusal, TaskEvent, TaskStep,
 };
 pub use prometheus_parking_lot_actors::observe::stats::{BudgetStats, PoolStats};
+pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TraceParent};
 pub use prometheus_parking_lot_actors::queue::{
     Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, KeptLetter, Lease,
     LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound, Settlement,
     SharedQueue, StarvationRule, StoredEntry, TaskQueue,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{
-    PoolView, TaskView, TenantView, WaitView,
+    PoolSnapshot, PoolView, TaskView, TenantView, WaitView,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
 pub use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;

@@ -15,6 +15,7 @@ use prometheus_parking_lot_actors::engine::{
 };
 use prometheus_parking_lot_actors::mailbox::{Notifier, ResultEncoder};
 use prometheus_parking_lot_actors::observe::events::EventSubscriber;
+use prometheus_parking_lot_actors::observe::trace::TaskTracer;
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
 use prometheus_parking_lot_actors::scheduler::protocol::ShutdownReport;
 use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
@@ -159,11 +160,15 @@ where
     let Backends {
         queue,
         mailbox,
-        notifiers,
+        mut notifiers,
         result_encoder,
         shared,
         gpu,
     } = backends;
+    let mut subscribers = subscribers(config);
+    let tracing = tracing_of(config, shared.as_ref().map(|shared| shared.node.clone()));
+    subscribers.extend(tracing.subscriber);
+    notifiers.extend(tracing.notifier);
     PoolSpec {
         name: config.name.clone(),
         limits: config.limits(),
@@ -175,13 +180,42 @@ where
         mailbox,
         notifiers,
         result_encoder,
-        subscribers: subscribers(config),
+        subscribers,
         retention: config.retention,
         shared,
         durability: config.durability,
         gpu,
         tenant_weights: config.tenant_weights.clone(),
+        tracer: tracing.tracer,
     }
+}
+
+/// Who traces a pool's tasks: makes each submission's span, hears its tasks' steps and
+/// their deliveries. Nobody, without the `otel` feature.
+#[derive(Default)]
+struct Tracing {
+    tracer: Option<Arc<dyn TaskTracer>>,
+    subscriber: Option<Arc<dyn EventSubscriber>>,
+    notifier: Option<Arc<dyn Notifier>>,
+}
+
+/// The pool's traces, with the `otel` feature (see [`crate::otel`]); `node`: its name in a
+/// shared queue's claims, if it is a node of one.
+#[cfg(feature = "otel")]
+fn tracing_of(config: &WorkerPoolConfig, node: Option<String>) -> Tracing {
+    let tracing = crate::otel::PoolTracing::new(&config.name, node);
+    Tracing {
+        tracer: Some(tracing.clone()),
+        subscriber: Some(tracing.clone()),
+        notifier: Some(tracing),
+    }
+}
+
+/// Without the `otel` feature a pool makes no span: its tasks carry the `traceparent` their
+/// submitters give, and nothing more.
+#[cfg(not(feature = "otel"))]
+fn tracing_of(_: &WorkerPoolConfig, _: Option<String>) -> Tracing {
+    Tracing::default()
 }
 
 /// Shuts the pool down (see [`PoolClient::shutdown`]) and blocks the calling thread until it

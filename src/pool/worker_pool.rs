@@ -150,7 +150,7 @@ where
     /// # async fn main() -> Result<(), PoolError> {
     /// # let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(1), Sleep)?;
     ///
-    /// let options = SubmitOptions { timeout: Some(Duration::from_millis(50)) };
+    /// let options = SubmitOptions { timeout: Some(Duration::from_millis(50)), ..SubmitOptions::default() };
     /// let key = pool.submit_with(60_000, TaskMetadata::new(1, ResourceCost::cpu(1)), options).await?;
     /// assert_eq!(pool.retrieve_async(&key, Duration::from_secs(5)).await, Err(PoolError::TimedOut));
     /// # Ok(())

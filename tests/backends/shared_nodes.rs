@@ -99,6 +99,7 @@ impl Cluster {
             shared: Some(shared),
             durability: Default::default(),
             gpu: None,
+            tracer: None,
         };
         start_pool(&supervisor, spec).await.unwrap()
     }
@@ -455,6 +456,7 @@ async fn unworkable_shared_settings_are_refused() {
             shared: Some(shared),
             durability: Default::default(),
             gpu: None,
+            tracer: None,
         };
         match start_pool(&supervisor, spec).await {
             Err(PoolError::InvalidConfig(text)) => assert!(text.contains(says), "{text}"),

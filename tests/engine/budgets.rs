@@ -200,6 +200,7 @@ async fn a_task_waiting_for_a_budget_says_so_and_until_when() {
         shared: None,
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     let pool = start_pool(&supervisor, spec)
         .await

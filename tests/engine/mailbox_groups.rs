@@ -132,6 +132,7 @@ async fn pool_telling(
         shared: None,
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     start_pool(&supervisor, spec).await.unwrap()
 }

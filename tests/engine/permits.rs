@@ -552,3 +552,50 @@ async fn inspect_shows_held_and_waiting_permits_beside_tasks() {
     drop(granted);
     assert_eq!(pool.retrieve_async(&key, WAIT).await.unwrap(), 5);
 }
+
+/// A snapshot reads the view and the counters at one instant, permits of the fast path
+/// included: the counters count the permits and tasks the view lists, and the units they
+/// hold.
+#[tokio::test]
+async fn a_snapshot_counts_what_its_view_lists_permits_included() {
+    let pool = WorkerPool::new(
+        WorkerPoolConfig::new()
+            .with_worker_count(2)
+            .with_max_units(8),
+        Echo,
+    )
+    .unwrap();
+    let gate = pool.gate();
+    let first = gate.acquire(meta(1, 3, Priority::Normal)).await.unwrap();
+    let second = gate.acquire(meta(2, 2, Priority::Normal)).await.unwrap();
+    let snapshot = pool.client().snapshot(0, 10).await.unwrap();
+    let listed: Vec<_> = snapshot
+        .view
+        .running
+        .iter()
+        .map(|task| (task.id, task.permit, task.cost.units))
+        .collect();
+    assert_eq!(listed, [(1, true, 3), (2, true, 2)]);
+    let stats = &snapshot.stats;
+    assert_eq!(
+        (
+            stats.active_tasks,
+            stats.queued_tasks,
+            stats.used_by_kind[ResourceKind::GpuVram.index()]
+        ),
+        (2, 0, 5),
+        "{stats:?}"
+    );
+    drop(first);
+    drop(second);
+    let after = pool.client().snapshot(0, 10).await.unwrap();
+    assert_eq!(
+        (
+            after.view.running.len(),
+            after.stats.active_tasks,
+            after.stats.used_by_kind[ResourceKind::GpuVram.index()]
+        ),
+        (0, 0, 0),
+        "{after:?}"
+    );
+}

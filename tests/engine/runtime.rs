@@ -216,6 +216,7 @@ async fn a_blocked_thread_times_out_at_once_but_keeps_its_units_until_it_returns
     let lab = LabPool::new(settings("blocked", 1, 4));
     let options = SubmitOptions {
         timeout: Some(Duration::from_millis(50)),
+        ..SubmitOptions::default()
     };
     let key = lab
         .pool
@@ -593,6 +594,7 @@ async fn the_actor_api_submits_with_a_reply_port() {
         shared: None,
         durability: Default::default(),
         gpu: None,
+        tracer: None,
     };
     let pool = start_pool(&supervisor, spec).await.unwrap();
     let task = ScheduledTask::new(TaskMetadata::new(5, ResourceCost::cpu(1)), 21);

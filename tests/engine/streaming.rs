@@ -292,6 +292,7 @@ async fn the_execution_timeout_raises_the_flag_of_a_blocking_executor() {
     let pool = pool(2, &llm);
     let options = SubmitOptions {
         timeout: Some(Duration::from_millis(50)),
+        ..SubmitOptions::default()
     };
     let key = pool
         .submit_with(job(3, 1_000, 10, Style::Blocking), meta(3, UNITS), options)

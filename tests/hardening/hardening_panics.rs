@@ -184,6 +184,7 @@ async fn a_late_result_that_panics_when_dropped_after_the_watchdog_fired_is_cont
     let pool = WorkerPool::new(settings("bomb-late", 1, 8), Hazards).unwrap();
     let options = SubmitOptions {
         timeout: Some(Duration::from_millis(50)),
+        ..SubmitOptions::default()
     };
     let key = pool
         .submit_with(

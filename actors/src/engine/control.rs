@@ -17,7 +17,7 @@ use crate::observe::events::{EventFeed, FeedEvent};
 use crate::observe::stats::{PoolCounters, PoolStats};
 use crate::queue::{EntryId, KeptLetter, QueueError, QueueMaintenance, SharedQueue};
 use crate::scheduler::core::WaitReason;
-use crate::scheduler::inspect::{PoolView, WaitView};
+use crate::scheduler::inspect::{PoolSnapshot, PoolView, WaitView};
 use crate::scheduler::protocol::ControlRequest;
 
 /// The operations of one running pool that need no payload or result type. Cheap to clone.
@@ -183,6 +183,27 @@ impl PoolControl {
         .await
     }
 
+    /// [`inspect`](Self::inspect) and [`stats`](Self::stats) read at the same instant (see
+    /// [`PoolSnapshot`]): what a page that shows the counters, the capacity in use and the
+    /// lists reads, so that they agree.
+    ///
+    /// ```
+    /// # use prometheus_parking_lot_actors::engine::PoolControl;
+    /// # async fn show(pool: &PoolControl) -> Result<(), prometheus_parking_lot_actors::domain::PoolError> {
+    /// let snapshot = pool.snapshot(0, 50).await?;
+    /// println!("{} running, {} listed", snapshot.stats.active_tasks, snapshot.view.running.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn snapshot(&self, offset: usize, limit: usize) -> Result<PoolSnapshot, PoolError> {
+        self.ask(|reply| ControlRequest::Snapshot {
+            offset,
+            limit,
+            reply,
+        })
+        .await
+    }
+
     /// Why the live task `id` submitted under exactly `key` has not started: the first
     /// obstacle (too few free units, its kind's budget, its tenant's share, no idle worker,
     /// the reservation, a retry's backoff, or the order of the rules; see [`WaitReason`]);
@@ -223,6 +244,12 @@ impl PoolControl {
         let key = key.clone();
         self.ask(|reply| ControlRequest::Waiting { key, id, reply })
             .await?
+    }
+
+    /// Whether the pool's queue keeps dead letters: only a shared queue does (see
+    /// [`dead_letters`](Self::dead_letters)).
+    pub fn keeps_dead_letters(&self) -> bool {
+        self.dead_letters.is_some()
     }
 
     /// The dead letters the pool's shared queue keeps, oldest first, `offset..offset +

@@ -19,6 +19,7 @@ use crate::mailbox::notify::Notifiers;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
 use crate::observe::events::{EventFeed, EventSubscriber};
 use crate::observe::stats::PoolCounters;
+use crate::observe::trace::TaskTracer;
 use crate::permit::lane::Lanes;
 use crate::queue::actor::{fault_of, QueueActor, QueueMsg, QueueReports, QueueState};
 use crate::queue::{QueueError, StoredEntry, TaskQueue};
@@ -86,6 +87,9 @@ pub struct PoolSpec<P, R, E> {
     /// The weights of named tenants under a fair share by use (`limits.fair_by_use`); the
     /// others weigh its `default_weight`. Empty without one.
     pub tenant_weights: TenantWeights,
+    /// Who makes each submission's span and so puts its tasks in a trace (the root crate's
+    /// `otel` feature); `None`: tasks carry only the `traceparent` a submitter gives.
+    pub tracer: Option<Arc<dyn TaskTracer>>,
     /// The GPU the pool's `GpuVram` units (MiB) live on, if any: sampled for stats and,
     /// with its live guard on, for admission (see
     /// [`GpuWatch`]).
@@ -481,6 +485,7 @@ where
         on_duplicate,
         feed,
         shared_queue,
+        tracer: spec.tracer,
     }))
 }
 

@@ -14,6 +14,7 @@
 //! stops (a drain's stop writes what the buffer still holds).
 
 use crate::domain::{BackendFault, FaultKind};
+use crate::mailbox::notify::RunOf;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,8 +59,9 @@ pub(crate) enum MailboxMsg<R> {
         key: MailboxKey,
         /// The outcome.
         delivery: Delivery<R>,
-        /// Which run of the task it was (see [`TerminalEvent::attempt`](super::TerminalEvent::attempt)).
-        attempt: u32,
+        /// Which run of the task it was, and its trace (see
+        /// [`TerminalEvent::attempt`](super::TerminalEvent::attempt)).
+        run: RunOf,
         /// The claim the run held, stored under (see [`Mailbox::store_fenced`]).
         fence: Option<Fence>,
         /// Runs once the store is done, told how it ended.
@@ -147,14 +149,12 @@ where
                 MailboxMsg::Deliver {
                     key,
                     delivery,
-                    attempt,
+                    run,
                     fence,
                     then,
                 } => {
                     let state = &held.state;
-                    let event = state
-                        .notifiers
-                        .event_for(&state.pool, &key, &delivery, attempt);
+                    let event = state.notifiers.event_for(&state.pool, &key, &delivery, run);
                     if held.buffer.is_empty() {
                         // This delivery opens a group: the flush comes after whatever is
                         // queued behind it now.

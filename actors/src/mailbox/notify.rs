@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::{status_of, Delivery};
 use crate::domain::{MailboxKey, TaskId, TaskStatus};
+use crate::observe::trace::TraceParent;
 
 /// Turns a completed task's result into JSON for notifiers; `None` when it does not
 /// serialise. Set by whoever knows the result type serialises (the config builder), so
@@ -51,6 +52,20 @@ pub struct TerminalEvent {
     /// The result as JSON: only for a completed task of a pool that has a
     /// [`ResultEncoder`], and only when the result serialised.
     pub result: Option<serde_json::Value>,
+    /// The trace the task belongs to, if it carries one: a webhook sends it as its
+    /// `traceparent` header.
+    pub trace: Option<TraceParent>,
+}
+
+/// Which run of a task an outcome comes from, and the trace the task belongs to: what its
+/// [`TerminalEvent`] says beside the outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RunOf {
+    /// See [`TerminalEvent::attempt`].
+    pub attempt: u32,
+    /// See [`TerminalEvent::trace`] (boxed: most tasks carry none, and an outcome's
+    /// messages stay small).
+    pub trace: Option<Box<TraceParent>>,
 }
 
 /// Receives every terminal event after its result is stored (webhooks, metrics, audit).
@@ -105,7 +120,7 @@ impl<R> Notifiers<R> {
         pool: &Arc<str>,
         key: &MailboxKey,
         delivery: &Delivery<R>,
-        attempt: u32,
+        run: RunOf,
     ) -> Option<TerminalEvent> {
         if self.listeners.is_empty() {
             return None;
@@ -128,8 +143,9 @@ impl<R> Notifiers<R> {
             task_id: delivery.task_id,
             status: status_of(&delivery.outcome),
             stored_at_ms: delivery.stored_at_ms,
-            attempt,
+            attempt: run.attempt,
             result,
+            trace: run.trace.map(|trace| *trace),
         })
     }
 

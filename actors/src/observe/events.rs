@@ -14,6 +14,7 @@
 use crate::domain::{
     Budget, MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskStatus,
 };
+use crate::observe::trace::TraceParent;
 
 /// One step of a task's life. It serialises with its name in `step` and its fields, if
 /// any, in `detail`: `{"step": "ended", "detail": "Completed"}`.
@@ -175,6 +176,18 @@ pub struct TaskEvent<'a> {
     /// Its priority, on every step of a task the scheduler holds; `None` on steps reported
     /// from outside it (a refusal or an end reported by a shared queue's backend).
     pub priority: Option<Priority>,
+    /// The trace the task belongs to, if it carries one (see
+    /// [`TraceParent`](crate::observe::trace::TraceParent)).
+    pub trace: Option<&'a TraceParent>,
+    /// Which run of the task the step belongs to, on steps of a task the scheduler holds: 1
+    /// for the first, one more for each retry of a failed run or each claim of a shared
+    /// queue's task after its lease ran out.
+    pub attempt: Option<u32>,
+    /// On a `Parked` step, why the task waits, by name (as [`WaitReason::name`] gives it),
+    /// when a subscriber asked for reasons ([`EventSubscriber::wants_wait_reasons`]).
+    ///
+    /// [`WaitReason::name`]: crate::scheduler::core::WaitReason::name
+    pub wait_reason: Option<&'static str>,
 }
 
 /// What the scheduler publishes after each batch of events.
@@ -220,6 +233,13 @@ pub trait EventSubscriber: Send + Sync {
     /// at once. The default ignores it.
     fn on_reading(&self, reading: &PoolReading) {
         let _ = reading;
+    }
+
+    /// Whether `Parked` events should say why the task waits ([`TaskEvent::wait_reason`]):
+    /// asked once, when the pool starts. The default does not (it costs a look at the
+    /// scheduler's state for every task that parks).
+    fn wants_wait_reasons(&self) -> bool {
+        false
     }
 }
 

@@ -5,7 +5,8 @@
 //! - [`events`]: one event per step of a task's life, and a reading of the core's gauges
 //!   after each batch, heard by every subscriber;
 //! - [`stats`]: the pool's counters, kept by subscribing to [`events`];
-//! - `spans`: the span each actor handles a message in.
+//! - `spans`: the span each actor handles a message in;
+//! - [`trace`]: a task's W3C trace context, carried from its submitter to wherever it runs.
 //!
 //! An operator's view of one instant (running and parked tasks with the reason each waits)
 //! is the scheduler's answer to a request: [`scheduler::inspect`](crate::scheduler::inspect).
@@ -13,3 +14,4 @@
 pub mod events;
 pub(crate) mod spans;
 pub mod stats;
+pub mod trace;

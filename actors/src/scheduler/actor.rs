@@ -224,7 +224,7 @@ fn request_received<P, R>(
         } => {
             let extras = Box::new(Extras {
                 stream: Some(stream),
-                slot: None,
+                ..Extras::default()
             });
             shell.submit(task, options, Reply::Port(reply), Some(extras), now);
         }
@@ -321,8 +321,8 @@ where
                 let (answer, wait) = oneshot::channel();
                 let extras = slots.next().map(|slot| {
                     Box::new(Extras {
-                        stream: None,
                         slot: Some(slot),
+                        ..Extras::default()
                     })
                 });
                 state

@@ -5,6 +5,7 @@
 //! tells the shell with the event that failure stands for.
 
 use crate::domain::{BackendFault, FaultKind};
+use crate::mailbox::notify::RunOf;
 use std::sync::Arc;
 
 use ractor::ActorRef;
@@ -159,7 +160,7 @@ where
         let Outcome {
             key,
             delivery,
-            attempt,
+            run,
             settle,
             later,
         } = outcome;
@@ -181,15 +182,15 @@ where
                     stored,
                 })
             });
-            self.publish(key, delivery, attempt, fence, then, shared);
+            self.publish(key, delivery, run, fence, then, shared);
             return;
         }
         match &self.results {
-            Results::Inline { mailbox, notifiers } => store_inline(
-                &self.pool, &**mailbox, notifiers, key, delivery, attempt, None,
-            ),
+            Results::Inline { mailbox, notifiers } => {
+                store_inline(&self.pool, &**mailbox, notifiers, key, delivery, run, None)
+            }
             Results::Actor { actor, .. } => {
-                store_through(&self.pool, actor, key, delivery, attempt, None)
+                store_through(&self.pool, actor, key, delivery, run, None)
             }
         }
     }
@@ -207,7 +208,7 @@ where
         &self,
         key: MailboxKey,
         delivery: Delivery<R>,
-        attempt: u32,
+        run: RunOf,
         fence: Fence,
         then: AfterStore,
         shared: &SharedIo<P>,
@@ -221,7 +222,7 @@ where
             let message = MailboxMsg::Deliver {
                 key,
                 delivery,
-                attempt,
+                run,
                 fence: Some(fence),
                 then: Some(then),
             };
@@ -233,7 +234,7 @@ where
         let results = self.results.handle();
         let pool = self.pool.clone();
         let after: AfterSettle = Box::new(move |settled| match settled {
-            Ok(()) => results.store(&pool, key, delivery, attempt, Some(then)),
+            Ok(()) => results.store(&pool, key, delivery, run, Some(then)),
             Err(QueueError::NotClaimed(_)) => then(Stored::ClaimLost),
             Err(_) => then(Stored::Failed),
         });
@@ -272,14 +273,14 @@ impl<R: Send + 'static> ResultsHandle<R> {
         pool: &Arc<str>,
         key: MailboxKey,
         delivery: Delivery<R>,
-        attempt: u32,
+        run: RunOf,
         then: Option<AfterStore>,
     ) {
         match self {
             ResultsHandle::Inline { mailbox, notifiers } => {
-                store_inline(pool, &**mailbox, notifiers, key, delivery, attempt, then)
+                store_inline(pool, &**mailbox, notifiers, key, delivery, run, then)
             }
-            ResultsHandle::Actor(actor) => store_through(pool, actor, key, delivery, attempt, then),
+            ResultsHandle::Actor(actor) => store_through(pool, actor, key, delivery, run, then),
         }
     }
 }
@@ -292,11 +293,11 @@ fn store_inline<R: Send + 'static>(
     notifiers: &Notifiers<R>,
     key: MailboxKey,
     delivery: Delivery<R>,
-    attempt: u32,
+    run: RunOf,
     then: Option<AfterStore>,
 ) {
     let task_id = delivery.task_id;
-    let event = notifiers.event_for(pool, &key, &delivery, attempt);
+    let event = notifiers.event_for(pool, &key, &delivery, run);
     let stored = match mailbox.inline() {
         Some(inline) => inline.store_now(&key, delivery),
         None => Err(MailboxError::Backend(BackendFault::plain(
@@ -327,14 +328,14 @@ fn store_through<R: Send + 'static>(
     actor: &ActorRef<MailboxMsg<R>>,
     key: MailboxKey,
     delivery: Delivery<R>,
-    attempt: u32,
+    run: RunOf,
     then: Option<AfterStore>,
 ) {
     let task_id = delivery.task_id;
     let message = MailboxMsg::Deliver {
         key,
         delivery,
-        attempt,
+        run,
         fence: None,
         then,
     };

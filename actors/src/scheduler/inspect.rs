@@ -4,12 +4,17 @@
 //! ([`PoolControl::inspect`](crate::engine::PoolControl::inspect)); and one task's wait
 //! ([`PoolControl::waiting`](crate::engine::PoolControl::waiting)).
 //!
+//! A [`PoolSnapshot`] is a view and the pool's counters read together
+//! ([`PoolControl::snapshot`](crate::engine::PoolControl::snapshot)), so that a page showing
+//! both shows one instant.
+//!
 //! A view names tasks by their caller's key and id and says what they cost; it never holds a
 //! payload or a result (they carry users' prompts).
 
 use serde::Serialize;
 
 use crate::domain::{MailboxKey, Priority, ResourceCost, TaskId, TenantId};
+use crate::observe::stats::PoolStats;
 use crate::scheduler::core::{StartEstimate, WaitReason};
 
 /// The most parked tasks one view lists.
@@ -32,6 +37,17 @@ pub struct PoolView {
     pub offset: usize,
     /// Each tenant with live tasks here, by name.
     pub tenants: Vec<TenantView>,
+}
+
+/// A pool's view and counters at one instant: the gauges of `stats` (running, parked, units
+/// held per kind) count exactly the tasks `view` lists, since the scheduler reads both
+/// between two of its steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolSnapshot {
+    /// The pool's counters and gauges.
+    pub stats: PoolStats,
+    /// Its work.
+    pub view: PoolView,
 }
 
 /// A live task, as a view shows it.
@@ -117,4 +133,27 @@ pub struct TenantView {
     pub service: Option<f64>,
     /// Its weight under a fair share by use; `None` under any other setting.
     pub weight: Option<u32>,
+    /// How many anonymous tenants the row gathers: a task submitted without a mailbox gets
+    /// a tenant of its own (`anonymous-` and 32 hex digits), and a view shows them all as
+    /// one row, [`TenantView::ANONYMOUS`], after the named tenants. 0 for a named tenant.
+    pub anonymous_tenants: usize,
+}
+
+impl TenantView {
+    /// The name of the row that gathers the anonymous tenants.
+    pub const ANONYMOUS: &'static str = "anonymous";
+
+    /// The row of the anonymous tenants, with no work yet. Each of them is a tenant of its
+    /// own under a fair share, so the row has no one service or weight.
+    pub(crate) fn anonymous() -> Self {
+        Self {
+            tenant: TenantId::from(Self::ANONYMOUS),
+            running: 0,
+            parked: 0,
+            holds: [0; crate::domain::ResourceKind::COUNT],
+            service: None,
+            weight: None,
+            anonymous_tenants: 0,
+        }
+    }
 }

@@ -16,21 +16,43 @@ use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
 use crate::domain::{
-    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
+    MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
 };
 use crate::mailbox::actor::Stored;
+use crate::observe::trace::TraceParent;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
 use crate::running::stream::StreamAttachment;
 use crate::sync::slots::SlotGuard;
 
 pub use super::shell::control::ControlRequest;
+use super::shell::observe::Detail;
 
 /// Per-submission options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SubmitOptions {
     /// Overrides the pool's default execution timeout for this task.
     pub timeout: Option<Duration>,
+    /// The trace the submission belongs to (a W3C `traceparent`, from an incoming request's
+    /// header, say): the task's spans are its children on every node. `None`: the
+    /// submitter's current context, where the pool traces (the `otel` feature).
+    pub trace: Option<TraceParent>,
+}
+
+impl SubmitOptions {
+    /// These options with the task in the trace `parent` (see [`trace`](Self::trace)).
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::scheduler::protocol::SubmitOptions;
+    ///
+    /// let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    /// let options = SubmitOptions::default().with_traceparent(header.parse().unwrap());
+    /// assert_eq!(options.trace.unwrap().to_string(), header);
+    /// ```
+    pub fn with_traceparent(mut self, parent: TraceParent) -> Self {
+        self.trace = Some(parent);
+        self
+    }
 }
 
 /// What a drain did. Every caller of `shutdown` gets the same report.
@@ -154,9 +176,9 @@ pub(crate) struct EndedLater {
     pub task_id: TaskId,
     pub cost: ResourceCost,
     pub status: TaskStatus,
-    /// When its run started, if it started here.
-    pub since_ms: Option<u64>,
-    pub priority: Option<Priority>,
+    /// What its `Ended` event says beside (when its run started, if it started here; its
+    /// priority, trace and run).
+    pub detail: Detail,
 }
 
 /// One task of a park group, and whether the queue stored it.
@@ -225,6 +247,23 @@ pub(crate) struct Extras {
     /// The nested slot of a task submitted from one of the pool's own workers, held until
     /// the task's worker is free again (see [`crate::sync::slots`]).
     pub slot: Option<SlotGuard>,
+    /// The trace the task belongs to (see [`SubmitOptions::trace`]).
+    pub trace: Option<TraceParent>,
+}
+
+impl Extras {
+    /// `extras` with the task in trace `trace`, if it has one.
+    pub fn with_trace(
+        extras: Option<Box<Extras>>,
+        trace: Option<TraceParent>,
+    ) -> Option<Box<Extras>> {
+        let Some(trace) = trace else {
+            return extras;
+        };
+        let mut extras = extras.unwrap_or_default();
+        extras.trace = Some(trace);
+        Some(extras)
+    }
 }
 
 /// A submission through the inbox.

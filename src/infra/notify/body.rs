@@ -73,6 +73,7 @@ mod tests {
             stored_at_ms: 1_700_000_000_000,
             attempt: 1,
             result,
+            trace: None,
         }
     }
 

@@ -31,9 +31,11 @@ use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{StatusCode, Url};
 use tokio::sync::{Notify, Semaphore};
 
+use super::attempt_span::{AttemptSpan, TRACEPARENT_HEADER};
 use super::body;
 use super::outbox::Outbox;
 use super::signature::{Signer, SIGNATURE_HEADER};
+use crate::core::TraceParent;
 use crate::core::{Notifier, PoolError, TerminalEvent};
 use crate::settings::secret::Secret;
 use crate::util::redact;
@@ -236,6 +238,7 @@ pub struct WebhookStats {
 ///     stored_at_ms: 1_700_000_000_000,
 ///     attempt: 1,
 ///     result: None,
+///     trace: None,
 /// }); // returns at once; the POST happens on the notifier's thread
 /// assert_eq!(notifier.stats().delivered + notifier.stats().dropped, 0);
 /// # Ok::<(), prometheus_parking_lot::PoolError>(())
@@ -309,6 +312,7 @@ impl Notifier for HttpNotifier {
                 delivery_id,
                 task_id: event.task_id,
                 body,
+                trace: event.trace,
             }),
             Err(error) => tracing::error!(
                 pool = %self.shared.name,
@@ -350,6 +354,8 @@ struct Pending {
     delivery_id: String,
     task_id: TaskId,
     body: Vec<u8>,
+    /// The trace of the task, sent as each attempt's `traceparent`.
+    trace: Option<TraceParent>,
 }
 
 /// What the notifier's handle and its thread share.
@@ -580,7 +586,7 @@ impl Sender {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let (failure, retry) = match self.attempt(pending).await {
+            let (failure, retry) = match self.attempt(&shared.name, pending, attempts).await {
                 Attempt::Delivered => {
                     counters.delivered.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -609,7 +615,11 @@ impl Sender {
         }
     }
 
-    async fn attempt(&self, pending: &Pending) -> Attempt {
+    /// Attempt number `number` of `pending`, a notification of pool `pool`.
+    async fn attempt(&self, pool: &str, pending: &Pending, number: u32) -> Attempt {
+        let span = pending
+            .trace
+            .map(|trace| AttemptSpan::start(&trace, pool, number));
         let mut request = self
             .client
             .post(self.url.clone())
@@ -621,10 +631,21 @@ impl Sender {
         if let Some(signer) = &self.signer {
             request = request.header(SIGNATURE_HEADER, signer.header(now_ms(), &pending.body));
         }
-        match request.send().await {
-            Ok(response) => judge(response.status()),
-            Err(error) => Attempt::Failed(describe(error)),
+        if let Some(span) = &span {
+            request = request.header(TRACEPARENT_HEADER, span.traceparent().to_string());
         }
+        let (attempt, status) = match request.send().await {
+            Ok(response) => (judge(response.status()), Some(response.status().as_u16())),
+            Err(error) => (Attempt::Failed(describe(error)), None),
+        };
+        if let Some(span) = span {
+            let failure = match &attempt {
+                Attempt::Delivered => None,
+                Attempt::Failed(failure) | Attempt::Refused(failure) => Some(failure.as_str()),
+            };
+            span.end(status, failure);
+        }
+        attempt
     }
 }
 

@@ -8,6 +8,7 @@
 //! [`build_pools_from_scheduler_config`](crate::build_pools_from_scheduler_config) builds
 //! it. The README describes the body a receiver gets.
 
+mod attempt_span;
 mod body;
 pub mod http;
 mod outbox;

@@ -26,6 +26,7 @@ use crate::domain::{OnDuplicate, PoolError};
 use crate::mailbox::{Mailbox, Notifier};
 use crate::observe::events::EventFeed;
 use crate::observe::stats::PoolCounters;
+use crate::observe::trace::TaskTracer;
 use crate::permit::{Gate, PermitPort};
 use crate::queue::SharedQueue;
 use crate::scheduler::inbox::Inbox;
@@ -85,6 +86,8 @@ pub(crate) struct ClientParts<P, R> {
     pub feed: Arc<EventFeed>,
     /// The shared queue the pool is a node of, if any (for its dead letters).
     pub shared_queue: Option<Arc<dyn SharedQueue<P>>>,
+    /// Who makes each submission's span, if the pool traces.
+    pub tracer: Option<Arc<dyn TaskTracer>>,
 }
 
 struct ClientInner<P, R> {
@@ -111,6 +114,8 @@ struct ClientInner<P, R> {
     /// this process's memory and no other node runs its tasks, so every result under a key
     /// it knows is stored by its own scheduler (see `retrieve.rs`).
     knows_its_keys: bool,
+    /// Who makes each submission's span, if the pool traces (see `submit.rs`).
+    tracer: Option<Arc<dyn TaskTracer>>,
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -138,6 +143,7 @@ where
             on_duplicate,
             feed,
             shared_queue,
+            tracer,
         } = parts;
         let knows_its_keys = mailbox.inline().is_some() && shared_queue.is_none();
         let control = PoolControl::new(
@@ -164,6 +170,7 @@ where
                 rerun,
                 on_duplicate,
                 knows_its_keys,
+                tracer,
             }),
         }
     }

@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 
 use super::PoolClient;
 use crate::domain::{MailboxKey, OnDuplicate, PoolError, ScheduledTask, TaskId};
+use crate::observe::trace::SubmitSpan;
 use crate::running::stream::{ResultStream, StreamAttachment};
 use crate::scheduler::protocol::{Extras, Reply, Submission, SubmitOptions};
 use crate::sync::parker::block_on_until;
@@ -26,6 +27,17 @@ use crate::worker::thread::is_worker_of;
 /// queue), spins fail, and submitters soon sleep at once instead of burning the CPU the
 /// database needs.
 pub(super) const ANSWER_SPIN_ROUNDS: u32 = 64;
+
+/// Ends a submission's span, if it has one, with its admission answer; returns the answer.
+fn end_span(
+    span: Option<Box<dyn SubmitSpan>>,
+    answer: Result<MailboxKey, PoolError>,
+) -> Result<MailboxKey, PoolError> {
+    if let Some(span) = span {
+        span.end(answer.as_ref());
+    }
+    answer
+}
 
 /// The admission answer: checked at once, then for a while (see [`ANSWER_SPIN_ROUNDS`]),
 /// then awaited. `None` when the scheduler dropped the question (it stopped).
@@ -50,15 +62,34 @@ where
     pub async fn submit(
         &self,
         task: ScheduledTask<P>,
-        options: SubmitOptions,
+        mut options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
-        if let Err(refusal) = self.no_result_waits(std::slice::from_ref(&task)).await[0].clone() {
-            return self.attach_or_refuse(task, refusal);
-        }
-        let answer = self.send_submission(task, options, None)?;
-        admission_answer(&self.inner.answer_spin, answer)
-            .await
-            .unwrap_or(Err(PoolError::Shutdown))
+        let span = self.trace_submission(&task, 1, &mut options);
+        let answer = async {
+            if let Err(refusal) = self.no_result_waits(std::slice::from_ref(&task)).await[0].clone()
+            {
+                return self.attach_or_refuse(task, refusal);
+            }
+            let answer = self.send_submission(task, options, None)?;
+            admission_answer(&self.inner.answer_spin, answer)
+                .await
+                .unwrap_or(Err(PoolError::Shutdown))
+        };
+        end_span(span, answer.await)
+    }
+
+    /// The span of a submission of `count` tasks, the first of them `first`, where the pool
+    /// traces: the tasks then carry its context in `options`.
+    fn trace_submission(
+        &self,
+        first: &ScheduledTask<P>,
+        count: usize,
+        options: &mut SubmitOptions,
+    ) -> Option<Box<dyn SubmitSpan>> {
+        let tracer = self.inner.tracer.as_ref()?;
+        let span = tracer.submitting(self.name(), &first.meta, count, options.trace)?;
+        options.trace = Some(span.context());
+        Some(span)
     }
 
     /// The answer to a submission the stored-result check stopped: under
@@ -122,16 +153,20 @@ where
     pub fn submit_blocking(
         &self,
         task: ScheduledTask<P>,
-        options: SubmitOptions,
+        mut options: SubmitOptions,
     ) -> Result<MailboxKey, PoolError> {
-        let checked = block_on_until(self.no_result_waits(std::slice::from_ref(&task)), None);
-        if let Some(Err(refusal)) = checked.map(|mut answers| answers.swap_remove(0)) {
-            return self.attach_or_refuse(task, refusal);
-        }
-        let answer = self.send_submission(task, options, None)?;
-        block_on_until(admission_answer(&self.inner.answer_spin, answer), None)
-            .flatten()
-            .unwrap_or(Err(PoolError::Shutdown))
+        let span = self.trace_submission(&task, 1, &mut options);
+        let answer = || {
+            let checked = block_on_until(self.no_result_waits(std::slice::from_ref(&task)), None);
+            if let Some(Err(refusal)) = checked.map(|mut answers| answers.swap_remove(0)) {
+                return self.attach_or_refuse(task, refusal);
+            }
+            let answer = self.send_submission(task, options, None)?;
+            block_on_until(admission_answer(&self.inner.answer_spin, answer), None)
+                .flatten()
+                .unwrap_or(Err(PoolError::Shutdown))
+        };
+        end_span(span, answer())
     }
 
     /// Admits a task whose executor streams partial results (see [`crate::running::stream`]): the
@@ -146,10 +181,15 @@ where
         buffer: usize,
     ) -> Result<ResultStream<R>, PoolError> {
         let (attachment, stream) = ResultStream::channel(buffer)?;
-        let answer = self.send_submission(task, options, Some(attachment))?;
-        admission_answer(&self.inner.answer_spin, answer)
-            .await
-            .unwrap_or(Err(PoolError::Shutdown))?;
+        let mut options = options;
+        let span = self.trace_submission(&task, 1, &mut options);
+        let answer = async {
+            let answer = self.send_submission(task, options, Some(attachment))?;
+            admission_answer(&self.inner.answer_spin, answer)
+                .await
+                .unwrap_or(Err(PoolError::Shutdown))
+        };
+        end_span(span, answer.await)?;
         Ok(stream)
     }
 
@@ -182,8 +222,13 @@ where
                 return Err(refusal);
             }
         };
-        let extras =
-            (stream.is_some() || slot.is_some()).then(|| Box::new(Extras { stream, slot }));
+        let extras = (stream.is_some() || slot.is_some()).then(|| {
+            Box::new(Extras {
+                stream,
+                slot,
+                ..Extras::default()
+            })
+        });
         let (reply, answer) = oneshot::channel();
         self.inner.inbox.submit(Submission::One {
             task,
@@ -212,6 +257,24 @@ where
     /// Admits many tasks at once, for bulk producers: one trip through the inbox, one answer
     /// per task, in order.
     pub async fn submit_batch(
+        &self,
+        tasks: Vec<ScheduledTask<P>>,
+        mut options: SubmitOptions,
+    ) -> Vec<Result<MailboxKey, PoolError>> {
+        let span = match tasks.first() {
+            Some(first) => self.trace_submission(first, tasks.len(), &mut options),
+            None => None,
+        };
+        let answers = self.submit_batch_in_span(tasks, options).await;
+        if let Some(span) = span {
+            let first_refusal = answers.iter().find(|answer| answer.is_err());
+            span.end(first_refusal.unwrap_or(&answers[0]).as_ref());
+        }
+        answers
+    }
+
+    /// [`submit_batch`](Self::submit_batch) once its span (if any) is open.
+    async fn submit_batch_in_span(
         &self,
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,

@@ -878,10 +878,15 @@ impl ParkingLot {
         };
         if !self.paused && self.may_start(&rank, &request, now) && self.claim(&request, now) {
             self.count_skip_of_head(&rank);
-            // Under a fair share a start changes its tenant's keys: that can move the
-            // reservation, or (for a permit started while every slot is busy) let a permit
-            // overtake a task that waits for a slot.
-            if self.tenants.is_none() || (self.starving.is_empty() && !slotless) {
+            // A start can let others start too. Under a fair share it changes its tenant's
+            // keys: that can move the reservation, or (for a permit started while every
+            // slot is busy) let a permit overtake a task that waits for a slot. With a
+            // reservation, a newcomer that ranks ahead of it (a higher priority, or an
+            // earlier deadline under the deadline order) delays the reserved ticket's start,
+            // and tickets that end before the new time may backfill (rule 13).
+            let fair_moves = self.tenants.is_some() && (!self.starving.is_empty() || slotless);
+            let backfill_opens = !self.starving.is_empty() && self.limits.backfill;
+            if !fair_moves && !backfill_opens {
                 return Admit::Start;
             }
             let mut started = Vec::new();

@@ -72,6 +72,29 @@ pub enum WaitReason {
     },
 }
 
+impl WaitReason {
+    /// Its name, as it serialises (`"units"`, `"budget"`, `"behind"`, ...).
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::scheduler::core::WaitReason;
+    ///
+    /// assert_eq!(WaitReason::Paused.name(), "paused");
+    /// assert_eq!(WaitReason::Behind { ahead: 3 }.name(), "behind");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            WaitReason::Sleeping { .. } => "sleeping",
+            WaitReason::Paused => "paused",
+            WaitReason::Units { .. } => "units",
+            WaitReason::Budget { .. } => "budget",
+            WaitReason::TenantShare { .. } => "tenant_share",
+            WaitReason::Worker { .. } => "worker",
+            WaitReason::Reserved { .. } => "reserved",
+            WaitReason::Behind { .. } => "behind",
+        }
+    }
+}
+
 impl ParkingLot {
     /// Parked tickets `offset..offset + limit` in rank order (best first), and how many are
     /// parked in all: O(n) to find the page, O(limit log limit) to order it.
@@ -136,6 +159,18 @@ impl ParkingLot {
     /// assert_eq!(lot.why_waiting(1), None, "running");
     /// ```
     pub fn why_waiting(&self, id: TaskId) -> Option<WaitReason> {
+        self.first_obstacle(id, true)
+    }
+
+    /// The name of [`why_waiting`](Self::why_waiting)'s answer (see [`WaitReason::name`]),
+    /// in O(1): what a trace's wait span says, for every task that parks.
+    pub fn why_waiting_name(&self, id: TaskId) -> Option<&'static str> {
+        self.first_obstacle(id, false).map(|reason| reason.name())
+    }
+
+    /// The first obstacle of parked ticket `id`; `Behind`'s count only if `count_ahead`
+    /// (else 0: the one O(n) case).
+    fn first_obstacle(&self, id: TaskId, count_ahead: bool) -> Option<WaitReason> {
         if let Some(&(until_ms, _)) = self.sleepers.get(&id) {
             return Some(WaitReason::Sleeping { until_ms });
         }
@@ -174,6 +209,9 @@ impl ParkingLot {
         let rank = parked.rank(id);
         if let Some(reserved) = self.holding_back(id, rank) {
             return Some(WaitReason::Reserved { reserved });
+        }
+        if !count_ahead {
+            return Some(WaitReason::Behind { ahead: 0 });
         }
         let ahead = self
             .parked

@@ -16,7 +16,7 @@ use crate::domain::{MailboxKey, PoolError, TaskId};
 use crate::observe::stats::PoolStats;
 use crate::queue::EntryId;
 use crate::scheduler::core::{Cancel, WaitReason};
-use crate::scheduler::inspect::{PoolView, WaitView};
+use crate::scheduler::inspect::{PoolSnapshot, PoolView, WaitView};
 use crate::scheduler::protocol::{Internal, SchedulerMsg, SchedulerRequest};
 use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
 
@@ -80,6 +80,15 @@ pub enum ControlRequest {
         /// The view.
         reply: RpcReplyPort<PoolView>,
     },
+    /// [`Inspect`](Self::Inspect) and the counters, read at the same instant.
+    Snapshot {
+        /// The page's first index in rank order.
+        offset: usize,
+        /// The page's length, at most [`MAX_PAGE`](crate::scheduler::inspect::MAX_PAGE).
+        limit: usize,
+        /// The view and counters.
+        reply: RpcReplyPort<PoolSnapshot>,
+    },
     /// A snapshot of the pool's counters.
     Stats {
         /// Where the snapshot goes.
@@ -121,6 +130,19 @@ impl ControlRequest {
                 // Permits of the fast path are shown as the others: taken over first.
                 shell.take_over_all(None, now);
                 let _ = reply.send(shell.inspect(offset, limit, now));
+            }
+            ControlRequest::Snapshot {
+                offset,
+                limit,
+                reply,
+            } => {
+                shell.take_over_all(None, now);
+                // The gauges as the core holds them now, so the counters count what the
+                // view lists (they are otherwise published after the batch).
+                shell.publish();
+                let stats = shell.stats();
+                let view = shell.inspect(offset, limit, now);
+                let _ = reply.send(PoolSnapshot { stats, view });
             }
         }
     }

@@ -12,6 +12,7 @@
 use ractor::RpcReplyPort;
 
 use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
+use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
@@ -134,8 +135,8 @@ pub(crate) struct Outcome<R> {
     pub key: MailboxKey,
     /// What is stored.
     pub delivery: Delivery<R>,
-    /// Which run of the task produced it.
-    pub attempt: u32,
+    /// Which run of the task produced it, and its trace.
+    pub run: RunOf,
     /// The shared claim its run held, and how the claim ends: the outcome is published only
     /// while the claim holds, and the claim ends with it (see `driver.rs`, "publish").
     pub settle: Option<(Claim, Settlement)>,

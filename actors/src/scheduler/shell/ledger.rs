@@ -32,6 +32,7 @@ use hashbrown::HashTable;
 use crate::domain::{
     MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskMetadata, TenantId,
 };
+use crate::observe::trace::TraceParent;
 use crate::queue::{Claim, EntryId};
 use crate::running::cancellation::Cancellation;
 use crate::running::stream::StreamAttachment;
@@ -133,6 +134,15 @@ impl TaskKey {
         }
     }
 
+    /// The bits of the tenant when it is one [`MailboxKey::anonymous`] made (a task
+    /// submitted without a mailbox), whatever the rest of the key.
+    pub fn anonymous_tenant(&self) -> Option<u128> {
+        match self.tenant() {
+            Tenant::Anonymous(bits) => Some(bits),
+            Tenant::Named(_) => None,
+        }
+    }
+
     /// Whether `key` is exactly this key.
     pub fn is(&self, key: &MailboxKey) -> bool {
         match self {
@@ -221,6 +231,8 @@ pub(crate) struct Rare {
     /// Why each of its failed runs failed, oldest first, while it is tried again (see
     /// `retry.rs`).
     pub failures: Vec<String>,
+    /// The trace it belongs to, if any: its events and its terminal event carry it.
+    pub trace: Option<TraceParent>,
 }
 
 /// One admitted task. See the module docs. (The cost and the times are kept in parts, so
@@ -369,6 +381,23 @@ impl<P> Record<P> {
     /// Which run of the task this is: 1, or its claim's count.
     pub fn attempt(&self) -> u32 {
         self.lease().map_or(1, |claim| claim.attempt)
+    }
+
+    /// Which run of the task this is, counting local retries too: its claim's count on a
+    /// shared queue, else 1 plus its failed runs.
+    pub fn run_number(&self) -> u32 {
+        match self.rare() {
+            Some(rare) => rare.lease.map_or_else(
+                || 1 + u32::try_from(rare.failures.len()).unwrap_or(u32::MAX - 1),
+                |claim| claim.attempt,
+            ),
+            None => 1,
+        }
+    }
+
+    /// The trace it belongs to, if any.
+    pub fn trace(&self) -> Option<&TraceParent> {
+        self.rare()?.trace.as_ref()
     }
 
     /// Its stream, if it is a streamed task.

@@ -198,6 +198,7 @@ where
             .take()
             .unwrap_or_else(MailboxKey::anonymous);
         let timeout = options.timeout.or(self.tasks.default_timeout);
+        let extras = Extras::with_trace(extras, options.trace);
         let origin = Origin::Submitted { reply, extras };
         self.admit(
             Admission {

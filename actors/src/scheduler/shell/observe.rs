@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::domain::{MailboxKey, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId};
 use crate::observe::events::{BudgetReading, EventSubscriber, PoolReading, TaskEvent, TaskStep};
 use crate::observe::stats::PoolCounters;
+use crate::observe::trace::TraceParent;
 use crate::scheduler::core::ParkingLot;
 
 use super::ledger::Record;
@@ -21,13 +22,19 @@ pub(crate) struct Observers {
     /// The pool's counters (also the first subscriber).
     pub counters: Arc<PoolCounters>,
     subscribers: Vec<Arc<dyn EventSubscriber>>,
+    /// Whether a subscriber wants `Parked` events to say why the task waits.
+    wants_wait_reasons: bool,
 }
 
-/// What an event adds to a task's identity: the interval it closes and the priority.
+/// What an event adds to a task's identity: the interval it closes, the priority, the
+/// trace, the run and why it waits.
 #[derive(Clone, Copy)]
 pub(crate) struct Detail {
     pub since_ms: Option<u64>,
     pub priority: Option<Priority>,
+    pub trace: Option<TraceParent>,
+    pub attempt: Option<u32>,
+    pub wait_reason: Option<&'static str>,
 }
 
 impl Detail {
@@ -35,6 +42,9 @@ impl Detail {
     pub const NONE: Detail = Detail {
         since_ms: None,
         priority: None,
+        trace: None,
+        attempt: None,
+        wait_reason: None,
     };
 
     /// For a step of a task the ledger holds: a start closes its wait (from admission), an
@@ -48,6 +58,9 @@ impl Detail {
         Detail {
             since_ms,
             priority: Some(record.priority),
+            trace: record.trace().copied(),
+            attempt: Some(record.run_number()),
+            wait_reason: None,
         }
     }
 }
@@ -65,10 +78,17 @@ impl Observers {
         counters.worker_count.store(limits.worker_slots, Relaxed);
         let mut all: Vec<Arc<dyn EventSubscriber>> = vec![counters.clone()];
         all.extend(subscribers);
+        let wants_wait_reasons = all.iter().any(|subscriber| subscriber.wants_wait_reasons());
         Self {
             counters,
             subscribers: all,
+            wants_wait_reasons,
         }
+    }
+
+    /// Whether `Parked` events should say why the task waits.
+    pub fn wants_wait_reasons(&self) -> bool {
+        self.wants_wait_reasons
     }
 
     /// Tells every subscriber of a step of a task the ledger holds.
@@ -85,10 +105,26 @@ impl Observers {
         step: &TaskStep,
         now: u64,
     ) {
+        self.record_step_why(record, key, step, now, None);
+    }
+
+    /// [`record_step_as`](Self::record_step_as) of a `Parked` step that says why the task
+    /// waits (`None` unless [`wants_wait_reasons`](Self::wants_wait_reasons)).
+    pub fn record_step_why<P>(
+        &self,
+        record: &Record<P>,
+        key: &MailboxKey,
+        step: &TaskStep,
+        now: u64,
+        wait_reason: Option<&'static str>,
+    ) {
         if let Some(span) = record.rare().and_then(|rare| rare.span.as_ref()) {
             tracing::trace!(parent: span, ?step, at_ms = now, "task step");
         }
-        let detail = Detail::of(record, step);
+        let detail = Detail {
+            wait_reason,
+            ..Detail::of(record, step)
+        };
         self.step(record.task_id, key, record.cost(), step, now, detail);
     }
 
@@ -110,6 +146,9 @@ impl Observers {
             at_ms: now,
             since_ms: detail.since_ms,
             priority: detail.priority,
+            trace: detail.trace.as_ref(),
+            attempt: detail.attempt,
+            wait_reason: detail.wait_reason,
         };
         for subscriber in &self.subscribers {
             subscriber.on_event(&event);

@@ -113,7 +113,7 @@ where
         let Some(record) = self.tasks.ledger.get_mut(entry) else {
             return Some(Err(PoolError::Failed(reason)));
         };
-        let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
+        let key = record.key.key().into_owned();
         let (meta, timeout) = (record.meta(), record.timeout());
         match payload {
             Payload::Spare(spare) => record.park_again(Some(spare)),
@@ -136,9 +136,7 @@ where
             at_ms,
             reason,
         };
-        self.tasks
-            .observers
-            .step(id, &key, cost, &step, now, Detail::NONE);
+        self.tasks.step(entry, step, now);
         self.start_parked(started, now);
         None
     }
@@ -179,15 +177,16 @@ where
             return Some(Err(PoolError::Failed(reason)));
         };
         let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
-        drop_contained(record);
         let step = TaskStep::Retrying {
             attempt: failed + 1,
             at_ms,
             reason: reason.clone(),
         };
+        let detail = Detail::of(&record, &step);
+        drop_contained(record);
         self.tasks
             .observers
-            .step(id, &key, cost, &step, now, Detail::NONE);
+            .step(id, &key, cost, &step, now, detail);
         self.tasks
             .fx
             .shared(crate::scheduler::shell::effects::SharedCall::Retry {

@@ -16,7 +16,6 @@ use crate::queue::{EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::{Reply, SharedReport};
 use crate::scheduler::shell::effects::SharedCall;
-use crate::scheduler::shell::observe::Detail;
 use crate::util::contain::drop_contained;
 
 impl<P, R> Shell<P, R>
@@ -130,13 +129,14 @@ where
                     Stored::Yes => TaskStep::Ended(later.status),
                     Stored::ClaimLost | Stored::Failed => TaskStep::LeaseLost,
                 };
-                let detail = Detail {
-                    since_ms: later.since_ms,
-                    priority: later.priority,
-                };
-                self.tasks
-                    .observers
-                    .step(later.task_id, &key, later.cost, &step, now, detail);
+                self.tasks.observers.step(
+                    later.task_id,
+                    &key,
+                    later.cost,
+                    &step,
+                    now,
+                    later.detail,
+                );
             }
         }
     }

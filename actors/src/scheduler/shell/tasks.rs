@@ -13,6 +13,7 @@ use crate::domain::{
     BackendError, BackendFault, MailboxKey, PoolError, ScheduledTask, TaskFailure, TaskId,
     TaskMetadata, TenantId, TenantWeights,
 };
+use crate::mailbox::notify::RunOf;
 use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
@@ -285,12 +286,13 @@ where
         key: MailboxKey,
         now: u64,
     ) {
+        let parked_reason = self.wait_reason(entry, &TaskStep::Parked);
         if let Some(record) = self.ledger.get_mut(entry) {
             record.keep_payload(payload);
             // Reported with the key in hand: the record keeps an anonymous key compact.
-            for step in [arrived, TaskStep::Parked] {
-                self.observers.record_step_as(record, &key, &step, now);
-            }
+            self.observers.record_step_as(record, &key, &arrived, now);
+            self.observers
+                .record_step_why(record, &key, &TaskStep::Parked, now, parked_reason);
             if let Some(until_ms) = self.core.budget_ready_at(entry) {
                 let step = TaskStep::WaitsForBudget { until_ms };
                 self.observers.record_step_as(record, &key, &step, now);
@@ -333,6 +335,7 @@ where
             let rare = record.rare_mut();
             rare.stream = extras.stream;
             rare.slot = extras.slot;
+            rare.trace = extras.trace;
         }
         self.ledger.insert(record);
     }
@@ -445,7 +448,7 @@ where
         let outcome = Err(outcome);
         let step = TaskStep::Ended(status_of_run(&outcome));
         let key = record.key.key().into_owned();
-        let (task_id, attempt) = (record.task_id, record.attempt());
+        let (task_id, run) = (record.task_id, run_of(record));
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
         // A claimed task's outcome goes out now, under its claim, which ends with it: the
         // run's late report only releases its capacity.
@@ -456,7 +459,7 @@ where
             .map(|claim| (claim, Settlement::Done));
         let held_back = settle.is_some() && stream.is_none();
         let later = ended_step(&self.observers, record, &key, &step, held_back, now);
-        self.send_outcome(stream, key, task_id, attempt, outcome, settle, later, now);
+        self.send_outcome(stream, key, task_id, run, outcome, settle, later, now);
         true
     }
 
@@ -490,11 +493,11 @@ where
         let stream = record.rare.as_mut().and_then(|rare| rare.stream.take());
         let held_back = settle.is_some() && stream.is_none();
         let later = ended_step(&self.observers, &record, &key, &step, held_back, now);
-        let (task_id, attempt) = (record.task_id, record.attempt());
+        let (task_id, run) = (record.task_id, run_of(&record));
         if let (Some(recent), None) = (&mut self.recently_ended, &stream) {
             recent.remember(&key, task_id, now);
         }
-        self.send_outcome(stream, key, task_id, attempt, outcome, settle, later, now);
+        self.send_outcome(stream, key, task_id, run, outcome, settle, later, now);
     }
 
     /// Delivers the outcome of a task the ledger does not hold (a shared queue's report),
@@ -516,8 +519,7 @@ where
                 task_id,
                 cost,
                 status,
-                since_ms: None,
-                priority: None,
+                detail: Detail::NONE,
             }),
             None => {
                 let step = TaskStep::Ended(status);
@@ -526,7 +528,11 @@ where
                 None
             }
         };
-        self.send_outcome(None, key, task_id, attempt, outcome, settle, later, now);
+        let run = RunOf {
+            attempt,
+            trace: None,
+        };
+        self.send_outcome(None, key, task_id, run, outcome, settle, later, now);
     }
 
     /// Asks for an outcome to go to `stream`, or to the mailbox under `key`.
@@ -536,7 +542,7 @@ where
         stream: Option<StreamAttachment>,
         key: MailboxKey,
         task_id: TaskId,
-        attempt: u32,
+        run: RunOf,
         outcome: Result<R, PoolError>,
         settle: Option<(Claim, Settlement)>,
         later: Option<EndedLater>,
@@ -562,7 +568,7 @@ where
         self.fx.push(Effect::Deliver(Outcome {
             key,
             delivery,
-            attempt,
+            run,
             settle,
             later,
         }));
@@ -570,8 +576,17 @@ where
 
     pub fn step(&self, entry: EntryId, step: TaskStep, now: u64) {
         if let Some(record) = self.ledger.get(entry) {
-            self.observers.record_step(record, &step, now);
+            let key = record.key.key();
+            let reason = self.wait_reason(entry, &step);
+            self.observers
+                .record_step_why(record, &key, &step, now, reason);
         }
+    }
+
+    /// Why task `entry` waits, by name, on a `Parked` step, if a subscriber asked.
+    fn wait_reason(&self, entry: EntryId, step: &TaskStep) -> Option<&'static str> {
+        let wanted = matches!(step, TaskStep::Parked) && self.observers.wants_wait_reasons();
+        wanted.then(|| self.core.why_waiting_name(entry)).flatten()
     }
 
     pub fn step_unrecorded(
@@ -582,8 +597,8 @@ where
         now: u64,
     ) {
         let detail = Detail {
-            since_ms: None,
             priority: Some(meta.priority),
+            ..Detail::NONE
         };
         self.observers
             .step(meta.id, key, meta.cost, step, now, detail);
@@ -689,14 +704,20 @@ fn ended_step<P>(
     let TaskStep::Ended(status) = step else {
         return None;
     };
-    let detail = Detail::of(record, step);
     Some(EndedLater {
         task_id: record.task_id,
         cost: record.cost(),
         status: status.clone(),
-        since_ms: detail.since_ms,
-        priority: detail.priority,
+        detail: Detail::of(record, step),
     })
+}
+
+/// Which run of its task `record` is, and its trace: what its terminal event says.
+fn run_of<P>(record: &Record<P>) -> RunOf {
+    RunOf {
+        attempt: record.attempt(),
+        trace: record.trace().copied().map(Box::new),
+    }
 }
 
 /// The terminal status of a run that ended with `outcome`.

@@ -72,20 +72,44 @@ where
             .into_iter()
             .filter_map(|entry| view(entry, core.why_waiting(entry)))
             .collect();
-        let mut tenants: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
-        for record in ledger.iter() {
-            let key = record.key.key();
-            let tenant = tenants.entry(key.tenant.clone()).or_insert_with(|| {
-                let core_key = self.tasks.tenant_key_of(&key);
-                TenantView {
-                    tenant: key.tenant.clone(),
-                    running: 0,
-                    parked: 0,
-                    holds: [0; ResourceKind::COUNT],
-                    service: core.tenant_service(core_key),
-                    weight: core.tenant_weight(core_key),
-                }
-            });
+        PoolView {
+            paused: core.is_paused(),
+            draining: self.lifecycle.is_closed(),
+            running,
+            parked,
+            parked_total,
+            offset,
+            tenants: self.tenant_views(),
+        }
+    }
+
+    /// Each named tenant with live tasks, by name, then one row for all the anonymous
+    /// tenants (each task submitted without a mailbox has a tenant of its own, so a row
+    /// each would list the tasks, not the tenants).
+    fn tenant_views(&self) -> Vec<TenantView> {
+        let core = &self.tasks.core;
+        let mut named: std::collections::BTreeMap<TenantId, TenantView> = Default::default();
+        let mut anonymous = TenantView::anonymous();
+        let mut anonymous_tenants = std::collections::HashSet::new();
+        for record in self.tasks.ledger.iter() {
+            let tenant = if let Some(bits) = record.key.anonymous_tenant() {
+                anonymous_tenants.insert(bits);
+                &mut anonymous
+            } else {
+                let key = record.key.key();
+                named.entry(key.tenant.clone()).or_insert_with(|| {
+                    let core_key = self.tasks.tenant_key_of(&key);
+                    TenantView {
+                        tenant: key.tenant.clone(),
+                        running: 0,
+                        parked: 0,
+                        holds: [0; ResourceKind::COUNT],
+                        service: core.tenant_service(core_key),
+                        weight: core.tenant_weight(core_key),
+                        anonymous_tenants: 0,
+                    }
+                })
+            };
             if record.run().is_some() {
                 tenant.running += 1;
                 let cost = record.cost();
@@ -94,15 +118,12 @@ where
                 tenant.parked += 1;
             }
         }
-        PoolView {
-            paused: core.is_paused(),
-            draining: self.lifecycle.is_closed(),
-            running,
-            parked,
-            parked_total,
-            offset,
-            tenants: tenants.into_values().collect(),
+        anonymous.anonymous_tenants = anonymous_tenants.len();
+        let mut tenants: Vec<TenantView> = named.into_values().collect();
+        if anonymous.anonymous_tenants > 0 {
+            tenants.push(anonymous);
         }
+        tenants
     }
 
     /// Why the live task `id` under exactly `key` has not started (core rule 17); `None`

@@ -573,6 +573,7 @@ impl World {
         self.submissions.push((id, meta.mailbox.clone()));
         let options = SubmitOptions {
             timeout: timeout.map(Duration::from_millis),
+            ..SubmitOptions::default()
         };
         let (reply, answer) = oneshot::channel();
         self.answers.push((id, answer));
