@@ -8,6 +8,7 @@
 //! the fleet shows it stale until the database is back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sea_orm::DbErr;
 
@@ -138,6 +139,9 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// How long a stopping node waits to mark itself gone: its row then says stale instead.
+const LEAVE_WITHIN: Duration = Duration::from_secs(2);
+
 /// A node's part in its fleet: its [`NodeHeartbeat`] run every heartbeat on a thread of its
 /// own, until dropped, when the node marks itself gone.
 pub struct FleetMember {
@@ -147,17 +151,25 @@ pub struct FleetMember {
 }
 
 impl FleetMember {
-    /// Registers the node of `heartbeat` (creating the node table if needed, and writing its
+    /// Registers the node of `heartbeat` (creating the node table if needed, and trying its
     /// first heartbeat before it answers) and keeps its row from then on.
+    ///
+    /// The fleet is the operator's view, not the node's work: a node whose row cannot be
+    /// written (a role without the right to create or write `pl_fleet_nodes`, a database that
+    /// is away) runs all the same. It logs why, once, tries again every heartbeat, and the
+    /// fleet shows it stale meanwhile. Only a heartbeat thread that cannot start is an error.
     pub fn join(heartbeat: NodeHeartbeat) -> Result<Self, PoolError> {
         let node = heartbeat.node.clone();
         let database = heartbeat.database.clone();
-        heartbeat
+        if let Err(error) = heartbeat
             .database
             .block_on(|_| async move { ensure_nodes_table(&database).await })
-            .map_err(|error| heartbeat.failed("create the node table", &error))?;
+        {
+            let error = heartbeat.failed("create the node table", &error);
+            tracing::warn!(%error, "fleet: the node runs, but the fleet will not show it until the node table exists");
+        }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (first, registered) = std::sync::mpsc::channel::<Result<(), PoolError>>();
+        let (first, tried) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("parking-lot-fleet".into())
             .spawn(move || beat_until_stopped(heartbeat, first, stopped))
@@ -166,21 +178,14 @@ impl FleetMember {
                     "fleet: the heartbeat thread could not start: {error}"
                 ))
             })?;
-        let mut member = Self {
+        // The first round is tried before the pool is handed out, so a node that starts is
+        // in the fleet at once (when its row can be written).
+        let _ = tried.recv();
+        Ok(Self {
             node,
             stop: Some(stop),
             thread: Some(thread),
-        };
-        match registered.recv() {
-            Ok(Ok(())) => Ok(member),
-            Ok(Err(error)) => {
-                member.stop_now();
-                Err(error)
-            }
-            Err(_) => Err(PoolError::Internal(
-                "fleet: the heartbeat thread ended before the node registered".into(),
-            )),
-        }
+        })
     }
 
     /// The node's name.
@@ -212,11 +217,11 @@ impl std::fmt::Debug for FleetMember {
     }
 }
 
-/// The heartbeat thread: the first round's outcome goes to `first`, then a round every
-/// heartbeat until `stopped`, and a last write that marks the node gone.
+/// The heartbeat thread: a round at once (then a word to `first`), a round every heartbeat
+/// until `stopped`, and a last write that marks the node gone.
 fn beat_until_stopped(
     heartbeat: NodeHeartbeat,
-    first: std::sync::mpsc::Sender<Result<(), PoolError>>,
+    first: std::sync::mpsc::Sender<()>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -225,33 +230,52 @@ fn beat_until_stopped(
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            let _ = first.send(Err(PoolError::Internal(format!(
-                "fleet: the heartbeat's runtime could not start: {error}"
-            ))));
+            tracing::warn!(%error, "fleet: the heartbeat's runtime could not start; the fleet will not show this node");
             return;
         }
     };
     runtime.block_on(async move {
-        let registered = heartbeat.run_once().await.map(drop);
-        let failed = registered.is_err();
-        let _ = first.send(registered);
-        if failed {
-            return;
-        }
+        let mut failing = false;
+        note(heartbeat.run_once().await, &mut failing);
+        let _ = first.send(());
         let mut tick = tokio::time::interval(heartbeat.settings.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        // A round still waiting for a database that is away does not hold the stop up.
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = &mut stopped => break,
             }
-            if let Err(error) = heartbeat.run_once().await {
-                tracing::warn!(%error, "fleet: a heartbeat failed; the next one tries again");
+            tokio::select! {
+                round = heartbeat.run_once() => note(round, &mut failing),
+                _ = &mut stopped => break,
             }
         }
-        if let Err(error) = heartbeat.leave().await {
-            tracing::warn!(%error, "fleet: the node could not mark itself gone");
+        match tokio::time::timeout(LEAVE_WITHIN, heartbeat.leave()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "fleet: the node could not mark itself gone; it will show as stale")
+            }
+            Err(_) => tracing::warn!(
+                "fleet: the node could not mark itself gone in time; it will show as stale"
+            ),
         }
     });
+}
+
+/// Logs a round that failed after one that did not (and the first), and the round that
+/// works again: a database away for an hour is one warning, not one per heartbeat.
+fn note(round: Result<Option<NodeAction>, PoolError>, failing: &mut bool) {
+    match round {
+        Err(error) if !*failing => {
+            *failing = true;
+            tracing::warn!(%error, "fleet: a heartbeat failed; the node runs on, the fleet shows it stale, and each heartbeat tries again");
+        }
+        Ok(_) if *failing => {
+            *failing = false;
+            tracing::info!("fleet: the node heartbeats again");
+        }
+        _ => {}
+    }
 }
