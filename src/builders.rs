@@ -29,6 +29,8 @@ use crate::infra::queue::driver::{Databases, SharedPart};
 use crate::infra::queue::memory::InMemoryQueue;
 use crate::infra::queue::registry::{is_built, queue_driver, queue_rules, QUEUE_TYPES};
 use crate::pool::Backends;
+use crate::settings::error::ConfigError;
+use crate::settings::quote;
 use crate::{ResourcePool, TaskExecutor};
 
 /// What the backends of built pools may use beyond their own settings.
@@ -288,6 +290,8 @@ where
         crate::infra::postgres::fleet::Seats::new(crate::infra::postgres::fleet::FleetSettings {
             heartbeat: config.fleet.clone().unwrap_or_default().heartbeat(),
         });
+    // A pool with one instance per GPU has its schedules on the first instance only.
+    let mut carried_schedules = std::collections::HashSet::new();
     for (name, pool, instances) in planned {
         for instance in instances {
             let settings = config
@@ -320,6 +324,10 @@ where
                 backends,
                 &spawner,
             )?;
+            if !carried_schedules.contains(name.as_str()) {
+                carried_schedules.insert(name.as_str());
+                add_schedules(name, pool, &built)?;
+            }
             #[cfg(feature = "postgres")]
             if let Some(node) = node {
                 fleet.join(
@@ -339,6 +347,33 @@ where
         #[cfg(feature = "postgres")]
         fleet,
     })
+}
+
+/// Gives pool `name` the schedules of its settings, each payload read as `P`; the error
+/// names the schedule's field.
+fn add_schedules<P, R, E>(
+    name: &str,
+    pool: &PoolSettings,
+    built: &ResourcePool<P, R, E>,
+) -> Result<(), PoolError>
+where
+    P: Serialize + DeserializeOwned + Send + 'static,
+    R: Send + 'static,
+    E: TaskExecutor<P, R> + 'static,
+{
+    for (index, settings) in pool.schedules.iter().enumerate() {
+        let path = format!("pools.{}.schedules[{index}]", quote::name(name));
+        let schedule = settings.schedule(&path)?;
+        if let Err(error) = serde_json::from_value::<P>(settings.payload.clone()) {
+            return Err(ConfigError::invalid(
+                format!("{path}.payload"),
+                format!("does not read as the pool's payload type: {error}"),
+            )
+            .into());
+        }
+        built.add_schedule_json(schedule, settings.payload.clone())?;
+    }
+    Ok(())
 }
 
 /// Refuses, before anything starts, a pool that names a backend this build does not have.

@@ -135,6 +135,8 @@ pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::runtime::tokio_spawner::TokioSpawner;
 pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TenantId};
 pub use prometheus_parking_lot_actors::running::{self, stream};
+/// Periodic tasks: a pool's schedules (`pool.add_schedule(..)`, `"schedules"` in a config).
+pub use prometheus_parking_lot_actors::schedule;
 pub use prometheus_parking_lot_actors::sync::slots;
 pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 // The nested-work slots under the name earlier versions exported them by (it read as the

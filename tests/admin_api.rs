@@ -1546,3 +1546,82 @@ async fn the_page_carries_its_first_snapshot() {
     assert!(!page.contains(TENANT));
     gate.store(true, Ordering::Release);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_listed_and_paused_over_the_api_and_the_command_line() {
+    use prometheus_parking_lot::schedule::{Schedule, Timing};
+
+    let gate = Arc::new(AtomicBool::new(true));
+    let pool = pool(&gate);
+    let nightly = Schedule::new(
+        "reindex",
+        Timing::cron("0 2 * * *", "Europe/Paris").unwrap(),
+    )
+    .unwrap();
+    pool.add_schedule(nightly, |_| "reindex".to_string())
+        .unwrap();
+    let server = serve(&pool, Some(TOKEN));
+
+    let (status, body) = get(&server, "api/pools/llm/schedules").await;
+    assert_eq!(status, 200, "{body}");
+    let listed = &body["schedules"][0];
+    assert_eq!(listed["name"], "reindex");
+    assert_eq!(listed["expression"], "0 2 * * *");
+    assert_eq!(listed["zone"], "Europe/Paris");
+    assert_eq!(listed["missed"], "skip");
+    assert_eq!(listed["paused"], false);
+
+    let pause = "api/pools/llm/schedules/reindex/pause";
+    let (status, _) = post(&server, pause, None, None).await;
+    assert_eq!(status, 401, "a pause needs the token");
+    assert!(!pool.schedules()[0].paused);
+    let (status, body) = post(&server, pause, Some(TOKEN), None).await;
+    assert_eq!((status, &body["paused"]), (200, &Value::Bool(true)));
+    assert!(pool.schedules()[0].paused);
+    let (status, body) = post(
+        &server,
+        "api/pools/llm/schedules/nope/pause",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no schedule named \"nope\""),
+        "{body}"
+    );
+    let (status, body) = post(
+        &server,
+        "api/pools/llm/schedules/reindex/skip",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("use pause or resume"),
+        "{body}"
+    );
+
+    let (ok, out, _) = cli(&server, &["schedules", "--pool", "llm"]).await;
+    assert!(ok);
+    assert!(out.starts_with("NAME"), "{out}");
+    assert!(
+        out.contains("reindex") && out.contains("Europe/Paris") && out.contains("paused"),
+        "{out}"
+    );
+    let resume = [
+        "schedule", "resume", "--pool", "llm", "reindex", "--token", TOKEN,
+    ];
+    let (ok, out, _) = cli(&server, &resume).await;
+    assert_eq!((ok, out.as_str()), (true, "schedule reindex resumed\n"));
+    assert!(!pool.schedules()[0].paused);
+    assert!(pool.schedules()[0].next_tick_ms.is_some());
+    pool.shutdown();
+}

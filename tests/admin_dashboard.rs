@@ -31,6 +31,7 @@ use prometheus_parking_lot::core::{
     Budget, Capacity, FairByUse, PoolStats, TenantWeights, UsageCharge,
 };
 use prometheus_parking_lot::core::{SubmitOptions, TaskMetadata, WorkerExecutor, WorkerPool};
+use prometheus_parking_lot::schedule::{Schedule, Timing};
 use prometheus_parking_lot::{MailboxKey, Priority, ResourceCost, ResourceKind, WorkerPoolConfig};
 use serde_json::{json, Value};
 
@@ -785,6 +786,32 @@ async fn the_dashboard_follows_a_live_pool_and_controls_it() {
     browser.until_number("#parked-count", 0).await;
     browser
         .until_text("#parked-list", "an empty parked list", str::is_empty)
+        .await;
+
+    // A schedule shows in its panel (one that ticks on January 1st only, so no task of it
+    // runs here), and its button pauses it.
+    let new_year = Timing::cron("0 0 1 1 *", "Europe/Paris").expect("a valid expression");
+    let new_year = Schedule::new("new-year", new_year).expect("a valid name");
+    pool.add_schedule(new_year, |_| "greet".into())
+        .expect("the schedule is added");
+    browser
+        .until_text("#schedules-list", "the schedule", |text| {
+            text.contains("new-year") && text.contains("0 0 1 1 * (Europe/Paris)")
+        })
+        .await;
+    browser.click("#schedules-list button").await;
+    let deadline = Instant::now() + PATIENCE;
+    while !pool.schedules()[0].paused {
+        assert!(
+            Instant::now() < deadline,
+            "the page's button paused the schedule"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    browser
+        .until_text("#schedules-list", "the paused schedule", |text| {
+            text.contains("paused") && text.contains("Resume")
+        })
         .await;
 
     if let Some(path) = std::env::var_os("PL_DASHBOARD_SCREENSHOT") {

@@ -10,6 +10,7 @@
 //!   nodes) and [`mailbox::Mailbox`], and the user's [`worker::executor::TaskExecutor`];
 //! - [`running`]: what a running task sees of its own run (its cancellation, its stream);
 //! - [`permit`]: capacity permits for engines that run their own loop;
+//! - [`schedule`]: periodic tasks, and the service that enqueues their ticks;
 //! - [`observe`]: the scheduler's event stream and the pool's counters;
 //! - [`sync`]: the waiting primitives (the parker, bounded spins, the nested-work slots);
 //! - [`util`]: the wall clock, random numbers, panic-safe drops.
@@ -24,6 +25,7 @@ pub mod observe;
 pub mod permit;
 pub mod queue;
 pub mod running;
+pub mod schedule;
 pub mod scheduler;
 pub mod supervisor;
 pub mod sync;

@@ -19,7 +19,9 @@
 //! | `GET /api/pools/{pool}/history` | tasks started and ended, and the mean wait, per second over the last 10 minutes |
 //! | `GET /api/events[?pool=P]` | server-sent events: every task step (`task`), and each pool's counters every second (`stats`) |
 //! | `GET /api/pools/{pool}/dead-letters?offset=0&limit=50` | a shared queue's dead letters, oldest first, with their reasons (entries as strings); for a pool whose queue is its own, none, `"kept": false` and a `note` saying why |
+//! | `GET /api/pools/{pool}/schedules` | the pool's periodic tasks: expression, zone, missed-tick policy, next tick, paused, how many this node enqueued |
 //! | `POST /api/pools/{pool}/pause`, `/resume`, `/drain`, `/undrain` | control (a token) |
+//! | `POST /api/pools/{pool}/schedules/{name}/pause`, `/resume` | pause or resume one schedule on this node (a token) |
 //! | `POST /api/pools/{pool}/dead-letters/{entry}/retry` | park a dead letter again (a token) |
 //! | `POST /api/pools/{pool}/dead-letters/purge` `{"entry": "..."}` or `{}` (all) | delete dead letters (a token) |
 //! | `POST /api/pools/{pool}/cancel` `{"tenant", "user_id", "session_id", "id"}` | cancel a task (a token) |

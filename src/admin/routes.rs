@@ -91,6 +91,11 @@ pub(crate) fn router(
             "/api/pools/{pool}/dead-letters/{entry}/retry",
             post(retry_dead_letter),
         )
+        .route("/api/pools/{pool}/schedules", get(schedules))
+        .route(
+            "/api/pools/{pool}/schedules/{schedule}/{action}",
+            post(control_schedule),
+        )
         .route("/api/pools/{pool}/{action}", post(control))
         .route("/api/events", get(events))
         .merge(super::fleet::routes())
@@ -913,6 +918,45 @@ async fn purge_dead_letters(
         .map_err(ApiError::of_pool)?;
     tracing::info!(pool = %name, purged, "admin: dead letters purged");
     Ok(Json(json!({ "purged": purged })).into_response())
+}
+
+/// The pool's schedules: each with its expression, zone, next tick and whether it is paused
+/// on this node.
+async fn schedules(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult {
+    let served = state.pool(&name)?;
+    Ok(Json(json!({ "schedules": served.pool.schedules() })).into_response())
+}
+
+/// Pauses or resumes one schedule on this node.
+async fn control_schedule(
+    State(state): State<Shared>,
+    Path((name, schedule, action)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let served = state.pool(&name)?;
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        _ => {
+            return Err(ApiError::not_found(format!(
+                "no schedule action {action:?}; use pause or resume"
+            )))
+        }
+    };
+    if !served.pool.schedules().iter().any(|s| s.name == schedule) {
+        return Err(ApiError::not_found(format!(
+            "no schedule named {schedule:?} in pool {name:?}"
+        )));
+    }
+    state.authorise(&headers)?;
+    let done = if paused {
+        served.pool.pause_schedule(&schedule)
+    } else {
+        served.pool.resume_schedule(&schedule)
+    };
+    done.map_err(ApiError::of_pool)?;
+    tracing::info!(pool = %name, schedule = %schedule, paused, "admin: schedule {action}d");
+    Ok(Json(json!({ "schedule": schedule, "paused": paused })).into_response())
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 //! parking-lot cancel --pool llm --tenant acme 42
 //! parking-lot dead-letters --pool llm      a shared queue's dead letters, and why
 //! parking-lot retry --pool llm ENTRY       (purge --pool llm ENTRY, purge --pool llm --all)
+//! parking-lot schedules --pool llm         periodic tasks: expression, zone, next tick, paused
+//! parking-lot schedule pause --pool llm reindex   (schedule resume --pool llm reindex)
 //! parking-lot fleet nodes --pool llm       the fleet of a shared queue (see `parking_lot/fleet.rs`)
 //! ```
 //!
@@ -131,6 +133,17 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Periodic tasks of a pool: expression, zone, next tick, and whether each is paused
+    Schedules {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+    },
+    /// Pause or resume one periodic task on this node
+    Schedule {
+        #[command(subcommand)]
+        action: ScheduleAction,
+    },
     /// Cancel a task: parked, it ends at once; running, it is asked to stop
     Cancel {
         /// The pool
@@ -153,6 +166,27 @@ enum Command {
     Fleet {
         #[command(subcommand)]
         command: fleet::FleetCommand,
+    },
+}
+
+/// What `schedule` does to one periodic task.
+#[derive(Subcommand)]
+enum ScheduleAction {
+    /// Enqueue nothing more until resumed
+    Pause {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The schedule's name
+        name: String,
+    },
+    /// Enqueue again from the next tick
+    Resume {
+        /// The pool
+        #[arg(long)]
+        pool: String,
+        /// The schedule's name
+        name: String,
     },
 }
 
@@ -260,6 +294,26 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 .await?,
             dead_letters_table,
         ),
+        Command::Schedules { pool } => (
+            server
+                .get(&format!("/api/pools/{}/schedules", path(pool)))
+                .await?,
+            schedules_table,
+        ),
+        Command::Schedule { action } => {
+            let (pool, name, verb) = match action {
+                ScheduleAction::Pause { pool, name } => (pool, name, "pause"),
+                ScheduleAction::Resume { pool, name } => (pool, name, "resume"),
+            };
+            let answer = server
+                .act(pool, &format!("schedules/{}/{verb}", path(name)), None)
+                .await?;
+            return Ok(if cli.json {
+                format!("{}\n", json_text(&answer, false))
+            } else {
+                format!("schedule {} {verb}d\n", escape_controls(name))
+            });
+        }
         Command::Retry { pool, entry } => {
             let answer = server
                 .act(pool, &format!("dead-letters/{}/retry", path(entry)), None)
@@ -778,6 +832,39 @@ fn dead_letters_table(answer: &Value) -> String {
         })
         .collect();
     columns(&["ENTRY", "ID", "KEY", "COST", "RUNS", "WHY"], rows)
+}
+
+fn schedules_table(answer: &Value) -> String {
+    let schedules = answer["schedules"].as_array().cloned().unwrap_or_default();
+    if schedules.is_empty() {
+        return "no schedules\n".into();
+    }
+    let rows = schedules
+        .iter()
+        .map(|schedule| {
+            let zone = schedule["zone"]
+                .as_str()
+                .map_or("-".into(), escape_controls);
+            let paused = schedule["paused"].as_bool().unwrap_or(false);
+            vec![
+                text(&schedule["name"]),
+                text(&schedule["expression"]),
+                zone,
+                if paused {
+                    "paused".into()
+                } else {
+                    ago(&schedule["next_tick_ms"])
+                },
+                ago(&schedule["last_enqueued_ms"]),
+                schedule["enqueued"].to_string(),
+                text(&schedule["missed"]),
+            ]
+        })
+        .collect();
+    columns(
+        &["NAME", "WHEN", "ZONE", "NEXT", "LAST", "ENQUEUED", "MISSED"],
+        rows,
+    )
 }
 
 fn state_line(answer: &Value) -> String {

@@ -25,6 +25,7 @@ use serde::{Deserialize, Deserializer};
 use super::gpu::GpuSettings;
 use super::mailbox::MailboxSettings;
 use super::pool::WorkerPoolConfig;
+use super::schedules::ScheduleSettings;
 use super::upstream_forms;
 use crate::core::{
     Admission, Budget, Capacity, Durability, FairByUse, FairShare, OnDuplicate, OnGiveUp,
@@ -200,6 +201,12 @@ pub struct PoolSettings {
     /// The GPU the pool's VRAM units (MiB) live on; implied by `"max_units": "auto"`.
     #[serde(default)]
     pub gpu: Option<GpuSettings>,
+    /// Periodic tasks (see [`ScheduleSettings`]), e.g. `[{"name": "reindex", "cron":
+    /// "0 2 * * *", "tz": "Europe/Paris", "payload": ...}]`. On a shared queue every node
+    /// carries them and each tick runs once in the fleet. On a pool with `gpu.devices`
+    /// the pool of the first device carries them. Default: none.
+    #[serde(default)]
+    pub schedules: Vec<ScheduleSettings>,
 }
 
 /// One kind's budget in a pool's `budgets` section: `units` every `per_secs` (or `per_ms`),

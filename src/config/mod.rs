@@ -21,6 +21,7 @@ mod gpu;
 mod load;
 mod mailbox;
 mod pool;
+mod schedules;
 mod strict_json;
 mod upstream_forms;
 mod validate;
@@ -38,5 +39,6 @@ pub use fleet::FleetSection;
 pub use gpu::GpuSettings;
 pub use mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};
+pub use schedules::{CostSettings, PriorityName, ScheduleSettings};
 #[cfg(feature = "admin")]
 pub(crate) use validate::host_problem;

@@ -59,6 +59,16 @@
 //! | `gpu.devices` | 1 or more distinct indexes 0 – 255, not with `gpu.device`, only with the in_memory queue (each device's pool, `<pool>.gpu<N>`, owns its queue) |
 //! | `gpu.reserve_fraction` | 0 – 0.9 |
 //! | `gpu.sample_ms` | 1 ms – 60 s |
+//! | `schedules[i].name` | 1–64 of `a-z A-Z 0-9 _ - .`, each once in the pool |
+//! | `schedules[i]` | exactly one of `cron`, `every_secs`, `every_ms` |
+//! | `schedules[i].cron` | five fields (minute hour day-of-month month day-of-week) or six with seconds first |
+//! | `schedules[i].tz` | an IANA zone (`Europe/Paris`, `UTC`, the default); only with `cron` |
+//! | `schedules[i].every_secs` / `.every_ms` | 100 ms – 1 year |
+//! | `schedules[i].missed` | `skip` (default) or `run_once` |
+//! | `schedules[i].priority` | `low`, `normal` (default), `high` or `critical` |
+//! | `schedules[i].cost` | `{"kind": cpu/gpu_vram/io/mixed, "units": 1 – 4,294,967,295}` |
+//! | `schedules[i].tenant` | not empty (default `schedules`) |
+//! | `schedules[i].payload` | any JSON value the pool's payload type reads (checked when the pools are built) |
 //! | across pools | no two pools share a yaque stream, a Postgres queue or a pgmq queue |
 //!
 //! Unknown fields, wrong types, unknown `type` values and keys given twice are reported while
@@ -77,6 +87,7 @@ use super::file::{
     ByUseSettings, DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig,
 };
 use super::mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
+use super::schedules::validate_schedules;
 use crate::infra::queue::registry::queue_rules;
 use crate::settings::checks::{check_identifier, check_name, in_range, MAX_IDENTIFIER};
 use crate::settings::error::ConfigError;
@@ -363,6 +374,7 @@ impl PoolSettings {
             gpu.validate(path, &self.queue)?;
         }
         self.validate_durability(path)?;
+        validate_schedules(path, &self.schedules)?;
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
     }
 

@@ -17,6 +17,8 @@ mod memory_backends;
 mod postgres_backends;
 #[cfg(feature = "postgres")]
 mod postgres_outages;
+#[cfg(feature = "postgres")]
+mod postgres_schedules;
 mod queue_duties;
 mod shared_nodes;
 #[cfg(feature = "yaque")]

@@ -179,7 +179,7 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (r#"{ "pools": { "a b": {} } }"#, r#"pools.a b: "a b" is not allowed; pool names are 1 to 64 of the characters a-z A-Z 0-9 _ -"#),
         (r#"{ "pools": { "p": { "max_unit": 3 } } }"#, "pools.p.max_unit: unknown field `max_unit`; did you mean `max_units`?"),
         (r#"{ "pools": { "p": { "maxUnits": 3 } } }"#, "pools.p.maxUnits: unknown field `maxUnits`; did you mean `max_units`?"),
-        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `on_give_up`, `stream_idle_ms`, `admission`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`"),
+        (r#"{ "pools": { "p": { "colour": 3 } } }"#, "pools.p.colour: unknown field `colour`; use one of `worker_threads`, `thread_stack_size`, `max_units`, `max_queue_depth`, `max_queued_units`, `order`, `default_timeout_secs`, `default_timeout_ms`, `pin_to_cpus`, `starvation`, `fair_share`, `backfill`, `preemption`, `budgets`, `on_duplicate`, `retry`, `on_give_up`, `stream_idle_ms`, `admission`, `queue`, `mailbox`, `durability`, `spin_ms`, `gpu`, `schedules`"),
         (r#"{ "pool": {} }"#, "pool: unknown field `pool`; did you mean `pools`?"),
         (&one_pool(r#"{ "worker_threads": 0 }"#), "pools.p.worker_threads: 0 is allowed only on a shared queue (postgres, postgres_pgmq), for a producer-only node; use 1 to 1024"),
         (&one_pool(r#"{ "worker_threads": 100000 }"#), "pools.p.worker_threads: 100000 is out of range; use 0 to 1024"),

@@ -80,6 +80,7 @@ where
         callers_kept_unique_have_one_live_task_each,
         callers_are_not_checked_unless_asked,
         dead_letters_are_kept_listed_retried_and_purged,
+        a_schedules_tick_is_parked_once,
         backend_is_named,
     );
 }
@@ -222,6 +223,48 @@ pub async fn duplicate_entries_are_refused(queue: &dyn SharedQueue<Job>) {
         None,
         "a refused enqueue must not park anything"
     );
+}
+
+/// A schedule's tick is parked by the first `enqueue_tick` only: the same tick again (under
+/// another entry, as another node would), or an earlier one, parks nothing, also once the
+/// tick's task was claimed and settled; each schedule has ticks of its own; the latest tick
+/// parked is read back.
+pub async fn a_schedules_tick_is_parked_once(queue: &dyn SharedQueue<Job>) {
+    assert_eq!(queue.latest_tick("nightly").await, Ok(None));
+    let tick = |id| cpu(id, Low, 0, 1);
+    let first = queue
+        .enqueue_tick("nightly", at(60_000), 501, tick(1))
+        .await;
+    assert_eq!(first, Ok(true), "the first node parks the tick");
+    let again = queue
+        .enqueue_tick("nightly", at(60_000), 502, tick(1))
+        .await;
+    assert_eq!(again, Ok(false), "a second node parks nothing");
+    let earlier = queue.enqueue_tick("nightly", at(0), 503, tick(2)).await;
+    assert_eq!(earlier, Ok(false), "a tick before the latest parks nothing");
+    let other = queue.enqueue_tick("hourly", at(60_000), 504, tick(3)).await;
+    assert_eq!(other, Ok(true), "another schedule's tick is its own");
+    assert_counts(queue, 2, 0, "two ticks parked").await;
+    assert_eq!(queue.latest_tick("nightly").await, Ok(Some(at(60_000))));
+
+    let everything = within(Capacity::uniform(u32::MAX));
+    for _ in 0..2 {
+        let leased = claim(queue, NODE_A, everything, 60_000)
+            .await
+            .expect("a tick");
+        let settled = queue.settle(NODE_A, leased.claim(), Settlement::Done).await;
+        assert_eq!(settled, Ok(()));
+    }
+    let late = queue
+        .enqueue_tick("nightly", at(60_000), 505, tick(1))
+        .await;
+    assert_eq!(late, Ok(false), "a tick whose task ended parks nothing");
+    let next = queue
+        .enqueue_tick("nightly", at(120_000), 506, tick(4))
+        .await;
+    assert_eq!(next, Ok(true));
+    assert_counts(queue, 1, 0, "the next tick parked").await;
+    assert_eq!(queue.latest_tick("nightly").await, Ok(Some(at(120_000))));
 }
 
 /// Claims with room for everything come back in rank order across kinds: priority first

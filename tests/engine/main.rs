@@ -23,5 +23,6 @@ mod permits_fast_path;
 mod retries;
 mod retrieve_give_up;
 mod runtime;
+mod schedules;
 mod streaming;
 mod why_waiting;

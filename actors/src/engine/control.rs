@@ -16,6 +16,7 @@ use crate::domain::{BackendError, MailboxKey, PoolError, TaskId};
 use crate::observe::events::{EventFeed, FeedEvent};
 use crate::observe::stats::{PoolCounters, PoolStats};
 use crate::queue::{EntryId, KeptLetter, QueueError, QueueMaintenance, SharedQueue};
+use crate::schedule::{ScheduleBoard, ScheduleError, ScheduleView};
 use crate::scheduler::core::WaitReason;
 use crate::scheduler::inspect::{PoolSnapshot, PoolView, WaitView};
 use crate::scheduler::protocol::ControlRequest;
@@ -29,6 +30,8 @@ pub struct PoolControl {
     feed: Arc<EventFeed>,
     /// The shared queue the pool is a node of, if any: it keeps the dead letters.
     dead_letters: Option<Arc<dyn DeadLetterDesk>>,
+    /// The pool's schedules, which its periodic enqueuer ticks.
+    schedules: Arc<ScheduleBoard>,
 }
 
 impl std::fmt::Debug for PoolControl {
@@ -75,6 +78,7 @@ impl PoolControl {
             counters,
             feed,
             dead_letters,
+            schedules: Arc::default(),
         }
     }
 
@@ -279,6 +283,40 @@ impl PoolControl {
         let desk = self.dead_letter_desk()?;
         let purged = desk.maintenance().purge_dead_letters(entry).await;
         purged.map_err(|error| self.dead_letter_error(desk, "purge dead letters", error))
+    }
+
+    /// The pool's schedules (see [`crate::schedule`]), in the order they were added: each
+    /// with its expression, zone, next tick and whether it is paused on this node.
+    pub fn schedules(&self) -> Vec<ScheduleView> {
+        self.schedules.views()
+    }
+
+    /// Pauses schedule `name` on this node: it enqueues nothing until resumed. On a shared
+    /// queue the other nodes that carry it go on enqueuing its ticks. `InvalidConfig` when
+    /// the pool has no schedule of that name.
+    pub fn pause_schedule(&self, name: &str) -> Result<(), PoolError> {
+        self.set_schedule_paused(name, true)
+    }
+
+    /// Resumes schedule `name`: it enqueues again from its next tick (the ticks of the
+    /// pause are skipped).
+    pub fn resume_schedule(&self, name: &str) -> Result<(), PoolError> {
+        self.set_schedule_paused(name, false)
+    }
+
+    fn set_schedule_paused(&self, name: &str, paused: bool) -> Result<(), PoolError> {
+        let now = u64::try_from(crate::util::clock::now_ms()).unwrap_or(u64::MAX);
+        let set = self.schedules.set_paused(name, paused, now);
+        set.map_err(|error| self.schedule_error(error))
+    }
+
+    pub(crate) fn schedule_board(&self) -> &Arc<ScheduleBoard> {
+        &self.schedules
+    }
+
+    /// A schedule's refusal as the pool's error, naming the pool.
+    pub(crate) fn schedule_error(&self, error: ScheduleError) -> PoolError {
+        PoolError::InvalidConfig(format!("pool {:?}: {error}", self.name))
     }
 
     /// Sends a request and waits for its answer; `Shutdown` when the scheduler has stopped.

@@ -471,7 +471,7 @@ where
         supervise(supervisor, worker).await?;
     }
 
-    Ok(PoolClient::new(ClientParts {
+    let client = PoolClient::new(ClientParts {
         name: pool,
         scheduler,
         inbox,
@@ -486,7 +486,13 @@ where
         feed,
         shared_queue,
         tracer: spec.tracer,
-    }))
+    });
+    let enqueuer = crate::schedule::enqueuer::run(
+        client.downgrade(),
+        client.control().schedule_board().clone(),
+    );
+    tokio::spawn(enqueuer);
+    Ok(client)
 }
 
 /// The parked tasks a durable queue kept, to be indexed again.

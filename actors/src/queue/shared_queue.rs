@@ -218,6 +218,37 @@ where
         parked
     }
 
+    /// Parks `task` as tick `tick_ms` of schedule `schedule`, unless the queue holds that
+    /// tick already: of all the calls for one (schedule, tick) on one queue, from any node,
+    /// at any time, exactly one parks its task (the queue keeps the tick's key and the task
+    /// in one transaction, so a crash between them keeps neither). Returns whether this
+    /// call parked it. See [`crate::schedule`]. The default refuses: a queue that cannot
+    /// keep a tick's key for every node.
+    async fn enqueue_tick(
+        &self,
+        schedule: &str,
+        tick_ms: u64,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+    ) -> Result<bool, QueueError> {
+        let _ = (schedule, tick_ms, entry, task);
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Other,
+            format!(
+                "the {} queue cannot enqueue a schedule's tick once for the nodes that share it",
+                self.backend()
+            ),
+        )))
+    }
+
+    /// The latest tick of schedule `schedule` the queue holds (see
+    /// [`enqueue_tick`](Self::enqueue_tick)), milliseconds since the Unix epoch; `None`
+    /// when no node enqueued one. The default: none.
+    async fn latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
+        let _ = schedule;
+        Ok(None)
+    }
+
     /// Stores a task that `node` starts at once (it fitted the node's free capacity) as
     /// claimed by `node` under a lease of `lease` from `now_ms`, and hands it back to run: the
     /// `accepted` durability, where a task is stored before its submitter hears it was

@@ -9,6 +9,7 @@ use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
 use super::service::{service_tables, FLOORS_TABLE};
+use super::shared_queue::{ticks_table, TICKS_TABLE};
 use super::PgDatabase;
 use crate::core::PoolError;
 
@@ -161,6 +162,8 @@ pub(crate) enum Table<'a> {
     Budgets,
     /// The tables of the tenant counters queues share ([`SERVICE_TABLE`]).
     Service,
+    /// The table of schedules' ticks queues share ([`TICKS_TABLE`]).
+    Ticks,
 }
 
 impl PgDatabase {
@@ -177,6 +180,7 @@ impl PgDatabase {
             Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
             Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
             Table::Service => (service_tables(), FLOORS_TABLE.to_owned()),
+            Table::Ticks => (ticks_table(), TICKS_TABLE.to_owned()),
         };
         self.run(move |connection| async move {
             use sea_orm::{ConnectionTrait, Statement};

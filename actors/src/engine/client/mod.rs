@@ -9,11 +9,13 @@
 //! one body on every face.
 
 mod retrieve;
+mod schedules;
 mod shutdown;
 mod submit;
 
+use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ractor::{ActorRef, DerivedActorRef};
@@ -41,6 +43,18 @@ use crate::sync::spin::AdaptiveSpin;
 /// Cheap to clone.
 pub struct PoolClient<P, R> {
     inner: Arc<ClientInner<P, R>>,
+}
+
+/// A pool's client held without keeping the pool alive (the periodic enqueuer holds one).
+pub(crate) struct WeakPoolClient<P, R> {
+    inner: Weak<ClientInner<P, R>>,
+}
+
+impl<P, R> WeakPoolClient<P, R> {
+    /// The client, while anyone else still holds it.
+    pub(crate) fn upgrade(&self) -> Option<PoolClient<P, R>> {
+        self.inner.upgrade().map(|inner| PoolClient { inner })
+    }
 }
 
 impl<P, R> Clone for PoolClient<P, R> {
@@ -116,6 +130,17 @@ struct ClientInner<P, R> {
     knows_its_keys: bool,
     /// Who makes each submission's span, if the pool traces (see `submit.rs`).
     tracer: Option<Arc<dyn TaskTracer>>,
+    /// The shared queue the pool is a node of, if any: its schedules' ticks are parked there.
+    shared_queue: Option<Arc<dyn SharedQueue<P>>>,
+    /// The payload function of each schedule, by name (see `schedules.rs`).
+    payload_makers: Mutex<HashMap<String, schedules::PayloadFn<P>>>,
+}
+
+impl<P, R> Drop for ClientInner<P, R> {
+    /// No client is left to submit a tick: the periodic enqueuer ends.
+    fn drop(&mut self) {
+        self.control.schedule_board().close();
+    }
 }
 
 /// Where a deadline is: `None` when `timeout` is too long to represent (wait for ever).
@@ -151,7 +176,7 @@ where
             scheduler.get_derived(),
             counters.clone(),
             feed,
-            shared_queue,
+            shared_queue.clone(),
         );
         Self {
             inner: Arc::new(ClientInner {
@@ -171,7 +196,16 @@ where
                 on_duplicate,
                 knows_its_keys,
                 tracer,
+                shared_queue,
+                payload_makers: Mutex::new(HashMap::new()),
             }),
+        }
+    }
+
+    /// This client, held without keeping the pool alive.
+    pub(crate) fn downgrade(&self) -> WeakPoolClient<P, R> {
+        WeakPoolClient {
+            inner: Arc::downgrade(&self.inner),
         }
     }
 

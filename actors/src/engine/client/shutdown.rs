@@ -34,6 +34,7 @@ where
     }
 
     async fn tear_down(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
+        self.inner.control.schedule_board().close();
         let deadline = deadline_after(drain);
         let limit = drain.checked_add(ACTOR_DRAIN_TIMEOUT);
         let report = match self

@@ -92,6 +92,19 @@ where
         Some(span)
     }
 
+    /// Admits a schedule's tick (`schedules.rs`), without the stored-result check: a tick's
+    /// task id is new by construction. Its future is `Send` for any `P: Send`, so the
+    /// periodic enqueuer runs on the pool's runtime.
+    pub(super) async fn submit_tick(
+        &self,
+        task: ScheduledTask<P>,
+    ) -> Result<MailboxKey, PoolError> {
+        let answer = self.send_submission(task, SubmitOptions::default(), None)?;
+        admission_answer(&self.inner.answer_spin, answer)
+            .await
+            .unwrap_or(Err(PoolError::Shutdown))
+    }
+
     /// The answer to a submission the stored-result check stopped: under
     /// [`OnDuplicate::Attach`] its own key (the earlier result waits there), else `refusal`.
     /// The task is not run either way.

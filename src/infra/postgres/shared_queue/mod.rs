@@ -57,6 +57,9 @@ use crate::core::{Claim, FitQuery, Lease, QueueError, ScheduledTask, Settlement}
 
 mod maintenance;
 mod operations;
+mod ticks;
+
+pub(crate) use ticks::{ticks_table, TICKS_TABLE};
 
 /// How a statement runs: on its own, or as a claim (see [`PgDatabase::claim_rows`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -80,6 +80,22 @@ where
         parked
     }
 
+    /// The tick's row (`pl_schedule_ticks`) and the task are written in one transaction
+    /// (`shared_queue/ticks.rs`).
+    async fn enqueue_tick(
+        &self,
+        schedule: &str,
+        tick_ms: u64,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+    ) -> Result<bool, QueueError> {
+        self.park_tick(schedule, tick_ms, entry, task).await
+    }
+
+    async fn latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
+        self.read_latest_tick(schedule).await
+    }
+
     async fn enqueue_claimed(
         &self,
         node: &str,

@@ -117,6 +117,9 @@ struct Lot<P> {
     /// The dead letters kept for an operator, oldest first, at most [`KEPT_AT_MOST`]: each
     /// entry with its task and why it was given up.
     kept: std::collections::VecDeque<(EntryId, Parked<P>, String)>,
+    /// The latest tick each schedule parked (`SharedQueue::enqueue_tick`): a tick at or
+    /// before it is parked already, by some node.
+    latest_ticks: FastMap<String, u64>,
 }
 
 /// How long a caller whose task completed is remembered, past its lease's expiry, ms.
@@ -394,6 +397,7 @@ impl<P> InMemorySharedQueue<P> {
                 unique_callers: false,
                 kept: std::collections::VecDeque::new(),
                 ended: FastMap::default(),
+                latest_ticks: FastMap::default(),
             }),
             max_attempts: u32::MAX,
         }
@@ -443,6 +447,40 @@ where
         };
         lot.park(entry, parked);
         Ok(())
+    }
+
+    /// The tick's key and the task are kept under one lock: a tick at or before the
+    /// schedule's latest is parked already.
+    async fn enqueue_tick(
+        &self,
+        schedule: &str,
+        tick_ms: u64,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+    ) -> Result<bool, QueueError> {
+        let mut lot = self.lock();
+        if lot
+            .latest_ticks
+            .get(schedule)
+            .is_some_and(|latest| *latest >= tick_ms)
+        {
+            return Ok(false);
+        }
+        if lot.refuses(entry, &task) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        lot.latest_ticks.insert(schedule.to_owned(), tick_ms);
+        let parked = Parked {
+            task,
+            rank_time_ms: tick_ms,
+            claims: 0,
+        };
+        lot.park(entry, parked);
+        Ok(true)
+    }
+
+    async fn latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
+        Ok(self.lock().latest_ticks.get(schedule).copied())
     }
 
     async fn enqueue_claimed(
