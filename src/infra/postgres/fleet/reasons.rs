@@ -17,6 +17,14 @@ pub enum ParkedReason {
         /// How many nodes are live.
         live_nodes: usize,
     },
+    /// It was submitted to start no earlier than an instant (a scheduled start,
+    /// `SubmitOptions::not_before_ms`) that has not come yet.
+    Scheduled {
+        /// When it becomes claimable, ms since the Unix epoch.
+        not_before_ms: u64,
+        /// How long that is from now, ms.
+        in_ms: u64,
+    },
     /// A run of it failed and it waits out its backoff before any node may claim it.
     RetryBackoff {
         /// When it becomes claimable, ms since the Unix epoch.
@@ -78,6 +86,9 @@ impl ParkedReason {
             Self::NoLiveNode => "no live node with workers serves the queue".into(),
             Self::PausedFleet { live_nodes } => {
                 format!("every live node ({live_nodes}) is paused or draining")
+            }
+            Self::Scheduled { in_ms, .. } => {
+                format!("a scheduled start: claimable in {in_ms} ms")
             }
             Self::RetryBackoff {
                 in_ms,
@@ -160,6 +171,12 @@ pub(crate) fn reason_of(task: &WaitingTask<'_>, fleet: &FleetState) -> ParkedRea
     if fleet.claiming_nodes == 0 {
         return ParkedReason::PausedFleet {
             live_nodes: fleet.live_nodes,
+        };
+    }
+    if task.not_before_ms > fleet.now_ms && task.attempts == 0 {
+        return ParkedReason::Scheduled {
+            not_before_ms: task.not_before_ms,
+            in_ms: task.not_before_ms - fleet.now_ms,
         };
     }
     if task.not_before_ms > fleet.now_ms {
@@ -271,6 +288,17 @@ mod tests {
                 ..
             }
         ));
+        let scheduled = WaitingTask {
+            not_before_ms: 11_000,
+            ..task(1)
+        };
+        assert_eq!(
+            reason_of(&scheduled, &fleet()),
+            ParkedReason::Scheduled {
+                not_before_ms: 11_000,
+                in_ms: 1_000
+            }
+        );
         assert_eq!(
             reason_of(&task(9), &fleet()),
             ParkedReason::LargerThanAnyNode {
