@@ -99,7 +99,10 @@ use prometheus_parking_lot_actors::supervisor::spawn::Spawn;
 ///
 /// pool.submit(task(1, 1_000)).await?;
 /// // A timeout of its own: this task ends `TimedOut` instead of sleeping 10 s.
-/// let short = SubmitOptions { timeout: Some(Duration::from_millis(200)), ..SubmitOptions::default() };
+/// let short = SubmitOptions {
+///     timeout: Some(Duration::from_millis(200)),
+///     ..SubmitOptions::default()
+/// };
 /// pool.submit_with(task(2, 10_000), short).await?;
 /// // The two hold all 4 units: the third waits for them, and is cancelled.
 /// pool.submit(task(3, 10_000)).await?;
@@ -224,7 +227,8 @@ where
     }
 
     /// Submits a task with per-task options: an execution timeout of its own (see the
-    /// type's second example).
+    /// type's second example), or a scheduled start (`SubmitOptions::with_delay`,
+    /// `with_not_before`: admitted now, it sleeps until then).
     pub async fn submit_with(
         &self,
         task: ScheduledTask<P>,

@@ -130,7 +130,9 @@ where
             .await
     }
 
-    /// Submits a task with per-task options: an execution timeout of its own.
+    /// Submits a task with per-task options: an execution timeout of its own, or a
+    /// scheduled start (`SubmitOptions::with_delay`, `with_not_before`: admitted now, it
+    /// sleeps until then; see `PARKING_LOT.md`, "Scheduled starts").
     ///
     /// ```
     /// # use std::time::Duration;
@@ -150,9 +152,17 @@ where
     /// # async fn main() -> Result<(), PoolError> {
     /// # let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(1), Sleep)?;
     ///
-    /// let options = SubmitOptions { timeout: Some(Duration::from_millis(50)), ..SubmitOptions::default() };
+    /// let options = SubmitOptions {
+    ///     timeout: Some(Duration::from_millis(50)),
+    ///     ..SubmitOptions::default()
+    /// };
     /// let key = pool.submit_with(60_000, TaskMetadata::new(1, ResourceCost::cpu(1)), options).await?;
     /// assert_eq!(pool.retrieve_async(&key, Duration::from_secs(5)).await, Err(PoolError::TimedOut));
+    ///
+    /// // Not before 20 ms from now: it sleeps until then, then runs.
+    /// let later = SubmitOptions::default().with_delay(Duration::from_millis(20));
+    /// let key = pool.submit_with(0, TaskMetadata::new(2, ResourceCost::cpu(1)), later).await?;
+    /// assert_eq!(pool.retrieve_async(&key, Duration::from_secs(5)).await, Ok(0));
     /// # Ok(())
     /// # }
     /// ```

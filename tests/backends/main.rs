@@ -20,6 +20,7 @@ mod postgres_outages;
 #[cfg(feature = "postgres")]
 mod postgres_schedules;
 mod queue_duties;
+mod scheduled_nodes;
 mod shared_nodes;
 #[cfg(feature = "yaque")]
 mod yaque;

@@ -102,7 +102,7 @@ async fn pgmq_queue_conforms() {
 /// Drops PGMQ queues a test made, and forgets the entries of the pgmq queue whose dead-letter
 /// queue is among them.
 #[cfg(feature = "pgmq")]
-async fn drop_pgmq_queues(queues: &[String]) {
+pub(crate) async fn drop_pgmq_queues(queues: &[String]) {
     for queue in queues {
         let _ = one_row(format!("SELECT pgmq.drop_queue('{queue}')")).await;
         if let Some(name) = queue.strip_suffix("_dlq") {

@@ -755,6 +755,66 @@ async fn a_restarted_pool_runs_what_was_parked_by_priority_then_admission() {
     assert_eq!(order, [5, 3, 6, 4, 2, 7], "nobody resubmitted anything");
 }
 
+/// A scheduled start outlives a restart: parked to sleep, the pool stopped and opened again
+/// on the same files, it still sleeps until its instant (it does not start at the open) and
+/// then starts; a second one, cancelled while it slept, is gone for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_start_sleeps_through_a_restart_and_starts_after_its_instant() {
+    use prometheus_parking_lot::core::scheduling::WaitReason;
+    use prometheus_parking_lot::core::{PoolError, SubmitOptions};
+    use prometheus_parking_lot::util::clock::now_ms;
+
+    let dir = TempDir::new("scheduled-restart");
+    let queue = Box::new(YaqueQueue::<u64>::open(dir.path(), "stream").expect("opens"));
+    let lab = Lab::new(queue, Durability::Accepted, true);
+    let until_ms = u64::try_from(now_ms()).expect("fits") + 1_500;
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(until_ms);
+    let options = SubmitOptions::default().with_not_before(at);
+    let key = |id: TaskId| MailboxKey::new("acme").with_session(format!("task-{id}"));
+    for id in [1, 2] {
+        let meta = TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key(id));
+        lab.pool
+            .submit_with(ScheduledTask::new(meta, id), options)
+            .await
+            .expect("admitted");
+    }
+    assert_eq!(lab.pool.cancel(&key(2), 2).await, Ok(()));
+    assert_eq!(
+        lab.pool.why_waiting(&key(1), 1).await,
+        Ok(Some(WaitReason::Sleeping { until_ms }))
+    );
+    let report = lab
+        .pool
+        .shutdown_with_drain(Duration::from_millis(20))
+        .await
+        .expect("stops");
+    assert_eq!(
+        report.kept_parked, 1,
+        "the sleeper is kept, the cancelled one is not"
+    );
+    drop(lab);
+
+    let queue = Box::new(YaqueQueue::<u64>::open(dir.path(), "stream").expect("reopens"));
+    let mut lab = Lab::new(queue, Durability::Accepted, true);
+    assert_eq!(
+        lab.pool.why_waiting(&key(1), 1).await,
+        Ok(Some(WaitReason::Sleeping { until_ms })),
+        "reopened, it still sleeps until its instant"
+    );
+    assert_eq!(
+        lab.pool.why_waiting(&key(2), 2).await,
+        Err(PoolError::TaskNotFound(2)),
+        "the cancelled one did not come back"
+    );
+    assert_eq!(lab.next_start().await, 1);
+    let now = u64::try_from(now_ms()).expect("fits");
+    assert!(now >= until_ms, "started {} ms early", until_ms - now);
+    assert_eq!(
+        lab.pool.retrieve(&key(1), Duration::from_secs(10)).await,
+        Ok(10)
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Configuration
 // ---------------------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ where
         counts_follow_every_step,
         load_parked_returns_the_parked_entries_in_entry_order,
         load_parked_leaves_out_settled_and_removed_entries,
+        a_scheduled_start_is_parked_and_a_durable_queue_keeps_its_instant,
+        a_scheduled_start_is_removed_while_it_sleeps,
         backend_is_named,
     );
 }
@@ -189,6 +191,7 @@ fn stored(entry: EntryId, task: &ScheduledTask<Job>) -> StoredEntry {
     StoredEntry {
         entry,
         meta: task.meta.clone(),
+        not_before_ms: None,
     }
 }
 
@@ -538,4 +541,53 @@ pub async fn load_parked_leaves_out_settled_and_removed_entries(queue: Driven<'_
 pub async fn backend_is_named(queue: Driven<'_>) {
     let name = queue.queue.backend();
     assert!(!name.trim().is_empty(), "backend name {name:?}");
+}
+
+/// A scheduled start ([`TaskQueue::park_not_before`]) is parked like any task: claimed
+/// unchanged, counted, and, where the queue is durable, returned by `load_parked` with its
+/// instant, also after its claim was handed back (a not durable queue keeps no instant: the
+/// scheduler does, and nothing outlives the process). The scheduler, not the queue, holds
+/// it back until then, so the queue hands it over when asked.
+pub async fn a_scheduled_start_is_parked_and_a_durable_queue_keeps_its_instant(queue: Driven<'_>) {
+    let (later, now) = (cpu(7, Normal, 0, 2), cpu(8, High, 1, 1));
+    let instant = at(60_000);
+    queue
+        .queue
+        .park_not_before(11, later.clone(), instant)
+        .await
+        .expect("park_not_before");
+    park_all(queue, &[(12, &now)]).await;
+    queue.assert_counts(2, 0, "two parks").await;
+    let kept = queue.queue.is_durable().then_some(instant);
+    let mut scheduled = stored(11, &later);
+    scheduled.not_before_ms = kept;
+    assert_eq!(
+        queue.load_parked().await,
+        vec![scheduled.clone(), stored(12, &now)],
+        "the scheduled start keeps its instant where the queue is durable"
+    );
+    assert_eq!(queue.claim(11).await, Ok(Some(later)));
+    queue.assert_counts(1, 1, "its claim").await;
+    if queue.queue.releases_claims() {
+        queue.queue.release(11).await.expect("release");
+        assert_eq!(
+            queue.load_parked().await,
+            vec![scheduled, stored(12, &now)],
+            "handed back, it keeps its instant"
+        );
+    }
+}
+
+/// A sleeping scheduled start can be removed (cancelled) at once, and is gone for good.
+pub async fn a_scheduled_start_is_removed_while_it_sleeps(queue: Driven<'_>) {
+    let later = cpu(7, Normal, 0, 2);
+    queue
+        .queue
+        .park_not_before(11, later.clone(), at(60_000))
+        .await
+        .expect("park_not_before");
+    assert_eq!(queue.remove(11).await, Ok(Some(later)));
+    assert_eq!(queue.claim(11).await, Ok(None));
+    assert_eq!(queue.load_parked().await, Vec::new());
+    queue.assert_counts(0, 0, "removed").await;
 }

@@ -75,6 +75,11 @@ where
         a_claim_taken_again_fences_out_the_old_one,
         a_release_hands_claims_back_at_once_without_an_attempt,
         a_retried_claim_is_claimable_again_from_its_time_on_as_its_next_attempt,
+        a_scheduled_start_is_claimed_by_no_node_before_its_instant,
+        a_scheduled_start_ranks_as_usual_once_due,
+        a_scheduled_start_is_removed_while_it_sleeps,
+        a_scheduled_start_is_refused_as_a_duplicate_entry,
+        a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_its_instant,
         shared_budgets_cap_what_every_nodes_claims_take_together,
         a_shared_start_cap_caps_how_many_tasks_claims_take,
         callers_kept_unique_have_one_live_task_each,
@@ -1480,4 +1485,130 @@ pub async fn dead_letters_are_kept_listed_retried_and_purged(queue: &dyn SharedQ
 pub async fn backend_is_named(queue: &dyn SharedQueue<Job>) {
     let name = queue.backend();
     assert!(!name.trim().is_empty(), "backend name {name:?}");
+}
+
+/// A scheduled start ([`SharedQueue::enqueue_not_before`]) is parked and counted at once,
+/// but no node claims it before its instant, whatever its rank; from then on it is claimed
+/// unchanged, as its first attempt.
+pub async fn a_scheduled_start_is_claimed_by_no_node_before_its_instant(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let later = cpu(1, Critical, 0, 1);
+    queue
+        .enqueue_not_before(1, rank_time(&later), later.clone(), at(10_000))
+        .await
+        .expect("enqueue_not_before");
+    assert_counts(queue, 1, 0, "a scheduled start").await;
+    assert_eq!(claim(queue, NODE_A, within(only(Cpu, 4)), 0).await, None);
+    assert_eq!(
+        claim(queue, NODE_B, within(only(Cpu, 4)), 9_999).await,
+        None
+    );
+    let due = claim(queue, NODE_B, within(only(Cpu, 4)), 10_000).await;
+    assert_eq!(
+        due,
+        Some(Lease {
+            entry: 1,
+            task: later,
+            attempt: 1,
+            expires_at_ms: at(10_000 + LEASE_MS),
+        }),
+        "claimed at its instant, as its first attempt"
+    );
+}
+
+/// Once due, a scheduled start ranks by its priority and admission time like any parked
+/// task: a High one due now goes before an older Low one, and after an older High one.
+pub async fn a_scheduled_start_ranks_as_usual_once_due(queue: &dyn SharedQueue<Job>) {
+    let (old_high, low, woken) = (cpu(1, High, 0, 1), cpu(2, Low, 1, 1), cpu(3, High, 2, 1));
+    enqueue_all(queue, &[(1, &old_high), (2, &low)]).await;
+    queue
+        .enqueue_not_before(3, rank_time(&woken), woken, at(1_000))
+        .await
+        .expect("enqueue_not_before");
+    let mut order = Vec::new();
+    while let Some(lease) = claim(queue, NODE_A, within(only(Cpu, 1)), 1_000).await {
+        order.push(lease.entry);
+    }
+    assert_eq!(order, vec![1, 3, 2]);
+}
+
+/// A sleeping scheduled start can be removed (cancelled) before its instant, and no node
+/// claims it after.
+pub async fn a_scheduled_start_is_removed_while_it_sleeps(queue: &dyn SharedQueue<Job>) {
+    let later = cpu(1, Normal, 0, 1);
+    queue
+        .enqueue_not_before(1, rank_time(&later), later.clone(), at(10_000))
+        .await
+        .expect("enqueue_not_before");
+    assert_eq!(queue.remove(1).await, Ok(Some(later)));
+    assert_eq!(
+        claim(queue, NODE_A, within(only(Cpu, 4)), 20_000).await,
+        None
+    );
+    assert_counts(queue, 0, 0, "removed").await;
+}
+
+/// An entry stored already is refused, scheduled or not, and the first stays as it was.
+pub async fn a_scheduled_start_is_refused_as_a_duplicate_entry(queue: &dyn SharedQueue<Job>) {
+    let (first, second) = (cpu(1, Normal, 0, 1), cpu(2, High, 0, 1));
+    enqueue_all(queue, &[(1, &first)]).await;
+    assert_eq!(
+        queue
+            .enqueue_not_before(1, rank_time(&second), second, at(10_000))
+            .await,
+        Err(QueueError::Duplicate(1))
+    );
+    let lease = claim(queue, NODE_A, within(only(Cpu, 4)), 0).await;
+    assert_eq!(lease.map(|lease| lease.task), Some(first));
+}
+
+/// The starvation rule ages a scheduled start from its instant, not from its admission: while
+/// it sleeps it reserves nothing (smaller tasks skip ahead of it as usual), and once awake it
+/// reserves only after it has waited as long as any task must.
+pub async fn a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_its_instant(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let big = cpu(1, Normal, 0, 8);
+    queue
+        .enqueue_not_before(1, rank_time(&big), big, at(1_000))
+        .await
+        .expect("enqueue_not_before");
+    let (second, third, fourth) = (
+        cpu(2, Normal, 100, 1),
+        cpu(3, Normal, 200, 1),
+        cpu(4, Normal, 300, 1),
+    );
+    enqueue_all(queue, &[(2, &second), (3, &third), (4, &fourth)]).await;
+    let rule = |aged_at: u64, free: u32| FitQuery {
+        starvation: Some(StarvationRule {
+            capacity: only(Cpu, 8),
+            parked_before_ms: at(aged_at),
+        }),
+        ..within(only(Cpu, free))
+    };
+    let claimed = |query: FitQuery, now: u64| async move {
+        let lease = queue.claim_best_fit(NODE_A, &query, LEASE, at(now)).await;
+        lease.expect("claim").map(|lease| lease.entry)
+    };
+    assert_eq!(
+        claimed(rule(400, 4), 500).await,
+        Some(2),
+        "asleep, it reserves nothing"
+    );
+    assert_eq!(
+        claimed(rule(500, 4), 1_000).await,
+        Some(3),
+        "awake, not aged yet"
+    );
+    assert_eq!(
+        claimed(rule(1_000, 4), 1_000).await,
+        None,
+        "aged from its instant, it reserves"
+    );
+    assert_eq!(
+        claimed(rule(1_000, 8), 1_000).await,
+        Some(1),
+        "it fits: claimed"
+    );
 }

@@ -18,6 +18,7 @@ mod fair_by_use;
 mod fleet_budget_properties;
 mod gpu_pools;
 mod mailbox_groups;
+mod not_before;
 mod permits;
 mod permits_fast_path;
 mod retries;

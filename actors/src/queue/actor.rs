@@ -19,10 +19,11 @@ use crate::util::contain::drop_contained;
 
 /// Messages the queue actor handles.
 pub(crate) enum QueueMsg<P> {
-    /// Store a parked entry.
+    /// Store a parked entry, not to start before `not_before_ms` if it has one.
     Park {
         entry: EntryId,
         task: ScheduledTask<P>,
+        not_before_ms: Option<u64>,
     },
     /// Claim an entry the scheduler started and hand its task back.
     Claim { entry: EntryId },
@@ -102,8 +103,16 @@ where
         async move {
             let backend = state.queue.backend();
             match message {
-                QueueMsg::Park { entry, task } => {
-                    let report = match state.queue.park(entry, task).await {
+                QueueMsg::Park {
+                    entry,
+                    task,
+                    not_before_ms,
+                } => {
+                    let parked = match not_before_ms {
+                        Some(at) => state.queue.park_not_before(entry, task, at).await,
+                        None => state.queue.park(entry, task).await,
+                    };
+                    let report = match parked {
                         Ok(()) => QueueReport::Parked { entry },
                         Err(error) => QueueReport::ParkFailed {
                             entry,

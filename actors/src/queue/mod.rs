@@ -78,6 +78,9 @@ pub struct StoredEntry {
     pub entry: EntryId,
     /// Its metadata (the payload stays in the queue until claimed).
     pub meta: TaskMetadata,
+    /// The instant (ms since the Unix epoch) before which it must not start, if it was
+    /// parked with one ([`TaskQueue::park_not_before`]): a scheduled start.
+    pub not_before_ms: Option<u64>,
 }
 
 /// How many tasks a queue holds.
@@ -112,6 +115,34 @@ where
     /// Stores a parked entry. Once this returns `Ok`, it is stored (durably, for a durable
     /// backend).
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError>;
+
+    /// Stores a parked entry that must not start before `not_before_ms` (ms since the Unix
+    /// epoch: a scheduled start). A durable backend keeps the instant with the entry and
+    /// returns it from [`load_parked`](Self::load_parked) (`StoredEntry::not_before_ms`), so
+    /// that after a restart the task still sleeps until then. The default parks the entry
+    /// without the instant where the queue is not durable (the scheduler keeps it, and
+    /// nothing outlives the process), and refuses where it is durable, so that no restart
+    /// starts the task early.
+    async fn park_not_before(
+        &self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        if !self.is_durable() {
+            return self.park(entry, task).await;
+        }
+        crate::util::contain::drop_contained(task);
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Refused,
+            format!(
+                "the {} queue cannot keep a scheduled start (not before {not_before_ms} ms) \
+                 across a restart; submit without not_before_ms, or use a queue that keeps it \
+                 (in_memory, yaque, postgres, postgres_pgmq)",
+                self.backend()
+            ),
+        )))
+    }
 
     /// Claims a parked entry; `None` if it is not parked (removed, or claimed already).
     async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;

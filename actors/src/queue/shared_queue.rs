@@ -263,6 +263,30 @@ where
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError>;
 
+    /// Parks a task for any node as [`enqueue`](Self::enqueue) does, claimable by none before
+    /// `not_before_ms` (ms since the Unix epoch: a scheduled start); from then on it ranks at
+    /// `rank_time_ms` like any other. The default refuses it, naming the backend: a backend
+    /// that keeps the instant with the task (as it keeps a retried claim's) overrides this.
+    async fn enqueue_not_before(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        let _ = (entry, rank_time_ms);
+        crate::util::contain::drop_contained(task);
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Refused,
+            format!(
+                "the {} queue cannot hold a task back until {not_before_ms} ms (a scheduled \
+                 start); submit without not_before_ms, or use a queue that can (postgres, \
+                 postgres_pgmq, in_memory_shared)",
+                self.backend()
+            ),
+        )))
+    }
+
     /// Claims the best-ranked parked task that fits `query` for `node`, leased for `lease`
     /// from `now_ms`.
     async fn claim_best_fit(

@@ -29,7 +29,9 @@ pub struct PoolView {
     pub draining: bool,
     /// The running tasks (and held permits), longest-running first.
     pub running: Vec<TaskView>,
-    /// The page of parked tasks asked for, best-ranked first, each with its reason.
+    /// The page of parked tasks asked for, best-ranked first, each with its reason; the
+    /// sleeping ones (a retry's backoff, a scheduled start) after them, each `Sleeping`
+    /// until its time.
     pub parked: Vec<TaskView>,
     /// How many tasks are parked on this node in all (a shared queue's are the queue's).
     pub parked_total: usize,

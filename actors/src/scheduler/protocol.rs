@@ -10,7 +10,7 @@
 //! opaque [`SchedulerMsg`], so no caller can forge one and break "capacity is released
 //! exactly once".
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
@@ -29,6 +29,31 @@ pub use super::shell::control::ControlRequest;
 use super::shell::observe::Detail;
 
 /// Per-submission options.
+///
+/// A scheduled start: `not_before_ms` holds a task back until an instant. It is admitted
+/// at once (refused at once if it would be refused at all) and sleeps until then, as a
+/// retried task sleeps out its backoff (core rule 16, `WaitReason::Sleeping`), then ranks
+/// among the parked tasks as usual. An instant now or past is an ordinary submission; one
+/// more than [`SubmitOptions::MAX_NOT_BEFORE_AHEAD`] ahead, or at or after the task's
+/// deadline, is refused (`InvalidConfig`, naming the field).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use prometheus_parking_lot_actors::scheduler::protocol::SubmitOptions;
+///
+/// // Not before ten minutes from now.
+/// let later = SubmitOptions::default().with_delay(Duration::from_secs(600));
+/// assert!(later.not_before_ms.is_some());
+///
+/// // Not before an instant, with a timeout of its own.
+/// let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_900_000_000_000);
+/// let options = SubmitOptions {
+///     timeout: Some(Duration::from_secs(30)),
+///     ..SubmitOptions::default()
+/// }
+/// .with_not_before(at);
+/// assert_eq!(options.not_before_ms, Some(1_900_000_000_000));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SubmitOptions {
     /// Overrides the pool's default execution timeout for this task.
@@ -37,6 +62,9 @@ pub struct SubmitOptions {
     /// header, say): the task's spans are its children on every node. `None`: the
     /// submitter's current context, where the pool traces (the `otel` feature).
     pub trace: Option<TraceParent>,
+    /// Do not start the task before this instant, in ms since the Unix epoch (a scheduled
+    /// start; `None`: as soon as it can).
+    pub not_before_ms: Option<u128>,
 }
 
 impl SubmitOptions {
@@ -52,6 +80,61 @@ impl SubmitOptions {
     pub fn with_traceparent(mut self, parent: TraceParent) -> Self {
         self.trace = Some(parent);
         self
+    }
+
+    /// How far ahead a scheduled start may be: one year and a day. A `not_before_ms` later
+    /// than this from the submission is refused, as a mistake (seconds for milliseconds, a
+    /// wrong epoch) is likelier than a task meant to wait longer.
+    pub const MAX_NOT_BEFORE_AHEAD: Duration = Duration::from_secs(366 * 24 * 3600);
+
+    /// The task does not start before `instant` (see [`not_before_ms`](Self::not_before_ms));
+    /// an instant before the Unix epoch means as soon as it can.
+    pub fn with_not_before(mut self, instant: SystemTime) -> Self {
+        let since_epoch = instant.duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.not_before_ms = Some(since_epoch.as_millis());
+        self
+    }
+
+    /// The task does not start before `delay` has passed from now (read from the system
+    /// clock here, as [`with_not_before`](Self::with_not_before) of now plus `delay`).
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        self.not_before_ms = Some(now.as_millis().saturating_add(delay.as_millis()));
+        self
+    }
+
+    /// The instant before which a task admitted at `now` (ms since the epoch) with a
+    /// deadline `deadline_ms` must not start: `None` for an ordinary submission (no
+    /// `not_before_ms`, or one at or before `now`), else the instant, or why it is refused.
+    pub(crate) fn sleeps_until(
+        &self,
+        deadline_ms: Option<u128>,
+        now: u64,
+    ) -> Result<Option<u64>, PoolError> {
+        let Some(not_before_ms) = self.not_before_ms.filter(|&at| at > u128::from(now)) else {
+            return Ok(None);
+        };
+        let horizon = u128::from(now) + Self::MAX_NOT_BEFORE_AHEAD.as_millis();
+        if not_before_ms > horizon {
+            return Err(PoolError::InvalidConfig(format!(
+                "SubmitOptions::not_before_ms {not_before_ms} is {} ms ahead of now ({now} ms \
+                 since the Unix epoch); a scheduled start may be at most {} ms (366 days) \
+                 ahead, in milliseconds since the Unix epoch",
+                not_before_ms - u128::from(now),
+                Self::MAX_NOT_BEFORE_AHEAD.as_millis()
+            )));
+        }
+        if let Some(deadline_ms) = deadline_ms.filter(|&deadline| deadline <= not_before_ms) {
+            return Err(PoolError::InvalidConfig(format!(
+                "SubmitOptions::not_before_ms {not_before_ms} is not before the task's \
+                 deadline_ms {deadline_ms}: it could never start in time; a scheduled start \
+                 must be before the deadline (or drop the deadline)"
+            )));
+        }
+        // Within the horizon, so it fits in 64 bits.
+        Ok(Some(u64::try_from(not_before_ms).unwrap_or(u64::MAX)))
     }
 }
 

@@ -282,6 +282,7 @@ async fn gather<T>(inbox: &mut mpsc::UnboundedReceiver<T>, group: &mut Vec<T>) {
 struct ToPark<P> {
     entry: EntryId,
     rank_time_ms: u64,
+    not_before_ms: Option<u64>,
     task: ScheduledTask<P>,
     key: MailboxKey,
     reply: Reply,
@@ -320,17 +321,11 @@ async fn park_loop<P: Send + 'static>(
     while parks.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
         gather(&mut parks, &mut group).await;
         let mut answers = Vec::with_capacity(group.len());
-        let mut tasks = Vec::with_capacity(group.len());
-        for park in group.drain(..) {
-            let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
-            answers.push((task_id, park.key, cost, park.reply));
-            tasks.push((park.entry, park.rank_time_ms, park.task));
-        }
-        let parked = queue.enqueue_many(tasks).await;
+        let parked = enqueue_group(&*queue, &mut group, &mut answers).await;
         let mut parked = parked.into_iter();
         let mut answered = Vec::with_capacity(answers.len());
         for (task_id, key, cost, reply) in answers {
-            let result = parked.next().unwrap_or_else(|| {
+            let result = parked.next().flatten().unwrap_or_else(|| {
                 Err(QueueError::Backend(BackendFault::plain(
                     FaultKind::Other,
                     "the queue answered fewer parks than it was given",
@@ -354,6 +349,49 @@ async fn park_loop<P: Send + 'static>(
         let report = SharedReport::Enqueued(answered);
         let _ = scheduler.send_message(SchedulerMsg(Internal::Shared(report)));
     }
+}
+
+/// Stores a group of parks: the tasks that may be claimed at once in one
+/// [`SharedQueue::enqueue_many`], each scheduled start with
+/// [`SharedQueue::enqueue_not_before`]. Empties `group` into `answers` (who hears of each
+/// task) and returns each task's result in the group's order (`None`: the queue gave none).
+async fn enqueue_group<P: Send + 'static>(
+    queue: &dyn SharedQueue<P>,
+    group: &mut Vec<ToPark<P>>,
+    answers: &mut Vec<(
+        crate::domain::TaskId,
+        MailboxKey,
+        crate::domain::ResourceCost,
+        Reply,
+    )>,
+) -> Vec<Option<Result<(), QueueError>>> {
+    let mut results: Vec<Option<Result<(), QueueError>>> = Vec::with_capacity(group.len());
+    let (mut at_once, mut at_once_places) = (Vec::new(), Vec::new());
+    for park in group.drain(..) {
+        let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
+        answers.push((task_id, park.key, cost, park.reply));
+        match park.not_before_ms {
+            Some(not_before_ms) => {
+                let (entry, rank_time_ms) = (park.entry, park.rank_time_ms);
+                let parked = queue
+                    .enqueue_not_before(entry, rank_time_ms, park.task, not_before_ms)
+                    .await;
+                results.push(Some(parked));
+            }
+            None => {
+                at_once_places.push(results.len());
+                results.push(None);
+                at_once.push((park.entry, park.rank_time_ms, park.task));
+            }
+        }
+    }
+    if !at_once.is_empty() {
+        let parked = queue.enqueue_many(at_once).await;
+        for (place, result) in at_once_places.into_iter().zip(parked) {
+            results[place] = Some(result);
+        }
+    }
+    results
 }
 
 /// The I/O side of the shared mode. See the module docs.
@@ -479,6 +517,7 @@ where
             SharedCall::Enqueue {
                 entry,
                 rank_time_ms,
+                not_before_ms,
                 task,
                 key,
                 reply,
@@ -486,6 +525,7 @@ where
                 let park = ToPark {
                     entry,
                     rank_time_ms,
+                    not_before_ms,
                     task,
                     key,
                     reply,

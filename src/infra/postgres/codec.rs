@@ -100,7 +100,8 @@ pub(crate) fn task_of<P: DeserializeOwned>(row: &QueryResult) -> Result<Schedule
 /// The record of one task in a [`ParkRows`] array, as `jsonb_to_recordset` reads it.
 pub(crate) const PARK_RECORD: &str = "entry BIGINT, task_id BIGINT, tenant TEXT, user_id TEXT, \
      session_id TEXT, priority SMALLINT, kind SMALLINT, units BIGINT, created_at_ms BIGINT, \
-     rank_time_ms BIGINT, deadline_ms BIGINT, metadata JSONB, payload JSONB, attach BOOLEAN";
+     rank_time_ms BIGINT, deadline_ms BIGINT, metadata JSONB, payload JSONB, attach BOOLEAN, \
+     not_before_ms BIGINT";
 
 /// Tasks to park, written as one JSON array of [`PARK_RECORD`]s: a park statement takes any
 /// number of them in one `$rows` parameter, so its text is the same for any group and the
@@ -138,6 +139,18 @@ impl ParkRows {
         rank_time_ms: u64,
         task: &ScheduledTask<P>,
     ) -> Result<(), QueueError> {
+        self.push_not_before(entry, rank_time_ms, task, None)
+    }
+
+    /// [`push`](Self::push), for a task no node may claim before `not_before_ms` (a
+    /// scheduled start): the row carries the instant (`NULL` without one).
+    pub(crate) fn push_not_before<P: Serialize>(
+        &mut self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: &ScheduledTask<P>,
+        not_before_ms: Option<u64>,
+    ) -> Result<(), QueueError> {
         let encode = |what: &str, error: serde_json::Error| {
             QueueError::Backend(BackendFault::plain(
                 FaultKind::Refused,
@@ -166,7 +179,8 @@ impl ParkRows {
             .int_or_null("deadline_ms", meta.deadline_ms.map(millis))
             .json("metadata", Some(&metadata))
             .json("payload", Some(&payload))
-            .json("attach", Some(if self.attach { "true" } else { "false" }));
+            .json("attach", Some(if self.attach { "true" } else { "false" }))
+            .int_or_null("not_before_ms", not_before_ms.map(millis_u64));
         Ok(())
     }
 

@@ -113,11 +113,13 @@
 //!     when units return, does not start tasks past a reservation of such a kind.
 //!
 //! 16. **Sleepers.** A ticket may be parked from a later time on
-//!     ([`ParkingLot::park_until`]: a failed run's task waiting out its retry backoff). Until
+//!     ([`ParkingLot::park_until`]: a failed run's task waiting out its retry backoff, or a
+//!     scheduled start, a task submitted not to start before an instant). Until
 //!     then it is live (`Parked` to [`ParkingLot::state`], cancellable, counted among the
 //!     parked) but in no index a decision reads; [`ParkingLot::next_wakeup`] names its time,
 //!     and from then on it parks at its rank like any other (its `created_at_ms` is kept, so
-//!     it keeps its place among equals).
+//!     it keeps its place among equals). A sleeper that wakes with its deadline passed
+//!     expires at that tick.
 //! 17. **Reasons.** [`ParkingLot::why_waiting`] says why a parked ticket has not started:
 //!     the first obstacle among sleeping (rule 16), too few free units (rule 11's headroom
 //!     included), its kind's budget (rule 15), its tenant's share (rule 12), no idle
@@ -1031,6 +1033,10 @@ impl ParkingLot {
                 claim.overdue_at = None;
                 tick.overdue.push(id);
             }
+        }
+        if !self.sleeping.is_empty() {
+            // A sleeper whose deadline passed too wakes first, so that it expires here.
+            self.wake_sleepers(now);
         }
         while let Some(&(deadline, id)) = self.by_deadline.first() {
             if deadline > now {

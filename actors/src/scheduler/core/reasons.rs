@@ -96,13 +96,19 @@ impl WaitReason {
 }
 
 impl ParkingLot {
-    /// Parked tickets `offset..offset + limit` in rank order (best first), and how many are
-    /// parked in all: O(n) to find the page, O(limit log limit) to order it.
+    /// Parked tickets `offset..offset + limit` in rank order (best first), the sleepers
+    /// (rule 16) after them in rank order, and how many there are in all: O(n) to find the
+    /// page, O(limit log limit) to order it.
     pub fn parked_page(&self, offset: usize, limit: usize) -> (Vec<TaskId>, usize) {
-        let mut ranks: Vec<RankKey> = self
+        let mut ranks: Vec<(bool, RankKey)> = self
             .parked
             .iter()
-            .map(|(&id, parked)| parked.rank(id))
+            .map(|(&id, parked)| (false, parked.rank(id)))
+            .chain(
+                self.sleepers
+                    .values()
+                    .map(|(_, ticket)| (true, self.rank_of(ticket))),
+            )
             .collect();
         let total = ranks.len();
         let end = offset.saturating_add(limit).min(total);
@@ -114,7 +120,8 @@ impl ParkingLot {
             ranks.truncate(end);
         }
         ranks.sort_unstable();
-        (ranks[offset..].iter().map(RankKey::id).collect(), total)
+        let page = ranks[offset..].iter().map(|(_, rank)| rank.id()).collect();
+        (page, total)
     }
 
     /// The cost and priority of live ticket `id` (parked or running).

@@ -80,6 +80,28 @@ fn a_sleeper_is_live_but_takes_no_part_until_its_time() {
 }
 
 #[test]
+fn a_sleeper_whose_deadline_passed_while_it_slept_expires_at_the_tick_that_wakes_it() {
+    // The pool is free: were the sleeper woken without its deadline checked, it would start.
+    let mut lot = lot();
+    let late = Ticket {
+        deadline_ms: Some(150),
+        ..normal(1, 4)
+    };
+    lot.park_until(late, 100, 0).unwrap();
+    let on_time = Ticket {
+        deadline_ms: Some(300),
+        ..normal(2, 4)
+    };
+    lot.park_until(on_time, 100, 0).unwrap();
+    // The tick comes late, after the first deadline.
+    let tick = lot.tick(200);
+    assert_eq!(tick.expired, vec![1]);
+    assert_eq!(tick.started, vec![2]);
+    assert_eq!(lot.state(1), None);
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
 fn a_task_that_fits_starts_at_once() {
     let mut lot = lot();
     assert_eq!(lot.admit(normal(1, 4), 0), Admit::Start);

@@ -19,6 +19,8 @@ pub(super) struct Admission<P> {
     pub task: ScheduledTask<P>,
     pub key: MailboxKey,
     pub timeout: Option<Duration>,
+    /// Not to start before this instant (a scheduled start), if set: it sleeps until then.
+    pub not_before_ms: Option<u64>,
     pub origin: Origin,
     /// The pool made its key (it came without one): see `Record::minted_key`.
     pub minted: bool,

@@ -153,6 +153,8 @@ pub(crate) enum SharedCall<P> {
         entry: EntryId,
         /// Its admission time: its rank among equal priorities.
         rank_time_ms: u64,
+        /// Claimable by no node before this instant (a scheduled start), if set.
+        not_before_ms: Option<u64>,
         task: ScheduledTask<P>,
         key: MailboxKey,
         reply: Reply,

@@ -61,7 +61,7 @@ use crate::observe::events::TaskStep;
 use crate::observe::stats::PoolStats;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
-use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot};
+use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot, Rejection, Ticket};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::util::contain::drop_contained;
 
@@ -187,10 +187,17 @@ where
             drop_contained(task);
             return;
         }
-        if let Err(refusal) = admissible {
-            self.tasks.refuse(task, refusal, reply, now);
-            return;
-        }
+        let not_before_ms = admissible.and_then(|()| {
+            let deadline_ms = task.meta.deadline_ms;
+            options.sleeps_until(deadline_ms, now)
+        });
+        let not_before_ms = match not_before_ms {
+            Ok(not_before_ms) => not_before_ms,
+            Err(refusal) => {
+                self.tasks.refuse(task, refusal, reply, now);
+                return;
+            }
+        };
         let minted = task.meta.mailbox.is_none();
         let key = task
             .meta
@@ -205,6 +212,7 @@ where
                 task,
                 key,
                 timeout,
+                not_before_ms,
                 origin,
                 minted,
             },
@@ -261,6 +269,10 @@ where
             &admission.key,
             admission.timeout,
         );
+        if let Some(until_ms) = admission.not_before_ms {
+            self.admit_sleeping(entry, ticket, admission, until_ms, now);
+            return;
+        }
         if self.parks_for_the_fleet(&admission.origin, ticket.cost.kind) {
             // Refused as the core would refuse it, else parked for the fleet's claims.
             match self.tasks.core.screen(&ticket, now) {
@@ -317,6 +329,60 @@ where
             self.tasks.ledger.mark_minted(entry);
         }
         self.start_parked(unblocked, now);
+    }
+
+    /// A newcomer that must not start before `until_ms` (a scheduled start): refused or
+    /// expired now as the core would refuse or expire it, else it sleeps until then (core
+    /// rule 16), here or, on a shared queue, in the queue, where no node claims it before.
+    /// Its sleep counts against `max_queue_depth`, so scheduled work is bounded like parked
+    /// work.
+    fn admit_sleeping(
+        &mut self,
+        entry: EntryId,
+        ticket: Ticket,
+        admission: Admission<P>,
+        until_ms: u64,
+        now: u64,
+    ) {
+        let refused = match self.tasks.core.screen(&ticket, now) {
+            Some(Admit::Reject(rejection)) => Some(rejection.into()),
+            Some(_) => Some(PoolError::Expired),
+            None => None,
+        };
+        if let Some(refused) = refused {
+            end_unadmitted(&mut self.tasks, admission, refused, now);
+            return;
+        }
+        if self.storage.is_shared() {
+            let Admission {
+                task, key, origin, ..
+            } = admission;
+            if let Origin::Submitted { reply, .. } = origin {
+                self.park_shared_not_before(entry, task, key, reply, Some(until_ms));
+            }
+            return;
+        }
+        let max_queue_depth = self.tasks.core.limits().max_queue_depth;
+        if self.tasks.core.parked_len() >= max_queue_depth {
+            let full = Rejection::QueueFull { max_queue_depth };
+            end_unadmitted(&mut self.tasks, admission, full.into(), now);
+            return;
+        }
+        if self.tasks.core.park_until(ticket, until_ms, now).is_err() {
+            let id = admission.task.meta.id;
+            end_unadmitted(
+                &mut self.tasks,
+                admission,
+                PoolError::DuplicateTask(id),
+                now,
+            );
+            return;
+        }
+        let minted = admission.minted;
+        self.park_admitted(entry, admission, now);
+        if minted {
+            self.tasks.ledger.mark_minted(entry);
+        }
     }
 
     /// A newcomer that starts at once.
@@ -394,6 +460,7 @@ where
             mut task,
             key,
             timeout,
+            not_before_ms,
             origin,
             ..
         } = admission;
@@ -422,7 +489,11 @@ where
             }
         };
         self.tasks.track(entry, &task.meta, &key, timeout, extras);
-        let spin = self.storage.local().map(|room| room.spin());
+        // A scheduled start is stored at once, with its instant, to outlive a restart.
+        let spin = self
+            .storage
+            .local()
+            .map(|room| room.spin().filter(|_| not_before_ms.is_none()));
         match spin {
             // In memory: the ledger is the store.
             None => {
@@ -444,7 +515,7 @@ where
                 }
                 task.meta.mailbox = Some(key);
                 if let Some(room) = self.storage.local() {
-                    room.park(entry, task, &mut self.tasks.fx);
+                    room.park_not_before(entry, task, not_before_ms, &mut self.tasks.fx);
                 }
             }
         }

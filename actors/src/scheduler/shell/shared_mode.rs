@@ -51,6 +51,8 @@ where
                 task,
                 key,
                 timeout,
+                // The shared queue held it back until it was due.
+                not_before_ms: None,
                 origin,
                 // Claimed from the fleet's queue: its submitter's waits are another node's.
                 minted: false,
@@ -75,14 +77,28 @@ where
     pub(super) fn park_shared(
         &mut self,
         entry: EntryId,
+        task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+    ) {
+        self.park_shared_not_before(entry, task, key, reply, None);
+    }
+
+    /// [`park_shared`](Self::park_shared), claimable by no node before `not_before_ms` if
+    /// set (a scheduled start).
+    pub(super) fn park_shared_not_before(
+        &mut self,
+        entry: EntryId,
         mut task: ScheduledTask<P>,
         key: MailboxKey,
         reply: Reply,
+        not_before_ms: Option<u64>,
     ) {
         task.meta.mailbox = Some(key.clone());
         self.tasks.fx.shared(SharedCall::Enqueue {
             entry: SharedRoom::entry_for(sequence_of(entry)),
             rank_time_ms: admitted_ms(entry),
+            not_before_ms,
             task,
             key,
             reply,

@@ -139,11 +139,21 @@ where
 
     /// Indexes stored parked tasks again (with their payloads where the ledger keeps them).
     pub fn restore(&mut self, stored: Vec<(StoredEntry, Option<P>)>, now: u64) {
-        for (StoredEntry { entry, meta }, payload) in stored {
+        for (stored, payload) in stored {
+            let StoredEntry {
+                entry,
+                meta,
+                not_before_ms,
+            } = stored;
             self.ledger.note_entry(entry);
             let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
             let ticket = self.ticket(entry, &meta, &key, self.default_timeout);
-            if self.core.restore(ticket, now).is_err() {
+            // A scheduled start sleeps on until its instant (parked now if it has passed).
+            let restored = match not_before_ms {
+                Some(until_ms) => self.core.park_until(ticket, until_ms, now),
+                None => self.core.restore(ticket, now),
+            };
+            if restored.is_err() {
                 tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
                 continue;
             }

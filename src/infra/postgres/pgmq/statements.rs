@@ -120,7 +120,8 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
             "message || jsonb_build_object('node', $node::text)",
         )
     } else {
-        ("to_timestamp(0)".to_owned(), 0, "message")
+        // Visible from its not-before instant (a scheduled start), else at once.
+        ("vt".to_owned(), 0, "message")
     };
     let sent = layout.per_level(", ", |level| {
         format!(
@@ -136,17 +137,19 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
                                (item->>'entry')::bigint AS entry, ord, {MESSAGE} AS message, \
                                COALESCE((item->>'attach')::boolean, false) AS attach, \
                                item->>'tenant' AS tenant, (item->>'task_id')::bigint AS task_id, \
-                               item->>'user_id' AS user_id, item->>'session_id' AS session_id \
+                               item->>'user_id' AS user_id, item->>'session_id' AS session_id, \
+                               {not_before} AS vt \
                           FROM jsonb_array_elements($rows::jsonb) WITH ORDINALITY AS i(item, ord)), \
          fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id, user_id, session_id) \
                    SELECT $queue, entry, CASE WHEN attach THEN tenant END, \
                           CASE WHEN attach THEN task_id END, CASE WHEN attach THEN user_id END, \
                           CASE WHEN attach THEN session_id END FROM input \
                    ON CONFLICT DO NOTHING RETURNING entry), \
-         chosen AS (SELECT DISTINCT ON (entry) p, message FROM input \
+         chosen AS (SELECT DISTINCT ON (entry) p, message, vt FROM input \
                      WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \
          {sent} {}",
-        union_of("s", "entry")
+        union_of("s", "entry"),
+        not_before = at_ms("COALESCE((item->>'not_before_ms')::bigint, 0)"),
     )
 }
 
@@ -165,10 +168,12 @@ fn claim_sql(layout: &PgmqLayout) -> String {
         format!(
             "(SELECT {p} AS priority, {rank} AS rank, {entry} AS entry, {kind} AS kind, \
                      {units} AS units FROM pgmq.{table} AS c \
-               WHERE {parked} AND {rank} <= $aged_before AND {units} <= {whole} \
+               WHERE {parked} AND {rank} <= $aged_before AND c.vt <= {aged} \
+                 AND {units} <= {whole} \
                ORDER BY {rank}, {entry} LIMIT 1)",
             p = level.p,
             table = level.table,
+            aged = at_ms("$aged_before"),
             whole = fits(kind, Units::Whole),
         )
     });

@@ -142,8 +142,9 @@ fn statements(t: &Identifier) -> Statements {
     let parked_task = "RETURNING metadata::text AS metadata, payload::text AS payload";
     Statements {
         park: sql(format!(
-            "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}) \
-             SELECT $queue, {PARKED_COLUMNS} FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
+            "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}, not_before_ms) \
+             SELECT $queue, {PARKED_COLUMNS}, COALESCE(not_before_ms, 0) \
+               FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
              ON CONFLICT DO NOTHING RETURNING entry"
         )),
         park_claimed: sql(format!(
@@ -269,7 +270,8 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
            CROSS JOIN LATERAL ( \
              SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
               WHERE queue_name = $queue AND state = 'parked' AND priority = level.priority \
-                AND rank_time_ms <= $aged_before AND units <= {whole} \
+                AND rank_time_ms <= $aged_before AND not_before_ms <= $aged_before \
+                AND units <= {whole} \
               ORDER BY rank_time_ms, entry LIMIT 1) AS r \
            ORDER BY r.priority DESC LIMIT 1), \
          candidates AS ( \

@@ -128,6 +128,26 @@ where
         })
     }
 
+    /// One row whose `not_before_ms` (the table's column, pgmq's visibility time) keeps every
+    /// node's claim off it until then.
+    async fn enqueue_not_before(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
+        rows.push_not_before(entry, rank_time_ms, &task, Some(not_before_ms))?;
+        let params = [("queue", self.queue()), ("rows", rows.finish().into())];
+        let stored = self.rows("park", &self.statements.park, &params).await?;
+        if returned_entries(&stored).is_empty() {
+            return Err(QueueError::Duplicate(entry));
+        }
+        self.announce();
+        Ok(())
+    }
+
     /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the
     /// database's clock and spent in each claim's transaction (`infra/postgres/budgets.rs`).
     async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {

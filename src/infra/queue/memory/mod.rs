@@ -148,6 +148,8 @@ impl<P: Send + 'static> TaskQueue<P> for InMemoryQueue<P> {
             .map(|(&entry, task)| StoredEntry {
                 entry,
                 meta: task.meta.clone(),
+                // Nothing here outlives the process: the scheduler keeps a sleeper's instant.
+                not_before_ms: None,
             })
             .collect();
         stored.sort_unstable_by_key(|stored| stored.entry);

@@ -187,6 +187,11 @@ struct Parked<P> {
     rank_time_ms: u64,
     /// How many times it has been claimed so far.
     claims: u32,
+    /// When it last became claimable (ms since the Unix epoch): woken from a rest (a
+    /// scheduled start, a retry's backoff) or handed back; 0 for a task claimable since it
+    /// was parked. The starvation rule ages it from then, as a node's core ages a sleeper
+    /// from its waking.
+    claimable_from_ms: u64,
 }
 
 /// A claimed entry: the task (kept to park it again if the lease runs out) and the lease.
@@ -280,6 +285,7 @@ impl<P> Lot<P> {
             .filter(|(_, parked)| {
                 let cost = parked.task.meta.cost;
                 parked.rank_time_ms <= rule.parked_before_ms
+                    && parked.claimable_from_ms <= rule.parked_before_ms
                     && cost.units <= rule.capacity.get(cost.kind)
             })
             .min_by_key(|(entry, parked)| parked.rank(**entry))?;
@@ -300,7 +306,8 @@ impl<P> Lot<P> {
             .map(|(&entry, _)| entry)
             .collect();
         for entry in due {
-            if let Some((_, parked)) = self.resting.remove(&entry) {
+            if let Some((at, mut parked)) = self.resting.remove(&entry) {
+                parked.claimable_from_ms = at;
                 self.park(entry, parked);
             }
         }
@@ -444,6 +451,7 @@ where
             task,
             rank_time_ms,
             claims: 0,
+            claimable_from_ms: 0,
         };
         lot.park(entry, parked);
         Ok(())
@@ -474,6 +482,7 @@ where
             task,
             rank_time_ms: tick_ms,
             claims: 0,
+            claimable_from_ms: 0,
         };
         lot.park(entry, parked);
         Ok(true)
@@ -507,12 +516,35 @@ where
                 task,
                 rank_time_ms,
                 claims: 1,
+                claimable_from_ms: 0,
             },
             node: node.to_owned(),
             expires_at_ms: leased.expires_at_ms,
         };
         lot.claimed.insert(entry, held);
         Ok(leased)
+    }
+
+    /// Kept resting until `not_before_ms`, as a retried claim rests out its backoff.
+    async fn enqueue_not_before(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        let mut lot = self.lock();
+        if lot.refuses(entry, &task) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        let parked = Parked {
+            task,
+            rank_time_ms,
+            claims: 0,
+            claimable_from_ms: 0,
+        };
+        lot.resting.insert(entry, (not_before_ms, parked));
+        Ok(())
     }
 
     async fn claim_best_fit(
@@ -641,7 +673,7 @@ where
         &self,
         node: &str,
         claims: Vec<Claim>,
-        _now_ms: u64,
+        now_ms: u64,
     ) -> Vec<Result<(), QueueError>> {
         let mut lot = self.lock();
         claims
@@ -649,6 +681,7 @@ where
             .map(|claim| {
                 let mut held = lot.end_claim(node, claim)?;
                 held.parked.claims = held.parked.claims.saturating_sub(1);
+                held.parked.claimable_from_ms = now_ms;
                 lot.park(claim.entry, held.parked);
                 Ok(())
             })

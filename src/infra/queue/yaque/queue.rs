@@ -13,6 +13,7 @@
 //! | record | written by | meaning |
 //! | --- | --- | --- |
 //! | `park` (entry, task as JSON) | [`park`](TaskQueue::park) | the entry is parked with this task |
+//! | `park_at` (entry, instant, task as JSON) | [`park_not_before`](TaskQueue::park_not_before) | the same, not to start before the instant (a scheduled start, returned by `load_parked`) |
 //! | `claim` (entry) | [`claim`](TaskQueue::claim) | the entry is running |
 //! | `gone` (entry) | [`settle`](TaskQueue::settle), [`remove`](TaskQueue::remove) | the entry is finished or cancelled |
 //!
@@ -68,7 +69,7 @@
 //! Each call does its file I/O (a `write` of a few hundred bytes) on the queue actor's task;
 //! the scheduler never waits for it.
 
-use super::record::{record_len, CLAIM, GONE, PARK};
+use super::record::{CLAIM, GONE};
 use super::store::{io_fault, Kept, MetaOnly, Quarantined, Store};
 
 use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
@@ -153,6 +154,41 @@ impl<P> YaqueQueue<P> {
     }
 }
 
+impl<P: Serialize> YaqueQueue<P> {
+    /// Appends `task`'s park (with the instant before which it must not start, if any) and
+    /// indexes it.
+    fn store_park(
+        &self,
+        entry: EntryId,
+        task: &ScheduledTask<P>,
+        not_before_ms: Option<u64>,
+    ) -> Result<(), QueueError> {
+        let bytes = serde_json::to_vec(task).map_err(|error| {
+            QueueError::Backend(BackendFault::plain(
+                FaultKind::Refused,
+                format!("entry {entry}: the task does not serialise: {error}"),
+            ))
+        })?;
+        let kept = Kept {
+            task: bytes,
+            claimed: false,
+            not_before_ms,
+        };
+        let mut store = self.lock();
+        if store.entries.contains_key(&entry) {
+            return Err(QueueError::Duplicate(entry));
+        }
+        {
+            let (kind, body) = kept.park_body();
+            store.append(kind, entry, &body)?;
+        }
+        store.live_bytes += kept.park_len();
+        store.entries.insert(entry, kept);
+        store.maybe_compact();
+        Ok(())
+    }
+}
+
 impl<P: DeserializeOwned> YaqueQueue<P> {
     fn decode(&self, entry: EntryId, bytes: &[u8]) -> Result<ScheduledTask<P>, QueueError> {
         serde_json::from_slice(bytes).map_err(|error| {
@@ -197,27 +233,18 @@ where
     }
 
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
-        let bytes = serde_json::to_vec(&task).map_err(|error| {
-            QueueError::Backend(BackendFault::plain(
-                FaultKind::Refused,
-                format!("entry {entry}: the task does not serialise: {error}"),
-            ))
-        })?;
-        let mut store = self.lock();
-        if store.entries.contains_key(&entry) {
-            return Err(QueueError::Duplicate(entry));
-        }
-        store.append(PARK, entry, &bytes)?;
-        store.live_bytes += record_len(bytes.len());
-        store.entries.insert(
-            entry,
-            Kept {
-                task: bytes,
-                claimed: false,
-            },
-        );
-        store.maybe_compact();
-        Ok(())
+        self.store_park(entry, &task, None)
+    }
+
+    /// Stored as a `park` record with the instant before it (see `record.rs`), which
+    /// [`load_parked`](TaskQueue::load_parked) returns after a restart.
+    async fn park_not_before(
+        &self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        not_before_ms: u64,
+    ) -> Result<(), QueueError> {
+        self.store_park(entry, &task, Some(not_before_ms))
     }
 
     async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -249,11 +276,14 @@ where
     /// process and for a restart (old and new binaries read a park the same way).
     async fn release(&self, entry: EntryId) -> Result<(), QueueError> {
         let mut store = self.lock();
-        let task = match store.entries.get(&entry) {
-            Some(kept) if kept.claimed => kept.task.clone(),
+        let (kind, body) = match store.entries.get(&entry) {
+            Some(kept) if kept.claimed => {
+                let (kind, body) = kept.park_body();
+                (kind, body.into_owned())
+            }
             _ => return Err(QueueError::NotClaimed(entry)),
         };
-        store.append(PARK, entry, &task)?;
+        store.append(kind, entry, &body)?;
         if let Some(kept) = store.entries.get_mut(&entry) {
             kept.claimed = false;
         }
@@ -292,7 +322,11 @@ where
                         format!("entry {entry}: its metadata does not decode: {error}"),
                     ))
                 })?;
-                Ok(StoredEntry { entry, meta })
+                Ok(StoredEntry {
+                    entry,
+                    meta,
+                    not_before_ms: kept.not_before_ms,
+                })
             })
             .collect()
     }

@@ -1,4 +1,4 @@
-//! A record of the log: its kinds, its bytes (tag, kind, entry id, body, checksum) inside
+//! A record of the log: its kinds (park, park with a not-before instant, claim, gone), its bytes (tag, kind, entry id, body, checksum) inside
 //! yaque's frames, and how damage is told from a good record.
 
 use crate::core::EntryId;
@@ -16,6 +16,9 @@ pub(super) const SEGMENT_END: [u8; 4] = [0xFF; 4];
 pub(super) const PARK: u8 = 1;
 pub(super) const CLAIM: u8 = 2;
 pub(super) const GONE: u8 = 3;
+/// A park of a task that must not start before an instant (a scheduled start): its body is
+/// the instant (8 bytes, little-endian ms since the Unix epoch), then the task.
+pub(super) const PARK_AT: u8 = 4;
 
 /// The frame starting at `at`, if it is whole and its record checks: (kind, entry, body,
 /// where the next frame starts).
@@ -48,7 +51,7 @@ pub(super) fn decode(record: &[u8]) -> Option<(u8, EntryId, &[u8])> {
         return None;
     }
     let kind = content[4];
-    if !(PARK..=GONE).contains(&kind) {
+    if !(PARK..=PARK_AT).contains(&kind) {
         return None;
     }
     let entry = EntryId::from_le_bytes(content[5..13].try_into().ok()?);

@@ -2,6 +2,7 @@
 //! replays the segments and sets damage aside ([`Replay`]), appends, and compaction.
 
 use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io;
@@ -15,8 +16,8 @@ use crate::core::{EntryId, QueueError, TaskMetadata};
 
 use super::os;
 use super::record::{
-    encode, frame_at, record_len, CLAIM, FRAME_HEADER, GONE, MAX_FRAME, PARK, RECORD_OVERHEAD,
-    SEGMENT_END,
+    encode, frame_at, record_len, CLAIM, FRAME_HEADER, GONE, MAX_FRAME, PARK, PARK_AT,
+    RECORD_OVERHEAD, SEGMENT_END,
 };
 
 /// A truncated or corrupt stretch of a segment file, set aside at start.
@@ -84,6 +85,53 @@ pub(super) struct Store {
 pub(super) struct Kept {
     pub(super) task: Vec<u8>,
     pub(super) claimed: bool,
+    /// The instant (ms since the Unix epoch) before which it must not start, if it was
+    /// parked with one (a scheduled start).
+    pub(super) not_before_ms: Option<u64>,
+}
+
+impl Kept {
+    /// The entry as a `park` record's kind and body would store it.
+    fn from_park(kind: u8, body: &[u8]) -> Option<Self> {
+        let (not_before_ms, task) = match kind {
+            PARK => (None, body),
+            PARK_AT => {
+                let (instant, task) = body.split_first_chunk::<8>()?;
+                (Some(u64::from_le_bytes(*instant)), task)
+            }
+            _ => return None,
+        };
+        Some(Self {
+            task: task.to_vec(),
+            claimed: false,
+            not_before_ms,
+        })
+    }
+
+    /// Its `park` record's kind and body: the task, after its instant if it has one.
+    pub(super) fn park_body(&self) -> (u8, Cow<'_, [u8]>) {
+        match self.not_before_ms {
+            None => (PARK, Cow::Borrowed(&self.task)),
+            Some(instant) => {
+                let mut body = Vec::with_capacity(8 + self.task.len());
+                body.extend_from_slice(&instant.to_le_bytes());
+                body.extend_from_slice(&self.task);
+                (PARK_AT, Cow::Owned(body))
+            }
+        }
+    }
+
+    /// Its `park` record.
+    fn park_record(&self, entry: EntryId) -> Vec<u8> {
+        let (kind, body) = self.park_body();
+        encode(kind, entry, &body)
+    }
+
+    /// What its `park` record takes on disk.
+    pub(super) fn park_len(&self) -> u64 {
+        let instant = if self.not_before_ms.is_some() { 8 } else { 0 };
+        record_len(self.task.len() + instant)
+    }
 }
 
 /// The part of a stored task read at start.
@@ -113,10 +161,7 @@ impl Store {
             replay.segment(file, &bytes, quarantine, &mut quarantined)?;
         }
         let (entries, dropped) = replay.finish(&dir, quarantine, &mut quarantined)?;
-        let live_bytes = entries
-            .values()
-            .map(|kept| record_len(kept.task.len()))
-            .sum();
+        let live_bytes = entries.values().map(Kept::park_len).sum();
         let mut store = Store {
             dir,
             quarantine: quarantine.to_path_buf(),
@@ -217,7 +262,7 @@ impl Store {
         for entry in &self.uncertain {
             match self.entries.get(entry) {
                 Some(kept) => {
-                    records.push(encode(PARK, *entry, &kept.task));
+                    records.push(kept.park_record(*entry));
                     if kept.claimed {
                         records.push(encode(CLAIM, *entry, &[]));
                     }
@@ -291,7 +336,7 @@ impl Store {
 
     pub(super) fn forget(&mut self, entry: EntryId) {
         if let Some(kept) = self.entries.remove(&entry) {
-            self.live_bytes -= record_len(kept.task.len());
+            self.live_bytes -= kept.park_len();
             if kept.claimed {
                 self.claimed -= 1;
             }
@@ -328,7 +373,7 @@ impl Store {
         self.sender = None;
         let mut records = Vec::with_capacity(self.entries.len());
         for (&entry, kept) in &self.entries {
-            records.push(encode(PARK, entry, &kept.task));
+            records.push(kept.park_record(entry));
             if kept.claimed {
                 records.push(encode(CLAIM, entry, &[]));
             }
@@ -467,15 +512,14 @@ impl Replay {
 
     fn apply(&mut self, kind: u8, entry: EntryId, body: &[u8]) {
         match kind {
-            PARK => {
-                self.entries.insert(
-                    entry,
-                    Kept {
-                        task: body.to_vec(),
-                        claimed: false,
-                    },
-                );
-            }
+            PARK | PARK_AT => match Kept::from_park(kind, body) {
+                Some(kept) => {
+                    self.entries.insert(entry, kept);
+                }
+                None => {
+                    self.entries.remove(&entry);
+                }
+            },
             CLAIM => {
                 if let Some(kept) = self.entries.get_mut(&entry) {
                     kept.claimed = true;

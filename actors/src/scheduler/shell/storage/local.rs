@@ -90,9 +90,25 @@ impl LocalRoom {
 
     /// Stores a parked task (answered with `QueueReport::Parked` or `ParkFailed`).
     pub fn park<P, R>(&mut self, entry: EntryId, task: ScheduledTask<P>, fx: &mut Effects<P, R>) {
+        self.park_not_before(entry, task, None, fx);
+    }
+
+    /// Stores a parked task that must not start before `not_before_ms`, if it has one (a
+    /// scheduled start, kept across a restart).
+    pub fn park_not_before<P, R>(
+        &mut self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        not_before_ms: Option<u64>,
+        fx: &mut Effects<P, R>,
+    ) {
         self.waits += 1;
         self.parking.insert(entry);
-        fx.push(Effect::Queue(QueueMsg::Park { entry, task }));
+        fx.push(Effect::Queue(QueueMsg::Park {
+            entry,
+            task,
+            not_before_ms,
+        }));
     }
 
     /// Takes a started task's payload back (answered with `Claimed` or `ClaimFailed`).

@@ -23,7 +23,7 @@ impl World {
                 backend: "test",
                 fault: BackendFault::plain(FaultKind::Refused, "disk full"),
             },
-            QueueMsg::Park { entry, task } => {
+            QueueMsg::Park { entry, task, .. } => {
                 self.stored.insert(entry, task);
                 QueueReport::Parked { entry }
             }
@@ -66,6 +66,7 @@ impl World {
                 task,
                 key,
                 reply,
+                ..
             } => {
                 let (task_id, cost) = (task.meta.id, task.meta.cost);
                 let result = if fail {

@@ -29,6 +29,7 @@ mod backends;
 mod checks;
 mod permits;
 mod shedding;
+mod sleepers;
 
 use super::effects::{Effect, SharedCall};
 use super::storage::{LocalRoom, SharedRoom, Storage};
