@@ -51,6 +51,12 @@ pub enum QueueBuilderContext {
 pub struct BuiltPools<P, R, E> {
     /// The running pools.
     pub pools: HashMap<String, ResourcePool<P, R, E>>,
+    /// The places in their fleets of the pools on a shared Postgres queue; dropped after the
+    /// pools, so that each node marks itself gone as it stops (without `admin`, held for that
+    /// drop only).
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    fleet: crate::infra::postgres::fleet::Seats,
 }
 
 #[cfg(feature = "admin")]
@@ -106,6 +112,10 @@ where
             .fold(Admin::new(settings), |admin, (name, pool)| {
                 admin.with_pool(name.clone(), pool.client().clone())
             });
+        #[cfg(feature = "postgres")]
+        let admin = self.fleet.views().fold(admin, |admin, (name, view)| {
+            admin.with_fleet(name.clone(), view.clone())
+        });
         admin.serve().map(Some)
     }
 }
@@ -275,6 +285,11 @@ where
     }
     let mut sources = Sources::new(config, context);
     let mut pools = HashMap::with_capacity(planned.len());
+    #[cfg(feature = "postgres")]
+    let mut fleet =
+        crate::infra::postgres::fleet::Seats::new(crate::infra::postgres::fleet::FleetSettings {
+            heartbeat: config.fleet.clone().unwrap_or_default().heartbeat(),
+        });
     // A pool with one instance per GPU has its schedules on the first instance only.
     let mut carried_schedules = std::collections::HashSet::new();
     for (name, pool, instances) in planned {
@@ -286,6 +301,8 @@ where
                 })?
                 .with_name(&instance.name);
             let shared = queue_driver::<P>(&pool.queue).open_shared(name, &mut sources)?;
+            #[cfg(feature = "postgres")]
+            let node = shared.as_ref().map(|shared| shared.parking.node.clone());
             let results = match &mailbox {
                 Some(given) => given.clone(),
                 None => sources.mailbox(name, &pool.mailbox.storage, shared.as_ref())?,
@@ -311,10 +328,25 @@ where
                 carried_schedules.insert(name.as_str());
                 add_schedules(name, pool, &built)?;
             }
+            #[cfg(feature = "postgres")]
+            if let Some(node) = node {
+                fleet.join(
+                    name,
+                    &instance.name,
+                    &pool.queue,
+                    &node,
+                    sources.database(name, "queue")?,
+                    built.client().clone().into(),
+                )?;
+            }
             pools.insert(instance.name, built);
         }
     }
-    Ok(BuiltPools { pools })
+    Ok(BuiltPools {
+        pools,
+        #[cfg(feature = "postgres")]
+        fleet,
+    })
 }
 
 /// Gives pool `name` the schedules of its settings, each payload read as `P`; the error

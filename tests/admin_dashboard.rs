@@ -1040,3 +1040,136 @@ async fn the_page_shows_one_instant_of_the_pool_as_it_loads() {
     assert!(busy > 0, "some reads saw tasks running");
     browser.quit().await;
 }
+
+// ------------------------------------------------------------------------------ the fleet
+
+/// The executor of the fleet page's pools: returns its payload.
+#[cfg(feature = "postgres")]
+#[derive(Clone)]
+struct Echo;
+
+#[cfg(feature = "postgres")]
+#[async_trait::async_trait]
+impl prometheus_parking_lot::TaskExecutor<String, String> for Echo {
+    async fn execute(&self, payload: String, _meta: TaskMetadata) -> String {
+        payload
+    }
+}
+
+/// A pool `work` on the shared Postgres queue `queue`, with an admin server on a free port.
+#[cfg(feature = "postgres")]
+fn fleet_config(
+    queue: &str,
+    workers: usize,
+    units: u32,
+) -> prometheus_parking_lot::SchedulerConfig {
+    let text = json!({
+        "database_url": database_url(),
+        "fleet": { "heartbeat_ms": 200 },
+        "admin": { "bind": "127.0.0.1:0", "token": TOKEN },
+        "pools": { "work": {
+            "worker_threads": workers,
+            "max_units": units,
+            "queue": { "type": "postgres", "queue_name": queue },
+            "mailbox": { "storage": { "type": "postgres", "table": format!("{queue}_results") } }
+        } }
+    });
+    prometheus_parking_lot::SchedulerConfig::from_json_str(&text.to_string())
+        .expect("a valid fleet config")
+}
+
+/// The fleet page (`/fleet`, linked from the dashboard) lists the nodes of a shared Postgres
+/// queue and a parked task with why it waits: larger than any node.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_page_lists_the_nodes_and_why_a_parked_task_waits() {
+    use prometheus_parking_lot::core::ScheduledTask;
+    use prometheus_parking_lot::{
+        build_pools_from_scheduler_config, QueueBuilderContext, TokioSpawner,
+    };
+
+    let Some(driver) = Chromedriver::start_or_skip().await else {
+        return;
+    };
+    let queue = format!("fleet_page_{}", std::process::id());
+    let node_config = fleet_config(&queue, 1, 4);
+    let node = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+        &node_config,
+        &QueueBuilderContext::Embedded,
+        None,
+        |_| Echo,
+        TokioSpawner,
+    )
+    .expect("the node starts");
+    let server = node
+        .serve_admin(&node_config)
+        .expect("the admin server starts")
+        .expect("an admin section");
+    let producer = build_pools_from_scheduler_config::<String, String, Echo, TokioSpawner>(
+        &fleet_config(&queue, 0, 64),
+        &QueueBuilderContext::Embedded,
+        None,
+        |_| Echo,
+        TokioSpawner,
+    )
+    .expect("the producer starts");
+    let meta = TaskMetadata::new(7, ResourceCost::cpu(16)).with_mailbox(MailboxKey::new("acme"));
+    producer.pools["work"]
+        .submit(ScheduledTask::new(meta, "big".into()))
+        .await
+        .expect("the producer parks it");
+
+    let browser = Browser::open(&driver).await;
+    browser.goto(&server.url()).await;
+    browser
+        .until_script(
+            "const link = document.getElementById('fleet-link'); return link && link.getAttribute('href');",
+            json!("fleet"),
+            "the dashboard's link to the fleet page",
+        )
+        .await;
+    browser.goto(&format!("{}fleet", server.url())).await;
+    let pid = std::process::id().to_string();
+    let nodes = browser
+        .until_text("#nodes-list", "the two nodes", |text| {
+            text.matches("live").count() == 2
+        })
+        .await;
+    assert!(
+        nodes.contains(&pid),
+        "the nodes are this process's: {nodes}"
+    );
+    let parked = browser
+        .until_text("#parked-list", "the parked task and its reason", |text| {
+            text.contains("needs 16 cpu units")
+        })
+        .await;
+    assert!(parked.contains("larger than any node"), "{parked}");
+    assert!(parked.contains("acme"), "{parked}");
+    browser.quit().await;
+
+    producer.pools["work"]
+        .cancel(&MailboxKey::new("acme"), 7)
+        .await
+        .expect("the parked task is cancelled");
+    drop(server);
+    drop(producer);
+    drop(node);
+    if let Ok(connection) = sea_orm::Database::connect(database_url()).await {
+        use sea_orm::ConnectionTrait;
+        for sql in [
+            format!("DROP TABLE IF EXISTS {queue}_results"),
+            format!("DELETE FROM pl_fleet_nodes WHERE queue_key = 'postgres table pl_queue_jobs {queue}'"),
+        ] {
+            let _ = connection.execute_unprepared(&sql).await;
+        }
+        let _ = connection.close().await;
+    }
+}
+
+/// The test database.
+#[cfg(feature = "postgres")]
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}

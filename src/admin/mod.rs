@@ -8,6 +8,7 @@
 //! | endpoint | answers |
 //! |---|---|
 //! | `GET /[?pool=P]` | the dashboard page, carrying the first snapshot and history of pool P (the first by default) unless reads need the token |
+//! | `GET /fleet`, `GET /api/fleet/...`, `POST /api/fleet/{pool}/...` | the fleet of a shared Postgres queue: its nodes, parked tasks, budgets, and control of any node (see `fleet.rs`) |
 //! | `GET /api/pools` | every pool: its counters, capacity and use per kind (the kinds configured; under one number for all, `max_units`, the kinds tasks used, and `units_per_kind`), budgets, state |
 //! | `GET /api/pools/{pool}` | one pool, with its running tasks and tenants |
 //! | `GET /api/pools/{pool}/parked?offset=0&limit=50` | parked tasks in rank order, each with why it waits |
@@ -60,6 +61,7 @@
 //! # Ok::<(), prometheus_parking_lot::PoolError>(())
 //! ```
 
+mod fleet;
 mod history;
 mod hosts;
 mod routes;
@@ -132,6 +134,7 @@ pub(crate) struct Served {
 pub struct Admin {
     settings: AdminSettings,
     pools: BTreeMap<String, PoolControl>,
+    fleets: fleet::Fleets,
 }
 
 impl Admin {
@@ -140,6 +143,7 @@ impl Admin {
         Self {
             settings,
             pools: BTreeMap::new(),
+            fleets: fleet::Fleets::default(),
         }
     }
 
@@ -147,6 +151,20 @@ impl Admin {
     /// [`PoolControl`], whatever the pool runs.
     pub fn with_pool(mut self, name: impl Into<String>, pool: impl Into<PoolControl>) -> Self {
         self.pools.insert(name.into(), pool.into());
+        self
+    }
+
+    /// Shows the fleet of pool `name`'s shared Postgres queue, read through `view`, on the
+    /// fleet page and under `/api/fleet/{name}`: its nodes, parked tasks, budgets, and
+    /// control of every node. Pools built from a configuration have theirs already
+    /// ([`BuiltPools::serve_admin`](crate::BuiltPools::serve_admin)).
+    #[cfg(feature = "postgres")]
+    pub fn with_fleet(
+        mut self,
+        name: impl Into<String>,
+        view: crate::infra::postgres::fleet::FleetView,
+    ) -> Self {
+        self.fleets.insert(name.into(), view);
         self
     }
 
@@ -171,7 +189,11 @@ impl Admin {
             ))
         })?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let Admin { settings, pools } = self;
+        let Admin {
+            settings,
+            pools,
+            fleets,
+        } = self;
         let thread = std::thread::Builder::new()
             .name("parking-lot-admin".into())
             .spawn(move || {
@@ -199,7 +221,7 @@ impl Admin {
                         reads_need_token: settings.read_token || !addr.ip().is_loopback(),
                         token: settings.token,
                     };
-                    let app = routes::router(served, access, closed);
+                    let app = routes::router(served, fleets, access, closed);
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => listener,
                         Err(error) => {

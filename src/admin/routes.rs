@@ -48,21 +48,25 @@ pub(crate) struct Access {
 /// What every handler shares.
 pub(crate) struct AdminState {
     pools: BTreeMap<String, Served>,
+    /// The fleets of the pools on a shared Postgres queue (`fleet.rs`).
+    pub(super) fleets: super::fleet::Fleets,
     access: Access,
     /// Becomes `true` as the server stops: open event streams end.
     closing: watch::Receiver<bool>,
 }
 
-type Shared = Arc<AdminState>;
+pub(super) type Shared = Arc<AdminState>;
 
 /// The router over `pools`, every request behind the `guard` of `access`.
 pub(crate) fn router(
     pools: BTreeMap<String, Served>,
+    fleets: super::fleet::Fleets,
     access: Access,
     closing: watch::Receiver<bool>,
 ) -> Router {
     let state = Arc::new(AdminState {
         pools,
+        fleets,
         access,
         closing,
     });
@@ -94,6 +98,7 @@ pub(crate) fn router(
         )
         .route("/api/pools/{pool}/{action}", post(control))
         .route("/api/events", get(events))
+        .merge(super::fleet::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -177,16 +182,16 @@ impl IntoResponse for ApiError {
 }
 
 impl ApiError {
-    fn bad_request(text: impl Into<String>) -> Self {
+    pub(super) fn bad_request(text: impl Into<String>) -> Self {
         Self(StatusCode::BAD_REQUEST, text.into())
     }
 
-    fn not_found(text: impl Into<String>) -> Self {
+    pub(super) fn not_found(text: impl Into<String>) -> Self {
         Self(StatusCode::NOT_FOUND, text.into())
     }
 
     /// A pool's error, with the status it deserves.
-    fn of_pool(error: PoolError) -> Self {
+    pub(super) fn of_pool(error: PoolError) -> Self {
         let status = match error {
             PoolError::TaskNotFound(_) => StatusCode::NOT_FOUND,
             PoolError::InvalidConfig(_) => StatusCode::CONFLICT,
@@ -197,11 +202,11 @@ impl ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
 impl AdminState {
     /// The pool named `name`, or a 404 naming the pools there are.
-    fn pool(&self, name: &str) -> Result<&Served, ApiError> {
+    pub(super) fn pool(&self, name: &str) -> Result<&Served, ApiError> {
         self.pools.get(name).ok_or_else(|| {
             let names: Vec<&str> = self.pools.keys().map(String::as_str).collect();
             ApiError::not_found(format!("no pool named {name:?}; the pools are {names:?}"))
@@ -209,7 +214,7 @@ impl AdminState {
     }
 
     /// Refuses a mutation without the right bearer token.
-    fn authorise(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    pub(super) fn authorise(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(token) = &self.access.token else {
             return Err(ApiError(
                 StatusCode::FORBIDDEN,
@@ -482,7 +487,7 @@ fn number(
 }
 
 /// A page's `offset` and `limit` from a query string that holds nothing else.
-fn page(query: &HashMap<String, String>) -> Result<(usize, usize), ApiError> {
+pub(super) fn page(query: &HashMap<String, String>) -> Result<(usize, usize), ApiError> {
     if let Some(unknown) = query
         .keys()
         .find(|key| !["offset", "limit"].contains(&key.as_str()))

@@ -13,6 +13,7 @@
 //! parking-lot retry --pool llm ENTRY       (purge --pool llm ENTRY, purge --pool llm --all)
 //! parking-lot schedules --pool llm         periodic tasks: expression, zone, next tick, paused
 //! parking-lot schedule pause --pool llm reindex   (schedule resume --pool llm reindex)
+//! parking-lot fleet nodes --pool llm       the fleet of a shared queue (see `parking_lot/fleet.rs`)
 //! ```
 //!
 //! It talks to `http://127.0.0.1:7480` unless `--url` (or `PARKING_LOT_URL`) says otherwise
@@ -28,6 +29,9 @@
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[path = "parking_lot/fleet.rs"]
+mod fleet;
 
 use clap::{Parser, Subcommand};
 use prometheus_parking_lot::config::escape_controls;
@@ -156,6 +160,12 @@ enum Command {
         session: Option<String>,
         /// The task's id
         id: u64,
+    },
+    /// The fleet of a pool's shared Postgres queue: its nodes, parked tasks, budgets, and
+    /// control of any node
+    Fleet {
+        #[command(subcommand)]
+        command: fleet::FleetCommand,
     },
 }
 
@@ -326,6 +336,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 )
             });
         }
+        Command::Fleet { command } => return fleet::run(&server, cli.json, command).await,
         Command::Cancel {
             pool,
             tenant,

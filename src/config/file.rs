@@ -76,6 +76,9 @@ pub struct SchedulerConfig {
     /// need. `BuiltPools::serve_admin` serves the built pools with it.
     #[serde(default)]
     pub admin: Option<AdminSection>,
+    /// How the nodes of a shared Postgres queue report to their fleet (their heartbeat).
+    #[serde(default)]
+    pub fleet: Option<super::FleetSection>,
 }
 
 /// The configuration's `admin` section: `{"bind": "127.0.0.1:7480", "token":

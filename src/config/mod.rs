@@ -16,6 +16,7 @@
 //! hold credentials or deployment values may reference environment variables as `${NAME}`.
 
 mod file;
+mod fleet;
 mod gpu;
 mod load;
 mod mailbox;
@@ -34,6 +35,7 @@ pub use file::{
     ByUseSettings, DurabilityMode, FairShareSettings, MaxUnits, PoolSettings, SchedulerConfig,
     StarvationSettings,
 };
+pub use fleet::FleetSection;
 pub use gpu::GpuSettings;
 pub use mailbox::{MailboxSettings, NotifierSettings, StorageSettings};
 pub use pool::{PoolConfig, WorkerPoolConfig, DEFAULT_DRAIN};

@@ -11,6 +11,7 @@
 //! | `admin.token` | not empty (leave it out to serve reads only) |
 //! | `admin.allowed_hosts` | each a host name, an IPv4 address or a `[IPv6]` address, with an optional `:port` |
 //! | `admin.read_token` | `true` only with a `token` |
+//! | `fleet.heartbeat_ms` | 50 to 600,000 |
 //! | pool names | 1–64 of `a-z A-Z 0-9 _ -` |
 //! | `worker_threads` | 1 – 1,024; 0 on a shared queue (a producer-only node) |
 //! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs; a pool with `gpu.devices` counts once per device) |
@@ -136,6 +137,9 @@ impl SchedulerConfig {
         }
         self.check_total_workers()?;
         self.check_admin()?;
+        if let Some(fleet) = &self.fleet {
+            fleet.check()?;
+        }
         self.check_shared_queues(written)
     }
 

@@ -10,4 +10,5 @@ mod config_files;
 mod config_fuzz;
 mod config_order;
 mod config_schedules;
+mod fleet_section;
 mod hardening_config;

@@ -23,6 +23,7 @@
 //! | `shared_queue/` | [`PgQueue`]: one shared queue, whatever its layout |
 //! | `claim.rs` | a claim's parameters, by name, and its answer |
 //! | `fence.rs` | [`ClaimFence`]: a queue's claims ended in a mailbox's transaction |
+//! | `fleet/` | the fleet of a shared queue: its nodes' registry and heartbeats, the view any node reads, the operator's requests |
 //! | `named.rs` | statements with named parameters |
 //! | `statements.rs` | running a statement, and a claim under its planner settings |
 //! | `codec.rs` | the engine's values as SQL values and JSON rows, and back |
@@ -45,6 +46,8 @@ pub(crate) mod codec;
 mod database;
 #[cfg(feature = "postgres")]
 mod fence;
+#[cfg(feature = "postgres")]
+pub mod fleet;
 #[cfg(feature = "postgres")]
 mod groups;
 #[cfg(feature = "postgres")]

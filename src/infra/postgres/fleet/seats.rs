@@ -1,0 +1,67 @@
+//! The fleet places of pools built from a configuration: each pool on a shared Postgres queue
+//! joins its fleet as it starts ([`FleetMember`]) and its admin server reads the fleet
+//! ([`FleetView`]).
+
+use std::collections::BTreeMap;
+
+use super::{FleetMember, FleetQueue, FleetSettings, FleetView, NodeHeartbeat};
+use crate::config::QueueSettings;
+use crate::core::{PoolControl, PoolError};
+use crate::infra::postgres::PgDatabase;
+
+/// The fleet places of built pools: their heartbeats, stopped (each node marking itself gone)
+/// when this is dropped, and their views by pool.
+#[derive(Debug)]
+pub(crate) struct Seats {
+    settings: FleetSettings,
+    members: Vec<FleetMember>,
+    views: BTreeMap<String, FleetView>,
+}
+
+impl Seats {
+    /// No pool yet; each that joins heartbeats as `settings` say.
+    pub(crate) fn new(settings: FleetSettings) -> Self {
+        Self {
+            settings,
+            members: Vec::new(),
+            views: BTreeMap::new(),
+        }
+    }
+
+    /// Joins pool `pool` (built as `instance`, its node named `node` in the queue's leases)
+    /// to the fleet of its queue `queue`, if that is a shared Postgres queue.
+    pub(crate) fn join(
+        &mut self,
+        pool: &str,
+        instance: &str,
+        queue: &QueueSettings,
+        node: &str,
+        database: PgDatabase,
+        control: PoolControl,
+    ) -> Result<(), PoolError> {
+        let fleet_queue = match queue {
+            QueueSettings::Postgres {
+                table, queue_name, ..
+            } => FleetQueue::table(table, queue_name.as_deref().unwrap_or(pool))?,
+            QueueSettings::PostgresPgmq { queue_name, .. } => FleetQueue::pgmq(queue_name),
+            _ => return Ok(()),
+        };
+        let heartbeat = NodeHeartbeat::new(
+            database.clone(),
+            fleet_queue.clone(),
+            node,
+            control,
+            self.settings,
+        );
+        self.members.push(FleetMember::join(heartbeat)?);
+        self.views
+            .insert(instance.to_owned(), FleetView::new(database, fleet_queue));
+        Ok(())
+    }
+
+    /// Each pool's view of its fleet.
+    #[cfg(feature = "admin")]
+    pub(crate) fn views(&self) -> impl Iterator<Item = (&String, &FleetView)> {
+        self.views.iter()
+    }
+}
