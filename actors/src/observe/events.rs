@@ -190,8 +190,7 @@ pub struct TaskEvent<'a> {
     /// Its priority, on every step of a task the scheduler holds; `None` on steps reported
     /// from outside it (a refusal or an end reported by a shared queue's backend).
     pub priority: Option<Priority>,
-    /// The trace the task belongs to, if it carries one (see
-    /// [`TraceParent`](crate::observe::trace::TraceParent)).
+    /// The trace the task belongs to, if it carries one.
     pub trace: Option<&'a TraceParent>,
     /// Which run of the task the step belongs to, on steps of a task the scheduler holds: 1
     /// for the first, one more for each retry of a failed run or each claim of a shared
