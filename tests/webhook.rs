@@ -22,7 +22,7 @@ use prometheus_parking_lot::core::{
     json_result, Notifier, PoolClient, PoolLimits, SharedParking, SharedQueue, SubmitOptions,
     TerminalEvent,
 };
-use prometheus_parking_lot::core::{RestartPolicy, TaskStatus};
+use prometheus_parking_lot::core::{RestartPolicy, TaskStatus, TraceParent};
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::notify::http::{HttpNotifier, HttpNotifierSettings};
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
@@ -501,6 +501,48 @@ async fn answers_of_500_are_retried_with_the_same_delivery_id_and_body() {
             stats.pending
         ),
         (3, 6, 0, 0)
+    );
+}
+
+/// A task's trace goes with each attempt as its W3C `traceparent` header: the task's own
+/// (without the `otel` feature), or the attempt's span in the task's trace (with it); a task
+/// without a trace sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_sends_the_tasks_trace_as_its_traceparent() {
+    logs();
+    let receiver = Receiver::start(Arc::new(|_, earlier| {
+        Reply::status(if earlier < 1 { 500 } else { 204 })
+    }))
+    .await;
+    let notifier = notifier(settings(&receiver));
+    let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let trace: TraceParent = header.parse().unwrap();
+    notifier.notify(&TerminalEvent {
+        trace: Some(trace),
+        ..event(1)
+    });
+    notifier.notify(&event(2));
+    let requests = receiver
+        .wait_until(WAIT, "two attempts each", |requests| requests.len() >= 4)
+        .await;
+    let sent: Vec<(u64, Option<&str>)> = requests
+        .iter()
+        .map(|request| (request.json()["task_id"].as_u64().unwrap(), request.header("traceparent")))
+        .collect();
+    let traced: Vec<TraceParent> = sent
+        .iter()
+        .filter(|(task, _)| *task == 1)
+        .map(|(_, header)| header.expect("a traceparent").parse().expect("a valid one"))
+        .collect();
+    assert_eq!(traced.len(), 2, "{sent:?}");
+    for attempt in &traced {
+        assert_eq!(attempt.trace_id(), trace.trace_id(), "the task's trace: {sent:?}");
+        #[cfg(not(feature = "otel"))]
+        assert_eq!(*attempt, trace, "the task's own context");
+    }
+    assert!(
+        sent.iter().all(|(task, header)| *task == 1 || header.is_none()),
+        "an untraced task sends none: {sent:?}"
     );
 }
 
