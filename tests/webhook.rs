@@ -527,7 +527,12 @@ async fn each_attempt_sends_the_tasks_trace_as_its_traceparent() {
         .await;
     let sent: Vec<(u64, Option<&str>)> = requests
         .iter()
-        .map(|request| (request.json()["task_id"].as_u64().unwrap(), request.header("traceparent")))
+        .map(|request| {
+            (
+                request.json()["task_id"].as_u64().unwrap(),
+                request.header("traceparent"),
+            )
+        })
         .collect();
     let traced: Vec<TraceParent> = sent
         .iter()
@@ -536,12 +541,17 @@ async fn each_attempt_sends_the_tasks_trace_as_its_traceparent() {
         .collect();
     assert_eq!(traced.len(), 2, "{sent:?}");
     for attempt in &traced {
-        assert_eq!(attempt.trace_id(), trace.trace_id(), "the task's trace: {sent:?}");
+        assert_eq!(
+            attempt.trace_id(),
+            trace.trace_id(),
+            "the task's trace: {sent:?}"
+        );
         #[cfg(not(feature = "otel"))]
         assert_eq!(*attempt, trace, "the task's own context");
     }
     assert!(
-        sent.iter().all(|(task, header)| *task == 1 || header.is_none()),
+        sent.iter()
+            .all(|(task, header)| *task == 1 || header.is_none()),
         "an untraced task sends none: {sent:?}"
     );
 }
