@@ -20,6 +20,12 @@
 //! beside its best), and while tickets of a lower priority than the newcomer's remain, the
 //! lowest-ranked ticket is one of them: a lower priority ranks behind a higher one.
 //!
+//! The newcomer parks before the tickets are shed, not after: shedding must leave it where
+//! its admission judged it. A shed ticket may be the last its tenant has in the lot, and the
+//! fair-share book forgets an idle tenant (rule 12's last start, rule 22's counter); the
+//! newcomer of that tenant, parked afterwards, would come back as a tenant that never
+//! started and overtake the reservation that had held it back.
+//!
 //! A ticket that comes back rather than being admitted (restored from a durable queue, or
 //! awake after a retry's backoff, rule 16) parks whatever the bounds: it was admitted once
 //! and must not be lost. It may take the queue past a bound; the next newcomer then has to
@@ -145,6 +151,14 @@ impl ParkingLot {
 
     /// Parks a newcomer that could not start, shedding tickets of lower priority if a bound
     /// is reached, `sheds` allows it and they can make room; refuses it otherwise (rule 21).
+    ///
+    /// The newcomer parks before anything is shed, so that shedding leaves its standing as
+    /// the admission judged it. Shed first, the last ticket its tenant has in the lot would
+    /// take the tenant's record with it (the fair-share book forgets an idle tenant, its
+    /// last start and, under a fair share by use, its place above the floor): parked after
+    /// that, the newcomer would come back as a tenant that never started, rank ahead of the
+    /// reservation that held it back, and start at once, a ticket shed for a place it did
+    /// not need.
     pub(super) fn park_or_shed(
         &mut self,
         ticket: Ticket,
@@ -163,14 +177,14 @@ impl ParkingLot {
         if !sheds {
             return Admit::Reject(self.full_for(&ticket));
         }
-        let shed = self.shed(&ticket, units_over, depth_over);
         self.park(ticket, slotless, now);
+        let shed = self.shed(&ticket, units_over, depth_over);
         // A shed ticket may have been the reservation, or held back a fair-order peer: what
         // its leaving unblocks starts now, so saturation holds. The newcomer is not among
-        // them: every shed ticket ranks below it, so none held it back.
+        // them: every shed ticket ranks below it, so none held it back, and its tenant's
+        // record is the one the admission read (the property tests check it).
         let mut started = Vec::new();
         self.unpark(now, &mut started);
-        debug_assert!(!started.contains(&ticket.id), "shedding freed no units");
         Admit::ParkShedding { shed, started }
     }
 
@@ -209,7 +223,8 @@ impl ParkingLot {
     /// Sheds the lowest-ranked parked tickets of `ticket`'s kind until `units_over` units
     /// are gone, then the lowest-ranked of any kind until `depth_over` tickets are; returns
     /// their ids, in the order shed. [`room_to_make`](Self::room_to_make) has checked that
-    /// the tickets of a lower priority suffice, so every one shed is of a lower priority.
+    /// the tickets of a lower priority suffice, so every one shed is of a lower priority
+    /// (the newcomer, parked already, ranks above them all and is never its own victim).
     fn shed(&mut self, ticket: &Ticket, units_over: u64, depth_over: usize) -> Vec<TaskId> {
         let mut shed = Vec::new();
         let mut freed = 0u64;

@@ -222,6 +222,49 @@ fn a_ticket_that_comes_back_parks_past_the_bounds_and_newcomers_shed_it_back_wit
     lot.check_invariants().expect("invariants");
 }
 
+#[test]
+fn shedding_a_tenants_last_parked_ticket_keeps_its_newcomer_behind_the_reservation() {
+    let guard = StarvationGuard {
+        max_park_ms: Some(10),
+        max_skips: None,
+    };
+    let mut lot = lot_with(
+        PoolLimits::new(10, 4)
+            .with_capacity(crate::domain::Capacity::uniform(10))
+            .with_max_queue_depth(2)
+            .with_starvation(guard)
+            .with_fair_share(Some(FairShare::MaxUnitsPerTenant(7))),
+    );
+    let of = |tenant, ticket: Ticket| Ticket { tenant, ..ticket };
+    assert_eq!(lot.admit(of(1, cpu(normal(1, 6))), 0), Admit::Start);
+    // Tenant 0's High CPU ticket waits for the CPU; tenant 0 started last before tenant 2.
+    assert_eq!(lot.admit(of(0, cpu(high(2, 5))), 0), Admit::Park);
+    assert_eq!(lot.admit(of(0, low(3, 1)), 0), Admit::Start);
+    assert_eq!(lot.admit(of(2, low(4, 1)), 0), Admit::Start);
+    assert!(lot.complete(3, 0).unwrap().is_empty());
+    assert!(lot.tick(10).started.is_empty());
+    assert_eq!(lot.reservation(), Some(2));
+    // Tenant 2's Low ticket waits behind the reservation; its tenant then runs nothing, so
+    // this ticket is all that keeps the book's record of tenant 2's last start.
+    assert_eq!(lot.admit(of(2, low(5, 1)), 10), Admit::Park);
+    assert!(lot.complete(4, 10).unwrap().is_empty());
+    // A High newcomer of tenant 2 fits the VRAM but ranks behind the reservation (its
+    // tenant started more recently). The depth is reached: it sheds task 5, its tenant's
+    // last parked ticket, and must keep its place behind the reservation: had the book
+    // forgotten tenant 2 first, the newcomer would rank ahead of the reservation and start,
+    // a ticket shed for a place it did not need.
+    assert_eq!(
+        lot.admit(of(2, high(6, 1)), 10),
+        Admit::ParkShedding {
+            shed: vec![5],
+            started: vec![]
+        }
+    );
+    assert_eq!(lot.state(6), Some(WakeState::Parked));
+    assert_eq!(lot.reservation(), Some(2));
+    lot.check_invariants().expect("invariants");
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Admit {
@@ -369,6 +412,13 @@ fn check_admit(
                     );
                 }
             }
+            // Shedding frees only places in the queue, never what held the newcomer back.
+            prop_assert!(
+                !started.contains(&id),
+                "task {} started after shedding {:?} for a place it did not need",
+                id,
+                shed
+            );
             model.parked.insert(id);
             model.start(&started)?;
         }
