@@ -17,20 +17,11 @@ use axum::response::Html;
 use axum::routing::get;
 use axum::Router;
 
+pub(crate) use super::routes::Fleets;
 use super::routes::Shared;
 
 /// The fleet page.
 const FLEET_PAGE: &str = include_str!("fleet.html");
-
-/// The fleets the server shows, by pool.
-#[cfg(feature = "postgres")]
-pub(crate) type Fleets =
-    std::collections::BTreeMap<String, crate::infra::postgres::fleet::FleetView>;
-
-/// The fleets the server shows: none in a build without Postgres (no value of the map's
-/// type can exist).
-#[cfg(not(feature = "postgres"))]
-pub(crate) type Fleets = std::collections::BTreeMap<String, std::convert::Infallible>;
 
 /// The fleet's routes, to be merged into the server's (behind its guard).
 pub(crate) fn routes() -> Router<Shared> {

@@ -221,7 +221,7 @@ impl Admin {
                         reads_need_token: settings.read_token || !addr.ip().is_loopback(),
                         token: settings.token,
                     };
-                    let app = routes::router(served, fleets, access, closed);
+                    let app = routes::router(served, (fleets, fleet::routes()), access, closed);
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => listener,
                         Err(error) => {

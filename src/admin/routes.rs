@@ -49,7 +49,7 @@ pub(crate) struct Access {
 pub(crate) struct AdminState {
     pools: BTreeMap<String, Served>,
     /// The fleets of the pools on a shared Postgres queue (`fleet.rs`).
-    pub(super) fleets: super::fleet::Fleets,
+    pub(super) fleets: Fleets,
     access: Access,
     /// Becomes `true` as the server stops: open event streams end.
     closing: watch::Receiver<bool>,
@@ -57,10 +57,20 @@ pub(crate) struct AdminState {
 
 pub(super) type Shared = Arc<AdminState>;
 
-/// The router over `pools`, every request behind the `guard` of `access`.
+/// The fleets the server shows, by pool (see `fleet.rs`).
+#[cfg(feature = "postgres")]
+pub(crate) type Fleets = BTreeMap<String, crate::infra::postgres::fleet::FleetView>;
+
+/// The fleets the server shows: none in a build without Postgres (no value of the map's
+/// type can exist).
+#[cfg(not(feature = "postgres"))]
+pub(crate) type Fleets = BTreeMap<String, std::convert::Infallible>;
+
+/// The router over `pools` and `more` routes (the fleet's), every request behind the
+/// `guard` of `access`.
 pub(crate) fn router(
     pools: BTreeMap<String, Served>,
-    fleets: super::fleet::Fleets,
+    (fleets, more): (Fleets, Router<Shared>),
     access: Access,
     closing: watch::Receiver<bool>,
 ) -> Router {
@@ -98,7 +108,7 @@ pub(crate) fn router(
         )
         .route("/api/pools/{pool}/{action}", post(control))
         .route("/api/events", get(events))
-        .merge(super::fleet::routes())
+        .merge(more)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),

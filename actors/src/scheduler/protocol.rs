@@ -16,7 +16,7 @@ use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
 use crate::domain::{
-    MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
+    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
 };
 use crate::mailbox::actor::Stored;
 use crate::observe::trace::TraceParent;
@@ -26,7 +26,6 @@ use crate::running::stream::StreamAttachment;
 use crate::sync::slots::SlotGuard;
 
 pub use super::shell::control::ControlRequest;
-use super::shell::observe::Detail;
 
 /// Per-submission options.
 ///
@@ -309,9 +308,12 @@ pub(crate) struct EndedLater {
     pub task_id: TaskId,
     pub cost: ResourceCost,
     pub status: TaskStatus,
-    /// What its `Ended` event says beside (when its run started, if it started here; its
-    /// priority, trace and run).
-    pub detail: Detail,
+    /// When its run started, if it started here.
+    pub since_ms: Option<u64>,
+    pub priority: Option<Priority>,
+    /// Its trace, and which run this was, as its `Ended` event says them.
+    pub trace: Option<TraceParent>,
+    pub attempt: Option<u32>,
 }
 
 /// One task of a park group, and whether the queue stored it.

@@ -6,6 +6,7 @@
 
 use super::admission::{Admission, Origin};
 use super::ledger::{admitted_ms, sequence_of};
+use super::observe::Detail;
 use super::storage::SharedRoom;
 use super::{Record, Shell, Storage};
 use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask};
@@ -146,14 +147,16 @@ where
                     Stored::Yes => TaskStep::Ended(later.status),
                     Stored::ClaimLost | Stored::Failed => TaskStep::LeaseLost,
                 };
-                self.tasks.observers.step(
-                    later.task_id,
-                    &key,
-                    later.cost,
-                    &step,
-                    now,
-                    later.detail,
-                );
+                let detail = Detail {
+                    since_ms: later.since_ms,
+                    priority: later.priority,
+                    trace: later.trace,
+                    attempt: later.attempt,
+                    wait_reason: None,
+                };
+                self.tasks
+                    .observers
+                    .step(later.task_id, &key, later.cost, &step, now, detail);
             }
         }
     }

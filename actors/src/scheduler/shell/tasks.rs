@@ -554,7 +554,10 @@ where
                 task_id,
                 cost,
                 status,
-                detail: Detail::NONE,
+                since_ms: None,
+                priority: None,
+                trace: None,
+                attempt: None,
             }),
             None => {
                 let step = TaskStep::Ended(status);
@@ -760,11 +763,15 @@ fn ended_step<P>(
     let TaskStep::Ended(status) = step else {
         return None;
     };
+    let detail = Detail::of(record, step);
     Some(EndedLater {
         task_id: record.task_id,
         cost: record.cost(),
         status: status.clone(),
-        detail: Detail::of(record, step),
+        since_ms: detail.since_ms,
+        priority: detail.priority,
+        trace: detail.trace,
+        attempt: detail.attempt,
     })
 }
 
