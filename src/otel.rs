@@ -312,12 +312,14 @@ impl TaskTracer for PoolTracing {
 }
 
 /// The span of one webhook attempt of a task's notification (see `infra::notify`).
+#[cfg(feature = "webhook")]
 pub(crate) struct WebhookAttempt {
     span: global::BoxedSpan,
     /// The span's context, or the task's where no tracer provider records it.
     context: TraceParent,
 }
 
+#[cfg(feature = "webhook")]
 impl WebhookAttempt {
     /// Starts attempt `number` of a notification of pool `pool` for a task of `trace`.
     pub(crate) fn start(trace: &TraceParent, pool: &str, number: u32) -> Self {
