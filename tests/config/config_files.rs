@@ -563,8 +563,11 @@ async fn a_fair_share_from_the_config_caps_each_tenant() {
     for id in 1..=3 {
         keys.push(submit(id, "a", 4).await.unwrap());
     }
-    until("a at its cap", || pool.stats().used_units == 8).await;
-    assert_eq!(pool.stats().queued_tasks, 1);
+    until("a at its cap, its third parked", || {
+        let stats = pool.stats();
+        (stats.used_units, stats.queued_tasks) == (8, 1)
+    })
+    .await;
     // Tenant b is not held back by a's parked task.
     keys.push(submit(4, "b", 6).await.unwrap());
     until("b running", || pool.stats().used_units == 14).await;
@@ -583,7 +586,7 @@ async fn a_fair_share_from_the_config_caps_each_tenant() {
     for key in &keys {
         pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
     }
-    assert_eq!(pool.stats().used_units, 0);
+    until("every unit back", || pool.stats().used_units == 0).await;
     // Tasks without a mailbox all count as one tenant: the second waits for the first.
     let anonymous = |id| ScheduledTask {
         meta: TaskMetadata::new(id, ResourceCost::gpu_vram(8)),
@@ -591,11 +594,11 @@ async fn a_fair_share_from_the_config_caps_each_tenant() {
     };
     let first = pool.submit(anonymous(6)).await.unwrap();
     let second = pool.submit(anonymous(7)).await.unwrap();
-    until("one anonymous task running", || {
-        pool.stats().used_units == 8
+    until("one anonymous task running, the other parked", || {
+        let stats = pool.stats();
+        (stats.used_units, stats.queued_tasks) == (8, 1)
     })
     .await;
-    assert_eq!(pool.stats().queued_tasks, 1);
     gate.0.add_permits(2);
     for key in [&first, &second] {
         pool.retrieve(key, Duration::from_secs(10)).await.unwrap();

@@ -713,7 +713,7 @@ async fn a_queue_backend_that_awaits_serves_parking_cancel_and_expiry() {
         ))
         .await
         .unwrap();
-    assert_eq!(pool.stats().queued_tasks, 4);
+    eventually("four parked", || pool.stats().queued_tasks == 4).await;
     pool.cancel(&cancelled, 4).await.unwrap();
     assert_eq!(
         pool.retrieve(&cancelled, WAIT).await,
