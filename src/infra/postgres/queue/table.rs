@@ -194,6 +194,14 @@ fn statements(t: &Identifier) -> Statements {
             "DELETE FROM {t} WHERE queue_name = $queue AND entry = $entry AND state = 'parked' \
              {parked_task}"
         )),
+        // On the `_task` index, as a cancel.
+        sleeping: sql(format!(
+            "SELECT min(not_before_ms) AS until_ms FROM {t} \
+              WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
+                AND state = 'parked' AND user_id IS NOT DISTINCT FROM $user_id \
+                AND session_id IS NOT DISTINCT FROM $session_id AND not_before_ms > $now_ms \
+             HAVING count(*) > 0"
+        )),
         live_task: sql(format!(
             "SELECT tenant, user_id, session_id FROM {t} \
               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
