@@ -125,7 +125,12 @@ async fn a_scheduled_start_runs_once_after_its_instant_on_any_node(
     assert_eq!(parked, 2, "both sleep in the shared queue");
     let sleeping = Ok(Some(WaitReason::Sleeping { until_ms: at_ms }));
     for node in [&a, &b] {
-        assert_eq!(node.why_waiting(&key(2), 2).await, sleeping, "{}", node.name());
+        assert_eq!(
+            node.why_waiting(&key(2), 2).await,
+            sleeping,
+            "{}",
+            node.name()
+        );
         assert_eq!(
             node.why_waiting(&key(3), 2).await,
             Err(PoolError::TaskNotFound(2)),
@@ -136,7 +141,11 @@ async fn a_scheduled_start_runs_once_after_its_instant_on_any_node(
             Err(PoolError::TaskNotFound(4))
         );
     }
-    assert_eq!(a.why_waiting(&key(1), 1).await, Ok(None), "task 1 runs on a");
+    assert_eq!(
+        a.why_waiting(&key(1), 1).await,
+        Ok(None),
+        "task 1 runs on a"
+    );
     assert_eq!(b.cancel(&cancelled, 3).await, Ok(()));
     assert_eq!(
         a.retrieve(&cancelled, WAIT).await,

@@ -1681,8 +1681,14 @@ pub async fn a_retried_task_sleeps_out_its_backoff(queue: &dyn SharedQueue<Job>)
         queue.sleeping_until(&alice, 7, at(100)).await,
         Ok(Some(at(5_000)))
     );
-    assert_eq!(claim(queue, NODE_B, within(only(Cpu, 1)), 4_999).await, None);
+    assert_eq!(
+        claim(queue, NODE_B, within(only(Cpu, 1)), 4_999).await,
+        None
+    );
     let woken = claim(queue, NODE_B, within(only(Cpu, 1)), 5_000).await;
-    assert_eq!(woken.map(|lease| (lease.entry, lease.attempt)), Some((1, 2)));
+    assert_eq!(
+        woken.map(|lease| (lease.entry, lease.attempt)),
+        Some((1, 2))
+    );
     assert_eq!(queue.sleeping_until(&alice, 7, at(100)).await, Ok(None));
 }

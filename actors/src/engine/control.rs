@@ -260,7 +260,9 @@ impl PoolControl {
             })
             .await?;
         match (here, &self.shared_queue) {
-            (Err(PoolError::TaskNotFound(_)), Some(desk)) => self.sleeping_in(desk.as_ref(), key, id).await,
+            (Err(PoolError::TaskNotFound(_)), Some(desk)) => {
+                self.sleeping_in(desk.as_ref(), key, id).await
+            }
             (here, _) => here,
         }
     }
@@ -399,12 +401,7 @@ impl PoolControl {
     }
 
     /// The error of `operation` on the pool's shared queue.
-    fn queue_error(
-        &self,
-        desk: &dyn QueueDesk,
-        operation: &str,
-        error: QueueError,
-    ) -> PoolError {
+    fn queue_error(&self, desk: &dyn QueueDesk, operation: &str, error: QueueError) -> PoolError {
         let queue = format!("{} queue", desk.backend());
         let fault = crate::queue::actor::fault_of(error);
         PoolError::from(BackendError::new(&*self.name, queue, operation, fault))

@@ -442,7 +442,11 @@ mod tests {
             run_sql(&database, format!("DROP TABLE {table}")).await;
             (plan, due, woken)
         });
-        assert_eq!(claimed_due, vec![20_000, 20_001, 20_002, 20_003, 20_004], "{plan}");
+        assert_eq!(
+            claimed_due,
+            vec![20_000, 20_001, 20_002, 20_003, 20_004],
+            "{plan}"
+        );
         assert_eq!(claimed_woken, (0..256).collect::<Vec<u64>>());
         for index in [format!("{table}_awake"), format!("{table}_wakes")] {
             assert!(
@@ -498,7 +502,9 @@ mod tests {
             max: 256,
         };
         let claim = &queue.statements().claim;
-        let values = claim.bind(&params(5_000_000)).expect("every parameter is bound");
+        let values = claim
+            .bind(&params(5_000_000))
+            .expect("every parameter is bound");
         let plan = database
             .explain_claim(claim.text().to_owned(), values, true, true)
             .await
@@ -507,11 +513,23 @@ mod tests {
             leases.into_iter().map(|lease| lease.task.payload).collect()
         };
         let due = queue
-            .claim_batch("node", &free, 256, std::time::Duration::from_secs(60), 5_000_000)
+            .claim_batch(
+                "node",
+                &free,
+                256,
+                std::time::Duration::from_secs(60),
+                5_000_000,
+            )
             .await
             .expect("claim the due tasks");
         let woken = queue
-            .claim_batch("node", &free, 256, std::time::Duration::from_secs(60), 10_000_000)
+            .claim_batch(
+                "node",
+                &free,
+                256,
+                std::time::Duration::from_secs(60),
+                10_000_000,
+            )
             .await
             .expect("claim the woken tasks");
         (plan, ids(due), ids(woken))
