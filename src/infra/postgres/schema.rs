@@ -75,8 +75,14 @@ impl std::fmt::Display for Identifier {
 ///   when), so a resubmission racing with its end still meets it.
 /// - `state` may then also be `done`.
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
-///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
-///   or dead-lettered.
+///   `not_before_ms` delays a retried task (backoff) or a scheduled start (0: never
+///   delayed); `last_error` says why it was retried or dead-lettered.
+/// - A claim reads parked rows through two indexes, so that rows still asleep cost it
+///   nothing: `_awake` holds the rows never delayed in rank order, and `_wakes` the delayed
+///   ones by the instant they wake (a claim reads the part of it that is due, and ranks
+///   those rows itself). A row that wakes becomes claimable without being written. Tables
+///   made before lose their `_claim` index (all parked rows in rank order), which the two
+///   replace.
 fn queue_table(table: &Identifier) -> String {
     format!(
         r#"
@@ -106,8 +112,6 @@ CREATE TABLE IF NOT EXISTS {table} (
     last_error       TEXT        NULL,
     UNIQUE (queue_name, entry)
 );
-CREATE INDEX IF NOT EXISTS {table}_claim
-    ON {table} (queue_name, priority DESC, rank_time_ms, entry) WHERE state = 'parked';
 CREATE INDEX IF NOT EXISTS {table}_lease
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'claimed';
 CREATE INDEX IF NOT EXISTS {table}_task
@@ -120,6 +124,12 @@ CREATE UNIQUE INDEX IF NOT EXISTS {table}_live_caller
     ON {table} (queue_name, tenant, task_id) WHERE attach AND state IN ('parked', 'claimed', 'done');
 CREATE INDEX IF NOT EXISTS {table}_done
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'done';
+CREATE INDEX IF NOT EXISTS {table}_awake
+    ON {table} (queue_name, priority DESC, rank_time_ms, entry)
+    WHERE state = 'parked' AND not_before_ms = 0;
+CREATE INDEX IF NOT EXISTS {table}_wakes
+    ON {table} (queue_name, not_before_ms) WHERE state = 'parked' AND not_before_ms > 0;
+DROP INDEX IF EXISTS {table}_claim;
 "#
     )
 }
@@ -176,7 +186,7 @@ impl PgDatabase {
     /// while other nodes claim from the table could then deadlock with them.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
         let (sql, last_index) = match table {
-            Table::Queue(name) => (queue_table(name), format!("{}_done", name.as_str())),
+            Table::Queue(name) => (queue_table(name), format!("{}_wakes", name.as_str())),
             Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
             Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
             Table::Service => (service_tables(), FLOORS_TABLE.to_owned()),
