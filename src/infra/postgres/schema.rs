@@ -77,6 +77,9 @@ impl std::fmt::Display for Identifier {
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
 ///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
 ///   or dead-lettered.
+/// - `traceparent` is the W3C trace context the task was parked in (`NULL`: none), handed to
+///   whichever node claims it, so its spans go on in the submitter's trace. It is the last
+///   column added: a table that has it is up to date ([`QUEUE_LAST_COLUMN`]).
 fn queue_table(table: &Identifier) -> String {
     format!(
         r#"
@@ -120,6 +123,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS {table}_live_caller
     ON {table} (queue_name, tenant, task_id) WHERE attach AND state IN ('parked', 'claimed', 'done');
 CREATE INDEX IF NOT EXISTS {table}_done
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'done';
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS traceparent TEXT NULL;
 "#
     )
 }
@@ -175,12 +179,18 @@ impl PgDatabase {
     /// nothing (`ADD COLUMN IF NOT EXISTS` takes an exclusive one), and a node starting
     /// while other nodes claim from the table could then deadlock with them.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
-        let (sql, last_index) = match table {
-            Table::Queue(name) => (queue_table(name), format!("{}_done", name.as_str())),
-            Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
-            Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
-            Table::Service => (service_tables(), FLOORS_TABLE.to_owned()),
-            Table::Ticks => (ticks_table(), TICKS_TABLE.to_owned()),
+        let (sql, last_made) = match table {
+            Table::Queue(name) => (
+                queue_table(name),
+                LastMade::Column(name.as_str().to_owned(), QUEUE_LAST_COLUMN),
+            ),
+            Table::Mailbox(name) => (
+                mailbox_table(name),
+                LastMade::Relation(format!("{}_task", name.as_str())),
+            ),
+            Table::Budgets => (budgets_table(), LastMade::Relation(BUDGETS_TABLE.to_owned())),
+            Table::Service => (service_tables(), LastMade::Relation(FLOORS_TABLE.to_owned())),
+            Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
         };
         self.run(move |connection| async move {
             use sea_orm::{ConnectionTrait, Statement};
@@ -190,11 +200,12 @@ impl PgDatabase {
                 &format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
             )
             .await?;
+            let (question, values) = last_made.question();
             let up_to_date = transaction
                 .query_one_raw(Statement::from_sql_and_values(
                     sea_orm::DatabaseBackend::Postgres,
-                    "SELECT to_regclass($1) IS NOT NULL AS present",
-                    [last_index.clone().into()],
+                    question,
+                    values,
                 ))
                 .await?
                 .map(|row| row.try_get::<bool>("", "present"))
@@ -206,6 +217,35 @@ impl PgDatabase {
             transaction.commit().await
         })
         .await
+    }
+}
+
+/// The column of the queue table its DDL adds last (see [`queue_table`]).
+const QUEUE_LAST_COLUMN: &str = "traceparent";
+
+/// What a table's DDL makes last, in the transaction that makes the rest: once it exists,
+/// the table is up to date and its DDL is not run again.
+enum LastMade {
+    /// An index or a table, by name.
+    Relation(String),
+    /// A column (its name) of a table (by name), added by an `ALTER TABLE`.
+    Column(String, &'static str),
+}
+
+impl LastMade {
+    /// The query whose `present` answers whether it exists, with its values.
+    fn question(&self) -> (&'static str, Vec<sea_orm::Value>) {
+        match self {
+            Self::Relation(name) => (
+                "SELECT to_regclass($1) IS NOT NULL AS present",
+                vec![name.clone().into()],
+            ),
+            Self::Column(table, column) => (
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) \
+                   AND attname = $2 AND NOT attisdropped) AS present",
+                vec![table.clone().into(), (*column).into()],
+            ),
+        }
     }
 }
 

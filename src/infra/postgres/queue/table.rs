@@ -119,7 +119,7 @@ impl<P> PgQueue<TableLayout, P> {
 
 /// The columns a park writes, in the order of [`PARK_RECORD`].
 const PARKED_COLUMNS: &str = "entry, task_id, tenant, user_id, session_id, priority, kind, \
-     units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload, attach";
+     units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload, attach, traceparent";
 
 /// The layout's statements on `t` (see `infra::postgres::shared_queue` for what each is given
 /// and answers).
@@ -290,9 +290,9 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
                   lease_expires_ms = $expires_ms, attempts = job.attempts + 1 \
              FROM pick WHERE job.id = pick.id \
            RETURNING job.id, job.entry, job.attempts, job.priority, job.rank_time_ms, \
-                     job.metadata, job.payload) \
+                     job.metadata, job.payload, job.traceparent) \
          SELECT id AS row_id, 0::smallint AS level, entry, attempts AS attempt, \
-                metadata::text AS metadata, payload::text AS payload \
+                metadata::text AS metadata, payload::text AS payload, traceparent \
            FROM claimed ORDER BY priority DESC, rank_time_ms, entry",
         whole = fits("kind", Units::Whole),
         free = fits("kind", Units::Free),
