@@ -364,4 +364,48 @@ mod tests {
             "the server's own plan is the same:\n{server_plan}"
         );
     }
+
+    /// A queue table made before tasks carried their trace (no `traceparent` column) gains
+    /// the column when a queue opens it, and its tasks then keep their trace from park to
+    /// claim; its rows parked before keep theirs, with no trace.
+    #[test]
+    fn a_table_made_before_traces_gains_the_column_when_opened() {
+        use crate::core::{Capacity, Carried, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
+        use crate::util::serde::{ResourceCost, ResourceKind};
+        use std::time::Duration;
+
+        let database = probe::database();
+        let table = format!("pl_trace_migration_{}", std::process::id());
+        let task = |id| ScheduledTask::new(TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1)), id);
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .expect("traceparent");
+        let older = PostgresQueue::<u64>::open(&database, &table, "old").expect("open");
+        let claimed = probe::runtime().block_on(async {
+            older.enqueue(1, 1_000, task(1)).await.expect("park before");
+            run_sql(
+                &database,
+                format!("ALTER TABLE {table} DROP COLUMN traceparent"),
+            )
+            .await;
+            let reopened = PostgresQueue::<u64>::open(&database, &table, "old").expect("reopen");
+            let carried = Carried {
+                trace: Some(trace),
+                ..Carried::default()
+            };
+            reopened
+                .enqueue_carrying(2, 2_000, task(2), carried)
+                .await
+                .expect("park in a trace");
+            let free = FitQuery::within(Capacity::uniform(4));
+            let leases = reopened
+                .claim_batch("node", &free, 4, Duration::from_secs(30), 10_000)
+                .await
+                .expect("claim");
+            run_sql(&database, format!("DROP TABLE {table}")).await;
+            leases
+        });
+        let seen: Vec<_> = claimed.iter().map(|lease| (lease.entry, lease.trace)).collect();
+        assert_eq!(seen, vec![(1, None), (2, Some(trace))]);
+    }
 }
