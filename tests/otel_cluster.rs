@@ -233,7 +233,8 @@ fn a_task_claimed_by_another_node_process_continues_its_trace() {
         "the submit span is the given context's child"
     );
     assert!(
-        here.iter().all(|span| span.name != "run" && span.name != "claim"),
+        here.iter()
+            .all(|span| span.name != "run" && span.name != "claim"),
         "the producer ran nothing: {here:#?}"
     );
 

@@ -15,8 +15,8 @@
 use std::future::Future;
 
 use prometheus_parking_lot::core::{
-    Carried, EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement,
-    StoredEntry, TaskMetadata, TaskQueue, TraceParent,
+    Carried, EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
+    TaskMetadata, TaskQueue, TraceParent,
 };
 use prometheus_parking_lot::util::serde::{
     MailboxKey, Priority, ResourceCost, ResourceKind, TaskId,

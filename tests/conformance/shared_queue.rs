@@ -16,8 +16,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Budget, Budgets, Capacity, Carried, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound,
-    ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
+    Budget, Budgets, Capacity, Carried, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError,
+    RankBound, ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
@@ -1654,7 +1654,10 @@ pub async fn a_parked_trace_comes_back_with_every_claim(queue: &dyn SharedQueue<
         .claim_batch(NODE_A, &within(only(Cpu, 2)), 2, LEASE, at(0))
         .await
         .expect("claim_batch");
-    let seen: Vec<_> = first.iter().map(|lease| (lease.entry, lease.trace)).collect();
+    let seen: Vec<_> = first
+        .iter()
+        .map(|lease| (lease.entry, lease.trace))
+        .collect();
     assert_eq!(seen, vec![(1, trace), (2, None)], "the first claims");
     assert_eq!(first[0].task, task_traced, "the task as parked");
     queue
@@ -1668,7 +1671,11 @@ pub async fn a_parked_trace_comes_back_with_every_claim(queue: &dyn SharedQueue<
         .expect("retry");
     let retried = claim(queue, NODE_B, within(only(Cpu, 1)), 500).await;
     let retried = retried.expect("claimed after its retry");
-    assert_eq!((retried.attempt, retried.trace), (2, trace), "after a retry");
+    assert_eq!(
+        (retried.attempt, retried.trace),
+        (2, trace),
+        "after a retry"
+    );
 
     let released = queue
         .release_many(NODE_B, vec![retried.claim()], at(600))

@@ -34,11 +34,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{Carried, EntryId, QueueCounts, QueueError, Settlement};
-use crate::observe::trace::TraceParent;
 use crate::domain::{
     Budgets, Capacity, FairByUse, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask,
     TaskId, TenantId, TenantWeights,
 };
+use crate::observe::trace::TraceParent;
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
 /// ahead of it, so the pool drains for it.

@@ -4,9 +4,7 @@ use sea_orm::ConnectionTrait;
 
 use super::claim::ClaimParams;
 use super::{PgDatabase, PgQueue};
-use crate::core::{
-    Capacity, Carried, EntryId, FitQuery, ScheduledTask, SharedQueue, TaskMetadata,
-};
+use crate::core::{Capacity, Carried, EntryId, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
 use crate::util::serde::{Priority, ResourceCost, ResourceKind};
 
 /// The server the tests use (`DATABASE_URL`, or the local one).
@@ -38,7 +36,12 @@ pub(crate) fn tasks(first: u64) -> Vec<(EntryId, u64, ScheduledTask<u64>, Carrie
         .map(|id| {
             let meta = TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1))
                 .with_priority(Priority::ALL[(id % 4) as usize]);
-            (id, 1_000 + id, ScheduledTask::new(meta, id), Carried::default())
+            (
+                id,
+                1_000 + id,
+                ScheduledTask::new(meta, id),
+                Carried::default(),
+            )
         })
         .collect()
 }

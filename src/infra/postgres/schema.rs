@@ -188,8 +188,14 @@ impl PgDatabase {
                 mailbox_table(name),
                 LastMade::Relation(format!("{}_task", name.as_str())),
             ),
-            Table::Budgets => (budgets_table(), LastMade::Relation(BUDGETS_TABLE.to_owned())),
-            Table::Service => (service_tables(), LastMade::Relation(FLOORS_TABLE.to_owned())),
+            Table::Budgets => (
+                budgets_table(),
+                LastMade::Relation(BUDGETS_TABLE.to_owned()),
+            ),
+            Table::Service => (
+                service_tables(),
+                LastMade::Relation(FLOORS_TABLE.to_owned()),
+            ),
             Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
         };
         self.run(move |connection| async move {

@@ -376,7 +376,12 @@ mod tests {
 
         let database = probe::database();
         let table = format!("pl_trace_migration_{}", std::process::id());
-        let task = |id| ScheduledTask::new(TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1)), id);
+        let task = |id| {
+            ScheduledTask::new(
+                TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1)),
+                id,
+            )
+        };
         let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
             .parse()
             .expect("traceparent");
@@ -405,7 +410,10 @@ mod tests {
             run_sql(&database, format!("DROP TABLE {table}")).await;
             leases
         });
-        let seen: Vec<_> = claimed.iter().map(|lease| (lease.entry, lease.trace)).collect();
+        let seen: Vec<_> = claimed
+            .iter()
+            .map(|lease| (lease.entry, lease.trace))
+            .collect();
         assert_eq!(seen, vec![(1, None), (2, Some(trace))]);
     }
 }

@@ -43,11 +43,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::core::scheduling::{RankKey, TokenBucket};
+use crate::core::TraceParent;
 use crate::core::{
     Budget, Budgets, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
     QueueError, QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
-use crate::core::TraceParent;
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
 

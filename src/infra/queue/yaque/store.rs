@@ -128,7 +128,11 @@ impl Kept {
                 PARK_AT
             }
             (instant, Some(trace)) => {
-                let instant_flag = if instant.is_some() { CARRIES_INSTANT } else { 0 };
+                let instant_flag = if instant.is_some() {
+                    CARRIES_INSTANT
+                } else {
+                    0
+                };
                 body.push(CARRIES_TRACE | instant_flag);
                 if let Some(instant) = instant {
                     body.extend_from_slice(&instant.to_le_bytes());
@@ -151,8 +155,16 @@ impl Kept {
 
     /// What its `park` record takes on disk.
     pub(super) fn park_len(&self) -> u64 {
-        let instant = if self.carried.not_before_ms.is_some() { 8 } else { 0 };
-        let trace = if self.carried.trace.is_some() { 1 + TRACE_LEN } else { 0 };
+        let instant = if self.carried.not_before_ms.is_some() {
+            8
+        } else {
+            0
+        };
+        let trace = if self.carried.trace.is_some() {
+            1 + TRACE_LEN
+        } else {
+            0
+        };
         record_len(self.task.len() + instant + trace)
     }
 }

@@ -130,7 +130,7 @@ impl World {
                             task,
                             attempt: 1,
                             expires_at_ms: self.now + 300,
-                        trace: None,
+                            trace: None,
                         });
                     } else {
                         index += 1;
