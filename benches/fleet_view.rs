@@ -1,5 +1,6 @@
-//! What an open fleet view costs the claims: jobs per second through a shared Postgres queue,
-//! with nobody reading the fleet and with a fleet view polled all along, in one run.
+//! What an open fleet view and tracing cost the claims: jobs per second through a shared
+//! Postgres queue, with nobody reading the fleet, with a fleet view polled all along, and
+//! (with the `otel` feature) with every task traced, in one run.
 //!
 //! Each round builds a producer-only node and a worker node (W workers, claiming ahead A) on a
 //! fresh queue, as two processes would, submits N jobs with `submit_batch` (1,000 per call),
@@ -7,13 +8,17 @@
 //! no-op, one result stored and one settle. In the rounds *with the view*, a reader polls the
 //! fleet as the fleet page and `parking-lot fleet` do (the nodes with their claims, the first
 //! page of parked tasks with their reasons, the budgets) every P ms, far more often than the
-//! page's 2 s. Rounds alternate, without then with, so a drift of the server weighs on both.
+//! page's 2 s. In the rounds *traced*, an SDK tracer provider records every span (batch
+//! processor, in-memory exporter): each submission's span, and on the worker node each
+//! task's claim, run and delivery, in the trace its row carries (`traceparent`); the other
+//! rounds run under a no-op provider. Rounds alternate, plain, with the view, traced, so a
+//! drift of the server weighs on each.
 //!
-//! `cargo bench -p prometheus_parking_lot_benches --features postgres --bench fleet_view` runs
-//! N = 10,000, W = 2, A = 256, P = 50 ms, R = 3 rounds each (env `FLEET_JOBS`,
+//! `cargo bench -p prometheus_parking_lot_benches --features postgres,otel --bench fleet_view`
+//! runs N = 10,000, W = 2, A = 256, P = 50 ms, R = 3 rounds each (env `FLEET_JOBS`,
 //! `FLEET_WORKERS`, `FLEET_CLAIM_AHEAD`, `FLEET_POLL_MS`, `FLEET_ROUNDS`) and prints each
-//! side's median jobs/s and their ratio. Under `cargo test` it runs 300 jobs once each way,
-//! as a smoke test.
+//! side's median jobs/s and their ratios to the plain rounds (without `otel`, no traced
+//! rounds). Under `cargo test` it runs 300 jobs once each way, as a smoke test.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -111,8 +116,52 @@ fn node(
     .expect("bench pools")
 }
 
+/// What a round runs beside the claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// Nothing: no fleet view, no tracer provider.
+    Plain,
+    /// A fleet view polled every P ms.
+    View,
+    /// Every task traced, every span recorded.
+    #[cfg(feature = "otel")]
+    Traced,
+}
+
+/// The tracer provider of the traced rounds, and the spans it recorded.
+#[cfg(feature = "otel")]
+struct Tracing {
+    exporter: opentelemetry_sdk::trace::InMemorySpanExporter,
+}
+
+#[cfg(feature = "otel")]
+impl Tracing {
+    /// Installs a provider that records every span, for `side`'s round, or a no-op one.
+    fn install(&self, side: Side) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+        use opentelemetry::global;
+        if side != Side::Traced {
+            global::set_tracer_provider(opentelemetry::trace::noop::NoopTracerProvider::new());
+            return None;
+        }
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(self.exporter.clone())
+            .build();
+        global::set_tracer_provider(provider.clone());
+        Some(provider)
+    }
+
+    /// The spans a round recorded, forgotten after.
+    fn recorded(&self, provider: opentelemetry_sdk::trace::SdkTracerProvider) -> usize {
+        provider.force_flush().expect("spans flushed");
+        let spans = self.exporter.get_finished_spans().expect("spans").len();
+        self.exporter.reset();
+        spans
+    }
+}
+
 /// One round: jobs per second, and how many times the view was read meanwhile.
-async fn round(database: &PgDatabase, scale: &Scale, with_view: bool) -> (f64, u64) {
+async fn round(database: &PgDatabase, scale: &Scale, side: Side) -> (f64, u64) {
+    let with_view = side == Side::View;
     let queue = unique("fleetbench");
     let (producer, worker) = {
         let (database, queue) = (database.clone(), queue.clone());
@@ -210,14 +259,32 @@ fn main() {
         .expect("a runtime");
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let mut total_reads = 0;
+    #[cfg(feature = "otel")]
+    let (tracing, mut traced, mut spans) = (
+        Tracing {
+            exporter: Default::default(),
+        },
+        Vec::new(),
+        0,
+    );
     for index in 0..scale.rounds {
-        let (rate, _) = runtime.block_on(round(&database, &scale, false));
+        #[cfg(feature = "otel")]
+        tracing.install(Side::Plain);
+        let (rate, _) = runtime.block_on(round(&database, &scale, Side::Plain));
         println!("round {index}: no view       {rate:>9.0} jobs/s");
         without.push(rate);
-        let (rate, reads) = runtime.block_on(round(&database, &scale, true));
+        let (rate, reads) = runtime.block_on(round(&database, &scale, Side::View));
         println!("round {index}: view polled   {rate:>9.0} jobs/s ({reads} reads of the fleet)");
         with.push(rate);
         total_reads += reads;
+        #[cfg(feature = "otel")]
+        {
+            let provider = tracing.install(Side::Traced);
+            let (rate, _) = runtime.block_on(round(&database, &scale, Side::Traced));
+            spans = provider.map_or(0, |provider| tracing.recorded(provider));
+            println!("round {index}: traced        {rate:>9.0} jobs/s ({spans} spans recorded)");
+            traced.push(rate);
+        }
     }
     let (without, with) = (support::median(&without), support::median(&with));
     println!(
@@ -230,4 +297,16 @@ fn main() {
     println!("  median without a fleet view: {without:>9.0} jobs/s");
     println!("  median with a fleet view:    {with:>9.0} jobs/s ({total_reads} reads in all)");
     println!("  ratio with / without:        {:>9.3}", with / without);
+    #[cfg(feature = "otel")]
+    {
+        let traced = support::median(&traced);
+        println!(
+            "  median traced (no view):     {traced:>9.0} jobs/s ({spans} spans in the last round)"
+        );
+        println!("  ratio traced / untraced:     {:>9.3}", traced / without);
+        assert!(
+            spans as u64 >= scale.jobs * 3,
+            "a claim, a run and a delivery recorded for every job: {spans}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! beside the same claim on a queue where none sleeps, in one run, as a ratio.
 //!
 //! Both queues live in one fresh table and hold D due tasks of one CPU unit each; the
-//! sleeping queue holds S scheduled starts more, parked with `enqueue_not_before` an hour
+//! sleeping queue holds S scheduled starts more, parked with `enqueue_carrying` an hour
 //! ahead. Each step claims one task (`claim_batch` of at most 1) on the sleeping queue, then
 //! one on the other, timing each claim alone; the task is settled `Done` after, untimed. Last,
 //! the sleepers' hour is passed (the claims are given a later `now`): the S tasks are due at
@@ -20,7 +20,7 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use prometheus_parking_lot::core::{Capacity, FitQuery, Settlement, SharedQueue};
+use prometheus_parking_lot::core::{Capacity, Carried, FitQuery, Settlement, SharedQueue};
 use prometheus_parking_lot::infra::postgres::PgDatabase;
 use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
 use prometheus_parking_lot::{ResourceCost, ResourceKind, ScheduledTask, TaskMetadata};
@@ -75,7 +75,7 @@ fn task(id: u64) -> ScheduledTask<u64> {
 /// Parks `count` due tasks from id `first`, ranked at `rank_ms`.
 async fn park_due(queue: &PostgresQueue<u64>, first: u64, count: u64, rank_ms: u64) {
     let tasks = (first..first + count)
-        .map(|id| (id, rank_ms + id, task(id)))
+        .map(|id| (id, rank_ms + id, task(id), Carried::default()))
         .collect();
     let parked = queue.enqueue_many(tasks).await;
     assert!(parked.iter().all(Result::is_ok), "park the due tasks");
@@ -119,10 +119,14 @@ fn main() {
     let start_ms = now_ms();
     let wake_ms = start_ms + HOUR_MS;
     let (sleeping, claims) = (scale.sleeping, scale.claims);
+    let wake = Carried {
+        not_before_ms: Some(wake_ms),
+        ..Carried::default()
+    };
     let (with_sleepers, without, woken) = runtime.block_on(async {
         for id in 0..sleeping {
             asleep
-                .enqueue_not_before(id, 1_000 + id, task(id), wake_ms)
+                .enqueue_carrying(id, 1_000 + id, task(id), wake)
                 .await
                 .expect("park a sleeper");
         }

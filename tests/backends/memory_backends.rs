@@ -115,7 +115,7 @@ async fn in_memory_load_parked_is_what_is_parked_now() {
     let stored = |entry: EntryId| StoredEntry {
         entry,
         meta: job(entry).meta,
-        not_before_ms: None,
+        carried: Default::default(),
     };
     assert_eq!(queue.load_parked().await, Ok(vec![stored(1), stored(3)]));
     assert!(!queue.is_durable());

@@ -19,7 +19,7 @@ use conformance::queue::cpu;
 use conformance::{queue, Job};
 use prometheus_parking_lot::config::{QueueSettings, WorkerPoolConfig};
 use prometheus_parking_lot::core::{
-    Durability, EntryId, FaultKind, QueueCounts, QueueError, ScheduledTask, Settlement,
+    Carried, Durability, EntryId, FaultKind, QueueCounts, QueueError, ScheduledTask, Settlement,
     StarvationGuard, StoredEntry, TaskMetadata, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
@@ -170,6 +170,48 @@ async fn reopening_keeps_parked_entries_and_parks_left_over_claims_again() {
     assert_eq!(
         queue.settle(101, Settlement::Done).await,
         Err(QueueError::NotClaimed(101))
+    );
+    assert!(queue.quarantined().is_empty());
+}
+
+/// A task parked in a trace is resumed in it: reopened (the log rewritten at the start), the
+/// queue returns its trace, and its instant beside it; one that was running when the queue
+/// closed comes back parked with its trace too; a plain park beside them carries nothing.
+#[tokio::test]
+async fn reopening_keeps_the_trace_each_parked_task_carries() {
+    let dir = TempDir::new("reopen-trace");
+    let queue = open(&dir);
+    let in_trace = Carried {
+        not_before_ms: None,
+        trace: Some(queue::a_trace()),
+    };
+    let with_instant = Carried {
+        not_before_ms: Some(1_900_000_000_000),
+        ..in_trace
+    };
+    queue.park_carrying(1, job(1), in_trace).await.unwrap();
+    queue.park_carrying(2, job(2), with_instant).await.unwrap();
+    queue.park(3, job(3)).await.unwrap();
+    queue.park_carrying(4, job(4), in_trace).await.unwrap();
+    assert_eq!(queue.claim(4).await, Ok(Some(job(4))));
+    drop(queue);
+
+    let queue = open(&dir);
+    let carried: Vec<(EntryId, Carried)> = queue
+        .load_parked()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|stored| (stored.entry, stored.carried))
+        .collect();
+    assert_eq!(
+        carried,
+        vec![
+            (1, in_trace),
+            (2, with_instant),
+            (3, Carried::default()),
+            (4, in_trace)
+        ]
     );
     assert!(queue.quarantined().is_empty());
 }

@@ -15,8 +15,8 @@
 use std::future::Future;
 
 use prometheus_parking_lot::core::{
-    EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
-    TaskMetadata, TaskQueue,
+    Carried, EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
+    TaskMetadata, TaskQueue, TraceParent,
 };
 use prometheus_parking_lot::util::serde::{
     MailboxKey, Priority, ResourceCost, ResourceKind, TaskId,
@@ -67,6 +67,7 @@ where
         load_parked_leaves_out_settled_and_removed_entries,
         a_scheduled_start_is_parked_and_a_durable_queue_keeps_its_instant,
         a_scheduled_start_is_removed_while_it_sleeps,
+        a_parked_trace_comes_back_with_the_entry,
         backend_is_named,
     );
 }
@@ -191,7 +192,22 @@ fn stored(entry: EntryId, task: &ScheduledTask<Job>) -> StoredEntry {
     StoredEntry {
         entry,
         meta: task.meta.clone(),
-        not_before_ms: None,
+        carried: Carried::default(),
+    }
+}
+
+/// A trace the suites park tasks in.
+pub fn a_trace() -> TraceParent {
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        .parse()
+        .expect("a valid traceparent")
+}
+
+/// What a scheduled start carries: its instant.
+fn not_before(instant: u64) -> Carried {
+    Carried {
+        not_before_ms: Some(instant),
+        trace: None,
     }
 }
 
@@ -543,24 +559,22 @@ pub async fn backend_is_named(queue: Driven<'_>) {
     assert!(!name.trim().is_empty(), "backend name {name:?}");
 }
 
-/// A scheduled start ([`TaskQueue::park_not_before`]) is parked like any task: claimed
-/// unchanged, counted, and, where the queue is durable, returned by `load_parked` with its
-/// instant, also after its claim was handed back (a not durable queue keeps no instant: the
-/// scheduler does, and nothing outlives the process). The scheduler, not the queue, holds
-/// it back until then, so the queue hands it over when asked.
+/// A scheduled start ([`TaskQueue::park_carrying`] with an instant) is parked like any task:
+/// claimed unchanged, counted, and returned by `load_parked` with its instant, also after
+/// its claim was handed back. The scheduler, not the queue, holds it back until then, so the
+/// queue hands it over when asked.
 pub async fn a_scheduled_start_is_parked_and_a_durable_queue_keeps_its_instant(queue: Driven<'_>) {
     let (later, now) = (cpu(7, Normal, 0, 2), cpu(8, High, 1, 1));
     let instant = at(60_000);
     queue
         .queue
-        .park_not_before(11, later.clone(), instant)
+        .park_carrying(11, later.clone(), not_before(instant))
         .await
-        .expect("park_not_before");
+        .expect("park_carrying");
     park_all(queue, &[(12, &now)]).await;
     queue.assert_counts(2, 0, "two parks").await;
-    let kept = queue.queue.is_durable().then_some(instant);
     let mut scheduled = stored(11, &later);
-    scheduled.not_before_ms = kept;
+    scheduled.carried = not_before(instant);
     assert_eq!(
         queue.load_parked().await,
         vec![scheduled.clone(), stored(12, &now)],
@@ -583,11 +597,53 @@ pub async fn a_scheduled_start_is_removed_while_it_sleeps(queue: Driven<'_>) {
     let later = cpu(7, Normal, 0, 2);
     queue
         .queue
-        .park_not_before(11, later.clone(), at(60_000))
+        .park_carrying(11, later.clone(), not_before(at(60_000)))
         .await
-        .expect("park_not_before");
+        .expect("park_carrying");
     assert_eq!(queue.remove(11).await, Ok(Some(later)));
     assert_eq!(queue.claim(11).await, Ok(None));
     assert_eq!(queue.load_parked().await, Vec::new());
     queue.assert_counts(0, 0, "removed").await;
+}
+
+/// A task parked in a trace ([`TaskQueue::park_carrying`]) comes back with it from
+/// `load_parked` (what a restart resumes it from), alone or beside an instant, also after
+/// its claim was handed back; its pop (`claim`) hands the task over unchanged; a plain park
+/// beside it carries nothing.
+pub async fn a_parked_trace_comes_back_with_the_entry(queue: Driven<'_>) {
+    let (traced, both, plain) = (cpu(1, High, 0, 1), cpu(2, Normal, 1, 1), cpu(3, Low, 2, 1));
+    let in_trace = Carried {
+        not_before_ms: None,
+        trace: Some(a_trace()),
+    };
+    let with_instant = Carried {
+        not_before_ms: Some(at(60_000)),
+        ..in_trace
+    };
+    queue
+        .queue
+        .park_carrying(21, traced.clone(), in_trace)
+        .await
+        .expect("park_carrying a trace");
+    queue
+        .queue
+        .park_carrying(22, both.clone(), with_instant)
+        .await
+        .expect("park_carrying a trace and an instant");
+    park_all(queue, &[(23, &plain)]).await;
+    let carrying = |entry, task: &ScheduledTask<Job>, carried| StoredEntry {
+        carried,
+        ..stored(entry, task)
+    };
+    let expected = vec![
+        carrying(21, &traced, in_trace),
+        carrying(22, &both, with_instant),
+        stored(23, &plain),
+    ];
+    assert_eq!(queue.load_parked().await, expected, "parked");
+    assert_eq!(queue.claim(21).await, Ok(Some(traced)), "popped unchanged");
+    if queue.queue.releases_claims() {
+        queue.queue.release(21).await.expect("release");
+        assert_eq!(queue.load_parked().await, expected, "handed back");
+    }
 }

@@ -16,8 +16,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Budget, Budgets, Capacity, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError, RankBound,
-    ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
+    Budget, Budgets, Capacity, Carried, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError,
+    RankBound, ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
@@ -82,6 +82,8 @@ where
         a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_its_instant,
         a_sleeping_task_says_until_when_it_sleeps,
         a_retried_task_sleeps_out_its_backoff,
+        a_parked_trace_comes_back_with_every_claim,
+        a_traced_scheduled_start_keeps_both_in_a_group_park,
         shared_budgets_cap_what_every_nodes_claims_take_together,
         a_shared_start_cap_caps_how_many_tasks_claims_take,
         callers_kept_unique_have_one_live_task_each,
@@ -126,6 +128,22 @@ fn bound(priority: Priority, time: u64, entry: EntryId) -> RankBound {
         priority,
         rank_time_ms: at(time),
         entry,
+    }
+}
+
+/// What a scheduled start carries: its instant, `time` ms after the epoch of the suite.
+fn not_before(time: u64) -> Carried {
+    Carried {
+        not_before_ms: Some(at(time)),
+        trace: None,
+    }
+}
+
+/// What a traced task carries: the trace of [`super::queue::a_trace`].
+fn traced() -> Carried {
+    Carried {
+        not_before_ms: None,
+        trace: Some(super::queue::a_trace()),
     }
 }
 
@@ -200,6 +218,7 @@ pub async fn claim_returns_the_task_under_a_lease(queue: &dyn SharedQueue<Job>) 
         task: parked,
         attempt: 1,
         expires_at_ms: at(1_000 + LEASE_MS),
+        trace: None,
     };
     assert_eq!(leased, Some(expected));
     assert_counts(queue, 0, 1, "claim").await;
@@ -404,6 +423,7 @@ pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
         task: started.clone(),
         attempt: 1,
         expires_at_ms: at(LEASE_MS),
+        trace: None,
     };
     assert_eq!(lease, expected);
     assert_counts(queue, 0, 1, "a task stored as claimed").await;
@@ -699,11 +719,11 @@ pub async fn only_the_holder_renews_or_settles(queue: &dyn SharedQueue<Job>) {
 pub async fn a_group_park_refuses_only_the_duplicates(queue: &dyn SharedQueue<Job>) {
     enqueue_all(queue, &[(7, &cpu(7, Normal, 0, 1))]).await;
     let group = vec![
-        (1, at(5), cpu(1, Low, 5, 1)),
-        (7, at(5), cpu(70, Critical, 5, 1)),
-        (2, at(6), cpu(2, High, 6, 1)),
-        (2, at(6), cpu(20, Critical, 6, 1)),
-        (3, at(7), cpu(3, Normal, 7, 1)),
+        (1, at(5), cpu(1, Low, 5, 1), Carried::default()),
+        (7, at(5), cpu(70, Critical, 5, 1), Carried::default()),
+        (2, at(6), cpu(2, High, 6, 1), Carried::default()),
+        (2, at(6), cpu(20, Critical, 6, 1), Carried::default()),
+        (3, at(7), cpu(3, Normal, 7, 1), Carried::default()),
     ];
     let parked = queue.enqueue_many(group).await;
     assert_eq!(
@@ -876,6 +896,7 @@ pub async fn a_retried_claim_is_claimable_again_from_its_time_on_as_its_next_att
             task: flaky,
             attempt: 2,
             expires_at_ms: at(500 + LEASE_MS),
+            trace: None,
         }),
         "at its time, its second attempt"
     );
@@ -913,6 +934,7 @@ pub async fn a_release_hands_claims_back_at_once_without_an_attempt(queue: &dyn 
         task: high,
         attempt: 1,
         expires_at_ms: at(20 + LEASE_MS),
+        trace: None,
     };
     assert_eq!(
         taken,
@@ -994,6 +1016,7 @@ pub async fn an_expired_lease_is_rescued_and_claimed_by_another_node(queue: &dyn
         task: lost,
         attempt: 2,
         expires_at_ms: at(31_000 + LEASE_MS),
+        trace: None,
     };
     assert_eq!(reclaimed, Some(expected), "rescued with its rank and task");
     assert_eq!(
@@ -1489,7 +1512,7 @@ pub async fn backend_is_named(queue: &dyn SharedQueue<Job>) {
     assert!(!name.trim().is_empty(), "backend name {name:?}");
 }
 
-/// A scheduled start ([`SharedQueue::enqueue_not_before`]) is parked and counted at once,
+/// A scheduled start ([`SharedQueue::enqueue_carrying`] with an instant) is parked and counted at once,
 /// but no node claims it before its instant, whatever its rank; from then on it is claimed
 /// unchanged, as its first attempt.
 pub async fn a_scheduled_start_is_claimed_by_no_node_before_its_instant(
@@ -1497,9 +1520,9 @@ pub async fn a_scheduled_start_is_claimed_by_no_node_before_its_instant(
 ) {
     let later = cpu(1, Critical, 0, 1);
     queue
-        .enqueue_not_before(1, rank_time(&later), later.clone(), at(10_000))
+        .enqueue_carrying(1, rank_time(&later), later.clone(), not_before(10_000))
         .await
-        .expect("enqueue_not_before");
+        .expect("enqueue_carrying");
     assert_counts(queue, 1, 0, "a scheduled start").await;
     assert_eq!(claim(queue, NODE_A, within(only(Cpu, 4)), 0).await, None);
     assert_eq!(
@@ -1514,6 +1537,7 @@ pub async fn a_scheduled_start_is_claimed_by_no_node_before_its_instant(
             task: later,
             attempt: 1,
             expires_at_ms: at(10_000 + LEASE_MS),
+            trace: None,
         }),
         "claimed at its instant, as its first attempt"
     );
@@ -1525,9 +1549,9 @@ pub async fn a_scheduled_start_ranks_as_usual_once_due(queue: &dyn SharedQueue<J
     let (old_high, low, woken) = (cpu(1, High, 0, 1), cpu(2, Low, 1, 1), cpu(3, High, 2, 1));
     enqueue_all(queue, &[(1, &old_high), (2, &low)]).await;
     queue
-        .enqueue_not_before(3, rank_time(&woken), woken, at(1_000))
+        .enqueue_carrying(3, rank_time(&woken), woken, not_before(1_000))
         .await
-        .expect("enqueue_not_before");
+        .expect("enqueue_carrying");
     let mut order = Vec::new();
     while let Some(lease) = claim(queue, NODE_A, within(only(Cpu, 1)), 1_000).await {
         order.push(lease.entry);
@@ -1540,9 +1564,9 @@ pub async fn a_scheduled_start_ranks_as_usual_once_due(queue: &dyn SharedQueue<J
 pub async fn a_scheduled_start_is_removed_while_it_sleeps(queue: &dyn SharedQueue<Job>) {
     let later = cpu(1, Normal, 0, 1);
     queue
-        .enqueue_not_before(1, rank_time(&later), later.clone(), at(10_000))
+        .enqueue_carrying(1, rank_time(&later), later.clone(), not_before(10_000))
         .await
-        .expect("enqueue_not_before");
+        .expect("enqueue_carrying");
     assert_eq!(queue.remove(1).await, Ok(Some(later)));
     assert_eq!(
         claim(queue, NODE_A, within(only(Cpu, 4)), 20_000).await,
@@ -1557,7 +1581,7 @@ pub async fn a_scheduled_start_is_refused_as_a_duplicate_entry(queue: &dyn Share
     enqueue_all(queue, &[(1, &first)]).await;
     assert_eq!(
         queue
-            .enqueue_not_before(1, rank_time(&second), second, at(10_000))
+            .enqueue_carrying(1, rank_time(&second), second, not_before(10_000))
             .await,
         Err(QueueError::Duplicate(1))
     );
@@ -1573,9 +1597,9 @@ pub async fn a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_it
 ) {
     let big = cpu(1, Normal, 0, 8);
     queue
-        .enqueue_not_before(1, rank_time(&big), big, at(1_000))
+        .enqueue_carrying(1, rank_time(&big), big, not_before(1_000))
         .await
-        .expect("enqueue_not_before");
+        .expect("enqueue_carrying");
     let (second, third, fourth) = (
         cpu(2, Normal, 100, 1),
         cpu(3, Normal, 200, 1),
@@ -1625,9 +1649,9 @@ pub async fn a_sleeping_task_says_until_when_it_sleeps(queue: &dyn SharedQueue<J
         under(cpu(8, Normal, 1, 1), &alice),
     );
     queue
-        .enqueue_not_before(1, rank_time(&sleeper), sleeper.clone(), at(10_000))
+        .enqueue_carrying(1, rank_time(&sleeper), sleeper.clone(), not_before(10_000))
         .await
-        .expect("enqueue_not_before");
+        .expect("enqueue_carrying");
     enqueue_all(queue, &[(2, &due)]).await;
     for now in [0, 9_999] {
         assert_eq!(
@@ -1691,4 +1715,87 @@ pub async fn a_retried_task_sleeps_out_its_backoff(queue: &dyn SharedQueue<Job>)
         Some((1, 2))
     );
     assert_eq!(queue.sleeping_until(&alice, 7, at(100)).await, Ok(None));
+}
+
+/// A task parked with a trace ([`SharedQueue::enqueue_carrying`]) hands it to every claim
+/// of it, by any node: its first (in a batch, beside a task parked without one, which hands
+/// none), the one after a retry, the one after a hand-back and the one after its lease ran
+/// out and it was rescued.
+pub async fn a_parked_trace_comes_back_with_every_claim(queue: &dyn SharedQueue<Job>) {
+    let (task_traced, plain) = (cpu(1, High, 0, 1), cpu(2, Normal, 0, 1));
+    queue
+        .enqueue_carrying(1, rank_time(&task_traced), task_traced.clone(), traced())
+        .await
+        .expect("enqueue_carrying");
+    enqueue_all(queue, &[(2, &plain)]).await;
+    let trace = traced().trace;
+
+    let first = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 2)), 2, LEASE, at(0))
+        .await
+        .expect("claim_batch");
+    let seen: Vec<_> = first
+        .iter()
+        .map(|lease| (lease.entry, lease.trace))
+        .collect();
+    assert_eq!(seen, vec![(1, trace), (2, None)], "the first claims");
+    assert_eq!(first[0].task, task_traced, "the task as parked");
+    queue
+        .settle(NODE_A, first_claim(2), Settlement::Done)
+        .await
+        .expect("settle the plain task");
+
+    queue
+        .retry(NODE_A, first_claim(1), at(500), "again".into())
+        .await
+        .expect("retry");
+    let retried = claim(queue, NODE_B, within(only(Cpu, 1)), 500).await;
+    let retried = retried.expect("claimed after its retry");
+    assert_eq!(
+        (retried.attempt, retried.trace),
+        (2, trace),
+        "after a retry"
+    );
+
+    let released = queue
+        .release_many(NODE_B, vec![retried.claim()], at(600))
+        .await;
+    assert_eq!(released, vec![Ok(())]);
+    let handed_back = claim(queue, NODE_A, within(only(Cpu, 1)), 600).await;
+    let handed_back = handed_back.expect("claimed after its hand-back");
+    assert_eq!(handed_back.trace, trace, "after a hand-back");
+
+    assert_eq!(rescue(queue, 600 + LEASE_MS).await, 1, "its lease ran out");
+    let rescued = claim(queue, NODE_B, within(only(Cpu, 1)), 100_000).await;
+    let rescued = rescued.expect("claimed after its rescue");
+    assert_eq!((rescued.entry, rescued.trace), (1, trace), "after a rescue");
+}
+
+/// A group park ([`SharedQueue::enqueue_many`]) keeps what each task carries: a traced
+/// scheduled start is claimed by no node before its instant and then with its trace, beside
+/// a plain task and a traced one claimable at once.
+pub async fn a_traced_scheduled_start_keeps_both_in_a_group_park(queue: &dyn SharedQueue<Job>) {
+    let both = Carried {
+        not_before_ms: Some(at(5_000)),
+        ..traced()
+    };
+    let group = vec![
+        (1, at(0), cpu(1, Critical, 0, 1), both),
+        (2, at(1), cpu(2, Normal, 1, 1), Carried::default()),
+        (3, at(2), cpu(3, Normal, 2, 1), traced()),
+    ];
+    let parked = queue.enqueue_many(group).await;
+    assert_eq!(parked, vec![Ok(()), Ok(()), Ok(())]);
+    assert_counts(queue, 3, 0, "a group park").await;
+
+    let now = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 4)), 4, LEASE, at(0))
+        .await
+        .expect("claim_batch");
+    let seen: Vec<_> = now.iter().map(|lease| (lease.entry, lease.trace)).collect();
+    let trace = traced().trace;
+    assert_eq!(seen, vec![(2, None), (3, trace)], "before the instant");
+    let due = claim(queue, NODE_B, within(only(Cpu, 4)), 5_000).await;
+    let due = due.map(|lease| (lease.entry, lease.attempt, lease.trace));
+    assert_eq!(due, Some((1, 1, trace)), "at its instant, with its trace");
 }

@@ -13,17 +13,17 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
 
-use super::{EntryId, QueueError, Settlement, TaskQueue};
+use super::{Carried, EntryId, QueueError, Settlement, TaskQueue};
 use crate::domain::{BackendFault, FaultKind, ScheduledTask};
 use crate::util::contain::drop_contained;
 
 /// Messages the queue actor handles.
 pub(crate) enum QueueMsg<P> {
-    /// Store a parked entry, not to start before `not_before_ms` if it has one.
+    /// Store a parked entry with what it carries (a scheduled start's instant, its trace).
     Park {
         entry: EntryId,
         task: ScheduledTask<P>,
-        not_before_ms: Option<u64>,
+        carried: Carried,
     },
     /// Claim an entry the scheduler started and hand its task back.
     Claim { entry: EntryId },
@@ -106,11 +106,11 @@ where
                 QueueMsg::Park {
                     entry,
                     task,
-                    not_before_ms,
+                    carried,
                 } => {
-                    let parked = match not_before_ms {
-                        Some(at) => state.queue.park_not_before(entry, task, at).await,
-                        None => state.queue.park(entry, task).await,
+                    let parked = match carried.is_empty() {
+                        true => state.queue.park(entry, task).await,
+                        false => state.queue.park_carrying(entry, task, carried).await,
                     };
                     let report = match parked {
                         Ok(()) => QueueReport::Parked { entry },

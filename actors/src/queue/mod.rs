@@ -23,6 +23,16 @@
 //! free capacity" itself, under a lease the node renews while the task runs. Its maintenance
 //! ([`QueueMaintenance`]: rescue, dead letters, counts) is a face of its own, run by the
 //! [`duties`].
+//!
+//! # What an entry carries
+//!
+//! Beside its rank and its task, a parked entry may carry a little more: the instant before
+//! which it must not start (a scheduled start) and the trace it belongs to. Both travel
+//! together as one [`Carried`], through one method of each contract
+//! ([`TaskQueue::park_carrying`], [`SharedQueue::enqueue_carrying`]); a durable queue keeps
+//! them with the entry and hands them back ([`StoredEntry::carried`] at start, a claim's
+//! [`Lease::trace`]), so a task resumed after a restart or claimed by another node keeps
+//! its trace.
 
 pub mod actor;
 pub mod duties;
@@ -33,6 +43,7 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
+use crate::observe::trace::TraceParent;
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
@@ -71,6 +82,36 @@ pub enum Settlement {
     Failed(String),
 }
 
+/// What a parked entry carries beyond its rank and its task (see the module docs). The
+/// default carries nothing: a plain park.
+///
+/// ```
+/// use prometheus_parking_lot_actors::queue::Carried;
+///
+/// let traced = Carried {
+///     trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap()),
+///     ..Carried::default()
+/// };
+/// assert!(!traced.is_empty());
+/// assert!(Carried::default().is_empty());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// The instant (ms since the Unix epoch) before which no one may start it: a scheduled
+    /// start. `None`: it may start at once.
+    pub not_before_ms: Option<u64>,
+    /// The trace it belongs to (a W3C `traceparent`): whoever claims or resumes it goes on
+    /// with its submitter's trace. `None`: it belongs to none.
+    pub trace: Option<TraceParent>,
+}
+
+impl Carried {
+    /// Whether it carries nothing (a plain park).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// A parked entry as a durable queue returns it at start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEntry {
@@ -78,9 +119,9 @@ pub struct StoredEntry {
     pub entry: EntryId,
     /// Its metadata (the payload stays in the queue until claimed).
     pub meta: TaskMetadata,
-    /// The instant (ms since the Unix epoch) before which it must not start, if it was
-    /// parked with one ([`TaskQueue::park_not_before`]): a scheduled start.
-    pub not_before_ms: Option<u64>,
+    /// What it was parked with ([`TaskQueue::park_carrying`]): the instant before which it
+    /// must not start, and its trace.
+    pub carried: Carried,
 }
 
 /// How many tasks a queue holds.
@@ -116,22 +157,23 @@ where
     /// backend).
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError>;
 
-    /// Stores a parked entry that must not start before `not_before_ms` (ms since the Unix
-    /// epoch: a scheduled start). A durable backend keeps the instant with the entry and
-    /// returns it from [`load_parked`](Self::load_parked) (`StoredEntry::not_before_ms`), so
-    /// that after a restart the task still sleeps until then. The default parks the entry
-    /// without the instant where the queue is not durable (the scheduler keeps it, and
-    /// nothing outlives the process), and refuses where it is durable, so that no restart
-    /// starts the task early.
-    async fn park_not_before(
+    /// Stores a parked entry with what it carries (see [`Carried`]): a durable backend keeps
+    /// both with the entry and returns them from [`load_parked`](Self::load_parked)
+    /// ([`StoredEntry::carried`]), so that after a restart a scheduled start still sleeps
+    /// until its instant and the task goes on in its trace. The default parks the entry
+    /// plainly where the queue is not durable (the scheduler keeps what it carries, and
+    /// nothing outlives the process). Where it is durable, the default refuses a scheduled
+    /// start, so that no restart starts the task early, and parks a traced task without its
+    /// trace (after a restart it runs in a trace of its own).
+    async fn park_carrying(
         &self,
         entry: EntryId,
         task: ScheduledTask<P>,
-        not_before_ms: u64,
+        carried: Carried,
     ) -> Result<(), QueueError> {
-        if !self.is_durable() {
+        let Some(not_before_ms) = carried.not_before_ms.filter(|_| self.is_durable()) else {
             return self.park(entry, task).await;
-        }
+        };
         crate::util::contain::drop_contained(task);
         Err(QueueError::Backend(BackendFault::plain(
             FaultKind::Refused,

@@ -33,11 +33,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{EntryId, QueueCounts, QueueError, Settlement};
+use super::{Carried, EntryId, QueueCounts, QueueError, Settlement};
 use crate::domain::{
     Budgets, Capacity, FairByUse, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask,
     TaskId, TenantId, TenantWeights,
 };
+use crate::observe::trace::TraceParent;
 
 /// The rank of the starvation guard's reserved task: a node claims only tasks ranked at or
 /// ahead of it, so the pool drains for it.
@@ -133,6 +134,9 @@ pub struct Lease<P> {
     pub attempt: u32,
     /// When the lease runs out unless renewed, milliseconds since the Unix epoch.
     pub expires_at_ms: u64,
+    /// The trace the task was parked in ([`Carried::trace`]), if any: the claiming node's
+    /// spans and events of it go on in that trace.
+    pub trace: Option<TraceParent>,
 }
 
 /// A task a shared queue gave up on, to be reported to its submitter as failed.
@@ -193,7 +197,9 @@ where
     /// [`QueueMaintenance`] beside this trait and returns itself.
     fn maintenance(&self) -> &dyn QueueMaintenance;
 
-    /// Parks a task for any node. `rank_time_ms` is its admission time.
+    /// Parks a task for any node. `rank_time_ms` is its admission time. A task that carries
+    /// more (a scheduled start, a trace) is parked with
+    /// [`enqueue_carrying`](Self::enqueue_carrying).
     async fn enqueue(
         &self,
         entry: EntryId,
@@ -201,19 +207,22 @@ where
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError>;
 
-    /// Parks several tasks, each `(entry, rank_time_ms, task)` as in
-    /// [`enqueue`](Self::enqueue): the default parks them one after another. A node hands the
-    /// queue every task it parked while its previous park was in flight, so a backend that
-    /// can store them at once (a database: one statement, one commit) overrides this. One
-    /// result per task, in order; a task whose entry is stored already gets `Duplicate` and
-    /// does not stop the others.
+    /// Parks several tasks, each `(entry, rank_time_ms, task, carried)` as in
+    /// [`enqueue_carrying`](Self::enqueue_carrying): the default parks them one after
+    /// another. A node hands the queue every task it parked while its previous park was in
+    /// flight, so a backend that can store them at once (a database: one statement, one
+    /// commit) overrides this. One result per task, in order; a task whose entry is stored
+    /// already gets `Duplicate` and does not stop the others.
     async fn enqueue_many(
         &self,
-        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
+        tasks: Vec<(EntryId, u64, ScheduledTask<P>, Carried)>,
     ) -> Vec<Result<(), QueueError>> {
         let mut parked = Vec::with_capacity(tasks.len());
-        for (entry, rank_time_ms, task) in tasks {
-            parked.push(self.enqueue(entry, rank_time_ms, task).await);
+        for (entry, rank_time_ms, task, carried) in tasks {
+            parked.push(
+                self.enqueue_carrying(entry, rank_time_ms, task, carried)
+                    .await,
+            );
         }
         parked
     }
@@ -263,18 +272,24 @@ where
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError>;
 
-    /// Parks a task for any node as [`enqueue`](Self::enqueue) does, claimable by none before
-    /// `not_before_ms` (ms since the Unix epoch: a scheduled start); from then on it ranks at
-    /// `rank_time_ms` like any other. The default refuses it, naming the backend: a backend
-    /// that keeps the instant with the task (as it keeps a retried claim's) overrides this.
-    async fn enqueue_not_before(
+    /// Parks a task for any node as [`enqueue`](Self::enqueue) does, with what it carries
+    /// (see [`Carried`]): claimable by none before `carried.not_before_ms` (a scheduled start;
+    /// from then on it ranks at `rank_time_ms` like any other), and handed to whoever claims
+    /// it with its trace ([`Lease::trace`]), after every retry, hand-back and rescue. A task
+    /// that carries nothing is a plain [`enqueue`](Self::enqueue). The default refuses a
+    /// scheduled start, naming the backend, and parks a traced task without its trace (the
+    /// claiming node then starts a trace of its own): a backend that keeps them with the
+    /// task overrides this.
+    async fn enqueue_carrying(
         &self,
         entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
-        not_before_ms: u64,
+        carried: Carried,
     ) -> Result<(), QueueError> {
-        let _ = (entry, rank_time_ms);
+        let Some(not_before_ms) = carried.not_before_ms else {
+            return self.enqueue(entry, rank_time_ms, task).await;
+        };
         crate::util::contain::drop_contained(task);
         Err(QueueError::Backend(BackendFault::plain(
             FaultKind::Refused,

@@ -23,7 +23,7 @@ use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
-use crate::queue::{Claim, EntryId, QueueError, Settlement, SharedQueue};
+use crate::queue::{Carried, Claim, EntryId, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -282,7 +282,7 @@ async fn gather<T>(inbox: &mut mpsc::UnboundedReceiver<T>, group: &mut Vec<T>) {
 struct ToPark<P> {
     entry: EntryId,
     rank_time_ms: u64,
-    not_before_ms: Option<u64>,
+    carried: Carried,
     task: ScheduledTask<P>,
     key: MailboxKey,
     reply: Reply,
@@ -325,7 +325,7 @@ async fn park_loop<P: Send + 'static>(
         let mut parked = parked.into_iter();
         let mut answered = Vec::with_capacity(answers.len());
         for (task_id, key, cost, reply) in answers {
-            let result = parked.next().flatten().unwrap_or_else(|| {
+            let result = parked.next().unwrap_or_else(|| {
                 Err(QueueError::Backend(BackendFault::plain(
                     FaultKind::Other,
                     "the queue answered fewer parks than it was given",
@@ -351,10 +351,9 @@ async fn park_loop<P: Send + 'static>(
     }
 }
 
-/// Stores a group of parks: the tasks that may be claimed at once in one
-/// [`SharedQueue::enqueue_many`], each scheduled start with
-/// [`SharedQueue::enqueue_not_before`]. Empties `group` into `answers` (who hears of each
-/// task) and returns each task's result in the group's order (`None`: the queue gave none).
+/// Stores a group of parks in one [`SharedQueue::enqueue_many`], each with what it carries
+/// (a scheduled start's instant, its trace). Empties `group` into `answers` (who hears of
+/// each task) and returns the queue's result of each task in the group's order.
 async fn enqueue_group<P: Send + 'static>(
     queue: &dyn SharedQueue<P>,
     group: &mut Vec<ToPark<P>>,
@@ -364,34 +363,14 @@ async fn enqueue_group<P: Send + 'static>(
         crate::domain::ResourceCost,
         Reply,
     )>,
-) -> Vec<Option<Result<(), QueueError>>> {
-    let mut results: Vec<Option<Result<(), QueueError>>> = Vec::with_capacity(group.len());
-    let (mut at_once, mut at_once_places) = (Vec::new(), Vec::new());
+) -> Vec<Result<(), QueueError>> {
+    let mut tasks = Vec::with_capacity(group.len());
     for park in group.drain(..) {
         let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
         answers.push((task_id, park.key, cost, park.reply));
-        match park.not_before_ms {
-            Some(not_before_ms) => {
-                let (entry, rank_time_ms) = (park.entry, park.rank_time_ms);
-                let parked = queue
-                    .enqueue_not_before(entry, rank_time_ms, park.task, not_before_ms)
-                    .await;
-                results.push(Some(parked));
-            }
-            None => {
-                at_once_places.push(results.len());
-                results.push(None);
-                at_once.push((park.entry, park.rank_time_ms, park.task));
-            }
-        }
+        tasks.push((park.entry, park.rank_time_ms, park.task, park.carried));
     }
-    if !at_once.is_empty() {
-        let parked = queue.enqueue_many(at_once).await;
-        for (place, result) in at_once_places.into_iter().zip(parked) {
-            results[place] = Some(result);
-        }
-    }
-    results
+    queue.enqueue_many(tasks).await
 }
 
 /// The I/O side of the shared mode. See the module docs.
@@ -517,7 +496,7 @@ where
             SharedCall::Enqueue {
                 entry,
                 rank_time_ms,
-                not_before_ms,
+                carried,
                 task,
                 key,
                 reply,
@@ -525,7 +504,7 @@ where
                 let park = ToPark {
                     entry,
                     rank_time_ms,
-                    not_before_ms,
+                    carried,
                     task,
                     key,
                     reply,

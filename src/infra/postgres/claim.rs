@@ -25,7 +25,9 @@
 use sea_orm::{QueryResult, Value};
 use serde::de::DeserializeOwned;
 
-use super::codec::{column, entry_from_sql, entry_to_sql, millis_u64, priority_to_sql, task_of};
+use super::codec::{
+    column, entry_from_sql, entry_to_sql, millis_u64, priority_to_sql, task_of, trace_of,
+};
 use super::named::Params;
 use crate::core::{Capacity, FitQuery, Lease, QueueError};
 use crate::util::serde::ResourceKind;
@@ -185,6 +187,7 @@ pub(crate) fn claimed_rows<P: DeserializeOwned>(
                     task,
                     attempt: u32::try_from(attempt).unwrap_or(0),
                     expires_at_ms,
+                    trace: trace_of(backend, row),
                 });
             }
             Err(reason) => claimed.unreadable.push(Unreadable {

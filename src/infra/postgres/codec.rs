@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::rows::JsonRows;
-use crate::core::{EntryId, QueueError, ScheduledTask, TaskMetadata};
+use crate::core::{Carried, EntryId, QueueError, ScheduledTask, TaskMetadata, TraceParent};
 use crate::util::serde::{MailboxKey, Priority};
 
 /// How long a queue that keeps callers unique remembers a caller whose task completed, ms:
@@ -97,11 +97,25 @@ pub(crate) fn task_of<P: DeserializeOwned>(row: &QueryResult) -> Result<Schedule
     Ok(ScheduledTask { meta, payload })
 }
 
+/// The trace of a claimed row, from its column `traceparent` (`NULL`: none). A text that is
+/// no `traceparent` (written by hand, say) is dropped with a warning: the task runs all the
+/// same, in a trace of its own.
+pub(crate) fn trace_of(backend: &str, row: &QueryResult) -> Option<TraceParent> {
+    let text = row.try_get::<Option<String>>("", "traceparent").ok()??;
+    match text.parse() {
+        Ok(trace) => Some(trace),
+        Err(error) => {
+            tracing::warn!(backend, %error, "a claimed task's stored trace is unreadable; it runs in a trace of its own");
+            None
+        }
+    }
+}
+
 /// The record of one task in a [`ParkRows`] array, as `jsonb_to_recordset` reads it.
 pub(crate) const PARK_RECORD: &str = "entry BIGINT, task_id BIGINT, tenant TEXT, user_id TEXT, \
      session_id TEXT, priority SMALLINT, kind SMALLINT, units BIGINT, created_at_ms BIGINT, \
      rank_time_ms BIGINT, deadline_ms BIGINT, metadata JSONB, payload JSONB, attach BOOLEAN, \
-     not_before_ms BIGINT";
+     not_before_ms BIGINT, traceparent TEXT";
 
 /// Tasks to park, written as one JSON array of [`PARK_RECORD`]s: a park statement takes any
 /// number of them in one `$rows` parameter, so its text is the same for any group and the
@@ -139,17 +153,17 @@ impl ParkRows {
         rank_time_ms: u64,
         task: &ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        self.push_not_before(entry, rank_time_ms, task, None)
+        self.push_carrying(entry, rank_time_ms, task, Carried::default())
     }
 
-    /// [`push`](Self::push), for a task no node may claim before `not_before_ms` (a
-    /// scheduled start): the row carries the instant (`NULL` without one).
-    pub(crate) fn push_not_before<P: Serialize>(
+    /// [`push`](Self::push), with what the task carries: the instant before which no node
+    /// may claim it (a scheduled start) and its trace, each `NULL` without one.
+    pub(crate) fn push_carrying<P: Serialize>(
         &mut self,
         entry: EntryId,
         rank_time_ms: u64,
         task: &ScheduledTask<P>,
-        not_before_ms: Option<u64>,
+        carried: Carried,
     ) -> Result<(), QueueError> {
         let encode = |what: &str, error: serde_json::Error| {
             QueueError::Backend(BackendFault::plain(
@@ -162,6 +176,7 @@ impl ParkRows {
         };
         let metadata = serde_json::to_string(&task.meta).map_err(|e| encode("metadata", e))?;
         let payload = serde_json::to_string(&task.payload).map_err(|e| encode("payload", e))?;
+        let traceparent = carried.trace.map(|trace| trace.to_string());
         let meta = &task.meta;
         let key = meta.mailbox.clone().unwrap_or_else(|| MailboxKey::new(""));
         self.rows
@@ -180,7 +195,8 @@ impl ParkRows {
             .json("metadata", Some(&metadata))
             .json("payload", Some(&payload))
             .json("attach", Some(if self.attach { "true" } else { "false" }))
-            .int_or_null("not_before_ms", not_before_ms.map(millis_u64));
+            .int_or_null("not_before_ms", carried.not_before_ms.map(millis_u64))
+            .text("traceparent", traceparent.as_deref());
         Ok(())
     }
 

@@ -4,7 +4,7 @@ use sea_orm::ConnectionTrait;
 
 use super::claim::ClaimParams;
 use super::{PgDatabase, PgQueue};
-use crate::core::{Capacity, EntryId, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
+use crate::core::{Capacity, Carried, EntryId, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
 use crate::util::serde::{Priority, ResourceCost, ResourceKind};
 
 /// The server the tests use (`DATABASE_URL`, or the local one).
@@ -31,12 +31,17 @@ pub(crate) async fn run_sql(database: &PgDatabase, sql: String) {
 }
 
 /// 3,000 one-unit CPU tasks of every priority, ids and entries from `first`.
-pub(crate) fn tasks(first: u64) -> Vec<(EntryId, u64, ScheduledTask<u64>)> {
+pub(crate) fn tasks(first: u64) -> Vec<(EntryId, u64, ScheduledTask<u64>, Carried)> {
     (first..first + 3_000)
         .map(|id| {
             let meta = TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1))
                 .with_priority(Priority::ALL[(id % 4) as usize]);
-            (id, 1_000 + id, ScheduledTask::new(meta, id))
+            (
+                id,
+                1_000 + id,
+                ScheduledTask::new(meta, id),
+                Carried::default(),
+            )
         })
         .collect()
 }

@@ -83,6 +83,8 @@ impl std::fmt::Display for Identifier {
 ///   those rows itself). A row that wakes becomes claimable without being written. Tables
 ///   made before lose their `_claim` index (all parked rows in rank order), which the two
 ///   replace.
+/// - `traceparent` is the W3C trace context the task was parked in (`NULL`: none), handed to
+///   whichever node claims it, so its spans go on in the submitter's trace.
 fn queue_table(table: &Identifier) -> String {
     format!(
         r#"
@@ -130,6 +132,7 @@ CREATE INDEX IF NOT EXISTS {table}_awake
 CREATE INDEX IF NOT EXISTS {table}_wakes
     ON {table} (queue_name, not_before_ms) WHERE state = 'parked' AND not_before_ms > 0;
 DROP INDEX IF EXISTS {table}_claim;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS traceparent TEXT NULL;
 "#
     )
 }
@@ -185,12 +188,28 @@ impl PgDatabase {
     /// nothing (`ADD COLUMN IF NOT EXISTS` takes an exclusive one), and a node starting
     /// while other nodes claim from the table could then deadlock with them.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
-        let (sql, last_index) = match table {
-            Table::Queue(name) => (queue_table(name), format!("{}_wakes", name.as_str())),
-            Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
-            Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
-            Table::Service => (service_tables(), FLOORS_TABLE.to_owned()),
-            Table::Ticks => (ticks_table(), TICKS_TABLE.to_owned()),
+        let (sql, last_made) = match table {
+            Table::Queue(name) => (
+                queue_table(name),
+                LastMade::ColumnAndIndex {
+                    table: name.as_str().to_owned(),
+                    column: QUEUE_LAST_COLUMN,
+                    index: format!("{}_wakes", name.as_str()),
+                },
+            ),
+            Table::Mailbox(name) => (
+                mailbox_table(name),
+                LastMade::Relation(format!("{}_task", name.as_str())),
+            ),
+            Table::Budgets => (
+                budgets_table(),
+                LastMade::Relation(BUDGETS_TABLE.to_owned()),
+            ),
+            Table::Service => (
+                service_tables(),
+                LastMade::Relation(FLOORS_TABLE.to_owned()),
+            ),
+            Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
         };
         self.run(move |connection| async move {
             use sea_orm::{ConnectionTrait, Statement};
@@ -200,11 +219,12 @@ impl PgDatabase {
                 &format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
             )
             .await?;
+            let (question, values) = last_made.question();
             let up_to_date = transaction
                 .query_one_raw(Statement::from_sql_and_values(
                     sea_orm::DatabaseBackend::Postgres,
-                    "SELECT to_regclass($1) IS NOT NULL AS present",
-                    [last_index.clone().into()],
+                    question,
+                    values,
                 ))
                 .await?
                 .map(|row| row.try_get::<bool>("", "present"))
@@ -216,6 +236,46 @@ impl PgDatabase {
             transaction.commit().await
         })
         .await
+    }
+}
+
+/// The column of the queue table its DDL adds last (see [`queue_table`]).
+const QUEUE_LAST_COLUMN: &str = "traceparent";
+
+/// What a table's DDL makes last, in the transaction that makes the rest: once it exists,
+/// the table is up to date and its DDL is not run again.
+enum LastMade {
+    /// An index or a table, by name.
+    Relation(String),
+    /// A column added by an `ALTER TABLE` and an index made by the same DDL, neither of
+    /// which implies the other: a table made by a version that added only one of them is
+    /// brought up to date.
+    ColumnAndIndex {
+        table: String,
+        column: &'static str,
+        index: String,
+    },
+}
+
+impl LastMade {
+    /// The query whose `present` answers whether it exists, with its values.
+    fn question(&self) -> (&'static str, Vec<sea_orm::Value>) {
+        match self {
+            Self::Relation(name) => (
+                "SELECT to_regclass($1) IS NOT NULL AS present",
+                vec![name.clone().into()],
+            ),
+            Self::ColumnAndIndex {
+                table,
+                column,
+                index,
+            } => (
+                "SELECT to_regclass($3) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute \
+                   WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped) \
+                   AS present",
+                vec![table.clone().into(), (*column).into(), index.clone().into()],
+            ),
+        }
     }
 }
 

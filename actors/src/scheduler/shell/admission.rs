@@ -4,6 +4,7 @@
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskStatus};
 use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
+use crate::observe::trace::TraceParent;
 use crate::queue::{Claim, EntryId, Settlement};
 use crate::running::stream::StreamShared;
 use crate::scheduler::core::{ParkingLot, Ticket};
@@ -37,7 +38,12 @@ pub(super) enum Origin {
         extras: Option<Box<Extras>>,
     },
     /// This node claimed it from the shared queue under a lease.
-    Leased { shared_entry: EntryId, attempt: u32 },
+    Leased {
+        shared_entry: EntryId,
+        attempt: u32,
+        /// The trace it was parked in, if any (see [`Lease::trace`](crate::queue::Lease)).
+        trace: Option<TraceParent>,
+    },
 }
 
 /// Why the mailbox cannot take another outcome, if it cannot.
@@ -160,6 +166,7 @@ pub(super) fn end_unadmitted<P: Send + 'static, R: Send + 'static>(
         Origin::Leased {
             shared_entry,
             attempt,
+            ..
         } => {
             let settlement = match &error {
                 PoolError::Expired => Settlement::Done,

@@ -16,7 +16,7 @@ use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{Claim, EntryId, FitQuery, Settlement};
+use crate::queue::{Carried, Claim, EntryId, FitQuery, Settlement};
 use crate::running::stream::StreamAttachment;
 use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
 use crate::worker::Job;
@@ -153,8 +153,9 @@ pub(crate) enum SharedCall<P> {
         entry: EntryId,
         /// Its admission time: its rank among equal priorities.
         rank_time_ms: u64,
-        /// Claimable by no node before this instant (a scheduled start), if set.
-        not_before_ms: Option<u64>,
+        /// What it carries: claimable by no node before its instant (a scheduled start),
+        /// claimed in its trace.
+        carried: Carried,
         task: ScheduledTask<P>,
         key: MailboxKey,
         reply: Reply,

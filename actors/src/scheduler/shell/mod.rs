@@ -61,7 +61,7 @@ use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
 use crate::observe::stats::PoolStats;
 use crate::queue::actor::QueueReport;
-use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
+use crate::queue::{Carried, Claim, EntryId, Settlement, StoredEntry};
 use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, ParkingLot, Rejection, Ticket};
 use crate::scheduler::protocol::{Extras, Reply, SubmitOptions};
 use crate::util::contain::drop_contained;
@@ -290,8 +290,12 @@ where
                     let Admission {
                         task, key, origin, ..
                     } = admission;
-                    if let Origin::Submitted { reply, .. } = origin {
-                        self.park_shared(entry, task, key, reply);
+                    if let Origin::Submitted { reply, extras } = origin {
+                        let carried = Carried {
+                            not_before_ms: None,
+                            trace: extras.and_then(|extras| extras.trace),
+                        };
+                        self.park_shared(entry, task, key, reply, carried);
                     }
                 }
                 Some(Admit::Reject(rejection)) => {
@@ -383,8 +387,12 @@ where
             let Admission {
                 task, key, origin, ..
             } = admission;
-            if let Origin::Submitted { reply, .. } = origin {
-                self.park_shared_not_before(entry, task, key, reply, Some(until_ms));
+            if let Origin::Submitted { reply, extras } = origin {
+                let carried = Carried {
+                    not_before_ms: Some(until_ms),
+                    trace: extras.and_then(|extras| extras.trace),
+                };
+                self.park_shared(entry, task, key, reply, carried);
             }
             return;
         }
@@ -422,11 +430,12 @@ where
         } = admission;
         let rank_time_ms = admitted_ms(entry);
         match origin {
-            Origin::Submitted { reply, .. } if self.storage.records_starts_shared() => {
+            Origin::Submitted { reply, extras } if self.storage.records_starts_shared() => {
                 // Stored as this node's claim first; it runs, and its submitter hears, once
                 // the queue answers (`SharedReport::Recorded`).
                 let shared_entry = SharedRoom::entry_for(sequence_of(entry));
-                self.tasks.track(entry, &task.meta, &key, timeout, None);
+                let traced = Extras::with_trace(None, extras.and_then(|extras| extras.trace));
+                self.tasks.track(entry, &task.meta, &key, timeout, traced);
                 self.tasks.set_lease(entry, shared_entry, 1);
                 self.tasks.step(entry, TaskStep::Admitted, now);
                 self.tasks.begin_run(entry, false, now);
@@ -454,8 +463,12 @@ where
                     record.rare_mut().reply = Some(reply);
                 }
                 task.meta.mailbox = Some(key);
+                let carried = Carried {
+                    not_before_ms: None,
+                    trace: self.tasks.trace_of(entry),
+                };
                 if let Some(room) = self.storage.local() {
-                    room.park(entry, task, &mut self.tasks.fx);
+                    room.park(entry, task, carried, &mut self.tasks.fx);
                     room.claim(entry, &mut self.tasks.fx);
                 }
             }
@@ -470,9 +483,11 @@ where
             Origin::Leased {
                 shared_entry,
                 attempt,
+                trace,
             } => {
-                // Admitted where it was submitted: claimed here.
-                self.tasks.track(entry, &task.meta, &key, timeout, None);
+                // Claimed here: it goes on in the trace it was parked in.
+                let traced = Extras::with_trace(None, trace);
+                self.tasks.track(entry, &task.meta, &key, timeout, traced);
                 self.tasks.set_lease(entry, shared_entry, attempt);
                 self.tasks.step(entry, TaskStep::Claimed, now);
                 self.tasks.begin_run(entry, false, now);
@@ -493,22 +508,28 @@ where
             ..
         } = admission;
         let (reply, extras) = match origin {
-            Origin::Submitted { reply, .. } if self.storage.is_shared() => {
+            Origin::Submitted { reply, extras } if self.storage.is_shared() => {
                 // It parks in the shared queue, where any node may claim it, not here.
                 if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
                     self.start_parked(started, now);
                 }
-                self.park_shared(entry, task, key, reply);
+                let carried = Carried {
+                    not_before_ms: None,
+                    trace: extras.and_then(|extras| extras.trace),
+                };
+                self.park_shared(entry, task, key, reply, carried);
                 return;
             }
             Origin::Submitted { reply, extras } => (Some(reply), extras),
             Origin::Leased {
                 shared_entry,
                 attempt,
+                trace,
             } => {
                 // Its capacity was taken while the claim was in flight: it parks here, under
                 // its lease, where the core's order protects it.
-                self.tasks.track(entry, &task.meta, &key, timeout, None);
+                let traced = Extras::with_trace(None, trace);
+                self.tasks.track(entry, &task.meta, &key, timeout, traced);
                 self.tasks.set_lease(entry, shared_entry, attempt);
                 let arrived = (None, TaskStep::Claimed);
                 self.tasks
@@ -542,8 +563,12 @@ where
                     record.rare_mut().reply = Some(reply);
                 }
                 task.meta.mailbox = Some(key);
+                let carried = Carried {
+                    not_before_ms,
+                    trace: self.tasks.trace_of(entry),
+                };
                 if let Some(room) = self.storage.local() {
-                    room.park_not_before(entry, task, not_before_ms, &mut self.tasks.fx);
+                    room.park(entry, task, carried, &mut self.tasks.fx);
                 }
             }
         }

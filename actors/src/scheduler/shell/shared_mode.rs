@@ -13,7 +13,7 @@ use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledT
 use crate::mailbox::actor::Stored;
 use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
-use crate::queue::{EntryId, Lease, QueueError, Settlement};
+use crate::queue::{Carried, EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::{Reply, SharedReport};
 use crate::scheduler::shell::effects::SharedCall;
@@ -30,6 +30,7 @@ where
             entry: shared_entry,
             mut task,
             attempt,
+            trace,
             ..
         } = lease;
         if !self.lifecycle.is_open() {
@@ -46,6 +47,7 @@ where
         let origin = Origin::Leased {
             shared_entry,
             attempt,
+            trace,
         };
         self.admit(
             Admission {
@@ -75,32 +77,22 @@ where
             && (limits.budgets.get(kind).is_some() || limits.on_duplicate == OnDuplicate::Attach)
     }
 
-    /// Parks submission `entry` in the shared queue, where any node may claim it.
+    /// Parks submission `entry` in the shared queue, where any node may claim it, with what
+    /// it carries (claimable by no node before its instant, if it has one; claimed in its
+    /// trace, if it has one).
     pub(super) fn park_shared(
-        &mut self,
-        entry: EntryId,
-        task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
-    ) {
-        self.park_shared_not_before(entry, task, key, reply, None);
-    }
-
-    /// [`park_shared`](Self::park_shared), claimable by no node before `not_before_ms` if
-    /// set (a scheduled start).
-    pub(super) fn park_shared_not_before(
         &mut self,
         entry: EntryId,
         mut task: ScheduledTask<P>,
         key: MailboxKey,
         reply: Reply,
-        not_before_ms: Option<u64>,
+        carried: Carried,
     ) {
         task.meta.mailbox = Some(key.clone());
         self.tasks.fx.shared(SharedCall::Enqueue {
             entry: SharedRoom::entry_for(sequence_of(entry)),
             rank_time_ms: admitted_ms(entry),
-            not_before_ms,
+            carried,
             task,
             key,
             reply,

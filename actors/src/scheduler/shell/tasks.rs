@@ -16,6 +16,7 @@ use crate::domain::{
 use crate::mailbox::notify::RunOf;
 use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
+use crate::observe::trace::TraceParent;
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
 use crate::running::stream::{StreamAttachment, StreamShared};
 use crate::running::{Cancellation, Lineage, RunContext};
@@ -154,13 +155,13 @@ where
             let StoredEntry {
                 entry,
                 meta,
-                not_before_ms,
+                carried,
             } = stored;
             self.ledger.note_entry(entry);
             let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
             let ticket = self.ticket(entry, &meta, &key, self.default_timeout);
             // A scheduled start sleeps on until its instant (parked now if it has passed).
-            let restored = match not_before_ms {
+            let restored = match carried.not_before_ms {
                 Some(until_ms) => self.core.park_until(ticket, until_ms, now),
                 None => self.core.restore(ticket, now),
             };
@@ -171,6 +172,10 @@ where
             let mut record = self.record(entry, &meta, &key, self.default_timeout);
             if let Some(payload) = payload {
                 record.keep_payload(payload);
+            }
+            if let Some(trace) = carried.trace {
+                // Resumed after a restart: it goes on in the trace it was parked in.
+                record.rare_mut().trace = Some(trace);
             }
             self.ledger.insert(record);
         }
@@ -377,6 +382,11 @@ where
             record.rare_mut().span = Some(span);
         }
         record
+    }
+
+    /// The trace live task `entry` belongs to, if any.
+    pub fn trace_of(&self, entry: EntryId) -> Option<TraceParent> {
+        self.ledger.get(entry)?.trace().copied()
     }
 
     pub fn set_lease(&mut self, entry: EntryId, shared_entry: EntryId, attempt: u32) {

@@ -30,7 +30,7 @@ fn these_claims(table: &Identifier) -> String {
 const MESSAGE: &str = "jsonb_build_object('entry', item->'entry', 'rank', item->'rank_time_ms', \
      'kind', item->'kind', 'units', item->'units', 'tenant', item->'tenant', \
      'user', item->'user_id', 'session', item->'session_id', 'task', item->'task_id', \
-     'meta', item->'metadata', 'payload', item->'payload')";
+     'meta', item->'metadata', 'payload', item->'payload', 'trace', item->'traceparent')";
 
 /// A time in milliseconds (a `BIGINT` expression) as a `timestamptz`.
 fn at_ms(ms: &str) -> String {
@@ -237,7 +237,8 @@ fn claim_sql(layout: &PgmqLayout) -> String {
          {claims} \
          SELECT msg_id AS row_id, p::smallint AS level, read_ct AS attempt, \
                 (message->>'rank')::bigint AS rank, (message->>'entry')::bigint AS entry, \
-                (message->'meta')::text AS metadata, (message->'payload')::text AS payload \
+                (message->'meta')::text AS metadata, (message->'payload')::text AS payload, \
+                message->>'trace' AS traceparent \
            FROM ({claimed}) AS claimed ORDER BY p DESC, rank, entry",
         all = union_of("c", "msg_id, p, rank, entry, kind, units"),
         held_fits = fits("kind", Units::Free),

@@ -126,7 +126,7 @@ impl<P> PgQueue<TableLayout, P> {
 
 /// The columns a park writes, in the order of [`PARK_RECORD`].
 const PARKED_COLUMNS: &str = "entry, task_id, tenant, user_id, session_id, priority, kind, \
-     units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload, attach";
+     units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload, attach, traceparent";
 
 /// The layout's statements on `t` (see `infra::postgres::shared_queue` for what each is given
 /// and answers).
@@ -348,9 +348,9 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
                   lease_expires_ms = $expires_ms, attempts = job.attempts + 1 \
              FROM pick WHERE job.id = pick.id \
            RETURNING job.id, job.entry, job.attempts, job.priority, job.rank_time_ms, \
-                     job.metadata, job.payload) \
+                     job.metadata, job.payload, job.traceparent) \
          SELECT id AS row_id, 0::smallint AS level, entry, attempts AS attempt, \
-                metadata::text AS metadata, payload::text AS payload \
+                metadata::text AS metadata, payload::text AS payload, traceparent \
            FROM claimed ORDER BY {rank}",
         awake = Arm::Awake.due("$aged_before"),
         woken = Arm::Woken.due("$aged_before"),
@@ -477,18 +477,23 @@ mod tests {
         queue: &PostgresQueue<u64>,
         table: &str,
     ) -> (String, Vec<u64>, Vec<u64>) {
-        use crate::core::{Capacity, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
+        use crate::core::{Capacity, Carried, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
         use crate::infra::postgres::claim::ClaimParams;
         use crate::util::serde::{ResourceCost, ResourceKind};
         let tasks = (0..20_005)
             .map(|id| {
                 let meta = TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1));
-                (id, 1_000 + id, ScheduledTask::new(meta, id))
+                (
+                    id,
+                    1_000 + id,
+                    ScheduledTask::new(meta, id),
+                    Carried::default(),
+                )
             })
             .collect();
         let parked = queue.enqueue_many(tasks).await;
         assert!(parked.iter().all(Result::is_ok));
-        // As `enqueue_not_before` parks them, in one statement.
+        // As `enqueue_carrying` parks them with an instant, in one statement.
         let asleep = format!("UPDATE {table} SET not_before_ms = 10000000 WHERE task_id < 20000");
         run_sql(database, asleep).await;
         run_sql(database, format!("VACUUM ANALYZE {table}")).await;
@@ -533,5 +538,57 @@ mod tests {
             .await
             .expect("claim the woken tasks");
         (plan, ids(due), ids(woken))
+    }
+
+    /// A queue table made before tasks carried their trace (no `traceparent` column) gains
+    /// the column when a queue opens it, and its tasks then keep their trace from park to
+    /// claim; its rows parked before keep theirs, with no trace.
+    #[test]
+    fn a_table_made_before_traces_gains_the_column_when_opened() {
+        use crate::core::{Capacity, Carried, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
+        use crate::util::serde::{ResourceCost, ResourceKind};
+        use std::time::Duration;
+
+        let database = probe::database();
+        let table = format!("pl_trace_migration_{}", std::process::id());
+        let task = |id| {
+            ScheduledTask::new(
+                TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1)),
+                id,
+            )
+        };
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .expect("traceparent");
+        let older = PostgresQueue::<u64>::open(&database, &table, "old").expect("open");
+        let claimed = probe::runtime().block_on(async {
+            older.enqueue(1, 1_000, task(1)).await.expect("park before");
+            run_sql(
+                &database,
+                format!("ALTER TABLE {table} DROP COLUMN traceparent"),
+            )
+            .await;
+            let reopened = PostgresQueue::<u64>::open(&database, &table, "old").expect("reopen");
+            let carried = Carried {
+                trace: Some(trace),
+                ..Carried::default()
+            };
+            reopened
+                .enqueue_carrying(2, 2_000, task(2), carried)
+                .await
+                .expect("park in a trace");
+            let free = FitQuery::within(Capacity::uniform(4));
+            let leases = reopened
+                .claim_batch("node", &free, 4, Duration::from_secs(30), 10_000)
+                .await
+                .expect("claim");
+            run_sql(&database, format!("DROP TABLE {table}")).await;
+            leases
+        });
+        let seen: Vec<_> = claimed
+            .iter()
+            .map(|lease| (lease.entry, lease.trace))
+            .collect();
+        assert_eq!(seen, vec![(1, None), (2, Some(trace))]);
     }
 }

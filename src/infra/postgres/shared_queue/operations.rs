@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::PgQueue;
 use crate::core::{
-    Budgets, Claim, EntryId, FairByUse, FitQuery, Lease, QueueError, QueueMaintenance,
+    Budgets, Carried, Claim, EntryId, FairByUse, FitQuery, Lease, QueueError, QueueMaintenance,
     ScheduledTask, Settlement, SharedQueue, TenantWeights,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
@@ -46,19 +46,35 @@ where
         rank_time_ms: u64,
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        let mut parked = self.enqueue_many(vec![(entry, rank_time_ms, task)]).await;
+        self.enqueue_carrying(entry, rank_time_ms, task, Carried::default())
+            .await
+    }
+
+    /// One row whose `not_before_ms` (the table's column, pgmq's visibility time) keeps every
+    /// node's claim off it until then, and whose `traceparent` (the table's column, a field
+    /// of pgmq's message) every claim of it returns.
+    async fn enqueue_carrying(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        carried: Carried,
+    ) -> Result<(), QueueError> {
+        let mut parked = self
+            .enqueue_many(vec![(entry, rank_time_ms, task, carried)])
+            .await;
         parked.pop().unwrap_or(Err(QueueError::Duplicate(entry)))
     }
 
     async fn enqueue_many(
         &self,
-        tasks: Vec<(EntryId, u64, ScheduledTask<P>)>,
+        tasks: Vec<(EntryId, u64, ScheduledTask<P>, Carried)>,
     ) -> Vec<Result<(), QueueError>> {
         let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
         let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
         let mut written = Vec::with_capacity(tasks.len());
-        for (entry, rank_time_ms, task) in tasks {
-            match rows.push(entry, rank_time_ms, &task) {
+        for (entry, rank_time_ms, task, carried) in tasks {
+            match rows.push_carrying(entry, rank_time_ms, &task, carried) {
                 Ok(()) => {
                     written.push((parked.len(), entry));
                     parked.push(Ok(()));
@@ -125,27 +141,8 @@ where
             task,
             attempt: 1,
             expires_at_ms,
+            trace: None,
         })
-    }
-
-    /// One row whose `not_before_ms` (the table's column, pgmq's visibility time) keeps every
-    /// node's claim off it until then.
-    async fn enqueue_not_before(
-        &self,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        not_before_ms: u64,
-    ) -> Result<(), QueueError> {
-        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
-        rows.push_not_before(entry, rank_time_ms, &task, Some(not_before_ms))?;
-        let params = [("queue", self.queue()), ("rows", rows.finish().into())];
-        let stored = self.rows("park", &self.statements.park, &params).await?;
-        if returned_entries(&stored).is_empty() {
-            return Err(QueueError::Duplicate(entry));
-        }
-        self.announce();
-        Ok(())
     }
 
     /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the

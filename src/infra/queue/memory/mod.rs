@@ -1,7 +1,8 @@
 //! The default queue: parked tasks in memory.
 //!
 //! The scheduler's core indexes parked tasks and decides which one starts; this queue only
-//! holds their payloads by entry id, so it is a hash map and nothing more. It needs no I/O,
+//! holds their payloads (and what each was parked with) by entry id, so it is a hash map and
+//! nothing more. It needs no I/O,
 //! so the scheduler drives it directly ([`InlineQueue`]). Nothing survives the process:
 //! shutdown ends parked tasks `Cancelled`.
 //!
@@ -15,7 +16,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use crate::core::{
-    EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
+    Carried, EntryId, InlineQueue, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
     TaskQueue,
 };
 use prometheus_parking_lot_actors::scheduler::core::FastMap;
@@ -35,7 +36,8 @@ pub struct InMemoryQueue<P> {
 }
 
 struct Entries<P> {
-    parked: FastMap<EntryId, ScheduledTask<P>>,
+    /// Parked tasks, each with what it was parked with ([`TaskQueue::park_carrying`]).
+    parked: FastMap<EntryId, (ScheduledTask<P>, Carried)>,
     claimed: FastMap<EntryId, ()>,
 }
 
@@ -70,10 +72,15 @@ impl<P> InMemoryQueue<P> {
     fn lock(&self) -> MutexGuard<'_, Entries<P>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-impl<P: Send + 'static> InlineQueue<P> for InMemoryQueue<P> {
-    fn park_now(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
+    /// Parks `task` as `entry` with what it carries, unless the entry is held or the queue
+    /// is full.
+    fn park_with(
+        &self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        carried: Carried,
+    ) -> Result<(), QueueError> {
         let mut entries = self.lock();
         if entries.parked.contains_key(&entry) || entries.claimed.contains_key(&entry) {
             return Err(QueueError::Duplicate(entry));
@@ -83,13 +90,19 @@ impl<P: Send + 'static> InlineQueue<P> for InMemoryQueue<P> {
                 return Err(QueueError::Full(max));
             }
         }
-        entries.parked.insert(entry, task);
+        entries.parked.insert(entry, (task, carried));
         Ok(())
+    }
+}
+
+impl<P: Send + 'static> InlineQueue<P> for InMemoryQueue<P> {
+    fn park_now(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
+        self.park_with(entry, task, Carried::default())
     }
 
     fn claim_now(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let mut entries = self.lock();
-        let task = entries.parked.remove(&entry);
+        let task = entries.parked.remove(&entry).map(|(task, _)| task);
         if task.is_some() {
             entries.claimed.insert(entry, ());
         }
@@ -104,7 +117,7 @@ impl<P: Send + 'static> InlineQueue<P> for InMemoryQueue<P> {
     }
 
     fn remove_now(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        Ok(self.lock().parked.remove(&entry))
+        Ok(self.lock().parked.remove(&entry).map(|(task, _)| task))
     }
 }
 
@@ -126,6 +139,17 @@ impl<P: Send + 'static> TaskQueue<P> for InMemoryQueue<P> {
         self.park_now(entry, task)
     }
 
+    /// Kept beside the task and returned by [`load_parked`](TaskQueue::load_parked), as a
+    /// durable queue returns it after a restart.
+    async fn park_carrying(
+        &self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        carried: Carried,
+    ) -> Result<(), QueueError> {
+        self.park_with(entry, task, carried)
+    }
+
     async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         self.claim_now(entry)
     }
@@ -145,11 +169,10 @@ impl<P: Send + 'static> TaskQueue<P> for InMemoryQueue<P> {
         let mut stored: Vec<StoredEntry> = entries
             .parked
             .iter()
-            .map(|(&entry, task)| StoredEntry {
+            .map(|(&entry, (task, carried))| StoredEntry {
                 entry,
                 meta: task.meta.clone(),
-                // Nothing here outlives the process: the scheduler keeps a sleeper's instant.
-                not_before_ms: None,
+                carried: *carried,
             })
             .collect();
         stored.sort_unstable_by_key(|stored| stored.entry);

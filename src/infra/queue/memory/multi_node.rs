@@ -43,8 +43,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::core::scheduling::{RankKey, TokenBucket};
+use crate::core::TraceParent;
 use crate::core::{
-    Budget, Budgets, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
+    Budget, Budgets, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
     QueueError, QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
@@ -192,6 +193,8 @@ struct Parked<P> {
     /// was parked. The starvation rule ages it from then, as a node's core ages a sleeper
     /// from its waking.
     claimable_from_ms: u64,
+    /// The trace it was parked in, handed to every node that claims it.
+    trace: Option<TraceParent>,
 }
 
 /// A claimed entry: the task (kept to park it again if the lease runs out) and the lease.
@@ -443,18 +446,8 @@ where
         rank_time_ms: u64,
         task: ScheduledTask<P>,
     ) -> Result<(), QueueError> {
-        let mut lot = self.lock();
-        if lot.refuses(entry, &task) {
-            return Err(QueueError::Duplicate(entry));
-        }
-        let parked = Parked {
-            task,
-            rank_time_ms,
-            claims: 0,
-            claimable_from_ms: 0,
-        };
-        lot.park(entry, parked);
-        Ok(())
+        self.enqueue_carrying(entry, rank_time_ms, task, Carried::default())
+            .await
     }
 
     /// The tick's key and the task are kept under one lock: a tick at or before the
@@ -483,6 +476,7 @@ where
             rank_time_ms: tick_ms,
             claims: 0,
             claimable_from_ms: 0,
+            trace: None,
         };
         lot.park(entry, parked);
         Ok(true)
@@ -510,6 +504,7 @@ where
             task: task.clone(),
             attempt: 1,
             expires_at_ms: Lease::<P>::expiry(now_ms, lease),
+            trace: None,
         };
         let held = Held {
             parked: Parked {
@@ -517,6 +512,7 @@ where
                 rank_time_ms,
                 claims: 1,
                 claimable_from_ms: 0,
+                trace: None,
             },
             node: node.to_owned(),
             expires_at_ms: leased.expires_at_ms,
@@ -525,13 +521,14 @@ where
         Ok(leased)
     }
 
-    /// Kept resting until `not_before_ms`, as a retried claim rests out its backoff.
-    async fn enqueue_not_before(
+    /// The trace is kept with the task and handed to each claim; a scheduled start is kept
+    /// resting until its instant, as a retried claim rests out its backoff.
+    async fn enqueue_carrying(
         &self,
         entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
-        not_before_ms: u64,
+        carried: Carried,
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
         if lot.refuses(entry, &task) {
@@ -542,8 +539,14 @@ where
             rank_time_ms,
             claims: 0,
             claimable_from_ms: 0,
+            trace: carried.trace,
         };
-        lot.resting.insert(entry, (not_before_ms, parked));
+        match carried.not_before_ms {
+            Some(not_before_ms) => {
+                lot.resting.insert(entry, (not_before_ms, parked));
+            }
+            None => lot.park(entry, parked),
+        }
         Ok(())
     }
 
@@ -573,6 +576,7 @@ where
             task: parked.task.clone(),
             attempt: parked.claims,
             expires_at_ms: Lease::<P>::expiry(now_ms, lease),
+            trace: parked.trace,
         };
         let held = Held {
             parked,

@@ -13,7 +13,8 @@
 //! | record | written by | meaning |
 //! | --- | --- | --- |
 //! | `park` (entry, task as JSON) | [`park`](TaskQueue::park) | the entry is parked with this task |
-//! | `park_at` (entry, instant, task as JSON) | [`park_not_before`](TaskQueue::park_not_before) | the same, not to start before the instant (a scheduled start, returned by `load_parked`) |
+//! | `park_at` (entry, instant, task as JSON) | [`park_carrying`](TaskQueue::park_carrying) | the same, not to start before the instant (a scheduled start, returned by `load_parked`) |
+//! | `park_carried` (entry, flags, instant if any, trace, task as JSON) | [`park_carrying`](TaskQueue::park_carrying) | the same, in a trace (returned by `load_parked`: a resumed task goes on in it) |
 //! | `claim` (entry) | [`claim`](TaskQueue::claim) | the entry is running |
 //! | `gone` (entry) | [`settle`](TaskQueue::settle), [`remove`](TaskQueue::remove) | the entry is finished or cancelled |
 //!
@@ -83,7 +84,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::core::{
-    EntryId, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry, TaskQueue,
+    Carried, EntryId, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry, TaskQueue,
 };
 
 /// Parked and claimed tasks in files; see the module docs.
@@ -155,13 +156,13 @@ impl<P> YaqueQueue<P> {
 }
 
 impl<P: Serialize> YaqueQueue<P> {
-    /// Appends `task`'s park (with the instant before which it must not start, if any) and
-    /// indexes it.
+    /// Appends `task`'s park (with what it carries: the instant before which it must not
+    /// start, its trace) and indexes it.
     fn store_park(
         &self,
         entry: EntryId,
         task: &ScheduledTask<P>,
-        not_before_ms: Option<u64>,
+        carried: Carried,
     ) -> Result<(), QueueError> {
         let bytes = serde_json::to_vec(task).map_err(|error| {
             QueueError::Backend(BackendFault::plain(
@@ -172,7 +173,7 @@ impl<P: Serialize> YaqueQueue<P> {
         let kept = Kept {
             task: bytes,
             claimed: false,
-            not_before_ms,
+            carried,
         };
         let mut store = self.lock();
         if store.entries.contains_key(&entry) {
@@ -233,18 +234,18 @@ where
     }
 
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
-        self.store_park(entry, &task, None)
+        self.store_park(entry, &task, Carried::default())
     }
 
-    /// Stored as a `park` record with the instant before it (see `record.rs`), which
-    /// [`load_parked`](TaskQueue::load_parked) returns after a restart.
-    async fn park_not_before(
+    /// Stored as a `park` record with what it carries before the task (see `record.rs`),
+    /// which [`load_parked`](TaskQueue::load_parked) returns after a restart.
+    async fn park_carrying(
         &self,
         entry: EntryId,
         task: ScheduledTask<P>,
-        not_before_ms: u64,
+        carried: Carried,
     ) -> Result<(), QueueError> {
-        self.store_park(entry, &task, Some(not_before_ms))
+        self.store_park(entry, &task, carried)
     }
 
     async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -325,7 +326,7 @@ where
                 Ok(StoredEntry {
                     entry,
                     meta,
-                    not_before_ms: kept.not_before_ms,
+                    carried: kept.carried,
                 })
             })
             .collect()

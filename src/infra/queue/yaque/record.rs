@@ -1,5 +1,6 @@
-//! A record of the log: its kinds (park, park with a not-before instant, claim, gone), its bytes (tag, kind, entry id, body, checksum) inside
-//! yaque's frames, and how damage is told from a good record.
+//! A record of the log: its kinds (park, park with a not-before instant, park with what the
+//! task carries, claim, gone), its bytes (tag, kind, entry id, body, checksum) inside yaque's
+//! frames, and how damage is told from a good record.
 
 use crate::core::EntryId;
 
@@ -19,6 +20,18 @@ pub(super) const GONE: u8 = 3;
 /// A park of a task that must not start before an instant (a scheduled start): its body is
 /// the instant (8 bytes, little-endian ms since the Unix epoch), then the task.
 pub(super) const PARK_AT: u8 = 4;
+/// A park of a task that carries its trace (and maybe a not-before instant): its body is a
+/// byte of flags ([`CARRIES_INSTANT`], [`CARRIES_TRACE`]), then the instant (8 bytes,
+/// little-endian ms since the Unix epoch) if flagged, then the trace (16 bytes of trace id,
+/// 8 of span id, 1 of trace flags) if flagged, then the task. A park without a trace is
+/// written as `PARK` or `PARK_AT`, which every earlier version reads.
+pub(super) const PARK_CARRIED: u8 = 5;
+/// The flag of a `PARK_CARRIED` body that holds an instant.
+pub(super) const CARRIES_INSTANT: u8 = 1;
+/// The flag of a `PARK_CARRIED` body that holds a trace.
+pub(super) const CARRIES_TRACE: u8 = 2;
+/// The bytes of a trace in a `PARK_CARRIED` body.
+pub(super) const TRACE_LEN: usize = 16 + 8 + 1;
 
 /// The frame starting at `at`, if it is whole and its record checks: (kind, entry, body,
 /// where the next frame starts).
@@ -51,7 +64,7 @@ pub(super) fn decode(record: &[u8]) -> Option<(u8, EntryId, &[u8])> {
         return None;
     }
     let kind = content[4];
-    if !(PARK..=PARK_AT).contains(&kind) {
+    if !(PARK..=PARK_CARRIED).contains(&kind) {
         return None;
     }
     let entry = EntryId::from_le_bytes(content[5..13].try_into().ok()?);

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use yaque::{Sender, SenderBuilder};
 
-use crate::core::{EntryId, QueueError, TaskMetadata};
+use crate::core::{Carried, EntryId, QueueError, TaskMetadata, TraceParent};
 
 use super::os;
 use super::record::{
-    encode, frame_at, record_len, CLAIM, FRAME_HEADER, GONE, MAX_FRAME, PARK, PARK_AT,
-    RECORD_OVERHEAD, SEGMENT_END,
+    encode, frame_at, record_len, CARRIES_INSTANT, CARRIES_TRACE, CLAIM, FRAME_HEADER, GONE,
+    MAX_FRAME, PARK, PARK_AT, PARK_CARRIED, RECORD_OVERHEAD, SEGMENT_END, TRACE_LEN,
 };
 
 /// A truncated or corrupt stretch of a segment file, set aside at start.
@@ -81,44 +81,70 @@ pub(super) struct Store {
     pub(super) uncertain: BTreeSet<EntryId>,
 }
 
-/// A live entry: its task as stored, and whether it is running.
+/// A live entry: its task as stored, whether it is running, and what it was parked with.
 pub(super) struct Kept {
     pub(super) task: Vec<u8>,
     pub(super) claimed: bool,
-    /// The instant (ms since the Unix epoch) before which it must not start, if it was
-    /// parked with one (a scheduled start).
-    pub(super) not_before_ms: Option<u64>,
+    /// The instant (ms since the Unix epoch) before which it must not start (a scheduled
+    /// start), and the trace it belongs to, if it was parked with them.
+    pub(super) carried: Carried,
 }
 
 impl Kept {
     /// The entry as a `park` record's kind and body would store it.
     fn from_park(kind: u8, body: &[u8]) -> Option<Self> {
-        let (not_before_ms, task) = match kind {
-            PARK => (None, body),
+        let (carried, task) = match kind {
+            PARK => (Carried::default(), body),
             PARK_AT => {
                 let (instant, task) = body.split_first_chunk::<8>()?;
-                (Some(u64::from_le_bytes(*instant)), task)
+                let carried = Carried {
+                    not_before_ms: Some(u64::from_le_bytes(*instant)),
+                    trace: None,
+                };
+                (carried, task)
             }
+            PARK_CARRIED => read_carried(body)?,
             _ => return None,
         };
         Some(Self {
             task: task.to_vec(),
             claimed: false,
-            not_before_ms,
+            carried,
         })
     }
 
-    /// Its `park` record's kind and body: the task, after its instant if it has one.
+    /// Its `park` record's kind and body: the task, after what it carries (see
+    /// `record.rs`). Without a trace, the kinds every earlier version reads.
     pub(super) fn park_body(&self) -> (u8, Cow<'_, [u8]>) {
-        match self.not_before_ms {
-            None => (PARK, Cow::Borrowed(&self.task)),
-            Some(instant) => {
-                let mut body = Vec::with_capacity(8 + self.task.len());
+        let Carried {
+            not_before_ms,
+            trace,
+        } = self.carried;
+        let mut body = Vec::with_capacity(1 + 8 + TRACE_LEN + self.task.len());
+        let kind = match (not_before_ms, trace) {
+            (None, None) => return (PARK, Cow::Borrowed(&self.task)),
+            (Some(instant), None) => {
                 body.extend_from_slice(&instant.to_le_bytes());
-                body.extend_from_slice(&self.task);
-                (PARK_AT, Cow::Owned(body))
+                PARK_AT
             }
-        }
+            (instant, Some(trace)) => {
+                let instant_flag = if instant.is_some() {
+                    CARRIES_INSTANT
+                } else {
+                    0
+                };
+                body.push(CARRIES_TRACE | instant_flag);
+                if let Some(instant) = instant {
+                    body.extend_from_slice(&instant.to_le_bytes());
+                }
+                body.extend_from_slice(&trace.trace_id());
+                body.extend_from_slice(&trace.span_id());
+                body.push(trace.flags());
+                PARK_CARRIED
+            }
+        };
+        body.extend_from_slice(&self.task);
+        (kind, Cow::Owned(body))
     }
 
     /// Its `park` record.
@@ -129,9 +155,39 @@ impl Kept {
 
     /// What its `park` record takes on disk.
     pub(super) fn park_len(&self) -> u64 {
-        let instant = if self.not_before_ms.is_some() { 8 } else { 0 };
-        record_len(self.task.len() + instant)
+        let instant = if self.carried.not_before_ms.is_some() {
+            8
+        } else {
+            0
+        };
+        let trace = if self.carried.trace.is_some() {
+            1 + TRACE_LEN
+        } else {
+            0
+        };
+        record_len(self.task.len() + instant + trace)
     }
+}
+
+/// What a `PARK_CARRIED` body carries, and the task after it; `None` if it is cut short or
+/// holds an invalid trace.
+fn read_carried(body: &[u8]) -> Option<(Carried, &[u8])> {
+    let (&flags, mut rest) = body.split_first()?;
+    let mut carried = Carried::default();
+    if flags & CARRIES_INSTANT != 0 {
+        let (instant, after) = rest.split_first_chunk::<8>()?;
+        carried.not_before_ms = Some(u64::from_le_bytes(*instant));
+        rest = after;
+    }
+    if flags & CARRIES_TRACE != 0 {
+        let (trace_id, after) = rest.split_first_chunk::<16>()?;
+        let (span_id, after) = after.split_first_chunk::<8>()?;
+        let (&trace_flags, after) = after.split_first()?;
+        let trace = TraceParent::new(*trace_id, *span_id, trace_flags & 1 == 1)?;
+        carried.trace = Some(trace);
+        rest = after;
+    }
+    Some((carried, rest))
 }
 
 /// The part of a stored task read at start.
@@ -512,7 +568,7 @@ impl Replay {
 
     fn apply(&mut self, kind: u8, entry: EntryId, body: &[u8]) {
         match kind {
-            PARK | PARK_AT => match Kept::from_park(kind, body) {
+            PARK | PARK_AT | PARK_CARRIED => match Kept::from_park(kind, body) {
                 Some(kept) => {
                     self.entries.insert(entry, kept);
                 }

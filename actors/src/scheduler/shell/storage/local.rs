@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::domain::{BackendFault, Durability, ScheduledTask};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{EntryId, Settlement};
+use crate::queue::{Carried, EntryId, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::shell::effects::{Effect, Effects};
 use crate::scheduler::shell::ledger::Record;
@@ -88,18 +88,13 @@ impl LocalRoom {
         self.spin_due.front().map(|&(due, _)| due)
     }
 
-    /// Stores a parked task (answered with `QueueReport::Parked` or `ParkFailed`).
-    pub fn park<P, R>(&mut self, entry: EntryId, task: ScheduledTask<P>, fx: &mut Effects<P, R>) {
-        self.park_not_before(entry, task, None, fx);
-    }
-
-    /// Stores a parked task that must not start before `not_before_ms`, if it has one (a
-    /// scheduled start, kept across a restart).
-    pub fn park_not_before<P, R>(
+    /// Stores a parked task with what it carries (a scheduled start's instant and its
+    /// trace, kept across a restart); answered with `QueueReport::Parked` or `ParkFailed`.
+    pub fn park<P, R>(
         &mut self,
         entry: EntryId,
         task: ScheduledTask<P>,
-        not_before_ms: Option<u64>,
+        carried: Carried,
         fx: &mut Effects<P, R>,
     ) {
         self.waits += 1;
@@ -107,7 +102,7 @@ impl LocalRoom {
         fx.push(Effect::Queue(QueueMsg::Park {
             entry,
             task,
-            not_before_ms,
+            carried,
         }));
     }
 
@@ -252,8 +247,12 @@ impl LocalRoom {
             if !record.is_parked() {
                 continue;
             }
+            let carried = Carried {
+                not_before_ms: None,
+                trace: record.trace().copied(),
+            };
             if let Some(task) = record.take_task() {
-                self.park(entry, task, &mut tasks.fx);
+                self.park(entry, task, carried, &mut tasks.fx);
             }
         }
     }

@@ -106,6 +106,7 @@ impl World {
                         task,
                         attempt: 1,
                         expires_at_ms: self.now + 300,
+                        trace: None,
                     })
                 };
                 SharedReport::Recorded { entry, result }
@@ -129,6 +130,7 @@ impl World {
                             task,
                             attempt: 1,
                             expires_at_ms: self.now + 300,
+                            trace: None,
                         });
                     } else {
                         index += 1;

@@ -53,8 +53,8 @@ fn settle(world: &mut World) -> Vec<Option<u64>> {
     loop {
         if world.shell.has_effects() {
             for effect in world.shell.take_effects(Vec::new()) {
-                if let Effect::Queue(QueueMsg::Park { not_before_ms, .. }) = &effect {
-                    instants.push(*not_before_ms);
+                if let Effect::Queue(QueueMsg::Park { carried, .. }) = &effect {
+                    instants.push(carried.not_before_ms);
                 }
                 world.effect(effect).expect("effect");
             }
