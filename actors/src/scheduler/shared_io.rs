@@ -22,8 +22,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
+use crate::scheduler::core::WaitReason;
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
-use crate::queue::{Claim, EntryId, QueueError, Settlement, SharedQueue};
+use crate::queue::{Claim, DependsOn, EntryId, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -283,6 +284,7 @@ struct ToPark<P> {
     entry: EntryId,
     rank_time_ms: u64,
     not_before_ms: Option<u64>,
+    depends_on: Option<DependsOn>,
     task: ScheduledTask<P>,
     key: MailboxKey,
     reply: Reply,
@@ -353,7 +355,8 @@ async fn park_loop<P: Send + 'static>(
 
 /// Stores a group of parks: the tasks that may be claimed at once in one
 /// [`SharedQueue::enqueue_many`], each scheduled start with
-/// [`SharedQueue::enqueue_not_before`]. Empties `group` into `answers` (who hears of each
+/// [`SharedQueue::enqueue_not_before`], each task waiting for parents with
+/// [`SharedQueue::enqueue_waiting`]. Empties `group` into `answers` (who hears of each
 /// task) and returns each task's result in the group's order (`None`: the queue gave none).
 async fn enqueue_group<P: Send + 'static>(
     queue: &dyn SharedQueue<P>,
@@ -370,6 +373,14 @@ async fn enqueue_group<P: Send + 'static>(
     for park in group.drain(..) {
         let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
         answers.push((task_id, park.key, cost, park.reply));
+        if let Some(depends_on) = &park.depends_on {
+            let (entry, rank_time_ms) = (park.entry, park.rank_time_ms);
+            let parked = queue
+                .enqueue_waiting(entry, rank_time_ms, park.task, park.not_before_ms, depends_on)
+                .await;
+            results.push(Some(parked));
+            continue;
+        }
         match park.not_before_ms {
             Some(not_before_ms) => {
                 let (entry, rank_time_ms) = (park.entry, park.rank_time_ms);
@@ -518,6 +529,7 @@ where
                 entry,
                 rank_time_ms,
                 not_before_ms,
+                depends_on,
                 task,
                 key,
                 reply,
@@ -526,6 +538,7 @@ where
                     entry,
                     rank_time_ms,
                     not_before_ms,
+                    depends_on,
                     task,
                     key,
                     reply,
@@ -611,6 +624,27 @@ where
                         reply,
                         result,
                     })
+                });
+            }
+            SharedCall::WhyWaiting {
+                pool,
+                key,
+                id,
+                reply,
+            } => {
+                let queue = self.queue.clone();
+                tokio::spawn(async move {
+                    let answer = match queue.waiting_parents(&key, id).await {
+                        Ok(Some(pending)) => Ok(Some(WaitReason::Dependencies { pending })),
+                        Ok(None) => Err(PoolError::TaskNotFound(id)),
+                        Err(error) => Err(PoolError::from(crate::domain::BackendError::new(
+                            &*pool,
+                            format!("{} queue", queue.backend()),
+                            "read why a task waits",
+                            crate::queue::actor::fault_of(error),
+                        ))),
+                    };
+                    let _ = reply.send(answer);
                 });
             }
             SharedCall::Renew { held, now } => {

@@ -16,8 +16,9 @@ use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{Claim, EntryId, FitQuery, Settlement};
+use crate::queue::{Claim, DependsOn, EntryId, FitQuery, Settlement};
 use crate::running::stream::StreamAttachment;
+use crate::scheduler::core::WaitReason;
 use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
 use crate::worker::Job;
 use std::sync::Arc;
@@ -155,6 +156,8 @@ pub(crate) enum SharedCall<P> {
         rank_time_ms: u64,
         /// Claimable by no node before this instant (a scheduled start), if set.
         not_before_ms: Option<u64>,
+        /// Held until these parents succeed, if set (a queue that keeps dependencies).
+        depends_on: Option<DependsOn>,
         task: ScheduledTask<P>,
         key: MailboxKey,
         reply: Reply,
@@ -200,6 +203,15 @@ pub(crate) enum SharedCall<P> {
     },
     /// Renew the leases this node holds (`SharedReport::Lost` names those it lost).
     Renew { held: Vec<EntryId>, now: u64 },
+    /// Answer why the task `id` of exactly `key`, parked in the queue, waits, if it waits
+    /// for parents there (`TaskNotFound` otherwise, as for a task the node does not hold).
+    WhyWaiting {
+        /// The pool, for an error's words.
+        pool: Arc<str>,
+        key: MailboxKey,
+        id: TaskId,
+        reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
+    },
 }
 
 /// The effects of the events handled so far, in order.

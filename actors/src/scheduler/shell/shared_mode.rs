@@ -13,7 +13,7 @@ use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledT
 use crate::mailbox::actor::Stored;
 use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
-use crate::queue::{EntryId, Lease, QueueError, Settlement};
+use crate::queue::{DependsOn, EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::{Reply, SharedReport};
 use crate::scheduler::shell::effects::SharedCall;
@@ -86,6 +86,29 @@ where
         self.park_shared_not_before(entry, task, key, reply, None);
     }
 
+    /// [`park_shared`](Self::park_shared), held in the queue until `depends_on`'s parents
+    /// succeed (and claimable by no node before `not_before_ms`, if set).
+    pub(super) fn park_shared_waiting(
+        &mut self,
+        entry: EntryId,
+        mut task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+        not_before_ms: Option<u64>,
+        depends_on: DependsOn,
+    ) {
+        task.meta.mailbox = Some(key.clone());
+        self.tasks.fx.shared(SharedCall::Enqueue {
+            entry: SharedRoom::entry_for(sequence_of(entry)),
+            rank_time_ms: admitted_ms(entry),
+            not_before_ms,
+            depends_on: Some(depends_on),
+            task,
+            key,
+            reply,
+        });
+    }
+
     /// [`park_shared`](Self::park_shared), claimable by no node before `not_before_ms` if
     /// set (a scheduled start).
     pub(super) fn park_shared_not_before(
@@ -101,6 +124,7 @@ where
             entry: SharedRoom::entry_for(sequence_of(entry)),
             rank_time_ms: admitted_ms(entry),
             not_before_ms,
+            depends_on: None,
             task,
             key,
             reply,
@@ -279,7 +303,7 @@ where
                 drop_contained(lease.task);
                 self.tasks.fx.shared(SharedCall::Settle {
                     claim,
-                    settlement: Settlement::Done,
+                    settlement: Settlement::Ended(crate::domain::TaskStatus::Cancelled),
                 });
             }
         }
