@@ -36,9 +36,8 @@ use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
-    DEPENDENCIES_SUPPORTED,
-    Claim, DeadLetter, DependsOn, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, SharedQueue,
-    StarvationRule,
+    Claim, DeadLetter, DependsOn, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound,
+    SharedQueue, StarvationRule, DEPENDENCIES_SUPPORTED,
 };
 
 /// The pool's own id of an admitted task. See the module docs.

@@ -22,9 +22,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
-use crate::scheduler::core::WaitReason;
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 use crate::queue::{Claim, DependsOn, EntryId, QueueError, Settlement, SharedQueue};
+use crate::scheduler::core::WaitReason;
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -376,7 +376,13 @@ async fn enqueue_group<P: Send + 'static>(
         if let Some(depends_on) = &park.depends_on {
             let (entry, rank_time_ms) = (park.entry, park.rank_time_ms);
             let parked = queue
-                .enqueue_waiting(entry, rank_time_ms, park.task, park.not_before_ms, depends_on)
+                .enqueue_waiting(
+                    entry,
+                    rank_time_ms,
+                    park.task,
+                    park.not_before_ms,
+                    depends_on,
+                )
                 .await;
             results.push(Some(parked));
             continue;

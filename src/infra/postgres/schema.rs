@@ -8,6 +8,8 @@
 use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
+use super::queue::dependencies::{dependencies_ddl, last_index};
+use super::queue::table::PARKED_COLUMNS;
 use super::service::{service_tables, FLOORS_TABLE};
 use super::shared_queue::{ticks_table, TICKS_TABLE};
 use super::PgDatabase;
@@ -73,7 +75,11 @@ impl std::fmt::Display for Identifier {
 ///   of its queue (`_live_caller`): a pool that attaches repeated submissions parks such
 ///   rows. Such a row that completes stays a minute as `done` (its lease column says until
 ///   when), so a resubmission racing with its end still meets it.
-/// - `state` may then also be `done`.
+/// - `state` may then also be `done`: every run that ends leaves its row so for a minute
+///   (its caller is known to children named after its end; `ended_status` says how it
+///   ended when it did not succeed), or `cancelled`: a child whose parent did not succeed,
+///   until a node delivers it (see `queue/dependencies.rs`, which adds the dependencies'
+///   columns, edge table and functions).
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
 ///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
 ///   or dead-lettered.
@@ -120,7 +126,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS {table}_live_caller
     ON {table} (queue_name, tenant, task_id) WHERE attach AND state IN ('parked', 'claimed', 'done');
 CREATE INDEX IF NOT EXISTS {table}_done
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'done';
-"#
+{dependencies}"#,
+        dependencies = dependencies_ddl(table, PARKED_COLUMNS),
     )
 }
 
@@ -176,7 +183,7 @@ impl PgDatabase {
     /// while other nodes claim from the table could then deadlock with them.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
         let (sql, last_index) = match table {
-            Table::Queue(name) => (queue_table(name), format!("{}_done", name.as_str())),
+            Table::Queue(name) => (queue_table(name), last_index(name)),
             Table::Mailbox(name) => (mailbox_table(name), format!("{}_task", name.as_str())),
             Table::Budgets => (budgets_table(), BUDGETS_TABLE.to_owned()),
             Table::Service => (service_tables(), FLOORS_TABLE.to_owned()),

@@ -115,15 +115,12 @@ impl ControlRequest {
             ControlRequest::WhyWaiting { key, id, reply } => match shell.why_waiting(&key, id) {
                 // Not held here: on a queue that keeps dependencies it may wait there.
                 Err(PoolError::TaskNotFound(_)) if shell.storage.keeps_dependencies() => {
-                    shell
-                        .tasks
-                        .fx
-                        .shared(SharedCall::WhyWaiting {
-                            pool: shell.tasks.pool.clone(),
-                            key,
-                            id,
-                            reply,
-                        });
+                    shell.tasks.fx.shared(SharedCall::WhyWaiting {
+                        pool: shell.tasks.pool.clone(),
+                        key,
+                        id,
+                        reply,
+                    });
                 }
                 answer => {
                     let _ = reply.send(answer);

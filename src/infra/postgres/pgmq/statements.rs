@@ -68,6 +68,8 @@ impl PgmqLayout {
             settle_done: sql(settle_sql(layout, &Settlement::Done)),
             // A task's end is a task's end here: the layout keeps no dependencies.
             settle_ended: sql(settle_sql(layout, &Settlement::Done)),
+            park_waiting: None,
+            waiting_parents: None,
             settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
             release: sql(release_sql(layout)),
             retry: sql(retry_sql(layout)),
