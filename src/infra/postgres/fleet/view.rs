@@ -218,7 +218,7 @@ impl FleetView {
         let queue_name = self.queue.queue_name().to_owned();
         let sql = format!(
             "SELECT entry, task_id, tenant, user_id, session_id, priority, kind, units, \
-                    rank_time_ms, attempts, not_before_ms, last_error, \
+                    rank_time_ms, attempts, not_before_ms, last_error, pending_parents, \
                     {DATABASE_NOW_MS} AS now_ms, \
                     (SELECT count(*) FROM {table} WHERE queue_name = $1 AND state = 'parked') AS total \
                FROM {table} WHERE queue_name = $1 AND state = 'parked' \
@@ -285,6 +285,7 @@ impl FleetView {
         let sql = format!(
             "SELECT t.entry, t.task_id, t.tenant, t.user_id, t.session_id, t.priority, t.kind, \
                     t.units, t.rank_time_ms, t.attempts, t.not_before_ms, t.last_error, \
+                    t.pending_parents, \
                     {DATABASE_NOW_MS} AS now_ms, \
                     (SELECT count(*) FROM {table} AS a WHERE a.queue_name = $1 \
                         AND a.state = 'parked' AND (a.priority > t.priority \
@@ -533,6 +534,7 @@ fn parked_of(
         attempts,
         last_error: last_error.as_deref(),
         ahead: position,
+        pending_parents: to_u64(i64::from(row.try_get::<i32>("", "pending_parents")?)),
     };
     let reason = reason_of(&waiting, fleet);
     Ok(FleetParked {
