@@ -306,7 +306,10 @@ mod on_postgres {
             }
             use sea_orm::ConnectionTrait;
             let purge = format!("DELETE FROM pl_queue_jobs WHERE queue_name = '{name}'");
-            cleaner.execute_unprepared(&purge).await.expect("purge the rows");
+            cleaner
+                .execute_unprepared(&purge)
+                .await
+                .expect("purge the rows");
             elapsed.as_secs_f64() * 1e6 / parents as f64
         })
     }
