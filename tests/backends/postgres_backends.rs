@@ -30,7 +30,7 @@ use prometheus_parking_lot::{
 };
 
 /// The database every test uses; the tests fail (never skip) when it cannot be reached.
-fn database() -> PgDatabase {
+pub(crate) fn database() -> PgDatabase {
     static DATABASE: OnceLock<PgDatabase> = OnceLock::new();
     DATABASE
         .get_or_init(|| {
