@@ -29,8 +29,11 @@
 //!
 //! # Leases, retries, dead letters
 //!
-//! The claiming node renews its lease while the task runs and deletes the row when the task
-//! ends ([`Settlement::Done`](crate::core::Settlement::Done)). A node that dies stops
+//! The claiming node renews its lease while the task runs and ends the row when the task
+//! ends ([`Settlement::Done`](crate::core::Settlement::Done), or
+//! [`Ended`](crate::core::Settlement::Ended) for a run that did not succeed): it stays a
+//! minute as `done`, so that a task naming it as a parent after its end finds how it ended
+//! (`dependencies.rs`), then the rescue's `forget_done` deletes it. A node that dies stops
 //! renewing; any node's [`rescue_expired`](crate::core::QueueMaintenance::rescue_expired) then
 //! parks the row again, not before an exponential backoff (`retry_base * 2^(attempts - 1)`,
 //! capped), with the reason in `last_error`. A row claimed `max_attempts` times whose lease runs out once more goes to the
