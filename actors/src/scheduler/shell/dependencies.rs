@@ -13,6 +13,18 @@
 //! another tenant, or the child itself is refused. No cycle can form: a task can only name
 //! tasks that exist when it is submitted.
 //!
+//! # On a shared queue
+//!
+//! A shared queue that keeps dependencies
+//! ([`SharedQueue::supports_dependencies`](crate::queue::SharedQueue::supports_dependencies),
+//! the Postgres table queue) holds the child itself: the node checks only the bound and the
+//! cycle, and parks the child there with the ids named
+//! ([`SharedQueue::enqueue_waiting`](crate::queue::SharedQueue::enqueue_waiting)); the
+//! queue resolves them against every node's tasks, refuses what memory refuses, and releases
+//! or cancels the child as its parents end wherever they run. `why_waiting` for a child the
+//! node does not hold asks the queue. Other shared queues and the durable local queue refuse
+//! dependencies (`Unsupported`).
+//!
 //! # When a parent ends
 //!
 //! Every end of a ledger task (delivered, timed out, cancelled, expired, shed, abandoned)
