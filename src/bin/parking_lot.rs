@@ -145,22 +145,7 @@ enum Command {
         action: ScheduleAction,
     },
     /// Cancel a task: parked, it ends at once; running, it is asked to stop
-    Cancel {
-        /// The pool
-        #[arg(long)]
-        pool: String,
-        /// The tenant it was submitted under
-        #[arg(long)]
-        tenant: String,
-        /// The user part of its key, if it has one
-        #[arg(long)]
-        user: Option<String>,
-        /// The session part of its key, if it has one
-        #[arg(long)]
-        session: Option<String>,
-        /// The task's id
-        id: u64,
-    },
+    Cancel(TaskAddress),
     /// The fleet of a pool's shared Postgres queue: its nodes, parked tasks, budgets, and
     /// control of any node
     Fleet {
@@ -205,6 +190,55 @@ impl Page {
     /// The page as a query string.
     fn query(&self) -> String {
         format!("offset={}&limit={}", self.offset, self.limit)
+    }
+}
+
+/// One task of a pool, as a command names it: the pool, the task's key and its id.
+#[derive(clap::Args)]
+struct TaskAddress {
+    /// The pool
+    #[arg(long)]
+    pool: String,
+    /// The tenant it was submitted under
+    #[arg(long)]
+    tenant: String,
+    /// The user part of its key, if it has one
+    #[arg(long)]
+    user: Option<String>,
+    /// The session part of its key, if it has one
+    #[arg(long)]
+    session: Option<String>,
+    /// The task's id
+    id: u64,
+}
+
+impl TaskAddress {
+    /// The task as a request's body names it.
+    fn body(&self) -> Value {
+        serde_json::json!({
+            "tenant": self.tenant, "user_id": self.user, "session_id": self.session, "id": self.id,
+        })
+    }
+
+    /// The task as a query string names it.
+    fn query(&self) -> String {
+        let mut query = format!("tenant={}&id={}", path(&self.tenant), self.id);
+        if let Some(user) = &self.user {
+            query.push_str(&format!("&user_id={}", path(user)));
+        }
+        if let Some(session) = &self.session {
+            query.push_str(&format!("&session_id={}", path(session)));
+        }
+        query
+    }
+
+    /// The line that says the task was cancelled.
+    fn cancelled(&self) -> String {
+        format!(
+            "cancelled task {} of {}\n",
+            self.id,
+            escape_controls(&self.tenant)
+        )
     }
 }
 
@@ -337,21 +371,12 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             });
         }
         Command::Fleet { command } => return fleet::run(&server, cli.json, command).await,
-        Command::Cancel {
-            pool,
-            tenant,
-            user,
-            session,
-            id,
-        } => {
-            let body = serde_json::json!({
-                "tenant": tenant, "user_id": user, "session_id": session, "id": id,
-            });
-            server.act(pool, "cancel", Some(body)).await?;
+        Command::Cancel(task) => {
+            server.act(&task.pool, "cancel", Some(task.body())).await?;
             return Ok(if cli.json {
-                format!("{}\n", serde_json::json!({ "cancelled": id }))
+                format!("{}\n", serde_json::json!({ "cancelled": task.id }))
             } else {
-                format!("cancelled task {id} of {}\n", escape_controls(tenant))
+                task.cancelled()
             });
         }
     };

@@ -1,13 +1,14 @@
 //! Scheduled starts on a queue that several nodes share, through pools: a task submitted with
 //! a not-before instant on one node waits in the shared queue, where no node claims it
 //! before its instant; then whichever node has room runs it, once. Cancel reaches it while
-//! it sleeps, from any node. The same cases run on every shared queue: the in-memory one,
+//! it sleeps, from any node, and so does `why_waiting` (`Sleeping` until its instant). The same cases run on every shared queue: the in-memory one,
 //! the Postgres table and pgmq.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
+use prometheus_parking_lot::core::scheduling::WaitReason;
 use prometheus_parking_lot::core::{
     Durability, PoolClient, PoolError, PoolLimits, RestartPolicy, ScheduledTask, SharedParking,
     SharedQueue, SubmitOptions, TaskMetadata,
@@ -122,10 +123,38 @@ async fn a_scheduled_start_runs_once_after_its_instant_on_any_node(
         .expect("admitted");
     let parked = queue.maintenance().counts().await.expect("counts").parked;
     assert_eq!(parked, 2, "both sleep in the shared queue");
+    let sleeping = Ok(Some(WaitReason::Sleeping { until_ms: at_ms }));
+    for node in [&a, &b] {
+        assert_eq!(
+            node.why_waiting(&key(2), 2).await,
+            sleeping,
+            "{}",
+            node.name()
+        );
+        assert_eq!(
+            node.why_waiting(&key(3), 2).await,
+            Err(PoolError::TaskNotFound(2)),
+            "another session's task 2"
+        );
+        assert_eq!(
+            node.why_waiting(&key(4), 4).await,
+            Err(PoolError::TaskNotFound(4))
+        );
+    }
+    assert_eq!(
+        a.why_waiting(&key(1), 1).await,
+        Ok(None),
+        "task 1 runs on a"
+    );
     assert_eq!(b.cancel(&cancelled, 3).await, Ok(()));
     assert_eq!(
         a.retrieve(&cancelled, WAIT).await,
         Err(PoolError::Cancelled)
+    );
+    assert_eq!(
+        a.why_waiting(&key(3), 3).await,
+        Err(PoolError::TaskNotFound(3)),
+        "cancelled, it sleeps no more"
     );
     assert_eq!(b.retrieve(&due, WAIT).await, Ok(2));
     let runs_now = runs.lock().unwrap().clone();

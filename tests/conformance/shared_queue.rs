@@ -80,6 +80,8 @@ where
         a_scheduled_start_is_removed_while_it_sleeps,
         a_scheduled_start_is_refused_as_a_duplicate_entry,
         a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_its_instant,
+        a_sleeping_task_says_until_when_it_sleeps,
+        a_retried_task_sleeps_out_its_backoff,
         shared_budgets_cap_what_every_nodes_claims_take_together,
         a_shared_start_cap_caps_how_many_tasks_claims_take,
         callers_kept_unique_have_one_live_task_each,
@@ -1611,4 +1613,82 @@ pub async fn a_scheduled_start_reserves_nothing_while_it_sleeps_and_ages_from_it
         Some(1),
         "it fits: claimed"
     );
+}
+
+/// A task that sleeps in the queue (a scheduled start) answers, asked by its exact key and
+/// id from any node, the instant it sleeps until, up to that instant; a due task, another
+/// key or id, and the task once cancelled (by key and id, while it sleeps) answer nothing.
+pub async fn a_sleeping_task_says_until_when_it_sleeps(queue: &dyn SharedQueue<Job>) {
+    let alice = MailboxKey::new("alice").with_user("u1");
+    let (sleeper, due) = (
+        under(cpu(7, Normal, 0, 1), &alice),
+        under(cpu(8, Normal, 1, 1), &alice),
+    );
+    queue
+        .enqueue_not_before(1, rank_time(&sleeper), sleeper.clone(), at(10_000))
+        .await
+        .expect("enqueue_not_before");
+    enqueue_all(queue, &[(2, &due)]).await;
+    for now in [0, 9_999] {
+        assert_eq!(
+            queue.sleeping_until(&alice, 7, at(now)).await,
+            Ok(Some(at(10_000))),
+            "asked at {now}"
+        );
+    }
+    assert_eq!(
+        queue.sleeping_until(&alice, 7, at(10_000)).await,
+        Ok(None),
+        "due at its instant"
+    );
+    for (key, id) in [
+        (alice.clone(), 8),
+        (alice.clone(), 70),
+        (MailboxKey::new("alice"), 7),
+        (MailboxKey::new("alice").with_user("u2"), 7),
+        (MailboxKey::new("mallory").with_user("u1"), 7),
+    ] {
+        assert_eq!(
+            queue.sleeping_until(&key, id, at(0)).await,
+            Ok(None),
+            "{key:?} {id}"
+        );
+    }
+    assert_eq!(queue.remove_task(&alice, 7).await, Ok(Some(sleeper)));
+    assert_eq!(queue.sleeping_until(&alice, 7, at(0)).await, Ok(None));
+    assert_eq!(
+        claim(queue, NODE_A, within(only(Cpu, 4)), 20_000)
+            .await
+            .map(|lease| lease.entry),
+        Some(2),
+        "only the due task is left"
+    );
+}
+
+/// A claim retried after a failed run sleeps out its backoff in the queue: it says until when
+/// under its key and id, no node claims it before then, and it is claimed at its instant.
+pub async fn a_retried_task_sleeps_out_its_backoff(queue: &dyn SharedQueue<Job>) {
+    let alice = MailboxKey::new("alice");
+    let task = under(cpu(7, Normal, 0, 1), &alice);
+    enqueue_all(queue, &[(1, &task)]).await;
+    let lease = claim(queue, NODE_A, within(only(Cpu, 1)), 0).await;
+    let lease = lease.expect("claimed");
+    queue
+        .retry(NODE_A, lease.claim(), at(5_000), "flaky".into())
+        .await
+        .expect("retry");
+    assert_eq!(
+        queue.sleeping_until(&alice, 7, at(100)).await,
+        Ok(Some(at(5_000)))
+    );
+    assert_eq!(
+        claim(queue, NODE_B, within(only(Cpu, 1)), 4_999).await,
+        None
+    );
+    let woken = claim(queue, NODE_B, within(only(Cpu, 1)), 5_000).await;
+    assert_eq!(
+        woken.map(|lease| (lease.entry, lease.attempt)),
+        Some((1, 2))
+    );
+    assert_eq!(queue.sleeping_until(&alice, 7, at(100)).await, Ok(None));
 }

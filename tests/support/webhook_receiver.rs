@@ -1,8 +1,8 @@
-//! A webhook receiver for tests: a small HTTP/1.1 server on 127.0.0.1 (tokio's
-//! `TcpListener`, keep-alive, `Content-Length` bodies) that records every request and
-//! answers as the test's script says: a status, optionally after a delay. It can be stopped
-//! (its port then refuses connections, open connections are closed) and started again on
-//! the same port.
+//! A webhook receiver for tests (it serves as an OTLP endpoint too: any request with a
+//! `Content-Length` body): a small HTTP/1.1 server on 127.0.0.1 (tokio's `TcpListener`,
+//! keep-alive) that records every request and answers as the test's script says: a status,
+//! optionally after a delay. It can be stopped (its port then refuses connections, open
+//! connections are closed) and started again on the same port.
 
 #![allow(dead_code)]
 
@@ -43,6 +43,13 @@ impl Request {
             .as_str()
             .expect("a delivery_id")
             .to_owned()
+    }
+
+    /// The body's `delivery_id` if it is JSON with one: a webhook's (an OTLP export, say,
+    /// has none, and each of its requests counts as a first attempt).
+    fn delivery_key(&self) -> Option<String> {
+        let body: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        body["delivery_id"].as_str().map(str::to_owned)
     }
 }
 
@@ -115,6 +122,11 @@ impl Receiver {
 
     pub fn url(&self) -> String {
         format!("http://{}/hooks/done", self.addr)
+    }
+
+    /// The receiver's base URL, with no path.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Closes the port and every open connection: the endpoint is down.
@@ -224,9 +236,14 @@ async fn connection(stream: TcpStream, log: Arc<Log>, script: Script) {
     while let Some(request) = read_request(&mut read).await {
         let reply = {
             let mut requests = log.requests.lock().unwrap();
-            let attempts = requests.attempts.entry(request.delivery_id()).or_default();
-            let earlier = *attempts;
-            *attempts += 1;
+            let earlier = match request.delivery_key() {
+                Some(id) => {
+                    let attempts = requests.attempts.entry(id).or_default();
+                    *attempts += 1;
+                    *attempts - 1
+                }
+                None => 0,
+            };
             requests.all.push(request.clone());
             script(&request, earlier)
         };

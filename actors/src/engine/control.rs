@@ -28,8 +28,9 @@ pub struct PoolControl {
     requests: DerivedActorRef<ControlRequest>,
     counters: Arc<PoolCounters>,
     feed: Arc<EventFeed>,
-    /// The shared queue the pool is a node of, if any: it keeps the dead letters.
-    dead_letters: Option<Arc<dyn DeadLetterDesk>>,
+    /// The shared queue the pool is a node of, if any: it keeps the dead letters and the
+    /// tasks that sleep there.
+    shared_queue: Option<Arc<dyn QueueDesk>>,
     /// The pool's schedules, which its periodic enqueuer ticks.
     schedules: Arc<ScheduleBoard>,
 }
@@ -42,22 +43,53 @@ impl std::fmt::Debug for PoolControl {
     }
 }
 
-/// A shared queue's maintenance face and name, whatever its payload type.
-trait DeadLetterDesk: Send + Sync {
+/// A shared queue as the control side uses it (its maintenance with the dead letters, its
+/// name, its sleeping tasks), whatever its payload type.
+#[async_trait::async_trait]
+trait QueueDesk: Send + Sync {
     fn maintenance(&self) -> &dyn QueueMaintenance;
     fn backend(&self) -> &str;
+    async fn sleeping_until(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        now_ms: u64,
+    ) -> Result<Option<u64>, QueueError>;
+    async fn waiting_parents(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<u32>, QueueError>;
 }
 
-/// A shared queue, seen from its dead letters.
+/// A shared queue, seen from the control side.
 struct Desk<P>(Arc<dyn SharedQueue<P>>);
 
-impl<P: Send + 'static> DeadLetterDesk for Desk<P> {
+#[async_trait::async_trait]
+impl<P: Send + 'static> QueueDesk for Desk<P> {
     fn maintenance(&self) -> &dyn QueueMaintenance {
         self.0.maintenance()
     }
 
     fn backend(&self) -> &str {
         self.0.backend()
+    }
+
+    async fn sleeping_until(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        now_ms: u64,
+    ) -> Result<Option<u64>, QueueError> {
+        self.0.sleeping_until(key, id, now_ms).await
+    }
+
+    async fn waiting_parents(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<u32>, QueueError> {
+        self.0.waiting_parents(key, id).await
     }
 }
 
@@ -70,14 +102,13 @@ impl PoolControl {
         feed: Arc<EventFeed>,
         shared_queue: Option<Arc<dyn SharedQueue<P>>>,
     ) -> Self {
-        let dead_letters =
-            shared_queue.map(|queue| Arc::new(Desk(queue)) as Arc<dyn DeadLetterDesk>);
+        let shared_queue = shared_queue.map(|queue| Arc::new(Desk(queue)) as Arc<dyn QueueDesk>);
         Self {
             name,
             requests,
             counters,
             feed,
-            dead_letters,
+            shared_queue,
             schedules: Arc::default(),
         }
     }
@@ -211,16 +242,63 @@ impl PoolControl {
     /// Why the live task `id` submitted under exactly `key` has not started: the first
     /// obstacle (too few free units, its kind's budget, its tenant's share, no idle worker,
     /// the reservation, a retry's backoff, or the order of the rules; see [`WaitReason`]);
-    /// `None` once it runs; `TaskNotFound` when no live task of this node has this id under
-    /// `key` (ended, or parked in a shared queue rather than on this node).
+    /// `None` once it runs. A task that sleeps in the pool's shared queue (a scheduled start
+    /// or a retry's backoff no node may claim yet) is `Sleeping` until its instant, asked on
+    /// any node of the queue. `TaskNotFound` when neither this node nor its shared queue
+    /// holds a waiting task `id` under `key` (it ended, or it is parked in the shared queue,
+    /// due, for a node to claim).
+    ///
+    /// ```
+    /// # use prometheus_parking_lot_actors::engine::PoolControl;
+    /// # use prometheus_parking_lot_actors::domain::MailboxKey;
+    /// # use prometheus_parking_lot_actors::scheduler::core::WaitReason;
+    /// # async fn show(pool: &PoolControl) -> Result<(), prometheus_parking_lot_actors::domain::PoolError> {
+    /// if let Some(WaitReason::Sleeping { until_ms }) = pool.why_waiting(&MailboxKey::new("acme"), 7).await? {
+    ///     println!("task 7 starts no earlier than {until_ms} ms after the epoch");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn why_waiting(
         &self,
         key: &MailboxKey,
         id: TaskId,
     ) -> Result<Option<WaitReason>, PoolError> {
-        let key = key.clone();
-        self.ask(|reply| ControlRequest::WhyWaiting { key, id, reply })
-            .await?
+        let asked = key.clone();
+        let here = self
+            .ask(|reply| ControlRequest::WhyWaiting {
+                key: asked,
+                id,
+                reply,
+            })
+            .await?;
+        match (here, &self.shared_queue) {
+            (Err(PoolError::TaskNotFound(_)), Some(desk)) => {
+                self.waiting_in(desk.as_ref(), key, id).await
+            }
+            (here, _) => here,
+        }
+    }
+
+    /// `Dependencies` for the task `id` under `key` that waits for its parents in the shared
+    /// queue `desk`, `Sleeping` for one that sleeps there now; `TaskNotFound` when neither.
+    async fn waiting_in(
+        &self,
+        desk: &dyn QueueDesk,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<WaitReason>, PoolError> {
+        match desk.waiting_parents(key, id).await {
+            Ok(Some(pending)) => return Ok(Some(WaitReason::Dependencies { pending })),
+            Ok(None) => {}
+            Err(error) => return Err(self.queue_error(desk, "read a task's parents", error)),
+        }
+        let now = u64::try_from(crate::util::clock::now_ms()).unwrap_or(u64::MAX);
+        match desk.sleeping_until(key, id, now).await {
+            Ok(Some(until_ms)) => Ok(Some(WaitReason::Sleeping { until_ms })),
+            Ok(None) => Err(PoolError::TaskNotFound(id)),
+            Err(error) => Err(self.queue_error(desk, "read a sleeping task", error)),
+        }
     }
 
     /// [`why_waiting`](Self::why_waiting) with the task's place in line (among the parked
@@ -253,7 +331,7 @@ impl PoolControl {
     /// Whether the pool's queue keeps dead letters: only a shared queue does (see
     /// [`dead_letters`](Self::dead_letters)).
     pub fn keeps_dead_letters(&self) -> bool {
-        self.dead_letters.is_some()
+        self.shared_queue.is_some()
     }
 
     /// The dead letters the pool's shared queue keeps, oldest first, `offset..offset +
@@ -267,7 +345,7 @@ impl PoolControl {
     ) -> Result<Vec<KeptLetter>, PoolError> {
         let desk = self.dead_letter_desk()?;
         let listed = desk.maintenance().list_dead_letters(offset, limit).await;
-        listed.map_err(|error| self.dead_letter_error(desk, "list dead letters", error))
+        listed.map_err(|error| self.queue_error(desk, "list dead letters", error))
     }
 
     /// Parks dead letter `entry` again for any node, its attempts afresh; `false` when the
@@ -275,14 +353,14 @@ impl PoolControl {
     pub async fn retry_dead_letter(&self, entry: EntryId) -> Result<bool, PoolError> {
         let desk = self.dead_letter_desk()?;
         let retried = desk.maintenance().retry_dead_letter(entry).await;
-        retried.map_err(|error| self.dead_letter_error(desk, "retry a dead letter", error))
+        retried.map_err(|error| self.queue_error(desk, "retry a dead letter", error))
     }
 
     /// Deletes dead letter `entry`, or all of them with `None`; returns how many.
     pub async fn purge_dead_letters(&self, entry: Option<EntryId>) -> Result<usize, PoolError> {
         let desk = self.dead_letter_desk()?;
         let purged = desk.maintenance().purge_dead_letters(entry).await;
-        purged.map_err(|error| self.dead_letter_error(desk, "purge dead letters", error))
+        purged.map_err(|error| self.queue_error(desk, "purge dead letters", error))
     }
 
     /// The pool's schedules (see [`crate::schedule`]), in the order they were added: each
@@ -330,8 +408,8 @@ impl PoolControl {
         }
     }
 
-    fn dead_letter_desk(&self) -> Result<&dyn DeadLetterDesk, PoolError> {
-        self.dead_letters.as_deref().ok_or_else(|| {
+    fn dead_letter_desk(&self) -> Result<&dyn QueueDesk, PoolError> {
+        self.shared_queue.as_deref().ok_or_else(|| {
             PoolError::InvalidConfig(format!(
                 "pool {:?} keeps no dead letters: its queue is its own; a shared queue \
                  (postgres, postgres_pgmq) keeps them",
@@ -340,13 +418,8 @@ impl PoolControl {
         })
     }
 
-    /// The error of `operation` on the dead letters of the pool's shared queue.
-    fn dead_letter_error(
-        &self,
-        desk: &dyn DeadLetterDesk,
-        operation: &str,
-        error: QueueError,
-    ) -> PoolError {
+    /// The error of `operation` on the pool's shared queue.
+    fn queue_error(&self, desk: &dyn QueueDesk, operation: &str, error: QueueError) -> PoolError {
         let queue = format!("{} queue", desk.backend());
         let fault = crate::queue::actor::fault_of(error);
         PoolError::from(BackendError::new(&*self.name, queue, operation, fault))

@@ -521,6 +521,22 @@ where
         Ok(None)
     }
 
+    /// The instant the parked task `id` whose mailbox key is exactly `key` sleeps until, if
+    /// it sleeps at `now_ms`: no node may claim it before then (a scheduled start, a retry's
+    /// backoff). `None` when no such task is parked, or when it may be claimed now. It is
+    /// what [`PoolControl::why_waiting`](crate::engine::PoolControl::why_waiting) answers
+    /// for a task that sleeps in the queue rather than on a node. The default: none (a
+    /// queue that keeps no sleeping task).
+    async fn sleeping_until(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        now_ms: u64,
+    ) -> Result<Option<u64>, QueueError> {
+        let _ = (key, id, now_ms);
+        Ok(None)
+    }
+
     /// Removes a parked entry (cancelled, expired); `None` if it is not parked.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError>;
 

@@ -24,7 +24,6 @@ use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 use crate::queue::{Claim, DependsOn, EntryId, QueueError, Settlement, SharedQueue};
-use crate::scheduler::core::WaitReason;
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -630,27 +629,6 @@ where
                         reply,
                         result,
                     })
-                });
-            }
-            SharedCall::WhyWaiting {
-                pool,
-                key,
-                id,
-                reply,
-            } => {
-                let queue = self.queue.clone();
-                tokio::spawn(async move {
-                    let answer = match queue.waiting_parents(&key, id).await {
-                        Ok(Some(pending)) => Ok(Some(WaitReason::Dependencies { pending })),
-                        Ok(None) => Err(PoolError::TaskNotFound(id)),
-                        Err(error) => Err(PoolError::from(crate::domain::BackendError::new(
-                            &*pool,
-                            format!("{} queue", queue.backend()),
-                            "read why a task waits",
-                            crate::queue::actor::fault_of(error),
-                        ))),
-                    };
-                    let _ = reply.send(answer);
                 });
             }
             SharedCall::Renew { held, now } => {

@@ -13,7 +13,7 @@
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::{columns, json_text, path, Failure, Page, Server};
+use super::{columns, json_text, path, text, Failure, Page, Server, TaskAddress};
 use prometheus_parking_lot::config::escape_controls;
 
 /// What to do with a fleet.
@@ -34,22 +34,7 @@ pub(crate) enum FleetCommand {
         page: Page,
     },
     /// Why one parked task of the queue waits, and its place, whichever node parked it
-    Why {
-        /// The pool
-        #[arg(long)]
-        pool: String,
-        /// The tenant it was submitted under
-        #[arg(long)]
-        tenant: String,
-        /// The user part of its key, if it has one
-        #[arg(long)]
-        user: Option<String>,
-        /// The session part of its key, if it has one
-        #[arg(long)]
-        session: Option<String>,
-        /// The task's id
-        id: u64,
-    },
+    Why(TaskAddress),
     /// The fleet's budgets as they stand
     Budgets {
         /// The pool
@@ -65,22 +50,7 @@ pub(crate) enum FleetCommand {
     /// End a node's drain (or every node's)
     Undrain(Target),
     /// Cancel a parked task of the queue, whichever node submitted it
-    Cancel {
-        /// The pool
-        #[arg(long)]
-        pool: String,
-        /// The tenant it was submitted under
-        #[arg(long)]
-        tenant: String,
-        /// The user part of its key, if it has one
-        #[arg(long)]
-        user: Option<String>,
-        /// The session part of its key, if it has one
-        #[arg(long)]
-        session: Option<String>,
-        /// The task's id
-        id: u64,
-    },
+    Cancel(TaskAddress),
 }
 
 /// Which node a request is for.
@@ -118,27 +88,16 @@ pub(crate) async fn run(
                 .await?,
             parked_table,
         ),
-        FleetCommand::Why {
-            pool,
-            tenant,
-            user,
-            session,
-            id,
-        } => {
-            let mut query = format!("tenant={}&id={id}", path(tenant));
-            if let Some(user) = user {
-                query.push_str(&format!("&user_id={}", path(user)));
-            }
-            if let Some(session) = session {
-                query.push_str(&format!("&session_id={}", path(session)));
-            }
-            (
-                server
-                    .get(&format!("/api/fleet/{}/why?{query}", path(pool)))
-                    .await?,
-                why_line,
-            )
-        }
+        FleetCommand::Why(task) => (
+            server
+                .get(&format!(
+                    "/api/fleet/{}/why?{}",
+                    path(&task.pool),
+                    task.query()
+                ))
+                .await?,
+            why_line,
+        ),
         FleetCommand::Budgets { pool } => (
             server.get(&format!("/api/fleet/{}", path(pool))).await?,
             budgets_table,
@@ -147,21 +106,12 @@ pub(crate) async fn run(
         FleetCommand::Resume(target) => (request(server, "resume", target).await?, asked_line),
         FleetCommand::Drain(target) => (request(server, "drain", target).await?, asked_line),
         FleetCommand::Undrain(target) => (request(server, "undrain", target).await?, asked_line),
-        FleetCommand::Cancel {
-            pool,
-            tenant,
-            user,
-            session,
-            id,
-        } => {
-            let body = serde_json::json!({
-                "tenant": tenant, "user_id": user, "session_id": session, "id": id,
-            });
-            let answer = post(server, pool, "cancel", body).await?;
+        FleetCommand::Cancel(task) => {
+            let answer = post(server, &task.pool, "cancel", task.body()).await?;
             return Ok(if json {
                 format!("{}\n", json_text(&answer, false))
             } else {
-                format!("cancelled task {id} of {}\n", escape_controls(tenant))
+                task.cancelled()
             });
         }
     };
@@ -196,14 +146,6 @@ async fn post(server: &Server, pool: &str, action: &str, body: Value) -> Result<
         .header("content-type", "application/json")
         .body(body.to_string());
     server.answer(request).await
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
 }
 
 fn nodes_table(answer: &Value) -> String {

@@ -84,7 +84,7 @@ where
     let claim = &queue.statements().claim;
     let explain = |as_claimed| {
         let values = claim.bind(&params).expect("every parameter is bound");
-        database.explain_claim(claim.text().to_owned(), values, as_claimed)
+        database.explain_claim(claim.text().to_owned(), values, as_claimed, false)
     };
     let plan = explain(true).await.expect("explain");
     let server_plan = explain(false).await.expect("explain");

@@ -81,8 +81,14 @@ impl std::fmt::Display for Identifier {
 ///   until a node delivers it (see `queue/dependencies.rs`, which adds the dependencies'
 ///   columns, edge table and functions).
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
-///   `not_before_ms` delays a retried task (backoff); `last_error` says why it was retried
-///   or dead-lettered.
+///   `not_before_ms` delays a retried task (backoff) or a scheduled start (0: never
+///   delayed); `last_error` says why it was retried or dead-lettered.
+/// - A claim reads parked rows through two indexes, so that rows still asleep cost it
+///   nothing: `_awake` holds the rows never delayed in rank order, and `_wakes` the delayed
+///   ones by the instant they wake (a claim reads the part of it that is due, and ranks
+///   those rows itself). A row that wakes becomes claimable without being written. Tables
+///   made before lose their `_claim` index (all parked rows in rank order), which the two
+///   replace.
 fn queue_table(table: &Identifier) -> String {
     format!(
         r#"
@@ -112,8 +118,6 @@ CREATE TABLE IF NOT EXISTS {table} (
     last_error       TEXT        NULL,
     UNIQUE (queue_name, entry)
 );
-CREATE INDEX IF NOT EXISTS {table}_claim
-    ON {table} (queue_name, priority DESC, rank_time_ms, entry) WHERE state = 'parked';
 CREATE INDEX IF NOT EXISTS {table}_lease
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'claimed';
 CREATE INDEX IF NOT EXISTS {table}_task
@@ -126,6 +130,12 @@ CREATE UNIQUE INDEX IF NOT EXISTS {table}_live_caller
     ON {table} (queue_name, tenant, task_id) WHERE attach AND state IN ('parked', 'claimed', 'done');
 CREATE INDEX IF NOT EXISTS {table}_done
     ON {table} (queue_name, lease_expires_ms) WHERE state = 'done';
+CREATE INDEX IF NOT EXISTS {table}_awake
+    ON {table} (queue_name, priority DESC, rank_time_ms, entry)
+    WHERE state = 'parked' AND not_before_ms = 0;
+CREATE INDEX IF NOT EXISTS {table}_wakes
+    ON {table} (queue_name, not_before_ms) WHERE state = 'parked' AND not_before_ms > 0;
+DROP INDEX IF EXISTS {table}_claim;
 {dependencies}"#,
         dependencies = dependencies_ddl(table, PARKED_COLUMNS),
     )

@@ -157,7 +157,8 @@ impl PgDatabase {
     }
 
     /// The plan the server would run a claim with (`EXPLAIN (COSTS OFF)`, one line a row),
-    /// under the claim's planner settings when `as_claimed`, else under the server's. Runs
+    /// under the claim's planner settings when `as_claimed`, else under the server's; with
+    /// `analyze`, the claim runs and the plan tells how many rows each step read. Changes
     /// nothing: the transaction is rolled back.
     #[cfg(test)]
     pub(crate) async fn explain_claim(
@@ -165,7 +166,13 @@ impl PgDatabase {
         sql: String,
         values: Vec<Value>,
         as_claimed: bool,
+        analyze: bool,
     ) -> Result<String, DbErr> {
+        let options = if analyze {
+            "ANALYZE, COSTS OFF, TIMING OFF"
+        } else {
+            "COSTS OFF"
+        };
         self.run(move |db| async move {
             let transaction = db.begin().await?;
             if as_claimed {
@@ -173,7 +180,7 @@ impl PgDatabase {
             }
             let rows = transaction
                 .query_all_raw(PgDatabase::statement(
-                    format!("EXPLAIN (COSTS OFF) {sql}"),
+                    format!("EXPLAIN ({options}) {sql}"),
                     values,
                 ))
                 .await?;

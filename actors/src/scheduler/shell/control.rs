@@ -112,20 +112,9 @@ impl ControlRequest {
                 shell.pause(paused, now);
                 let _ = reply.send(());
             }
-            ControlRequest::WhyWaiting { key, id, reply } => match shell.why_waiting(&key, id) {
-                // Not held here: on a queue that keeps dependencies it may wait there.
-                Err(PoolError::TaskNotFound(_)) if shell.storage.keeps_dependencies() => {
-                    shell.tasks.fx.shared(SharedCall::WhyWaiting {
-                        pool: shell.tasks.pool.clone(),
-                        key,
-                        id,
-                        reply,
-                    });
-                }
-                answer => {
-                    let _ = reply.send(answer);
-                }
-            },
+            ControlRequest::WhyWaiting { key, id, reply } => {
+                let _ = reply.send(shell.why_waiting(&key, id));
+            }
             ControlRequest::Waiting { key, id, reply } => {
                 let _ = reply.send(shell.waiting(&key, id, now));
             }

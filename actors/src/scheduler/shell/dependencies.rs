@@ -22,8 +22,9 @@
 //! ([`SharedQueue::enqueue_waiting`](crate::queue::SharedQueue::enqueue_waiting)); the
 //! queue resolves them against every node's tasks, refuses what memory refuses, and releases
 //! or cancels the child as its parents end wherever they run. `why_waiting` for a child the
-//! node does not hold asks the queue. Other shared queues and the durable local queue refuse
-//! dependencies (`Unsupported`).
+//! node does not hold asks the queue (`SharedQueue::waiting_parents`, from the pool's
+//! control side, before it asks whether the task sleeps there). Other shared queues and the
+//! durable local queue refuse dependencies (`Unsupported`).
 //!
 //! # When a parent ends
 //!

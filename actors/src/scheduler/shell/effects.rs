@@ -18,7 +18,6 @@ use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{Claim, DependsOn, EntryId, FitQuery, Settlement};
 use crate::running::stream::StreamAttachment;
-use crate::scheduler::core::WaitReason;
 use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
 use crate::worker::Job;
 use std::sync::Arc;
@@ -203,15 +202,6 @@ pub(crate) enum SharedCall<P> {
     },
     /// Renew the leases this node holds (`SharedReport::Lost` names those it lost).
     Renew { held: Vec<EntryId>, now: u64 },
-    /// Answer why the task `id` of exactly `key`, parked in the queue, waits, if it waits
-    /// for parents there (`TaskNotFound` otherwise, as for a task the node does not hold).
-    WhyWaiting {
-        /// The pool, for an error's words.
-        pool: Arc<str>,
-        key: MailboxKey,
-        id: TaskId,
-        reply: RpcReplyPort<Result<Option<WaitReason>, PoolError>>,
-    },
 }
 
 /// The effects of the events handled so far, in order.

@@ -229,6 +229,9 @@ pub(crate) struct Rare {
     /// The shared queue's claim of a task this node claimed from it (or stored as its claim
     /// when it started at once): its fencing token.
     pub lease: Option<Claim>,
+    /// The queue is still storing `lease` (a task this node started at once): until it
+    /// answers, the claim is not renewed.
+    pub recording: bool,
     /// A copy of the running task's payload, kept while it may be preempted, so it can run
     /// again (a `P`; see `rerun.rs`).
     pub spare: Option<Box<dyn std::any::Any + Send>>,
@@ -384,6 +387,15 @@ impl<P> Record<P> {
     /// The shared claim it runs under, if any.
     pub fn lease(&self) -> Option<Claim> {
         self.rare()?.lease
+    }
+
+    /// The shared claim to keep renewed: its lease, unless the queue is still storing it (a
+    /// task this node started at once, see [`Rare::recording`]). A renewal
+    /// racing that insert would find no claim, and the node would give up its own run; the
+    /// insert gives the claim a whole lease.
+    pub fn renewable_lease(&self) -> Option<Claim> {
+        let rare = self.rare()?;
+        rare.lease.filter(|_| !rare.recording)
     }
 
     /// Which run of the task this is: 1, or its claim's count.

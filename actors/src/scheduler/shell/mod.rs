@@ -462,7 +462,9 @@ where
                 self.tasks.step(entry, TaskStep::Admitted, now);
                 self.tasks.begin_run(entry, false, now);
                 if let Some(record) = self.tasks.ledger.get_mut(entry) {
-                    record.rare_mut().reply = Some(reply);
+                    let rare = record.rare_mut();
+                    rare.reply = Some(reply);
+                    rare.recording = true;
                 }
                 task.meta.mailbox = Some(key);
                 self.tasks.fx.shared(SharedCall::RecordStart {

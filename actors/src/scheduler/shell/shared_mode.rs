@@ -252,6 +252,14 @@ where
 
     /// A task started at once was stored as this node's claim, or could not be.
     fn recorded(&mut self, entry: EntryId, result: Result<Lease<P>, QueueError>, now: u64) {
+        if let Some(rare) = self
+            .tasks
+            .ledger
+            .get_mut(entry)
+            .and_then(|record| record.rare.as_mut())
+        {
+            rare.recording = false;
+        }
         let reply = self
             .tasks
             .ledger

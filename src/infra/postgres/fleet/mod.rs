@@ -54,7 +54,8 @@ pub const STALE_AFTER_BEATS: u64 = 3;
 pub struct FleetQueue {
     /// The backend's name: `postgres` or `postgres_pgmq`.
     backend: &'static str,
-    /// The queue table, for the table queue: where the fleet's parked tasks are read.
+    /// The queue table, for the table queue: where the fleet's parked tasks are read (none:
+    /// the pgmq queues of `queue_name`).
     table: Option<Identifier>,
     /// The queue's name (its rows' `queue_name`, or PGMQ's prefix).
     queue_name: String,
@@ -74,8 +75,8 @@ impl FleetQueue {
         })
     }
 
-    /// The PGMQ queues of `queue_name` (`"type": "postgres_pgmq"`): their nodes and budgets
-    /// are shown, their parked tasks are not (PGMQ keeps them in queues of its own).
+    /// The PGMQ queues of `queue_name` (`"type": "postgres_pgmq"`): its parked tasks are the
+    /// messages of its levels' queues that no node holds (read with the `pgmq` feature).
     pub fn pgmq(queue_name: &str) -> Self {
         Self {
             backend: "postgres_pgmq",

@@ -214,21 +214,15 @@ pub(crate) async fn request(
         .collect()
 }
 
-/// Every node row of queue `key`, oldest first, with the database's clock (`now_ms`) and,
-/// for the table queue `table`, how many tasks each holds claimed (`claims`).
+/// Every node row of queue `key`, oldest first, with the database's clock (`now_ms`) and how
+/// many tasks each holds claimed (`claims`: the layout's expression over the row `n`, given
+/// `$2`, the queue's name).
 pub(crate) async fn read_nodes(
     database: &PgDatabase,
     key: &str,
-    table: Option<&str>,
+    claims: &str,
     queue_name: Option<&str>,
 ) -> Result<Vec<QueryResult>, DbErr> {
-    let claims = match table {
-        Some(table) => format!(
-            "(SELECT count(*) FROM {table} AS q WHERE q.queue_name = $2 \
-               AND q.state = 'claimed' AND q.locked_by = n.node)"
-        ),
-        None => "0::bigint".to_owned(),
-    };
     let sql = format!(
         "SELECT n.node, n.pool, n.host, n.pid, n.started_ms, n.heartbeat_ms, \
                 n.heartbeat_every_ms, n.workers, n.capacity::text AS capacity, n.running, \

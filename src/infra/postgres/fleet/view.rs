@@ -1,7 +1,8 @@
 //! [`FleetView`]: a shared queue's fleet as the database holds it, read by any node.
 //!
-//! Every read is one or a few plain `SELECT`s on the node table, the queue's parked rows
-//! (through their rank index) and the budgets' and counters' rows: no row is locked, so a
+//! Every read is one or a few plain `SELECT`s on the node table, the queue's parked rows or
+//! messages (through their rank index: the table queue's, or each pgmq level's, see
+//! `infra::postgres::pgmq::parked`) and the budgets' and counters' rows: no row is locked, so a
 //! view polled while the nodes claim takes nothing from them (`benches/fleet_view.rs`
 //! measures it).
 
@@ -64,7 +65,7 @@ pub struct FleetNode {
     pub draining: bool,
     /// A request sent to it and not carried out yet.
     pub wanted: Option<&'static str>,
-    /// Tasks of the queue it holds claimed (the table queue; 0 for PGMQ).
+    /// Tasks of the queue it holds claimed: rows it locked, or PGMQ messages it holds.
     pub claims: u64,
     /// Of those, the ones at risk: all of them when it is stale.
     pub claims_at_risk: u64,
@@ -149,15 +150,15 @@ impl FleetView {
 
     /// Every node that registered, oldest first: live, stale or gone.
     pub async fn nodes(&self) -> Result<Vec<FleetNode>, PoolError> {
-        let table = self
-            .queue
-            .table
-            .as_ref()
-            .map(|table| table.as_str().to_owned());
+        // A build that cannot read the layout's tables (pgmq without its feature) still
+        // lists the nodes, without their claims.
+        let claims = self
+            .layout_reads()
+            .map_or_else(|_| "0::bigint".to_owned(), |reads| reads.claims);
         let rows = read_nodes(
             &self.database,
             self.queue.key(),
-            table.as_deref(),
+            &claims,
             Some(self.queue.queue_name()),
         )
         .await
@@ -204,26 +205,13 @@ impl FleetView {
     }
 
     /// The queue's parked tasks from `offset`, at most `limit`, in rank order (priority, then
-    /// admission), each with why it waits. The table queue only: PGMQ's queues keep their
-    /// tasks where a rank order cannot be read in one statement, and are refused.
+    /// admission), each with why it waits: the table queue's rows, or the messages of the
+    /// pgmq queue's levels that no node holds.
     pub async fn parked(&self, offset: usize, limit: usize) -> Result<ParkedPage, PoolError> {
-        let Some(table) = &self.queue.table else {
-            return Err(PoolError::InvalidConfig(format!(
-                "fleet: the parked tasks of {} are not listed: PGMQ keeps them in queues of \
-                 its own; the fleet lists those of the postgres table queue",
-                self.queue.key()
-            )));
-        };
+        let reads = self.layout_reads()?;
         let nodes = self.nodes().await?;
         let queue_name = self.queue.queue_name().to_owned();
-        let sql = format!(
-            "SELECT entry, task_id, tenant, user_id, session_id, priority, kind, units, \
-                    rank_time_ms, attempts, not_before_ms, last_error, pending_parents, \
-                    {DATABASE_NOW_MS} AS now_ms, \
-                    (SELECT count(*) FROM {table} WHERE queue_name = $1 AND state = 'parked') AS total \
-               FROM {table} WHERE queue_name = $1 AND state = 'parked' \
-              ORDER BY priority DESC, rank_time_ms, entry OFFSET $2 LIMIT $3"
-        );
+        let sql = reads.page;
         let values: Vec<Value> = vec![
             queue_name.into(),
             i64::try_from(offset).unwrap_or(i64::MAX).into(),
@@ -236,7 +224,7 @@ impl FleetView {
             .map_err(|error| self.failed("read its parked tasks", &error))?;
         let budgets = self.budgets().await?;
         let counters = self.tenant_counters().await?;
-        let waiting_tenants = self.waiting_tenants(table.as_str(), &counters).await?;
+        let waiting_tenants = self.waiting_tenants(reads.tenants, &counters).await?;
         let read = |row: &QueryResult| -> Result<(u64, u64), DbErr> {
             Ok((
                 to_u64(row.try_get::<i64>("", "now_ms")?),
@@ -268,33 +256,14 @@ impl FleetView {
     /// Why the task `id` of exactly `key` waits, if it is parked in the queue (`None`: it
     /// runs, ended, or never was), with its place in the rank order: what
     /// [`PoolControl::why_waiting`](crate::core::PoolControl::why_waiting) answers for a
-    /// node's own tasks, for every parked task of the queue. The table queue only, as
-    /// [`parked`](Self::parked).
+    /// node's own tasks, for every parked task of the queue, in either layout.
     pub async fn why_waiting(
         &self,
         key: &MailboxKey,
         id: u64,
     ) -> Result<Option<FleetParked>, PoolError> {
-        let Some(table) = &self.queue.table else {
-            return Err(PoolError::InvalidConfig(format!(
-                "fleet: the parked tasks of {} are not read: PGMQ keeps them in queues of its \
-                 own; the fleet reads those of the postgres table queue",
-                self.queue.key()
-            )));
-        };
-        let sql = format!(
-            "SELECT t.entry, t.task_id, t.tenant, t.user_id, t.session_id, t.priority, t.kind, \
-                    t.units, t.rank_time_ms, t.attempts, t.not_before_ms, t.last_error, \
-                    t.pending_parents, \
-                    {DATABASE_NOW_MS} AS now_ms, \
-                    (SELECT count(*) FROM {table} AS a WHERE a.queue_name = $1 \
-                        AND a.state = 'parked' AND (a.priority > t.priority \
-                         OR (a.priority = t.priority \
-                             AND (a.rank_time_ms, a.entry) < (t.rank_time_ms, t.entry)))) AS ahead \
-               FROM {table} AS t WHERE t.queue_name = $1 AND t.state = 'parked' \
-                AND t.tenant = $2 AND t.task_id = $3 \
-                AND t.user_id IS NOT DISTINCT FROM $4 AND t.session_id IS NOT DISTINCT FROM $5"
-        );
+        let reads = self.layout_reads()?;
+        let sql = reads.one;
         let values: Vec<Value> = vec![
             self.queue.queue_name().to_owned().into(),
             key.tenant.0.clone().into(),
@@ -313,7 +282,7 @@ impl FleetView {
         let nodes = self.nodes().await?;
         let budgets = self.budgets().await?;
         let counters = self.tenant_counters().await?;
-        let waiting_tenants = self.waiting_tenants(table.as_str(), &counters).await?;
+        let waiting_tenants = self.waiting_tenants(reads.tenants, &counters).await?;
         let read = |row: &QueryResult| -> Result<(u64, u64), DbErr> {
             Ok((
                 to_u64(row.try_get::<i64>("", "now_ms")?),
@@ -327,19 +296,16 @@ impl FleetView {
             .map_err(|error| self.failed("read a parked task's row", &error))
     }
 
-    /// The tenants with a task parked in `table`, where the fleet keeps tenant counters (the
-    /// least served of them goes first); none otherwise.
+    /// The tenants with a task parked (`sql`, the layout's statement), where the fleet keeps
+    /// tenant counters (the least served of them goes first); none otherwise.
     async fn waiting_tenants(
         &self,
-        table: &str,
+        sql: String,
         counters: &HashMap<String, f64>,
     ) -> Result<Vec<String>, PoolError> {
         if counters.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = format!(
-            "SELECT DISTINCT tenant FROM {table} WHERE queue_name = $1 AND state = 'parked'"
-        );
         let rows = self
             .database
             .rows(sql, vec![self.queue.queue_name().to_owned().into()])
@@ -365,6 +331,14 @@ impl FleetView {
             .map_err(|error| self.failed("read a tenant's counter", &error))
     }
 
+    /// The statements that read the queue in its layout.
+    fn layout_reads(&self) -> Result<LayoutReads, PoolError> {
+        match &self.queue.table {
+            Some(table) => Ok(LayoutReads::table(table.as_str())),
+            None => LayoutReads::pgmq(self.queue.queue_name()),
+        }
+    }
+
     fn failed(&self, what: &str, error: &DbErr) -> PoolError {
         PoolError::Internal(format!(
             "fleet of {}: could not {what}: {}",
@@ -379,6 +353,80 @@ impl std::fmt::Debug for FleetView {
         f.debug_struct("FleetView")
             .field("queue", &self.queue)
             .finish()
+    }
+}
+
+/// The statements that read a queue's parked tasks and its nodes' claims, in its layout.
+/// Each layout answers the same columns (those [`parked_of`] reads), so one reader serves
+/// both.
+struct LayoutReads {
+    /// A page of the parked tasks in rank order, with `now_ms` and `total`: `$1` the queue's
+    /// name, from `$2`, at most `$3`.
+    page: String,
+    /// One parked task, with `now_ms` and `ahead`: `$1` the queue's name, `$2` the tenant,
+    /// `$3` the task id, `$4` the user, `$5` the session.
+    one: String,
+    /// The tenants with a task parked: `$1` the queue's name.
+    tenants: String,
+    /// How many tasks node `n.node` holds claimed: an expression over the node table's row
+    /// `n`, `$2` the queue's name.
+    claims: String,
+}
+
+impl LayoutReads {
+    /// The table queue's: rows of `table` in state `parked`, through its rank index.
+    fn table(table: &str) -> Self {
+        let columns = "entry, task_id, tenant, user_id, session_id, priority, kind, units, \
+                       rank_time_ms, attempts, not_before_ms, last_error, pending_parents";
+        Self {
+            page: format!(
+                "SELECT {columns}, {DATABASE_NOW_MS} AS now_ms, \
+                        (SELECT count(*) FROM {table} WHERE queue_name = $1 AND state = 'parked') AS total \
+                   FROM {table} WHERE queue_name = $1 AND state = 'parked' \
+                  ORDER BY priority DESC, rank_time_ms, entry OFFSET $2 LIMIT $3"
+            ),
+            one: format!(
+                "SELECT t.entry, t.task_id, t.tenant, t.user_id, t.session_id, t.priority, t.kind, \
+                        t.units, t.rank_time_ms, t.attempts, t.not_before_ms, t.last_error, \
+                        t.pending_parents, {DATABASE_NOW_MS} AS now_ms, \
+                        (SELECT count(*) FROM {table} AS a WHERE a.queue_name = $1 \
+                            AND a.state = 'parked' AND (a.priority > t.priority \
+                             OR (a.priority = t.priority \
+                                 AND (a.rank_time_ms, a.entry) < (t.rank_time_ms, t.entry)))) AS ahead \
+                   FROM {table} AS t WHERE t.queue_name = $1 AND t.state = 'parked' \
+                    AND t.tenant = $2 AND t.task_id = $3 \
+                    AND t.user_id IS NOT DISTINCT FROM $4 AND t.session_id IS NOT DISTINCT FROM $5"
+            ),
+            tenants: format!(
+                "SELECT DISTINCT tenant FROM {table} WHERE queue_name = $1 AND state = 'parked'"
+            ),
+            claims: format!(
+                "(SELECT count(*) FROM {table} AS q WHERE q.queue_name = $2 \
+                   AND q.state = 'claimed' AND q.locked_by = n.node)"
+            ),
+        }
+    }
+
+    /// The pgmq queue's: the messages of its levels no node holds
+    /// (`infra::postgres::pgmq::parked`).
+    #[cfg(feature = "pgmq")]
+    fn pgmq(queue_name: &str) -> Result<Self, PoolError> {
+        use crate::infra::postgres::pgmq::parked;
+        Ok(Self {
+            page: parked::page_sql(queue_name)?,
+            one: parked::one_sql(queue_name)?,
+            tenants: parked::tenants_sql(queue_name)?,
+            claims: parked::claims_sql(queue_name)?,
+        })
+    }
+
+    /// A pgmq queue in a build without the `pgmq` feature, which cannot read its tables.
+    #[cfg(not(feature = "pgmq"))]
+    fn pgmq(queue_name: &str) -> Result<Self, PoolError> {
+        Err(PoolError::InvalidConfig(format!(
+            "fleet: the pgmq queue {queue_name:?} is read with the cargo feature `pgmq`, \
+             which this build lacks (enable it, or use a \"postgres\" table queue)"
+        )))
     }
 }
 
@@ -534,7 +582,10 @@ fn parked_of(
         attempts,
         last_error: last_error.as_deref(),
         ahead: position,
-        pending_parents: to_u64(i64::from(row.try_get::<i32>("", "pending_parents")?)),
+        // Only the table layout keeps dependencies: pgmq's reads have no such column.
+        pending_parents: to_u64(i64::from(
+            row.try_get::<i32>("", "pending_parents").unwrap_or(0),
+        )),
     };
     let reason = reason_of(&waiting, fleet);
     Ok(FleetParked {

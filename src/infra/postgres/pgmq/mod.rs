@@ -1,11 +1,13 @@
 //! The queue on PGMQ that many nodes share (cargo feature `pgmq`): [`queue`] opens it in its
 //! layout, `statements.rs` writes its statements, `install` puts PGMQ's API on a server
-//! that lacks the extension, and `driver` holds its settings' rules and how a node joins
-//! it.
+//! that lacks the extension, `driver` holds its settings' rules and how a node joins
+//! it, and `parked` reads its parked tasks for the fleet view.
 
 pub(crate) mod driver;
 #[cfg(feature = "pgmq")]
 mod install;
+#[cfg(feature = "pgmq")]
+pub(crate) mod parked;
 #[cfg(feature = "pgmq")]
 pub mod queue;
 #[cfg(feature = "pgmq")]

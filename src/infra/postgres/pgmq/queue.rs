@@ -270,7 +270,7 @@ fn own_objects(name: &str) -> Result<String, PoolError> {
 }
 
 /// A message's rank time, entry and task id, as the indexes have them.
-const RANK: &str = "((message->>'rank')::bigint)";
+pub(super) const RANK: &str = "((message->>'rank')::bigint)";
 pub(super) const ENTRY: &str = "((message->>'entry')::bigint)";
 pub(super) const TASK: &str = "((message->>'task')::bigint)";
 /// No node holds the message.

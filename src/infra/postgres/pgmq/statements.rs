@@ -86,6 +86,7 @@ impl PgmqLayout {
                      ORDER BY msg_id LIMIT 1 FOR UPDATE SKIP LOCKED"
                 ),
             )),
+            sleeping: sql(sleeping_sql(layout)),
             live_task: sql(live_task_sql()),
             rescue: sql(rescue_sql(layout)),
             counts: sql(counts_sql(layout)),
@@ -102,6 +103,27 @@ impl PgmqLayout {
             purge_dead: sql(purge_dead_sql(layout)),
         }
     }
+}
+
+/// When the parked message of task `$task_id` under exactly (`$tenant`, `$user_id`,
+/// `$session_id`) becomes visible, if that is after `$now_ms` (its visibility time is its
+/// not-before instant: a scheduled start, a retry's backoff).
+fn sleeping_sql(layout: &PgmqLayout) -> String {
+    let per_level = layout.per_level(" UNION ALL ", |level| {
+        format!(
+            "SELECT vt FROM pgmq.{table} WHERE {TASK} = $task_id AND {PARKED} \
+                AND message->>'tenant' = $tenant \
+                AND message->>'user' IS NOT DISTINCT FROM $user_id \
+                AND message->>'session' IS NOT DISTINCT FROM $session_id \
+                AND vt > {now}",
+            table = level.table,
+            now = at_ms("$now_ms"),
+        )
+    });
+    format!(
+        "SELECT (floor(extract(epoch FROM min(vt)) * 1000))::bigint AS until_ms \
+           FROM ({per_level}) AS sleeping HAVING count(*) > 0"
+    )
 }
 
 /// The key of the live (or lately completed) task of caller (`$tenant`, `$task_id`), from

@@ -12,20 +12,27 @@
 //! node's lease:
 //!
 //! ```sql
-//! WITH pick AS (
-//!     SELECT id FROM pl_queue_jobs
-//!      WHERE queue_name = $queue AND state = 'parked' AND not_before_ms <= $now_ms
+//! WITH awake AS (
+//!     SELECT id, .. FROM pl_queue_jobs
+//!      WHERE queue_name = $queue AND state = 'parked' AND not_before_ms = 0
 //!        AND units <= CASE kind WHEN 0 THEN $free_cpu WHEN 1 THEN $free_vram ... END
 //!        AND <ranked at or ahead of the starvation bound, if any>
 //!      ORDER BY priority DESC, rank_time_ms, entry
-//!      LIMIT 1 FOR UPDATE SKIP LOCKED)
+//!      LIMIT $max FOR UPDATE SKIP LOCKED),
+//!   woken AS (<the same, for not_before_ms > 0 AND not_before_ms <= $now_ms>),
+//!   pick AS (<the best $max of both, as far as their cost fits together>)
 //! UPDATE pl_queue_jobs SET state = 'claimed', locked_by = $node, lease_expires_ms = ..,
 //!        attempts = attempts + 1
 //!   FROM pick WHERE pl_queue_jobs.id = pick.id RETURNING ..
 //! ```
 //!
-//! A partial index on `(queue_name, priority DESC, rank_time_ms, entry) WHERE state =
-//! 'parked'` serves it in rank order; rows that do not fit are skipped by the filter.
+//! Two partial indexes serve it: `_awake` on `(queue_name, priority DESC, rank_time_ms,
+//! entry)` for the rows never delayed, walked in rank order (rows that do not fit are skipped
+//! by the filter), and `_wakes` on `(queue_name, not_before_ms)` for the rows delayed once (a
+//! scheduled start, a retry's backoff, a hand-back), read up to now and ranked by the
+//! statement. A row that sleeps is in neither part a claim reads: 20,000 sleeping rows cost a
+//! claim nothing, and a row whose instant comes is claimable as it is, without a write. The
+//! rows of `_wakes` that are due are all read by each claim until they are claimed.
 //!
 //! # Leases, retries, dead letters
 //!
@@ -209,6 +216,14 @@ fn statements(t: &Identifier) -> Statements {
         remove: sql(removed_parked(
             "queue_name = $queue AND entry = $entry AND state = 'parked'",
         )),
+        // On the `_task` index, as a cancel.
+        sleeping: sql(format!(
+            "SELECT min(not_before_ms) AS until_ms FROM {t} \
+              WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
+                AND state = 'parked' AND user_id IS NOT DISTINCT FROM $user_id \
+                AND session_id IS NOT DISTINCT FROM $session_id AND not_before_ms > $now_ms \
+             HAVING count(*) > 0"
+        )),
         live_task: sql(format!(
             "SELECT tenant, user_id, session_id FROM {t} \
               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
@@ -305,35 +320,78 @@ fn statements(t: &Identifier) -> Statements {
     }
 }
 
-/// The claim statement: the best `$max` parked rows that fit one by one are locked (`SKIP
-/// LOCKED`), and of those the rank-order prefix whose running cost per kind stays within the
-/// free units is claimed, best-ranked first.
+/// The parked rows a claim may read, as two arms each served by its own index (see
+/// `schema.rs`): `awake`, the rows never delayed (`_awake`, in rank order), and `woken`, the
+/// delayed rows whose instant has come (`_wakes`, read from its start up to `$now_ms`). A
+/// row still asleep is in neither, so a claim reads none of them however many wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    Awake,
+    Woken,
+}
+
+impl Arm {
+    /// The condition on `not_before_ms` that selects the arm's rows due by `due` (a
+    /// parameter).
+    fn due(self, due: &str) -> String {
+        match self {
+            Self::Awake => "not_before_ms = 0".to_owned(),
+            Self::Woken => format!("not_before_ms > 0 AND not_before_ms <= {due}"),
+        }
+    }
+}
+
+/// The claim statement: in each [`Arm`], the best `$max` parked rows that fit one by one are
+/// locked (`SKIP LOCKED`); of the best `$max` of both, the rank-order prefix whose running
+/// cost per kind stays within the free units is claimed, best-ranked first.
 fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
     // `reserved` probes each priority level's oldest aged task on its own: one index descent
     // per level. Asked in one scan ordered by priority, the time bound is no index condition,
-    // and a queue with nothing aged would be read to its end on every claim.
+    // and a queue with nothing aged would be read to its end on every claim. Rows delayed
+    // once are read by their instant, up to the aging bound, and ranked here.
     let levels = Priority::ALL
         .map(|priority| format!("({}::smallint)", priority_to_sql(priority)))
         .join(", ");
+    let rank = "priority DESC, rank_time_ms, entry";
+    let candidates = |arm: Arm| {
+        format!(
+            "SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} AS c \
+              WHERE queue_name = $queue AND state = 'parked' AND {due} \
+                AND units <= {free} AND {bounded} AND {not_behind}{tenant} \
+              ORDER BY {rank} LIMIT $max FOR UPDATE SKIP LOCKED",
+            due = arm.due("$now_ms"),
+            free = fits("kind", Units::Free),
+            bounded = within_bound("priority", "rank_time_ms", "entry"),
+            not_behind = not_behind_reserved("c.priority", "c.rank_time_ms", "c.entry"),
+            tenant = if one_tenant {
+                " AND c.tenant = $tenant"
+            } else {
+                ""
+            },
+        )
+    };
     format!(
         "WITH reserved AS MATERIALIZED ( \
-           SELECT r.* FROM (VALUES {levels}) AS level(priority) \
-           CROSS JOIN LATERAL ( \
-             SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
-              WHERE queue_name = $queue AND state = 'parked' AND priority = level.priority \
-                AND rank_time_ms <= $aged_before AND not_before_ms <= $aged_before \
-                AND units <= {whole} \
-              ORDER BY rank_time_ms, entry LIMIT 1) AS r \
-           ORDER BY r.priority DESC LIMIT 1), \
+           SELECT * FROM ( \
+             SELECT r.* FROM (VALUES {levels}) AS level(priority) \
+             CROSS JOIN LATERAL ( \
+               SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
+                WHERE queue_name = $queue AND state = 'parked' AND {awake} \
+                  AND priority = level.priority AND rank_time_ms <= $aged_before \
+                  AND units <= {whole} \
+                ORDER BY rank_time_ms, entry LIMIT 1) AS r \
+             UNION ALL \
+             (SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
+               WHERE queue_name = $queue AND state = 'parked' AND {woken} \
+                 AND rank_time_ms <= $aged_before AND units <= {whole} \
+               ORDER BY {rank} LIMIT 1)) AS aged \
+           ORDER BY priority DESC, rank, entry LIMIT 1), \
+         awake AS ({awake_rows}), \
+         woken AS ({woken_rows}), \
          candidates AS ( \
-           SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} AS c \
-            WHERE queue_name = $queue AND state = 'parked' AND not_before_ms <= $now_ms \
-              AND units <= {free} AND {bounded} AND {not_behind}{tenant} \
-            ORDER BY priority DESC, rank_time_ms, entry \
-            LIMIT $max FOR UPDATE SKIP LOCKED), \
+           SELECT * FROM awake UNION ALL SELECT * FROM woken ORDER BY {rank} LIMIT $max), \
          running AS ( \
-           SELECT id, kind, sum(units) OVER (PARTITION BY kind \
-               ORDER BY priority DESC, rank_time_ms, entry) AS held \
+           SELECT id, kind, sum(units) OVER (PARTITION BY kind ORDER BY {rank}) AS held \
            FROM candidates), \
          pick AS (SELECT id FROM running WHERE held <= {free}), \
          claimed AS ( \
@@ -344,27 +402,31 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
                      job.metadata, job.payload) \
          SELECT id AS row_id, 0::smallint AS level, entry, attempts AS attempt, \
                 metadata::text AS metadata, payload::text AS payload \
-           FROM claimed ORDER BY priority DESC, rank_time_ms, entry",
+           FROM claimed ORDER BY {rank}",
+        awake = Arm::Awake.due("$aged_before"),
+        woken = Arm::Woken.due("$aged_before"),
+        awake_rows = candidates(Arm::Awake),
+        woken_rows = candidates(Arm::Woken),
         whole = fits("kind", Units::Whole),
         free = fits("kind", Units::Free),
-        bounded = within_bound("priority", "rank_time_ms", "entry"),
-        not_behind = not_behind_reserved("c.priority", "c.rank_time_ms", "c.entry"),
-        tenant = if one_tenant {
-            " AND c.tenant = $tenant"
-        } else {
-            ""
-        },
     )
 }
 
 /// The claim under a fair share by use across the fleet: the pick over the parked rows the
-/// node could take, and the claim restricted to the tenant picked.
+/// node could take (due, in either [`Arm`]), and the claim restricted to the tenant picked.
 fn fair_claim(t: &Identifier) -> FairClaim {
+    let arm = |arm: Arm| {
+        format!(
+            "SELECT tenant, priority, units FROM {t} \
+              WHERE queue_name = $queue AND state = 'parked' AND {due} AND units <= {free}",
+            due = arm.due("$now_ms"),
+            free = fits("kind", Units::Free),
+        )
+    };
     let rows = format!(
-        "(SELECT tenant, priority, units FROM {t} \
-           WHERE queue_name = $queue AND state = 'parked' AND not_before_ms <= $now_ms \
-             AND units <= {free}) AS parked",
-        free = fits("kind", Units::Free),
+        "({} UNION ALL {}) AS parked",
+        arm(Arm::Awake),
+        arm(Arm::Woken)
     );
     FairClaim {
         pick: NamedSql::new(&pick_sql(&rows)),
@@ -397,7 +459,7 @@ mod tests {
             plans
         });
         assert!(
-            plan.contains(&format!("Index Scan using {table}_claim")),
+            plan.contains(&format!("Index Scan using {table}_awake")),
             "the claim walks the rank index:\n{plan}"
         );
         for whole_table in [
@@ -414,5 +476,113 @@ mod tests {
             plan, server_plan,
             "the server's own plan is the same:\n{server_plan}"
         );
+    }
+
+    /// What a claim reads of a queue where 20,000 tasks sleep (a scheduled start that is not
+    /// due) beside 5 due ones ranked behind them all: the 5 (every step of its plan reads at
+    /// most a few rows; before the indexes of `schema.rs` split the parked rows, the walk of
+    /// the rank index read and dropped the 20,000). Once their instant has come, the
+    /// sleepers are claimed, best-ranked first, without a write in between.
+    #[test]
+    fn a_claim_reads_no_sleeping_row() {
+        let database = probe::database();
+        let table = format!("pl_sleep_probe_{}", std::process::id());
+        let queue = PostgresQueue::<u64>::open(&database, &table, "sleep").expect("open");
+        let (plan, claimed_due, claimed_woken) = probe::runtime().block_on(async {
+            let (plan, due, woken) = sleeping_claims(&database, &queue, &table).await;
+            run_sql(&database, format!("DROP TABLE {table}")).await;
+            (plan, due, woken)
+        });
+        assert_eq!(
+            claimed_due,
+            vec![20_000, 20_001, 20_002, 20_003, 20_004],
+            "{plan}"
+        );
+        assert_eq!(claimed_woken, (0..256).collect::<Vec<u64>>());
+        for index in [format!("{table}_awake"), format!("{table}_wakes")] {
+            assert!(
+                plan.contains(&format!("Index Scan using {index}")),
+                "the claim reads {index}:\n{plan}"
+            );
+        }
+        let most_read = plan
+            .lines()
+            .filter_map(|line| {
+                let (_, tail) = line.split_once("rows=")?;
+                let count = tail.split(|c: char| !c.is_ascii_digit()).next()?;
+                count.parse::<u64>().ok()
+            })
+            .chain(plan.lines().filter_map(|line| {
+                let (_, count) = line.split_once("Rows Removed by Filter: ")?;
+                count.trim().parse::<u64>().ok()
+            }))
+            .max();
+        assert_eq!(most_read, Some(5), "a step reads sleeping rows:\n{plan}");
+    }
+
+    /// Parks 20,000 sleeping tasks (ids 0..20,000, ranked first, due at 10,000,000) and 5
+    /// due ones (ids 20,000..20,005); returns the claim's plan and ids claimed at 5,000,000,
+    /// then the ids claimed at 10,000,000.
+    async fn sleeping_claims(
+        database: &PgDatabase,
+        queue: &PostgresQueue<u64>,
+        table: &str,
+    ) -> (String, Vec<u64>, Vec<u64>) {
+        use crate::core::{Capacity, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
+        use crate::infra::postgres::claim::ClaimParams;
+        use crate::util::serde::{ResourceCost, ResourceKind};
+        let tasks = (0..20_005)
+            .map(|id| {
+                let meta = TaskMetadata::new(id, ResourceCost::new(ResourceKind::Cpu, 1));
+                (id, 1_000 + id, ScheduledTask::new(meta, id))
+            })
+            .collect();
+        let parked = queue.enqueue_many(tasks).await;
+        assert!(parked.iter().all(Result::is_ok));
+        // As `enqueue_not_before` parks them, in one statement.
+        let asleep = format!("UPDATE {table} SET not_before_ms = 10000000 WHERE task_id < 20000");
+        run_sql(database, asleep).await;
+        run_sql(database, format!("VACUUM ANALYZE {table}")).await;
+        let free = FitQuery::within(Capacity::uniform(256));
+        let params = |now_ms| ClaimParams {
+            queue: queue.name(),
+            node: "node",
+            query: &free,
+            now_ms,
+            expires_at_ms: now_ms + 60_000,
+            max: 256,
+        };
+        let claim = &queue.statements().claim;
+        let values = claim
+            .bind(&params(5_000_000))
+            .expect("every parameter is bound");
+        let plan = database
+            .explain_claim(claim.text().to_owned(), values, true, true)
+            .await
+            .expect("explain");
+        let ids = |leases: Vec<crate::core::Lease<u64>>| {
+            leases.into_iter().map(|lease| lease.task.payload).collect()
+        };
+        let due = queue
+            .claim_batch(
+                "node",
+                &free,
+                256,
+                std::time::Duration::from_secs(60),
+                5_000_000,
+            )
+            .await
+            .expect("claim the due tasks");
+        let woken = queue
+            .claim_batch(
+                "node",
+                &free,
+                256,
+                std::time::Duration::from_secs(60),
+                10_000_000,
+            )
+            .await
+            .expect("claim the woken tasks");
+        (plan, ids(due), ids(woken))
     }
 }

@@ -24,6 +24,7 @@
 //! | `release` | `$queue`, `$entries`, `$attempts`, `$node`, `$now_ms` | `entry` of each claim handed back |
 //! | `remove` | `$queue`, `$entry` | `metadata`, `payload` |
 //! | `remove_task` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `metadata`, `payload` |
+//! | `sleeping` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id`, `$now_ms` | `until_ms` (none when it does not sleep) |
 //! | `live_task` | `$queue`, `$tenant`, `$task_id` | `tenant`, `user_id`, `session_id` |
 //! | `rescue` | [`RescueParams`] | `parked`, `dead` |
 //! | `counts` | `$queue` | `parked`, `claimed` |
@@ -100,6 +101,8 @@ pub(crate) struct Statements {
     pub remove: NamedSql,
     /// Removes a parked task by its key and id (a cancel).
     pub remove_task: NamedSql,
+    /// When a parked task, by its key and id, wakes, if it sleeps at `$now_ms`.
+    pub sleeping: NamedSql,
     /// The key of the live (or lately completed) task of a caller (`$tenant`, `$task_id`)
     /// whose row keeps callers unique, if any.
     pub live_task: NamedSql,

@@ -506,6 +506,30 @@ where
             .await
     }
 
+    async fn sleeping_until(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        now_ms: u64,
+    ) -> Result<Option<u64>, QueueError> {
+        let params = [
+            ("queue", self.queue()),
+            ("tenant", key.tenant.0.clone().into()),
+            ("user_id", key.user_id.clone().into()),
+            ("session_id", key.session_id.clone().into()),
+            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
+            ("now_ms", millis_u64(now_ms).into()),
+        ];
+        let Some(row) = self
+            .row("read a sleeping task", &self.statements.sleeping, &params)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let until: i64 = self.column(&row, "until_ms")?;
+        Ok(u64::try_from(until).ok())
+    }
+
     fn watch(&self) -> Option<watch::Receiver<u64>> {
         Some(self.wake.subscribe())
     }

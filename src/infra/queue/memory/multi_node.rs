@@ -702,6 +702,26 @@ where
         Ok(())
     }
 
+    /// Scans the resting entries, as [`remove_task`](Self::remove_task) scans.
+    async fn sleeping_until(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+        now_ms: u64,
+    ) -> Result<Option<u64>, QueueError> {
+        let lot = self.lock();
+        Ok(lot
+            .resting
+            .values()
+            .filter(|(at, parked)| {
+                *at > now_ms
+                    && parked.task.meta.id == id
+                    && parked.task.meta.mailbox.as_ref() == Some(key)
+            })
+            .map(|(at, _)| *at)
+            .min())
+    }
+
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
         let mut lot = self.lock();
         if let Some((_, parked)) = lot.resting.remove(&entry) {

@@ -56,11 +56,6 @@ impl Storage {
         matches!(self, Storage::Shared(_))
     }
 
-    /// Whether this is the shared mode on a queue that keeps dependencies.
-    pub fn keeps_dependencies(&self) -> bool {
-        matches!(self, Storage::Shared(room) if room.keeps_dependencies())
-    }
-
     /// Whether a task that starts at once is stored as this node's claim first (shared mode,
     /// `accepted` durability).
     pub fn records_starts_shared(&self) -> bool {

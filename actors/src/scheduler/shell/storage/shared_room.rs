@@ -186,11 +186,12 @@ impl SharedRoom {
         if !self.renewal_due(now) {
             return;
         }
-        // Running or waiting here, or finished with the outcome still on its way out.
+        // Running or waiting here, or finished with the outcome still on its way out; not
+        // one the queue is still storing.
         let held = tasks
             .ledger
             .iter()
-            .filter_map(Record::lease)
+            .filter_map(Record::renewable_lease)
             .map(|claim| claim.entry)
             .chain(tasks.publishing.iter().copied())
             .collect();

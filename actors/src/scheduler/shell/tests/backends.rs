@@ -152,11 +152,6 @@ impl World {
                 }
             }
             SharedCall::Renew { .. } | SharedCall::GiveBackBudget { .. } => return,
-            // The model's queue keeps no dependencies: the shell never asks it why one waits.
-            SharedCall::WhyWaiting { reply, id, .. } => {
-                let _ = reply.send(Err(crate::domain::PoolError::TaskNotFound(id)));
-                return;
-            }
             SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
             SharedCall::Retry { claim, .. } => {
                 self.give_back(claim.entry);

@@ -672,6 +672,17 @@ impl World {
                 self.shared_held.retain(|&held| held != claim.entry);
                 self.shared_claimed.remove(&claim.entry);
             }
+            Effect::Shared(SharedCall::Renew { held, .. }) => {
+                // A renewal that names an entry the queue does not hold as this node's
+                // claim (its insert still on its way) finds no claim: the node would give
+                // up a run that is its own.
+                for entry in &held {
+                    prop_assert!(
+                        self.shared_held.contains(entry) || self.shared_lost.contains(entry),
+                        "renewed entry {entry} before the queue stored it as this node's claim"
+                    );
+                }
+            }
             Effect::Shared(call) => self.shared_calls.push(call),
             Effect::Deliver(outcome) => {
                 let id = outcome.delivery.task_id;
