@@ -12,10 +12,19 @@
 //!   then `parent_ended` for the fan-in), per parent end, beside the same ends with no
 //!   child held.
 //!
+//! - **Postgres queue** (with `--features postgres`): the table queue alone, through its
+//!   `SharedQueue` face. P parents are parked and claimed by one node, and, for the fan-in, a
+//!   child waiting on all of them is parked with `enqueue_waiting`; the clock runs while the
+//!   node settles the parents one by one (`Settlement::Done`, one statement each, which
+//!   releases the child in the same statement), then the child is claimed. Per parent
+//!   settle, beside the same settles with no child waiting. The server is the one at
+//!   `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
+//!
 //! Medians of R rounds, the two runs alternating. `cargo bench -p
 //! prometheus_parking_lot_benches --bench dependencies` runs P = 1,000 parents, R = 7
-//! (override with `FAN_IN_PARENTS`, `FAN_IN_ROUNDS`); under `cargo test` it runs P = 100
-//! once as a smoke test.
+//! (override with `FAN_IN_PARENTS`, `FAN_IN_ROUNDS`; the Postgres case takes R = 3 unless
+//! `FAN_IN_PG_ROUNDS` says otherwise); under `cargo test` it runs P = 100 once as a smoke
+//! test.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -206,4 +215,146 @@ fn main() {
         "| core: per parent end | {with:.0} ns | {without:.0} ns | {:.2}x |",
         with / without
     );
+    #[cfg(feature = "postgres")]
+    on_postgres::compare(&runtime, &scale);
+}
+
+/// The fan-in on the Postgres table queue (see the module docs).
+#[cfg(feature = "postgres")]
+mod on_postgres {
+    use std::time::{Duration, Instant};
+
+    use prometheus_parking_lot::core::{
+        Capacity, Carried, DependsOn, FitQuery, ScheduledTask, Settlement, SharedQueue,
+        TaskMetadata,
+    };
+    use prometheus_parking_lot::infra::postgres::PgDatabase;
+    use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
+    use prometheus_parking_lot::{MailboxKey, ResourceCost};
+    use tokio::runtime::Runtime;
+
+    use super::{support, Scale};
+
+    const NODE: &str = "bench-node";
+    const LEASE: Duration = Duration::from_secs(300);
+
+    fn now_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64
+    }
+
+    fn task(id: u64) -> ScheduledTask<u64> {
+        let key = MailboxKey::new("plan").with_session(format!("step-{id}"));
+        ScheduledTask::new(
+            TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key),
+            id,
+        )
+    }
+
+    /// One round on a queue of its own: microseconds per parent settle.
+    fn round(
+        runtime: &Runtime,
+        database: &PgDatabase,
+        cleaner: &sea_orm::DatabaseConnection,
+        parents: u64,
+        fan_in: bool,
+    ) -> f64 {
+        let name = format!("fan_in_{}_{}_{fan_in}", std::process::id(), now_ms());
+        let queue = PostgresQueue::<u64>::open(database, "pl_queue_jobs", &name).expect("open");
+        runtime.block_on(async {
+            let now = now_ms();
+            let parked = queue
+                .enqueue_many(
+                    (1..=parents)
+                        .map(|id| (id, now, task(id), Carried::default()))
+                        .collect(),
+                )
+                .await;
+            assert!(parked.iter().all(Result::is_ok), "the parents are parked");
+            let everything = FitQuery::within(Capacity::uniform(u32::MAX));
+            let leases = queue
+                .claim_batch(NODE, &everything, parents as usize, LEASE, now_ms())
+                .await
+                .expect("claim the parents");
+            assert_eq!(leases.len() as u64, parents, "every parent is claimed");
+            let child = parents + 1;
+            let depends_on = DependsOn {
+                parents: (1..=parents).collect(),
+                run_anyway: false,
+            };
+            if fan_in {
+                queue
+                    .enqueue_waiting(child, now, task(child), Carried::default(), &depends_on)
+                    .await
+                    .expect("the child waits");
+            }
+            let started = Instant::now();
+            for lease in &leases {
+                queue
+                    .settle(NODE, lease.claim(), Settlement::Done)
+                    .await
+                    .expect("settled");
+            }
+            let elapsed = started.elapsed();
+            if fan_in {
+                let claimed = queue
+                    .claim_best_fit(NODE, &everything, LEASE, now_ms())
+                    .await
+                    .expect("claim the child");
+                assert_eq!(
+                    claimed.map(|lease| lease.entry),
+                    Some(child),
+                    "the child is released by its last parent's settle"
+                );
+            }
+            use sea_orm::ConnectionTrait;
+            let purge = format!("DELETE FROM pl_queue_jobs WHERE queue_name = '{name}'");
+            cleaner
+                .execute_unprepared(&purge)
+                .await
+                .expect("purge the rows");
+            elapsed.as_secs_f64() * 1e6 / parents as f64
+        })
+    }
+
+    /// Prints the Postgres row of the table: per parent settle, with and without the child.
+    pub fn compare(runtime: &Runtime, scale: &Scale) {
+        let url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let database = PgDatabase::connect(&url).unwrap_or_else(|error| {
+            panic!("the Postgres fan-in needs a server at DATABASE_URL or 127.0.0.1:5432: {error}")
+        });
+        let cleaner = runtime
+            .block_on(sea_orm::Database::connect(&url))
+            .expect("a connection to purge with");
+        let rounds = if support::measured() {
+            support::env_u64("FAN_IN_PG_ROUNDS", 3) as usize
+        } else {
+            1
+        };
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for index in 0..rounds {
+            let order = if index % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for fan_in in order {
+                let micros = round(runtime, &database, &cleaner, scale.parents, fan_in);
+                if fan_in {
+                    with.push(micros);
+                } else {
+                    without.push(micros);
+                }
+            }
+        }
+        let (with, without) = (support::median(&with), support::median(&without));
+        println!(
+            "| postgres table queue: per parent settle ({rounds} rounds) | {with:.0} µs | \
+             {without:.0} µs | {:.2}x |",
+            with / without
+        );
+    }
 }

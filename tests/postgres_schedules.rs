@@ -9,10 +9,11 @@
 #[path = "support/processes.rs"]
 mod processes;
 
+use processes::{read_lines, NodeProcess};
+
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -93,7 +94,7 @@ fn schedule_node() {
     )
     .expect("the node starts");
     recorder.line("ready".into());
-    let _ = std::io::stdin().read_line(&mut String::new());
+    processes::wait_for_stdin_to_close();
     let pool = &built.pools["work"];
     runtime()
         .block_on(pool.shutdown_with_drain(Duration::from_secs(5)))
@@ -109,50 +110,24 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// A node process; killed when dropped, so a failing test leaves none behind.
+/// A node process and the file it records its runs in.
 struct Node {
-    child: Child,
+    process: NodeProcess,
     runs: PathBuf,
 }
 
 impl Node {
     fn start(spec: &NodeSpec) -> Self {
-        let child = processes::child("schedule_node")
-            .env(NODE_ENV, serde_json::to_string(spec).unwrap())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start a node");
+        let settings = serde_json::to_string(spec).unwrap();
         Self {
-            child,
+            process: NodeProcess::start("schedule_node", NODE_ENV, settings),
             runs: spec.runs.clone(),
         }
     }
 
-    /// Closes the node's stdin and waits for it to stop.
     fn stop(&mut self) {
-        drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait().expect("wait for a node").is_none() {
-            assert!(Instant::now() < deadline, "a node did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.stop(Duration::from_secs(30));
     }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn read_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 /// The runs of every node: how often each task id ran.

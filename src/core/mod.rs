@@ -26,9 +26,10 @@ pub use prometheus_parking_lot_actors::observe::events::{
 pub use prometheus_parking_lot_actors::observe::stats::{BudgetStats, PoolStats};
 pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TraceParent};
 pub use prometheus_parking_lot_actors::queue::{
-    Carried, Claim, DeadLetter, DeadLetterReader, EntryId, FitQuery, InlineQueue, KeptLetter,
-    Lease, LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance, RankBound,
-    Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery, InlineQueue,
+    KeptLetter, Lease, LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance,
+    RankBound, Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    DEPENDENCIES_SUPPORTED,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{
     PoolSnapshot, PoolView, TaskView, TenantView, WaitView,

@@ -16,6 +16,8 @@ mod memory_backends;
 #[cfg(feature = "postgres")]
 mod postgres_backends;
 #[cfg(feature = "postgres")]
+mod postgres_dependencies;
+#[cfg(feature = "postgres")]
 mod postgres_outages;
 #[cfg(feature = "postgres")]
 mod postgres_schedules;

@@ -30,7 +30,7 @@ use prometheus_parking_lot::{
 };
 
 /// The database every test uses; the tests fail (never skip) when it cannot be reached.
-fn database() -> PgDatabase {
+pub(crate) fn database() -> PgDatabase {
     static DATABASE: OnceLock<PgDatabase> = OnceLock::new();
     DATABASE
         .get_or_init(|| {
@@ -923,16 +923,17 @@ async fn with_attach_a_repeated_submission_gets_the_original_and_nothing_runs_ag
 }
 
 /// A pool of `queue_type` (a shared queue in Postgres) built from a config around the
-/// dependencies suite's executor.
+/// dependencies suite's executor `steps` (4 workers, 4 CPU units).
 async fn dependencies_pool(
     queue_type: &str,
     name: &str,
+    steps: conformance::dependencies::Steps,
 ) -> BuiltPools<u64, u64, conformance::dependencies::Steps> {
     let config = serde_json::json!({
         "database_url": postgres_pools::server_url(),
         "pools": { "deps": {
-            "worker_threads": 2,
-            "max_units": 2,
+            "worker_threads": 4,
+            "max_units": 4,
             "queue": { "type": queue_type, "queue_name": name, "lease_ms": 3_000 },
             "mailbox": { "storage": { "type": "in_memory" } }
         } }
@@ -948,7 +949,7 @@ async fn dependencies_pool(
             &config,
             &QueueBuilderContext::Embedded,
             None,
-            |_| conformance::dependencies::plain_steps(),
+            |_| steps.clone(),
             TokioSpawner,
         )
         .expect("the pool starts")
@@ -958,17 +959,20 @@ async fn dependencies_pool(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_postgres_queue_pool_refuses_dependencies_naming_the_queues_that_support_them() {
-    let built = dependencies_pool("postgres", &fresh_name("deps")).await;
-    let pool = built.pools["deps"].client();
-    conformance::dependencies::refused_where_unsupported(pool, "postgres").await;
+async fn postgres_queue_keeps_the_dependencies_contract() {
+    conformance::dependencies::run_all(|steps| async move {
+        let mut built = dependencies_pool("postgres", &fresh_name("deps"), steps).await;
+        built.pools.remove("deps").expect("the pool deps")
+    })
+    .await;
 }
 
 #[cfg(feature = "pgmq")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pgmq_pool_refuses_dependencies_naming_the_queues_that_support_them() {
     let name = fresh_name("deps");
-    let built = dependencies_pool("postgres_pgmq", &name).await;
+    let steps = conformance::dependencies::plain_steps();
+    let built = dependencies_pool("postgres_pgmq", &name, steps).await;
     let pool = built.pools["deps"].client();
     conformance::dependencies::refused_where_unsupported(pool, "pgmq").await;
     drop(built);

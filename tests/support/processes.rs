@@ -72,3 +72,55 @@ pub fn on_runtime<F: std::future::Future<Output = ()>>(test: F) {
         .expect("a runtime")
         .block_on(test);
 }
+
+/// A node: a child process of this test binary playing `role`, told its settings in one
+/// environment variable and asked to stop by closing its stdin. Killed when dropped, so a
+/// failing test leaves none behind.
+pub struct NodeProcess {
+    child: std::process::Child,
+}
+
+impl NodeProcess {
+    /// Starts `role` with `settings` in the environment variable `env` (its stdout
+    /// discarded, its stderr the test's).
+    pub fn start(role: &str, env: &str, settings: String) -> Self {
+        let child = child(role)
+            .env(env, settings)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start a node");
+        Self { child }
+    }
+
+    /// Closes the node's stdin and waits, at most `within`, for it to stop.
+    pub fn stop(&mut self, within: std::time::Duration) {
+        drop(self.child.stdin.take());
+        let deadline = std::time::Instant::now() + within;
+        while self.child.try_wait().expect("wait for a node").is_none() {
+            assert!(std::time::Instant::now() < deadline, "a node did not stop");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Blocks until stdin closes: how a node process waits to be asked to stop.
+pub fn wait_for_stdin_to_close() {
+    let _ = std::io::stdin().read_line(&mut String::new());
+}
+
+/// The lines of the file at `path` (none while it does not exist).
+pub fn read_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}

@@ -55,6 +55,11 @@ trait QueueDesk: Send + Sync {
         id: TaskId,
         now_ms: u64,
     ) -> Result<Option<u64>, QueueError>;
+    async fn waiting_parents(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<u32>, QueueError>;
 }
 
 /// A shared queue, seen from the control side.
@@ -77,6 +82,14 @@ impl<P: Send + 'static> QueueDesk for Desk<P> {
         now_ms: u64,
     ) -> Result<Option<u64>, QueueError> {
         self.0.sleeping_until(key, id, now_ms).await
+    }
+
+    async fn waiting_parents(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<u32>, QueueError> {
+        self.0.waiting_parents(key, id).await
     }
 }
 
@@ -261,20 +274,25 @@ impl PoolControl {
             .await?;
         match (here, &self.shared_queue) {
             (Err(PoolError::TaskNotFound(_)), Some(desk)) => {
-                self.sleeping_in(desk.as_ref(), key, id).await
+                self.waiting_in(desk.as_ref(), key, id).await
             }
             (here, _) => here,
         }
     }
 
-    /// `Sleeping` for the task `id` under `key` that sleeps in the shared queue `desk` now;
-    /// `TaskNotFound` when it does not.
-    async fn sleeping_in(
+    /// `Dependencies` for the task `id` under `key` that waits for its parents in the shared
+    /// queue `desk`, `Sleeping` for one that sleeps there now; `TaskNotFound` when neither.
+    async fn waiting_in(
         &self,
         desk: &dyn QueueDesk,
         key: &MailboxKey,
         id: TaskId,
     ) -> Result<Option<WaitReason>, PoolError> {
+        match desk.waiting_parents(key, id).await {
+            Ok(Some(pending)) => return Ok(Some(WaitReason::Dependencies { pending })),
+            Ok(None) => {}
+            Err(error) => return Err(self.queue_error(desk, "read a task's parents", error)),
+        }
         let now = u64::try_from(crate::util::clock::now_ms()).unwrap_or(u64::MAX);
         match desk.sleeping_until(key, id, now).await {
             Ok(Some(until_ms)) => Ok(Some(WaitReason::Sleeping { until_ms })),

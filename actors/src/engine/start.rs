@@ -351,7 +351,8 @@ where
                 parking.claim_ahead,
                 spec.durability,
             )
-            .with_fleet_budgets(&core.limits().budgets);
+            .with_fleet_budgets(&core.limits().budgets)
+            .with_dependencies(parking.queue.supports_dependencies());
             (
                 Storage::Shared(room),
                 Some(

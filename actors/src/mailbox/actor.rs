@@ -62,8 +62,9 @@ pub(crate) enum MailboxMsg<R> {
         /// Which run of the task it was, and its trace (see
         /// [`TerminalEvent::attempt`](super::TerminalEvent::attempt)).
         run: RunOf,
-        /// The claim the run held, stored under (see [`Mailbox::store_fenced`]).
-        fence: Option<Fence>,
+        /// The claim the run held, stored under (see [`Mailbox::store_fenced`]); boxed, as
+        /// most deliveries have none.
+        fence: Option<Box<Fence>>,
         /// Runs once the store is done, told how it ended.
         then: Option<AfterStore>,
     },
@@ -81,7 +82,7 @@ struct Waiting<R> {
     key: MailboxKey,
     delivery: Delivery<R>,
     event: Option<super::TerminalEvent>,
-    fence: Option<Fence>,
+    fence: Option<Box<Fence>>,
     then: Option<AfterStore>,
 }
 

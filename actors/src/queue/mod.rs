@@ -47,8 +47,8 @@ use crate::observe::trace::TraceParent;
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
-    Claim, DeadLetter, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, SharedQueue,
-    StarvationRule,
+    Claim, DeadLetter, DependsOn, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound,
+    SharedQueue, StarvationRule, DEPENDENCIES_SUPPORTED,
 };
 
 /// The pool's own id of an admitted task. See the module docs.
@@ -70,6 +70,10 @@ pub enum QueueError {
     /// failure, in what words, and keeps the error underneath.
     #[error(transparent)]
     Backend(BackendFault),
+    /// A task's dependencies were refused ([`SharedQueue::enqueue_waiting`]): the refusal
+    /// names the parent at fault.
+    #[error(transparent)]
+    Dependency(Box<crate::domain::DependencyError>),
 }
 
 /// How a claimed entry's run ended.
@@ -80,6 +84,30 @@ pub enum Settlement {
     /// It failed (its failure is in the mailbox): forget it, keeping the reason where the
     /// backend has a dead-letter record.
     Failed(String),
+    /// It ended without succeeding and without failing (cancelled, timed out, expired, an
+    /// error its mailbox holds): forget it as [`Done`](Self::Done) does. A backend that
+    /// keeps dependencies ([`SharedQueue::enqueue_waiting`]) ends the tasks waiting on it
+    /// (see [`DependsOn`]) instead of releasing them; one that does not treats it as `Done`.
+    Ended(crate::domain::TaskStatus),
+}
+
+impl Settlement {
+    /// The settlement of a run that ended with `outcome`: `Done` when it succeeded,
+    /// `Failed` when it failed (a reason to keep), `Ended` otherwise.
+    pub fn of_outcome<R>(outcome: &Result<R, crate::domain::PoolError>) -> Self {
+        match outcome {
+            Ok(_) => Settlement::Done,
+            Err(crate::domain::PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
+            Err(error) => Settlement::Ended(crate::mailbox::status_of::<()>(&Err(
+                crate::domain::TaskFailure::from(error.clone()),
+            ))),
+        }
+    }
+
+    /// Whether the run succeeded.
+    pub fn succeeded(&self) -> bool {
+        matches!(self, Settlement::Done)
+    }
 }
 
 /// What a parked entry carries beyond its rank and its task (see the module docs). The

@@ -150,7 +150,24 @@ pub struct DeadLetter {
     pub cost: ResourceCost,
     /// Why it was given up.
     pub reason: String,
+    /// Whether it was not given up but cancelled: a task it depended on did not succeed
+    /// (see [`DependsOn`]); its submitter hears `Cancelled`, not a failure.
+    pub cancelled: bool,
 }
+
+/// The tasks a task waits for in a shared queue ([`SharedQueue::enqueue_waiting`]): callers
+/// of the task's own tenant, by task id, wherever they run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DependsOn {
+    /// The parents' task ids (no repeats, not the task itself).
+    pub parents: Vec<TaskId>,
+    /// Whether the task runs even when a parent does not succeed (a cleanup step).
+    pub run_anyway: bool,
+}
+
+/// The queues that keep dependencies, as a refusal names them.
+pub const DEPENDENCIES_SUPPORTED: &str =
+    "memory (the in-memory queue), postgres (the Postgres table queue)";
 
 /// A dead letter as the queue keeps it (see [`QueueMaintenance::list_dead_letters`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -300,6 +317,50 @@ where
                 self.backend()
             ),
         )))
+    }
+
+    /// Whether the queue keeps dependencies between its tasks
+    /// ([`enqueue_waiting`](Self::enqueue_waiting)). The default: no.
+    fn supports_dependencies(&self) -> bool {
+        false
+    }
+
+    /// Parks `task` for any node as [`enqueue`](Self::enqueue) does, held until every one
+    /// of `depends_on`'s parents (tasks of its mailbox key's tenant in this queue) has
+    /// succeeded, and not before `carried`'s instant if it has one (in its trace, if it has one); from then on it ranks at
+    /// `rank_time_ms` like any other. A parent that does not succeed ends it `Cancelled` (a
+    /// [`DeadLetter`] with `cancelled`), unless it runs anyway. A parent unknown to the
+    /// queue, of another tenant, the task itself, or one that ended without succeeding
+    /// (unless it runs anyway) refuses it with [`QueueError::Dependency`]. The default
+    /// refuses every such task, naming the queues that keep dependencies.
+    async fn enqueue_waiting(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        carried: Carried,
+        depends_on: &DependsOn,
+    ) -> Result<(), QueueError> {
+        let _ = (entry, rank_time_ms, carried, depends_on);
+        crate::util::contain::drop_contained(task);
+        Err(QueueError::Dependency(Box::new(
+            crate::domain::DependencyError::Unsupported {
+                queue: format!("the shared queue {}", self.backend()),
+                supported: DEPENDENCIES_SUPPORTED.into(),
+            },
+        )))
+    }
+
+    /// How many parents the parked task `id` of exactly `key` still waits for, if it is
+    /// parked in the queue waiting for any ([`enqueue_waiting`](Self::enqueue_waiting)).
+    /// The default: none.
+    async fn waiting_parents(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<u32>, QueueError> {
+        let _ = (key, id);
+        Ok(None)
     }
 
     /// Claims the best-ranked parked task that fits `query` for `node`, leased for `lease`

@@ -223,7 +223,7 @@ where
                 key,
                 delivery,
                 run,
-                fence: Some(fence),
+                fence: Some(Box::new(fence)),
                 then: Some(then),
             };
             if let Err(error) = actor.send_message(message) {

@@ -23,7 +23,7 @@ use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
 use super::shell::effects::SharedCall;
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
-use crate::queue::{Carried, Claim, EntryId, QueueError, Settlement, SharedQueue};
+use crate::queue::{Carried, Claim, DependsOn, EntryId, QueueError, Settlement, SharedQueue};
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -283,6 +283,7 @@ struct ToPark<P> {
     entry: EntryId,
     rank_time_ms: u64,
     carried: Carried,
+    depends_on: Option<DependsOn>,
     task: ScheduledTask<P>,
     key: MailboxKey,
     reply: Reply,
@@ -351,9 +352,11 @@ async fn park_loop<P: Send + 'static>(
     }
 }
 
-/// Stores a group of parks in one [`SharedQueue::enqueue_many`], each with what it carries
-/// (a scheduled start's instant, its trace). Empties `group` into `answers` (who hears of
-/// each task) and returns the queue's result of each task in the group's order.
+/// Stores a group of parks: each task waiting for parents with
+/// [`SharedQueue::enqueue_waiting`], the rest in one [`SharedQueue::enqueue_many`], each
+/// with what it carries (a scheduled start's instant, its trace). Empties `group` into
+/// `answers` (who hears of each task) and returns the queue's result of each task in the
+/// group's order.
 async fn enqueue_group<P: Send + 'static>(
     queue: &dyn SharedQueue<P>,
     group: &mut Vec<ToPark<P>>,
@@ -364,13 +367,45 @@ async fn enqueue_group<P: Send + 'static>(
         Reply,
     )>,
 ) -> Vec<Result<(), QueueError>> {
-    let mut tasks = Vec::with_capacity(group.len());
+    let mut results: Vec<Option<Result<(), QueueError>>> = Vec::with_capacity(group.len());
+    let (mut tasks, mut places) = (Vec::new(), Vec::new());
     for park in group.drain(..) {
         let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
         answers.push((task_id, park.key, cost, park.reply));
+        if let Some(depends_on) = &park.depends_on {
+            let parked = queue
+                .enqueue_waiting(
+                    park.entry,
+                    park.rank_time_ms,
+                    park.task,
+                    park.carried,
+                    depends_on,
+                )
+                .await;
+            results.push(Some(parked));
+            continue;
+        }
+        places.push(results.len());
+        results.push(None);
         tasks.push((park.entry, park.rank_time_ms, park.task, park.carried));
     }
-    queue.enqueue_many(tasks).await
+    if !tasks.is_empty() {
+        let parked = queue.enqueue_many(tasks).await;
+        for (place, result) in places.into_iter().zip(parked) {
+            results[place] = Some(result);
+        }
+    }
+    results
+        .into_iter()
+        .map(|result| {
+            result.unwrap_or_else(|| {
+                Err(QueueError::Backend(BackendFault::plain(
+                    FaultKind::Other,
+                    "the queue answered fewer parks than it was given",
+                )))
+            })
+        })
+        .collect()
 }
 
 /// The I/O side of the shared mode. See the module docs.
@@ -497,6 +532,7 @@ where
                 entry,
                 rank_time_ms,
                 carried,
+                depends_on,
                 task,
                 key,
                 reply,
@@ -505,6 +541,7 @@ where
                     entry,
                     rank_time_ms,
                     carried,
+                    depends_on,
                     task,
                     key,
                     reply,

@@ -17,6 +17,7 @@ use super::codec::entries_to_sql;
 use super::groups::returned_entries;
 use super::named::NamedSql;
 use super::PgDatabase;
+use crate::core::TaskStatus;
 use crate::core::{Claim, EntryId, Settlement};
 
 /// A shared queue's way of ending claims inside another statement's transaction: see the
@@ -28,6 +29,7 @@ pub struct ClaimFence {
     queue: String,
     settle_done: NamedSql,
     settle_failed: NamedSql,
+    settle_ended: NamedSql,
 }
 
 impl std::fmt::Debug for ClaimFence {
@@ -57,18 +59,34 @@ pub(crate) fn claim_values(
     ]
 }
 
+/// The values of a settle of runs that ended `status` without succeeding: `$status` (the
+/// status in JSON, what a child named later is refused with) and `$why` (the reason the
+/// children waiting on them are cancelled with).
+pub(crate) fn ended_values(status: &TaskStatus) -> [(&'static str, Value); 2] {
+    let why = match status {
+        TaskStatus::Cancelled => "was cancelled".to_owned(),
+        TaskStatus::Expired => "expired before it could start".to_owned(),
+        TaskStatus::TimedOut => "timed out".to_owned(),
+        TaskStatus::Failed(reason) => format!("failed: {reason}"),
+        other => format!("ended {other:?}"),
+    };
+    let json = serde_json::to_string(status).unwrap_or_else(|_| "\"Cancelled\"".into());
+    [("status", json.into()), ("why", why.into())]
+}
+
 impl ClaimFence {
+    /// A fence of `queue`'s claims with its settle statements: done, failed, ended.
     pub(crate) fn new(
         database: PgDatabase,
         queue: String,
-        settle_done: NamedSql,
-        settle_failed: NamedSql,
+        [settle_done, settle_failed, settle_ended]: [NamedSql; 3],
     ) -> Self {
         Self {
             database,
             queue,
             settle_done,
             settle_failed,
+            settle_ended,
         }
     }
 
@@ -91,11 +109,19 @@ impl ClaimFence {
             settled.extend(self.run(transaction, &self.settle_done, &params).await?);
         }
         for (claim, settlement) in claims {
-            if let Settlement::Failed(reason) = settlement {
-                let mut params = claim_values(&self.queue, node, &[*claim]);
-                params.push(("reason", reason.clone().into()));
-                settled.extend(self.run(transaction, &self.settle_failed, &params).await?);
-            }
+            let mut params = claim_values(&self.queue, node, &[*claim]);
+            let sql = match settlement {
+                Settlement::Done => continue,
+                Settlement::Failed(reason) => {
+                    params.push(("reason", reason.clone().into()));
+                    &self.settle_failed
+                }
+                Settlement::Ended(status) => {
+                    params.extend(ended_values(status));
+                    &self.settle_ended
+                }
+            };
+            settled.extend(self.run(transaction, sql, &params).await?);
         }
         Ok(settled)
     }

@@ -8,6 +8,8 @@
 use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
+use super::queue::dependencies::{dependencies_ddl, last_index};
+use super::queue::table::PARKED_COLUMNS;
 use super::service::{service_tables, FLOORS_TABLE};
 use super::shared_queue::{ticks_table, TICKS_TABLE};
 use super::PgDatabase;
@@ -73,7 +75,11 @@ impl std::fmt::Display for Identifier {
 ///   of its queue (`_live_caller`): a pool that attaches repeated submissions parks such
 ///   rows. Such a row that completes stays a minute as `done` (its lease column says until
 ///   when), so a resubmission racing with its end still meets it.
-/// - `state` may then also be `done`.
+/// - `state` may then also be `done`: every run that ends leaves its row so for a minute
+///   (its caller is known to children named after its end; `ended_status` says how it
+///   ended when it did not succeed), or `cancelled`: a child whose parent did not succeed,
+///   until a node delivers it (see `queue/dependencies.rs`, which adds the dependencies'
+///   columns, edge table and functions).
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
 ///   `not_before_ms` delays a retried task (backoff) or a scheduled start (0: never
 ///   delayed); `last_error` says why it was retried or dead-lettered.
@@ -133,7 +139,8 @@ CREATE INDEX IF NOT EXISTS {table}_wakes
     ON {table} (queue_name, not_before_ms) WHERE state = 'parked' AND not_before_ms > 0;
 DROP INDEX IF EXISTS {table}_claim;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS traceparent TEXT NULL;
-"#
+{dependencies}"#,
+        dependencies = dependencies_ddl(table, PARKED_COLUMNS),
     )
 }
 
@@ -194,7 +201,7 @@ impl PgDatabase {
                 LastMade::ColumnAndIndex {
                     table: name.as_str().to_owned(),
                     column: QUEUE_LAST_COLUMN,
-                    index: format!("{}_wakes", name.as_str()),
+                    index: last_index(name),
                 },
             ),
             Table::Mailbox(name) => (

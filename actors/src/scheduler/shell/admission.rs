@@ -169,7 +169,7 @@ pub(super) fn end_unadmitted<P: Send + 'static, R: Send + 'static>(
             ..
         } => {
             let settlement = match &error {
-                PoolError::Expired => Settlement::Done,
+                PoolError::Expired => Settlement::Ended(TaskStatus::Expired),
                 other => Settlement::Failed(other.to_string()),
             };
             let (id, cost) = (task.meta.id, task.meta.cost);

@@ -13,6 +13,19 @@
 //! another tenant, or the child itself is refused. No cycle can form: a task can only name
 //! tasks that exist when it is submitted.
 //!
+//! # On a shared queue
+//!
+//! A shared queue that keeps dependencies
+//! ([`SharedQueue::supports_dependencies`](crate::queue::SharedQueue::supports_dependencies),
+//! the Postgres table queue) holds the child itself: the node checks only the bound and the
+//! cycle, and parks the child there with the ids named
+//! ([`SharedQueue::enqueue_waiting`](crate::queue::SharedQueue::enqueue_waiting)); the
+//! queue resolves them against every node's tasks, refuses what memory refuses, and releases
+//! or cancels the child as its parents end wherever they run. `why_waiting` for a child the
+//! node does not hold asks the queue (`SharedQueue::waiting_parents`, from the pool's
+//! control side, before it asks whether the task sleeps there). Other shared queues and the
+//! durable local queue refuse dependencies (`Unsupported`).
+//!
 //! # When a parent ends
 //!
 //! Every end of a ledger task (delivered, timed out, cancelled, expired, shed, abandoned)
@@ -26,7 +39,7 @@ use std::collections::VecDeque;
 
 use crate::domain::{DependencyError, MailboxKey, PoolError, TaskId, TaskStatus, MAX_PARENTS};
 use crate::observe::events::TaskStep;
-use crate::queue::EntryId;
+use crate::queue::{DependsOn, EntryId, DEPENDENCIES_SUPPORTED};
 use crate::scheduler::core::{FastMap, TenantKey};
 use crate::scheduler::protocol::SubmitOptions;
 
@@ -39,11 +52,15 @@ pub(crate) const REMEMBERED_MS: u64 = 10 * 60 * 1_000;
 /// At most this many ended tasks' outcomes are remembered (the oldest go first).
 pub(crate) const REMEMBERED_MAX: usize = 65_536;
 
-/// The parents a submission waits for: live entries, and whether it runs anyway.
+/// The parents a submission waits for: live entries, and whether it runs anyway; on a
+/// shared queue that keeps dependencies, the parents named, for the queue to resolve.
 #[derive(Debug, Default)]
 pub(super) struct Parents {
     pub entries: Vec<EntryId>,
     pub run_anyway: bool,
+    /// On a shared queue: the parents the queue holds the task for (`None` elsewhere, and
+    /// without dependencies).
+    pub in_queue: Option<DependsOn>,
 }
 
 /// A parent that ended while held children wait on it.
@@ -145,19 +162,21 @@ where
         let mut parents = Parents {
             entries: Vec::new(),
             run_anyway: options.run_if_parents_fail,
+            in_queue: None,
         };
         if options.depends_on.is_empty() {
             return Ok(parents);
         }
         let unsupported = match &self.storage {
             Storage::Memory => None,
+            Storage::Shared(room) if room.keeps_dependencies() => None,
             Storage::Local(_) => Some("a durable local queue".to_owned()),
             Storage::Shared(room) => Some(format!("the shared queue {}", room.backend())),
         };
         if let Some(queue) = unsupported {
             return refuse(DependencyError::Unsupported {
                 queue,
-                supported: "memory (the in-memory queue)".into(),
+                supported: DEPENDENCIES_SUPPORTED.into(),
             });
         }
         if options.depends_on.len() > MAX_PARENTS {
@@ -165,6 +184,21 @@ where
                 count: options.depends_on.len(),
                 max: MAX_PARENTS,
             });
+        }
+        if self.storage.is_shared() {
+            // The queue resolves them, in the statement that parks the task (it alone
+            // sees every node's tasks).
+            if options.depends_on.contains(&id) {
+                return refuse(DependencyError::Cycle { task: id });
+            }
+            let mut named = options.depends_on.clone();
+            named.sort_unstable();
+            named.dedup();
+            parents.in_queue = Some(DependsOn {
+                parents: named,
+                run_anyway: parents.run_anyway,
+            });
+            return Ok(parents);
         }
         // A task without a named tenant has a tenant of its own: nothing is its parent.
         let named = Some(key).filter(|key| !key.is_anonymous());

@@ -16,7 +16,7 @@ use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{Carried, Claim, EntryId, FitQuery, Settlement};
+use crate::queue::{Carried, Claim, DependsOn, EntryId, FitQuery, Settlement};
 use crate::running::stream::StreamAttachment;
 use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
 use crate::worker::Job;
@@ -156,6 +156,8 @@ pub(crate) enum SharedCall<P> {
         /// What it carries: claimable by no node before its instant (a scheduled start),
         /// claimed in its trace.
         carried: Carried,
+        /// Held until these parents succeed, if set (a queue that keeps dependencies).
+        depends_on: Option<DependsOn>,
         task: ScheduledTask<P>,
         key: MailboxKey,
         reply: Reply,

@@ -279,6 +279,10 @@ where
             &admission.key,
             admission.timeout,
         );
+        if admission.parents.in_queue.is_some() {
+            self.admit_waiting(entry, ticket, admission, now);
+            return;
+        }
         if let Some(until_ms) = admission.not_before_ms {
             self.admit_sleeping(entry, ticket, admission, until_ms, now);
             return;
@@ -359,6 +363,38 @@ where
             self.tasks.ledger.mark_minted(entry);
         }
         self.start_parked(unblocked, now);
+    }
+
+    /// A newcomer that waits for parents in a shared queue that keeps dependencies:
+    /// refused or expired now as the core would refuse or expire it, else parked in the
+    /// queue with its parents (and its scheduled start, if any), where no node claims it
+    /// before they succeed; the queue refuses parents it does not know.
+    fn admit_waiting(&mut self, entry: EntryId, ticket: Ticket, admission: Admission<P>, now: u64) {
+        let refused = match self.tasks.core.screen(&ticket, now) {
+            Some(Admit::Reject(rejection)) => Some(rejection.into()),
+            Some(_) => Some(PoolError::Expired),
+            None => None,
+        };
+        if let Some(refused) = refused {
+            end_unadmitted(&mut self.tasks, admission, refused, now);
+            return;
+        }
+        let Admission {
+            task,
+            key,
+            origin,
+            not_before_ms,
+            parents,
+            ..
+        } = admission;
+        if let (Origin::Submitted { reply, extras }, Some(depends_on)) = (origin, parents.in_queue)
+        {
+            let carried = Carried {
+                not_before_ms,
+                trace: extras.and_then(|extras| extras.trace),
+            };
+            self.park_shared_waiting(entry, task, key, reply, carried, depends_on);
+        }
     }
 
     /// A newcomer that must not start before `until_ms` (a scheduled start): refused or
@@ -642,10 +678,7 @@ where
         let (ended, from_queue) = record
             .run()
             .map_or((false, false), |run| (run.ended, run.from_queue));
-        let settlement = match &outcome {
-            Err(PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
-            _ => Settlement::Done,
-        };
+        let settlement = Settlement::of_outcome(&outcome);
         if from_queue {
             if let Some(room) = self.storage.local() {
                 room.settle(entry, settlement.clone(), &mut self.tasks.fx);

@@ -13,7 +13,7 @@ use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledT
 use crate::mailbox::actor::Stored;
 use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
-use crate::queue::{Carried, EntryId, Lease, QueueError, Settlement};
+use crate::queue::{Carried, DependsOn, EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::{Reply, SharedReport};
 use crate::scheduler::shell::effects::SharedCall;
@@ -93,6 +93,30 @@ where
             entry: SharedRoom::entry_for(sequence_of(entry)),
             rank_time_ms: admitted_ms(entry),
             carried,
+            depends_on: None,
+            task,
+            key,
+            reply,
+        });
+    }
+
+    /// [`park_shared`](Self::park_shared), held in the queue until `depends_on`'s parents
+    /// succeed.
+    pub(super) fn park_shared_waiting(
+        &mut self,
+        entry: EntryId,
+        mut task: ScheduledTask<P>,
+        key: MailboxKey,
+        reply: Reply,
+        carried: Carried,
+        depends_on: DependsOn,
+    ) {
+        task.meta.mailbox = Some(key.clone());
+        self.tasks.fx.shared(SharedCall::Enqueue {
+            entry: SharedRoom::entry_for(sequence_of(entry)),
+            rank_time_ms: admitted_ms(entry),
+            carried,
+            depends_on: Some(depends_on),
             task,
             key,
             reply,
@@ -279,7 +303,7 @@ where
                 drop_contained(lease.task);
                 self.tasks.fx.shared(SharedCall::Settle {
                     claim,
-                    settlement: Settlement::Done,
+                    settlement: Settlement::Ended(crate::domain::TaskStatus::Cancelled),
                 });
             }
         }

@@ -196,7 +196,8 @@ where
         let Some((mut record, stored_elsewhere)) = self.remove_parked(entry) else {
             return false;
         };
-        let settle = record.lease().map(|claim| (claim, Settlement::Done));
+        let ended = Settlement::of_outcome::<()>(&Err(outcome.clone()));
+        let settle = record.lease().map(|claim| (claim, ended));
         self.answer_pending_park(&mut record, now);
         record.release_nested_slot();
         self.deliver(record, Err(outcome), settle, now);
@@ -498,7 +499,7 @@ where
             .rare
             .as_mut()
             .and_then(|rare| rare.lease.take())
-            .map(|claim| (claim, Settlement::Done));
+            .map(|claim| (claim, Settlement::Ended(status.clone())));
         let held_back = settle.is_some() && stream.is_none();
         let later = ended_step(&self.observers, record, &key, &step, held_back, now);
         self.note_end((entry, task_id), &key, &status, now);

@@ -17,6 +17,12 @@ pub enum ParkedReason {
         /// How many nodes are live.
         live_nodes: usize,
     },
+    /// It depends on tasks that have not all ended yet (`SubmitOptions::depends_on`): no
+    /// node claims it before they succeed.
+    WaitsForParents {
+        /// Parents not ended yet.
+        pending: u64,
+    },
     /// It was submitted to start no earlier than an instant (a scheduled start,
     /// `SubmitOptions::not_before_ms`) that has not come yet.
     Scheduled {
@@ -86,6 +92,9 @@ impl ParkedReason {
             Self::NoLiveNode => "no live node with workers serves the queue".into(),
             Self::PausedFleet { live_nodes } => {
                 format!("every live node ({live_nodes}) is paused or draining")
+            }
+            Self::WaitsForParents { pending } => {
+                format!("waits for {pending} task(s) it depends on")
             }
             Self::Scheduled { in_ms, .. } => {
                 format!("a scheduled start: claimable in {in_ms} ms")
@@ -161,6 +170,8 @@ pub(crate) struct WaitingTask<'a> {
     pub attempts: u32,
     pub last_error: Option<&'a str>,
     pub ahead: u64,
+    /// Parents it still waits for (0: none).
+    pub pending_parents: u64,
 }
 
 /// Why `task` waits in `fleet`.
@@ -171,6 +182,11 @@ pub(crate) fn reason_of(task: &WaitingTask<'_>, fleet: &FleetState) -> ParkedRea
     if fleet.claiming_nodes == 0 {
         return ParkedReason::PausedFleet {
             live_nodes: fleet.live_nodes,
+        };
+    }
+    if task.pending_parents > 0 {
+        return ParkedReason::WaitsForParents {
+            pending: task.pending_parents,
         };
     }
     if task.not_before_ms > fleet.now_ms && task.attempts == 0 {
@@ -247,6 +263,7 @@ mod tests {
             attempts: 0,
             last_error: None,
             ahead: 2,
+            pending_parents: 0,
         }
     }
 
@@ -288,6 +305,16 @@ mod tests {
                 ..
             }
         ));
+        // A child waiting for its parents: its instant is never, and the parents say why.
+        let child = WaitingTask {
+            not_before_ms: u64::MAX >> 1,
+            pending_parents: 3,
+            ..task(1)
+        };
+        assert_eq!(
+            reason_of(&child, &fleet()),
+            ParkedReason::WaitsForParents { pending: 3 }
+        );
         let scheduled = WaitingTask {
             not_before_ms: 11_000,
             ..task(1)

@@ -377,7 +377,7 @@ impl LayoutReads {
     /// The table queue's: rows of `table` in state `parked`, through its rank index.
     fn table(table: &str) -> Self {
         let columns = "entry, task_id, tenant, user_id, session_id, priority, kind, units, \
-                       rank_time_ms, attempts, not_before_ms, last_error";
+                       rank_time_ms, attempts, not_before_ms, last_error, pending_parents";
         Self {
             page: format!(
                 "SELECT {columns}, {DATABASE_NOW_MS} AS now_ms, \
@@ -388,7 +388,7 @@ impl LayoutReads {
             one: format!(
                 "SELECT t.entry, t.task_id, t.tenant, t.user_id, t.session_id, t.priority, t.kind, \
                         t.units, t.rank_time_ms, t.attempts, t.not_before_ms, t.last_error, \
-                        {DATABASE_NOW_MS} AS now_ms, \
+                        t.pending_parents, {DATABASE_NOW_MS} AS now_ms, \
                         (SELECT count(*) FROM {table} AS a WHERE a.queue_name = $1 \
                             AND a.state = 'parked' AND (a.priority > t.priority \
                              OR (a.priority = t.priority \
@@ -582,6 +582,10 @@ fn parked_of(
         attempts,
         last_error: last_error.as_deref(),
         ahead: position,
+        // Only the table layout keeps dependencies: pgmq's reads have no such column.
+        pending_parents: to_u64(i64::from(
+            row.try_get::<i32>("", "pending_parents").unwrap_or(0),
+        )),
     };
     let reason = reason_of(&waiting, fleet);
     Ok(FleetParked {

@@ -66,6 +66,10 @@ impl PgmqLayout {
             claim: sql(claim_sql(layout)),
             renew: sql(renew_sql(layout)),
             settle_done: sql(settle_sql(layout, &Settlement::Done)),
+            // A task's end is a task's end here: the layout keeps no dependencies.
+            settle_ended: sql(settle_sql(layout, &Settlement::Done)),
+            park_waiting: None,
+            waiting_parents: None,
             settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
             release: sql(release_sql(layout)),
             retry: sql(retry_sql(layout)),
@@ -278,7 +282,7 @@ fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
     });
     let gone = union_of("g", "p, msg_id, read_ct, enqueued_at, vt, message");
     let keep = match settlement {
-        Settlement::Done => layout.per_level(", ", |level| {
+        Settlement::Done | Settlement::Ended(_) => layout.per_level(", ", |level| {
             format!(
                 "k_{p} AS (INSERT INTO pgmq.{archive} (msg_id, read_ct, enqueued_at, vt, message) \
                  SELECT msg_id, read_ct, enqueued_at, vt, message FROM g_{p} RETURNING 1)",
@@ -297,7 +301,7 @@ fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
     };
     // A completed task whose caller is kept unique leaves its registry row for a while.
     let (forget, remember) = match settlement {
-        Settlement::Done => (
+        Settlement::Done | Settlement::Ended(_) => (
             "AND tenant IS NULL",
             format!(
                 ", remembered AS (UPDATE {ENTRIES} \

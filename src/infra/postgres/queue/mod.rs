@@ -2,6 +2,8 @@
 //! [`table`] opens it and writes its statements, `driver` holds its settings' rules and
 //! how a node joins it.
 
+#[cfg(feature = "postgres")]
+pub(crate) mod dependencies;
 pub(crate) mod driver;
 #[cfg(feature = "postgres")]
 pub mod table;

@@ -36,8 +36,11 @@
 //!
 //! # Leases, retries, dead letters
 //!
-//! The claiming node renews its lease while the task runs and deletes the row when the task
-//! ends ([`Settlement::Done`](crate::core::Settlement::Done)). A node that dies stops
+//! The claiming node renews its lease while the task runs and ends the row when the task
+//! ends ([`Settlement::Done`](crate::core::Settlement::Done), or
+//! [`Ended`](crate::core::Settlement::Ended) for a run that did not succeed): it stays a
+//! minute as `done`, so that a task naming it as a parent after its end finds how it ended
+//! (`dependencies.rs`), then the rescue's `forget_done` deletes it. A node that dies stops
 //! renewing; any node's [`rescue_expired`](crate::core::QueueMaintenance::rescue_expired) then
 //! parks the row again, not before an exponential backoff (`retry_base * 2^(attempts - 1)`,
 //! capped), with the reason in `last_error`. A row claimed `max_attempts` times whose lease runs out once more goes to the
@@ -56,6 +59,7 @@ use crate::infra::postgres::codec::{
     priority_to_sql, DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS,
 };
 use crate::infra::postgres::named::NamedSql;
+use crate::infra::postgres::queue::dependencies::ended_rows;
 use crate::infra::postgres::service::pick_sql;
 use crate::infra::postgres::shared_queue::{FairClaim, QueueLabel, Statements};
 use crate::infra::postgres::{
@@ -125,7 +129,8 @@ impl<P> PgQueue<TableLayout, P> {
 }
 
 /// The columns a park writes, in the order of [`PARK_RECORD`].
-const PARKED_COLUMNS: &str = "entry, task_id, tenant, user_id, session_id, priority, kind, \
+pub(crate) const PARKED_COLUMNS: &str =
+    "entry, task_id, tenant, user_id, session_id, priority, kind, \
      units, created_at_ms, rank_time_ms, deadline_ms, metadata, payload, attach, traceparent";
 
 /// The layout's statements on `t` (see `infra::postgres::shared_queue` for what each is given
@@ -146,7 +151,29 @@ fn statements(t: &Identifier) -> Statements {
                  AND entry = c.entry AND attempts = c.attempts \
                  AND (state = 'claimed') IS TRUE AND locked_by = $node LIMIT 1) j)"
     );
-    let parked_task = "RETURNING metadata::text AS metadata, payload::text AS payload";
+    // A cancel's removal ends the task's waiting children in the same statement.
+    let removed_parked = |which: &str| {
+        format!(
+            "WITH gone AS (DELETE FROM {t} WHERE {which} \
+                RETURNING id, task_id, metadata, payload) \
+             SELECT g.metadata::text AS metadata, g.payload::text AS payload \
+               FROM gone AS g CROSS JOIN {ended}",
+            ended = ended_rows(t, "gone", false, "'was cancelled'"),
+        )
+    };
+    // Every run that ends leaves its row a while as `done` (see `schema.rs`): its caller is
+    // known to resubmissions (`attach`) and to children named after its end
+    // (`dependencies.rs`); `$status` says how it ended when it did not succeed.
+    let settle_as_done = |status: &str, succeeded: bool, why: &str| {
+        format!(
+            "WITH done AS (UPDATE {t} SET state = 'done', locked_by = NULL, \
+                 lease_expires_ms = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS}, \
+                 ended_status = {status} \
+               WHERE {these_claims} RETURNING id, task_id, entry) \
+             SELECT d.entry FROM done AS d CROSS JOIN {ended}",
+            ended = ended_rows(t, "done", succeeded, why),
+        )
+    };
     Statements {
         park: sql(format!(
             "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}, not_before_ms) \
@@ -167,18 +194,14 @@ fn statements(t: &Identifier) -> Statements {
                 WHERE {claimed_by_node} AND entry = $entry RETURNING 1) \
              SELECT count(*) AS changed FROM renewed"
         )),
-        // A row whose caller is kept unique stays a while as `done` (see `schema.rs`).
-        settle_done: sql(format!(
-            "WITH gone AS (DELETE FROM {t} WHERE {these_claims} AND NOT attach RETURNING entry), \
-                  done AS (UPDATE {t} SET state = 'done', locked_by = NULL, \
-                              lease_expires_ms = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS} \
-                            WHERE {these_claims} AND attach RETURNING entry) \
-             SELECT entry FROM gone UNION ALL SELECT entry FROM done"
-        )),
+        settle_done: sql(settle_as_done("NULL", true, "NULL")),
+        settle_ended: sql(settle_as_done("$status", false, "$why")),
         settle_failed: sql(format!(
-            "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
-                last_error = $reason, reported = true \
-              WHERE {these_claims} RETURNING entry"
+            "WITH dead AS (UPDATE {t} SET state = 'dead', locked_by = NULL, \
+                 lease_expires_ms = NULL, last_error = $reason, reported = true \
+               WHERE {these_claims} RETURNING id, task_id, entry) \
+             SELECT d.entry FROM dead AS d CROSS JOIN {ended}",
+            ended = ended_rows(t, "dead", false, "'failed: ' || $reason"),
         )),
         release: sql(format!(
             "UPDATE {t} SET state = 'parked', locked_by = NULL, lease_expires_ms = NULL, \
@@ -190,9 +213,8 @@ fn statements(t: &Identifier) -> Statements {
                 not_before_ms = $at_ms, last_error = $reason \
               WHERE {these_claims} RETURNING entry"
         )),
-        remove: sql(format!(
-            "DELETE FROM {t} WHERE queue_name = $queue AND entry = $entry AND state = 'parked' \
-             {parked_task}"
+        remove: sql(removed_parked(
+            "queue_name = $queue AND entry = $entry AND state = 'parked'",
         )),
         // On the `_task` index, as a cancel.
         sleeping: sql(format!(
@@ -207,15 +229,24 @@ fn statements(t: &Identifier) -> Statements {
               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
                 AND attach AND state IN ('parked', 'claimed', 'done') LIMIT 1"
         )),
-        remove_task: sql(format!(
-            "DELETE FROM {t} WHERE id = ( \
-                SELECT id FROM {t} \
+        remove_task: sql(removed_parked(&format!(
+            "id = (SELECT id FROM {t} \
                  WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
                    AND state = 'parked' AND user_id IS NOT DISTINCT FROM $user_id \
                    AND session_id IS NOT DISTINCT FROM $session_id \
-                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             {parked_task}"
-        )),
+                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+        ))),
+        waiting_parents: Some(sql(format!(
+            "SELECT pending_parents FROM {t} \
+              WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
+                AND state = 'parked' AND pending_parents > 0 \
+                AND user_id IS NOT DISTINCT FROM $user_id \
+                AND session_id IS NOT DISTINCT FROM $session_id LIMIT 1"
+        ))),
+        park_waiting: Some(sql(format!(
+            "SELECT outcome, parent, status FROM {t}_park_waiting($queue, $tenant, \
+                 $parents::bigint[], $run_anyway, $after_ms, $rows::jsonb)"
+        ))),
         rescue: sql(format!(
             "WITH rescued AS ( \
                UPDATE {t} SET \
@@ -223,10 +254,18 @@ fn statements(t: &Identifier) -> Statements {
                    last_error = {reason}, not_before_ms = {retry_at}, \
                    locked_by = NULL, lease_expires_ms = NULL \
                 WHERE queue_name = $queue AND state = 'claimed' AND lease_expires_ms <= $now_ms \
-                RETURNING state) \
+                RETURNING id, task_id, state), \
+             given_up AS (SELECT id, task_id FROM rescued WHERE state = 'dead') \
              SELECT count(*) FILTER (WHERE state = 'parked') AS parked, \
-                    count(*) FILTER (WHERE state = 'dead') AS dead FROM rescued \
+                    count(*) FILTER (WHERE state = 'dead') AS dead \
+               FROM rescued CROSS JOIN {ended} \
              HAVING count(*) > 0",
+            ended = ended_rows(
+                t,
+                "given_up",
+                false,
+                "'was dead-lettered (its every attempt lost its lease)'"
+            ),
             reason = lease_ran_out_sql("locked_by", "attempts"),
             retry_at = retry_at_sql("attempts"),
         )),
@@ -235,15 +274,27 @@ fn statements(t: &Identifier) -> Statements {
                     count(*) FILTER (WHERE state = 'claimed') AS claimed \
                FROM {t} WHERE queue_name = $queue"
         )),
+        // The dead letters not reported yet, and the children their parents cancelled (see
+        // `dependencies.rs`), whose rows go once taken: at most `$max` of each.
         dead_letters: sql(format!(
-            "UPDATE {t} SET reported = true WHERE id IN ( \
+            "WITH dead AS (UPDATE {t} SET reported = true WHERE id IN ( \
                 SELECT id FROM {t} WHERE queue_name = $queue AND state = 'dead' AND NOT reported \
                  ORDER BY id LIMIT $max FOR UPDATE SKIP LOCKED) \
-             RETURNING tenant, user_id, session_id, task_id, kind, units, last_error AS reason"
+               RETURNING tenant, user_id, session_id, task_id, kind, units, \
+                         last_error AS reason, false AS cancelled), \
+             cancelled AS (DELETE FROM {t} WHERE id IN ( \
+                SELECT id FROM {t} WHERE queue_name = $queue AND state = 'cancelled' \
+                 ORDER BY id LIMIT $max FOR UPDATE SKIP LOCKED) \
+               RETURNING tenant, user_id, session_id, task_id, kind, units, \
+                         last_error AS reason, true AS cancelled) \
+             SELECT * FROM dead UNION ALL SELECT * FROM cancelled"
         )),
         bury: sql(format!(
-            "UPDATE {t} SET state = 'dead', locked_by = NULL, lease_expires_ms = NULL, \
-                last_error = $reason WHERE id = $row_id"
+            "WITH dead AS (UPDATE {t} SET state = 'dead', locked_by = NULL, \
+                 lease_expires_ms = NULL, last_error = $reason WHERE id = $row_id \
+               RETURNING id, task_id) \
+             SELECT d.id FROM dead AS d CROSS JOIN {ended}",
+            ended = ended_rows(t, "dead", false, "'could not be read'"),
         )),
         forget_done: sql(format!(
             "DELETE FROM {t} WHERE queue_name = $queue AND state = 'done' \

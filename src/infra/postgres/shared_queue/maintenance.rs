@@ -157,14 +157,19 @@ impl<L, P> PgQueue<L, P> {
         key.session_id = self.column(row, "session_id")?;
         let task_id: i64 = self.column(row, "task_id")?;
         let reason: Option<String> = self.column(row, "reason")?;
+        let reason = reason.unwrap_or_else(|| "no reason recorded".into());
+        // Only the table layout cancels tasks whose parents did not succeed.
+        let cancelled = row.try_get::<bool>("", "cancelled").unwrap_or(false);
         Ok(DeadLetter {
             key,
             task_id: task_id as u64,
             cost: ResourceCost::new(kind, u32::try_from(units).unwrap_or(u32::MAX)),
-            reason: format!(
-                "the shared queue gave up on the task: {}",
-                reason.unwrap_or_else(|| "no reason recorded".into())
-            ),
+            reason: if cancelled {
+                reason
+            } else {
+                format!("the shared queue gave up on the task: {reason}")
+            },
+            cancelled,
         })
     }
 }

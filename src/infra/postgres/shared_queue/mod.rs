@@ -18,6 +18,9 @@
 //! | `renew` | `$queue`, `$entry`, `$node`, `$expires_ms` | `changed` |
 //! | `settle_done` | `$queue`, `$entries`, `$attempts`, `$node` | `entry` of each claim ended |
 //! | `settle_failed` | `$queue`, `$entries`, `$attempts`, `$node`, `$reason` | `entry` of each claim ended |
+//! | `settle_ended` | `$queue`, `$entries`, `$attempts`, `$node`, `$status`, `$why` | `entry` of each claim ended |
+//! | `park_waiting` | `$queue`, `$tenant`, `$parents`, `$run_anyway`, `$after_ms`, `$rows` | `outcome`, `parent`, `status` |
+//! | `waiting_parents` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `pending_parents` |
 //! | `release` | `$queue`, `$entries`, `$attempts`, `$node`, `$now_ms` | `entry` of each claim handed back |
 //! | `remove` | `$queue`, `$entry` | `metadata`, `payload` |
 //! | `remove_task` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `metadata`, `payload` |
@@ -47,7 +50,7 @@ use tokio::sync::watch;
 use super::budgets::FleetBudgets;
 use super::claim::{claimed_rows, ClaimParams, Claimed, Unreadable};
 use super::codec::{column, task_of};
-use super::fence::{claim_values, ClaimFence};
+use super::fence::{claim_values, ended_values, ClaimFence};
 use super::groups::returned_entries;
 use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
@@ -83,6 +86,12 @@ pub(crate) struct Statements {
     pub settle_done: NamedSql,
     /// Ends a node's claim on a run that failed, keeping the reason.
     pub settle_failed: NamedSql,
+    /// Ends a node's claims whose runs ended neither well nor failed (`$status`, `$why`).
+    pub settle_ended: NamedSql,
+    /// Parks one task waiting for its parents, where the layout keeps dependencies.
+    pub park_waiting: Option<NamedSql>,
+    /// How many parents a parked task still waits for, where the layout keeps them.
+    pub waiting_parents: Option<NamedSql>,
     /// Hands a node's claims back, claimable at once by any node.
     pub release: NamedSql,
     /// Parks a node's claim again after a failed run, claimable from `$at_ms`, the claim
@@ -462,8 +471,11 @@ impl<L, P> PgQueue<L, P> {
         ClaimFence::new(
             self.database.clone(),
             self.label.queue.clone(),
-            self.statements.settle_done.clone(),
-            self.statements.settle_failed.clone(),
+            [
+                self.statements.settle_done.clone(),
+                self.statements.settle_failed.clone(),
+                self.statements.settle_ended.clone(),
+            ],
         )
     }
 
@@ -481,6 +493,10 @@ impl<L, P> PgQueue<L, P> {
             Settlement::Failed(reason) => {
                 params.push(("reason", reason.into()));
                 &self.statements.settle_failed
+            }
+            Settlement::Ended(status) => {
+                params.extend(ended_values(&status));
+                &self.statements.settle_ended
             }
         };
         let rows = self.rows("settle", sql, params.as_slice()).await?;

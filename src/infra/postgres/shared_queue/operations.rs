@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 use super::PgQueue;
 use crate::core::{
-    Budgets, Carried, Claim, EntryId, FairByUse, FitQuery, Lease, QueueError, QueueMaintenance,
-    ScheduledTask, Settlement, SharedQueue, TenantWeights,
+    Budgets, Carried, Claim, DependencyError, DependsOn, EntryId, FairByUse, FitQuery, Lease,
+    QueueError, QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskStatus,
+    TenantWeights, DEPENDENCIES_SUPPORTED,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
 use crate::infra::postgres::codec::{entry_to_sql, millis_u64, ParkRows};
@@ -143,6 +144,121 @@ where
             expires_at_ms,
             trace: None,
         })
+    }
+
+    fn supports_dependencies(&self) -> bool {
+        self.statements.park_waiting.is_some()
+    }
+
+    /// One call of the table's `_park_waiting` function, which resolves the parents, parks
+    /// the row and its edges in one transaction (`queue/dependencies.rs`).
+    async fn enqueue_waiting(
+        &self,
+        entry: EntryId,
+        rank_time_ms: u64,
+        task: ScheduledTask<P>,
+        carried: Carried,
+        depends_on: &DependsOn,
+    ) -> Result<(), QueueError> {
+        let Some(sql) = &self.statements.park_waiting else {
+            return Err(QueueError::Dependency(Box::new(
+                DependencyError::Unsupported {
+                    queue: format!("the shared queue {}", self.label.backend),
+                    supported: DEPENDENCIES_SUPPORTED.into(),
+                },
+            )));
+        };
+        let tenant = task
+            .meta
+            .mailbox
+            .as_ref()
+            .map_or_else(String::new, |key| key.tenant.0.clone());
+        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
+        // The instant goes to the function, which holds the row until its parents end.
+        let trace_only = Carried {
+            not_before_ms: None,
+            ..carried
+        };
+        rows.push_carrying(entry, rank_time_ms, &task, trace_only)?;
+        let parents: Vec<String> = depends_on
+            .parents
+            .iter()
+            .map(|&parent| i64::try_from(parent).unwrap_or(i64::MAX).to_string())
+            .collect();
+        let params = [
+            ("queue", self.queue()),
+            ("tenant", tenant.into()),
+            ("parents", format!("{{{}}}", parents.join(",")).into()),
+            ("run_anyway", depends_on.run_anyway.into()),
+            (
+                "after_ms",
+                millis_u64(carried.not_before_ms.unwrap_or(0)).into(),
+            ),
+            ("rows", rows.finish().into()),
+        ];
+        let row = self
+            .row("park a task waiting for its parents", sql, &params)
+            .await?;
+        let outcome: String = match &row {
+            Some(row) => self.column(row, "outcome")?,
+            None => String::new(),
+        };
+        let parent = || -> Result<TaskId, QueueError> {
+            let parent: Option<i64> = row
+                .as_ref()
+                .map_or(Ok(None), |row| self.column(row, "parent"))?;
+            Ok(parent.map_or(0, |parent| parent as TaskId))
+        };
+        let refused = |error| Err(QueueError::Dependency(Box::new(error)));
+        match outcome.as_str() {
+            "parked" => Ok(()),
+            "duplicate" => Err(QueueError::Duplicate(entry)),
+            "unknown" => refused(DependencyError::UnknownParent { parent: parent()? }),
+            "other_tenant" => refused(DependencyError::OtherTenant { parent: parent()? }),
+            "ended" => {
+                let status: Option<String> = match &row {
+                    Some(row) => self.column(row, "status")?,
+                    None => None,
+                };
+                let status = status
+                    .and_then(|text| serde_json::from_str::<TaskStatus>(&text).ok())
+                    .unwrap_or(TaskStatus::Cancelled);
+                refused(DependencyError::ParentEnded {
+                    parent: parent()?,
+                    status,
+                })
+            }
+            other => Err(QueueError::Backend(BackendFault::plain(
+                FaultKind::Corrupt,
+                format!(
+                    "{}: parking a task waiting for its parents answered {other:?}; expected \
+                     parked, duplicate, unknown, other_tenant or ended",
+                    self.label
+                ),
+            ))),
+        }
+    }
+
+    async fn waiting_parents(
+        &self,
+        key: &MailboxKey,
+        id: TaskId,
+    ) -> Result<Option<u32>, QueueError> {
+        let Some(sql) = &self.statements.waiting_parents else {
+            return Ok(None);
+        };
+        let params = [
+            ("queue", self.queue()),
+            ("tenant", key.tenant.0.clone().into()),
+            ("user_id", key.user_id.clone().into()),
+            ("session_id", key.session_id.clone().into()),
+            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
+        ];
+        let Some(row) = self.row("read why a task waits", sql, &params).await? else {
+            return Ok(None);
+        };
+        let pending: i32 = self.column(&row, "pending_parents")?;
+        Ok(Some(u32::try_from(pending).unwrap_or(0)))
     }
 
     /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the

@@ -660,14 +660,14 @@ where
         let held = lot.end_claim(node, claim)?;
         match settlement {
             Settlement::Failed(reason) => lot.keep_dead(claim.entry, held.parked, reason),
-            Settlement::Done if lot.unique_callers => {
+            Settlement::Done | Settlement::Ended(_) if lot.unique_callers => {
                 if let Some(key) = held.parked.task.meta.mailbox {
                     let until = held.expires_at_ms.saturating_add(REMEMBER_ENDED_MS);
                     let caller = (key.tenant.clone(), held.parked.task.meta.id);
                     lot.ended.insert(caller, (until, key));
                 }
             }
-            Settlement::Done => {}
+            Settlement::Done | Settlement::Ended(_) => {}
         }
         Ok(())
     }
@@ -878,5 +878,6 @@ fn dead_letter<P>(claim: &Held<P>) -> DeadLetter {
             "the shared queue gave up on the task: the lease of node {} ran out (attempt {})",
             claim.node, claim.parked.claims
         ),
+        cancelled: false,
     }
 }

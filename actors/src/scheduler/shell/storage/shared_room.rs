@@ -61,6 +61,9 @@ pub(crate) struct SharedRoom {
     refill_step_ms: Option<u64>,
     /// When to claim again after such a claim.
     reclaim_at: Option<u64>,
+    /// Whether the queue keeps dependencies between tasks
+    /// ([`SharedQueue::supports_dependencies`](crate::queue::SharedQueue::supports_dependencies)).
+    dependencies: bool,
 }
 
 /// The shortest wait between two claims that found a fleet's bucket short.
@@ -84,6 +87,7 @@ impl SharedRoom {
             renewed_at: 0,
             refill_step_ms: None,
             reclaim_at: None,
+            dependencies: false,
         }
     }
 
@@ -135,6 +139,18 @@ impl SharedRoom {
     /// The queue's backend name.
     pub fn backend(&self) -> &'static str {
         self.backend
+    }
+
+    /// The same mode, on a queue that keeps dependencies when `keeps` is set.
+    pub fn with_dependencies(mut self, keeps: bool) -> Self {
+        self.dependencies = keeps;
+        self
+    }
+
+    /// Whether the queue keeps dependencies: a submission that names parents parks there,
+    /// held until they succeed.
+    pub fn keeps_dependencies(&self) -> bool {
+        self.dependencies
     }
 
     /// Whether a task this node starts at once is stored before it runs.
@@ -190,8 +206,13 @@ impl SharedRoom {
         now: u64,
     ) {
         for letter in letters {
-            tracing::warn!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
-            let outcome = Err(PoolError::Failed(letter.reason));
+            let outcome = if letter.cancelled {
+                tracing::debug!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "a task it depends on did not succeed: cancelled");
+                Err(PoolError::Cancelled)
+            } else {
+                tracing::warn!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
+                Err(PoolError::Failed(letter.reason))
+            };
             // The attempt that gave up is not known here; the first is reported.
             tasks.deliver_report(
                 letter.key,
@@ -254,6 +275,15 @@ impl SharedRoom {
                     .observers
                     .step(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
                 tasks.fx.answer(reply, Ok(key));
+            }
+            Err(QueueError::Dependency(refusal)) => {
+                // The queue refused its parents: a refusal of the submission, not a fault.
+                let error = PoolError::Dependency(refusal);
+                let refused = TaskStep::Refused(Refusal::of(&error));
+                tasks
+                    .observers
+                    .step(task_id, &key, cost, &refused, now, Detail::NONE);
+                tasks.fx.answer(reply, Err(error));
             }
             Err(error) => {
                 tasks.observers.queue_error();

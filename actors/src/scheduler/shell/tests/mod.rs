@@ -499,6 +499,7 @@ impl World {
                         task_id: task.meta.id,
                         cost: task.meta.cost,
                         reason: "gave up".into(),
+                        cancelled: false,
                     };
                     self.shell
                         .shared_report(SharedReport::Dead(vec![letter]), self.now);

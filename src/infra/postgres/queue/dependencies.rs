@@ -1,0 +1,221 @@
+//! Dependencies between the tasks of the Postgres table queue: a child parked with
+//! [`SharedQueue::enqueue_waiting`](crate::core::SharedQueue::enqueue_waiting) waits in the
+//! table until every parent (a task of its tenant in its queue, by task id) has succeeded,
+//! wherever each ran.
+//!
+//! # Where they live
+//!
+//! - The child is an ordinary `parked` row whose `pending_parents` counts the parents not
+//!   ended yet; while it is above 0 its `not_before_ms` is [`WAITING_FOR_PARENTS_MS`], so
+//!   no claim takes it (a claim skips rows not due, as it skips a scheduled start), and a
+//!   cancel removes it like any parked task. `after_parents_ms` keeps its own scheduled
+//!   start (0: none), `runs_anyway` whether it runs when a parent does not succeed.
+//! - One edge per (parent row, child row) in `<table>_parents`, keyed by the parent's row.
+//!
+//! # When a parent ends
+//!
+//! Every statement that ends a row (a settle, a dead letter, a rescue that gives up, a
+//! cancel) passes the rows it ended to `<table>_ended` in the same statement, hence the same
+//! transaction: a crash loses both or neither. For a parent that succeeded, the function
+//! deletes its edges (one index range) and takes one from each child's count; a child whose
+//! count reaches 0 gets its own `not_before_ms` back and a `NOTIFY` wakes the nodes: O(1)
+//! work per parent and child, whatever the fan-in. For one that did not, its waiting
+//! children end `cancelled` (with the reason in `last_error`), and theirs in turn, round by
+//! round until none is left, except those that run anyway, which count the parent as done.
+//! A `cancelled` row is delivered once to its submitter's mailbox as `Cancelled` by the
+//! dead-letter reader of any node (the `dead_letters` statement takes and deletes it).
+//!
+//! The function runs its queries on snapshots of their own (it is `VOLATILE`), taken after
+//! the ending statement locked the parent rows: a child parked concurrently either locked
+//! its parent first (`FOR SHARE`, so its edge is committed and seen) or found the parent
+//! ended already.
+//!
+//! # Which parents are known
+//!
+//! A parent is found by (queue, tenant, task id) among the rows of the table: live
+//! (`parked`, `claimed`), ended well within the last [`REMEMBER_ENDED_MS`] (every success
+//! stays that long as a `done` row), ended otherwise within that minute (`done` with its
+//! status), a dead letter (until an operator purges it) or a cancelled child not yet
+//! delivered. A parent the table does not hold under the child's tenant is refused
+//! (`UnknownParent`, or `OtherTenant` when another tenant has a task of that id), and so is
+//! one that did not succeed unless the child runs anyway (`ParentEnded`).
+//!
+//! [`REMEMBER_ENDED_MS`]: crate::infra::postgres::codec::REMEMBER_ENDED_MS
+
+use crate::infra::postgres::codec::PARK_RECORD;
+use crate::infra::postgres::Identifier;
+
+/// The `not_before_ms` of a child waiting for its parents: never due.
+pub(crate) const WAITING_FOR_PARENTS_MS: i64 = i64::MAX;
+
+/// The columns, the edge table, the functions and the index dependencies need in queue
+/// table `t` (`parked_columns`: the columns a park writes), after the table's own DDL. The
+/// caller index, the last thing made, says the table is up to date.
+pub(crate) fn dependencies_ddl(t: &Identifier, parked_columns: &str) -> String {
+    format!(
+        r#"
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS pending_parents INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS runs_anyway BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS after_parents_ms BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ended_status TEXT NULL;
+CREATE TABLE IF NOT EXISTS {t}_parents (
+    parent_id BIGINT NOT NULL,
+    child_id  BIGINT NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX IF NOT EXISTS {t}_cancelled ON {t} (queue_name, id) WHERE state = 'cancelled';
+{ended}
+{park_waiting}
+CREATE INDEX IF NOT EXISTS {t}_caller ON {t} (queue_name, tenant, task_id);
+"#,
+        ended = ended_function(t),
+        park_waiting = park_waiting_function(t, parked_columns),
+    )
+}
+
+/// The index whose presence says queue table `t` has what dependencies need.
+pub(crate) fn last_index(t: &Identifier) -> String {
+    format!("{t}_caller")
+}
+
+/// `<t>_ended(queue, rows, task ids, succeeded, why)`: the rows (with their callers' task
+/// ids, in the same order) ended, well or not (`why`: how, for the children's reason).
+/// Releases or cancels their children (see the module docs); returns how many children
+/// became claimable.
+fn ended_function(t: &Identifier) -> String {
+    format!(
+        r#"
+CREATE OR REPLACE FUNCTION {t}_ended(queue text, parents bigint[], parent_tasks bigint[],
+                                     succeeded boolean, why text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    woken bigint := 0;
+    freed_now bigint;
+    ending bigint[] := parents;
+    ending_tasks bigint[] := parent_tasks;
+    doomed_rows bigint[];
+    doomed_tasks bigint[];
+    how text := why;
+BEGIN
+    IF parents IS NULL OR cardinality(parents) = 0 THEN
+        RETURN 0;
+    END IF;
+    LOOP
+        WITH cut AS (
+                DELETE FROM {t}_parents AS e
+                 USING unnest(ending, ending_tasks) AS p(id, task_id)
+                 WHERE e.parent_id = p.id
+                RETURNING e.child_id, p.task_id),
+             doomed AS (
+                UPDATE {t} AS c SET state = 'cancelled', pending_parents = 0,
+                       locked_by = NULL, lease_expires_ms = NULL,
+                       last_error = format('task %s it depends on %s', d.task_id, how)
+                  FROM (SELECT DISTINCT ON (child_id) child_id, task_id FROM cut
+                         ORDER BY child_id, task_id) AS d
+                 WHERE NOT succeeded AND c.id = d.child_id AND c.state = 'parked'
+                   AND c.pending_parents > 0 AND NOT c.runs_anyway
+                RETURNING c.id, c.task_id),
+             freed AS (
+                UPDATE {t} AS c SET pending_parents = c.pending_parents - n.edges,
+                       not_before_ms = CASE WHEN c.pending_parents = n.edges
+                                            THEN c.after_parents_ms ELSE c.not_before_ms END
+                  FROM (SELECT child_id, count(*) AS edges FROM cut GROUP BY child_id) AS n
+                 WHERE (succeeded OR c.runs_anyway) AND c.id = n.child_id
+                   AND c.state = 'parked' AND c.pending_parents > 0
+                RETURNING c.pending_parents)
+        SELECT f.n, d.ids, d.tasks INTO freed_now, doomed_rows, doomed_tasks
+          FROM (SELECT count(*) AS n FROM freed WHERE pending_parents = 0) AS f,
+               (SELECT array_agg(id ORDER BY id) AS ids, array_agg(task_id ORDER BY id) AS tasks
+                  FROM doomed) AS d;
+        woken := woken + freed_now;
+        EXIT WHEN doomed_rows IS NULL;
+        ending := doomed_rows;
+        ending_tasks := doomed_tasks;
+        how := 'was cancelled';
+    END LOOP;
+    IF woken > 0 THEN
+        PERFORM pg_notify('{t}.' || queue, '');
+    END IF;
+    RETURN woken;
+END
+$fn$;
+"#
+    )
+}
+
+/// `<t>_park_waiting(queue, tenant, parents, runs anyway, own start, rows)`: resolves the
+/// parents (in the order given; the first refused ends the call) and parks the one task of
+/// `rows` (a [`ParkRows`](crate::infra::postgres::codec::ParkRows) array) waiting for the
+/// live ones. Answers one row: `outcome` is `parked`, `duplicate` (its entry or caller is
+/// stored already), `unknown`, `other_tenant` or `ended` (then `parent` names the parent,
+/// and `status` says how it ended, a `TaskStatus` in JSON).
+fn park_waiting_function(t: &Identifier, parked_columns: &str) -> String {
+    format!(
+        r#"
+CREATE OR REPLACE FUNCTION {t}_park_waiting(queue text, tenant_name text, parents bigint[],
+                                            run_anyway boolean, after_ms bigint, rec jsonb)
+RETURNS TABLE (outcome text, parent bigint, status text) LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    named bigint;
+    hit record;
+    live bigint[] := '{{}}';
+    child bigint;
+BEGIN
+    FOREACH named IN ARRAY parents LOOP
+        SELECT id, state, ended_status, last_error INTO hit FROM {t}
+         WHERE queue_name = queue AND tenant = tenant_name AND task_id = named
+           AND state IN ('parked', 'claimed', 'done', 'dead', 'cancelled')
+         ORDER BY id DESC LIMIT 1 FOR SHARE;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT 1 FROM {t} WHERE queue_name = queue AND task_id = named
+                          AND tenant <> tenant_name) THEN
+                RETURN QUERY SELECT 'other_tenant'::text, named, NULL::text;
+            ELSE
+                RETURN QUERY SELECT 'unknown'::text, named, NULL::text;
+            END IF;
+            RETURN;
+        END IF;
+        IF hit.state IN ('parked', 'claimed') THEN
+            live := live || hit.id;
+        ELSIF hit.state = 'done' AND hit.ended_status IS NULL THEN
+            CONTINUE;
+        ELSIF NOT run_anyway THEN
+            RETURN QUERY SELECT 'ended'::text, named, CASE hit.state
+                WHEN 'dead' THEN jsonb_build_object('Failed', coalesce(hit.last_error, ''))::text
+                WHEN 'cancelled' THEN '"Cancelled"'
+                ELSE hit.ended_status END;
+            RETURN;
+        END IF;
+    END LOOP;
+    INSERT INTO {t} (queue_name, {parked_columns}, not_before_ms, pending_parents,
+                     runs_anyway, after_parents_ms)
+    SELECT queue, {parked_columns},
+           CASE WHEN cardinality(live) > 0 THEN {WAITING_FOR_PARENTS_MS} ELSE after_ms END,
+           cardinality(live), run_anyway, after_ms
+      FROM jsonb_to_recordset(rec) AS r({PARK_RECORD})
+    ON CONFLICT DO NOTHING RETURNING id INTO child;
+    IF child IS NULL THEN
+        RETURN QUERY SELECT 'duplicate'::text, NULL::bigint, NULL::text;
+        RETURN;
+    END IF;
+    INSERT INTO {t}_parents (parent_id, child_id) SELECT DISTINCT unnest(live), child;
+    IF cardinality(live) = 0 THEN
+        PERFORM pg_notify('{t}.' || queue, '');
+    END IF;
+    RETURN QUERY SELECT 'parked'::text, NULL::bigint, NULL::text;
+END
+$fn$;
+"#
+    )
+}
+
+/// The call of `t`'s `_ended` function over the rows of CTE `rows` (columns `id` and
+/// `task_id`), for a statement that ended them: a subquery of one row, to join.
+pub(crate) fn ended_rows(t: &Identifier, rows: &str, succeeded: bool, why: &str) -> String {
+    format!(
+        "(SELECT {t}_ended($queue, array_agg(id ORDER BY id), array_agg(task_id ORDER BY id), \
+                 {succeeded}, {why}) AS woken FROM {rows}) AS ended"
+    )
+}
