@@ -60,6 +60,7 @@ where
         rank_bound_excludes_tasks_ranked_behind_it,
         an_aged_task_that_does_not_fit_bounds_the_claim,
         a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out,
+        a_task_stored_as_claimed_keeps_its_trace_for_its_rescuer,
         a_batch_claim_takes_the_best_tasks_that_fit_together,
         a_batch_claim_takes_no_more_than_the_sequential_claims_would,
         only_the_holder_renews_or_settles,
@@ -413,6 +414,7 @@ pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
             1,
             rank_time(&started),
             started.clone(),
+            None,
             LEASE,
             at(0),
         )
@@ -438,6 +440,7 @@ pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
             1,
             rank_time(&started),
             started.clone(),
+            None,
             LEASE,
             at(0),
         )
@@ -470,6 +473,35 @@ pub async fn a_task_stored_as_claimed_is_its_nodes_until_its_lease_runs_out(
         Ok(())
     );
     assert_counts(queue, 0, 0, "settled").await;
+}
+
+/// A task stored as its node's claim with a trace (`enqueue_claimed`) keeps it: its own
+/// lease has it, and so has the claim of the node that rescues it after its node died.
+pub async fn a_task_stored_as_claimed_keeps_its_trace_for_its_rescuer(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let started = cpu(1, High, 0, 2);
+    let trace = traced().trace;
+    let lease = queue
+        .enqueue_claimed(
+            NODE_A,
+            1,
+            rank_time(&started),
+            started.clone(),
+            trace,
+            LEASE,
+            at(0),
+        )
+        .await
+        .expect("enqueue_claimed");
+    assert_eq!(lease.trace, trace, "its own lease");
+    assert_eq!(rescue(queue, LEASE_MS).await, 1, "its node died");
+    let rescued = claim(queue, NODE_B, within(only(Cpu, 8)), 40_000).await;
+    assert_eq!(
+        rescued.map(|lease| (lease.entry, lease.attempt, lease.trace)),
+        Some((1, 2, trace)),
+        "the rescuer's claim"
+    );
 }
 
 /// A batch claim with room for all takes the `max` best-ranked tasks, best first, each under

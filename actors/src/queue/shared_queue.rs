@@ -278,13 +278,16 @@ where
     /// Stores a task that `node` starts at once (it fitted the node's free capacity) as
     /// claimed by `node` under a lease of `lease` from `now_ms`, and hands it back to run: the
     /// `accepted` durability, where a task is stored before its submitter hears it was
-    /// accepted. If the node dies, the lease runs out and the task is rescued like any claim.
+    /// accepted. If the node dies, the lease runs out and the task is rescued like any claim,
+    /// in its `trace` (see [`Carried::trace`]): the rescuer's claim hands it back.
+    #[allow(clippy::too_many_arguments)]
     async fn enqueue_claimed(
         &self,
         node: &str,
         entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
+        trace: Option<TraceParent>,
         lease: Duration,
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError>;

@@ -556,12 +556,13 @@ where
                 shared_entry,
                 rank_time_ms,
                 task,
+                trace,
                 now,
             } => {
                 let lease = self.lease;
                 self.spawn(move |queue, node| async move {
                     let result = queue
-                        .enqueue_claimed(&node, shared_entry, rank_time_ms, task, lease, now)
+                        .enqueue_claimed(&node, shared_entry, rank_time_ms, task, trace, lease, now)
                         .await;
                     Some(SharedReport::Recorded { entry, result })
                 });

@@ -14,6 +14,7 @@ use ractor::RpcReplyPort;
 use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
 use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
+use crate::observe::trace::TraceParent;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
 use crate::queue::{Carried, Claim, DependsOn, EntryId, FitQuery, Settlement};
@@ -170,6 +171,8 @@ pub(crate) enum SharedCall<P> {
         shared_entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
+        /// The trace it runs in, stored with it for a node that may rescue it.
+        trace: Option<TraceParent>,
         now: u64,
     },
     /// Claim up to `max` of the best tasks that fit `query` together (`SharedReport::Claimed`).

@@ -470,8 +470,14 @@ where
                 // Stored as this node's claim first; it runs, and its submitter hears, once
                 // the queue answers (`SharedReport::Recorded`).
                 let shared_entry = SharedRoom::entry_for(sequence_of(entry));
-                let traced = Extras::with_trace(None, extras.and_then(|extras| extras.trace));
-                self.tasks.track(entry, &task.meta, &key, timeout, traced);
+                let trace = extras.and_then(|extras| extras.trace);
+                self.tasks.track(
+                    entry,
+                    &task.meta,
+                    &key,
+                    timeout,
+                    Extras::with_trace(None, trace),
+                );
                 self.tasks.set_lease(entry, shared_entry, 1);
                 self.tasks.step(entry, TaskStep::Admitted, now);
                 self.tasks.begin_run(entry, false, now);
@@ -486,6 +492,7 @@ where
                     shared_entry,
                     rank_time_ms,
                     task,
+                    trace,
                     now,
                 });
             }

@@ -14,7 +14,7 @@ use super::PgQueue;
 use crate::core::{
     Budgets, Carried, Claim, DependencyError, DependsOn, EntryId, FairByUse, FitQuery, Lease,
     QueueError, QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskStatus,
-    TenantWeights, DEPENDENCIES_SUPPORTED,
+    TenantWeights, TraceParent, DEPENDENCIES_SUPPORTED,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
 use crate::infra::postgres::codec::{entry_to_sql, millis_u64, ParkRows};
@@ -119,12 +119,17 @@ where
         entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
+        trace: Option<TraceParent>,
         lease: Duration,
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
         let expires_at_ms = Lease::<P>::expiry(now_ms, lease);
         let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
-        rows.push(entry, rank_time_ms, &task)?;
+        let carried = Carried {
+            not_before_ms: None,
+            trace,
+        };
+        rows.push_carrying(entry, rank_time_ms, &task, carried)?;
         let params = [
             ("queue", self.queue()),
             ("rows", rows.finish().into()),
@@ -142,7 +147,7 @@ where
             task,
             attempt: 1,
             expires_at_ms,
-            trace: None,
+            trace,
         })
     }
 

@@ -492,6 +492,7 @@ where
         entry: EntryId,
         rank_time_ms: u64,
         task: ScheduledTask<P>,
+        trace: Option<TraceParent>,
         lease: Duration,
         now_ms: u64,
     ) -> Result<Lease<P>, QueueError> {
@@ -504,7 +505,7 @@ where
             task: task.clone(),
             attempt: 1,
             expires_at_ms: Lease::<P>::expiry(now_ms, lease),
-            trace: None,
+            trace,
         };
         let held = Held {
             parked: Parked {
@@ -512,7 +513,7 @@ where
                 rank_time_ms,
                 claims: 1,
                 claimable_from_ms: 0,
-                trace: None,
+                trace,
             },
             node: node.to_owned(),
             expires_at_ms: leased.expires_at_ms,
