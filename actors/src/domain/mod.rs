@@ -28,6 +28,6 @@ pub use limits::{
 pub use mailbox_key::{MailboxKey, TenantId};
 pub use order::QueueOrder;
 pub use resource::{ResourceCost, ResourceKind};
-pub use status::{TaskStatus, WakeState};
+pub use status::{status_of, TaskStatus, WakeState};
 pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};
 pub use waiters::{OnGiveUp, DEFAULT_STREAM_IDLE_MS, MAX_STREAM_IDLE_MS};

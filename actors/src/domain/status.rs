@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{PoolError, TaskFailure};
+
 /// The lifecycle of a task. Every accepted task reaches exactly one terminal state.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum TaskStatus {
@@ -46,4 +48,25 @@ pub enum WakeState {
     Reserved,
     /// Started and holding its capacity.
     Running,
+}
+
+/// The terminal status an outcome stands for.
+pub fn status_of<R>(outcome: &Result<R, TaskFailure>) -> TaskStatus {
+    match outcome {
+        Ok(_) => TaskStatus::Completed,
+        Err(TaskFailure::Expired) => TaskStatus::Expired,
+        Err(TaskFailure::TimedOut) => TaskStatus::TimedOut,
+        Err(TaskFailure::Cancelled) => TaskStatus::Cancelled,
+        Err(TaskFailure::Failed(reason)) => TaskStatus::Failed(reason.clone()),
+        Err(TaskFailure::Lost(error)) => match error.as_ref() {
+            PoolError::Shutdown => TaskStatus::Cancelled,
+            refusal @ (PoolError::QueueFull
+            | PoolError::InsufficientResources { .. }
+            | PoolError::MailboxFull { .. }
+            | PoolError::DuplicateTask(_)
+            | PoolError::ResultPending(_)
+            | PoolError::NestedBudgetExhausted { .. }) => TaskStatus::Rejected(refusal.to_string()),
+            other => TaskStatus::Failed(other.to_string()),
+        },
+    }
 }

@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use thiserror::Error;
 use tokio::sync::Notify;
 
-use crate::domain::{BackendFault, MailboxKey, PoolError, TaskFailure, TaskId, TaskStatus};
+pub use crate::domain::status_of;
+use crate::domain::{BackendFault, MailboxKey, TaskFailure, TaskId, TaskStatus};
 use crate::queue::{Claim, Settlement};
 
 /// A failure of a mailbox backend.
@@ -58,27 +59,6 @@ impl<R> Delivery<R> {
     /// The terminal status this delivery stands for.
     pub fn status(&self) -> TaskStatus {
         status_of(&self.outcome)
-    }
-}
-
-/// The terminal status an outcome stands for.
-pub fn status_of<R>(outcome: &Result<R, TaskFailure>) -> TaskStatus {
-    match outcome {
-        Ok(_) => TaskStatus::Completed,
-        Err(TaskFailure::Expired) => TaskStatus::Expired,
-        Err(TaskFailure::TimedOut) => TaskStatus::TimedOut,
-        Err(TaskFailure::Cancelled) => TaskStatus::Cancelled,
-        Err(TaskFailure::Failed(reason)) => TaskStatus::Failed(reason.clone()),
-        Err(TaskFailure::Lost(error)) => match error.as_ref() {
-            PoolError::Shutdown => TaskStatus::Cancelled,
-            refusal @ (PoolError::QueueFull
-            | PoolError::InsufficientResources { .. }
-            | PoolError::MailboxFull { .. }
-            | PoolError::DuplicateTask(_)
-            | PoolError::ResultPending(_)
-            | PoolError::NestedBudgetExhausted { .. }) => TaskStatus::Rejected(refusal.to_string()),
-            other => TaskStatus::Failed(other.to_string()),
-        },
     }
 }
 

@@ -98,7 +98,7 @@ impl Settlement {
         match outcome {
             Ok(_) => Settlement::Done,
             Err(crate::domain::PoolError::Failed(reason)) => Settlement::Failed(reason.clone()),
-            Err(error) => Settlement::Ended(crate::mailbox::status_of::<()>(&Err(
+            Err(error) => Settlement::Ended(crate::domain::status_of::<()>(&Err(
                 crate::domain::TaskFailure::from(error.clone()),
             ))),
         }
