@@ -9,6 +9,8 @@
 //!
 //! A binary of its own: it starts child processes and sends them real signals.
 
+#[path = "support/admin_client.rs"]
+mod admin_client;
 #[path = "support/processes.rs"]
 mod processes;
 
@@ -18,6 +20,7 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use admin_client::eventually;
 use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskMetadata};
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost};
 use prometheus_parking_lot::{
@@ -201,41 +204,9 @@ fn read_lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Polls `check` until it answers, for at most 30 s.
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// An admin server's answer: its status and JSON.
+/// An admin server's answer, with the test's token: its status and JSON.
 fn call(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut request = reqwest::Client::new()
-            .request(method, url)
-            .bearer_auth(TOKEN);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("the admin server answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("an answer");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    })
+    admin_client::call_with(TOKEN, method, url, body)
 }
 
 fn get(admin: &str, path: &str) -> Value {

@@ -10,9 +10,13 @@
 //! cancelling one from the worker's admin (a node that did not submit it) takes it out, and
 //! its submitter hears `Cancelled`; the worker's node shows the task it holds as its claim.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+#[path = "support/admin_client.rs"]
+mod admin_client;
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use admin_client::eventually;
 use prometheus_parking_lot::core::{PoolError, ScheduledTask, SubmitOptions, TaskMetadata};
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost};
 use prometheus_parking_lot::{
@@ -89,39 +93,9 @@ impl TaskExecutor<u64, u64> for Jobs {
     }
 }
 
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "not within 30 s: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
+/// An admin server's answer, with the test's token: its status and JSON.
 fn call(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut request = reqwest::Client::new()
-            .request(method, url)
-            .bearer_auth(TOKEN);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("the admin server answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("an answer");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    })
+    admin_client::call_with(TOKEN, method, url, body)
 }
 
 fn get(admin: &str, path: &str) -> Value {
