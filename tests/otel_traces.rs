@@ -316,3 +316,90 @@ async fn a_refused_submission_is_an_error_span_and_nothing_more() {
         .await
         .unwrap();
 }
+
+/// A task parked in a yaque file goes on in its trace after a restart: submitted in a given
+/// trace behind a task that holds the pool, the pool stopped (the task kept parked) and
+/// opened again on the same files, its run and delivery in the second pool are children of
+/// the first pool's `submit` span.
+#[cfg(feature = "yaque")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_resumed_after_a_restart_goes_on_in_its_trace() {
+    use prometheus_parking_lot::core::{Durability, StarvationGuard, TaskExecutor};
+    use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+    use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
+    use prometheus_parking_lot::{ResourcePool, ScheduledTask, TokioSpawner};
+
+    /// Payload 0 holds its slot until the gate opens; any other returns at once.
+    #[derive(Clone)]
+    struct Gate(Arc<tokio::sync::Semaphore>);
+
+    #[async_trait::async_trait]
+    impl TaskExecutor<u64, u64> for Gate {
+        async fn execute(&self, payload: u64, meta: TaskMetadata) -> u64 {
+            if payload == 0 {
+                let _ = self.0.acquire().await;
+            }
+            meta.id
+        }
+    }
+
+    let dir = std::env::temp_dir().join(format!("pl-otel-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open = |gate: Gate| {
+        let settings = WorkerPoolConfig::new()
+            .with_name("resumed")
+            .with_worker_count(1)
+            .with_max_units(1)
+            .with_starvation(StarvationGuard::disabled())
+            .with_durability(Durability::Accepted);
+        let queue = YaqueQueue::<u64>::open(&dir, "stream").expect("the queue opens");
+        ResourcePool::with_settings(
+            settings,
+            gate,
+            Box::new(queue),
+            Arc::new(InMemoryMailbox::new()),
+            &TokioSpawner,
+        )
+        .expect("the pool starts")
+    };
+    exporter();
+    let header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let parent: TraceParent = header.parse().unwrap();
+    let trace = opentelemetry::TraceId::from_bytes(parent.trace_id());
+
+    let held = Gate(Arc::new(tokio::sync::Semaphore::new(0)));
+    let first = open(held.clone());
+    first
+        .submit(ScheduledTask::new(meta(20, 1), 0))
+        .await
+        .expect("admitted");
+    let options = SubmitOptions::default().with_traceparent(parent);
+    first
+        .submit_with(ScheduledTask::new(meta(21, 1), 21), options)
+        .await
+        .expect("admitted");
+    let report = first
+        .shutdown_with_drain(Duration::from_millis(20))
+        .await
+        .expect("stops");
+    assert_eq!(report.kept_parked, 1, "the traced task is kept parked");
+    held.0.add_permits(1);
+    drop(first);
+    let submit = named(&spans_of(trace, 1).await, "submit")[0].clone();
+
+    let second = open(Gate(Arc::new(tokio::sync::Semaphore::new(1))));
+    let key = meta(21, 1).mailbox.expect("a key");
+    assert_eq!(second.retrieve(&key, Duration::from_secs(10)).await, Ok(21));
+    let spans = spans_of(trace, 3).await;
+    let run = named(&spans, "run");
+    assert_eq!(run.len(), 1, "one run, in the second pool: {spans:#?}");
+    assert_eq!(run[0].parent_span_id, submit.span_context.span_id());
+    let deliver = named(&spans, "deliver");
+    assert_eq!(deliver.len(), 1, "{spans:#?}");
+    assert_eq!(deliver[0].parent_span_id, submit.span_context.span_id());
+    second
+        .shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
