@@ -300,7 +300,11 @@ where
                     PoolError::Internal(format!("pool {name} vanished from its config"))
                 })?
                 .with_name(&instance.name);
-            let shared = queue_driver::<P>(&pool.queue).open_shared(name, &mut sources)?;
+            let shared = queue_driver::<P>(&pool.queue).open_shared(
+                name,
+                settings.limits().order,
+                &mut sources,
+            )?;
             #[cfg(feature = "postgres")]
             let node = shared.as_ref().map(|shared| shared.parking.node.clone());
             let results = match &mailbox {

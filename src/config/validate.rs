@@ -19,7 +19,7 @@
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
 //! | `max_queue_depth` | 1 – 100,000,000 |
 //! | `max_queued_units` | 1 – 18,446,744,073,709,551,615, only with a local queue (in_memory, yaque) |
-//! | `order` | `fifo` or `deadline`; `deadline` only with a local queue (in_memory, yaque) |
+//! | `order` | `fifo` or `deadline`; `deadline` not with `postgres_pgmq` (its nodes claim by admission) |
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
 //! | `starvation.max_skips` | 1 – 1,000,000 |
@@ -328,12 +328,17 @@ impl PoolSettings {
                 ));
             }
         }
-        if self.order == Some(QueueOrder::Deadline) && queue_rules(&self.queue).is_shared() {
+        if self.order == Some(QueueOrder::Deadline)
+            && !queue_rules(&self.queue).claims_by_deadline()
+        {
             return Err(ConfigError::invalid(
                 format!("{path}.order"),
-                "`deadline` needs a local queue (in_memory, yaque): the nodes of a shared \
-                 queue claim by priority, then admission; use `fifo` here"
-                    .to_string(),
+                format!(
+                    "`deadline` needs a queue that ranks by deadline (in_memory, yaque, \
+                     postgres): the nodes of a {} queue claim by priority, then admission; \
+                     use `fifo` here",
+                    queue_rules(&self.queue).type_name()
+                ),
             ));
         }
         self.validate_timeout(path)?;

@@ -13,7 +13,7 @@ use conformance::queue::{cpu, task};
 use conformance::{mailbox, queue, shared_queue, Job};
 use prometheus_parking_lot::core::{
     Capacity, Delivery, EntryId, FitQuery, Mailbox, QueueCounts, QueueError, QueueMaintenance,
-    ScheduledTask, Settlement, SharedQueue, StoredEntry, TaskQueue,
+    QueueOrder, ScheduledTask, Settlement, SharedQueue, StoredEntry, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
@@ -31,6 +31,15 @@ async fn bounded_in_memory_queue_conforms() {
     // A bound the suite never reaches must not change any behaviour.
     queue::run_all(|| async { Box::new(InMemoryQueue::bounded(64)) as Box<dyn TaskQueue<Job>> })
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_shared_queue_in_the_deadline_order_conforms() {
+    shared_queue::run_deadline_order(|| async {
+        Box::new(InMemorySharedQueue::new().with_order(QueueOrder::Deadline))
+            as Box<dyn SharedQueue<Job>>
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

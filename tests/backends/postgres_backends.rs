@@ -73,6 +73,32 @@ async fn postgres_queue_conforms() {
     .await;
 }
 
+/// A Postgres table queue opened in the deadline order, against the deadline cases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_queue_in_the_deadline_order_conforms() {
+    use prometheus_parking_lot::core::QueueOrder;
+    let database = database();
+    shared_queue::run_deadline_order(|| {
+        let database = database.clone();
+        async move {
+            let queue = tokio::task::spawn_blocking(move || {
+                PostgresQueue::<Job>::open_in_order(
+                    &database,
+                    "pl_queue_jobs",
+                    &fresh_name("deadline"),
+                    QueueOrder::Deadline,
+                )
+                .expect("open the queue")
+                .with_retry(NO_RETRY_DELAY)
+            })
+            .await
+            .expect("opening does not panic");
+            Box::new(queue) as Box<dyn SharedQueue<Job>>
+        }
+    })
+    .await;
+}
+
 /// The pgmq queue against the same suite, unchanged; every queue it made is dropped after.
 #[cfg(feature = "pgmq")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -95,6 +95,31 @@ where
     );
 }
 
+/// Runs the cases of a queue that claims in the deadline order
+/// ([`QueueOrder::Deadline`](prometheus_parking_lot::core::QueueOrder)), each against a
+/// fresh queue from `fresh` opened in that order: within a priority the earliest deadline
+/// first, tasks without one last, admission among equals; the rank bound, the reserved task
+/// and batch claims in that order.
+pub async fn run_deadline_order<F, Fut>(fresh: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Box<dyn SharedQueue<Job>>>,
+{
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => {$(
+            let queue = fresh().await;
+            eprintln!("shared queue conformance, deadline order [{}]: {}", queue.backend(), stringify!($case));
+            $case(&*queue).await;
+        )*};
+    }
+    run!(
+        the_earliest_deadline_is_claimed_first_and_none_last,
+        a_batch_claim_takes_the_earliest_deadlines_that_fit_together,
+        a_rank_bound_admits_by_deadline,
+        an_aged_task_reserves_by_deadline,
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 // ---------------------------------------------------------------------------------------------
@@ -127,6 +152,7 @@ fn within_bound(free: Capacity, bound: RankBound) -> FitQuery {
 fn bound(priority: Priority, time: u64, entry: EntryId) -> RankBound {
     RankBound {
         priority,
+        deadline_ms: None,
         rank_time_ms: at(time),
         entry,
     }
@@ -1830,4 +1856,133 @@ pub async fn a_traced_scheduled_start_keeps_both_in_a_group_park(queue: &dyn Sha
     let due = claim(queue, NODE_B, within(only(Cpu, 4)), 5_000).await;
     let due = due.map(|lease| (lease.entry, lease.attempt, lease.trace));
     assert_eq!(due, Some((1, 1, trace)), "at its instant, with its trace");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases of the deadline order
+// ---------------------------------------------------------------------------------------------
+
+/// A deadline-ordered queue's tasks of one priority come earliest deadline first, those
+/// without one after, by admission among equal deadlines; priority still comes first, and
+/// a task that does not fit is skipped as usual.
+pub async fn the_earliest_deadline_is_claimed_first_and_none_last(queue: &dyn SharedQueue<Job>) {
+    assert_eq!(
+        queue.order(),
+        prometheus_parking_lot::core::QueueOrder::Deadline
+    );
+    let tasks = [
+        task(1, Normal, 0, Cpu, 1, None),
+        task(2, Normal, 1, Cpu, 1, Some(900)),
+        task(3, Normal, 2, Cpu, 1, Some(500)),
+        task(4, High, 3, Cpu, 1, Some(5_000)),
+        task(5, Normal, 4, Cpu, 1, Some(500)),
+        task(6, Normal, 5, Cpu, 9, Some(100)),
+        task(7, Low, 6, Cpu, 1, Some(1)),
+    ];
+    let entries: Vec<_> = tasks.iter().map(|task| (task.meta.id, task)).collect();
+    enqueue_all(queue, &entries).await;
+
+    let mut claimed = Vec::new();
+    while let Some(entry) = best_fit(queue, within(only(Cpu, 4))).await {
+        claimed.push(entry);
+        assert!(claimed.len() <= tasks.len(), "claimed more than was parked");
+    }
+    assert_eq!(claimed, [4, 3, 5, 2, 1, 7], "task 6 (9 units) never fits 4");
+    assert_counts(queue, 1, 6, "claiming all that fits").await;
+    let big = best_fit(queue, within(only(Cpu, 9))).await;
+    assert_eq!(big, Some(6));
+}
+
+/// A batch claim takes the rank-order prefix that fits together, in the deadline order.
+pub async fn a_batch_claim_takes_the_earliest_deadlines_that_fit_together(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let tasks = [
+        task(1, Normal, 0, Cpu, 2, Some(300)),
+        task(2, Normal, 1, Cpu, 1, Some(100)),
+        task(3, Normal, 2, Cpu, 1, None),
+        task(4, Normal, 3, Cpu, 1, Some(200)),
+    ];
+    let entries: Vec<_> = tasks.iter().map(|task| (task.meta.id, task)).collect();
+    enqueue_all(queue, &entries).await;
+
+    let leases = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 4)), 3, LEASE, at(0))
+        .await
+        .expect("claim_batch");
+    let taken: Vec<_> = leases.iter().map(|lease| lease.entry).collect();
+    assert_eq!(
+        taken,
+        [2, 4, 1],
+        "due at 100, 200, 300; the one without a deadline waits"
+    );
+    assert_counts(queue, 1, 3, "a batch claim").await;
+}
+
+/// A rank bound carries a deadline: a task due sooner is ahead of it however late it was
+/// admitted, one due later is behind it however early.
+pub async fn a_rank_bound_admits_by_deadline(queue: &dyn SharedQueue<Job>) {
+    let early_due_later = task(1, Normal, 0, Cpu, 1, Some(800));
+    let late_due_sooner = task(2, Normal, 50, Cpu, 1, Some(400));
+    enqueue_all(queue, &[(1, &early_due_later), (2, &late_due_sooner)]).await;
+    let bound = RankBound {
+        priority: Normal,
+        deadline_ms: Some(at(500)),
+        rank_time_ms: at(10),
+        entry: 9,
+    };
+
+    let first = best_fit(queue, within_bound(only(Cpu, 4), bound)).await;
+    assert_eq!(first, Some(2), "due at 400: ahead of the bound due at 500");
+    let second = best_fit(queue, within_bound(only(Cpu, 4), bound)).await;
+    assert_eq!(
+        second, None,
+        "due at 800: behind the bound, though admitted first"
+    );
+    let unbounded = best_fit(queue, within(only(Cpu, 4))).await;
+    assert_eq!(unbounded, Some(1));
+}
+
+/// The starvation guard reserves the best-ranked aged task in the deadline order: while it
+/// does not fit, only tasks due before it are claimed.
+pub async fn an_aged_task_reserves_by_deadline(queue: &dyn SharedQueue<Job>) {
+    let big_due_soon = task(1, Normal, 10, Cpu, 8, Some(300));
+    let big_due_later = task(2, Normal, 0, Cpu, 8, Some(600));
+    let small_due_sooner = task(3, Normal, 100, Cpu, 1, Some(200));
+    let small_due_latest = task(4, Normal, 100, Cpu, 1, Some(900));
+    enqueue_all(
+        queue,
+        &[
+            (1, &big_due_soon),
+            (2, &big_due_later),
+            (3, &small_due_sooner),
+            (4, &small_due_latest),
+        ],
+    )
+    .await;
+    let aged = |free: u32| FitQuery {
+        starvation: Some(StarvationRule {
+            capacity: only(Cpu, 8),
+            parked_before_ms: at(50),
+        }),
+        ..within(only(Cpu, free))
+    };
+
+    let ahead = best_fit(queue, aged(4)).await;
+    assert_eq!(
+        ahead,
+        Some(3),
+        "due at 200: ahead of the reserved task (due at 300)"
+    );
+    let held = best_fit(queue, aged(4)).await;
+    assert_eq!(
+        held, None,
+        "task 1 (aged, due at 300) reserves; task 4 is behind it"
+    );
+    let reserved = best_fit(queue, aged(8)).await;
+    assert_eq!(
+        reserved,
+        Some(1),
+        "the reserved task is the aged one due first"
+    );
 }

@@ -137,17 +137,6 @@ impl<P, R, E> PoolSpec<P, R, E> {
         self.limits.worker_slots = self.workers.count;
         if let Some(shared) = &self.shared {
             shared.validate()?;
-            if self.limits.order == QueueOrder::Deadline {
-                // The nodes claim from the shared queue in its own order (priority, then
-                // admission), which the queue keeps in its index; a node's core only sees
-                // what it claimed, so it could not put the earliest deadline first.
-                return Err(PoolError::InvalidConfig(format!(
-                    "order is \"{}\"; a shared queue's nodes claim by priority, then \
-                     admission: use \"fifo\" with a shared queue, or a local queue (in_memory, \
-                     yaque) for the deadline order",
-                    self.limits.order.name()
-                )));
-            }
             if let Some(units) = self.limits.max_queued_units {
                 // What waits is in the shared queue, which no node's core bounds; a node
                 // parks only what it claimed while the claim was in flight.
@@ -247,6 +236,27 @@ enum Ownership {
     OwnGate,
 }
 
+/// Refuses a shared queue that claims in another order than the pool's: the nodes claim
+/// from the queue in its own order, which it keeps in its index, and a node's core only sees
+/// what it claimed, so it could not rank the rest in an order of its own.
+fn claims_in_order<P: Send + 'static>(
+    parking: &SharedParking<P>,
+    order: QueueOrder,
+) -> Result<(), PoolError> {
+    let claims_in = parking.queue.order();
+    if order == claims_in {
+        return Ok(());
+    }
+    Err(PoolError::InvalidConfig(format!(
+        "order is \"{}\" but the {} queue claims in the \"{}\" order; open the shared queue \
+         in the pool's order (a Postgres table queue claims in either: \
+         PostgresQueue::open_in_order), or give the pool the queue's order",
+        order.name(),
+        parking.queue.backend(),
+        claims_in.name()
+    )))
+}
+
 async fn start_pool_with<P, R, E>(
     supervisor: &ActorRef<SupervisorMsg>,
     mut spec: PoolSpec<P, R, E>,
@@ -259,6 +269,7 @@ where
 {
     let core = spec.validate(ownership == Ownership::OwnGate)?;
     if let Some(parking) = &spec.shared {
+        claims_in_order(parking, core.limits().order)?;
         share_budgets(parking, &core.limits().budgets, &spec.name).await?;
         if let Some(order) = core.limits().fair_by_use {
             let shared = parking

@@ -35,8 +35,8 @@ use async_trait::async_trait;
 
 use super::{Carried, EntryId, QueueCounts, QueueError, Settlement};
 use crate::domain::{
-    Budgets, Capacity, FairByUse, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask,
-    TaskId, TenantId, TenantWeights,
+    Budgets, Capacity, FairByUse, MailboxKey, Priority, QueueOrder, ResourceCost, ResourceKind,
+    ScheduledTask, TaskId, TenantId, TenantWeights,
 };
 use crate::observe::trace::TraceParent;
 
@@ -46,6 +46,10 @@ use crate::observe::trace::TraceParent;
 pub struct RankBound {
     /// Its priority.
     pub priority: Priority,
+    /// Its deadline, ms since the Unix epoch, which a queue claiming in the deadline order
+    /// ([`SharedQueue::order`]) ranks by after the priority; `None`: none (it ranks after
+    /// every deadline). A queue claiming in admission order ignores it.
+    pub deadline_ms: Option<u64>,
     /// Its admission time, milliseconds since the Unix epoch.
     pub rank_time_ms: u64,
     /// Its entry id.
@@ -53,14 +57,48 @@ pub struct RankBound {
 }
 
 impl RankBound {
-    /// Whether a task of this rank is at or ahead of the bound.
+    /// Whether a task of this rank is at or ahead of the bound, in admission order within a
+    /// priority.
     pub fn admits(&self, priority: Priority, rank_time_ms: u64, entry: EntryId) -> bool {
-        (std::cmp::Reverse(priority), rank_time_ms, entry)
-            <= (
-                std::cmp::Reverse(self.priority),
-                self.rank_time_ms,
-                self.entry,
-            )
+        self.admits_in(QueueOrder::Fifo, priority, None, rank_time_ms, entry)
+    }
+
+    /// Whether a task of this rank is at or ahead of the bound in `order`: under the
+    /// deadline order, the earlier deadline ranks ahead within a priority (none after every
+    /// deadline), then admission.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{Priority, QueueOrder};
+    /// use prometheus_parking_lot_actors::queue::RankBound;
+    ///
+    /// let bound = RankBound { priority: Priority::Normal, deadline_ms: Some(500), rank_time_ms: 10, entry: 1 };
+    /// // Admitted later, due sooner: ahead under the deadline order only.
+    /// assert!(bound.admits_in(QueueOrder::Deadline, Priority::Normal, Some(400), 20, 2));
+    /// assert!(!bound.admits_in(QueueOrder::Fifo, Priority::Normal, Some(400), 20, 2));
+    /// ```
+    pub fn admits_in(
+        &self,
+        order: QueueOrder,
+        priority: Priority,
+        deadline_ms: Option<u64>,
+        rank_time_ms: u64,
+        entry: EntryId,
+    ) -> bool {
+        let due = |deadline: Option<u64>| match order {
+            QueueOrder::Fifo => u64::MAX,
+            QueueOrder::Deadline => deadline.unwrap_or(u64::MAX),
+        };
+        (
+            std::cmp::Reverse(priority),
+            due(deadline_ms),
+            rank_time_ms,
+            entry,
+        ) <= (
+            std::cmp::Reverse(self.priority),
+            due(self.deadline_ms),
+            self.rank_time_ms,
+            self.entry,
+        )
     }
 }
 
@@ -213,6 +251,14 @@ where
     /// The queue's maintenance face: rescue, dead letters, counts. A backend implements
     /// [`QueueMaintenance`] beside this trait and returns itself.
     fn maintenance(&self) -> &dyn QueueMaintenance;
+
+    /// The order claims take the tasks of one priority in: by admission (the default), or
+    /// earliest deadline first for a queue opened so. A pool ordered by deadline
+    /// ([`PoolLimits::order`](crate::domain::PoolLimits::order)) needs a queue that claims in
+    /// its order, and refuses to start on any other.
+    fn order(&self) -> QueueOrder {
+        QueueOrder::Fifo
+    }
 
     /// Parks a task for any node. `rank_time_ms` is its admission time. A task that carries
     /// more (a scheduled start, a trace) is parked with

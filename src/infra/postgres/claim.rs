@@ -14,7 +14,7 @@
 //! | `$expires_ms` | the lease's expiry, ms |
 //! | `$max` | at most this many tasks |
 //! | `$free_cpu`, `$free_gpu_vram`, `$free_io`, `$free_mixed` | the node's free units per kind ([`fits`]) |
-//! | `$unbounded`, `$bound_priority`, `$bound_time`, `$bound_entry` | the rank bound ([`within_bound`]) |
+//! | `$unbounded`, `$bound_priority`, `$bound_due`, `$bound_time`, `$bound_entry` | the rank bound ([`within_bound`]; `$bound_due` under the deadline order only) |
 //! | `$aged_before` | tasks ranked at or before this time have aged (-1: no starvation rule) |
 //! | `$whole_cpu`, ... | the node's whole units per kind, for its reserved task |
 //!
@@ -65,24 +65,73 @@ pub(crate) fn fits(kind: &str, units: Units) -> String {
     format!("CASE {kind} {arms}ELSE ${prefix}_{} END", last.1)
 }
 
-/// Whether a task of rank (`priority`, `rank`, `entry`), three SQL expressions, is ranked at
-/// or ahead of the claim's rank bound (always, without one).
-pub(crate) fn within_bound(priority: &str, rank: &str, entry: &str) -> String {
+/// A task's rank within its priority as SQL expressions: under the deadline order its
+/// deadline first ([`due_of`] its row), then its admission time, then its entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RankSql<'a> {
+    /// The deadline it ranks by, under the deadline order; `None` under admission order.
+    pub due: Option<&'a str>,
+    /// Its admission time.
+    pub time: &'a str,
+    /// Its entry id.
+    pub entry: &'a str,
+}
+
+impl RankSql<'_> {
+    /// The rank as a SQL row: `(due, time, entry)` or `(time, entry)`.
+    fn row(&self) -> String {
+        match self.due {
+            Some(due) => format!("({due}, {}, {})", self.time, self.entry),
+            None => format!("({}, {})", self.time, self.entry),
+        }
+    }
+
+    /// The same columns of another row: `(r.due, r.rank, r.entry)` for `prefix` `r`, or its
+    /// parameters for `prefix` `$bound`.
+    fn row_of(&self, prefix: &str) -> String {
+        let separator = if prefix.starts_with('$') { "_" } else { "." };
+        let column = |name: &str| format!("{prefix}{separator}{name}");
+        let (time, entry) = if prefix.starts_with('$') {
+            (column("time"), column("entry"))
+        } else {
+            (column("rank"), column("entry"))
+        };
+        match self.due {
+            Some(_) => format!("({}, {time}, {entry})", column("due")),
+            None => format!("({time}, {entry})"),
+        }
+    }
+}
+
+/// A deadline as the deadline order ranks it: the column `deadline_ms` (a row's, or
+/// `c.deadline_ms`), none after every deadline. The Postgres table queue's `_awake_due`
+/// index is on `due_of("deadline_ms")`, which a claim names the same way to walk it.
+pub(crate) fn due_of(deadline_ms: &str) -> String {
+    format!("COALESCE({deadline_ms}, 9223372036854775807)")
+}
+
+/// Whether a task of rank `priority`, `rank` is ranked at or ahead of the claim's rank
+/// bound (always, without one).
+pub(crate) fn within_bound(priority: &str, rank: &RankSql<'_>) -> String {
     format!(
         "($unbounded OR {priority} > $bound_priority OR ({priority} = $bound_priority \
-         AND ({rank}, {entry}) <= ($bound_time, $bound_entry)))"
+         AND {} <= {}))",
+        rank.row(),
+        rank.row_of("$bound")
     )
 }
 
-/// Whether a task of rank (`priority`, `rank`, `entry`) is *not* ranked behind the node's
-/// reserved task while that task does not fit the free units. The statement names its
-/// reserved task (none, or one row) `reserved`, with columns `priority`, `rank`, `entry`,
-/// `kind` and `units`.
-pub(crate) fn not_behind_reserved(priority: &str, rank: &str, entry: &str) -> String {
+/// Whether a task of rank `priority`, `rank` is *not* ranked behind the node's reserved task
+/// while that task does not fit the free units. The statement names its reserved task
+/// (none, or one row) `reserved`, with columns `priority`, `rank` (its admission time),
+/// `entry`, `kind` and `units`, and `due` under the deadline order.
+pub(crate) fn not_behind_reserved(priority: &str, rank: &RankSql<'_>) -> String {
     format!(
         "NOT EXISTS (SELECT 1 FROM reserved AS r WHERE r.units > {free} \
            AND ({priority} < r.priority OR ({priority} = r.priority \
-                AND ({rank}, {entry}) > (r.rank, r.entry))))",
+                AND {} > {})))",
+        rank.row(),
+        rank.row_of("r"),
         free = fits("r.kind", Units::Free)
     )
 }
@@ -127,6 +176,10 @@ impl Params for ClaimParams<'_> {
             "bound_priority" => bound.map_or(0, |b| priority_to_sql(b.priority)).into(),
             "bound_time" => bound.map_or(0, |b| millis_u64(b.rank_time_ms)).into(),
             "bound_entry" => bound.map_or(0, |b| entry_to_sql(b.entry)).into(),
+            "bound_due" => bound
+                .and_then(|b| b.deadline_ms)
+                .map_or(i64::MAX, millis_u64)
+                .into(),
             // The node's reserved task (see `StarvationRule`): the best-ranked aged task its
             // whole capacity could run. When it does not fit now, only tasks ranked at or
             // ahead of it may be claimed.
@@ -225,6 +278,7 @@ mod tests {
                 .with(ResourceKind::Mixed, 2),
             bound: Some(RankBound {
                 priority: Priority::High,
+                deadline_ms: Some(7),
                 rank_time_ms: 5,
                 entry: 9,
             }),
@@ -245,7 +299,14 @@ mod tests {
             "SELECT $queue, $node, $now_ms, $expires_ms, $max, $aged_before, {}, {}, {}",
             fits("k", Units::Free),
             fits("k", Units::Whole),
-            within_bound("p", "t", "e"),
+            within_bound(
+                "p",
+                &RankSql {
+                    due: Some("d"),
+                    time: "t",
+                    entry: "e"
+                }
+            ),
         ));
         let values = sql.bind(&params).expect("every name is bound");
         let expected: Vec<Value> = vec![
@@ -265,6 +326,7 @@ mod tests {
             80_i64.into(),
             false.into(),
             2_i16.into(),
+            7_i64.into(),
             5_i64.into(),
             entry_to_sql(9).into(),
         ];

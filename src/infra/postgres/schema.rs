@@ -8,6 +8,7 @@
 use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
+use super::claim::due_of;
 use super::queue::dependencies::{dependencies_ddl, last_index};
 use super::queue::table::PARKED_COLUMNS;
 use super::service::{service_tables, FLOORS_TABLE};
@@ -144,6 +145,18 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS traceparent TEXT NULL;
     )
 }
 
+/// The index of the queues of `table` that claim in the deadline order: the rows never
+/// delayed, by priority, then deadline (none last), then admission, as `_awake` is by
+/// priority then admission. Only a table with such a queue pays for it on every park.
+fn deadline_index(table: &Identifier) -> String {
+    format!(
+        "CREATE INDEX IF NOT EXISTS {table}_awake_due \
+            ON {table} (queue_name, priority DESC, ({due}), rank_time_ms, entry) \
+            WHERE state = 'parked' AND not_before_ms = 0;",
+        due = due_of("deadline_ms"),
+    )
+}
+
 /// The mailbox table: the seed's columns plus the task's outcome and error text. `_lookup`
 /// serves takes by key (oldest first), `_task` takes by task, `_stored` the retention purge.
 fn mailbox_table(table: &Identifier) -> String {
@@ -176,6 +189,9 @@ CREATE INDEX IF NOT EXISTS {table}_task
 pub(crate) enum Table<'a> {
     /// A queue table.
     Queue(&'a Identifier),
+    /// The index a queue table's queues claimed in the deadline order walk (made after
+    /// [`Table::Queue`]).
+    DeadlineOrder(&'a Identifier),
     /// A mailbox table.
     Mailbox(&'a Identifier),
     /// The table of the budgets queues share ([`BUDGETS_TABLE`]).
@@ -203,6 +219,10 @@ impl PgDatabase {
                     column: QUEUE_LAST_COLUMN,
                     index: last_index(name),
                 },
+            ),
+            Table::DeadlineOrder(name) => (
+                deadline_index(name),
+                LastMade::Relation(format!("{}_awake_due", name.as_str())),
             ),
             Table::Mailbox(name) => (
                 mailbox_table(name),

@@ -8,7 +8,7 @@
 //! `QueueSettings` and its `mod` line (`infra/queue/mod.rs`), its lines in the registry, and
 //! its cargo feature.
 
-use crate::core::{PoolError, TaskQueue};
+use crate::core::{PoolError, QueueOrder, TaskQueue};
 #[cfg(feature = "postgres")]
 use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::memory::InMemoryQueue;
@@ -39,6 +39,13 @@ pub(crate) trait QueueRules {
         false
     }
 
+    /// Whether a pool ordered by deadline (`"order": "deadline"`) may park in the queue: a
+    /// local queue is ranked by the pool's own core; a shared one must claim in that order
+    /// itself.
+    fn claims_by_deadline(&self) -> bool {
+        !self.is_shared()
+    }
+
     /// Whether the queue keeps tasks across a restart.
     fn is_durable(&self) -> bool {
         true
@@ -53,10 +60,12 @@ pub(crate) trait QueueDriver<P: Send + 'static>: QueueRules {
         Ok(Box::new(InMemoryQueue::new()))
     }
 
-    /// The pool's part in the shared queue, if the backend is one.
+    /// The pool's part in the shared queue, if the backend is one, claiming a priority's
+    /// tasks in `order` (the pool's).
     fn open_shared(
         &self,
         _pool: &str,
+        _order: QueueOrder,
         _databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
         Ok(None)

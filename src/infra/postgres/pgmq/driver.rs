@@ -75,6 +75,7 @@ where
     fn open_shared(
         &self,
         pool: &str,
+        _order: crate::core::QueueOrder,
         databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
         use crate::infra::postgres::queue::driver::{in_pool, retry_policy, shared_parking};
@@ -95,6 +96,7 @@ where
     fn open_shared(
         &self,
         pool: &str,
+        _order: crate::core::QueueOrder,
         _databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
         Err(PoolError::Internal(format!(

@@ -5,7 +5,7 @@
 
 use super::queue::{PgmqLayout, ENTRIES, ENTRY, LEVELS, PARKED, TASK};
 use crate::core::Settlement;
-use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, Units};
+use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, RankSql, Units};
 use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::shared_queue::Statements;
@@ -61,6 +61,8 @@ impl PgmqLayout {
         let layout = self;
         let sql = |text: String| NamedSql::new(&text);
         Statements {
+            // One queue per priority level, read in message order.
+            order: crate::core::QueueOrder::Fifo,
             park: sql(park_sql(layout, false)),
             park_claimed: sql(park_sql(layout, true)),
             claim: sql(claim_sql(layout)),
@@ -189,6 +191,11 @@ fn claim_sql(layout: &PgmqLayout) -> String {
         "((c.message->>'rank')::bigint)",
         "((c.message->>'entry')::bigint)",
     );
+    let ranked = RankSql {
+        due: None,
+        time: rank,
+        entry,
+    };
     let parked = PARKED.replace("message", "c.message");
     let reserved = layout.per_level(" UNION ALL ", |level| {
         format!(
@@ -214,8 +221,8 @@ fn claim_sql(layout: &PgmqLayout) -> String {
             table = level.table,
             now = at_ms("$now_ms"),
             free = fits(kind, Units::Free),
-            bounded = within_bound(&p, rank, entry),
-            not_behind = not_behind_reserved(&p, rank, entry),
+            bounded = within_bound(&p, &ranked),
+            not_behind = not_behind_reserved(&p, &ranked),
         )
     });
     let claims = layout.per_level(", ", |level| {

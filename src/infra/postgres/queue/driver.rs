@@ -1,9 +1,9 @@
 //! The Postgres queue's driver: its settings' rules, and how a node joins it (cargo feature
 //! `postgres`). The pgmq queue's driver shares its limits and its way of joining.
 
-use crate::core::PoolError;
 #[cfg(feature = "postgres")]
 use crate::core::SharedQueue;
+use crate::core::{PoolError, QueueOrder};
 use crate::infra::queue::driver::{Databases, QueueDriver, QueueRules, SharedPart};
 use crate::settings::checks::{check_identifier, in_range, MAX_IDENTIFIER};
 use crate::settings::error::ConfigError;
@@ -81,6 +81,10 @@ impl QueueRules for PostgresDriver<'_> {
     fn is_shared(&self) -> bool {
         true
     }
+
+    fn claims_by_deadline(&self) -> bool {
+        true
+    }
 }
 
 impl<P> QueueDriver<P> for PostgresDriver<'_>
@@ -91,14 +95,19 @@ where
     fn open_shared(
         &self,
         pool: &str,
+        order: QueueOrder,
         databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
         let database = databases.database(pool, "queue.type")?;
-        let queue =
-            super::PostgresQueue::<P>::open(&database, self.table, self.queue_name.unwrap_or(pool))
-                .map_err(|error| in_pool(pool, "queue", error))?
-                .with_retry(retry_policy(self.max_attempts))
-                .with_pool(pool);
+        let queue = super::PostgresQueue::<P>::open_in_order(
+            &database,
+            self.table,
+            self.queue_name.unwrap_or(pool),
+            order,
+        )
+        .map_err(|error| in_pool(pool, "queue", error))?
+        .with_retry(retry_policy(self.max_attempts))
+        .with_pool(pool);
         let fence = queue.fence();
         let parking = shared_parking(Arc::new(queue), pool, self.lease_ms)
             .with_claim_ahead(self.claim_ahead.unwrap_or(0) as usize);
@@ -110,6 +119,7 @@ where
     fn open_shared(
         &self,
         pool: &str,
+        _order: QueueOrder,
         _databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
         Err(PoolError::Internal(format!(

@@ -54,7 +54,9 @@
 //! so an idle node claims new work at once and otherwise polls only slowly, as a safety net.
 
 use crate::core::PoolError;
-use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, Units};
+use crate::core::QueueOrder;
+use crate::infra::postgres::claim::due_of;
+use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, RankSql, Units};
 use crate::infra::postgres::codec::{
     priority_to_sql, DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS,
 };
@@ -93,10 +95,47 @@ impl<P> PgQueue<TableLayout, P> {
     /// processes start at once) and starts listening for its wake-ups. Blocks until done:
     /// call it at start, not on a pool's runtime.
     pub fn open(database: &PgDatabase, table: &str, queue: &str) -> Result<Self, PoolError> {
+        Self::open_in_order(database, table, queue, QueueOrder::Fifo)
+    }
+
+    /// Opens queue `queue` in `table` as [`open`](Self::open) does, claiming the tasks of one
+    /// priority in `order`: [`QueueOrder::Deadline`] takes the earliest deadline first, tasks
+    /// without one last, by admission among equals (it adds the index `<table>_awake_due`
+    /// the first time). Every node of the queue opens it in the same order: its pools'.
+    ///
+    /// ```no_run
+    /// use prometheus_parking_lot::core::QueueOrder;
+    /// use prometheus_parking_lot::infra::postgres::PgDatabase;
+    /// use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
+    /// use prometheus_parking_lot::core::SharedQueue;
+    ///
+    /// # fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+    /// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
+    /// let queue = PostgresQueue::<String>::open_in_order(
+    ///     &database,
+    ///     "pl_queue_jobs",
+    ///     "chat",
+    ///     QueueOrder::Deadline,
+    /// )?;
+    /// assert_eq!(queue.order(), QueueOrder::Deadline);
+    /// # Ok(()) }
+    /// ```
+    pub fn open_in_order(
+        database: &PgDatabase,
+        table: &str,
+        queue: &str,
+        order: QueueOrder,
+    ) -> Result<Self, PoolError> {
         let table = Identifier::new(table)?;
         let ensure = {
             let (database, table) = (database.clone(), table.clone());
-            move |_| async move { database.ensure(Table::Queue(&table)).await }
+            move |_| async move {
+                database.ensure(Table::Queue(&table)).await?;
+                if order == QueueOrder::Deadline {
+                    database.ensure(Table::DeadlineOrder(&table)).await?;
+                }
+                Ok(())
+            }
         };
         database.block_on(ensure).map_err(|error| {
             open_failed(
@@ -112,7 +151,7 @@ impl<P> PgQueue<TableLayout, P> {
             pool: None,
         };
         let channel = format!("{table}.{queue}");
-        let statements = statements(&table);
+        let statements = statements(&table, order);
         Ok(PgQueue::new(
             database,
             TableLayout { table },
@@ -135,7 +174,7 @@ pub(crate) const PARKED_COLUMNS: &str =
 
 /// The layout's statements on `t` (see `infra::postgres::shared_queue` for what each is given
 /// and answers).
-fn statements(t: &Identifier) -> Statements {
+fn statements(t: &Identifier, order: QueueOrder) -> Statements {
     let sql = |text: String| NamedSql::new(&text);
     let claimed_by_node = "queue_name = $queue AND state = 'claimed' AND locked_by = $node";
     // The claims a settle or release names, each an entry under one claim count: a claim
@@ -175,6 +214,7 @@ fn statements(t: &Identifier) -> Statements {
         )
     };
     Statements {
+        order,
         park: sql(format!(
             "INSERT INTO {t} (queue_name, {PARKED_COLUMNS}, not_before_ms) \
              SELECT $queue, {PARKED_COLUMNS}, COALESCE(not_before_ms, 0) \
@@ -188,7 +228,7 @@ fn statements(t: &Identifier) -> Statements {
                FROM jsonb_to_recordset($rows::jsonb) AS r({PARK_RECORD}) \
              ON CONFLICT DO NOTHING RETURNING entry"
         )),
-        claim: sql(claim_sql(t, false)),
+        claim: sql(claim_sql(t, false, order)),
         renew: sql(format!(
             "WITH renewed AS (UPDATE {t} SET lease_expires_ms = $expires_ms \
                 WHERE {claimed_by_node} AND entry = $entry RETURNING 1) \
@@ -316,7 +356,7 @@ fn statements(t: &Identifier) -> Statements {
                 AND ($entry::bigint IS NULL OR entry = $entry) RETURNING 1) \
              SELECT count(*) AS n FROM gone"
         )),
-        fair: Some(fair_claim(t)),
+        fair: Some(fair_claim(t, order)),
     }
 }
 
@@ -343,26 +383,63 @@ impl Arm {
 
 /// The claim statement: in each [`Arm`], the best `$max` parked rows that fit one by one are
 /// locked (`SKIP LOCKED`); of the best `$max` of both, the rank-order prefix whose running
-/// cost per kind stays within the free units is claimed, best-ranked first.
-fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
-    // `reserved` probes each priority level's oldest aged task on its own: one index descent
+/// cost per kind stays within the free units is claimed, best-ranked first. Under the
+/// deadline order a priority's rows rank by their deadline first ([`due_of`]), read in the
+/// `_awake_due` index.
+fn claim_sql(t: &Identifier, one_tenant: bool, order: QueueOrder) -> String {
+    // `reserved` probes each priority level's best aged task on its own: one index descent
     // per level. Asked in one scan ordered by priority, the time bound is no index condition,
     // and a queue with nothing aged would be read to its end on every claim. Rows delayed
     // once are read by their instant, up to the aging bound, and ranked here.
     let levels = Priority::ALL
         .map(|priority| format!("({}::smallint)", priority_to_sql(priority)))
         .join(", ");
-    let rank = "priority DESC, rank_time_ms, entry";
+    let by_deadline = order == QueueOrder::Deadline;
+    // The rank within a priority: of a row of the table, and of the statement's own rows
+    // (which carry the deadline as `due`).
+    let (due, c_due) = (due_of("deadline_ms"), due_of("c.deadline_ms"));
+    let (row_rank, rank) = if by_deadline {
+        (
+            format!("{due}, rank_time_ms, entry"),
+            "priority DESC, due, rank_time_ms, entry",
+        )
+    } else {
+        (
+            "rank_time_ms, entry".to_owned(),
+            "priority DESC, rank_time_ms, entry",
+        )
+    };
+    let due_column = |deadline_ms: &str| {
+        if by_deadline {
+            format!(", {} AS due", due_of(deadline_ms))
+        } else {
+            String::new()
+        }
+    };
+    // A candidate `c`'s rank (unqualified outside the `reserved` subquery).
+    let (row, c_row) = (
+        RankSql {
+            due: by_deadline.then_some(due.as_str()),
+            time: "rank_time_ms",
+            entry: "entry",
+        },
+        RankSql {
+            due: by_deadline.then_some(c_due.as_str()),
+            time: "c.rank_time_ms",
+            entry: "c.entry",
+        },
+    );
     let candidates = |arm: Arm| {
         format!(
-            "SELECT id, kind, units, priority, rank_time_ms, entry FROM {t} AS c \
-              WHERE queue_name = $queue AND state = 'parked' AND {due} \
+            "SELECT id, kind, units, priority, rank_time_ms, entry{due} FROM {t} AS c \
+              WHERE queue_name = $queue AND state = 'parked' AND {due_now} \
                 AND units <= {free} AND {bounded} AND {not_behind}{tenant} \
-              ORDER BY {rank} LIMIT $max FOR UPDATE SKIP LOCKED",
-            due = arm.due("$now_ms"),
+              ORDER BY priority DESC, {row_rank} LIMIT $max FOR UPDATE SKIP LOCKED",
+            due = due_column("deadline_ms"),
+            due_now = arm.due("$now_ms"),
             free = fits("kind", Units::Free),
-            bounded = within_bound("priority", "rank_time_ms", "entry"),
-            not_behind = not_behind_reserved("c.priority", "c.rank_time_ms", "c.entry"),
+            bounded = within_bound("priority", &row),
+            not_behind = not_behind_reserved("c.priority", &c_row),
             tenant = if one_tenant {
                 " AND c.tenant = $tenant"
             } else {
@@ -375,17 +452,17 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
            SELECT * FROM ( \
              SELECT r.* FROM (VALUES {levels}) AS level(priority) \
              CROSS JOIN LATERAL ( \
-               SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
+               SELECT priority, rank_time_ms AS rank, entry, kind, units{due} FROM {t} \
                 WHERE queue_name = $queue AND state = 'parked' AND {awake} \
                   AND priority = level.priority AND rank_time_ms <= $aged_before \
                   AND units <= {whole} \
-                ORDER BY rank_time_ms, entry LIMIT 1) AS r \
+                ORDER BY {row_rank} LIMIT 1) AS r \
              UNION ALL \
-             (SELECT priority, rank_time_ms AS rank, entry, kind, units FROM {t} \
+             (SELECT priority, rank_time_ms AS rank, entry, kind, units{due} FROM {t} \
                WHERE queue_name = $queue AND state = 'parked' AND {woken} \
                  AND rank_time_ms <= $aged_before AND units <= {whole} \
-               ORDER BY {rank} LIMIT 1)) AS aged \
-           ORDER BY priority DESC, rank, entry LIMIT 1), \
+               ORDER BY priority DESC, {row_rank} LIMIT 1)) AS aged \
+           ORDER BY {reserved_rank} LIMIT 1), \
          awake AS ({awake_rows}), \
          woken AS ({woken_rows}), \
          candidates AS ( \
@@ -399,10 +476,17 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
                   lease_expires_ms = $expires_ms, attempts = job.attempts + 1 \
              FROM pick WHERE job.id = pick.id \
            RETURNING job.id, job.entry, job.attempts, job.priority, job.rank_time_ms, \
-                     job.metadata, job.payload, job.traceparent) \
+                     job.metadata, job.payload, job.traceparent{job_due}) \
          SELECT id AS row_id, 0::smallint AS level, entry, attempts AS attempt, \
                 metadata::text AS metadata, payload::text AS payload, traceparent \
            FROM claimed ORDER BY {rank}",
+        due = due_column("deadline_ms"),
+        job_due = due_column("job.deadline_ms"),
+        reserved_rank = if by_deadline {
+            "priority DESC, due, rank, entry"
+        } else {
+            "priority DESC, rank, entry"
+        },
         awake = Arm::Awake.due("$aged_before"),
         woken = Arm::Woken.due("$aged_before"),
         awake_rows = candidates(Arm::Awake),
@@ -414,7 +498,7 @@ fn claim_sql(t: &Identifier, one_tenant: bool) -> String {
 
 /// The claim under a fair share by use across the fleet: the pick over the parked rows the
 /// node could take (due, in either [`Arm`]), and the claim restricted to the tenant picked.
-fn fair_claim(t: &Identifier) -> FairClaim {
+fn fair_claim(t: &Identifier, order: QueueOrder) -> FairClaim {
     let arm = |arm: Arm| {
         format!(
             "SELECT tenant, priority, units FROM {t} \
@@ -430,7 +514,7 @@ fn fair_claim(t: &Identifier) -> FairClaim {
     );
     FairClaim {
         pick: NamedSql::new(&pick_sql(&rows)),
-        claim: NamedSql::new(&claim_sql(t, true)),
+        claim: NamedSql::new(&claim_sql(t, true, order)),
     }
 }
 
@@ -447,17 +531,7 @@ mod tests {
     /// the rank index.
     #[test]
     fn a_claim_walks_the_rank_index_under_statistics_of_a_nearly_empty_table() {
-        let database = probe::database();
-        let table = format!("pl_plan_probe_{}", std::process::id());
-        let queue = PostgresQueue::<u64>::open(&database, &table, "plan").expect("open");
-        let (plan, server_plan) = probe::runtime().block_on(async {
-            let tables = [table.clone()];
-            let plans =
-                probe::claim_plans_under_stale_statistics(&database, &queue, &tables, "task_id")
-                    .await;
-            run_sql(&database, format!("DROP TABLE {table}")).await;
-            plans
-        });
+        let (table, plan, server_plan) = claim_plans(QueueOrder::Fifo);
         assert!(
             plan.contains(&format!("Index Scan using {table}_awake")),
             "the claim walks the rank index:\n{plan}"
@@ -476,6 +550,44 @@ mod tests {
             plan, server_plan,
             "the server's own plan is the same:\n{server_plan}"
         );
+    }
+
+    /// The same under the deadline order: the claim walks `_awake_due`, the index in its
+    /// order, and reads no more of the table.
+    #[test]
+    fn a_deadline_ordered_claim_walks_its_own_index() {
+        let (table, plan, _) = claim_plans(QueueOrder::Deadline);
+        assert!(
+            plan.contains(&format!("Index Scan using {table}_awake_due")),
+            "the claim walks the deadline index:\n{plan}"
+        );
+        for whole_table in [
+            format!("Seq Scan on {table}"),
+            format!("Bitmap Heap Scan on {table}"),
+        ] {
+            assert!(
+                !plan.contains(&whole_table),
+                "the claim reads the whole table:\n{plan}"
+            );
+        }
+    }
+
+    /// A fresh table's queue in `order`, its claim planned (with the claim's settings, and
+    /// as the server would) under statistics of a nearly empty table; the table is dropped.
+    fn claim_plans(order: QueueOrder) -> (String, String, String) {
+        let database = probe::database();
+        let table = format!("pl_plan_probe_{}_{}", order.name(), std::process::id());
+        let queue = PostgresQueue::<u64>::open_in_order(&database, &table, "plan", order)
+            .expect("open");
+        let (plan, server_plan) = probe::runtime().block_on(async {
+            let tables = [table.clone()];
+            let plans =
+                probe::claim_plans_under_stale_statistics(&database, &queue, &tables, "task_id")
+                    .await;
+            run_sql(&database, format!("DROP TABLE {table}")).await;
+            plans
+        });
+        (table, plan, server_plan)
     }
 
     /// What a claim reads of a queue where 20,000 tasks sleep (a scheduled start that is not

@@ -74,6 +74,8 @@ enum Runner {
 
 /// The statements of a queue layout (see the module docs for what each is given and answers).
 pub(crate) struct Statements {
+    /// The order the claim statements take a priority's tasks in.
+    pub order: crate::core::QueueOrder,
     /// Parks a group of tasks.
     pub park: NamedSql,
     /// Stores one task as a node's claim (it started at once there).

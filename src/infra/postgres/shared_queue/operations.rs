@@ -41,6 +41,10 @@ where
         self
     }
 
+    fn order(&self) -> crate::core::QueueOrder {
+        self.statements.order
+    }
+
     async fn enqueue(
         &self,
         entry: EntryId,

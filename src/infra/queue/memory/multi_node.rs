@@ -46,7 +46,7 @@ use crate::core::scheduling::{RankKey, TokenBucket};
 use crate::core::TraceParent;
 use crate::core::{
     Budget, Budgets, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
-    QueueError, QueueMaintenance, RankBound, ScheduledTask, Settlement, SharedQueue,
+    QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduledTask, Settlement, SharedQueue,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
@@ -121,6 +121,8 @@ struct Lot<P> {
     /// The latest tick each schedule parked (`SharedQueue::enqueue_tick`): a tick at or
     /// before it is parked already, by some node.
     latest_ticks: FastMap<String, u64>,
+    /// The order claims take a priority's tasks in ([`SharedQueue::order`]).
+    order: QueueOrder,
 }
 
 /// How long a caller whose task completed is remembered, past its lease's expiry, ms.
@@ -208,8 +210,19 @@ struct Held<P> {
 }
 
 impl<P> Parked<P> {
-    fn rank(&self, entry: EntryId) -> RankKey {
-        RankKey::new(self.task.meta.priority, self.rank_time_ms, entry)
+    /// Its rank in `order`.
+    fn rank(&self, entry: EntryId, order: QueueOrder) -> RankKey {
+        let meta = &self.task.meta;
+        match order {
+            QueueOrder::Fifo => RankKey::new(meta.priority, self.rank_time_ms, entry),
+            QueueOrder::Deadline => RankKey::by_deadline(
+                meta.priority,
+                meta.deadline_ms
+                    .map(|deadline| u64::try_from(deadline).unwrap_or(u64::MAX)),
+                self.rank_time_ms,
+                entry,
+            ),
+        }
     }
 }
 
@@ -220,7 +233,7 @@ impl<P> Lot<P> {
 
     /// Parks `parked` under `entry` and indexes it by kind, cost and rank.
     fn park(&mut self, entry: EntryId, parked: Parked<P>) {
-        let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry));
+        let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry, self.order));
         self.index_of(&parked.task).insert(units, rank);
         self.parked.insert(entry, parked);
     }
@@ -228,7 +241,7 @@ impl<P> Lot<P> {
     /// Takes `entry` out of `parked` and its kind's index.
     fn unpark(&mut self, entry: EntryId) -> Option<Parked<P>> {
         let parked = self.parked.remove(&entry)?;
-        let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry));
+        let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry, self.order));
         self.index_of(&parked.task).remove(units, rank);
         Some(parked)
     }
@@ -273,7 +286,14 @@ impl<P> Lot<P> {
     /// enough to ask: every other one that fits ranks behind it.
     fn admitted_by(&self, bound: RankBound, entry: EntryId) -> bool {
         self.parked.get(&entry).is_some_and(|parked| {
-            bound.admits(parked.task.meta.priority, parked.rank_time_ms, entry)
+            let rank = parked.rank(entry, self.order);
+            bound.admits_in(
+                self.order,
+                rank.priority(),
+                rank.deadline_ms(),
+                parked.rank_time_ms,
+                entry,
+            )
         })
     }
 
@@ -291,10 +311,11 @@ impl<P> Lot<P> {
                     && parked.claimable_from_ms <= rule.parked_before_ms
                     && cost.units <= rule.capacity.get(cost.kind)
             })
-            .min_by_key(|(entry, parked)| parked.rank(**entry))?;
+            .min_by_key(|(entry, parked)| parked.rank(**entry, self.order))?;
         let cost = parked.task.meta.cost;
         (cost.units > query.free.get(cost.kind)).then_some(RankBound {
             priority: parked.task.meta.priority,
+            deadline_ms: parked.rank(*entry, self.order).deadline_ms(),
             rank_time_ms: parked.rank_time_ms,
             entry: *entry,
         })
@@ -408,6 +429,7 @@ impl<P> InMemorySharedQueue<P> {
                 kept: std::collections::VecDeque::new(),
                 ended: FastMap::default(),
                 latest_ticks: FastMap::default(),
+                order: QueueOrder::Fifo,
             }),
             max_attempts: u32::MAX,
         }
@@ -417,6 +439,17 @@ impl<P> InMemorySharedQueue<P> {
     /// dead letter instead of being parked again, as a database backend's retry policy does.
     pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Claims the tasks of one priority in `order` (admission by default): the deadline
+    /// order takes the earliest deadline first, tasks without one last. Set it before the
+    /// first park: the parked tasks' ranks are kept in it.
+    pub fn with_order(mut self, order: QueueOrder) -> Self {
+        self.inner
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .order = order;
         self
     }
 
@@ -434,6 +467,10 @@ where
 {
     fn backend(&self) -> &'static str {
         "in_memory_shared"
+    }
+
+    fn order(&self) -> QueueOrder {
+        self.lock().order
     }
 
     fn maintenance(&self) -> &dyn QueueMaintenance {
