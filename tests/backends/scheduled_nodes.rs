@@ -10,8 +10,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::scheduling::WaitReason;
 use prometheus_parking_lot::core::{
-    Durability, PoolClient, PoolError, PoolLimits, RestartPolicy, ScheduledTask, SharedParking,
-    SharedQueue, SubmitOptions, TaskMetadata,
+    Durability, PoolClient, PoolError, PoolLimits, QueueOrder, RestartPolicy, ScheduledTask,
+    SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
@@ -52,6 +52,19 @@ async fn node(
     name: &'static str,
     runs: &Runs,
 ) -> PoolClient<u64, TaskId> {
+    node_in_order(queue, mailbox, name, runs, QueueOrder::Fifo)
+        .await
+        .unwrap()
+}
+
+/// [`node`], its pool ranking a priority's tasks in `order`.
+async fn node_in_order(
+    queue: &Arc<dyn SharedQueue<u64>>,
+    mailbox: &Arc<InMemoryMailbox<TaskId>>,
+    name: &'static str,
+    runs: &Runs,
+    order: QueueOrder,
+) -> Result<PoolClient<u64, TaskId>, PoolError> {
     let supervisor = spawn_supervisor().await.unwrap();
     let shared = SharedParking::new(queue.clone(), name)
         .with_lease(Duration::from_secs(5))
@@ -59,7 +72,7 @@ async fn node(
     let spec = PoolSpec {
         tenant_weights: Default::default(),
         name: name.into(),
-        limits: PoolLimits::new(1, 1),
+        limits: PoolLimits::new(1, 1).with_order(order),
         workers: WorkerSettings {
             count: 1,
             stack_size: None,
@@ -85,7 +98,7 @@ async fn node(
         gpu: None,
         tracer: None,
     };
-    start_pool(&supervisor, spec).await.unwrap()
+    start_pool(&supervisor, spec).await
 }
 
 fn key(id: TaskId) -> MailboxKey {
@@ -214,4 +227,27 @@ mod postgres {
         a_scheduled_start_runs_once_after_its_instant_on_any_node(Arc::new(queue)).await;
         crate::postgres_backends::drop_pgmq_queues(&made).await;
     }
+}
+
+/// A pool ordered by deadline starts only on a shared queue that claims in that order: the
+/// nodes claim in the queue's order, which no node's core could change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_ordered_pool_needs_a_queue_claiming_by_deadline() {
+    let mailbox = Arc::new(InMemoryMailbox::new());
+    let runs = Runs::default();
+    let fifo: Arc<dyn SharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
+    let refused = node_in_order(&fifo, &mailbox, "a", &runs, QueueOrder::Deadline).await;
+    assert_eq!(
+        refused.err(),
+        Some(PoolError::InvalidConfig(
+            "order is \"deadline\" but the in_memory_shared queue claims in the \"fifo\" order; \
+             open the shared queue in the pool's order (a Postgres table queue claims in \
+             either: PostgresQueue::open_in_order), or give the pool the queue's order"
+                .into()
+        ))
+    );
+    let by_deadline: Arc<dyn SharedQueue<u64>> =
+        Arc::new(InMemorySharedQueue::new().with_order(QueueOrder::Deadline));
+    let pool = node_in_order(&by_deadline, &mailbox, "b", &runs, QueueOrder::Deadline).await;
+    assert!(pool.is_ok(), "the queue claims in the pool's order");
 }

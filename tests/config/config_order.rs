@@ -105,3 +105,65 @@ async fn a_deadline_ordered_pool_with_a_unit_bound_sheds_the_lowest_priority() {
     }
     assert_eq!(*recorder.ran.lock().unwrap(), vec![1, 5, 4, 3]);
 }
+
+/// The deadline order on a Postgres table queue, from a configuration file: what waits in
+/// the shared queue is claimed highest priority first, then earliest deadline, then the
+/// tasks without one by admission.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_ordered_postgres_queue_is_claimed_earliest_deadline_first() {
+    let database_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let queue = format!("deadline_{}_{}", std::process::id(), now_ms());
+    let text = serde_json::json!({
+        "database_url": database_url,
+        "pools": { "chat": {
+            "worker_threads": 1, "max_units": 4, "order": "deadline",
+            "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 5_000 }
+        } }
+    })
+    .to_string();
+    let config = SchedulerConfig::from_json_str(&text).unwrap();
+    let recorder = Recorder {
+        gate: Arc::new(Semaphore::new(0)),
+        ran: Arc::default(),
+    };
+    let built = tokio::task::block_in_place(|| {
+        build_pools_from_scheduler_config::<String, String, Recorder, TokioSpawner>(
+            &config,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_name| recorder.clone(),
+            TokioSpawner,
+        )
+    })
+    .unwrap();
+    let pool = built.pools.get("chat").expect("pool");
+    let submit = |id, priority, deadline_in_ms: Option<u128>| {
+        let mut meta = TaskMetadata::new(id, ResourceCost::gpu_vram(4))
+            .with_priority(priority)
+            .with_mailbox(MailboxKey::new(format!("caller{id}")));
+        meta.deadline_ms = deadline_in_ms.map(|ms| now_ms() + ms);
+        pool.submit(ScheduledTask {
+            meta,
+            payload: format!("task{id}"),
+        })
+    };
+    // Task 1 holds the node's 4 units; the rest park in the table, in this admission order.
+    let mut keys = vec![submit(1, Priority::Normal, None).await.unwrap()];
+    until("task 1 running", || pool.stats().used_units == 4).await;
+    for (id, priority, deadline) in [
+        (2, Priority::Normal, None),
+        (3, Priority::Normal, Some(600_000)),
+        (4, Priority::Normal, Some(300_000)),
+        (5, Priority::Normal, Some(300_000)),
+        (6, Priority::High, None),
+    ] {
+        keys.push(submit(id, priority, deadline).await.unwrap());
+    }
+    recorder.gate.add_permits(keys.len());
+    for key in &keys {
+        pool.retrieve(key, Duration::from_secs(10)).await.unwrap();
+    }
+    assert_eq!(*recorder.ran.lock().unwrap(), vec![1, 6, 4, 5, 3, 2]);
+}

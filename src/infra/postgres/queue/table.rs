@@ -577,8 +577,8 @@ mod tests {
     fn claim_plans(order: QueueOrder) -> (String, String, String) {
         let database = probe::database();
         let table = format!("pl_plan_probe_{}_{}", order.name(), std::process::id());
-        let queue = PostgresQueue::<u64>::open_in_order(&database, &table, "plan", order)
-            .expect("open");
+        let queue =
+            PostgresQueue::<u64>::open_in_order(&database, &table, "plan", order).expect("open");
         let (plan, server_plan) = probe::runtime().block_on(async {
             let tables = [table.clone()];
             let plans =
