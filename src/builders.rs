@@ -300,11 +300,8 @@ where
                     PoolError::Internal(format!("pool {name} vanished from its config"))
                 })?
                 .with_name(&instance.name);
-            let shared = queue_driver::<P>(&pool.queue).open_shared(
-                name,
-                settings.limits().order,
-                &mut sources,
-            )?;
+            let order = settings.limits().order;
+            let shared = queue_driver::<P>(&pool.queue).open_shared(name, order, &mut sources)?;
             #[cfg(feature = "postgres")]
             let node = shared.as_ref().map(|shared| shared.parking.node.clone());
             let results = match &mailbox {
@@ -338,6 +335,7 @@ where
                     name,
                     &instance.name,
                     &pool.queue,
+                    order,
                     &node,
                     sources.database(name, "queue")?,
                     built.client().clone().into(),

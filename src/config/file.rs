@@ -128,7 +128,8 @@ pub struct PoolSettings {
     #[serde(default)]
     pub max_queued_units: Option<u64>,
     /// The order of parked tasks within a priority: `"fifo"` (by admission, the default) or
-    /// `"deadline"` (earliest deadline first, tasks without one last; a local queue only).
+    /// `"deadline"` (earliest deadline first, tasks without one last; not on `postgres_pgmq`,
+    /// whose nodes claim by admission).
     #[serde(default)]
     pub order: Option<QueueOrder>,
     /// Default execution timeout, seconds (or use `default_timeout_ms`, not both).

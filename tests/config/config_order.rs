@@ -112,6 +112,8 @@ async fn a_deadline_ordered_pool_with_a_unit_bound_sheds_the_lowest_priority() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_ordered_postgres_queue_is_claimed_earliest_deadline_first() {
+    use prometheus_parking_lot::infra::postgres::fleet::{FleetQueue, FleetView};
+    use prometheus_parking_lot::infra::postgres::PgDatabase;
     let database_url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let queue = format!("deadline_{}_{}", std::process::id(), now_ms());
@@ -161,6 +163,29 @@ async fn a_deadline_ordered_postgres_queue_is_claimed_earliest_deadline_first() 
     ] {
         keys.push(submit(id, priority, deadline).await.unwrap());
     }
+    // The fleet view lists them, and counts their places, in the order they will be claimed.
+    let view = FleetView::new(
+        PgDatabase::connect(&database_url).unwrap(),
+        FleetQueue::table("pl_queue_jobs", &queue)
+            .unwrap()
+            .in_order(QueueOrder::Deadline),
+    );
+    let page = view.parked(0, 10).await.unwrap();
+    let listed: Vec<_> = page
+        .parked
+        .iter()
+        .map(|t| (t.position, t.task_id))
+        .collect();
+    assert_eq!(listed, [(0, 6), (1, 4), (2, 5), (3, 3), (4, 2)]);
+    let why = view
+        .why_waiting(&MailboxKey::new("caller3"), 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        why.map(|t| t.position),
+        Some(3),
+        "6, 4 and 5 are ahead of task 3"
+    );
     recorder.gate.add_permits(keys.len());
     for key in &keys {
         pool.retrieve(key, Duration::from_secs(10)).await.unwrap();

@@ -27,6 +27,7 @@ mod registry;
 mod seats;
 mod view;
 
+use crate::core::QueueOrder;
 use std::time::Duration;
 
 pub use heartbeat::{FleetMember, NodeHeartbeat};
@@ -61,6 +62,8 @@ pub struct FleetQueue {
     queue_name: String,
     /// The queue's key: backend, place and queue name, as the budgets' rows are keyed.
     key: String,
+    /// The order its claims take a priority's tasks in, which its listing follows.
+    order: QueueOrder,
 }
 
 impl FleetQueue {
@@ -72,7 +75,21 @@ impl FleetQueue {
             key: format!("postgres table {table} {queue_name}"),
             table: Some(table),
             queue_name: queue_name.to_owned(),
+            order: QueueOrder::Fifo,
         })
+    }
+
+    /// The same queue, whose claims take a priority's tasks in `order` (a table queue opened
+    /// with `PostgresQueue::open_in_order`): its parked tasks are listed, and their places
+    /// counted, in that order.
+    pub fn in_order(mut self, order: QueueOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// The order its parked tasks are listed in.
+    pub fn order(&self) -> QueueOrder {
+        self.order
     }
 
     /// The PGMQ queues of `queue_name` (`"type": "postgres_pgmq"`): its parked tasks are the
@@ -82,6 +99,7 @@ impl FleetQueue {
             backend: "postgres_pgmq",
             table: None,
             queue_name: queue_name.to_owned(),
+            order: QueueOrder::Fifo,
             key: format!(
                 "postgres_pgmq pgmq queues {queue_name}_crit .. {queue_name}_low, {queue_name}_dlq {queue_name}"
             ),

@@ -35,6 +35,7 @@ impl Seats {
         pool: &str,
         instance: &str,
         queue: &QueueSettings,
+        order: crate::core::QueueOrder,
         node: &str,
         database: PgDatabase,
         control: PoolControl,
@@ -42,7 +43,7 @@ impl Seats {
         let fleet_queue = match queue {
             QueueSettings::Postgres {
                 table, queue_name, ..
-            } => FleetQueue::table(table, queue_name.as_deref().unwrap_or(pool))?,
+            } => FleetQueue::table(table, queue_name.as_deref().unwrap_or(pool))?.in_order(order),
             QueueSettings::PostgresPgmq { queue_name, .. } => FleetQueue::pgmq(queue_name),
             _ => return Ok(()),
         };

@@ -6,6 +6,8 @@
 //! view polled while the nodes claim takes nothing from them (`benches/fleet_view.rs`
 //! measures it).
 
+use crate::core::QueueOrder;
+use crate::infra::postgres::claim::due_of;
 use std::collections::HashMap;
 
 use sea_orm::{DbErr, QueryResult, Value};
@@ -205,7 +207,7 @@ impl FleetView {
     }
 
     /// The queue's parked tasks from `offset`, at most `limit`, in rank order (priority, then
-    /// admission), each with why it waits: the table queue's rows, or the messages of the
+    /// deadline for a queue in the deadline order, then admission), each with why it waits: the table queue's rows, or the messages of the
     /// pgmq queue's levels that no node holds.
     pub async fn parked(&self, offset: usize, limit: usize) -> Result<ParkedPage, PoolError> {
         let reads = self.layout_reads()?;
@@ -334,7 +336,7 @@ impl FleetView {
     /// The statements that read the queue in its layout.
     fn layout_reads(&self) -> Result<LayoutReads, PoolError> {
         match &self.queue.table {
-            Some(table) => Ok(LayoutReads::table(table.as_str())),
+            Some(table) => Ok(LayoutReads::table(table.as_str(), self.queue.order())),
             None => LayoutReads::pgmq(self.queue.queue_name()),
         }
     }
@@ -374,8 +376,23 @@ struct LayoutReads {
 }
 
 impl LayoutReads {
-    /// The table queue's: rows of `table` in state `parked`, through its rank index.
-    fn table(table: &str) -> Self {
+    /// The table queue's: rows of `table` in state `parked`, through its rank index, in the
+    /// order its claims take them.
+    fn table(table: &str, order: QueueOrder) -> Self {
+        let (rank, ahead) = match order {
+            QueueOrder::Fifo => (
+                "rank_time_ms, entry".to_owned(),
+                "(a.rank_time_ms, a.entry) < (t.rank_time_ms, t.entry)".to_owned(),
+            ),
+            QueueOrder::Deadline => (
+                format!("{}, rank_time_ms, entry", due_of("deadline_ms")),
+                format!(
+                    "({}, a.rank_time_ms, a.entry) < ({}, t.rank_time_ms, t.entry)",
+                    due_of("a.deadline_ms"),
+                    due_of("t.deadline_ms")
+                ),
+            ),
+        };
         let columns = "entry, task_id, tenant, user_id, session_id, priority, kind, units, \
                        rank_time_ms, attempts, not_before_ms, last_error, pending_parents";
         Self {
@@ -383,7 +400,7 @@ impl LayoutReads {
                 "SELECT {columns}, {DATABASE_NOW_MS} AS now_ms, \
                         (SELECT count(*) FROM {table} WHERE queue_name = $1 AND state = 'parked') AS total \
                    FROM {table} WHERE queue_name = $1 AND state = 'parked' \
-                  ORDER BY priority DESC, rank_time_ms, entry OFFSET $2 LIMIT $3"
+                  ORDER BY priority DESC, {rank} OFFSET $2 LIMIT $3"
             ),
             one: format!(
                 "SELECT t.entry, t.task_id, t.tenant, t.user_id, t.session_id, t.priority, t.kind, \
@@ -391,8 +408,7 @@ impl LayoutReads {
                         t.pending_parents, {DATABASE_NOW_MS} AS now_ms, \
                         (SELECT count(*) FROM {table} AS a WHERE a.queue_name = $1 \
                             AND a.state = 'parked' AND (a.priority > t.priority \
-                             OR (a.priority = t.priority \
-                                 AND (a.rank_time_ms, a.entry) < (t.rank_time_ms, t.entry)))) AS ahead \
+                             OR (a.priority = t.priority AND {ahead}))) AS ahead \
                    FROM {table} AS t WHERE t.queue_name = $1 AND t.state = 'parked' \
                     AND t.tenant = $2 AND t.task_id = $3 \
                     AND t.user_id IS NOT DISTINCT FROM $4 AND t.session_id IS NOT DISTINCT FROM $5"

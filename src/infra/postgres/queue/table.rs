@@ -34,6 +34,11 @@
 //! claim nothing, and a row whose instant comes is claimable as it is, without a write. The
 //! rows of `_wakes` that are due are all read by each claim until they are claimed.
 //!
+//! A queue opened in the deadline order ([`PgQueue::open_in_order`]) ranks a priority's rows
+//! by deadline first (none last): `ORDER BY priority DESC, COALESCE(deadline_ms, i64::MAX),
+//! rank_time_ms, entry`, walked in `_awake_due`, an index of the same rows in that order
+//! made when the first such queue of the table opens.
+//!
 //! # Leases, retries, dead letters
 //!
 //! The claiming node renews its lease while the task runs and ends the row when the task
