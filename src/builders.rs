@@ -330,12 +330,13 @@ where
                 add_schedules(name, pool, &built)?;
             }
             #[cfg(feature = "postgres")]
-            if let Some(node) = node {
+            if let (Some(node), Some(fleet_queue)) = (
+                node,
+                crate::infra::postgres::fleet::fleet_queue(name, &pool.queue, order)?,
+            ) {
                 fleet.join(
-                    name,
                     &instance.name,
-                    &pool.queue,
-                    order,
+                    fleet_queue,
                     &node,
                     sources.database(name, "queue")?,
                     built.client().clone().into(),

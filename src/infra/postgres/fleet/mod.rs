@@ -33,7 +33,7 @@ use std::time::Duration;
 pub use heartbeat::{FleetMember, NodeHeartbeat};
 pub use reasons::ParkedReason;
 pub use registry::{NodeAction, FORGET_AFTER_MS, NODES_TABLE};
-pub(crate) use seats::Seats;
+pub(crate) use seats::{fleet_queue, Seats};
 pub use view::{BudgetLevel, FleetNode, FleetParked, FleetView, NodeHealth, ParkedPage};
 
 use super::Identifier;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{FleetMember, FleetQueue, FleetSettings, FleetView, NodeHeartbeat};
 use crate::config::QueueSettings;
-use crate::core::{PoolControl, PoolError};
+use crate::core::{PoolControl, PoolError, QueueOrder};
 use crate::infra::postgres::PgDatabase;
 
 /// The fleet places of built pools: their heartbeats, stopped (each node marking itself gone)
@@ -16,6 +16,22 @@ pub(crate) struct Seats {
     settings: FleetSettings,
     members: Vec<FleetMember>,
     views: BTreeMap<String, FleetView>,
+}
+
+/// The fleet's queue of pool `pool`, whose queue is `queue` and claims in `order`, if that
+/// is a shared Postgres queue.
+pub(crate) fn fleet_queue(
+    pool: &str,
+    queue: &QueueSettings,
+    order: QueueOrder,
+) -> Result<Option<FleetQueue>, PoolError> {
+    Ok(match queue {
+        QueueSettings::Postgres {
+            table, queue_name, ..
+        } => Some(FleetQueue::table(table, queue_name.as_deref().unwrap_or(pool))?.in_order(order)),
+        QueueSettings::PostgresPgmq { queue_name, .. } => Some(FleetQueue::pgmq(queue_name)),
+        _ => None,
+    })
 }
 
 impl Seats {
@@ -28,25 +44,16 @@ impl Seats {
         }
     }
 
-    /// Joins pool `pool` (built as `instance`, its node named `node` in the queue's leases)
-    /// to the fleet of its queue `queue`, if that is a shared Postgres queue.
+    /// Joins a pool (built as `instance`, its node named `node` in the queue's leases) to
+    /// the fleet of its shared queue `fleet_queue` ([`fleet_queue`]).
     pub(crate) fn join(
         &mut self,
-        pool: &str,
         instance: &str,
-        queue: &QueueSettings,
-        order: crate::core::QueueOrder,
+        fleet_queue: FleetQueue,
         node: &str,
         database: PgDatabase,
         control: PoolControl,
     ) -> Result<(), PoolError> {
-        let fleet_queue = match queue {
-            QueueSettings::Postgres {
-                table, queue_name, ..
-            } => FleetQueue::table(table, queue_name.as_deref().unwrap_or(pool))?.in_order(order),
-            QueueSettings::PostgresPgmq { queue_name, .. } => FleetQueue::pgmq(queue_name),
-            _ => return Ok(()),
-        };
         let heartbeat = NodeHeartbeat::new(
             database.clone(),
             fleet_queue.clone(),
