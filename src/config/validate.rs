@@ -19,6 +19,7 @@
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
 //! | `max_queue_depth` | 1 – 100,000,000 |
 //! | `max_queued_units` | 1 – 18,446,744,073,709,551,615, only with a local queue (in_memory, yaque) |
+//! | `admission.refuse_if_late` | only with a local queue (in_memory, yaque) |
 //! | `order` | `fifo` or `deadline`; `deadline` not with `postgres_pgmq` (its nodes claim by admission) |
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
@@ -327,6 +328,19 @@ impl PoolSettings {
                         .to_string(),
                 ));
             }
+        }
+        if self
+            .admission
+            .is_some_and(|admission| admission.refuse_if_late)
+            && queue_rules(&self.queue).is_shared()
+        {
+            return Err(ConfigError::invalid(
+                format!("{path}.admission.refuse_if_late"),
+                "applies to a local queue (in_memory, yaque): a task that waits in a shared \
+                 queue waits behind every node's backlog, which no node's estimate sees; \
+                 remove it, or set it to false"
+                    .to_string(),
+            ));
         }
         if self.order == Some(QueueOrder::Deadline)
             && !queue_rules(&self.queue).claims_by_deadline()

@@ -10,8 +10,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use prometheus_parking_lot::actors::{spawn_supervisor, start_pool, PoolSpec, WorkerSettings};
 use prometheus_parking_lot::core::scheduling::WaitReason;
 use prometheus_parking_lot::core::{
-    Durability, PoolClient, PoolError, PoolLimits, QueueOrder, RestartPolicy, ScheduledTask,
-    SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
+    Admission, Durability, PoolClient, PoolError, PoolLimits, QueueOrder, RestartPolicy,
+    ScheduledTask, SharedParking, SharedQueue, SubmitOptions, TaskMetadata,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::memory::InMemoryQueue;
@@ -52,18 +52,18 @@ async fn node(
     name: &'static str,
     runs: &Runs,
 ) -> PoolClient<u64, TaskId> {
-    node_in_order(queue, mailbox, name, runs, QueueOrder::Fifo)
+    node_with(queue, mailbox, name, runs, PoolLimits::new(1, 1))
         .await
         .unwrap()
 }
 
-/// [`node`], its pool ranking a priority's tasks in `order`.
-async fn node_in_order(
+/// [`node`] with `limits`.
+async fn node_with(
     queue: &Arc<dyn SharedQueue<u64>>,
     mailbox: &Arc<InMemoryMailbox<TaskId>>,
     name: &'static str,
     runs: &Runs,
-    order: QueueOrder,
+    limits: PoolLimits,
 ) -> Result<PoolClient<u64, TaskId>, PoolError> {
     let supervisor = spawn_supervisor().await.unwrap();
     let shared = SharedParking::new(queue.clone(), name)
@@ -72,7 +72,7 @@ async fn node_in_order(
     let spec = PoolSpec {
         tenant_weights: Default::default(),
         name: name.into(),
-        limits: PoolLimits::new(1, 1).with_order(order),
+        limits,
         workers: WorkerSettings {
             count: 1,
             stack_size: None,
@@ -236,7 +236,8 @@ async fn a_deadline_ordered_pool_needs_a_queue_claiming_by_deadline() {
     let mailbox = Arc::new(InMemoryMailbox::new());
     let runs = Runs::default();
     let fifo: Arc<dyn SharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
-    let refused = node_in_order(&fifo, &mailbox, "a", &runs, QueueOrder::Deadline).await;
+    let by_deadline_limits = PoolLimits::new(1, 1).with_order(QueueOrder::Deadline);
+    let refused = node_with(&fifo, &mailbox, "a", &runs, by_deadline_limits).await;
     assert_eq!(
         refused.err(),
         Some(PoolError::InvalidConfig(
@@ -248,6 +249,27 @@ async fn a_deadline_ordered_pool_needs_a_queue_claiming_by_deadline() {
     );
     let by_deadline: Arc<dyn SharedQueue<u64>> =
         Arc::new(InMemorySharedQueue::new().with_order(QueueOrder::Deadline));
-    let pool = node_in_order(&by_deadline, &mailbox, "b", &runs, QueueOrder::Deadline).await;
+    let pool = node_with(&by_deadline, &mailbox, "b", &runs, by_deadline_limits).await;
     assert!(pool.is_ok(), "the queue claims in the pool's order");
+}
+
+/// A pool on a shared queue does not refuse late submissions: what it cannot start waits
+/// behind the fleet's backlog, which its estimate does not see. It says so at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_queue_pool_refuses_to_refuse_late_work_blind() {
+    let mailbox = Arc::new(InMemoryMailbox::new());
+    let queue: Arc<dyn SharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
+    let limits = PoolLimits::new(1, 1).with_admission(Admission {
+        refuse_if_late: true,
+    });
+    let refused = node_with(&queue, &mailbox, "a", &Runs::default(), limits).await;
+    assert_eq!(
+        refused.err(),
+        Some(PoolError::InvalidConfig(
+            "refuse_if_late is on; a task that waits in a shared queue waits behind every \
+             node's backlog, which no node's start estimate sees: turn refuse_if_late off, \
+             or use a local queue (in_memory, yaque)"
+                .into()
+        ))
+    );
 }

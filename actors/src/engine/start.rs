@@ -137,6 +137,16 @@ impl<P, R, E> PoolSpec<P, R, E> {
         self.limits.worker_slots = self.workers.count;
         if let Some(shared) = &self.shared {
             shared.validate()?;
+            if self.limits.admission.refuse_if_late {
+                // A submission that cannot start parks in the shared queue, behind the whole
+                // fleet's backlog: this node's estimate sees only its own claims.
+                return Err(PoolError::InvalidConfig(
+                    "refuse_if_late is on; a task that waits in a shared queue waits behind \
+                     every node's backlog, which no node's start estimate sees: turn \
+                     refuse_if_late off, or use a local queue (in_memory, yaque)"
+                        .into(),
+                ));
+            }
             if let Some(units) = self.limits.max_queued_units {
                 // What waits is in the shared queue, which no node's core bounds; a node
                 // parks only what it claimed while the claim was in flight.
