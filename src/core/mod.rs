@@ -28,7 +28,7 @@ pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TracePar
 pub use prometheus_parking_lot_actors::queue::{
     Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery, InlineQueue,
     KeptLetter, Lease, LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance,
-    RankBound, Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    RankBound, RunUse, Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
     DEPENDENCIES_SUPPORTED,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{

@@ -18,6 +18,8 @@ mod postgres_backends;
 #[cfg(feature = "postgres")]
 mod postgres_dependencies;
 #[cfg(feature = "postgres")]
+mod postgres_fair_use;
+#[cfg(feature = "postgres")]
 mod postgres_outages;
 #[cfg(feature = "postgres")]
 mod postgres_schedules;

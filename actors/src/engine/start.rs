@@ -284,7 +284,12 @@ where
         if let Some(order) = core.limits().fair_by_use {
             let shared = parking
                 .queue
-                .share_fair_by_use(order, &spec.tenant_weights)
+                .share_fair_by_use(
+                    order,
+                    &spec.tenant_weights,
+                    spec.default_timeout
+                        .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+                )
                 .await
                 .map_err(|error| {
                     let operation = "share the tenant counters of its fair share by use";

@@ -47,7 +47,7 @@ use crate::observe::trace::TraceParent;
 
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
-    Claim, DeadLetter, DependsOn, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound,
+    Claim, DeadLetter, DependsOn, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, RunUse,
     SharedQueue, StarvationRule, DEPENDENCIES_SUPPORTED,
 };
 

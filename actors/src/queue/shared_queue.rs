@@ -102,6 +102,21 @@ impl RankBound {
     }
 }
 
+/// What a run of a claimed task used, for the fleet's fair share by use to settle the charge
+/// its claim made ([`SharedQueue::settle_use`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunUse {
+    /// The units the task declared (the claim charged ahead from them).
+    pub units: u32,
+    /// Units times the milliseconds it held them (`held`).
+    pub held_unit_ms: f64,
+    /// The units its executor reported using (`reported`), if it reported any.
+    pub reported: Option<u64>,
+    /// When the run started, ms since the Unix epoch: a refund gives back the charge as it
+    /// has decayed since.
+    pub started_ms: u64,
+}
+
 /// What a claim may take: free units per kind, and optionally a rank bound and the node's
 /// starvation rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -532,17 +547,33 @@ where
     /// Orders the claims of this queue's nodes by tenant counters the whole fleet shares (a
     /// fair share by use, `order`, with the named tenants' `weights`): a claim takes each
     /// task for the tenant the fleet served least among those with a task that fits (within
-    /// the best priority that does), and charges the task's declared units, divided by its
-    /// tenant's weight, in the same step. A node calls it as it starts; every node of one
-    /// queue is to be given the same order. Returns whether the queue does it: the default
-    /// does not (`false`), and each node's core then orders only the tasks it holds.
+    /// the best priority that does), and charges the task ahead in the same step, divided by
+    /// its tenant's weight: its declared units (`reported`), or its units times
+    /// `timeout_ms`, the node's execution timeout (`held`; nothing ahead without one). When
+    /// the run ends the node settles the charge to what it used
+    /// ([`settle_use`](Self::settle_use)). A node calls it as it starts; every node of one
+    /// queue is to be given the same order and timeout. Returns whether the queue does it:
+    /// the default does not (`false`), and each node's core then orders only the tasks it
+    /// holds.
     async fn share_fair_by_use(
         &self,
         order: FairByUse,
         weights: &TenantWeights,
+        timeout_ms: Option<u64>,
     ) -> Result<bool, QueueError> {
-        let _ = (order, weights);
+        let _ = (order, weights, timeout_ms);
         Ok(false)
+    }
+
+    /// Settles the fleet's charge for a run of `tenant`'s task that this node claimed and
+    /// that ended, to what it used (`used`): what it did not use is given back, never
+    /// taking the counter below the lowest counter of the tenants waiting; a `held` task
+    /// charged nothing ahead (no timeout) is charged in full now. Only a queue that shares
+    /// the counters ([`share_fair_by_use`](Self::share_fair_by_use) answered `true`) does
+    /// anything; the default does nothing.
+    async fn settle_use(&self, tenant: &TenantId, used: RunUse) -> Result<(), QueueError> {
+        let _ = (tenant, used);
+        Ok(())
     }
 
     /// Puts `units` back into the shared bucket of `kind` (at most its burst): a task

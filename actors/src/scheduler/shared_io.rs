@@ -619,6 +619,14 @@ where
                     }
                 });
             }
+            SharedCall::SettleUse { tenant, used } => {
+                let (queue, node) = (self.queue.clone(), self.node.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = queue.settle_use(&tenant, used).await {
+                        tracing::warn!(node = %node, tenant = %tenant, %error, "a run's fair-share charge could not be settled in the fleet's counters; it stays charged ahead");
+                    }
+                });
+            }
             SharedCall::RemoveTask { key, id, reply } => {
                 self.spawn(move |queue, _| async move {
                     let result = queue.remove_task(&key, id).await;

@@ -36,7 +36,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, QueryResult, Value};
 use super::claim::ClaimParams;
 use super::codec::{column, DATABASE_NOW_MS};
 use super::named::Params;
-use crate::core::{FairByUse, FitQuery, TaskMetadata, TenantWeights};
+use crate::core::{FairByUse, FitQuery, RunUse, TaskMetadata, TenantWeights, UsageCharge};
 
 /// The table every shared queue's tenant counters live in.
 pub(crate) const SERVICE_TABLE: &str = "pl_fleet_service";
@@ -101,6 +101,8 @@ pub(crate) struct FleetService {
     key: String,
     order: FairByUse,
     weights: TenantWeights,
+    /// The node's execution timeout, ms: what a `held` charge ahead multiplies units by.
+    timeout_ms: Option<u64>,
 }
 
 /// The tenant a pick chose, and the floor it saw.
@@ -112,12 +114,81 @@ pub(crate) struct Pick {
 
 impl FleetService {
     /// The order by use of the queue keyed `key`.
-    pub(crate) fn new(key: String, order: FairByUse, weights: TenantWeights) -> Arc<Self> {
+    pub(crate) fn new(
+        key: String,
+        order: FairByUse,
+        weights: TenantWeights,
+        timeout_ms: Option<u64>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             key,
             order,
             weights,
+            timeout_ms,
         })
+    }
+
+    /// What a claim charges ahead for a task declaring `units`, not weighted: the units
+    /// (`reported`), or the units times the timeout (`held`; nothing without a timeout).
+    fn advance(&self, units: u32) -> f64 {
+        match (self.order.charge, self.timeout_ms) {
+            (UsageCharge::Reported, _) => f64::from(units),
+            (UsageCharge::Held, Some(timeout)) => f64::from(units) * timeout as f64,
+            (UsageCharge::Held, None) => 0.0,
+        }
+    }
+
+    /// What a run that used `used` costs, not weighted, against its charge ahead
+    /// `advance`: the units reported (else its units) or the unit-milliseconds held, never
+    /// above an advance that bounds it.
+    fn cost(&self, used: &RunUse, advance: f64) -> f64 {
+        match (self.order.charge, self.timeout_ms) {
+            (UsageCharge::Reported, _) => used
+                .reported
+                .map_or(advance, |reported| (reported as f64).min(advance)),
+            (UsageCharge::Held, Some(_)) => used.held_unit_ms.min(advance),
+            (UsageCharge::Held, None) => used.held_unit_ms,
+        }
+    }
+
+    /// Settles the charge a claim of `tenant`'s task made to what its run used (`used`),
+    /// as a node's core settles its own counters: a cost above the charge ahead (a `held`
+    /// task charged nothing ahead) is added; a refund takes back the charge as it decayed
+    /// since the run started, and stops at the floor (the lowest waiting counter, kept by
+    /// the claims) or the counter itself, whichever is lower.
+    pub(crate) async fn settle(
+        &self,
+        database: &super::PgDatabase,
+        tenant: &str,
+        used: &RunUse,
+    ) -> Result<(), DbErr> {
+        let advance = self.advance(used.units);
+        let change = (self.cost(used, advance) - advance) / f64::from(self.weight(tenant));
+        if change == 0.0 {
+            return Ok(());
+        }
+        let counter = decayed("s.service", "s.at_ms");
+        let floor = decayed("f.floor", "f.at_ms");
+        // The refund's share of the counter decayed as the charge did since the start.
+        let since_start = decayed("1::float8", "$4");
+        let sql = format!(
+            "UPDATE {SERVICE_TABLE} AS s SET \
+               service = CASE WHEN $3::float8 >= 0 THEN {counter} + $3::float8 \
+                 ELSE GREATEST({counter} + $3::float8 * {since_start}, \
+                   LEAST({counter}, COALESCE((SELECT {floor} FROM {FLOORS_TABLE} AS f \
+                     WHERE f.queue_key = $1), 0))) END, \
+               at_ms = {DATABASE_NOW_MS} \
+             WHERE s.queue_key = $1 AND s.tenant = $2"
+        )
+        .replace("$half_life", "$5");
+        let values: Vec<Value> = vec![
+            self.key.clone().into(),
+            tenant.to_owned().into(),
+            change.into(),
+            i64::try_from(used.started_ms).unwrap_or(i64::MAX).into(),
+            self.order.half_life_ms.map(|ms| ms as f64).into(),
+        ];
+        database.rows(sql, values).await.map(drop)
     }
 
     /// The value of a parameter of the pick and charge statements: `$key`, `$half_life`.
@@ -177,7 +248,7 @@ impl FleetService {
         claimed: &[QueryResult],
     ) -> Result<[u32; crate::util::serde::ResourceKind::COUNT], DbErr> {
         let mut taken = [0u32; crate::util::serde::ResourceKind::COUNT];
-        let mut units = 0f64;
+        let mut advance = 0f64;
         for row in claimed {
             // A task that cannot be read is dead-lettered, not run: it costs nothing.
             let Ok(metadata) = column::<String>("fair share", row, "metadata") else {
@@ -187,9 +258,9 @@ impl FleetService {
                 continue;
             };
             taken[meta.cost.kind.index()] += meta.cost.units;
-            units += f64::from(meta.cost.units);
+            advance += self.advance(meta.cost.units);
         }
-        let charge = units / f64::from(self.weight(&pick.tenant));
+        let charge = advance / f64::from(self.weight(&pick.tenant));
         let counter = decayed("s.service", "s.at_ms");
         let sql = format!(
             "WITH charged AS ( \

@@ -234,6 +234,12 @@ impl TenantBook {
     }
 
     /// Running task `id` reports using `units` more; returns whether the book charges it.
+    /// What running task `id` used up to `now` (see [`ServiceBook::used`]), under a fair
+    /// share by use.
+    pub(super) fn run_used(&self, id: TaskId, now: u64) -> Option<(f64, Option<u64>, u64)> {
+        self.service.as_ref()?.used(id, now)
+    }
+
     pub(super) fn report(&mut self, id: TaskId, units: u64) -> bool {
         self.service
             .as_mut()

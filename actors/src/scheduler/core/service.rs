@@ -63,6 +63,7 @@ use std::collections::BTreeSet;
 
 use super::{FastMap, ParkingLot, TenantKey, UnknownTask};
 use crate::domain::{FairByUse, PoolError, TaskId, UsageCharge, MAX_WEIGHT};
+use crate::queue::RunUse;
 
 /// Past this factor the frame of the raw counters is moved to the present (32 half-lives).
 const REBASE_AT: f64 = 4_294_967_296.0;
@@ -296,6 +297,14 @@ impl ServiceBook {
         }
     }
 
+    /// What running task `id` used up to `now`: unit-milliseconds held, units reported, and
+    /// when it started.
+    pub(super) fn used(&self, id: TaskId, now: u64) -> Option<(f64, Option<u64>, u64)> {
+        let run = self.running.get(&id)?;
+        let held = run.held + f64::from(run.units) * now.saturating_sub(run.since) as f64;
+        Some((held, run.reported, run.started))
+    }
+
     /// Running task `id`'s charge and its tenant's counter as they are now.
     pub(super) fn snapshot(&self, id: TaskId) -> Option<ChargeSnapshot> {
         let run = *self.running.get(&id)?;
@@ -484,6 +493,22 @@ impl ParkingLot {
             ));
         }
         Ok(())
+    }
+
+    /// What running task `id` has used up to `now` under the fair share by use: its declared
+    /// units, the unit-milliseconds it held, the units it reported, when it started. `None`
+    /// for a task that does not run or a lot that does not order tenants by use. A node
+    /// hands it to its shared queue as the run ends, to settle the fleet's counters
+    /// ([`SharedQueue::settle_use`](crate::queue::SharedQueue::settle_use)).
+    pub fn run_use(&self, id: TaskId, now: u64) -> Option<RunUse> {
+        let units = self.running.get(&id)?.units;
+        let (held_unit_ms, reported, started_ms) = self.tenants.as_ref()?.run_used(id, now)?;
+        Some(RunUse {
+            units,
+            held_unit_ms,
+            reported,
+            started_ms,
+        })
     }
 
     /// Running task `id` reports using `units` more of its cost (the tokens its reply

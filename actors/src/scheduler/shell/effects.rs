@@ -11,13 +11,13 @@
 
 use ractor::RpcReplyPort;
 
-use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
+use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId, TenantId};
 use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
 use crate::observe::trace::TraceParent;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{Carried, Claim, DependsOn, EntryId, FitQuery, Settlement};
+use crate::queue::{Carried, Claim, DependsOn, EntryId, FitQuery, RunUse, Settlement};
 use crate::running::stream::StreamAttachment;
 use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
 use crate::worker::Job;
@@ -198,6 +198,9 @@ pub(crate) enum SharedCall<P> {
     },
     /// Put `units` back into the fleet's budget of `kind`: a claimed task used fewer.
     GiveBackBudget { kind: ResourceKind, units: u32 },
+    /// Settle the fleet's fair-share charge of `tenant`'s claimed task to what its run
+    /// used (`SharedQueue::settle_use`).
+    SettleUse { tenant: TenantId, used: RunUse },
     /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
     RemoveTask {
         key: MailboxKey,

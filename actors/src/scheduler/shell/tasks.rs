@@ -266,6 +266,18 @@ where
             // Settled with the release below, under a fair share by use.
             let _ = self.core.report_used(entry, used);
         }
+        let fleet_use = self
+            .ledger
+            .get(entry)
+            .filter(|record| record.lease().is_some())
+            .and_then(|record| {
+                let used = self.core.run_use(entry, now)?;
+                Some((record.key.key().tenant.clone(), used))
+            });
+        if let Some((tenant, used)) = fleet_use {
+            // A claim charged the fleet's counters ahead: they settle too.
+            self.fx.shared(SharedCall::SettleUse { tenant, used });
+        }
         let mut started = Vec::new();
         if unused > 0 {
             let given = unused.min(self.core.spent_by(entry));

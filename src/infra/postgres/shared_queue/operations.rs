@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::PgQueue;
 use crate::core::{
     Budgets, Carried, Claim, DependencyError, DependsOn, EntryId, FairByUse, FitQuery, Lease,
-    QueueError, QueueMaintenance, ScheduledTask, Settlement, SharedQueue, TaskStatus,
+    QueueError, QueueMaintenance, RunUse, ScheduledTask, Settlement, SharedQueue, TaskStatus,
     TenantWeights, TraceParent, DEPENDENCIES_SUPPORTED,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
@@ -309,6 +309,7 @@ where
         &self,
         order: FairByUse,
         weights: &TenantWeights,
+        timeout_ms: Option<u64>,
     ) -> Result<bool, QueueError> {
         if !self.claims_by_use() {
             return Ok(false);
@@ -320,8 +321,21 @@ where
         if let Err(error) = self.database.ensure(Table::Service).await {
             return Err(self.failed("share the tenant counters", &error).await);
         }
-        self.set_fleet_service(FleetService::new(key, order, weights.clone()));
+        self.set_fleet_service(FleetService::new(key, order, weights.clone(), timeout_ms));
         Ok(true)
+    }
+
+    /// One update of the tenant's row in `pl_fleet_service` (`FleetService::settle`).
+    async fn settle_use(&self, tenant: &TenantId, used: RunUse) -> Result<(), QueueError> {
+        let Some(service) = self.fleet_service() else {
+            return Ok(());
+        };
+        match service.settle(&self.database, &tenant.0, &used).await {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self
+                .failed("settle a run's fair-share charge", &error)
+                .await),
+        }
     }
 
     /// A unique index on the live rows' callers, checked by the statement that parks.

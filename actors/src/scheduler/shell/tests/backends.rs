@@ -153,7 +153,9 @@ impl World {
                     result,
                 }
             }
-            SharedCall::Renew { .. } | SharedCall::GiveBackBudget { .. } => return,
+            SharedCall::Renew { .. }
+            | SharedCall::GiveBackBudget { .. }
+            | SharedCall::SettleUse { .. } => return,
             SharedCall::Settle { .. } => unreachable!("settles are carried out at once"),
             SharedCall::Retry { claim, .. } => {
                 self.give_back(claim.entry);
