@@ -13,21 +13,25 @@
 //!    counter (decayed with the half-life to the database's clock, lifted to the floor), the
 //!    tenant name breaking ties;
 //! 3. the layout's claim statement, restricted to that tenant, for one task;
-//! 4. the charge: the task's declared units divided by its tenant's weight, added to its
-//!    counter (lifted to the floor first) at the database's clock; the floor is kept as the
-//!    lowest counter among the tenants the pick saw (a tenant without a row counts as the
-//!    floor), never lower than it was.
+//! 4. the charge ahead, as a node's core charges a start: the task's declared units
+//!    (`reported`), or its units times the node's execution timeout (`held`; nothing ahead
+//!    without one), divided by its tenant's weight, added to its counter (lifted to the
+//!    floor first) at the database's clock; the floor is kept as the lowest counter among
+//!    the tenants the pick saw (a tenant without a row counts as the floor), never lower
+//!    than it was.
 //!
 //! Then again, with the free units less what was taken, until `max` tasks or nothing fits.
 //! The transaction commits: the claims and their charges are one.
 //!
-//! Across the fleet a task is charged its declared cost and no settlement follows: the
-//! units a run reports (`running::report_used`) and the time a task held its units settle
-//! the counters of the node that ran it (its core's), not the fleet's. With the declared cost
-//! charged ahead and never refunded, the bound of `PARKING_LOT.md` ("Fair share by use")
-//! holds for the fleet's counters as for one core's, over the claims: while every waiting
-//! tenant has a task that fits the claiming node, two waiting tenants' counters differ by at
-//! most one largest weighted cost.
+//! **Settling.** When a claimed task's run ends, the node that ran it settles the charge to
+//! what the run used ([`FleetService::settle`], one `UPDATE` of the tenant's row): the units
+//! its executor reported (`running::report_used`, at most the declared units) or the
+//! unit-milliseconds it held (at most the charge ahead). What it did not use is given back
+//! as the charge decayed since the run started, never taking the counter below the floor
+//! (nor raising it); a `held` task charged nothing ahead is charged its cost now. So the
+//! bound of `PARKING_LOT.md` ("Fair share by use") holds for the fleet's counters as for
+//! one core's: while every waiting tenant has a task that fits the claiming node, two
+//! waiting tenants' counters differ by at most one largest weighted charge ahead.
 
 use std::sync::Arc;
 
