@@ -48,19 +48,29 @@ struct Fleet {
     name: String,
 }
 
-/// Parks one task of `units` CPU units for tenant acme (the suite's tasks are acme's) and
-/// claims it.
-async fn park_and_claim(fleet: &Fleet, units: u32) {
+/// Parks task `id` of `units` CPU units for tenant acme (the suite's tasks are acme's),
+/// admitted `at_offset` ms after the suite's epoch, and claims it.
+async fn park_and_claim(fleet: &Fleet, id: u64, units: u32, at_offset: u64) {
+    let job = task(
+        id,
+        Priority::Normal,
+        at_offset,
+        ResourceKind::Cpu,
+        units,
+        None,
+    );
     let queue = &fleet.queue;
-    let job = task(1, Priority::Normal, 0, ResourceKind::Cpu, units, None);
-    queue.enqueue(1, at(0), job).await.expect("enqueue");
+    queue
+        .enqueue(id, at(at_offset), job)
+        .await
+        .expect("enqueue");
     let claimed = queue
         .claim_batch(
             "node",
             &FitQuery::within(Capacity::uniform(8)),
             1,
             Duration::from_secs(30),
-            at(0),
+            at(at_offset),
         )
         .await
         .expect("claim");
@@ -108,7 +118,7 @@ fn acme() -> TenantId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_charge_is_units_times_the_timeout_ahead_then_the_time_held() {
     let fleet = queue(UsageCharge::Held, Some(1_000)).await;
-    park_and_claim(&fleet, 2).await;
+    park_and_claim(&fleet, 1, 2, 0).await;
     assert!(
         (counter(&fleet).await - 1_000.0).abs() < 1e-6,
         "2 x 1000 ms / 2"
@@ -128,7 +138,7 @@ async fn a_held_charge_is_units_times_the_timeout_ahead_then_the_time_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reported_charge_is_the_declared_units_ahead_then_what_was_reported() {
     let fleet = queue(UsageCharge::Reported, None).await;
-    park_and_claim(&fleet, 4).await;
+    park_and_claim(&fleet, 1, 4, 0).await;
     assert!((counter(&fleet).await - 2.0).abs() < 1e-9, "4 units / 2");
     fleet
         .queue
@@ -138,7 +148,8 @@ async fn a_reported_charge_is_the_declared_units_ahead_then_what_was_reported() 
     let settled = counter(&fleet).await;
     assert!((settled - 0.5).abs() < 1e-9, "1 unit / 2, not {settled}");
     // A report above the declared cost is charged the declared cost: nothing changes.
-    park_and_claim_again(&fleet).await;
+    park_and_claim(&fleet, 2, 4, 1).await;
+    assert!((counter(&fleet).await - 2.5).abs() < 1e-9, "0.5 + 4 / 2");
     fleet
         .queue
         .settle_use(&acme(), used(4, 0.0, Some(9)))
@@ -147,29 +158,10 @@ async fn a_reported_charge_is_the_declared_units_ahead_then_what_was_reported() 
     assert!((counter(&fleet).await - 2.5).abs() < 1e-9);
 }
 
-/// A second task of 4 units, claimed: acme's counter grows by 2 ahead.
-async fn park_and_claim_again(fleet: &Fleet) {
-    let queue = &fleet.queue;
-    let job = task(2, Priority::Normal, 1, ResourceKind::Cpu, 4, None);
-    queue.enqueue(2, at(1), job).await.expect("enqueue");
-    let claimed = queue
-        .claim_batch(
-            "node",
-            &FitQuery::within(Capacity::uniform(8)),
-            1,
-            Duration::from_secs(30),
-            at(1),
-        )
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
-    assert!((counter(fleet).await - 2.5).abs() < 1e-9, "0.5 + 4 / 2");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_task_without_a_timeout_is_charged_at_its_end() {
     let fleet = queue(UsageCharge::Held, None).await;
-    park_and_claim(&fleet, 2).await;
+    park_and_claim(&fleet, 1, 2, 0).await;
     assert!(
         counter(&fleet).await.abs() < 1e-9,
         "nothing bounds it ahead"

@@ -36,21 +36,25 @@ const LEASE: Duration = Duration::from_secs(30);
 /// [`LEASE`] in milliseconds.
 const LEASE_MS: u64 = 30_000;
 
-/// Runs every case of the suite, each against a fresh queue from `fresh`, printing the case's
+/// Runs each case against a fresh queue from `fresh`, printing the suite's and the case's
 /// name first so a failure names it.
+macro_rules! run_cases {
+    ($fresh:ident, $suite:literal; $($case:ident),* $(,)?) => {$(
+        let queue = $fresh().await;
+        eprintln!("{} [{}]: {}", $suite, queue.backend(), stringify!($case));
+        $case(&*queue).await;
+    )*};
+}
+
+/// Runs every case of the suite, each against a fresh queue from `fresh`.
 pub async fn run_all<F, Fut>(fresh: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Box<dyn SharedQueue<Job>>>,
 {
-    macro_rules! run {
-        ($($case:ident),* $(,)?) => {$(
-            let queue = fresh().await;
-            eprintln!("shared queue conformance [{}]: {}", queue.backend(), stringify!($case));
-            $case(&*queue).await;
-        )*};
-    }
-    run!(
+    run_cases!(
+        fresh,
+        "shared queue conformance";
         claim_returns_the_task_under_a_lease,
         duplicate_entries_are_refused,
         best_fit_claims_in_rank_order,
@@ -105,14 +109,9 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Box<dyn SharedQueue<Job>>>,
 {
-    macro_rules! run {
-        ($($case:ident),* $(,)?) => {$(
-            let queue = fresh().await;
-            eprintln!("shared queue conformance, deadline order [{}]: {}", queue.backend(), stringify!($case));
-            $case(&*queue).await;
-        )*};
-    }
-    run!(
+    run_cases!(
+        fresh,
+        "shared queue conformance, deadline order";
         the_earliest_deadline_is_claimed_first_and_none_last,
         a_batch_claim_takes_the_earliest_deadlines_that_fit_together,
         a_rank_bound_admits_by_deadline,
