@@ -16,11 +16,19 @@
 //!   `max_tokens`); failing that, its class's (else its kind's) mean run time; at most the
 //!   timeout, and the timeout itself when nothing was seen. Without a timeout: its class's
 //!   (else its kind's) mean run time, or unknown.
-//! - **A running claim's expected end:** its start plus its expected run time. One that has
-//!   run past that is late: it is expected to end halfway between now and its timeout, or,
-//!   without a timeout, to run as long again as it has run so far (run times have heavy
-//!   tails: the longer a run has gone on, the longer it tends to go on). A claim of unknown
-//!   run time never ends as far as the estimate knows.
+//! - **How the shares of their timeouts are spread**, per kind (and permit or not): a
+//!   histogram of 32 buckets that forgets as the means do.
+//! - **A running claim's expected end:** its start plus its expected run time, lengthened by
+//!   what it has run so far. A claim with a timeout that has used a share `u` of it is one of
+//!   the runs that go at least that far: its expected run time is scaled by the mean share
+//!   of the runs seen that went at least `u` over the mean share of all (1 at its start;
+//!   more as it goes on; the mean residual life of the runs seen, so that a claim near the
+//!   end of its run is not expected to end at the mean run time, now past). One past every
+//!   run seen, or without a timeout, that has run past its expected run time is late: it is
+//!   expected to end halfway between now and its timeout, or, without a timeout, to run as
+//!   long again as it has run so far (run times have heavy tails: the longer a run has gone
+//!   on, the longer it tends to go on). A claim of unknown run time never ends as far as the
+//!   estimate knows.
 //!
 //! # How
 //!
@@ -93,6 +101,55 @@ impl Mean {
     }
 }
 
+/// Buckets of the share of their timeout that runs used: 0 to 1 in steps of 1/`BUCKETS`.
+const BUCKETS: usize = 32;
+
+/// How the shares of their timeout that runs used are spread: a histogram that forgets as
+/// [`Mean`] does, each bucket holding its weight and the mean share of its runs. It answers
+/// how much of its timeout a run that has used `e` of it will use in all.
+#[derive(Debug, Clone, Copy, Default)]
+struct Shares {
+    weight: [f64; BUCKETS],
+    /// Per bucket, the weighted sum of its shares.
+    sum: [f64; BUCKETS],
+    samples: u32,
+}
+
+impl Shares {
+    fn add(&mut self, share: f64) {
+        self.samples = self.samples.saturating_add(1);
+        let weight = 1.0 / f64::from(self.samples.min(FORGET));
+        for (bucket, sum) in self.weight.iter_mut().zip(&mut self.sum) {
+            *bucket *= 1.0 - weight;
+            *sum *= 1.0 - weight;
+        }
+        let bucket = bucket_of(share);
+        self.weight[bucket] += weight;
+        self.sum[bucket] += weight * share;
+    }
+
+    /// The mean share of the runs that used at least `used` of their timeout (a run counts
+    /// with at least `used`); `None` when no run seen went that far.
+    fn mean_beyond(&self, used: f64) -> Option<f64> {
+        let first = bucket_of(used);
+        let (mut weight, mut sum) = (0.0, 0.0);
+        for bucket in first..BUCKETS {
+            let w = self.weight[bucket];
+            if w <= f64::EPSILON {
+                continue;
+            }
+            weight += w;
+            sum += w * (self.sum[bucket] / w).max(used);
+        }
+        (weight > f64::EPSILON).then(|| sum / weight)
+    }
+}
+
+/// The bucket of a share of a timeout (a run past its timeout counts in the last).
+fn bucket_of(share: f64) -> usize {
+    ((share * BUCKETS as f64) as usize).min(BUCKETS - 1)
+}
+
 /// What the lot learnt of one group of runs: how long they ran, and how much of their
 /// execution timeout they used (runs with one).
 #[derive(Debug, Clone, Copy, Default)]
@@ -117,6 +174,8 @@ pub(super) struct RunTimes {
     classes: Box<[[Seen; SIZE_CLASSES]; KINDS * 2]>,
     /// By `row(kind, slotless)`, every size.
     kinds: [Seen; KINDS * 2],
+    /// By `row(kind, slotless)`, every size: how the shares of their timeouts are spread.
+    shares: [Shares; KINDS * 2],
 }
 
 impl Default for RunTimes {
@@ -124,6 +183,7 @@ impl Default for RunTimes {
         Self {
             classes: Box::new([[Seen::default(); SIZE_CLASSES]; KINDS * 2]),
             kinds: [Seen::default(); KINDS * 2],
+            shares: [Shares::default(); KINDS * 2],
         }
     }
 }
@@ -150,6 +210,20 @@ impl RunTimes {
         let row = row(kind, slotless);
         self.classes[row][size_class(units)].add(ms, timeout_ms);
         self.kinds[row].add(ms, timeout_ms);
+        if let Some(timeout) = timeout_ms.filter(|&timeout| timeout > 0) {
+            self.shares[row].add(ms as f64 / timeout as f64);
+        }
+    }
+
+    /// How much longer than its expected run time a run of this kind with a timeout is
+    /// expected to take, given that it has used `used` of its timeout: the mean share of
+    /// the runs seen that went at least that far over the mean share of all; `None` when
+    /// none went that far (or none was seen).
+    fn survival_factor(&self, kind: ResourceKind, slotless: bool, used: f64) -> Option<f64> {
+        let shares = &self.shares[row(kind, slotless)];
+        let all = shares.mean_beyond(0.0)?;
+        let beyond = shares.mean_beyond(used)?;
+        Some((beyond / all).max(1.0))
     }
 
     /// The run time expected of a ticket (see the module docs).
@@ -504,6 +578,18 @@ impl ParkingLot {
             timeout,
         )?;
         let expected = claim.started_ms.saturating_add(run_ms);
+        let ran = now.saturating_sub(claim.started_ms);
+        // A run that has gone on this long is among the longer ones: it is expected to use
+        // as much of its timeout as the runs seen that went as far did.
+        if let Some(timeout) = timeout.filter(|&timeout| timeout > 0) {
+            let used = ran as f64 / timeout as f64;
+            let slotless = claim.worker == NO_WORKER;
+            if let Some(factor) = self.run_times.survival_factor(claim.kind, slotless, used) {
+                let longer = (run_ms as f64 * factor).round() as u64;
+                let end = claim.started_ms.saturating_add(longer.min(timeout));
+                return Some(end.max(now));
+            }
+        }
         if expected > now {
             return Some(expected);
         }
@@ -511,7 +597,6 @@ impl ParkingLot {
         // now and its timeout; without a timeout, to run as long again as it has run (run
         // times have heavy tails: the longer a run has gone on, the longer it tends to go on).
         let Some(timeout) = timeout else {
-            let ran = now.saturating_sub(claim.started_ms);
             return Some(now.saturating_add(ran.max(run_ms)));
         };
         let timed_out = claim.started_ms.saturating_add(timeout);

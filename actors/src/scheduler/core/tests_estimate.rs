@@ -173,6 +173,33 @@ fn a_late_run_is_expected_to_end_now() {
 }
 
 #[test]
+fn a_run_that_has_gone_on_is_expected_to_end_as_the_runs_that_went_as_far_did() {
+    let mut lot = lot();
+    // Runs of 8 units with a 10 s timeout used half of it and 80% of it: 65% on average.
+    lot.admit(with_timeout(normal(1, 8), 10_000), 0);
+    lot.complete(1, 5_000).unwrap();
+    lot.admit(with_timeout(normal(2, 8), 10_000), 5_000);
+    lot.complete(2, 13_000).unwrap();
+    lot.admit(with_timeout(normal(3, 8), 10_000), 20_000);
+    lot.admit(with_timeout(normal(4, 8), 10_000), 20_000);
+    assert_eq!(
+        lot.estimate_start(4, 20_000).unwrap().start_ms,
+        Some(26_500),
+        "a run that just started: 65% of its timeout"
+    );
+    assert_eq!(
+        lot.estimate_start(4, 26_000).unwrap().start_ms,
+        Some(28_000),
+        "past 60% of its timeout it is one of the long runs: 80%, as the one that went so far"
+    );
+    assert_eq!(
+        lot.estimate_start(4, 29_000).unwrap().start_ms,
+        Some(29_500),
+        "past every run seen: halfway between now and its timeout"
+    );
+}
+
+#[test]
 fn the_reservation_is_waited_for_and_ageing_is_foreseen() {
     let limits = PoolLimits::new(10, 8)
         .with_max_queue_depth(100)
