@@ -16,19 +16,20 @@
 //!   `max_tokens`); failing that, its class's (else its kind's) mean run time; at most the
 //!   timeout, and the timeout itself when nothing was seen. Without a timeout: its class's
 //!   (else its kind's) mean run time, or unknown.
-//! - **How the shares of their timeouts are spread**, per kind (and permit or not): a
-//!   histogram of 32 buckets that forgets as the means do.
+//! - **How run times were spread about what was expected of them**, per kind (and permit or
+//!   not): each run's length over the run time its class led the lot to expect (once the
+//!   class has been seen), in a histogram of 32 buckets from 0 to 4 times, the last holding
+//!   every longer run, that forgets as the means do.
 //! - **A running claim's expected end:** its start plus its expected run time, lengthened by
-//!   what it has run so far. A claim with a timeout that has used a share `u` of it is one of
-//!   the runs that go at least that far: its expected run time is scaled by the mean share
-//!   of the runs seen that went at least `u` over the mean share of all (1 at its start;
-//!   more as it goes on; the mean residual life of the runs seen, so that a claim near the
-//!   end of its run is not expected to end at the mean run time, now past). One past every
-//!   run seen, or without a timeout, that has run past its expected run time is late: it is
-//!   expected to end halfway between now and its timeout, or, without a timeout, to run as
-//!   long again as it has run so far (run times have heavy tails: the longer a run has gone
-//!   on, the longer it tends to go on). A claim of unknown run time never ends as far as the
-//!   estimate knows.
+//!   what it has run so far. A claim that has run `r` times its expected run time is one of
+//!   the runs that go at least that far: its expected run time is scaled by the mean ratio
+//!   of the runs seen that went at least `r` over the mean ratio of all (1 at its start,
+//!   more as it goes on: the mean residual life of the runs seen, so that a claim near the
+//!   end of a long run is not expected to end at a mean it has passed), at most its timeout.
+//!   One that has run longer than every run seen is late: it is expected to end halfway
+//!   between now and its timeout, or, without a timeout, to run as long again as it has run
+//!   so far (run times have heavy tails: the longer a run has gone on, the longer it tends
+//!   to go on). A claim of unknown run time never ends as far as the estimate knows.
 //!
 //! # How
 //!
@@ -45,8 +46,11 @@
 //!
 //! - Arrivals after `now`: a ticket of higher priority that comes later starts first, so
 //!   under a stream of urgent work a low-priority ticket starts later than estimated.
-//! - Run times that differ from their class's mean (a heavy tail), claims running past
-//!   their mean, and run times the lot has not seen yet (the timeout stands in for them).
+//! - Run times that differ from their class's mean (a heavy tail), claims running longer
+//!   than every run seen, and run times the lot has not seen yet (the timeout stands in for
+//!   them). The spread of run times is read for each running claim's own end, not for the
+//!   first of several: the first of several uncertain ends comes earlier than the first of
+//!   their expected ends, so a ticket waiting for the next end is told a little late.
 //! - Cancels, preemption, a headroom that changes with the next sample, a resting worker
 //!   slot coming back: the copy cancels and stops nothing, and its headroom and slots stay
 //!   as they are. The estimate of one ticket (`estimate_start`, `estimate_admission`,
@@ -101,53 +105,56 @@ impl Mean {
     }
 }
 
-/// Buckets of the share of their timeout that runs used: 0 to 1 in steps of 1/`BUCKETS`.
+/// Buckets of a run's length over its expected run time: 0 to `RATIO_SPAN` in steps of
+/// `RATIO_SPAN / BUCKETS`, the last holding every longer run.
 const BUCKETS: usize = 32;
+const RATIO_SPAN: f64 = 4.0;
 
-/// How the shares of their timeout that runs used are spread: a histogram that forgets as
-/// [`Mean`] does, each bucket holding its weight and the mean share of its runs. It answers
-/// how much of its timeout a run that has used `e` of it will use in all.
+/// How runs' lengths were spread about what the lot expected of them (a run's length over
+/// its expected run time when it ended): a histogram that forgets as [`Mean`] does, each
+/// bucket holding its weight and the mean ratio of its runs. It answers how long, against
+/// its expected run time, a run that has gone on `ratio` times that will run in all.
 #[derive(Debug, Clone, Copy, Default)]
-struct Shares {
+struct Spread {
     weight: [f64; BUCKETS],
-    /// Per bucket, the weighted sum of its shares.
+    /// Per bucket, the weighted sum of its ratios.
     sum: [f64; BUCKETS],
     samples: u32,
 }
 
-impl Shares {
-    fn add(&mut self, share: f64) {
+impl Spread {
+    fn add(&mut self, ratio: f64) {
         self.samples = self.samples.saturating_add(1);
         let weight = 1.0 / f64::from(self.samples.min(FORGET));
         for (bucket, sum) in self.weight.iter_mut().zip(&mut self.sum) {
             *bucket *= 1.0 - weight;
             *sum *= 1.0 - weight;
         }
-        let bucket = bucket_of(share);
+        let bucket = bucket_of(ratio);
         self.weight[bucket] += weight;
-        self.sum[bucket] += weight * share;
+        self.sum[bucket] += weight * ratio;
     }
 
-    /// The mean share of the runs that used at least `used` of their timeout (a run counts
-    /// with at least `used`); `None` when no run seen went that far.
-    fn mean_beyond(&self, used: f64) -> Option<f64> {
-        let first = bucket_of(used);
+    /// The mean ratio of the runs that went at least `ratio` (a run counts with at least
+    /// `ratio`); `None` when no run seen went that far.
+    fn mean_beyond(&self, ratio: f64) -> Option<f64> {
         let (mut weight, mut sum) = (0.0, 0.0);
-        for bucket in first..BUCKETS {
+        for bucket in bucket_of(ratio)..BUCKETS {
             let w = self.weight[bucket];
             if w <= f64::EPSILON {
                 continue;
             }
             weight += w;
-            sum += w * (self.sum[bucket] / w).max(used);
+            sum += w * (self.sum[bucket] / w).max(ratio);
         }
         (weight > f64::EPSILON).then(|| sum / weight)
     }
 }
 
-/// The bucket of a share of a timeout (a run past its timeout counts in the last).
-fn bucket_of(share: f64) -> usize {
-    ((share * BUCKETS as f64) as usize).min(BUCKETS - 1)
+/// The bucket of a ratio (a run past `RATIO_SPAN` times its expected run time counts in the
+/// last).
+fn bucket_of(ratio: f64) -> usize {
+    ((ratio * (BUCKETS as f64 / RATIO_SPAN)) as usize).min(BUCKETS - 1)
 }
 
 /// What the lot learnt of one group of runs: how long they ran, and how much of their
@@ -174,8 +181,9 @@ pub(super) struct RunTimes {
     classes: Box<[[Seen; SIZE_CLASSES]; KINDS * 2]>,
     /// By `row(kind, slotless)`, every size.
     kinds: [Seen; KINDS * 2],
-    /// By `row(kind, slotless)`, every size: how the shares of their timeouts are spread.
-    shares: [Shares; KINDS * 2],
+    /// By `row(kind, slotless)`, every size: how runs' lengths were spread about their
+    /// expected run times.
+    spread: [Spread; KINDS * 2],
 }
 
 impl Default for RunTimes {
@@ -183,7 +191,7 @@ impl Default for RunTimes {
         Self {
             classes: Box::new([[Seen::default(); SIZE_CLASSES]; KINDS * 2]),
             kinds: [Seen::default(); KINDS * 2],
-            shares: [Shares::default(); KINDS * 2],
+            spread: [Spread::default(); KINDS * 2],
         }
     }
 }
@@ -208,21 +216,25 @@ impl RunTimes {
         timeout_ms: Option<u64>,
     ) {
         let row = row(kind, slotless);
+        // Measured against what the lot expected of it before it learns from it, once its
+        // class has been seen (a first run measures how far apart classes are, not runs).
+        let class_seen = self.classes[row][size_class(units)].run_ms.samples > 0;
+        let expected = self.expected(kind, units, slotless, timeout_ms);
+        if let Some(expected) = expected.filter(|&ms| class_seen && ms > 0) {
+            self.spread[row].add(ms as f64 / expected as f64);
+        }
         self.classes[row][size_class(units)].add(ms, timeout_ms);
         self.kinds[row].add(ms, timeout_ms);
-        if let Some(timeout) = timeout_ms.filter(|&timeout| timeout > 0) {
-            self.shares[row].add(ms as f64 / timeout as f64);
-        }
     }
 
-    /// How much longer than its expected run time a run of this kind with a timeout is
-    /// expected to take, given that it has used `used` of its timeout: the mean share of
-    /// the runs seen that went at least that far over the mean share of all; `None` when
-    /// none went that far (or none was seen).
-    fn survival_factor(&self, kind: ResourceKind, slotless: bool, used: f64) -> Option<f64> {
-        let shares = &self.shares[row(kind, slotless)];
-        let all = shares.mean_beyond(0.0)?;
-        let beyond = shares.mean_beyond(used)?;
+    /// How much longer than its expected run time a run of this kind is expected to take,
+    /// given that it has run `ratio` times that: the mean ratio of the runs seen that went
+    /// at least that far over the mean ratio of all; `None` when none went that far (or
+    /// none was seen).
+    fn survival_factor(&self, kind: ResourceKind, slotless: bool, ratio: f64) -> Option<f64> {
+        let spread = &self.spread[row(kind, slotless)];
+        let all = spread.mean_beyond(0.0)?;
+        let beyond = spread.mean_beyond(ratio)?;
         Some((beyond / all).max(1.0))
     }
 
@@ -579,16 +591,14 @@ impl ParkingLot {
         )?;
         let expected = claim.started_ms.saturating_add(run_ms);
         let ran = now.saturating_sub(claim.started_ms);
-        // A run that has gone on this long is among the longer ones: it is expected to use
-        // as much of its timeout as the runs seen that went as far did.
-        if let Some(timeout) = timeout.filter(|&timeout| timeout > 0) {
-            let used = ran as f64 / timeout as f64;
-            let slotless = claim.worker == NO_WORKER;
-            if let Some(factor) = self.run_times.survival_factor(claim.kind, slotless, used) {
-                let longer = (run_ms as f64 * factor).round() as u64;
-                let end = claim.started_ms.saturating_add(longer.min(timeout));
-                return Some(end.max(now));
-            }
+        // A run that has gone on this long is among the longer ones: it is expected to run
+        // as long, against its expected run time, as the runs seen that went as far did.
+        let ratio = ran as f64 / run_ms.max(1) as f64;
+        let slotless = claim.worker == NO_WORKER;
+        if let Some(factor) = self.run_times.survival_factor(claim.kind, slotless, ratio) {
+            let longer = (run_ms as f64 * factor).round() as u64;
+            let longer = timeout.map_or(longer, |timeout| longer.min(timeout));
+            return Some(claim.started_ms.saturating_add(longer).max(now));
         }
         if expected > now {
             return Some(expected);

@@ -173,29 +173,30 @@ fn a_late_run_is_expected_to_end_now() {
 }
 
 #[test]
-fn a_run_that_has_gone_on_is_expected_to_end_as_the_runs_that_went_as_far_did() {
+fn a_run_that_has_gone_on_is_expected_to_run_as_long_as_the_runs_that_went_as_far() {
     let mut lot = lot();
-    // Runs of 8 units with a 10 s timeout used half of it and 80% of it: 65% on average.
-    lot.admit(with_timeout(normal(1, 8), 10_000), 0);
-    lot.complete(1, 5_000).unwrap();
-    lot.admit(with_timeout(normal(2, 8), 10_000), 5_000);
-    lot.complete(2, 13_000).unwrap();
-    lot.admit(with_timeout(normal(3, 8), 10_000), 20_000);
-    lot.admit(with_timeout(normal(4, 8), 10_000), 20_000);
+    // Runs of 8 units: the first sets the class's mean (4 s); the next ran half and one and
+    // a half times what was expected of them (2 s of 4 s, 4.5 s of 3 s). The mean: 3.5 s.
+    for (id, from, to) in [(1, 0, 4_000), (2, 4_000, 6_000), (3, 6_000, 10_500)] {
+        lot.admit(normal(id, 8), from);
+        lot.complete(id, to).unwrap();
+    }
+    lot.admit(normal(4, 8), 20_000);
+    lot.admit(normal(5, 8), 20_000);
     assert_eq!(
-        lot.estimate_start(4, 20_000).unwrap().start_ms,
-        Some(26_500),
-        "a run that just started: 65% of its timeout"
+        lot.estimate_start(5, 20_000).unwrap().start_ms,
+        Some(23_500),
+        "a run that just started: its expected run time"
     );
     assert_eq!(
-        lot.estimate_start(4, 26_000).unwrap().start_ms,
-        Some(28_000),
-        "past 60% of its timeout it is one of the long runs: 80%, as the one that went so far"
+        lot.estimate_start(5, 23_000).unwrap().start_ms,
+        Some(25_250),
+        "at 6 tenths of its expected run time it is one of the long runs: 1.5 times it"
     );
     assert_eq!(
-        lot.estimate_start(4, 29_000).unwrap().start_ms,
-        Some(29_500),
-        "past every run seen: halfway between now and its timeout"
+        lot.estimate_start(5, 26_000).unwrap().start_ms,
+        Some(32_000),
+        "past every run seen: late, it runs as long again as it has"
     );
 }
 
