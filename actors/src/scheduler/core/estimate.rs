@@ -34,9 +34,12 @@
 //! # How
 //!
 //! A copy of the lot is driven from `now` on as a driver would drive it if every claim ran
-//! for its expected time and nothing arrived: the running claims end at their expected ends
-//! (at one instant, in the order of their ids), each started ticket runs for its expected
-//! run time, and `tick` runs at each [`ParkingLot::next_wakeup`]. So the copy follows every
+//! for its expected time and nothing arrived: the running claims end, in the order of their
+//! expected ends, at the expected instants of the first, second, ... end among them (the
+//! order statistics of their ends, from the spread of run times seen: the first of several
+//! uncertain ends comes earlier than the first of their expected ends; see
+//! `running_ends.rs`), ends at one instant in the order of their ids; each started ticket
+//! runs for its expected run time, and `tick` runs at each [`ParkingLot::next_wakeup`]. So the copy follows every
 //! rule the lot follows, as the lot itself: skip-ahead, worker slots, the reservation and
 //! the tickets that age into it, backfill, the fair share, budgets refilling, sleepers
 //! waking, permits. The ticket's estimate is when it starts in the copy. The lot itself is
@@ -48,9 +51,9 @@
 //!   under a stream of urgent work a low-priority ticket starts later than estimated.
 //! - Run times that differ from their class's mean (a heavy tail), claims running longer
 //!   than every run seen, and run times the lot has not seen yet (the timeout stands in for
-//!   them). The spread of run times is read for each running claim's own end, not for the
-//!   first of several: the first of several uncertain ends comes earlier than the first of
-//!   their expected ends, so a ticket waiting for the next end is told a little late.
+//!   them). The ends of the running claims are taken as independent, and the spread of run
+//!   times is read for them only, not for the tickets the copy starts (each runs its
+//!   expected run time).
 //! - Cancels, preemption, a headroom that changes with the next sample, a resting worker
 //!   slot coming back: the copy cancels and stops nothing, and its headroom and slots stay
 //!   as they are. The estimate of one ticket (`estimate_start`, `estimate_admission`,
@@ -59,8 +62,9 @@
 //!
 //! # Cost
 //!
-//! One simulation copies the lot (O(n + r) for n parked tickets and r running claims) and
-//! replays one end, one wake-up or one tick per step, each a decision of the lot's own
+//! One simulation copies the lot (O(n + r) for n parked tickets and r running claims),
+//! spreads the running claims' ends (O(32 r³) up to 16 claims, O(32 r²) up to 64, O(r log r)
+//! past them; see `running_ends.rs`) and replays one end, one wake-up or one tick per step, each a decision of the lot's own
 //! cost (O(log n), see the module docs of `mod.rs`): O((n + r) log n) to the end of the
 //! queue. [`ParkingLot::estimate_all`] estimates every parked ticket in one simulation;
 //! [`ParkingLot::estimate_many`] stops once its tickets have started (a page of the
@@ -79,6 +83,7 @@ use serde::Serialize;
 
 use crate::domain::{ResourceCost, ResourceKind, TaskId};
 
+use super::running_ends::{expected_order, EndChance, SPREAD_CLAIMS};
 use super::{FastMap, ParkingLot, RankKey, Ticket, KINDS, NO_WORKER};
 
 /// Size classes: units 0, then one per power of two up to 2^31.
@@ -138,16 +143,23 @@ impl Spread {
     /// The mean ratio of the runs that went at least `ratio` (a run counts with at least
     /// `ratio`); `None` when no run seen went that far.
     fn mean_beyond(&self, ratio: f64) -> Option<f64> {
-        let (mut weight, mut sum) = (0.0, 0.0);
-        for bucket in bucket_of(ratio)..BUCKETS {
-            let w = self.weight[bucket];
-            if w <= f64::EPSILON {
-                continue;
-            }
-            weight += w;
-            sum += w * (self.sum[bucket] / w).max(ratio);
-        }
+        let (weight, sum) = self
+            .beyond(ratio)
+            .fold((0.0, 0.0), |(weight, sum), (r, w)| {
+                (weight + w, sum + w * r)
+            });
         (weight > f64::EPSILON).then(|| sum / weight)
+    }
+
+    /// The buckets of the runs that went at least `ratio`: each one's mean ratio (at least
+    /// `ratio`) and weight.
+    fn beyond(&self, ratio: f64) -> impl Iterator<Item = (f64, f64)> + '_ {
+        (bucket_of(ratio)..BUCKETS)
+            .filter(|&bucket| self.weight[bucket] > f64::EPSILON)
+            .map(move |bucket| {
+                let weight = self.weight[bucket];
+                ((self.sum[bucket] / weight).max(ratio), weight)
+            })
     }
 }
 
@@ -356,11 +368,7 @@ impl<'a> Simulation<'a> {
         for claim in copy.running.values_mut() {
             claim.overdue_at = None;
         }
-        let ends = lot
-            .running
-            .iter()
-            .filter_map(|(&id, claim)| Some(Reverse((lot.expected_end(claim, now)?, id))))
-            .collect();
+        let ends = lot.expected_ends(now);
         let events_left = 4 * (lot.parked.len() + lot.sleepers.len() + lot.running.len()) + 1_024;
         Self {
             lot,
@@ -611,6 +619,66 @@ impl ParkingLot {
         };
         let timed_out = claim.started_ms.saturating_add(timeout);
         Some(now.max(now / 2 + timed_out / 2))
+    }
+
+    /// When the running claims are expected to end, as of `now`: at the expected order
+    /// statistics of their ends (see `running_ends.rs`), the claims in the order of their
+    /// own expected ends; past [`SPREAD_CLAIMS`] claims, each at its own expected end.
+    /// Claims of unknown run time never end.
+    fn expected_ends(&self, now: u64) -> BinaryHeap<End> {
+        let mut claims: Vec<(u64, TaskId)> = self
+            .running
+            .iter()
+            .filter_map(|(&id, claim)| Some((self.expected_end(claim, now)?, id)))
+            .collect();
+        if claims.len() > SPREAD_CLAIMS {
+            return claims.into_iter().map(Reverse).collect();
+        }
+        claims.sort_unstable();
+        let mut chances = Vec::new();
+        for (index, &(end, id)) in claims.iter().enumerate() {
+            self.end_chances(&self.running[&id], end, now, index, &mut chances);
+        }
+        let order = expected_order(chances, claims.len(), now);
+        claims
+            .iter()
+            .zip(order)
+            .map(|(&(_, id), at)| Reverse((at, id)))
+            .collect()
+    }
+
+    /// The instants at which running `claim` (the `index`th, expected to end at `end`) may
+    /// end, as of `now`, each with its chance: one for each bucket of the runs seen that
+    /// went as far as it has (see the module docs), or its expected end alone.
+    fn end_chances(
+        &self,
+        claim: &super::Claim,
+        end: u64,
+        now: u64,
+        index: usize,
+        chances: &mut Vec<EndChance>,
+    ) {
+        let timeout =
+            (claim.timeout_ms != super::NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+        let slotless = claim.worker == NO_WORKER;
+        let run_ms = self
+            .run_times
+            .expected(claim.kind, claim.declared, slotless, timeout)
+            .unwrap_or(0)
+            .max(1);
+        let ratio = now.saturating_sub(claim.started_ms) as f64 / run_ms as f64;
+        let spread = &self.run_times.spread[row(claim.kind, slotless)];
+        let weight: f64 = spread.beyond(ratio).map(|(_, weight)| weight).sum();
+        let Some(all) = spread.mean_beyond(0.0).filter(|_| weight > f64::EPSILON) else {
+            chances.push((end, index, 1.0));
+            return;
+        };
+        for (r, w) in spread.beyond(ratio) {
+            let length = (run_ms as f64 * r / all).round() as u64;
+            let length = timeout.map_or(length, |timeout| length.min(timeout));
+            let at = claim.started_ms.saturating_add(length).max(now);
+            chances.push((at, index, w / weight));
+        }
     }
 
     /// Where a newcomer would stand if it were admitted at `now` (rule 23): its place in
