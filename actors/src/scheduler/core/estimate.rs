@@ -195,7 +195,7 @@ pub(super) struct RunTimes {
     kinds: [Seen; KINDS * 2],
     /// By `row(kind, slotless)`, every size: how runs' lengths were spread about their
     /// expected run times.
-    spread: [Spread; KINDS * 2],
+    spread: Box<[Spread; KINDS * 2]>,
 }
 
 impl Default for RunTimes {
@@ -203,7 +203,7 @@ impl Default for RunTimes {
         Self {
             classes: Box::new([[Seen::default(); SIZE_CLASSES]; KINDS * 2]),
             kinds: [Seen::default(); KINDS * 2],
-            spread: [Spread::default(); KINDS * 2],
+            spread: Box::new([Spread::default(); KINDS * 2]),
         }
     }
 }
