@@ -16,18 +16,30 @@
 //!   `max_tokens`); failing that, its class's (else its kind's) mean run time; at most the
 //!   timeout, and the timeout itself when nothing was seen. Without a timeout: its class's
 //!   (else its kind's) mean run time, or unknown.
-//! - **A running claim's expected end:** its start plus its expected run time. One that has
-//!   run past that is late: it is expected to end halfway between now and its timeout, or,
-//!   without a timeout, to run as long again as it has run so far (run times have heavy
-//!   tails: the longer a run has gone on, the longer it tends to go on). A claim of unknown
-//!   run time never ends as far as the estimate knows.
+//! - **How run times were spread about what was expected of them**, per kind (and permit or
+//!   not): each run's length over the run time its class led the lot to expect (once the
+//!   class has been seen), in a histogram of 32 buckets from 0 to 4 times, the last holding
+//!   every longer run, that forgets as the means do.
+//! - **A running claim's expected end:** its start plus its expected run time, lengthened by
+//!   what it has run so far. A claim that has run `r` times its expected run time is one of
+//!   the runs that go at least that far: its expected run time is scaled by the mean ratio
+//!   of the runs seen that went at least `r` over the mean ratio of all (1 at its start,
+//!   more as it goes on: the mean residual life of the runs seen, so that a claim near the
+//!   end of a long run is not expected to end at a mean it has passed), at most its timeout.
+//!   One that has run longer than every run seen is late: it is expected to end halfway
+//!   between now and its timeout, or, without a timeout, to run as long again as it has run
+//!   so far (run times have heavy tails: the longer a run has gone on, the longer it tends
+//!   to go on). A claim of unknown run time never ends as far as the estimate knows.
 //!
 //! # How
 //!
 //! A copy of the lot is driven from `now` on as a driver would drive it if every claim ran
-//! for its expected time and nothing arrived: the running claims end at their expected ends
-//! (at one instant, in the order of their ids), each started ticket runs for its expected
-//! run time, and `tick` runs at each [`ParkingLot::next_wakeup`]. So the copy follows every
+//! for its expected time and nothing arrived: the running claims end, in the order of their
+//! expected ends, at the expected instants of the first, second, ... end among them (the
+//! order statistics of their ends, from the spread of run times seen: the first of several
+//! uncertain ends comes earlier than the first of their expected ends; see
+//! `running_ends.rs`), ends at one instant in the order of their ids; each started ticket
+//! runs for its expected run time, and `tick` runs at each [`ParkingLot::next_wakeup`]. So the copy follows every
 //! rule the lot follows, as the lot itself: skip-ahead, worker slots, the reservation and
 //! the tickets that age into it, backfill, the fair share, budgets refilling, sleepers
 //! waking, permits. The ticket's estimate is when it starts in the copy. The lot itself is
@@ -37,8 +49,11 @@
 //!
 //! - Arrivals after `now`: a ticket of higher priority that comes later starts first, so
 //!   under a stream of urgent work a low-priority ticket starts later than estimated.
-//! - Run times that differ from their class's mean (a heavy tail), claims running past
-//!   their mean, and run times the lot has not seen yet (the timeout stands in for them).
+//! - Run times that differ from their class's mean (a heavy tail), claims running longer
+//!   than every run seen, and run times the lot has not seen yet (the timeout stands in for
+//!   them). The ends of the running claims are taken as independent, and the spread of run
+//!   times is read for them only, not for the tickets the copy starts (each runs its
+//!   expected run time).
 //! - Cancels, preemption, a headroom that changes with the next sample, a resting worker
 //!   slot coming back: the copy cancels and stops nothing, and its headroom and slots stay
 //!   as they are. The estimate of one ticket (`estimate_start`, `estimate_admission`,
@@ -47,8 +62,9 @@
 //!
 //! # Cost
 //!
-//! One simulation copies the lot (O(n + r) for n parked tickets and r running claims) and
-//! replays one end, one wake-up or one tick per step, each a decision of the lot's own
+//! One simulation copies the lot (O(n + r) for n parked tickets and r running claims),
+//! spreads the running claims' ends (O(32 r³) up to 16 claims, O(32 r²) up to 64, O(r log r)
+//! past them; see `running_ends.rs`) and replays one end, one wake-up or one tick per step, each a decision of the lot's own
 //! cost (O(log n), see the module docs of `mod.rs`): O((n + r) log n) to the end of the
 //! queue. [`ParkingLot::estimate_all`] estimates every parked ticket in one simulation;
 //! [`ParkingLot::estimate_many`] stops once its tickets have started (a page of the
@@ -67,6 +83,7 @@ use serde::Serialize;
 
 use crate::domain::{ResourceCost, ResourceKind, TaskId};
 
+use super::running_ends::{expected_order, EndChance, SPREAD_CLAIMS};
 use super::{FastMap, ParkingLot, RankKey, Ticket, KINDS, NO_WORKER};
 
 /// Size classes: units 0, then one per power of two up to 2^31.
@@ -93,6 +110,65 @@ impl Mean {
     }
 }
 
+/// Buckets of a run's length over its expected run time: 0 to `RATIO_SPAN` in steps of
+/// `RATIO_SPAN / BUCKETS`, the last holding every longer run.
+const BUCKETS: usize = 32;
+const RATIO_SPAN: f64 = 4.0;
+
+/// How runs' lengths were spread about what the lot expected of them (a run's length over
+/// its expected run time when it ended): a histogram that forgets as [`Mean`] does, each
+/// bucket holding its weight and the mean ratio of its runs. It answers how long, against
+/// its expected run time, a run that has gone on `ratio` times that will run in all.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spread {
+    weight: [f64; BUCKETS],
+    /// Per bucket, the weighted sum of its ratios.
+    sum: [f64; BUCKETS],
+    samples: u32,
+}
+
+impl Spread {
+    fn add(&mut self, ratio: f64) {
+        self.samples = self.samples.saturating_add(1);
+        let weight = 1.0 / f64::from(self.samples.min(FORGET));
+        for (bucket, sum) in self.weight.iter_mut().zip(&mut self.sum) {
+            *bucket *= 1.0 - weight;
+            *sum *= 1.0 - weight;
+        }
+        let bucket = bucket_of(ratio);
+        self.weight[bucket] += weight;
+        self.sum[bucket] += weight * ratio;
+    }
+
+    /// The mean ratio of the runs that went at least `ratio` (a run counts with at least
+    /// `ratio`); `None` when no run seen went that far.
+    fn mean_beyond(&self, ratio: f64) -> Option<f64> {
+        let (weight, sum) = self
+            .beyond(ratio)
+            .fold((0.0, 0.0), |(weight, sum), (r, w)| {
+                (weight + w, sum + w * r)
+            });
+        (weight > f64::EPSILON).then(|| sum / weight)
+    }
+
+    /// The buckets of the runs that went at least `ratio`: each one's mean ratio (at least
+    /// `ratio`) and weight.
+    fn beyond(&self, ratio: f64) -> impl Iterator<Item = (f64, f64)> + '_ {
+        (bucket_of(ratio)..BUCKETS)
+            .filter(|&bucket| self.weight[bucket] > f64::EPSILON)
+            .map(move |bucket| {
+                let weight = self.weight[bucket];
+                ((self.sum[bucket] / weight).max(ratio), weight)
+            })
+    }
+}
+
+/// The bucket of a ratio (a run past `RATIO_SPAN` times its expected run time counts in the
+/// last).
+fn bucket_of(ratio: f64) -> usize {
+    ((ratio * (BUCKETS as f64 / RATIO_SPAN)) as usize).min(BUCKETS - 1)
+}
+
 /// What the lot learnt of one group of runs: how long they ran, and how much of their
 /// execution timeout they used (runs with one).
 #[derive(Debug, Clone, Copy, Default)]
@@ -117,6 +193,9 @@ pub(super) struct RunTimes {
     classes: Box<[[Seen; SIZE_CLASSES]; KINDS * 2]>,
     /// By `row(kind, slotless)`, every size.
     kinds: [Seen; KINDS * 2],
+    /// By `row(kind, slotless)`, every size: how runs' lengths were spread about their
+    /// expected run times.
+    spread: Box<[Spread; KINDS * 2]>,
 }
 
 impl Default for RunTimes {
@@ -124,6 +203,7 @@ impl Default for RunTimes {
         Self {
             classes: Box::new([[Seen::default(); SIZE_CLASSES]; KINDS * 2]),
             kinds: [Seen::default(); KINDS * 2],
+            spread: Box::new([Spread::default(); KINDS * 2]),
         }
     }
 }
@@ -148,8 +228,26 @@ impl RunTimes {
         timeout_ms: Option<u64>,
     ) {
         let row = row(kind, slotless);
+        // Measured against what the lot expected of it before it learns from it, once its
+        // class has been seen (a first run measures how far apart classes are, not runs).
+        let class_seen = self.classes[row][size_class(units)].run_ms.samples > 0;
+        let expected = self.expected(kind, units, slotless, timeout_ms);
+        if let Some(expected) = expected.filter(|&ms| class_seen && ms > 0) {
+            self.spread[row].add(ms as f64 / expected as f64);
+        }
         self.classes[row][size_class(units)].add(ms, timeout_ms);
         self.kinds[row].add(ms, timeout_ms);
+    }
+
+    /// How much longer than its expected run time a run of this kind is expected to take,
+    /// given that it has run `ratio` times that: the mean ratio of the runs seen that went
+    /// at least that far over the mean ratio of all; `None` when none went that far (or
+    /// none was seen).
+    fn survival_factor(&self, kind: ResourceKind, slotless: bool, ratio: f64) -> Option<f64> {
+        let spread = &self.spread[row(kind, slotless)];
+        let all = spread.mean_beyond(0.0)?;
+        let beyond = spread.mean_beyond(ratio)?;
+        Some((beyond / all).max(1.0))
     }
 
     /// The run time expected of a ticket (see the module docs).
@@ -270,11 +368,7 @@ impl<'a> Simulation<'a> {
         for claim in copy.running.values_mut() {
             claim.overdue_at = None;
         }
-        let ends = lot
-            .running
-            .iter()
-            .filter_map(|(&id, claim)| Some(Reverse((lot.expected_end(claim, now)?, id))))
-            .collect();
+        let ends = lot.expected_ends(now);
         let events_left = 4 * (lot.parked.len() + lot.sleepers.len() + lot.running.len()) + 1_024;
         Self {
             lot,
@@ -504,6 +598,16 @@ impl ParkingLot {
             timeout,
         )?;
         let expected = claim.started_ms.saturating_add(run_ms);
+        let ran = now.saturating_sub(claim.started_ms);
+        // A run that has gone on this long is among the longer ones: it is expected to run
+        // as long, against its expected run time, as the runs seen that went as far did.
+        let ratio = ran as f64 / run_ms.max(1) as f64;
+        let slotless = claim.worker == NO_WORKER;
+        if let Some(factor) = self.run_times.survival_factor(claim.kind, slotless, ratio) {
+            let longer = (run_ms as f64 * factor).round() as u64;
+            let longer = timeout.map_or(longer, |timeout| longer.min(timeout));
+            return Some(claim.started_ms.saturating_add(longer).max(now));
+        }
         if expected > now {
             return Some(expected);
         }
@@ -511,11 +615,70 @@ impl ParkingLot {
         // now and its timeout; without a timeout, to run as long again as it has run (run
         // times have heavy tails: the longer a run has gone on, the longer it tends to go on).
         let Some(timeout) = timeout else {
-            let ran = now.saturating_sub(claim.started_ms);
             return Some(now.saturating_add(ran.max(run_ms)));
         };
         let timed_out = claim.started_ms.saturating_add(timeout);
         Some(now.max(now / 2 + timed_out / 2))
+    }
+
+    /// When the running claims are expected to end, as of `now`: at the expected order
+    /// statistics of their ends (see `running_ends.rs`), the claims in the order of their
+    /// own expected ends; past [`SPREAD_CLAIMS`] claims, each at its own expected end.
+    /// Claims of unknown run time never end.
+    fn expected_ends(&self, now: u64) -> BinaryHeap<End> {
+        let mut claims: Vec<(u64, TaskId)> = self
+            .running
+            .iter()
+            .filter_map(|(&id, claim)| Some((self.expected_end(claim, now)?, id)))
+            .collect();
+        if claims.len() > SPREAD_CLAIMS {
+            return claims.into_iter().map(Reverse).collect();
+        }
+        claims.sort_unstable();
+        let mut chances = Vec::new();
+        for (index, &(end, id)) in claims.iter().enumerate() {
+            self.end_chances(&self.running[&id], end, now, index, &mut chances);
+        }
+        let order = expected_order(chances, claims.len(), now);
+        claims
+            .iter()
+            .zip(order)
+            .map(|(&(_, id), at)| Reverse((at, id)))
+            .collect()
+    }
+
+    /// The instants at which running `claim` (the `index`th, expected to end at `end`) may
+    /// end, as of `now`, each with its chance: one for each bucket of the runs seen that
+    /// went as far as it has (see the module docs), or its expected end alone.
+    fn end_chances(
+        &self,
+        claim: &super::Claim,
+        end: u64,
+        now: u64,
+        index: usize,
+        chances: &mut Vec<EndChance>,
+    ) {
+        let timeout =
+            (claim.timeout_ms != super::NO_TIMEOUT).then_some(u64::from(claim.timeout_ms));
+        let slotless = claim.worker == NO_WORKER;
+        let run_ms = self
+            .run_times
+            .expected(claim.kind, claim.declared, slotless, timeout)
+            .unwrap_or(0)
+            .max(1);
+        let ratio = now.saturating_sub(claim.started_ms) as f64 / run_ms as f64;
+        let spread = &self.run_times.spread[row(claim.kind, slotless)];
+        let weight: f64 = spread.beyond(ratio).map(|(_, weight)| weight).sum();
+        let Some(all) = spread.mean_beyond(0.0).filter(|_| weight > f64::EPSILON) else {
+            chances.push((end, index, 1.0));
+            return;
+        };
+        for (r, w) in spread.beyond(ratio) {
+            let length = (run_ms as f64 * r / all).round() as u64;
+            let length = timeout.map_or(length, |timeout| length.min(timeout));
+            let at = claim.started_ms.saturating_add(length).max(now);
+            chances.push((at, index, w / weight));
+        }
     }
 
     /// Where a newcomer would stand if it were admitted at `now` (rule 23): its place in

@@ -222,6 +222,7 @@ mod order;
 mod permits;
 mod rank;
 mod reasons;
+mod running_ends;
 mod service;
 mod shedding;
 

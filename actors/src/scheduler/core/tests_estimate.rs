@@ -173,6 +173,71 @@ fn a_late_run_is_expected_to_end_now() {
 }
 
 #[test]
+fn a_run_that_has_gone_on_is_expected_to_run_as_long_as_the_runs_that_went_as_far() {
+    let mut lot = lot();
+    // Runs of 8 units: the first sets the class's mean (4 s); the next ran half and one and
+    // a half times what was expected of them (2 s of 4 s, 4.5 s of 3 s). The mean: 3.5 s.
+    for (id, from, to) in [(1, 0, 4_000), (2, 4_000, 6_000), (3, 6_000, 10_500)] {
+        lot.admit(normal(id, 8), from);
+        lot.complete(id, to).unwrap();
+    }
+    lot.admit(normal(4, 8), 20_000);
+    lot.admit(normal(5, 8), 20_000);
+    assert_eq!(
+        lot.estimate_start(5, 20_000).unwrap().start_ms,
+        Some(23_500),
+        "a run that just started: its expected run time"
+    );
+    assert_eq!(
+        lot.estimate_start(5, 23_000).unwrap().start_ms,
+        Some(25_250),
+        "at 6 tenths of its expected run time it is one of the long runs: 1.5 times it"
+    );
+    assert_eq!(
+        lot.estimate_start(5, 26_000).unwrap().start_ms,
+        Some(32_000),
+        "past every run seen: late, it runs as long again as it has"
+    );
+}
+
+#[test]
+fn the_first_of_several_uncertain_ends_is_expected_before_the_first_of_their_means() {
+    let mut lot = lot();
+    // Runs of 5 units ran half and one and a half times what was expected of them.
+    for (id, from, to) in [(1, 0, 4_000), (2, 4_000, 6_000), (3, 6_000, 10_500)] {
+        lot.admit(normal(id, 5), from);
+        lot.complete(id, to).unwrap();
+    }
+    // Two run, each expected to end at 23,500: at 21,750 or 25,250, even chances.
+    lot.admit(normal(4, 5), 20_000);
+    lot.admit(normal(5, 5), 20_000);
+    lot.admit(normal(6, 5), 20_000);
+    // The first of the two ends is expected 1,750 + 3,500 / 4 ms on.
+    assert_eq!(
+        lot.estimate_start(6, 20_000).unwrap().start_ms,
+        Some(22_625)
+    );
+}
+
+#[test]
+fn the_expected_order_of_ends_is_that_of_their_order_statistics() {
+    use super::running_ends::expected_order;
+    let certain = vec![(3_000, 1, 1.0), (2_000, 0, 1.0), (2_000, 2, 1.0)];
+    assert_eq!(
+        expected_order(certain, 3, 1_000),
+        vec![2_000, 2_000, 3_000],
+        "ends without a spread come at their instants"
+    );
+    // Each at 21,750 or 25,250, even chances: the first end is expected after
+    // 1,750 + 3,500 / 4 ms and the second after 1,750 + 3,500 * 3 / 4.
+    let even = |claim| [(21_750, claim, 0.5), (25_250, claim, 0.5)];
+    let order = expected_order([even(0), even(1)].concat(), 2, 20_000);
+    assert_eq!(order, vec![22_625, 24_375]);
+    let one = expected_order(even(0).to_vec(), 1, 20_000);
+    assert_eq!(one, vec![23_500], "one claim ends at its mean");
+}
+
+#[test]
 fn the_reservation_is_waited_for_and_ageing_is_foreseen() {
     let limits = PoolLimits::new(10, 8)
         .with_max_queue_depth(100)
@@ -464,5 +529,38 @@ proptest! {
         for (id, estimate) in estimates {
             prop_assert_eq!(estimate.start_ms, starts.get(&id).copied(), "task {}", id);
         }
+    }
+
+    /// The order statistics of the ends come in order, lie among the instants, and add up
+    /// to the ends' own expected instants (the sum of the k-th ends is the sum of the ends):
+    /// exactly (but rounding) up to 16 claims, about past them, where the normal law of the
+    /// count stands in for the exact one.
+    #[test]
+    fn the_expected_order_of_ends_adds_up(
+        claims in prop::collection::vec(
+            prop::collection::vec((0..60_000u64, 1..100u32), 1..32),
+            1..40,
+        ),
+    ) {
+        let now = 1_000;
+        let mut chances = Vec::new();
+        let mut means = 0.0;
+        for (index, ends) in claims.iter().enumerate() {
+            let total: f64 = ends.iter().map(|&(_, weight)| f64::from(weight)).sum();
+            for &(at, weight) in ends {
+                let chance = f64::from(weight) / total;
+                chances.push((now + at, index, chance));
+                means += (now + at) as f64 * chance;
+            }
+        }
+        let first = chances.iter().map(|&(at, ..)| at).min().unwrap();
+        let last = chances.iter().map(|&(at, ..)| at).max().unwrap();
+        let order = super::running_ends::expected_order(chances, claims.len(), now);
+        prop_assert!(order.windows(2).all(|pair| pair[0] <= pair[1]), "{:?}", order);
+        prop_assert!(order.iter().all(|&at| first <= at && at <= last), "{:?}", order);
+        let sum: f64 = order.iter().map(|&at| at as f64).sum();
+        let m = claims.len() as f64;
+        let within = if claims.len() <= 16 { m } else { 0.05 * (last - first) as f64 * m };
+        prop_assert!((sum - means).abs() <= within, "{} vs {}", sum, means);
     }
 }
