@@ -14,7 +14,8 @@ use crate::util::serde::ResourceKind;
 
 /// The planner settings a claim runs under (see [`PgDatabase::claim_rows`]).
 const CLAIM_PLANNER: &str = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
-                             SET LOCAL enable_sort = off; SET LOCAL jit = off";
+                             SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off; \
+                             SET LOCAL jit = off";
 
 impl PgDatabase {
     /// Runs a statement and returns its rows (none for a statement that returns none).
@@ -36,8 +37,11 @@ impl PgDatabase {
     /// between two `ANALYZE` runs, and one taken while it was nearly empty (with the pages
     /// its dead rows left behind) makes the planner expect a few dozen parked rows. It then
     /// reads them all and sorts them, on every claim: 28 ms instead of 1 ms for 256 of
-    /// 20,000 rows. With the full read, the bitmap read and the sort ruled out, the only plan
-    /// left is the walk of the rank index in order, which stops at the rows it takes; JIT
+    /// 20,000 rows. With the full read, the bitmap read and the sort ruled out (an incremental
+    /// sort too: under the deadline order it would walk the `_awake` index, already in
+    /// priority order, and sort each priority's rows by deadline, rather than walk
+    /// `_awake_due`), the only plan left is the walk of the rank index in order, which stops
+    /// at the rows it takes; JIT
     /// compilation is turned off because the cost those rules add to the other plans would
     /// otherwise set it off (about 300 ms). The settings end with the transaction. Costs
     /// three round trips more per claim, each claim taking up to hundreds of tasks.

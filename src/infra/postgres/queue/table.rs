@@ -551,6 +551,10 @@ mod tests {
     fn a_deadline_ordered_claim_walks_its_own_index() {
         let (table, plan, _) = claim_plans(QueueOrder::Deadline);
         assert_walks(&plan, &format!("{table}_awake_due"), &table);
+        assert!(
+            !plan.contains(&format!("Index Scan using {table}_awake ")),
+            "the claim walks the admission-order index and sorts what it reads:\n{plan}"
+        );
     }
 
     /// `plan` walks `index` and reads no more of `table`.
@@ -562,10 +566,11 @@ mod tests {
         for whole_table in [
             format!("Seq Scan on {table}"),
             format!("Bitmap Heap Scan on {table}"),
+            "Incremental Sort".to_owned(),
         ] {
             assert!(
                 !plan.contains(&whole_table),
-                "the claim reads the whole table:\n{plan}"
+                "the claim reads (and sorts) the whole table:\n{plan}"
             );
         }
     }
