@@ -1942,20 +1942,20 @@ pub async fn a_rank_bound_admits_by_deadline(queue: &dyn SharedQueue<Job>) {
     assert_eq!(unbounded, Some(1));
 }
 
-/// The starvation guard reserves the best-ranked aged task in the deadline order: while it
-/// does not fit, only tasks due before it are claimed.
+/// The starvation guard reserves the oldest aged task, the one that waited longest, under
+/// the deadline order too: while it does not fit, only tasks due before it are claimed.
 pub async fn an_aged_task_reserves_by_deadline(queue: &dyn SharedQueue<Job>) {
     let big_due_soon = task(1, Normal, 10, Cpu, 8, Some(300));
-    let big_due_later = task(2, Normal, 0, Cpu, 8, Some(600));
-    let small_due_sooner = task(3, Normal, 100, Cpu, 1, Some(200));
-    let small_due_latest = task(4, Normal, 100, Cpu, 1, Some(900));
+    let big_oldest = task(2, Normal, 0, Cpu, 8, Some(600));
+    let small_due_sooner = task(3, Normal, 100, Cpu, 1, Some(500));
+    let small_due_later = task(4, Normal, 100, Cpu, 1, Some(900));
     enqueue_all(
         queue,
         &[
             (1, &big_due_soon),
-            (2, &big_due_later),
+            (2, &big_oldest),
             (3, &small_due_sooner),
-            (4, &small_due_latest),
+            (4, &small_due_later),
         ],
     )
     .await;
@@ -1971,17 +1971,17 @@ pub async fn an_aged_task_reserves_by_deadline(queue: &dyn SharedQueue<Job>) {
     assert_eq!(
         ahead,
         Some(3),
-        "due at 200: ahead of the reserved task (due at 300)"
+        "due at 500: ahead of the reserved task 2 (due at 600)"
     );
     let held = best_fit(queue, aged(4)).await;
     assert_eq!(
         held, None,
-        "task 1 (aged, due at 300) reserves; task 4 is behind it"
+        "task 2 (the oldest aged) reserves; task 4 is behind it"
     );
-    let reserved = best_fit(queue, aged(8)).await;
+    let fits = best_fit(queue, aged(8)).await;
     assert_eq!(
-        reserved,
+        fits,
         Some(1),
-        "the reserved task is the aged one due first"
+        "the reservation fits: the earliest deadline that fits goes"
     );
 }

@@ -311,7 +311,9 @@ impl<P> Lot<P> {
                     && parked.claimable_from_ms <= rule.parked_before_ms
                     && cost.units <= rule.capacity.get(cost.kind)
             })
-            .min_by_key(|(entry, parked)| parked.rank(**entry, self.order))?;
+            // The oldest aged task: under the deadline order too, the one that waited longest
+            // (as the Postgres table queue reserves it).
+            .min_by_key(|(entry, parked)| parked.rank(**entry, QueueOrder::Fifo))?;
         let cost = parked.task.meta.cost;
         (cost.units > query.free.get(cost.kind)).then_some(RankBound {
             priority: parked.task.meta.priority,
