@@ -173,6 +173,10 @@ impl FleetService {
         }
         let counter = decayed("s.service", "s.at_ms");
         let floor = decayed("f.floor", "f.at_ms");
+        // A counter is soft state: the statement's commit does not wait for the WAL flush
+        // (`synchronous_commit` off for its own transaction, set in the statement so that it
+        // stays one round trip). A settlement lost to a crash leaves the charge ahead, as a
+        // node that dies mid-run does.
         // The refund's share of the counter decayed as the charge did since the start.
         let since_start = decayed("1::float8", "$4");
         let sql = format!(
@@ -182,6 +186,7 @@ impl FleetService {
                    LEAST({counter}, COALESCE((SELECT {floor} FROM {FLOORS_TABLE} AS f \
                      WHERE f.queue_key = $1), 0))) END, \
                at_ms = {DATABASE_NOW_MS} \
+             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed \
              WHERE s.queue_key = $1 AND s.tenant = $2"
         )
         .replace("$half_life", "$5");
