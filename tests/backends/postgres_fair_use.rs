@@ -197,7 +197,8 @@ impl prometheus_parking_lot::TaskExecutor<u64, u64> for Reporter {
 
 /// Through a pool built from a configuration file: a task that waited in the table queue
 /// is charged its declared units by the claim that takes it, and settled to the units its
-/// executor reported when it ends.
+/// executor reported when it ends; a task that started at once was never charged, and its
+/// end changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_settles_what_its_claimed_runs_reported() {
     use prometheus_parking_lot::core::{ScheduledTask, TaskMetadata};
@@ -232,18 +233,38 @@ async fn a_node_settles_what_its_claimed_runs_reported() {
     })
     .expect("the pool starts");
     let pool = &built.pools["work"];
-    let submit = |id: u64| {
+    // Acme was served before: its counter is at 10 (and the floor at 0).
+    let key = format!("postgres table pl_queue_jobs {name}");
+    let url_for_sql = url.clone();
+    let connection = sea_orm::Database::connect(url_for_sql)
+        .await
+        .expect("connect");
+    connection
+        .execute_raw(Statement::from_sql_and_values(
+            sea_orm::DbBackend::Postgres,
+            "INSERT INTO pl_fleet_service (queue_key, tenant, service, at_ms) \
+             VALUES ($1, 'acme', 10, (extract(epoch from clock_timestamp()) * 1000)::bigint)",
+            [key.into()],
+        ))
+        .await
+        .expect("set acme's counter");
+    let _ = connection.close().await;
+    // Each task declares 4 units and reports using `used` of them.
+    let submit = |id: u64, used: u64| {
         let meta =
             TaskMetadata::new(id, ResourceCost::cpu(4)).with_mailbox(MailboxKey::new("acme"));
-        pool.submit(ScheduledTask::new(meta, 1))
+        pool.submit(ScheduledTask::new(meta, used))
     };
-    // Task 1 starts at once on this node (no claim, no fleet charge); task 2 waits in the
-    // table until the node claims it.
-    let first = submit(1).await.expect("submit");
-    let second = submit(2).await.expect("submit");
+    // Task 1 starts at once on this node, stored as its claim (the default durability):
+    // the fleet charged nothing for it, so its end settles nothing there (were it settled,
+    // acme would fall to 8.5 first). Task 2 waits in the table until the node claims it:
+    // charged 4 / 2 from acme's 10, to 12, it settles to 10 + 3 / 2 = 11.5 (a refund of 0.5,
+    // above the floor of 10 the claim's pick set).
+    let first = submit(1, 1).await.expect("submit");
+    let second = submit(2, 3).await.expect("submit");
     reporter.gate.add_permits(2);
-    for key in [&first, &second] {
-        assert_eq!(pool.retrieve(key, Duration::from_secs(10)).await, Ok(1));
+    for (key, used) in [(&first, 1), (&second, 3)] {
+        assert_eq!(pool.retrieve(key, Duration::from_secs(10)).await, Ok(used));
     }
     let fleet = Fleet {
         queue: tokio::task::spawn_blocking({
@@ -257,12 +278,17 @@ async fn a_node_settles_what_its_claimed_runs_reported() {
     let give_up = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let service = counter(&fleet).await;
-        if (service - 0.5).abs() < 1e-9 {
+        if (service - 12.0).abs() > 1e-3 {
+            assert!(
+                (service - 11.5).abs() < 1e-3,
+                "acme's counter is {service}: 10, charged 4 / 2 by task 2's claim, settles \
+                 to 10 + 3 / 2 (task 1, charged nothing, gives nothing back)"
+            );
             break;
         }
         assert!(
             std::time::Instant::now() < give_up,
-            "acme's counter is {service}: charged 4 / 2 by the claim, it settles to 1 / 2"
+            "acme's counter is {service}: task 2's settlement never came"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

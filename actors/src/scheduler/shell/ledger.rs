@@ -232,6 +232,10 @@ pub(crate) struct Rare {
     /// The queue is still storing `lease` (a task this node started at once): until it
     /// answers, the claim is not renewed.
     pub recording: bool,
+    /// `lease` is a claim this node took from the shared queue, which charged the fleet's
+    /// fair share (if the queue keeps one), not a task it started at once and stored as its
+    /// claim, which charged nothing there.
+    pub claimed: bool,
     /// A copy of the running task's payload, kept while it may be preempted, so it can run
     /// again (a `P`; see `rerun.rs`).
     pub spare: Option<Box<dyn std::any::Any + Send>>,
@@ -387,6 +391,11 @@ impl<P> Record<P> {
     /// The shared claim it runs under, if any.
     pub fn lease(&self) -> Option<Claim> {
         self.rare()?.lease
+    }
+
+    /// Whether the task was claimed from the shared queue (see [`Rare::claimed`]).
+    pub fn claimed_from_queue(&self) -> bool {
+        self.rare().is_some_and(|rare| rare.claimed)
     }
 
     /// The shared claim to keep renewed: its lease, unless the queue is still storing it (a

@@ -531,7 +531,7 @@ where
                 // Claimed here: it goes on in the trace it was parked in.
                 let traced = Extras::with_trace(None, trace);
                 self.tasks.track(entry, &task.meta, &key, timeout, traced);
-                self.tasks.set_lease(entry, shared_entry, attempt);
+                self.tasks.set_claim(entry, shared_entry, attempt);
                 self.tasks.step(entry, TaskStep::Claimed, now);
                 self.tasks.begin_run(entry, false, now);
                 task.meta.mailbox = Some(key);
@@ -573,7 +573,7 @@ where
                 // its lease, where the core's order protects it.
                 let traced = Extras::with_trace(None, trace);
                 self.tasks.track(entry, &task.meta, &key, timeout, traced);
-                self.tasks.set_lease(entry, shared_entry, attempt);
+                self.tasks.set_claim(entry, shared_entry, attempt);
                 let arrived = (None, TaskStep::Claimed);
                 self.tasks
                     .keep_parked(entry, task.payload, arrived, key, now);

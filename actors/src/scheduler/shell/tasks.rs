@@ -269,7 +269,7 @@ where
         let fleet_use = self
             .ledger
             .get(entry)
-            .filter(|record| record.lease().is_some())
+            .filter(|record| record.claimed_from_queue())
             .and_then(|record| {
                 let used = self.core.run_use(entry, now)?;
                 Some((record.key.key().tenant.clone(), used))
@@ -405,6 +405,15 @@ where
     pub fn set_lease(&mut self, entry: EntryId, shared_entry: EntryId, attempt: u32) {
         if let Some(record) = self.ledger.get_mut(entry) {
             record.rare_mut().lease = Some(Claim::new(shared_entry, attempt));
+        }
+    }
+
+    /// Gives task `entry` the claim this node took of `shared_entry` from the shared queue,
+    /// as its `attempt`-th (see [`Rare::claimed`](super::ledger::Rare::claimed)).
+    pub fn set_claim(&mut self, entry: EntryId, shared_entry: EntryId, attempt: u32) {
+        self.set_lease(entry, shared_entry, attempt);
+        if let Some(record) = self.ledger.get_mut(entry) {
+            record.rare_mut().claimed = true;
         }
     }
 
