@@ -17,7 +17,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::core::{
     Capacity, Carried, FitQuery, QueueOrder, Settlement, SharedQueue,
@@ -31,18 +31,6 @@ const NODE: &str = "bench-node";
 const LEASE: Duration = Duration::from_secs(60);
 /// Tasks parked by one `enqueue_many`.
 const GROUP: u64 = 100;
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-fn now_ms() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// Task `id` of one CPU unit, due `deadline_ms`, its payload its deadline.
 fn task(id: u64, deadline_ms: u64) -> ScheduledTask<u64> {
@@ -81,7 +69,7 @@ async fn claim_one(queue: &PostgresQueue<u64>) -> (Duration, u64) {
     let free = FitQuery::within(Capacity::uniform(1));
     let started = Instant::now();
     let mut leases = queue
-        .claim_batch(NODE, &free, 1, LEASE, now_ms())
+        .claim_batch(NODE, &free, 1, LEASE, support::now_ms())
         .await
         .expect("claim");
     let took = started.elapsed();
@@ -93,14 +81,6 @@ async fn claim_one(queue: &PostgresQueue<u64>) -> (Duration, u64) {
     (took, lease.task.payload)
 }
 
-/// The median and 90th percentile of `times`, in ms.
-fn spread(times: &[Duration]) -> (f64, f64) {
-    let mut ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let p90 = ms[(ms.len() * 9 / 10).min(ms.len() - 1)];
-    (support::median(&ms), p90)
-}
-
 fn main() {
     let (tasks, claims) = if support::measured() {
         (
@@ -110,7 +90,7 @@ fn main() {
     } else {
         (500, 20)
     };
-    let database = PgDatabase::connect(&database_url()).expect("the bench database");
+    let database = PgDatabase::connect(&support::database_url()).expect("the bench database");
     let pid = std::process::id();
     let (fifo_table, deadline_table) = (
         format!("pl_bench_fifo_{pid}"),
@@ -124,7 +104,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let base = now_ms() + 3_600_000;
+    let base = support::now_ms() + 3_600_000;
     let (parks, fifo_claims, deadline_claims) = runtime.block_on(async {
         let parks = (
             park_all(&fifo, tasks, base).await,
@@ -149,8 +129,8 @@ fn main() {
         }
         (parks, fifo_claims, deadline_claims)
     });
-    let (fifo_median, fifo_p90) = spread(&fifo_claims);
-    let (deadline_median, deadline_p90) = spread(&deadline_claims);
+    let (fifo_median, fifo_p90) = support::spread_ms(&fifo_claims);
+    let (deadline_median, deadline_p90) = support::spread_ms(&deadline_claims);
     let per_task = |took: Duration| took.as_secs_f64() * 1e6;
     println!("the Postgres table queue, {tasks} tasks parked, {claims} claims each:");
     println!(

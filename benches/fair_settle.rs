@@ -15,7 +15,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::core::{
     Capacity, Carried, FairByUse, FitQuery, RunUse, Settlement, SharedQueue, TenantWeights,
@@ -29,18 +29,6 @@ use sea_orm::ConnectionTrait;
 const NODE: &str = "bench-node";
 const LEASE: Duration = Duration::from_secs(60);
 const TENANTS: [&str; 2] = ["acme", "globex"];
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-fn now_ms() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// Task `id` of one CPU unit, of the tenant `id` picks.
 fn task(id: u64) -> ScheduledTask<u64> {
@@ -68,7 +56,7 @@ async fn claim_all(queue: &PostgresQueue<u64>, count: u64, settle_use: bool) -> 
     let started = Instant::now();
     for _ in 0..count {
         let mut leases = queue
-            .claim_batch(NODE, &free, 1, LEASE, now_ms())
+            .claim_batch(NODE, &free, 1, LEASE, support::now_ms())
             .await
             .expect("claim");
         let lease = leases.pop().expect("a task to claim");
@@ -82,7 +70,7 @@ async fn claim_all(queue: &PostgresQueue<u64>, count: u64, settle_use: bool) -> 
                 units: 1,
                 held_unit_ms: 1.0,
                 reported: Some(0),
-                started_ms: now_ms(),
+                started_ms: support::now_ms(),
             };
             queue.settle_use(&tenant, used).await.expect("settle use");
         }
@@ -99,7 +87,7 @@ fn main() {
     } else {
         (50, 1)
     };
-    let database = PgDatabase::connect(&database_url()).expect("the bench database");
+    let database = PgDatabase::connect(&support::database_url()).expect("the bench database");
     let table = format!("pl_bench_fair_{}", std::process::id());
     let queue = PostgresQueue::<u64>::open(&database, &table, "q").expect("open");
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -78,11 +78,6 @@ impl TaskExecutor<u64, u64> for Noop {
     }
 }
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -251,7 +246,7 @@ async fn round(database: &PgDatabase, scale: &Scale, side: Side) -> (f64, u64) {
 
 fn main() {
     let scale = Scale::from_args();
-    let database = PgDatabase::connect(&database_url()).expect("the bench database");
+    let database = PgDatabase::connect(&support::database_url()).expect("the bench database");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

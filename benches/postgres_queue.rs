@@ -91,11 +91,6 @@ impl TaskExecutor<u64, u64> for Double {
     }
 }
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -467,7 +462,7 @@ fn rate(jobs: u64, elapsed: Duration) -> f64 {
 
 fn main() {
     let scale = Scale::from_args();
-    let database = PgDatabase::connect(&database_url()).unwrap_or_else(|error| {
+    let database = PgDatabase::connect(&support::database_url()).unwrap_or_else(|error| {
         panic!("the Postgres benchmark needs a server at DATABASE_URL or 127.0.0.1:5432: {error}")
     });
     let client = tokio::runtime::Builder::new_multi_thread()

@@ -18,7 +18,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::core::{Capacity, Carried, FitQuery, Settlement, SharedQueue};
 use prometheus_parking_lot::infra::postgres::PgDatabase;
@@ -50,18 +50,6 @@ impl Scale {
             }
         }
     }
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-fn now_ms() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Task `id` of one CPU unit, its payload its id.
@@ -98,17 +86,9 @@ async fn claim_one(queue: &PostgresQueue<u64>, now: u64) -> (Duration, u64) {
     (took, lease.task.payload)
 }
 
-/// The median and 90th percentile of `times`, in ms.
-fn spread(times: &[Duration]) -> (f64, f64) {
-    let mut ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let p90 = ms[(ms.len() * 9 / 10).min(ms.len() - 1)];
-    (support::median(&ms), p90)
-}
-
 fn main() {
     let scale = Scale::from_args();
-    let database = PgDatabase::connect(&database_url()).expect("the bench database");
+    let database = PgDatabase::connect(&support::database_url()).expect("the bench database");
     let table = format!("pl_bench_sleep_{}", std::process::id());
     let asleep = PostgresQueue::<u64>::open(&database, &table, "asleep").expect("open");
     let awake = PostgresQueue::<u64>::open(&database, &table, "awake").expect("open");
@@ -116,7 +96,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let start_ms = now_ms();
+    let start_ms = support::now_ms();
     let wake_ms = start_ms + HOUR_MS;
     let (sleeping, claims) = (scale.sleeping, scale.claims);
     let wake = Carried {
@@ -134,10 +114,10 @@ fn main() {
         park_due(&awake, sleeping, claims, 1_000).await;
         let (mut with_sleepers, mut without, mut woken) = (Vec::new(), Vec::new(), Vec::new());
         for step in 0..claims {
-            let (took, id) = claim_one(&asleep, now_ms()).await;
+            let (took, id) = claim_one(&asleep, support::now_ms()).await;
             assert_eq!(id, sleeping + step, "the best-ranked due task, no sleeper");
             with_sleepers.push(took);
-            let (took, id) = claim_one(&awake, now_ms()).await;
+            let (took, id) = claim_one(&awake, support::now_ms()).await;
             assert_eq!(id, sleeping + step, "the best-ranked due task");
             without.push(took);
         }
@@ -153,9 +133,9 @@ fn main() {
             .expect("drop the bench table");
         (with_sleepers, without, woken)
     });
-    let (with_median, with_p90) = spread(&with_sleepers);
-    let (without_median, without_p90) = spread(&without);
-    let (woken_median, woken_p90) = spread(&woken);
+    let (with_median, with_p90) = support::spread_ms(&with_sleepers);
+    let (without_median, without_p90) = support::spread_ms(&without);
+    let (woken_median, woken_p90) = support::spread_ms(&woken);
     println!("one claim on the Postgres table queue, {claims} claims each, medians (p90):");
     println!("  {sleeping} tasks sleeping:   {with_median:.3} ms ({with_p90:.3} ms)");
     println!("  none sleeping:         {without_median:.3} ms ({without_p90:.3} ms)");

@@ -26,6 +26,31 @@ pub fn median(values: &[f64]) -> f64 {
     sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// The database a Postgres bench uses: `DATABASE_URL`, else the local server's `test`.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// Now, ms since the Unix epoch.
+pub fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The median and 90th percentile of `times`, in ms.
+pub fn spread_ms(times: &[std::time::Duration]) -> (f64, f64) {
+    let mut ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let p90 = ms
+        .get((ms.len() * 9 / 10).min(ms.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0);
+    (median(&ms), p90)
+}
+
 /// A global allocator that counts the live heap bytes, so memory per task is measured, not
 /// estimated. A bench that wants it declares it:
 /// `#[global_allocator] static ALLOCATOR: support::LiveBytes = support::LiveBytes;`
