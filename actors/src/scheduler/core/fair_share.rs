@@ -257,11 +257,18 @@ impl TenantBook {
         }
     }
 
-    /// Running task `id`'s charge and its tenant's counter at `now`, to put back with
-    /// [`restore_charge`](Self::restore_charge) within the same event.
-    pub(super) fn snapshot_charge(&mut self, id: TaskId, now: u64) -> Option<ChargeSnapshot> {
-        // Moved now if due, so that no move comes between the snapshot and its restore.
-        self.rebase_if_due(now);
+    /// Whether the counters' frame is to move at `now`: a move may reorder tenants, so an
+    /// event that makes no decision after it (a growth at once) must not make it.
+    pub(super) fn frame_due(&self, now: u64) -> bool {
+        self.service
+            .as_ref()
+            .is_some_and(|book| book.rebase_due(now))
+    }
+
+    /// Running task `id`'s charge and its tenant's counter, to put back with
+    /// [`restore_charge`](Self::restore_charge) within the same event, in which the frame
+    /// does not move (see [`frame_due`](Self::frame_due)).
+    pub(super) fn snapshot_charge(&self, id: TaskId) -> Option<ChargeSnapshot> {
         self.service.as_ref()?.snapshot(id)
     }
 
@@ -281,15 +288,14 @@ impl TenantBook {
         }
     }
 
-    /// Running task `id` of `tenant` holds `units` more from `now` on (a permit grew).
+    /// Running task `id` of `tenant` holds `units` more from `now` on (a permit grew; the
+    /// frame is not due, see [`frame_due`](Self::frame_due)).
     pub(super) fn charge_growth(&mut self, id: TaskId, tenant: TenantKey, units: u32, now: u64) {
-        if self.service.is_none() {
+        let Some(book) = &mut self.service else {
             return;
-        }
-        self.rebase_if_due(now);
-        if let Some(book) = &mut self.service {
-            book.grow(id, units, now);
-        }
+        };
+        debug_assert!(!book.rebase_due(now), "a growth never moves the frame");
+        book.grow(id, units, now);
         self.refresh(tenant);
     }
 

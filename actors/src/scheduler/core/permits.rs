@@ -48,21 +48,24 @@ impl ParkingLot {
     /// Under a fair share a growth changes its tenant's place in the fair order, which could
     /// let a parked task start; such a growth is refused too (the caller then waits in rank
     /// with a child ticket, see [`absorb`](Self::absorb)), so the saturation invariant holds.
+    /// So is one while a fair share by use is due to move its counters' frame, a move that
+    /// can reorder tenants too.
     pub fn grow_now(&mut self, id: TaskId, extra: u32) -> Result<bool, UnknownTask> {
         let claim = *self.running.get(&id).ok_or(UnknownTask::NotRunning(id))?;
         if extra > self.free(claim.kind) || self.reserved().is_some() {
             return Ok(false);
         }
         if let Some(book) = &self.tenants {
-            if extra > book.room(claim.tenant, claim.kind) {
+            // Moving the counters' frame could reorder the tenants, and no decision follows
+            // here: the growth waits in rank instead, and the next start or end moves it.
+            if extra > book.room(claim.tenant, claim.kind) || book.frame_due(self.clock) {
                 return Ok(false);
             }
         }
-        let clock = self.clock;
         let charged = self
             .tenants
-            .as_mut()
-            .and_then(|book| book.snapshot_charge(id, clock));
+            .as_ref()
+            .and_then(|book| book.snapshot_charge(id));
         self.take_units(id, &claim, extra);
         if self.tenants.is_some() && self.best_fit(self.clock).is_some() {
             self.give_units(id, &claim, extra);

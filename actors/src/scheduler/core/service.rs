@@ -24,7 +24,9 @@
 //!   to `raw`. When that factor passes 2^32 (32 half-lives after the epoch) every counter is
 //!   divided by it and the epoch moves to `now` (O(T), once per 32 half-lives); idle
 //!   tenants at or under the floor are forgotten then (lifted to the floor, they would come
-//!   back where they are).
+//!   back where they are). The move is made at a start or an end only, where a decision
+//!   follows: after a thousand half-lives without one, every counter falls to zero and the
+//!   tenants tie, which can change their order.
 //!
 //! # Invariants
 //!
@@ -378,13 +380,20 @@ impl ServiceBook {
         Some(run.tenant)
     }
 
+    /// Whether the frame is to move at `now` (its factor passed [`REBASE_AT`]).
+    pub(super) fn rebase_due(&self, now: u64) -> bool {
+        self.scale(now) > REBASE_AT
+    }
+
     /// Moves the frame to `now` when its factor passed [`REBASE_AT`]; returns whether it
-    /// did (every tenant's key changed then).
+    /// did (every tenant's key changed then). The move can reorder tenants: counters that
+    /// decayed for about a thousand half-lives all fall to zero and tie, so a move happens
+    /// only where a decision follows (a start, an end).
     pub(super) fn rebase_if_due(&mut self, now: u64) -> bool {
-        let scale = self.scale(now);
-        if scale <= REBASE_AT {
+        if !self.rebase_due(now) {
             return false;
         }
+        let scale = self.scale(now);
         let floor = self.floor() / scale;
         let charged: BTreeSet<TenantKey> = self.running.values().map(|run| run.tenant).collect();
         let backlogged: BTreeSet<TenantKey> =

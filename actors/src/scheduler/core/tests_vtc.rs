@@ -150,6 +150,25 @@ fn counters_halve_every_half_life_and_keep_their_order() {
 }
 
 #[test]
+fn a_growth_at_once_waits_while_the_frame_is_due_to_move() {
+    let order = FairByUse::new(UsageCharge::Reported).with_half_life_ms(1);
+    let mut lot = by_use(10, 2, order);
+    assert_eq!(lot.admit_permit(of(1, 1, 2), 0), Admit::Start);
+    assert_eq!(lot.grow_now(1, 1), Ok(true));
+    // 2,000 half-lives later every counter has underflowed to zero: moving the frame would
+    // tie the tenants, an order only a decision may act on, so the growth waits in rank.
+    lot.tick(2_000);
+    assert_eq!(lot.grow_now(1, 1), Ok(false));
+    assert_eq!(lot.units_of(1), Some(3));
+    // A start moves the frame; a growth at once is allowed again.
+    assert_eq!(lot.admit(of(2, 2, 1), 2_000), Admit::Start);
+    assert_eq!(lot.grow_now(1, 1), Ok(true));
+    assert_eq!(lot.units_of(1), Some(4));
+    assert_eq!((service(&lot, 1), service(&lot, 2)), (1.0, 1.0));
+    lot.check_invariants().expect("invariants");
+}
+
+#[test]
 fn a_reported_use_settles_the_charge_when_the_task_ends() {
     let mut lot = by_use(10, 2, FairByUse::new(UsageCharge::Reported));
     lot.admit(of(1, 1, 8), 0);
