@@ -4,6 +4,7 @@
 //! share writes, none is lost or written twice, each key's results keep their order, and a
 //! shutdown writes what was still waiting.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,16 +20,20 @@ use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
 use prometheus_parking_lot::TaskExecutor;
 
 use prometheus_parking_lot::core::RestartPolicy;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// An in-memory mailbox behind a slow write (`delay` per `store_many`), recording each
-/// write's task ids.
-struct SlowMailbox {
-    inner: InMemoryMailbox<TaskId>,
+/// An in-memory mailbox behind a slow write (`delay` per `store_many`, and a permit of
+/// `gate` when it has one), recording each write's task ids. With `stale_holds` set, its next
+/// `holds` reads its answer, then opens the gate and waits for the write to land before
+/// answering: the answer is stale, as a database read racing a commit can be.
+pub(crate) struct SlowMailbox {
+    pub inner: InMemoryMailbox<TaskId>,
     delay: Duration,
     writes: Mutex<Vec<Vec<TaskId>>>,
+    pub gate: Option<Semaphore>,
+    pub stale_holds: AtomicBool,
 }
 
 #[async_trait]
@@ -51,6 +56,9 @@ impl Mailbox<TaskId> for SlowMailbox {
         deliveries: Vec<(MailboxKey, Delivery<TaskId>)>,
     ) -> Vec<Result<(), MailboxError>> {
         tokio::time::sleep(self.delay).await;
+        if let Some(gate) = &self.gate {
+            gate.acquire().await.expect("open").forget();
+        }
         let ids = deliveries
             .iter()
             .map(|(_, delivery)| delivery.task_id)
@@ -61,6 +69,23 @@ impl Mailbox<TaskId> for SlowMailbox {
             stored.push(self.inner.store(&key, delivery).await);
         }
         stored
+    }
+
+    async fn holds(&self, wanted: &[(MailboxKey, TaskId)]) -> Result<Vec<bool>, MailboxError> {
+        let mut held = Vec::new();
+        for (key, id) in wanted {
+            held.push(self.inner.list(key).await?.contains(id));
+        }
+        if let (Some(gate), true) = (&self.gate, self.stale_holds.swap(false, Ordering::SeqCst)) {
+            gate.add_permits(1);
+            let (key, id) = &wanted[0];
+            while !self.inner.list(key).await?.contains(id) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            // The mailbox actor tells the pool the write landed right after it returns.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(held)
     }
 
     async fn take(&self, key: &MailboxKey) -> Result<Option<Delivery<TaskId>>, MailboxError> {
@@ -106,8 +131,10 @@ async fn pool(mailbox: Arc<SlowMailbox>) -> PoolClient<u64, TaskId> {
     pool_telling(mailbox, Vec::new()).await
 }
 
-async fn pool_telling(
-    mailbox: Arc<SlowMailbox>,
+/// A pool of four workers whose tasks answer their own id, storing results in `mailbox` and
+/// telling `notifiers`.
+pub(crate) async fn pool_telling(
+    mailbox: Arc<dyn Mailbox<TaskId>>,
     notifiers: Vec<Arc<dyn Notifier>>,
 ) -> PoolClient<u64, TaskId> {
     let supervisor = spawn_supervisor().await.unwrap();
@@ -142,6 +169,19 @@ fn slow_mailbox(delay_ms: u64) -> Arc<SlowMailbox> {
         inner: InMemoryMailbox::new(),
         delay: Duration::from_millis(delay_ms),
         writes: Mutex::default(),
+        gate: None,
+        stale_holds: AtomicBool::new(false),
+    })
+}
+
+/// A mailbox whose writes each wait for a permit of a gate that starts closed.
+pub(crate) fn gated_mailbox() -> Arc<SlowMailbox> {
+    Arc::new(SlowMailbox {
+        inner: InMemoryMailbox::new(),
+        delay: Duration::ZERO,
+        writes: Mutex::default(),
+        gate: Some(Semaphore::new(0)),
+        stale_holds: AtomicBool::new(false),
     })
 }
 

@@ -22,6 +22,7 @@ mod mailbox_groups;
 mod not_before;
 mod permits;
 mod permits_fast_path;
+mod result_gap;
 mod retries;
 mod retrieve_give_up;
 mod runtime;

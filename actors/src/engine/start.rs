@@ -16,6 +16,7 @@ use crate::domain::{
 };
 use crate::mailbox::actor::{MailboxActor, MailboxMsg, MailboxState};
 use crate::mailbox::notify::Notifiers;
+use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::{Mailbox, Notifier, ResultEncoder};
 use crate::observe::events::{EventFeed, EventSubscriber};
 use crate::observe::stats::PoolCounters;
@@ -355,16 +356,17 @@ where
     )
     .await?
     .into();
-    let results = if inline_results {
-        Results::Inline {
+    let results_watch = (!inline_results).then(ResultWatch::new);
+    let results = match &results_watch {
+        None => Results::Inline {
             mailbox: spec.mailbox.clone(),
             notifiers: notifiers(),
-        }
-    } else {
-        Results::Actor {
+        },
+        Some(watch) => Results::Actor {
             actor: mailbox_actor,
             fences: spec.mailbox.fences_claims(),
-        }
+            watch: watch.clone(),
+        },
     };
 
     let shared_queue = spec.shared.as_ref().map(|parking| parking.queue.clone());
@@ -434,6 +436,7 @@ where
         counters: counters.clone(),
         subscribers,
         mailbox: spec.mailbox.clone(),
+        results_watch: results_watch.clone(),
         gpu_sampled: false,
         rerun: rerun.clone(),
         lanes,
@@ -503,6 +506,7 @@ where
         scheduler,
         inbox,
         mailbox: spec.mailbox,
+        results_watch,
         notifiers: spec.notifiers,
         counters,
         supervisor: supervisor.clone(),

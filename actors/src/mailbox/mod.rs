@@ -1,12 +1,14 @@
 //! Where results wait for their submitter: the [`Mailbox`] contract every storage backend
 //! implements, the [`Notifier`] hook for terminal events ([`notify`]), and the
-//! mailbox actor (`actor.rs`) that stores results off the scheduler.
+//! mailbox actor (`actor.rs`) that stores results off the scheduler, and the watch over the
+//! results on their way there (`watch.rs`).
 //!
 //! Every operation takes a full [`MailboxKey`], tenant included, and backends match keys
 //! exactly, so a key of one tenant can never read, list or remove another tenant's results.
 
 pub mod actor;
 pub mod notify;
+pub(crate) mod watch;
 
 pub use notify::{json_result, Notifier, ResultEncoder, TerminalEvent};
 

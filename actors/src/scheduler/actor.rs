@@ -314,14 +314,17 @@ where
             options,
             reply,
             slots,
+            results_mark,
         } => {
             let mut answers = Vec::with_capacity(tasks.len());
             let mut slots = slots.into_iter();
             for task in tasks {
                 let (answer, wait) = oneshot::channel();
-                let extras = slots.next().map(|slot| {
+                let slot = slots.next();
+                let extras = (slot.is_some() || results_mark.is_some()).then(|| {
                     Box::new(Extras {
-                        slot: Some(slot),
+                        slot,
+                        results_mark,
                         ..Extras::default()
                     })
                 });

@@ -19,6 +19,7 @@ use super::shell::Shell;
 use crate::domain::MailboxKey;
 use crate::mailbox::actor::{AfterStore, Fence, MailboxMsg, Stored};
 use crate::mailbox::notify::Notifiers;
+use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::{Delivery, Mailbox, MailboxError};
 use crate::queue::actor::{QueueMsg, QueueReport};
 use crate::queue::QueueError;
@@ -36,6 +37,8 @@ pub(crate) enum Results<R> {
         actor: ActorRef<MailboxMsg<R>>,
         /// The mailbox ends shared claims in the store's transaction.
         fences: bool,
+        /// The results on their way to the mailbox (see `mailbox/watch.rs`).
+        watch: Arc<ResultWatch>,
     },
 }
 
@@ -164,6 +167,13 @@ where
             settle,
             later,
         } = outcome;
+        // Marked from the task's end (this step) until its result is in the mailbox.
+        let storing = match &self.results {
+            Results::Actor { watch, .. } if !key.is_anonymous() => {
+                Some(watch.storing(&key, delivery.task_id))
+            }
+            _ => None,
+        };
         if let (Some((claim, settlement)), Some(later), Some(shared)) =
             (settle, later, self.shared.as_ref())
         {
@@ -180,7 +190,8 @@ where
                     claim,
                     later,
                     stored,
-                })
+                });
+                drop(storing);
             });
             self.publish(key, delivery, run, fence, then, shared);
             return;
@@ -190,7 +201,9 @@ where
                 store_inline(&self.pool, &**mailbox, notifiers, key, delivery, run, None)
             }
             Results::Actor { actor, .. } => {
-                store_through(&self.pool, actor, key, delivery, run, None)
+                let then =
+                    storing.map(|storing| -> AfterStore { Box::new(move |_| drop(storing)) });
+                store_through(&self.pool, actor, key, delivery, run, then)
             }
         }
     }
@@ -216,6 +229,7 @@ where
         if let Results::Actor {
             fences: true,
             actor,
+            ..
         } = &self.results
         {
             let task_id = delivery.task_id;

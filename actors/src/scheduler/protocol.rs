@@ -384,20 +384,28 @@ pub(crate) struct Extras {
     pub slot: Option<SlotGuard>,
     /// The trace the task belongs to (see [`SubmitOptions::trace`]).
     pub trace: Option<TraceParent>,
+    /// The mark the client read before it asked a mailbox that awaits whether a result
+    /// waits (see `mailbox/watch.rs`); `None` when it asked nothing.
+    pub results_mark: Option<u64>,
 }
 
 impl Extras {
-    /// `extras` with the task in trace `trace`, if it has one.
+    /// `extras` with the task in trace `trace`, if it has one, once admission read them:
+    /// without the [mark](Self::results_mark), and `None` when nothing else is left.
     pub fn with_trace(
         extras: Option<Box<Extras>>,
         trace: Option<TraceParent>,
     ) -> Option<Box<Extras>> {
-        let Some(trace) = trace else {
-            return extras;
+        let mut extras = match (extras, trace) {
+            (None, None) => return None,
+            (extras, _) => extras.unwrap_or_default(),
         };
-        let mut extras = extras.unwrap_or_default();
-        extras.trace = Some(trace);
-        Some(extras)
+        extras.results_mark = None;
+        if trace.is_some() {
+            extras.trace = trace;
+        }
+        let kept = extras.stream.is_some() || extras.slot.is_some() || extras.trace.is_some();
+        kept.then_some(extras)
     }
 }
 
@@ -418,6 +426,8 @@ pub(crate) enum Submission<P> {
         /// The nested slots of a batch from one of the pool's own workers, one per task in
         /// order (empty otherwise).
         slots: Vec<SlotGuard>,
+        /// See [`Extras::results_mark`].
+        results_mark: Option<u64>,
     },
 }
 

@@ -25,6 +25,7 @@ pub use shutdown::ShutdownOnDrop;
 
 use super::control::PoolControl;
 use crate::domain::{OnDuplicate, PoolError};
+use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::{Mailbox, Notifier};
 use crate::observe::events::EventFeed;
 use crate::observe::stats::PoolCounters;
@@ -85,6 +86,8 @@ pub(crate) struct ClientParts<P, R> {
     pub scheduler: ActorRef<SchedulerMsg<P>>,
     pub inbox: Arc<Inbox<P, R>>,
     pub mailbox: Arc<dyn Mailbox<R>>,
+    /// The results on their way to the mailbox, when it awaits (see `mailbox/watch.rs`).
+    pub results_watch: Option<Arc<ResultWatch>>,
     pub notifiers: Vec<Arc<dyn Notifier>>,
     pub counters: Arc<PoolCounters>,
     pub supervisor: ActorRef<SupervisorMsg>,
@@ -110,6 +113,8 @@ struct ClientInner<P, R> {
     scheduler: ActorRef<SchedulerMsg<P>>,
     inbox: Arc<Inbox<P, R>>,
     mailbox: Arc<dyn Mailbox<R>>,
+    /// The results on their way to a mailbox that awaits (see `submit.rs`).
+    results_watch: Option<Arc<ResultWatch>>,
     /// Flushed at shutdown, once the mailbox has handed them every event.
     notifiers: Vec<Arc<dyn Notifier>>,
     counters: Arc<PoolCounters>,
@@ -159,6 +164,7 @@ where
             scheduler,
             inbox,
             mailbox,
+            results_watch,
             notifiers,
             counters,
             supervisor,
@@ -184,6 +190,7 @@ where
                 scheduler,
                 inbox,
                 mailbox,
+                results_watch,
                 notifiers,
                 counters,
                 supervisor,

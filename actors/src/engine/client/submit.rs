@@ -66,11 +66,11 @@ where
     ) -> Result<MailboxKey, PoolError> {
         let span = self.trace_submission(&task, 1, &mut options);
         let answer = async {
-            if let Err(refusal) = self.no_result_waits(std::slice::from_ref(&task)).await[0].clone()
-            {
+            let (mark, checked) = self.no_result_waits(std::slice::from_ref(&task)).await;
+            if let Some(Err(refusal)) = checked.into_iter().next() {
                 return self.attach_or_refuse(task, refusal);
             }
-            let answer = self.send_submission(task, options, None)?;
+            let answer = self.send_submission(task, options, None, mark)?;
             admission_answer(&self.inner.answer_spin, answer)
                 .await
                 .unwrap_or(Err(PoolError::Shutdown))
@@ -103,7 +103,7 @@ where
         &self,
         task: ScheduledTask<P>,
     ) -> Result<MailboxKey, PoolError> {
-        let answer = self.send_submission(task, SubmitOptions::default(), None)?;
+        let answer = self.send_submission(task, SubmitOptions::default(), None, None)?;
         admission_answer(&self.inner.answer_spin, answer)
             .await
             .unwrap_or(Err(PoolError::Shutdown))
@@ -130,7 +130,19 @@ where
     /// scheduler, at admission; an anonymous key is new, so it holds nothing. A mailbox that
     /// cannot answer (its database is away or slow) lets the tasks go on: the queue then
     /// answers for the outage, with an error that names it.
-    async fn no_result_waits(&self, tasks: &[ScheduledTask<P>]) -> Vec<Result<(), PoolError>> {
+    ///
+    /// Also the watch's mark, read before the question: the scheduler refuses a task whose
+    /// earlier result was still on its way to the database then (see `mailbox/watch.rs`).
+    async fn no_result_waits(
+        &self,
+        tasks: &[ScheduledTask<P>],
+    ) -> (Option<u64>, Vec<Result<(), PoolError>>) {
+        let mark = self.inner.results_watch.as_ref().map(|watch| watch.mark());
+        (mark, self.ask_mailbox(tasks).await)
+    }
+
+    /// The mailbox's answers for [`no_result_waits`](Self::no_result_waits).
+    async fn ask_mailbox(&self, tasks: &[ScheduledTask<P>]) -> Vec<Result<(), PoolError>> {
         let mailbox = self.inner.mailbox.as_ref();
         let mut answers = vec![Ok(()); tasks.len()];
         if mailbox.inline().is_some() {
@@ -175,10 +187,11 @@ where
         let span = self.trace_submission(&task, 1, &mut options);
         let answer = || {
             let checked = block_on_until(self.no_result_waits(std::slice::from_ref(&task)), None);
-            if let Some(Err(refusal)) = checked.map(|mut answers| answers.swap_remove(0)) {
+            let (mark, checked) = checked.unwrap_or_default();
+            if let Some(Err(refusal)) = checked.into_iter().next() {
                 return self.attach_or_refuse(task, refusal);
             }
-            let answer = self.send_submission(task, options, None)?;
+            let answer = self.send_submission(task, options, None, mark)?;
             block_on_until(admission_answer(&self.inner.answer_spin, answer), None)
                 .flatten()
                 .unwrap_or(Err(PoolError::Shutdown))
@@ -201,7 +214,7 @@ where
         let mut options = options;
         let span = self.trace_submission(&task, 1, &mut options);
         let answer = async {
-            let answer = self.send_submission(task, options, Some(attachment))?;
+            let answer = self.send_submission(task, options, Some(attachment), None)?;
             admission_answer(&self.inner.answer_spin, answer)
                 .await
                 .unwrap_or(Err(PoolError::Shutdown))
@@ -223,14 +236,16 @@ where
             .unwrap_or(Err(PoolError::Shutdown))
     }
 
-    /// Hands one submission to the inbox; the receiver gets the admission answer. Refuses at
-    /// once (`NestedBudgetExhausted`) a submission from one of the pool's own workers that
-    /// finds no nested slot free (see [`crate::sync::slots`]).
+    /// Hands one submission to the inbox, with the watch's `results_mark` if the mailbox was
+    /// asked; the receiver gets the admission answer. Refuses at once
+    /// (`NestedBudgetExhausted`) a submission from one of the pool's own workers that finds
+    /// no nested slot free (see [`crate::sync::slots`]).
     fn send_submission(
         &self,
         mut task: ScheduledTask<P>,
         options: SubmitOptions,
         stream: Option<StreamAttachment>,
+        results_mark: Option<u64>,
     ) -> Result<oneshot::Receiver<Result<MailboxKey, PoolError>>, PoolError> {
         let slot = match self.nested_slot() {
             Ok(slot) => slot,
@@ -242,10 +257,11 @@ where
         if slot.is_some() {
             crate::running::inherit(&mut task.meta);
         }
-        let extras = (stream.is_some() || slot.is_some()).then(|| {
+        let extras = (stream.is_some() || slot.is_some() || results_mark.is_some()).then(|| {
             Box::new(Extras {
                 stream,
                 slot,
+                results_mark,
                 ..Extras::default()
             })
         });
@@ -299,7 +315,7 @@ where
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,
     ) -> Vec<Result<MailboxKey, PoolError>> {
-        let checked = self.no_result_waits(&tasks).await;
+        let (mark, checked) = self.no_result_waits(&tasks).await;
         if checked.iter().any(Result::is_err) {
             // Those refused keep their place in the answers; the others go on together.
             let mut answers: Vec<Option<Result<MailboxKey, PoolError>>> = Vec::new();
@@ -313,7 +329,7 @@ where
                     Err(refusal) => answers.push(Some(self.attach_or_refuse(task, refusal))),
                 }
             }
-            let mut admitted = Box::pin(self.submit_checked_batch(going, options))
+            let mut admitted = Box::pin(self.submit_checked_batch(going, options, mark))
                 .await
                 .into_iter();
             return answers
@@ -323,7 +339,7 @@ where
                 })
                 .collect();
         }
-        self.submit_checked_batch(tasks, options).await
+        self.submit_checked_batch(tasks, options, mark).await
     }
 
     /// [`submit_batch`](Self::submit_batch) of tasks no stored result stands in the way of.
@@ -331,9 +347,10 @@ where
         &self,
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,
+        results_mark: Option<u64>,
     ) -> Vec<Result<MailboxKey, PoolError>> {
         if is_worker_of(&self.inner.nested) {
-            return self.submit_nested_batch(tasks, options).await;
+            return self.submit_nested_batch(tasks, options, results_mark).await;
         }
         let count = tasks.len();
         let (reply, answers) = oneshot::channel();
@@ -342,6 +359,7 @@ where
             options,
             reply,
             slots: Vec::new(),
+            results_mark,
         });
         admission_answer(&self.inner.answer_spin, answers)
             .await
@@ -354,6 +372,7 @@ where
         &self,
         tasks: Vec<ScheduledTask<P>>,
         options: SubmitOptions,
+        results_mark: Option<u64>,
     ) -> Vec<Result<MailboxKey, PoolError>> {
         let count = tasks.len();
         let mut answers: Vec<Option<Result<MailboxKey, PoolError>>> = Vec::with_capacity(count);
@@ -382,6 +401,7 @@ where
                 options,
                 reply,
                 slots,
+                results_mark,
             });
             admission_answer(&self.inner.answer_spin, answer)
                 .await

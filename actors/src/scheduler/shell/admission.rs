@@ -2,6 +2,7 @@
 //! core is asked, and how a newcomer the core expired or refused ends.
 
 use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskStatus};
+use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
 use crate::observe::trace::TraceParent;
@@ -66,23 +67,34 @@ pub(super) fn mailbox_has_room<R: Send + 'static>(
     Ok(())
 }
 
-/// `ResultPending` when an earlier task's result waits in an inline mailbox under the
-/// task's key and id: the new task would be answered with it. (A mailbox that awaits is
-/// asked by the client before the submission comes here; a streamed task's outcome goes to
-/// its stream, and an anonymous key is new, so neither can meet an old result.)
+/// `ResultPending` when an earlier task's result waits under the task's key and id, where
+/// the new task would be answered with it: in an inline mailbox, or on its way to one that
+/// awaits (`watch`, see `mailbox/watch.rs`; the client asked the database before the
+/// submission came here). A streamed task's outcome goes to its stream, and an anonymous key
+/// is new, so neither can meet an old result.
 pub(super) fn no_result_waits<P, R: Send + 'static>(
     mailbox: &dyn Mailbox<R>,
+    watch: Option<&ResultWatch>,
     task: &ScheduledTask<P>,
     extras: Option<&Extras>,
 ) -> Result<(), PoolError> {
-    let (Some(inline), Some(key)) = (mailbox.inline(), task.meta.mailbox.as_ref()) else {
+    let Some(key) = task.meta.mailbox.as_ref() else {
         return Ok(());
     };
     if extras.is_some_and(|extras| extras.stream.is_some()) || key.is_anonymous() {
         return Ok(());
     }
-    match inline.holds_now(key, task.meta.id) {
-        true => Err(PoolError::ResultPending(task.meta.id)),
+    let id = task.meta.id;
+    let waits = match (mailbox.inline(), watch) {
+        (Some(inline), _) => inline.holds_now(key, id),
+        (None, Some(watch)) => {
+            let mark = extras.and_then(|extras| extras.results_mark);
+            watch.may_wait(key, id, mark)
+        }
+        (None, None) => false,
+    };
+    match waits {
+        true => Err(PoolError::ResultPending(id)),
         false => Ok(()),
     }
 }

@@ -57,6 +57,7 @@ use std::time::Duration;
 use crate::domain::{
     BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TenantWeights,
 };
+use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
 use crate::observe::stats::PoolStats;
@@ -99,6 +100,8 @@ pub(crate) struct ShellArgs<P, R> {
     pub subscribers: Vec<Arc<dyn crate::observe::events::EventSubscriber>>,
     /// The mailbox, read (never written) to refuse work it has no room to answer.
     pub mailbox: Arc<dyn Mailbox<R>>,
+    /// The results on their way to a mailbox that awaits (`None` for an inline one).
+    pub results_watch: Option<Arc<ResultWatch>>,
     /// Whether a GPU sampler wants to hear that tasks wait for memory.
     pub gpu_sampled: bool,
     /// How to copy a payload, once the pool preempts its tasks.
@@ -119,6 +122,8 @@ pub(crate) struct Shell<P, R> {
     lifecycle: Lifecycle,
     /// The mailbox, read (never written) to refuse work it has no room to answer.
     mailbox: Arc<dyn Mailbox<R>>,
+    /// The results on their way to a mailbox that awaits (`admission.rs`).
+    results_watch: Option<Arc<ResultWatch>>,
     /// Whether a GPU sampler wants to hear that tasks wait for memory.
     gpu_sampled: bool,
     /// Capacity permits, held and waiting.
@@ -151,6 +156,7 @@ where
             storage: args.storage,
             lifecycle: Lifecycle::default(),
             mailbox: args.mailbox,
+            results_watch: args.results_watch,
             gpu_sampled: args.gpu_sampled,
             permits,
             rerun: args.rerun,
@@ -174,7 +180,10 @@ where
             .admits()
             .and_then(|()| mailbox_has_room(&*self.mailbox, self.tasks.ledger.len()))
             .and_then(|()| streamable::<R>(&self.tasks.pool, &self.storage, extras.as_deref()))
-            .and_then(|()| no_result_waits(&*self.mailbox, &task, extras.as_deref()));
+            .and_then(|()| {
+                let watch = self.results_watch.as_deref();
+                no_result_waits(&*self.mailbox, watch, &task, extras.as_deref())
+            });
         if let (Err(PoolError::ResultPending(_)), OnDuplicate::Attach) =
             (&admissible, self.tasks.core.limits().on_duplicate)
         {

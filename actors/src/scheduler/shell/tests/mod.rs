@@ -342,6 +342,7 @@ impl World {
             counters: Arc::new(PoolCounters::default()),
             subscribers: vec![steps.clone()],
             mailbox: Arc::new(NoMailbox),
+            results_watch: None,
             gpu_sampled: false,
             lanes: port.lanes.clone(),
             tenant_weights: Default::default(),
