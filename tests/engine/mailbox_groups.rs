@@ -131,17 +131,25 @@ async fn pool(mailbox: Arc<SlowMailbox>) -> PoolClient<u64, TaskId> {
     pool_telling(mailbox, Vec::new()).await
 }
 
-/// A pool of four workers whose tasks answer their own id, storing results in `mailbox` and
-/// telling `notifiers`.
-pub(crate) async fn pool_telling(
+async fn pool_telling(
+    mailbox: Arc<SlowMailbox>,
+    notifiers: Vec<Arc<dyn Notifier>>,
+) -> PoolClient<u64, TaskId> {
+    pool_with(mailbox, notifiers, PoolLimits::new(4, 4)).await
+}
+
+/// A pool of four workers whose tasks answer their own id, under `limits`, storing results
+/// in `mailbox` and telling `notifiers`.
+pub(crate) async fn pool_with(
     mailbox: Arc<dyn Mailbox<TaskId>>,
     notifiers: Vec<Arc<dyn Notifier>>,
+    limits: PoolLimits,
 ) -> PoolClient<u64, TaskId> {
     let supervisor = spawn_supervisor().await.unwrap();
     let spec = PoolSpec {
         tenant_weights: Default::default(),
         name: "grouped".into(),
-        limits: PoolLimits::new(4, 4),
+        limits,
         workers: WorkerSettings {
             count: 4,
             stack_size: None,

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Mailbox, PoolClient, PoolError, ScheduledTask, SubmitOptions, TaskMetadata,
+    Mailbox, OnDuplicate, PoolClient, PoolError, PoolLimits, ScheduledTask, SubmitOptions,
+    TaskMetadata,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
 
-use crate::mailbox_groups::{gated_mailbox, pool_telling, SlowMailbox};
+use crate::mailbox_groups::{gated_mailbox, pool_with, SlowMailbox};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -30,8 +31,16 @@ fn task(id: TaskId, payload: u64, key: &MailboxKey) -> ScheduledTask<u64> {
 
 /// A pool on a closed gate, with task 5 of [`key`] run and its result waiting at the gate.
 async fn pool_with_a_result_at_the_gate() -> (Arc<SlowMailbox>, PoolClient<u64, TaskId>) {
+    pool_on_duplicate(OnDuplicate::Refuse).await
+}
+
+/// [`pool_with_a_result_at_the_gate`], answering repeated submissions `on_duplicate`.
+async fn pool_on_duplicate(
+    on_duplicate: OnDuplicate,
+) -> (Arc<SlowMailbox>, PoolClient<u64, TaskId>) {
     let mailbox = gated_mailbox();
-    let client = pool_telling(mailbox.clone(), Vec::new()).await;
+    let limits = PoolLimits::new(4, 4).with_on_duplicate(on_duplicate);
+    let client = pool_with(mailbox.clone(), Vec::new(), limits).await;
     client
         .submit(task(5, 1, &key()), SubmitOptions::default())
         .await
@@ -113,5 +122,32 @@ async fn a_reused_id_is_refused_when_the_result_lands_while_the_mailbox_is_asked
     mailbox.gate.as_ref().expect("gated").add_permits(100);
     assert_eq!(client.retrieve_task(&key(), 5, WAIT).await, Ok(5));
     assert_eq!(client.stats().completed_tasks, 1, "the reused id never ran");
+    client.shutdown(WAIT).await.expect("shutdown");
+}
+
+/// With `Attach`, a repeat of a task whose result is on its way gets the key where that result
+/// lands, and nothing runs again; once the caller took the result, the same id is a new task
+/// that runs and answers (it is not attached to a result already gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_attach_a_repeat_meets_the_result_on_its_way_and_a_later_one_runs_again() {
+    let (mailbox, client) = pool_on_duplicate(OnDuplicate::Attach).await;
+    let again = client
+        .submit(task(5, 2, &key()), SubmitOptions::default())
+        .await;
+    assert_eq!(again, Ok(key()), "attached to the result at the gate");
+    mailbox.gate.as_ref().expect("gated").add_permits(100);
+    assert_eq!(client.retrieve_task(&key(), 5, WAIT).await, Ok(5));
+    assert_eq!(client.stats().completed_tasks, 1, "the repeat ran nothing");
+
+    let later = client
+        .submit(task(5, 3, &key()), SubmitOptions::default())
+        .await;
+    assert_eq!(later, Ok(key()));
+    assert_eq!(
+        client.retrieve_task(&key(), 5, WAIT).await,
+        Ok(5),
+        "a new task, run and answered"
+    );
+    assert_eq!(client.stats().completed_tasks, 2);
     client.shutdown(WAIT).await.expect("shutdown");
 }

@@ -40,7 +40,6 @@ pub(crate) mod ledger;
 pub(crate) mod lifecycle;
 pub(crate) mod observe;
 pub(crate) mod permits;
-mod recent;
 mod rerun;
 mod retry;
 mod shared_mode;
@@ -76,7 +75,6 @@ use ledger::{admitted_ms, sequence_of, Record};
 use lifecycle::Lifecycle;
 pub(crate) use lifecycle::Shutdown;
 use observe::Observers;
-use recent::RecentlyEnded;
 use storage::{SharedRoom, Storage};
 use tasks::{Prepared, Tasks};
 
@@ -146,10 +144,6 @@ where
         let permits = permits::Permits::new(args.core.limits().preemption);
         let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
         tasks.weigh_tenants(&args.tenant_weights);
-        let attaches = tasks.core.limits().on_duplicate == OnDuplicate::Attach;
-        if attaches && args.mailbox.inline().is_none() {
-            tasks.recently_ended = Some(RecentlyEnded::default());
-        }
         tasks.restore(stored, now);
         let mut shell = Self {
             tasks,
@@ -244,19 +238,6 @@ where
     /// A task whose caller (tenant, id) is live here already is refused (`DuplicateTask`).
     fn admit(&mut self, admission: Admission<P>, now: u64) {
         let id = admission.task.meta.id;
-        if let (Origin::Submitted { .. }, Some(recent)) =
-            (&admission.origin, &mut self.tasks.recently_ended)
-        {
-            if let Some(key) = recent.key_of(&admission.key.tenant, id, now) {
-                // Its caller's task ended a moment ago: its result is (about to be) stored
-                // under the original's key, where the caller finds it.
-                if let Origin::Submitted { reply, .. } = admission.origin {
-                    self.tasks.fx.answer(reply, Ok(key));
-                }
-                drop_contained(admission.task);
-                return;
-            }
-        }
         if let Some(original) = self.tasks.ledger.entry_of_caller(&admission.key.tenant, id) {
             if self.tasks.core.limits().on_duplicate == OnDuplicate::Attach {
                 if let Origin::Submitted { reply, .. } = admission.origin {

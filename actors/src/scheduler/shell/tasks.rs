@@ -29,7 +29,6 @@ use super::dependencies::DependencyBook;
 use super::effects::{Effect, Effects, Outcome, SharedCall};
 use super::ledger::{admitted_ms, Ledger, Phase, Record, Run, TaskKey};
 use super::observe::{Detail, Observers};
-use super::recent::RecentlyEnded;
 
 /// How long after a task's execution timeout the watchdog declares it `TimedOut` itself,
 /// for executors that block their thread and so cannot be interrupted.
@@ -55,9 +54,6 @@ pub(crate) struct Tasks<P, R> {
     /// Turns a mailbox tenant into the core's tenant key (seeded per pool, so nobody can
     /// pick two tenant names that share a fair share on purpose).
     tenant_keys: foldhash::fast::RandomState,
-    /// Callers whose tasks ended a moment ago, for a pool that attaches repeated
-    /// submissions and stores results on the mailbox's own time (see [`RecentlyEnded`]).
-    pub recently_ended: Option<RecentlyEnded>,
     /// Recent outcomes, for the parents a submission names, and the ends of parents whose
     /// held children have not heard yet (see `dependencies.rs`).
     pub dependencies: DependencyBook,
@@ -104,7 +100,6 @@ where
             default_timeout,
             publishing: std::collections::HashSet::new(),
             tenant_keys: foldhash::fast::RandomState::default(),
-            recently_ended: None,
             dependencies: DependencyBook::default(),
         }
     }
@@ -561,9 +556,6 @@ where
         let later = ended_step(&self.observers, &record, &key, &step, held_back, now);
         self.note_end((record.entry, record.task_id), &key, &status, now);
         let (task_id, run) = (record.task_id, run_of(&record));
-        if let (Some(recent), None) = (&mut self.recently_ended, &stream) {
-            recent.remember(&key, task_id, now);
-        }
         self.send_outcome(stream, key, task_id, run, outcome, settle, later, now);
     }
 
