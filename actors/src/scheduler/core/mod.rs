@@ -1409,7 +1409,8 @@ impl ParkingLot {
     ///
     /// With every worker slot busy only permits (rule 14) may start: the best permit that
     /// fits, in rank order; under a fair share the fair-best task if it is a permit, and
-    /// nothing if it needs a slot (a permit then waits behind it).
+    /// nothing if it needs a slot (a permit then waits behind it), unless the reservation
+    /// ranks ahead of it: then a permit may backfill (rule 13).
     fn best_fit(&self, now: u64) -> Option<RankKey> {
         if self.paused {
             return None;
@@ -1523,7 +1524,9 @@ impl ParkingLot {
 
     /// Whether, with every worker slot busy, a parked task that fits ranks ahead of a
     /// newcomer permit keyed `key` under the fair order: the newcomer then waits in line
-    /// behind it, as a parked permit would (rule 14).
+    /// behind it, as a parked permit would (rule 14). Not when the reservation ranks ahead
+    /// of that task: the newcomer is then a backfill candidate (rule 13), judged as
+    /// [`best_fit`](Self::best_fit) judges a parked permit.
     fn fair_best_waits_for_a_slot(&self, book: &TenantBook, key: rank::FairKey) -> bool {
         if !self.idle_workers.is_empty() {
             return false;
@@ -1534,9 +1537,13 @@ impl ParkingLot {
             .into_iter()
             .chain(self.best_within(&self.permits_by_cost, &free))
             .min();
-        ceiling
-            .and_then(|best| book.best_fit(&free, best.priority()))
-            .is_some_and(|best| best < key)
+        let Some(best) = ceiling.and_then(|best| book.best_fit(&free, best.priority())) else {
+            return false;
+        };
+        best < key
+            && self
+                .fair_reservation(book)
+                .is_none_or(|reserved| reserved >= best)
     }
 
     /// The task held back by `reserved` to backfill (rule 13), if any may: it has a

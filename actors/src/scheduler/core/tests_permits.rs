@@ -362,6 +362,46 @@ fn under_a_fair_share_a_fair_best_permit_starts_while_every_slot_is_busy() {
     checked(&lot);
 }
 
+#[test]
+fn under_a_fair_share_a_newcomer_permit_may_backfill_past_a_task_that_waits_for_a_slot() {
+    // The one slot and 8 of the 10 units are held, all of them until 100 ms at most.
+    let mut lot = ParkingLot::new(limits(1, true)).unwrap();
+    let slot_holder = Ticket {
+        timeout_ms: Some(100),
+        ..of(0, 1, 4)
+    };
+    assert_eq!(lot.admit(slot_holder, 0), Admit::Start);
+    let holder = Ticket {
+        timeout_ms: Some(100),
+        ..of(1, 2, 4)
+    };
+    assert_eq!(lot.admit_permit(holder, 0), Admit::Start);
+    // Task 3 needs more than is free; task 4 fits but waits for the slot. Both starve, and
+    // task 3, of the higher priority, is the reservation the pool drains for.
+    let reserved = Ticket {
+        priority: Priority::High,
+        ..of(2, 3, 4)
+    };
+    assert_eq!(lot.admit(reserved, 0), Admit::Park);
+    assert_eq!(lot.admit(of(3, 4, 1), 0), Admit::Park);
+    lot.tick(15);
+    assert_eq!(lot.reserved().map(|rank| rank.id()), Some(3));
+    // A permit that ends before the reservation could start backfills (rule 13), although
+    // task 4 ranks ahead of it and waits for a slot: as the same permit would, parked.
+    let backfill = Ticket {
+        priority: Priority::Low,
+        timeout_ms: Some(50),
+        ..of(4, 5, 1)
+    };
+    assert_eq!(lot.admit_permit(backfill, 15), Admit::Start);
+    assert_eq!(
+        lot.state(4),
+        Some(WakeState::Reserved),
+        "starving, still parked"
+    );
+    checked(&lot);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Admit {
