@@ -103,6 +103,10 @@
 //! | blocking | `submit_blocking`, `retrieve_blocking` | `submit_blocking`, `retrieve_blocking` | `submit_blocking`, `retrieve_blocking` | `acquire_blocking` |
 //! | never | `stats`, `gate`, `client` | `stats`, `gate`, `client` | `stats`, `events` | `try_acquire`, `stats` |
 
+// On docs.rs (`--cfg docsrs`, nightly) every item gated by a cargo feature shows a badge naming
+// the feature; `[package.metadata.docs.rs]` in Cargo.toml turns every feature on there.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod actors;
 #[cfg(feature = "admin")]
 pub mod admin;
