@@ -59,8 +59,8 @@
 //! **Permits, for an engine that runs its own loop.** A [`CapacityGate`] hands out
 //! [`Permit`]s ranked by the same core as tasks: a permit holds units (KV-cache blocks, say)
 //! and no worker slot until it is dropped, grows and shrinks as a sequence generates, and,
-//! with preemption on, is asked to yield to a request of higher priority. The README's
-//! "Permits for batching engines" shows it; `examples/batching_engine.rs` runs an engine
+//! with preemption on, is asked to yield to a request of higher priority. The guide's
+//! chapter `docs/guide/permits.md` shows it; `examples/batching_engine.rs` runs an engine
 //! loop on it.
 //!
 //! ## Where the rest is
@@ -152,3 +152,29 @@ pub use prometheus_parking_lot_actors::sync::slots as budget;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (`docs/guide/`), compiled and run as doc tests: one item per chapter,
+/// so a failure names its chapter.
+#[cfg(doctest)]
+pub mod guide_doctests {
+    #[doc = include_str!("../docs/guide/tasks.md")]
+    pub struct Tasks;
+    #[doc = include_str!("../docs/guide/permits.md")]
+    pub struct Permits;
+    #[doc = include_str!("../docs/guide/budgets.md")]
+    pub struct Budgets;
+    #[doc = include_str!("../docs/guide/slos.md")]
+    pub struct Slos;
+    #[doc = include_str!("../docs/guide/schedules.md")]
+    pub struct Schedules;
+    #[doc = include_str!("../docs/guide/configuration.md")]
+    pub struct Configuration;
+    #[doc = include_str!("../docs/guide/backends.md")]
+    pub struct Backends;
+    #[doc = include_str!("../docs/guide/fleet.md")]
+    pub struct Fleet;
+    #[doc = include_str!("../docs/guide/operating.md")]
+    pub struct Operating;
+    #[doc = include_str!("../docs/guide/troubleshooting.md")]
+    pub struct Troubleshooting;
+}

@@ -10,8 +10,8 @@
 //! with no recorder installed records nothing, at the cost of a no-op call per event.
 //!
 //! The names follow Prometheus conventions (the `parking_lot_` prefix, `_total` counters,
-//! times in seconds); [`names`] lists them and README.md's metrics table says what each
-//! means. Times come from the scheduler's clock, in whole milliseconds: a wait shorter than
+//! times in seconds); [`names`] lists them and the metrics table of `docs/guide/operating.md`
+//! says what each means. Times come from the scheduler's clock, in whole milliseconds: a wait shorter than
 //! a millisecond is recorded as 0.
 //!
 //! A pool started through the actor API ([`PoolSpec`](crate::actors::PoolSpec)) gets the

@@ -492,8 +492,8 @@ impl Server {
     async fn answer(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
         let response = request.send().await.map_err(|error| {
             Failure(format!(
-                "no admin server answers at {} ({}); start one (see the README, \"The \
-                 dashboard\") or give its address with --url",
+                "no admin server answers at {} ({}); start one (see \
+                 docs/guide/operating.md, \"The dashboard\") or give its address with --url",
                 self.url,
                 error.without_url()
             ))

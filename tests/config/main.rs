@@ -12,3 +12,4 @@ mod config_order;
 mod config_schedules;
 mod fleet_section;
 mod hardening_config;
+mod reference;

@@ -69,6 +69,7 @@ where
         a_batch_claim_takes_no_more_than_the_sequential_claims_would,
         only_the_holder_renews_or_settles,
         renew_extends_the_lease,
+        a_group_renewal_extends_the_nodes_leases_and_names_the_ones_it_lost,
         an_expired_lease_is_the_holders_until_rescued,
         an_expired_lease_is_rescued_and_claimed_by_another_node,
         rescue_parks_exactly_the_expired_leases_at_their_rank,
@@ -1021,6 +1022,49 @@ pub async fn renew_extends_the_lease(queue: &dyn SharedQueue<Job>) {
         "at the new expiry"
     );
     assert_counts(queue, 1, 0, "rescue at the new expiry").await;
+}
+
+/// `renew_many` extends every lease the node holds in one call and names, in the order
+/// given, the entries it does not hold: one another node holds, one rescued, one never
+/// parked. A lease it renewed outlives its old expiry; another node's is left alone.
+pub async fn a_group_renewal_extends_the_nodes_leases_and_names_the_ones_it_lost(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let tasks: Vec<(EntryId, ScheduledTask<Job>)> =
+        (1..=4).map(|entry| (entry, cpu(entry, Normal, 0, 1))).collect();
+    let refs: Vec<(EntryId, &ScheduledTask<Job>)> =
+        tasks.iter().map(|(entry, task)| (*entry, task)).collect();
+    enqueue_all(queue, &refs).await;
+    for node in [NODE_A, NODE_A, NODE_A, NODE_B] {
+        assert!(claim(queue, node, within(only(Cpu, 1)), 0).await.is_some());
+    }
+    // Entries 1-3 are A's, 4 is B's. A's entry 3 runs out and is rescued before A renews.
+    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(LEASE_MS / 2)).await, Ok(()));
+    assert_eq!(queue.renew(NODE_A, 2, LEASE, at(LEASE_MS / 2)).await, Ok(()));
+    assert_eq!(queue.renew(NODE_B, 4, LEASE, at(LEASE_MS / 2)).await, Ok(()));
+    assert_eq!(rescue(queue, LEASE_MS).await, 1, "entry 3 ran out");
+
+    let renewed_at = LEASE_MS + 1;
+    let lost = queue
+        .renew_many(NODE_A, &[4, 1, 3, 2, 99], LEASE, at(renewed_at))
+        .await;
+    assert_eq!(lost, Ok(vec![4, 3, 99]), "B's, the rescued one, the unknown one");
+    assert_eq!(
+        rescue(queue, LEASE_MS / 2 + LEASE_MS).await,
+        1,
+        "B's lease ran out at its own expiry; A's two were extended"
+    );
+    assert_eq!(rescue(queue, renewed_at + LEASE_MS - 1).await, 0);
+    assert_eq!(
+        rescue(queue, renewed_at + LEASE_MS).await,
+        2,
+        "A's two run out at the renewal's expiry"
+    );
+    assert_eq!(
+        queue.renew_many(NODE_A, &[], LEASE, at(renewed_at)).await,
+        Ok(vec![]),
+        "nothing to renew"
+    );
 }
 
 /// A lease that ran out but was not rescued yet is still its holder's: it renews and

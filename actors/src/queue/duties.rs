@@ -76,28 +76,31 @@ impl LeaseRenewer {
         due(self.interval, last_run_ms, now_ms)
     }
 
-    /// Renews each lease in `held` to `now_ms` plus the lease, and returns those the queue
-    /// says this node no longer holds (they ran out and another node rescued them, or were
-    /// never held): their runs must stop, and their results must not be published. A
-    /// renewal that fails otherwise (the database is away) is logged and not a loss: the
-    /// lease still runs, and the next round tries again.
+    /// Renews each lease in `held` to `now_ms` plus the lease (one
+    /// [`SharedQueue::renew_many`]), and returns those the queue says this node no longer
+    /// holds (they ran out and another node rescued them, or were never held): their runs
+    /// must stop, and their results must not be published. A renewal that fails otherwise
+    /// (the database is away) is logged and not a loss: the leases still run, and the next
+    /// round tries again.
     pub async fn run_once<P: Send + 'static>(
         &self,
         queue: &dyn SharedQueue<P>,
         held: &[EntryId],
         now_ms: u64,
     ) -> Vec<EntryId> {
-        let mut lost = Vec::new();
-        for &entry in held {
-            match queue.renew(&self.node, entry, self.lease, now_ms).await {
-                Ok(()) => {}
-                Err(QueueError::NotClaimed(_)) => lost.push(entry),
-                Err(error) => {
-                    tracing::warn!(node = %self.node, entry, %error, "shared queue lease renewal failed");
-                }
+        if held.is_empty() {
+            return Vec::new();
+        }
+        match queue
+            .renew_many(&self.node, held, self.lease, now_ms)
+            .await
+        {
+            Ok(lost) => lost,
+            Err(error) => {
+                tracing::warn!(node = %self.node, held = held.len(), %error, "shared queue lease renewal failed");
+                Vec::new()
             }
         }
-        lost
     }
 }
 

@@ -473,6 +473,30 @@ where
         now_ms: u64,
     ) -> Result<(), QueueError>;
 
+    /// Extends `node`'s leases on `entries`, as [`renew`](Self::renew) does each, and
+    /// returns the entries whose lease it lost (expired and rescued, or never held), in the
+    /// order given. The default renews one after another; a database renews them all in one
+    /// statement, so a node's pass costs one round trip however many claims it holds.
+    /// Another error (a database that is away) ends the call and loses no lease: the next
+    /// pass tries again.
+    async fn renew_many(
+        &self,
+        node: &str,
+        entries: &[EntryId],
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Vec<EntryId>, QueueError> {
+        let mut lost = Vec::new();
+        for &entry in entries {
+            match self.renew(node, entry, lease, now_ms).await {
+                Ok(()) => {}
+                Err(QueueError::NotClaimed(_)) => lost.push(entry),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(lost)
+    }
+
     /// Ends `node`'s `claim`; `NotClaimed` unless `node` holds the entry under this very
     /// claim (see [`Claim`]: a claim that ran out and was taken again is refused).
     async fn settle(

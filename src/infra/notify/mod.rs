@@ -6,7 +6,7 @@
 //!
 //! A config names the http notifier under `mailbox.notifier`;
 //! [`build_pools_from_scheduler_config`](crate::build_pools_from_scheduler_config) builds
-//! it. The README describes the body a receiver gets.
+//! it. The guide's `docs/guide/backends.md` ("Webhooks") describes the body a receiver gets.
 
 mod attempt_span;
 mod body;

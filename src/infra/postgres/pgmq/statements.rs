@@ -257,21 +257,22 @@ fn claim_sql(layout: &PgmqLayout) -> String {
     )
 }
 
-/// Moves `$node`'s hold on message `$entry` to `$expires_ms`; `changed`: how many it moved.
+/// Moves `$node`'s holds on the messages of `$entries` to `$expires_ms`, in one statement;
+/// answers the `entry` of each message it moved. Each is looked up on the entry index.
 fn renew_sql(layout: &PgmqLayout) -> String {
     let updates = layout.per_level(", ", |level| {
         format!(
             "u_{p} AS (UPDATE pgmq.{table} SET vt = {vt} \
-              WHERE {ENTRY} = $entry AND message->>'node' = $node RETURNING 1)",
+              WHERE msg_id IN (SELECT j.msg_id FROM unnest($entries::bigint[]) AS c(entry) \
+                CROSS JOIN LATERAL (SELECT msg_id FROM pgmq.{table} \
+                  WHERE {ENTRY} = c.entry AND message->>'node' = $node LIMIT 1) j) \
+              RETURNING {ENTRY} AS entry)",
             p = level.p,
             table = level.table,
             vt = at_ms("$expires_ms")
         )
     });
-    format!(
-        "WITH {updates} SELECT count(*) AS changed FROM ({}) AS renewed",
-        union_of("u", "1")
-    )
+    format!("WITH {updates} {}", union_of("u", "entry"))
 }
 
 /// Ends `$node`'s holds on the messages of `$entries`. Done: archived in the level's archive,

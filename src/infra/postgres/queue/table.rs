@@ -181,7 +181,6 @@ pub(crate) const PARKED_COLUMNS: &str =
 /// and answers).
 fn statements(t: &Identifier, order: QueueOrder) -> Statements {
     let sql = |text: String| NamedSql::new(&text);
-    let claimed_by_node = "queue_name = $queue AND state = 'claimed' AND locked_by = $node";
     // The claims a settle or release names, each an entry under one claim count: a claim
     // taken again since (by any node) has another count and is left alone.
     // Each claim is looked up by its (queue, entry) key, one row at a time (the `LIMIT`
@@ -199,9 +198,9 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
     let removed_parked = |which: &str| {
         format!(
             "WITH gone AS (DELETE FROM {t} WHERE {which} \
-                RETURNING id, task_id, metadata, payload) \
+                RETURNING id, task_id, metadata, payload), {ended} \
              SELECT g.metadata::text AS metadata, g.payload::text AS payload \
-               FROM gone AS g CROSS JOIN {ended}",
+               FROM gone AS g CROSS JOIN ended",
             ended = ended_rows(t, "gone", false, "'was cancelled'"),
         )
     };
@@ -213,8 +212,8 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
             "WITH done AS (UPDATE {t} SET state = 'done', locked_by = NULL, \
                  lease_expires_ms = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS}, \
                  ended_status = {status} \
-               WHERE {these_claims} RETURNING id, task_id, entry) \
-             SELECT d.entry FROM done AS d CROSS JOIN {ended}",
+               WHERE {these_claims} RETURNING id, task_id, entry), {ended} \
+             SELECT d.entry FROM done AS d CROSS JOIN ended",
             ended = ended_rows(t, "done", succeeded, why),
         )
     };
@@ -234,18 +233,24 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
              ON CONFLICT DO NOTHING RETURNING entry"
         )),
         claim: sql(claim_sql(t, false, order)),
+        // One statement for all of a node's leases, each looked up by its key as a settle
+        // looks up its claims (walking the partial lease index instead read every claimed
+        // row of the queue for each entry: a pass cost the square of the claims held).
         renew: sql(format!(
-            "WITH renewed AS (UPDATE {t} SET lease_expires_ms = $expires_ms \
-                WHERE {claimed_by_node} AND entry = $entry RETURNING 1) \
-             SELECT count(*) AS changed FROM renewed"
+            "UPDATE {t} SET lease_expires_ms = $expires_ms WHERE id IN ( \
+               SELECT j.id FROM unnest($entries::bigint[]) AS c(entry) \
+               CROSS JOIN LATERAL (SELECT id FROM {t} WHERE queue_name = $queue \
+                 AND entry = c.entry AND (state = 'claimed') IS TRUE AND locked_by = $node \
+                 LIMIT 1) j) \
+             RETURNING entry"
         )),
         settle_done: sql(settle_as_done("NULL", true, "NULL")),
         settle_ended: sql(settle_as_done("$status", false, "$why")),
         settle_failed: sql(format!(
             "WITH dead AS (UPDATE {t} SET state = 'dead', locked_by = NULL, \
                  lease_expires_ms = NULL, last_error = $reason, reported = true \
-               WHERE {these_claims} RETURNING id, task_id, entry) \
-             SELECT d.entry FROM dead AS d CROSS JOIN {ended}",
+               WHERE {these_claims} RETURNING id, task_id, entry), {ended} \
+             SELECT d.entry FROM dead AS d CROSS JOIN ended",
             ended = ended_rows(t, "dead", false, "'failed: ' || $reason"),
         )),
         release: sql(format!(
@@ -300,10 +305,10 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
                    locked_by = NULL, lease_expires_ms = NULL \
                 WHERE queue_name = $queue AND state = 'claimed' AND lease_expires_ms <= $now_ms \
                 RETURNING id, task_id, state), \
-             given_up AS (SELECT id, task_id FROM rescued WHERE state = 'dead') \
+             given_up AS (SELECT id, task_id FROM rescued WHERE state = 'dead'), {ended} \
              SELECT count(*) FILTER (WHERE state = 'parked') AS parked, \
                     count(*) FILTER (WHERE state = 'dead') AS dead \
-               FROM rescued CROSS JOIN {ended} \
+               FROM rescued CROSS JOIN ended \
              HAVING count(*) > 0",
             ended = ended_rows(
                 t,
@@ -337,8 +342,8 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
         bury: sql(format!(
             "WITH dead AS (UPDATE {t} SET state = 'dead', locked_by = NULL, \
                  lease_expires_ms = NULL, last_error = $reason WHERE id = $row_id \
-               RETURNING id, task_id) \
-             SELECT d.id FROM dead AS d CROSS JOIN {ended}",
+               RETURNING id, task_id), {ended} \
+             SELECT d.id FROM dead AS d CROSS JOIN ended",
             ended = ended_rows(t, "dead", false, "'could not be read'"),
         )),
         forget_done: sql(format!(

@@ -17,7 +17,7 @@ use crate::core::{
     TenantWeights, TraceParent, DEPENDENCIES_SUPPORTED,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
-use crate::infra::postgres::codec::{entry_to_sql, millis_u64, ParkRows};
+use crate::infra::postgres::codec::{entries_to_sql, entry_to_sql, millis_u64, ParkRows};
 use crate::infra::postgres::groups::{answer_group, returned_entries, settle_in_groups};
 use crate::infra::postgres::service::FleetService;
 use crate::infra::postgres::Table;
@@ -421,21 +421,39 @@ where
         lease: Duration,
         now_ms: u64,
     ) -> Result<(), QueueError> {
+        match self.renew_many(node, &[entry], lease, now_ms).await?[..] {
+            [] => Ok(()),
+            _ => Err(QueueError::NotClaimed(entry)),
+        }
+    }
+
+    /// One statement for every entry, each looked up by its key.
+    async fn renew_many(
+        &self,
+        node: &str,
+        entries: &[EntryId],
+        lease: Duration,
+        now_ms: u64,
+    ) -> Result<Vec<EntryId>, QueueError> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
         let params = [
             ("queue", self.queue()),
-            ("entry", entry_to_sql(entry).into()),
+            ("entries", entries_to_sql(entries).into()),
             ("node", node.to_owned().into()),
             (
                 "expires_ms",
                 millis_u64(Lease::<P>::expiry(now_ms, lease)).into(),
             ),
         ];
-        let row = self.row("renew", &self.statements.renew, &params).await?;
-        let changed: i64 = row.map_or(Ok(0), |row| self.column(&row, "changed"))?;
-        if changed == 0 {
-            return Err(QueueError::NotClaimed(entry));
-        }
-        Ok(())
+        let rows = self.rows("renew", &self.statements.renew, &params).await?;
+        let renewed = returned_entries(&rows);
+        Ok(entries
+            .iter()
+            .copied()
+            .filter(|&entry| !renewed.contains(&entry_to_sql(entry)))
+            .collect())
     }
 
     async fn settle(
