@@ -10,8 +10,8 @@
 //! curl -s http://127.0.0.1:9898/metrics | grep parking_lot_
 //! ```
 //!
-//! `--seconds 0` runs until interrupted; `--help` lists the flags. README.md's metrics table
-//! says what each series means.
+//! `--seconds 0` runs until interrupted; `--help` lists the flags. The metrics table of
+//! `docs/guide/operating.md` says what each series means.
 //!
 //! Its output: the address it serves on, then, when the time is up, how many tasks the pool
 //! admitted, completed, lost to a panic (`failed`) and refused (the ones larger than the
