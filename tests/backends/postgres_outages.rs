@@ -442,3 +442,92 @@ async fn a_full_disk_fails_a_park_saying_to_free_space_and_the_pool_parks_again_
     drop(built);
     admin(&format!("DROP TABLE IF EXISTS {table}")).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Retrieves from a Postgres mailbox while its database is away
+// ---------------------------------------------------------------------------------------------
+
+/// Pool `gpu` (one worker) on an in-memory queue, its results in Postgres mailbox table
+/// `table`, at `url`.
+async fn mailbox_pool(url: String, table: &str) -> BuiltPools<Work, u64, Doubler> {
+    let config = serde_json::json!({
+        "database_url": url,
+        "pools": { "gpu": {
+            "worker_threads": 1,
+            "max_units": 4,
+            "queue": { "type": "in_memory" },
+            "mailbox": { "storage": { "type": "postgres", "table": table } }
+        } }
+    });
+    let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+    build_embedded(config).await
+}
+
+/// A retrieve that meets the database away asks again until it is back and returns the
+/// result, within its timeout; one whose timeout passes first says the result is still
+/// there (retrieve again, not submit again), and it is: the next retrieve takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retrieve_rides_over_an_outage_and_one_that_runs_out_says_to_retrieve_again() {
+    let proxy = Proxy::start().await;
+    let table = fresh_name("pl_outage_results");
+    let built = Arc::new(mailbox_pool(proxy.url(), &table).await);
+    let pool = &built.pools["gpu"];
+    let key = MailboxKey::new("acme").with_session(fresh_name("retrieve"));
+
+    // Task 1's result is stored before the outage; task 2 ends while the database is away
+    // (its store waits for it).
+    pool.submit(work(1, 1, 0, &key)).await.expect("accepted");
+    pool.submit(work(2, 2, 1_000, &key))
+        .await
+        .expect("accepted");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.cut(Fault::Refused).await;
+
+    let waiting = {
+        let (built, key) = (Arc::clone(&built), key.clone());
+        tokio::spawn(async move {
+            let pool = &built.pools["gpu"];
+            let first = pool.retrieve_task(&key, 1, Duration::from_secs(30)).await;
+            let second = pool.retrieve_task(&key, 2, Duration::from_secs(30)).await;
+            (first, second)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the retrieves wait for the database"
+    );
+    proxy.cut(Fault::None).await;
+    let (first, second) = waiting.await.expect("the retrieves do not panic");
+    assert_eq!(first, Ok(2), "task 1's result, stored before the outage");
+    assert_eq!(
+        second,
+        Ok(4),
+        "task 2's result, stored once the database was back"
+    );
+
+    pool.submit(work(3, 3, 0, &key)).await.expect("accepted");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.cut(Fault::Refused).await;
+    let started = Instant::now();
+    let gave_up = pool.retrieve_task(&key, 3, Duration::from_secs(2)).await;
+    let took = started.elapsed();
+    match &gave_up {
+        Err(PoolError::Backend(error)) => {
+            assert_eq!(error.fault.kind, FaultKind::Unreachable, "{error}");
+            let text = error.to_string();
+            assert!(text.contains("retrieve again"), "{text}");
+            assert!(!text.contains("submit"), "{text}");
+        }
+        other => panic!("a retrieve that ran out during the outage: {other:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(2) + BOUND + SLACK,
+        "it answered after {took:?}"
+    );
+    proxy.cut(Fault::None).await;
+    let again = pool.retrieve_task(&key, 3, Duration::from_secs(20)).await;
+    assert_eq!(again, Ok(6), "the result stayed stored");
+    drop(built);
+    admin(&format!("DROP TABLE IF EXISTS {table}")).await;
+}

@@ -78,7 +78,10 @@ fn the_reference_names_every_field_of_every_section() {
             }
         }
     }
-    assert!(checked > 60, "only {checked} fields were listed by the errors");
+    assert!(
+        checked > 60,
+        "only {checked} fields were listed by the errors"
+    );
     assert!(
         missing.is_empty(),
         "docs/guide/configuration.md does not name: {missing:#?}"

@@ -1030,8 +1030,9 @@ pub async fn renew_extends_the_lease(queue: &dyn SharedQueue<Job>) {
 pub async fn a_group_renewal_extends_the_nodes_leases_and_names_the_ones_it_lost(
     queue: &dyn SharedQueue<Job>,
 ) {
-    let tasks: Vec<(EntryId, ScheduledTask<Job>)> =
-        (1..=4).map(|entry| (entry, cpu(entry, Normal, 0, 1))).collect();
+    let tasks: Vec<(EntryId, ScheduledTask<Job>)> = (1..=4)
+        .map(|entry| (entry, cpu(entry, Normal, 0, 1)))
+        .collect();
     let refs: Vec<(EntryId, &ScheduledTask<Job>)> =
         tasks.iter().map(|(entry, task)| (*entry, task)).collect();
     enqueue_all(queue, &refs).await;
@@ -1039,16 +1040,29 @@ pub async fn a_group_renewal_extends_the_nodes_leases_and_names_the_ones_it_lost
         assert!(claim(queue, node, within(only(Cpu, 1)), 0).await.is_some());
     }
     // Entries 1-3 are A's, 4 is B's. A's entry 3 runs out and is rescued before A renews.
-    assert_eq!(queue.renew(NODE_A, 1, LEASE, at(LEASE_MS / 2)).await, Ok(()));
-    assert_eq!(queue.renew(NODE_A, 2, LEASE, at(LEASE_MS / 2)).await, Ok(()));
-    assert_eq!(queue.renew(NODE_B, 4, LEASE, at(LEASE_MS / 2)).await, Ok(()));
+    assert_eq!(
+        queue.renew(NODE_A, 1, LEASE, at(LEASE_MS / 2)).await,
+        Ok(())
+    );
+    assert_eq!(
+        queue.renew(NODE_A, 2, LEASE, at(LEASE_MS / 2)).await,
+        Ok(())
+    );
+    assert_eq!(
+        queue.renew(NODE_B, 4, LEASE, at(LEASE_MS / 2)).await,
+        Ok(())
+    );
     assert_eq!(rescue(queue, LEASE_MS).await, 1, "entry 3 ran out");
 
     let renewed_at = LEASE_MS + 1;
     let lost = queue
         .renew_many(NODE_A, &[4, 1, 3, 2, 99], LEASE, at(renewed_at))
         .await;
-    assert_eq!(lost, Ok(vec![4, 3, 99]), "B's, the rescued one, the unknown one");
+    assert_eq!(
+        lost,
+        Ok(vec![4, 3, 99]),
+        "B's, the rescued one, the unknown one"
+    );
     assert_eq!(
         rescue(queue, LEASE_MS / 2 + LEASE_MS).await,
         1,

@@ -91,10 +91,7 @@ impl LeaseRenewer {
         if held.is_empty() {
             return Vec::new();
         }
-        match queue
-            .renew_many(&self.node, held, self.lease, now_ms)
-            .await
-        {
+        match queue.renew_many(&self.node, held, self.lease, now_ms).await {
             Ok(lost) => lost,
             Err(error) => {
                 tracing::warn!(node = %self.node, held = held.len(), %error, "shared queue lease renewal failed");

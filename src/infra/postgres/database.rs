@@ -326,8 +326,18 @@ pub(crate) fn db_fault(what: &str, error: &DbErr) -> BackendFault {
 /// The fault of a database call that failed with `error`, whose outage `cause` (if any) a
 /// probe may have found.
 pub(crate) fn fault_of(what: &str, cause: Option<outage::Cause>, error: &DbErr) -> BackendFault {
+    fault_advising(what, cause, error, outage::Again::Submit)
+}
+
+/// [`fault_of`], advising a caller who would then do `again` (a retrieve retrieves again).
+pub(crate) fn fault_advising(
+    what: &str,
+    cause: Option<outage::Cause>,
+    error: &DbErr,
+    again: outage::Again,
+) -> BackendFault {
     let (kind, words) = match cause {
-        Some(cause) => (cause.fault_kind(), cause.to_string()),
+        Some(cause) => (cause.fault_kind(), cause.advising(again)),
         None => (fault_kind(error), describe(error)),
     };
     let detail = match what {

@@ -145,56 +145,81 @@ impl Cause {
     }
 }
 
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// What the caller of a failed operation does again once the cause is gone: a submitter
+/// submits again, a retrieve (whose result stays stored) retrieves again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Again {
+    /// Submit the task again.
+    Submit,
+    /// Retrieve the result again: it is still stored.
+    Retrieve,
+}
+
+impl Again {
+    fn verb(self) -> &'static str {
+        match self {
+            Self::Submit => "submit again",
+            Self::Retrieve => "retrieve again",
+        }
+    }
+
+    fn gerund(self) -> &'static str {
+        match self {
+            Self::Submit => "submitting again",
+            Self::Retrieve => "retrieving again",
+        }
+    }
+}
+
+impl Cause {
+    /// The cause in words, with what to do about it, for a caller who would then do `again`.
+    pub(crate) fn advising(&self, again: Again) -> String {
+        let (verb, gerund) = (again.verb(), again.gerund());
         let probe = PROBE_TIMEOUT.as_secs();
         let wait = CONNECT_TIMEOUT.as_secs();
         match self {
-            Self::Refused => write!(
-                f,
+            Self::Refused => format!(
                 "the server refused the connection: nothing listens at the host and port of \
                  database_url (PostgreSQL is stopped, or the URL names the wrong place); start \
-                 it or correct database_url, then submit again"
+                 it or correct database_url, then {verb}"
             ),
-            Self::TimedOut => write!(
-                f,
+            Self::TimedOut => format!(
                 "the server did not answer a new connection within {probe}s (a network fault, \
                  a firewall dropping packets, or a server too loaded to accept); check the way \
-                 to it, then submit again"
+                 to it, then {verb}"
             ),
-            Self::Authentication(said) => write!(
-                f,
+            Self::Authentication(said) => format!(
                 "the server refused this process's credentials ({said}); correct the user or \
-                 password in database_url, or the server's access rules: submitting again \
+                 password in database_url, or the server's access rules: {gerund} \
                  will not help"
             ),
-            Self::NoSlots => write!(
-                f,
+            Self::NoSlots => format!(
                 "the server has no connection slot left (max_connections is reached); raise \
-                 it or run fewer processes, then submit again"
+                 it or run fewer processes, then {verb}"
             ),
-            Self::Unavailable(said) => write!(
-                f,
-                "the server is starting up or shutting down ({said}); submit again once it \
+            Self::Unavailable(said) => format!(
+                "the server is starting up or shutting down ({said}); {verb} once it \
                  is up"
             ),
-            Self::DiskFull(said) => write!(
-                f,
-                "the database server's disk is full ({said}); free space on it, then submit \
-                 again"
+            Self::DiskFull(said) => format!(
+                "the database server's disk is full ({said}); free space on it, then {verb}"
             ),
-            Self::Busy => write!(
-                f,
+            Self::Busy => format!(
                 "no connection of this process came free within {wait}s although the server \
-                 accepts new ones: the database is overloaded; submit again later, or give it \
+                 accepts new ones: the database is overloaded; {verb} later, or give it \
                  more capacity"
             ),
-            Self::Lost(said) => write!(
-                f,
-                "the connection to the server broke ({said}); submit again once the database \
+            Self::Lost(said) => format!(
+                "the connection to the server broke ({said}); {verb} once the database \
                  is reachable"
             ),
         }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.advising(Again::Submit))
     }
 }
 
@@ -386,6 +411,14 @@ mod tests {
                 ["submit again", "submitting again will not help"]
                     .iter()
                     .any(|advice| text.contains(advice)),
+                "{text}"
+            );
+            let text = cause.advising(Again::Retrieve);
+            assert!(
+                ["retrieve again", "retrieving again will not help"]
+                    .iter()
+                    .any(|advice| text.contains(advice))
+                    && !text.contains("submit"),
                 "{text}"
             );
         }

@@ -30,6 +30,71 @@ use crate::sync::parker::block_on_until;
 /// nothing to come, a millisecond is still "at once" beside any timeout a caller sets.
 const ASK_AFTER: Duration = Duration::from_millis(1);
 
+/// The pause before a retrieve asks again a mailbox it could not reach; each failure in a
+/// row doubles it, up to [`RETRY_AT_MOST`].
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+
+/// The longest pause between two tries of a mailbox that cannot be reached.
+const RETRY_AT_MOST: Duration = Duration::from_secs(1);
+
+/// A retrieve's memory of a mailbox it could not reach (a database restarting, say): while
+/// its time lasts, a retrieve asks again after a pause instead of failing, and returns the
+/// result once the mailbox answers. When its time runs out before the mailbox answers
+/// again, the last failure is its answer: it says that the result is still stored and to
+/// retrieve again.
+#[derive(Default)]
+struct Unreached {
+    /// The last failure, while the mailbox has not answered since; the pause before the
+    /// next try.
+    state: std::sync::Mutex<(Option<PoolError>, Duration)>,
+}
+
+impl Unreached {
+    /// A try failed with `error`, which a later try may not meet: returns how long to pause.
+    fn failed(&self, error: PoolError) -> Duration {
+        let mut state = self.lock();
+        let pause = if state.0.is_some() {
+            (state.1 * 2).min(RETRY_AT_MOST)
+        } else {
+            RETRY_FIRST
+        };
+        *state = (Some(error), pause);
+        pause
+    }
+
+    /// The mailbox answered.
+    fn answered(&self) {
+        self.lock().0 = None;
+    }
+
+    /// Whether the last try failed.
+    fn failing(&self) -> bool {
+        self.lock().0.is_some()
+    }
+
+    /// The answer of a retrieve whose time ran out: the last failure, if the mailbox has
+    /// not answered since, else `Timeout`.
+    fn out_of_time(&self) -> PoolError {
+        self.lock().0.take().unwrap_or(PoolError::Timeout)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<PoolError>, Duration)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Sleeps `pause`: on the runtime when there is one, else on this plain thread (a blocking
+/// retrieve polls its wait there).
+async fn sleep(pause: Duration) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::time::sleep(pause).await;
+    } else {
+        std::thread::sleep(pause);
+    }
+}
+
 impl<P, R> PoolClient<P, R>
 where
     P: Send + 'static,
@@ -68,7 +133,8 @@ where
         task_id: Option<TaskId>,
         timeout: Duration,
     ) -> Result<R, PoolError> {
-        let outcome = self.take_within(key, task_id, timeout).await;
+        let unreached = Unreached::default();
+        let outcome = self.take_within(key, task_id, timeout, &unreached).await;
         self.after_give_up(key, task_id, timeout, outcome).await
     }
 
@@ -77,26 +143,32 @@ where
         key: &MailboxKey,
         task_id: Option<TaskId>,
         timeout: Duration,
+        unreached: &Unreached,
     ) -> Result<R, PoolError> {
-        if let Some(delivery) = self.try_take(key, task_id).await? {
-            return delivery.outcome.map_err(PoolError::from);
+        match self.try_take(key, task_id).await {
+            Ok(Some(delivery)) => return delivery.outcome.map_err(PoolError::from),
+            Ok(None) => {}
+            // Asked again, after a pause, in the wait below.
+            Err(error) if error.is_retryable() => drop(unreached.failed(error)),
+            Err(error) => return Err(error),
         }
         if let Some(delivery) = self.spin_take(key, task_id)? {
             return delivery.outcome.map_err(PoolError::from);
         }
         let wait = async {
             if self.can_tell(key, task_id) {
-                let early = tokio::time::timeout(ASK_AFTER, self.wait_for(key, task_id)).await;
+                let early =
+                    tokio::time::timeout(ASK_AFTER, self.wait_for(key, task_id, unreached)).await;
                 if let Ok(outcome) = early {
                     return outcome;
                 }
             }
-            self.wait_or_nothing(key, task_id).await
+            self.wait_or_nothing(key, task_id, unreached).await
         };
         match tokio::time::Instant::now().checked_add(timeout) {
             Some(deadline) => tokio::time::timeout_at(deadline, wait)
                 .await
-                .unwrap_or(Err(PoolError::Timeout)),
+                .unwrap_or_else(|_| Err(unreached.out_of_time())),
             None => wait.await,
         }
     }
@@ -110,21 +182,22 @@ where
         timeout: Duration,
     ) -> Result<R, PoolError> {
         let deadline = deadline_after(timeout);
+        let unreached = Unreached::default();
         let early = self
             .can_tell(key, task_id)
             .then(|| {
                 let ask_at = deadline_after(ASK_AFTER);
                 let until = deadline.map_or(ask_at, |deadline| ask_at.map(|at| at.min(deadline)));
-                block_on_until(self.wait_for(key, task_id), until)
+                block_on_until(self.wait_for(key, task_id, &unreached), until)
             })
             .flatten();
         let outcome = match early {
             Some(outcome) => outcome,
             None if deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
-                Err(PoolError::Timeout)
+                Err(unreached.out_of_time())
             }
-            None => block_on_until(self.wait_or_nothing(key, task_id), deadline)
-                .unwrap_or(Err(PoolError::Timeout)),
+            None => block_on_until(self.wait_or_nothing(key, task_id, &unreached), deadline)
+                .unwrap_or_else(|| Err(unreached.out_of_time())),
         };
         block_on_until(self.after_give_up(key, task_id, timeout, outcome), None)
             .unwrap_or(Err(PoolError::Timeout))
@@ -145,8 +218,9 @@ where
         &self,
         key: &MailboxKey,
         task_id: Option<TaskId>,
+        unreached: &Unreached,
     ) -> Result<R, PoolError> {
-        let wait = self.wait_for(key, task_id);
+        let wait = self.wait_for(key, task_id, unreached);
         let Some(asked) = self.ask_if_awaited(key, task_id) else {
             return wait.await;
         };
@@ -196,9 +270,20 @@ where
         }
     }
 
-    /// Waits (without a time limit) until a matching result is stored, and takes it.
-    async fn wait_for(&self, key: &MailboxKey, task_id: Option<TaskId>) -> Result<R, PoolError> {
-        if let Some(delivery) = self.try_take(key, task_id).await? {
+    /// Waits (without a time limit) until a matching result is stored, and takes it. A
+    /// mailbox it cannot reach is asked again after a pause (see [`Unreached`]): a
+    /// notification sent while it was away may be lost, so it does not wait for one.
+    async fn wait_for(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        unreached: &Unreached,
+    ) -> Result<R, PoolError> {
+        if unreached.failing() {
+            if let Some(delivery) = self.take_riding(key, task_id, unreached).await? {
+                return delivery.outcome.map_err(PoolError::from);
+            }
+        } else if let Some(delivery) = self.try_take(key, task_id).await? {
             return delivery.outcome.map_err(PoolError::from);
         }
         let watch = Watch::new(self.inner.mailbox.as_ref(), key);
@@ -206,10 +291,39 @@ where
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(delivery) = self.try_take(key, task_id).await? {
+            if let Some(delivery) = self.take_riding(key, task_id, unreached).await? {
                 return delivery.outcome.map_err(PoolError::from);
             }
-            notified.await;
+            if !unreached.failing() {
+                notified.await;
+            }
+        }
+    }
+
+    /// [`try_take`](Self::try_take), where a failure that may pass (the mailbox cannot be
+    /// reached) is remembered in `unreached` and reads as nothing found, after its pause.
+    async fn take_riding(
+        &self,
+        key: &MailboxKey,
+        task_id: Option<TaskId>,
+        unreached: &Unreached,
+    ) -> Result<Option<Delivery<R>>, PoolError> {
+        match self.try_take(key, task_id).await {
+            Ok(found) => {
+                unreached.answered();
+                Ok(found)
+            }
+            Err(error) if error.is_retryable() => {
+                let pause = unreached.failed(error);
+                tracing::debug!(
+                    pool = self.name(),
+                    ?pause,
+                    "a retrieve could not reach the mailbox; asking again"
+                );
+                sleep(pause).await;
+                Ok(None)
+            }
+            Err(error) => Err(error),
         }
     }
 

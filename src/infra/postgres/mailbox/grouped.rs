@@ -14,7 +14,7 @@ use crate::util::serde::{MailboxKey, TaskId};
 
 use super::hand_over::{hand_over, Home, Taken, WHOLE_ROW};
 use super::stored::column;
-use super::{failed, RETURNED};
+use super::{failed, take_failed, RETURNED};
 
 /// Takes one group answers at most (a statement's size stays bounded).
 pub(super) const TAKES_AT_MOST: usize = 1_000;
@@ -84,7 +84,7 @@ pub(super) async fn take_loop(
                 }
             }
             Err(error) => {
-                let error = failed("take")(error);
+                let error = take_failed(error);
                 for take in group.drain(..) {
                     let _ = take.answer.send(Err(error.clone()));
                 }

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::core::{Claim, Delivery, FencedDelivery, Mailbox, MailboxError, PoolError, Settlement};
 use crate::infra::postgres::codec::entry_to_sql;
+use crate::infra::postgres::database::fault_advising;
 use crate::infra::postgres::{db_fault, open_failed, ClaimFence, Identifier, PgDatabase, Table};
 use crate::util::serde::{MailboxKey, TaskId};
 use grouped::{holds_loop, take_loop, HoldsAsk, TakeTask};
@@ -235,6 +236,21 @@ fn failed(what: &'static str) -> impl Fn(DbErr) -> MailboxError {
     move |error| MailboxError::Backend(db_fault(&format!("postgres {what}"), &error))
 }
 
+/// The error of a take that failed: its result, if any, is still stored, so the advice is
+/// to retrieve again, not to submit again.
+fn take_failed(error: DbErr) -> MailboxError {
+    let cause = crate::infra::postgres::outage::Cause::of(&error);
+    let known = cause.is_some();
+    let again = crate::infra::postgres::outage::Again::Retrieve;
+    let mut fault = fault_advising("postgres take", cause, &error, again);
+    if !known && fault.kind.is_retryable() {
+        fault
+            .detail
+            .push_str("; retrieve again once the database answers");
+    }
+    MailboxError::Backend(fault)
+}
+
 /// How long [`Mailbox::holds`] waits for the database: a submission does not wait longer
 /// for the check (the queue answers for an outage).
 const HOLDS_PATIENCE: Duration = Duration::from_secs(1);
@@ -398,7 +414,7 @@ where
             let taken = home.database.connection().query_all_raw(statement).await;
             let taken = taken
                 .map(|rows| rows.into_iter().next())
-                .map_err(failed("take"));
+                .map_err(take_failed);
             hand_over(&home, answer, taken).await;
         });
         let row = handed.received().await.ok_or_else(runtime_stopped)??;

@@ -594,6 +594,64 @@ mod tests {
         (table, plan, server_plan)
     }
 
+    /// A node's renewal of 1,000 of the 6,000 leases the queue's nodes hold looks each lease
+    /// up by its key (`_queue_name_entry_key`): its cost follows the leases renewed. Planned
+    /// on the partial lease index instead, each lookup read every claimed row of the queue
+    /// (a pass cost the square of the claims held, and outlasted the lease under load).
+    #[test]
+    fn a_renewal_looks_up_each_lease_by_its_key() {
+        use crate::core::{Capacity, FitQuery, SharedQueue};
+        use crate::infra::postgres::codec::entries_to_sql;
+        use sea_orm::Value;
+        use std::time::Duration;
+
+        let database = probe::database();
+        let table = format!("pl_renew_probe_{}", std::process::id());
+        let queue = PostgresQueue::<u64>::open(&database, &table, "renew").expect("open");
+        let plan = probe::runtime().block_on(async {
+            let mut parked = queue.enqueue_many(probe::tasks(0)).await;
+            parked.extend(queue.enqueue_many(probe::tasks(10_000)).await);
+            assert!(parked.iter().all(Result::is_ok));
+            let all = FitQuery::within(Capacity::uniform(10_000));
+            let lease = Duration::from_secs(60);
+            let mut held = Vec::new();
+            for node in ["a", "b"] {
+                let leases = queue
+                    .claim_batch(node, &all, 3_000, lease, 1_000)
+                    .await
+                    .expect("claim");
+                assert_eq!(leases.len(), 3_000);
+                if node == "a" {
+                    held = leases.iter().take(1_000).map(|l| l.entry).collect();
+                }
+            }
+            run_sql(&database, format!("VACUUM ANALYZE {table}")).await;
+            let params: [(&str, Value); 4] = [
+                ("queue", "renew".to_owned().into()),
+                ("entries", entries_to_sql(&held).into()),
+                ("node", "a".to_owned().into()),
+                ("expires_ms", 90_000i64.into()),
+            ];
+            let renew = &queue.statements().renew;
+            let values = renew.bind(&params).expect("every parameter is bound");
+            let plan = database
+                .explain_claim(renew.text().to_owned(), values, false, true)
+                .await
+                .expect("explain");
+            let lost = queue.renew_many("a", &held, lease, 2_000).await;
+            run_sql(&database, format!("DROP TABLE {table}")).await;
+            assert_eq!(lost, Ok(Vec::new()), "every lease of a's is renewed");
+            plan
+        });
+        assert!(
+            plan.contains(&format!("Index Scan using {table}_queue_name_entry_key")),
+            "a renewal does not look its leases up by key:\n{plan}"
+        );
+        for scan in [format!("{table}_lease"), format!("Seq Scan on {table}")] {
+            assert!(!plan.contains(&scan), "a renewal reads {scan}:\n{plan}");
+        }
+    }
+
     /// What a claim reads of a queue where 20,000 tasks sleep (a scheduled start that is not
     /// due) beside 5 due ones ranked behind them all: the 5 (every step of its plan reads at
     /// most a few rows; before the indexes of `schema.rs` split the parked rows, the walk of
