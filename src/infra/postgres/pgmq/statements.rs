@@ -258,21 +258,25 @@ fn claim_sql(layout: &PgmqLayout) -> String {
 }
 
 /// Moves `$node`'s holds on the messages of `$entries` to `$expires_ms`, in one statement;
-/// answers the `entry` of each message it moved. Each is looked up on the entry index.
+/// answers the `entry` of each message the node holds. Each is looked up on the entry index;
+/// a message another transaction holds (a settle under way) is skipped, not waited for, and
+/// renewed at the next pass if it is still the node's then.
 fn renew_sql(layout: &PgmqLayout) -> String {
     let updates = layout.per_level(", ", |level| {
         format!(
-            "u_{p} AS (UPDATE pgmq.{table} SET vt = {vt} \
-              WHERE msg_id IN (SELECT j.msg_id FROM unnest($entries::bigint[]) AS c(entry) \
-                CROSS JOIN LATERAL (SELECT msg_id FROM pgmq.{table} \
-                  WHERE {ENTRY} = c.entry AND message->>'node' = $node LIMIT 1) j) \
-              RETURNING {ENTRY} AS entry)",
+            "m_{p} AS (SELECT j.msg_id, j.entry FROM unnest($entries::bigint[]) AS c(entry) \
+                CROSS JOIN LATERAL (SELECT msg_id, {ENTRY} AS entry FROM pgmq.{table} \
+                  WHERE {ENTRY} = c.entry AND message->>'node' = $node LIMIT 1) j), \
+             u_{p} AS (UPDATE pgmq.{table} SET vt = {vt} WHERE msg_id = ANY (ARRAY( \
+                SELECT f.msg_id FROM m_{p} CROSS JOIN LATERAL (SELECT msg_id \
+                  FROM pgmq.{table} WHERE msg_id = m_{p}.msg_id AND message->>'node' = $node \
+                  FOR NO KEY UPDATE SKIP LOCKED) f)) RETURNING 1)",
             p = level.p,
             table = level.table,
             vt = at_ms("$expires_ms")
         )
     });
-    format!("WITH {updates} {}", union_of("u", "entry"))
+    format!("WITH {updates} {}", union_of("m", "entry"))
 }
 
 /// Ends `$node`'s holds on the messages of `$entries`. Done: archived in the level's archive,

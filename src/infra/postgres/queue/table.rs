@@ -235,14 +235,22 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
         claim: sql(claim_sql(t, false, order)),
         // One statement for all of a node's leases, each looked up by its key as a settle
         // looks up its claims (walking the partial lease index instead read every claimed
-        // row of the queue for each entry: a pass cost the square of the claims held).
+        // row of the queue for each entry: a pass cost the square of the claims held). A
+        // row another transaction holds (a settle or a rescue under way) is skipped, not
+        // waited for: a renewal that waited held the rows it had renewed meanwhile, and the
+        // settles queued behind it. It is answered as held, and renewed at the next pass if
+        // it is still this node's then.
         renew: sql(format!(
-            "UPDATE {t} SET lease_expires_ms = $expires_ms WHERE id IN ( \
-               SELECT j.id FROM unnest($entries::bigint[]) AS c(entry) \
-               CROSS JOIN LATERAL (SELECT id FROM {t} WHERE queue_name = $queue \
+            "WITH mine AS (SELECT j.id, j.entry FROM unnest($entries::bigint[]) AS c(entry) \
+               CROSS JOIN LATERAL (SELECT id, entry FROM {t} WHERE queue_name = $queue \
                  AND entry = c.entry AND (state = 'claimed') IS TRUE AND locked_by = $node \
-                 LIMIT 1) j) \
-             RETURNING entry"
+                 LIMIT 1) j), \
+             free AS (SELECT f.id FROM mine CROSS JOIN LATERAL (SELECT id FROM {t} \
+                 WHERE id = mine.id AND state = 'claimed' AND locked_by = $node \
+                 FOR NO KEY UPDATE SKIP LOCKED) f), \
+             renewed AS (UPDATE {t} SET lease_expires_ms = $expires_ms \
+                 WHERE id = ANY (ARRAY(SELECT id FROM free)) RETURNING 1) \
+             SELECT entry FROM mine"
         )),
         settle_done: sql(settle_as_done("NULL", true, "NULL")),
         settle_ended: sql(settle_as_done("$status", false, "$why")),
@@ -639,8 +647,31 @@ mod tests {
                 .await
                 .expect("explain");
             let lost = queue.renew_many("a", &held, lease, 2_000).await;
-            run_sql(&database, format!("DROP TABLE {table}")).await;
             assert_eq!(lost, Ok(Vec::new()), "every lease of a's is renewed");
+            // A row another transaction holds (a settle under way, say) is skipped, not
+            // waited for, and still answered as a's.
+            let url = std::env::var("DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+            let other = sea_orm::Database::connect(url).await.expect("connect");
+            let holding = sea_orm::TransactionTrait::begin(&other)
+                .await
+                .expect("begin");
+            let lock = format!(
+                "SELECT 1 FROM {table} WHERE entry = {} FOR UPDATE",
+                crate::infra::postgres::codec::entry_to_sql(held[0])
+            );
+            sea_orm::ConnectionTrait::execute_unprepared(&holding, &lock)
+                .await
+                .expect("lock a row");
+            let renewing = queue.renew_many("a", &held, lease, 3_000);
+            let lost = tokio::time::timeout(Duration::from_secs(5), renewing).await;
+            drop(holding);
+            run_sql(&database, format!("DROP TABLE {table}")).await;
+            assert_eq!(
+                lost.expect("a renewal does not wait for a locked row"),
+                Ok(Vec::new()),
+                "a locked row is still a's"
+            );
             plan
         });
         assert!(

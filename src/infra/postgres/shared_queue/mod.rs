@@ -15,7 +15,7 @@
 //! | `park` | `$queue`, `$rows` ([`ParkRows`]) | `entry` of each task stored |
 //! | `park_claimed` | `$queue`, `$rows`, `$node`, `$expires_ms` | `entry` of each task stored |
 //! | `claim` | [`ClaimParams`] | see [`claim`](super::claim) |
-//! | `renew` | `$queue`, `$entries`, `$node`, `$expires_ms` | `entry` of each lease renewed |
+//! | `renew` | `$queue`, `$entries`, `$node`, `$expires_ms` | `entry` of each lease the node holds (renewed, or skipped while another transaction holds its row) |
 //! | `settle_done` | `$queue`, `$entries`, `$attempts`, `$node` | `entry` of each claim ended |
 //! | `settle_failed` | `$queue`, `$entries`, `$attempts`, `$node`, `$reason` | `entry` of each claim ended |
 //! | `settle_ended` | `$queue`, `$entries`, `$attempts`, `$node`, `$status`, `$why` | `entry` of each claim ended |
