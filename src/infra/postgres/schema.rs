@@ -9,7 +9,7 @@ use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
 use super::claim::due_of;
-use super::queue::dependencies::{dependencies_ddl, last_index};
+use super::queue::dependencies::{dependencies_ddl, last_index, replaced_index};
 use super::queue::table::PARKED_COLUMNS;
 use super::service::{service_tables, FLOORS_TABLE};
 use super::shared_queue::{ticks_table, TICKS_TABLE};
@@ -218,6 +218,7 @@ impl PgDatabase {
                     table: name.as_str().to_owned(),
                     column: QUEUE_LAST_COLUMN,
                     index: last_index(name),
+                    replaced: replaced_index(name),
                 },
             ),
             Table::DeadlineOrder(name) => (
@@ -276,11 +277,14 @@ enum LastMade {
     Relation(String),
     /// A column added by an `ALTER TABLE` and an index made by the same DDL, neither of
     /// which implies the other: a table made by a version that added only one of them is
-    /// brought up to date.
+    /// brought up to date. `replaced` is an index the DDL drops: while an older node of the
+    /// fleet makes it again, the table is not up to date, and the next node to open it
+    /// drops it again.
     ColumnAndIndex {
         table: String,
         column: &'static str,
         index: String,
+        replaced: String,
     },
 }
 
@@ -296,11 +300,18 @@ impl LastMade {
                 table,
                 column,
                 index,
+                replaced,
             } => (
-                "SELECT to_regclass($3) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute \
+                "SELECT to_regclass($3) IS NOT NULL AND to_regclass($4) IS NULL \
+                   AND EXISTS (SELECT 1 FROM pg_attribute \
                    WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped) \
                    AS present",
-                vec![table.clone().into(), (*column).into(), index.clone().into()],
+                vec![
+                    table.clone().into(),
+                    (*column).into(),
+                    index.clone().into(),
+                    replaced.clone().into(),
+                ],
             ),
         }
     }

@@ -87,6 +87,11 @@ pub(crate) fn last_index(t: &Identifier) -> String {
     format!("{t}_task_ids")
 }
 
+/// The index [`last_index`] replaces, which the DDL drops (see there).
+pub(crate) fn replaced_index(t: &Identifier) -> String {
+    format!("{t}_caller")
+}
+
 /// `<t>_ended(queue, rows, task ids, succeeded, why)`: the rows (with their callers' task
 /// ids, in the same order) ended, well or not (`why`: how, for the children's reason).
 /// Releases or cancels their children (see the module docs); returns how many children

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Runs one bench of two builds alternately, in one run, so that a before/after comes from
+# the same machine state: the bench of BEFORE, then of AFTER, RUNS times over.
+#
+#   scripts/bench_compare.sh [-b BENCH] [-f FEATURES] [-n RUNS] [-p PREPARE] BEFORE [AFTER]
+#
+# PREPARE is a shell command run before each run (say, dropping a table both builds share,
+# so that neither runs on what the other left).
+# BEFORE and AFTER are git revisions (a commit, a branch, HEAD~3); AFTER defaults to the
+# working tree as it is, uncommitted changes included. Each revision is checked out in a
+# worktree under $COMPARE_DIR (default /tmp/pl-bench-compare) and built there with one
+# target folder for both, so the dependencies build once. Everything in the environment
+# reaches the bench (PG_JOBS, PG_PATHS, ...). Each run's output is kept in
+# $COMPARE_DIR/runs/, and the lines that carry figures are printed run by run at the end.
+#
+# Example: the Postgres queue bench of the commit before a change against the change,
+# four runs each:
+#
+#   PG_JOBS=10000 PG_ROUNDS=1 PG_PATHS=0,1,2 scripts/bench_compare.sh -b postgres_queue \
+#     -f postgres -n 4 -p 'psql -h 127.0.0.1 -U postgres -d test -qc "DROP TABLE IF EXISTS pl_queue_jobs"' HEAD~1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bench=postgres_queue
+features=postgres
+runs=3
+prepare=""
+while getopts "b:f:n:p:h" option; do
+  case "$option" in
+    b) bench=$OPTARG ;;
+    f) features=$OPTARG ;;
+    n) runs=$OPTARG ;;
+    p) prepare=$OPTARG ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: $0 [-b BENCH] [-f FEATURES] [-n RUNS] [-p PREPARE] BEFORE [AFTER]" >&2
+  exit 2
+fi
+
+dir=${COMPARE_DIR:-/tmp/pl-bench-compare}
+mkdir -p "$dir/bin" "$dir/runs"
+export CARGO_TARGET_DIR="$dir/target"
+
+# Builds BENCH in `tree` and copies its executable to $dir/bin/`label`.
+build() {
+  local tree=$1 label=$2 executable
+  echo "building $bench ($features) of $label in $tree" >&2
+  executable=$(cd "$tree" && cargo bench -p prometheus_parking_lot_benches \
+      --features "$features" --bench "$bench" --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("reason") == "compiler-artifact" and message.get("executable"):
+        print(message["executable"])' | tail -1)
+  if [ -z "$executable" ]; then
+    echo "error: $bench of $label did not build; run the cargo bench command in $tree to see why" >&2
+    exit 1
+  fi
+  cp "$executable" "$dir/bin/$label"
+}
+
+# The tree of revision `rev`: a worktree at that commit, made once.
+tree_of() {
+  local rev=$1 commit
+  commit=$(git rev-parse --verify "$rev^{commit}")
+  local tree="$dir/trees/$commit"
+  if [ ! -d "$tree" ]; then
+    git worktree add --detach "$tree" "$commit" >/dev/null 2>&1
+  fi
+  echo "$tree"
+}
+
+before=$1
+before_label="before-$(git rev-parse --short "$before")"
+build "$(tree_of "$before")" "$before_label"
+if [ $# -eq 2 ]; then
+  after_label="after-$(git rev-parse --short "$2")"
+  build "$(tree_of "$2")" "$after_label"
+else
+  after_label="after-worktree"
+  build "$root" "$after_label"
+fi
+
+stamp=$(date +%Y%m%d-%H%M%S)
+for run in $(seq 1 "$runs"); do
+  for label in "$before_label" "$after_label"; do
+    out="$dir/runs/$stamp-$run-$label.txt"
+    echo "run $run of $runs: $label" >&2
+    if [ -n "$prepare" ]; then
+      bash -c "$prepare"
+    fi
+    if ! "$dir/bin/$label" --bench >"$out" 2>&1; then
+      echo "run $run of $label failed; its output: $out" >&2
+    fi
+  done
+done
+
+echo
+echo "$bench, $runs runs each, alternating ($stamp):"
+for run in $(seq 1 "$runs"); do
+  for label in "$before_label" "$after_label"; do
+    echo "== run $run, $label"
+    grep -E "median|x the|jobs/s|/s " "$dir/runs/$stamp-$run-$label.txt" | grep -v "^|" || true
+  done
+done
