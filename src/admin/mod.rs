@@ -77,6 +77,24 @@ use hosts::ServedHosts;
 
 /// Where the admin server listens, the names it answers under, and who may read and change
 /// things.
+///
+/// Fields are added to it as the server learns new rules (`allowed_hosts` and `read_token`
+/// came after the first two). Build it from `AdminSettings::default()`, with the `with_*`
+/// methods or a struct literal that ends in `..AdminSettings::default()`, so that a new field
+/// takes its default instead of breaking the build:
+///
+/// ```
+/// use prometheus_parking_lot::admin::AdminSettings;
+/// use prometheus_parking_lot::config::Secret;
+///
+/// let settings = AdminSettings {
+///     token: Some(Secret::new("change me")),
+///     ..AdminSettings::default()
+/// }
+/// .with_allowed_hosts(["dash.example.com"]);
+/// assert_eq!(settings.bind.port(), AdminSettings::DEFAULT_PORT);
+/// assert!(!settings.read_token);
+/// ```
 #[derive(Debug, Clone)]
 pub struct AdminSettings {
     /// The address to bind: `127.0.0.1:7480` by default (port 0 picks a free one).
