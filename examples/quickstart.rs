@@ -31,13 +31,17 @@
 //! With the `admin` feature it serves the dashboard (`prometheus_parking_lot::admin`) on
 //! 127.0.0.1:7480 while it runs, prints its address and a token for its buttons, and at a
 //! terminal keeps it up after the summary until Enter is pressed.
+//!
+//! With `--timeline FILE` it also draws forty of the requests' lives as an SVG (each one's
+//! parked spans, coloured by why it waited, and its run, coloured by how it ended:
+//! `support/timeline.rs`); `docs/guide/timeline.svg`, shown in the guide, is one.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskMetadata};
+use prometheus_parking_lot::core::{PoolControl, PoolError, ScheduledTask, TaskMetadata};
 use prometheus_parking_lot::metrics::{names, priority_label};
 use prometheus_parking_lot::util::clock::now_ms;
 use prometheus_parking_lot::util::serde::{Priority, ResourceCost};
@@ -54,7 +58,14 @@ use flags::Flags;
 #[path = "support/dashboard.rs"]
 mod dashboard;
 
+#[path = "support/timeline.rs"]
+mod timeline;
+use timeline::Timeline;
+
 const REQUESTS: u64 = 1_500;
+
+/// The requests `--timeline` draws: forty from the middle of the run, when the pool is full.
+const TIMELINE_TASKS: std::ops::Range<u64> = 700..740;
 
 /// One simulated inference request. Config-built pools may park payloads in a durable
 /// queue, so payloads and results serialise.
@@ -175,23 +186,26 @@ impl Scrape {
 }
 
 const USAGE: &str = "\
-usage: cargo run --release --example quickstart -- [--config FILE] [--pool NAME]
+usage: cargo run --release --example quickstart -- [--config FILE] [--pool NAME] [--timeline FILE]
 
-  --config FILE   the configuration file, JSON or YAML (default config/local.json)
-  --pool NAME     which of its pools to run the requests through (default: the first)";
+  --config FILE     the configuration file, JSON or YAML (default config/local.json)
+  --pool NAME       which of its pools to run the requests through (default: the first)
+  --timeline FILE   also draw forty requests' lives through the pool, as an SVG";
 
-/// `--config FILE` and `--pool NAME`.
+/// `--config FILE`, `--pool NAME` and `--timeline FILE`.
 struct Args {
     config: String,
     pool: Option<String>,
+    timeline: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let flags = Flags::from_env(USAGE, &["--config", "--pool"])?;
+    let flags = Flags::from_env(USAGE, &["--config", "--pool", "--timeline"])?;
     let default_config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.json");
     Ok(Args {
         config: flags.text("--config").unwrap_or(default_config).to_owned(),
         pool: flags.text("--pool").map(str::to_owned),
+        timeline: flags.text("--timeline").map(str::to_owned),
     })
 }
 
@@ -247,6 +261,10 @@ async fn run(args: Args) -> Result<(), PoolError> {
     let dashboard = dashboard::start(vec![dashboard::pool(&name, pool.client().clone())]);
     #[cfg(not(feature = "admin"))]
     println!("(add --features admin to watch this run on a live dashboard)");
+    let timeline = args
+        .timeline
+        .as_ref()
+        .map(|_| Timeline::listen(PoolControl::clone(pool.client()), TIMELINE_TASKS));
     let pool = Arc::new(pool);
     let workers = pool.stats().worker_count;
     let vram = [("kind", "gpu_vram")];
@@ -360,6 +378,16 @@ async fn run(args: Args) -> Result<(), PoolError> {
         println!("{outcome:<28}{:>12}", end.value(name, &[]));
     }
     println!("\n(every figure above is read from the pool's Prometheus metrics)");
+    if let (Some(timeline), Some(path)) = (timeline, &args.timeline) {
+        timeline
+            .write_svg(path)
+            .map_err(|error| PoolError::Internal(format!("{path}: {error}")))?;
+        println!(
+            "requests {} to {} through the pool, drawn: {path}",
+            TIMELINE_TASKS.start,
+            TIMELINE_TASKS.end - 1
+        );
+    }
     #[cfg(feature = "admin")]
     tokio::task::spawn_blocking(move || dashboard::keep_open(dashboard))
         .await
