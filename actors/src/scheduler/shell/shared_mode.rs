@@ -173,6 +173,8 @@ where
                 self.tasks
                     .observers
                     .step(later.task_id, &key, later.cost, &step, now, detail);
+                // Its claim-ahead room is free again.
+                self.claim_if_open(now);
             }
         }
     }

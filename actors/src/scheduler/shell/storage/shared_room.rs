@@ -240,7 +240,8 @@ impl SharedRoom {
             .iter()
             .filter(|record| record.is_parked())
             .map(Record::cost);
-        if let Some((query, max)) = self.claim_wanted(&tasks.core, parked, now) {
+        let publishing = tasks.publishing.len();
+        if let Some((query, max)) = self.claim_wanted(&tasks.core, parked, publishing, now) {
             tasks.fx.shared(SharedCall::Claim { query, max, now });
         }
     }
@@ -336,7 +337,8 @@ impl SharedRoom {
     }
 
     /// What this node should claim now, if anything: `(query, at most)`; marks the claim in
-    /// flight. `parked` are the costs of the claimed tasks waiting here.
+    /// flight. `parked` are the costs of the claimed tasks waiting here; `publishing`, how
+    /// many claimed runs have ended and wait for their outcome to be stored.
     ///
     /// It claims when it could start a task now (an idle worker, free capacity, nothing
     /// claimed waiting here), or, with claim-ahead, when at most half the claimed tasks it may
@@ -345,21 +347,27 @@ impl SharedRoom {
     /// nothing, so it claims nothing. With claim-ahead, a busy node waits until half its
     /// waiting room is free and then fills it in one claim, rather than claiming a task or
     /// two after every finish.
+    ///
+    /// Runs whose outcome is still on its way to the mailbox take room from the claim-ahead
+    /// too: a node whose results are stored more slowly than its workers run would otherwise
+    /// claim ahead without end (thousands of claims held, each renewed, none started soon).
     pub fn claim_wanted(
         &mut self,
         core: &ParkingLot,
         parked: impl Iterator<Item = ResourceCost>,
+        publishing: usize,
         now: u64,
     ) -> Option<(FitQuery, usize)> {
         let waiting = core.parked_len();
         let workers = core.live_workers();
         let idle = workers - core.busy_workers();
-        let room = (idle + self.claim_ahead).saturating_sub(waiting);
+        let ahead = self.claim_ahead.saturating_sub(publishing);
+        let room = (idle + ahead).saturating_sub(waiting);
         if self.claiming
             || workers == 0
             || room == 0
-            || (waiting > 0 && self.claim_ahead == 0)
-            || (idle == 0 && waiting > self.claim_ahead / 2)
+            || (waiting > 0 && ahead == 0)
+            || (idle == 0 && waiting > ahead / 2)
         {
             return None;
         }
