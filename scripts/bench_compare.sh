@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Runs one bench of two builds alternately, in one run, so that a before/after comes from
-# the same machine state: the bench of BEFORE, then of AFTER, RUNS times over.
+# Runs one bench of several builds in turn, in one run, so that a before/after (or a bisect
+# of a range of commits) comes from one machine state: each build's bench, then the next's,
+# RUNS times over.
 #
-#   scripts/bench_compare.sh [-b BENCH] [-f FEATURES] [-n RUNS] [-p PREPARE] BEFORE [AFTER]
+#   scripts/bench_compare.sh [-b BENCH] [-f FEATURES] [-n RUNS] [-p PREPARE] REV [REV...]
 #
-# PREPARE is a shell command run before each run (say, dropping a table both builds share,
-# so that neither runs on what the other left).
-# BEFORE and AFTER are git revisions (a commit, a branch, HEAD~3); AFTER defaults to the
-# working tree as it is, uncommitted changes included. Each revision is checked out in a
+# Each REV is a git revision (a commit, a branch, HEAD~3). Given one, the working tree as it
+# is (uncommitted changes included) is the second build. Each revision is checked out in a
 # worktree under $COMPARE_DIR (default /tmp/pl-bench-compare) and built there with one
-# target folder for both, so the dependencies build once. Everything in the environment
-# reaches the bench (PG_JOBS, PG_PATHS, ...). Each run's output is kept in
-# $COMPARE_DIR/runs/, and the lines that carry figures are printed run by run at the end.
+# target folder for all, so the dependencies build once. PREPARE is a shell command run
+# before each run (say, dropping a table the builds share, so that none runs on what
+# another left). Everything in the environment reaches the bench (PG_JOBS, PG_PATHS, ...).
+# Each run's output is kept in $COMPARE_DIR/runs/, and the lines that carry figures are
+# printed run by run at the end.
 #
-# Example: the Postgres queue bench of the commit before a change against the change,
+# Example: the Postgres queue bench of the commit before a change against the working tree,
 # four runs each:
 #
 #   PG_JOBS=10000 PG_ROUNDS=1 PG_PATHS=0,1,2 scripts/bench_compare.sh -b postgres_queue \
@@ -32,12 +33,12 @@ while getopts "b:f:n:p:h" option; do
     f) features=$OPTARG ;;
     n) runs=$OPTARG ;;
     p) prepare=$OPTARG ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 [-b BENCH] [-f FEATURES] [-n RUNS] [-p PREPARE] BEFORE [AFTER]" >&2
+if [ $# -lt 1 ]; then
+  echo "usage: $0 [-b BENCH] [-f FEATURES] [-n RUNS] [-p PREPARE] REV [REV...]" >&2
   exit 2
 fi
 
@@ -74,20 +75,20 @@ tree_of() {
   echo "$tree"
 }
 
-before=$1
-before_label="before-$(git rev-parse --short "$before")"
-build "$(tree_of "$before")" "$before_label"
-if [ $# -eq 2 ]; then
-  after_label="after-$(git rev-parse --short "$2")"
-  build "$(tree_of "$2")" "$after_label"
-else
-  after_label="after-worktree"
-  build "$root" "$after_label"
+labels=()
+for rev in "$@"; do
+  label="at-$(git rev-parse --short "$rev")"
+  build "$(tree_of "$rev")" "$label"
+  labels+=("$label")
+done
+if [ $# -eq 1 ]; then
+  build "$root" "worktree"
+  labels+=("worktree")
 fi
 
 stamp=$(date +%Y%m%d-%H%M%S)
 for run in $(seq 1 "$runs"); do
-  for label in "$before_label" "$after_label"; do
+  for label in "${labels[@]}"; do
     out="$dir/runs/$stamp-$run-$label.txt"
     echo "run $run of $runs: $label" >&2
     if [ -n "$prepare" ]; then
@@ -100,9 +101,9 @@ for run in $(seq 1 "$runs"); do
 done
 
 echo
-echo "$bench, $runs runs each, alternating ($stamp):"
+echo "$bench, $runs runs each, in turn ($stamp):"
 for run in $(seq 1 "$runs"); do
-  for label in "$before_label" "$after_label"; do
+  for label in "${labels[@]}"; do
     echo "== run $run, $label"
     grep -E "median|x the|jobs/s|/s " "$dir/runs/$stamp-$run-$label.txt" | grep -v "^|" || true
   done
