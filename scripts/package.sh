@@ -5,6 +5,10 @@
 # the engine's package through a local registry, so neither needs to be on crates.io yet.
 # Nothing is uploaded (--dry-run). The packages' sizes are printed at the end.
 #
+# Then the docs as docs.rs builds them ([package.metadata.docs.rs]: every feature, nightly
+# rustdoc with `--cfg docsrs`, which turns on the badges naming each item's feature), when a
+# nightly toolchain is installed; where none is, the step says so.
+#
 # --allow-dirty: the check is about what the packages hold and whether they build, so it
 # also runs on a working tree with changes not committed yet.
 set -euo pipefail
@@ -20,3 +24,10 @@ for package in prometheus_parking_lot_actors prometheus_parking_lot; do
   files=$(tar -tzf "${crate_file}" | grep -vc '/$')
   echo "${package}: $(wc -c <"${crate_file}") bytes compressed, ${files} files"
 done
+
+if rustup run nightly rustdoc --version >/dev/null 2>&1; then
+  RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -p prometheus_parking_lot \
+    --all-features --no-deps
+else
+  echo "the docs.rs build NOT checked: no nightly toolchain (rustup toolchain install nightly)"
+fi
