@@ -3,7 +3,7 @@
 //!
 //! A producer-only node (`worker_threads: 0`) submits N one-unit jobs with `submit_batch`;
 //! a worker node with W workers on the same table queue claims and runs them; the producer
-//! retrieves every result from the Postgres mailbox. Both nodes are built from a config, as
+//! retrieves every result from the Postgres mailbox, 32 retrieves at a time. Both nodes are built from a config, as
 //! users build them. The worker node's `max_units` is what changes:
 //!
 //! - *unbounded, no-op*: `max_units` 1,000,000: the node claims as far as its claim-ahead.
@@ -32,6 +32,9 @@ use prometheus_parking_lot::{
     TaskExecutor, TokioSpawner,
 };
 use sea_orm::ConnectionTrait;
+
+/// How many tasks retrieve the results at once.
+const TAKERS: u64 = 32;
 
 /// Doubles its payload after `work`.
 #[derive(Clone)]
@@ -123,12 +126,22 @@ async fn round(database: &PgDatabase, case: Case, workers: u64) -> f64 {
             "every submit is accepted"
         );
     }
-    for id in 1..=case.jobs {
-        let result = producer
-            .retrieve_task(&key, id, Duration::from_secs(120))
-            .await
-            .expect("every result is retrieved");
-        assert_eq!(result, id * 2);
+    // Retrieved by 32 takers at once, so that the results' round trips do not bound the run.
+    let mut takers = tokio::task::JoinSet::new();
+    for taker in 0..TAKERS {
+        let (producer, key) = (Arc::clone(&producer), key.clone());
+        takers.spawn(async move {
+            for id in (1..=case.jobs).filter(|id| id % TAKERS == taker) {
+                let result = producer
+                    .retrieve_task(&key, id, Duration::from_secs(120))
+                    .await
+                    .expect("every result is retrieved");
+                assert_eq!(result, id * 2);
+            }
+        });
+    }
+    while let Some(done) = takers.join_next().await {
+        done.expect("a taker");
     }
     let elapsed = started.elapsed();
     drop(nodes);
