@@ -389,6 +389,56 @@ async fn a_node_with_claim_ahead_holds_tasks_for_its_workers_and_runs_each_once(
     gpu.shutdown(WAIT).await.unwrap();
 }
 
+/// A node whose units bind before its workers do (2 units, 4 workers) claims ahead tasks
+/// that wait for the units its runs hold, up to one whole capacity more: a run's end starts
+/// the next at once, without a round trip to the queue. It never runs more than its units
+/// allow, and each task runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_units_bind_claims_ahead_what_waits_for_them() {
+    let cluster = Cluster::new();
+    let producer = cluster.node_with("api", 0, 100, 4).await;
+    let gpu = cluster.node_with("gpu", 4, 2, 8).await;
+    let tasks = (1..=24).map(|id| job(id, 20, Priority::Normal)).collect();
+    let keys: Vec<MailboxKey> = producer
+        .submit_batch(tasks, SubmitOptions::default())
+        .await
+        .into_iter()
+        .map(|answer| answer.expect("accepted"))
+        .collect();
+    let (mut most_held, mut most_running) = (0, 0);
+    loop {
+        let stats = gpu.stats();
+        let running = stats.active_tasks;
+        most_held = most_held.max(running + stats.queued_tasks);
+        most_running = most_running.max(running);
+        if cluster.runs().len() == 24 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for (id, key) in (1..=24).zip(&keys) {
+        assert_eq!(producer.retrieve(key, WAIT).await, Ok(id), "task {id}");
+    }
+    assert!(
+        most_held > 2,
+        "the node never held a task waiting for its units ({most_held})"
+    );
+    assert!(
+        most_held <= 2 + 2,
+        "held {most_held} claims, more than its 2 units and one capacity ahead"
+    );
+    assert!(most_running <= 2, "ran {most_running} at once on 2 units");
+    let mut ids: Vec<TaskId> = cluster.runs().iter().map(|&(_, id)| id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=24).collect::<Vec<_>>(),
+        "each task ran exactly once"
+    );
+    producer.shutdown(WAIT).await.unwrap();
+    gpu.shutdown(WAIT).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unworkable_shared_settings_are_refused() {
     let supervisor = spawn_supervisor().await.unwrap();

@@ -90,11 +90,12 @@ impl<P> SharedParking<P> {
         self
     }
 
-    /// Lets the node claim up to `tasks` more than it can start now, while its workers are
-    /// busy: tasks that fit its free capacity (less what the tasks already waiting need),
-    /// best-ranked first, which wait here under their leases and start as workers free, so
-    /// a worker that ends a short job finds the next one without a round trip to the queue,
-    /// and one claim fetches many tasks. The price: a task waiting here is this node's until
+    /// Lets the node claim up to `tasks` more than it can start now, while its workers or
+    /// its units are busy: tasks that fit its free units plus up to one whole capacity more
+    /// (never more than the capacity in one claim, less what the tasks already waiting
+    /// need), best-ranked first, which wait here under their leases and start as workers
+    /// and units free, so a run that ends a short job finds the next one without a round
+    /// trip to the queue, and one claim fetches many tasks. The price: a task waiting here is this node's until
     /// it runs or its lease runs out (a node that stops leaves its waiting tasks to their
     /// leases' expiry), even when another node is idle. 0 (the default) claims only what
     /// starts at once.

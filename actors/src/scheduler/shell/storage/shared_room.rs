@@ -371,20 +371,44 @@ impl SharedRoom {
         {
             return None;
         }
-        let mut free = ResourceKind::ALL
-            .into_iter()
-            .fold(Capacity::uniform(0), |free, kind| {
-                free.with(kind, core.free(kind))
-            });
+        let limits = core.limits();
+        // With claim-ahead, a claim also takes tasks to wait here for the units the running
+        // tasks hold: the free units plus up to one whole capacity, never more than the
+        // capacity at once, less what the claims already waiting need. A worker that ends a
+        // run then finds the next task here without a round trip to the queue, also on a
+        // node whose units bind before its workers do. Without claim-ahead, only what fits
+        // the free units now.
+        let reach = if self.claim_ahead > 0 {
+            limits.capacity
+        } else {
+            Capacity::uniform(0)
+        };
+        let mut within =
+            ResourceKind::ALL
+                .into_iter()
+                .fold(Capacity::uniform(0), |within, kind| {
+                    let whole = limits.capacity.get(kind);
+                    let units = core.free(kind).saturating_add(reach.get(kind)).min(whole);
+                    within.with(kind, units)
+                });
         if waiting > 0 {
             for cost in parked {
-                free = free.with(cost.kind, free.get(cost.kind).saturating_sub(cost.units));
+                let left = within.get(cost.kind).saturating_sub(cost.units);
+                within = within.with(cost.kind, left);
             }
         }
-        if free.is_empty() {
+        if within.is_empty() {
             return None;
         }
-        let limits = core.limits();
+        // A busy node claims ahead again once half a capacity of some kind is free to wait
+        // for, in one claim, rather than a task or two after every finish.
+        let half_free = ResourceKind::ALL.into_iter().any(|kind| {
+            let whole = limits.capacity.get(kind);
+            whole > 0 && within.get(kind) >= whole.div_ceil(2)
+        });
+        if idle == 0 && !half_free {
+            return None;
+        }
         let starvation = limits.starvation.max_park_ms.map(|age| StarvationRule {
             capacity: limits.capacity,
             parked_before_ms: now.saturating_sub(age),
@@ -393,7 +417,7 @@ impl SharedRoom {
         Some((
             FitQuery {
                 starvation,
-                ..FitQuery::within(free)
+                ..FitQuery::within(within)
             },
             room,
         ))
