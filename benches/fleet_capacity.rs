@@ -144,7 +144,15 @@ async fn round(database: &PgDatabase, case: Case, workers: u64) -> f64 {
         done.expect("a taker");
     }
     let elapsed = started.elapsed();
-    drop(nodes);
+    drop(producer);
+    // Both nodes stop before the next round starts on the same table.
+    let (producer_node, worker_node) = nodes;
+    for pools in [worker_node, producer_node] {
+        pools
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("the nodes stop");
+    }
     let _ = database
         .connection()
         .execute_unprepared(&format!("DROP TABLE IF EXISTS {queue}_results"))

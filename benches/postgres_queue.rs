@@ -103,7 +103,7 @@ fn unique(prefix: &str) -> String {
 /// worker node, each from a config of its own, as two processes would build them.
 struct Round {
     producer: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
-    _worker: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
+    worker: prometheus_parking_lot::BuiltPools<u64, u64, Double>,
     mailbox: String,
     /// The pgmq queue's name, to drop its PGMQ queues after the round.
     queue: Option<String>,
@@ -156,7 +156,7 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
     };
     Round {
         producer: node(0),
-        _worker: node(workers),
+        worker: node(workers),
         mailbox,
         queue: (kind == Queue::Pgmq).then_some(queue),
     }
@@ -271,9 +271,20 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
     if std::env::var_os("PG_PHASES").is_some() {
         println!("    submitted after {submitted:.2?}, all retrieved after {elapsed:.2?}");
     }
-    let mailbox = round.mailbox.clone();
-    let queue = round.queue.clone();
-    drop(round);
+    let Round {
+        producer: producer_pools,
+        worker,
+        mailbox,
+        queue,
+    } = round;
+    drop(producer);
+    // Both nodes stop before the next round starts on the same table.
+    for pools in [worker, producer_pools] {
+        pools
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("the nodes stop");
+    }
     drop_table(database.connection(), &mailbox).await;
     if let Some(queue) = queue {
         let levels = ["crit", "high", "norm", "low", "dlq"].map(|level| format!("{queue}_{level}"));

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-#[cfg(feature = "webhook")]
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -57,6 +56,52 @@ pub struct BuiltPools<P, R, E> {
     #[cfg(feature = "postgres")]
     #[cfg_attr(not(feature = "admin"), allow(dead_code))]
     fleet: crate::infra::postgres::fleet::Seats,
+}
+
+impl<P, R, E> BuiltPools<P, R, E>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    E: crate::TaskExecutor<P, R> + 'static,
+{
+    /// Stops every pool, one after another, and returns once they have stopped: each stops
+    /// admitting, lets its running tasks finish for up to `drain` and stops its actors (see
+    /// [`PoolClient::shutdown`](crate::core::PoolClient::shutdown)); a node of a shared queue
+    /// hands back the claims it held waiting and settles what ended. Then each node leaves
+    /// its fleet (its row says it is gone). Answers the first pool's error, if any.
+    ///
+    /// Dropping the pools instead starts the same stop in the background and returns at
+    /// once, so a dropped node may still renew and settle its claims for a moment: a
+    /// process about to exit, or code that goes on to change the queue's tables, stops the
+    /// pools with this first.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use prometheus_parking_lot::{build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner};
+    /// # #[derive(Clone)] struct Model;
+    /// # #[async_trait::async_trait]
+    /// # impl prometheus_parking_lot::TaskExecutor<String, String> for Model {
+    /// #     async fn execute(&self, p: String, _: prometheus_parking_lot::core::TaskMetadata) -> String { p }
+    /// # }
+    /// # async fn run(config: SchedulerConfig) -> Result<(), prometheus_parking_lot::PoolError> {
+    /// let built = build_pools_from_scheduler_config::<String, String, Model, TokioSpawner>(
+    ///     &config, &QueueBuilderContext::Embedded, None, |_| Model, TokioSpawner,
+    /// )?;
+    /// // ... serve ...
+    /// built.shutdown(Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self, drain: Duration) -> Result<(), PoolError> {
+        let mut first_error = None;
+        for pool in self.pools.values() {
+            if let Err(error) = pool.client().shutdown(drain).await {
+                first_error.get_or_insert(error);
+            }
+        }
+        // The pools have stopped; the fleet seats go after them, marking each node gone.
+        drop(self);
+        first_error.map_or(Ok(()), Err)
+    }
 }
 
 #[cfg(feature = "admin")]

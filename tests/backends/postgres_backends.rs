@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use conformance::{mailbox, shared_queue, Job};
-#[cfg(feature = "pgmq")]
-use postgres_pools::build_embedded;
-use postgres_pools::{fresh_name, work, Doubler, Work};
+use postgres_pools::{build_embedded, fresh_name, work, Doubler, Work};
 use prometheus_parking_lot::core::{
     Capacity, FitQuery, Mailbox, PoolError, QueueCounts, QueueMaintenance, ScheduledTask,
     SharedQueue, TaskMetadata,
@@ -1007,4 +1005,82 @@ async fn a_pgmq_pool_refuses_dependencies_naming_the_queues_that_support_them() 
         .map(|suffix| format!("{name}_{suffix}"))
         .collect();
     drop_pgmq_queues(&queues).await;
+}
+
+/// `BuiltPools::shutdown` returns once its nodes have stopped: two nodes of a Postgres table
+/// queue (a producer and a worker holding claims ahead) are stopped mid-run, and at once
+/// after the queue's table is dropped under a short lock timeout, which a node still
+/// renewing or settling its claims would hold up. Every task submitted before the stop
+/// either ran or is still parked in the table for another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_of_built_pools_returns_once_the_nodes_have_stopped() {
+    use sea_orm::ConnectionTrait;
+    let (queue, table) = (fresh_name("stop"), fresh_name("pl_stop_jobs"));
+    let node = |workers: usize| {
+        let config = serde_json::json!({
+            "database_url": postgres_pools::server_url(),
+            "pools": { "gpu": {
+                "worker_threads": workers,
+                "max_units": 4,
+                "queue": { "type": "postgres", "table": table, "queue_name": queue,
+                           "claim_ahead": 8 },
+                "mailbox": { "storage": { "type": "in_memory" } }
+            } }
+        });
+        SchedulerConfig::from_json_str(&config.to_string()).expect("valid config")
+    };
+    let producer = build_embedded(node(0)).await;
+    let worker = build_embedded(node(2)).await;
+    let key = MailboxKey::new("acme").with_session(fresh_name("stop"));
+    for id in 1..=40 {
+        producer.pools["gpu"]
+            .submit(work(id, id, 50, &key))
+            .await
+            .expect("accepted");
+    }
+    // The worker runs some of them (2 at a time, 50 ms each) before it is stopped.
+    let started = std::time::Instant::now();
+    while worker.pools["gpu"].stats().completed_tasks < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the worker runs nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(20), async {
+        worker.shutdown(Duration::from_secs(5)).await?;
+        producer.shutdown(Duration::from_secs(5)).await
+    })
+    .await;
+    assert_eq!(stopped.expect("the stop returns in time"), Ok(()));
+    let admin = database();
+    let left = admin
+        .connection()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!(
+                "SELECT count(*) FILTER (WHERE state = 'claimed') AS claimed, \
+                        count(*) FILTER (WHERE state = 'parked') AS parked FROM {table}"
+            ),
+        ))
+        .await
+        .expect("count")
+        .expect("a row");
+    let claimed: i64 = left.try_get("", "claimed").expect("claimed");
+    let parked: i64 = left.try_get("", "parked").expect("parked");
+    assert_eq!(
+        claimed, 0,
+        "a stopped node handed back or settled every claim"
+    );
+    assert!(
+        parked < 40,
+        "the worker ran some of the tasks before it stopped ({parked} left)"
+    );
+    admin
+        .connection()
+        .execute_unprepared(&format!(
+            "SET lock_timeout = '2s'; DROP TABLE {table} CASCADE; RESET lock_timeout"
+        ))
+        .await
+        .expect("nothing of the stopped nodes holds the table");
 }
