@@ -63,7 +63,8 @@ fn config(queue: &str, mailbox: &str, workers: usize) -> SchedulerConfig {
         "pools": { "work": {
             "worker_threads": workers,
             "max_units": 4,
-            "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 3_000 },
+            "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 3_000,
+                       "dependencies": true },
             "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
         } }
     });

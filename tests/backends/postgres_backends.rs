@@ -947,18 +947,35 @@ async fn with_attach_a_repeated_submission_gets_the_original_and_nothing_runs_ag
 }
 
 /// A pool of `queue_type` (a shared queue in Postgres) built from a config around the
-/// dependencies suite's executor `steps` (4 workers, 4 CPU units).
+/// dependencies suite's executor `steps` (4 workers, 4 CPU units); a table queue keeps
+/// dependencies.
 async fn dependencies_pool(
     queue_type: &str,
     name: &str,
     steps: conformance::dependencies::Steps,
 ) -> BuiltPools<u64, u64, conformance::dependencies::Steps> {
+    let dependencies = queue_type == "postgres";
+    dependencies_pool_with(queue_type, name, steps, dependencies).await
+}
+
+/// [`dependencies_pool`], keeping dependencies on a table queue as `dependencies` says.
+async fn dependencies_pool_with(
+    queue_type: &str,
+    name: &str,
+    steps: conformance::dependencies::Steps,
+    dependencies: bool,
+) -> BuiltPools<u64, u64, conformance::dependencies::Steps> {
+    let mut queue =
+        serde_json::json!({ "type": queue_type, "queue_name": name, "lease_ms": 3_000 });
+    if queue_type == "postgres" {
+        queue["dependencies"] = dependencies.into();
+    }
     let config = serde_json::json!({
         "database_url": postgres_pools::server_url(),
         "pools": { "deps": {
             "worker_threads": 4,
             "max_units": 4,
-            "queue": { "type": queue_type, "queue_name": name, "lease_ms": 3_000 },
+            "queue": queue,
             "mailbox": { "storage": { "type": "in_memory" } }
         } }
     });
@@ -989,6 +1006,49 @@ async fn postgres_queue_keeps_the_dependencies_contract() {
         built.pools.remove("deps").expect("the pool deps")
     })
     .await;
+}
+
+/// A table queue without `"dependencies": true` pays nothing for them: a task that names
+/// parents is refused, naming the setting, and a run that ends leaves no row behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_queue_without_dependencies_refuses_parents_and_keeps_no_ended_row() {
+    use sea_orm::ConnectionTrait;
+    let name = fresh_name("nodeps");
+    let steps = conformance::dependencies::plain_steps();
+    let built = dependencies_pool_with("postgres", &name, steps, false).await;
+    let pool = built.pools["deps"].client();
+    conformance::dependencies::refused_where_unsupported(pool, "postgres").await;
+    let refused = pool
+        .submit(
+            conformance::dependencies::step("planner", 50, 1),
+            conformance::dependencies::after(&[1]),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(PoolError::Dependency(refusal)) if refusal.to_string().contains("\"dependencies\": true")),
+        "{refused:?}"
+    );
+    // The two runs' settles follow their results by a moment.
+    let count = format!("SELECT count(*) AS n FROM pl_queue_jobs WHERE queue_name = '{name}'");
+    let mut left = i64::MAX;
+    for _ in 0..100 {
+        let row = database()
+            .connection()
+            .query_one_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                count.clone(),
+            ))
+            .await
+            .expect("count")
+            .expect("a row");
+        left = row.try_get("", "n").expect("n");
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "every ended task's row is gone");
+    drop(built);
 }
 
 #[cfg(feature = "pgmq")]

@@ -44,6 +44,7 @@ async fn open(retry: RetryPolicy) -> PostgresQueue<u64> {
     tokio::task::spawn_blocking(move || {
         PostgresQueue::<u64>::open(&database(), "pl_queue_jobs", &fresh_name("deps"))
             .expect("open the queue")
+            .with_dependencies()
             .with_retry(retry)
     })
     .await

@@ -220,7 +220,7 @@ pub struct DependsOn {
 
 /// The queues that keep dependencies, as a refusal names them.
 pub const DEPENDENCIES_SUPPORTED: &str =
-    "memory (the in-memory queue), postgres (the Postgres table queue)";
+    "memory (the in-memory queue), postgres (the Postgres table queue with \"dependencies\": true)";
 
 /// A dead letter as the queue keeps it (see [`QueueMaintenance::list_dead_letters`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -63,6 +63,13 @@ pub enum QueueSettings {
         /// the price of tasks held by a busy node while another may be idle. Default 0.
         #[serde(default)]
         claim_ahead: Option<u32>,
+        /// Whether tasks may name parents they wait for (`SubmitOptions::with_depends_on`):
+        /// the queue then keeps every ended task a minute, so that a child named after its
+        /// parent's end finds how it ended. Without it, ended tasks are deleted at once and
+        /// a task that names parents is refused. Every node of a queue sets it alike.
+        /// Default false.
+        #[serde(default)]
+        dependencies: bool,
     },
     /// PGMQ queues (one per priority level) that many nodes share (cargo feature `pgmq`).
     PostgresPgmq {

@@ -41,12 +41,14 @@ where
             lease_ms,
             max_attempts,
             claim_ahead,
+            dependencies,
         } => Box::new(postgres::driver::PostgresDriver {
             table,
             queue_name: queue_name.as_deref(),
             lease_ms: *lease_ms,
             max_attempts: *max_attempts,
             claim_ahead: *claim_ahead,
+            dependencies: *dependencies,
         }),
         QueueSettings::PostgresPgmq {
             queue_name,

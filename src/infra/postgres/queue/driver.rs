@@ -35,6 +35,9 @@ pub(crate) struct PostgresDriver<'a> {
     pub(crate) max_attempts: Option<u32>,
     /// Claimed tasks a node may hold waiting for a worker.
     pub(crate) claim_ahead: Option<u32>,
+    /// Whether tasks may name parents (see `PostgresQueue::with_dependencies`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) dependencies: bool,
 }
 
 impl QueueRules for PostgresDriver<'_> {
@@ -108,6 +111,11 @@ where
         .map_err(|error| in_pool(pool, "queue", error))?
         .with_retry(retry_policy(self.max_attempts))
         .with_pool(pool);
+        let queue = if self.dependencies {
+            queue.with_dependencies()
+        } else {
+            queue
+        };
         let fence = queue.fence();
         let parking = shared_parking(Arc::new(queue), pool, self.lease_ms)
             .with_claim_ahead(self.claim_ahead.unwrap_or(0) as usize);

@@ -156,7 +156,7 @@ impl<P> PgQueue<TableLayout, P> {
             pool: None,
         };
         let channel = format!("{table}.{queue}");
-        let statements = statements(&table, order);
+        let statements = statements(&table, order, Dependencies::Off);
         Ok(PgQueue::new(
             database,
             TableLayout { table },
@@ -170,6 +170,43 @@ impl<P> PgQueue<TableLayout, P> {
     pub fn table(&self) -> &Identifier {
         &self.layout().table
     }
+
+    /// Keeps dependencies between the queue's tasks (`"dependencies": true` in a config):
+    /// a task may name parents (`SubmitOptions::with_depends_on`) and waits in the table
+    /// until they succeed, and every run that ends stays a minute as a `done` row, so that
+    /// a child named after its parent's end finds how it ended (see `dependencies.rs`).
+    /// Without it, a settled row is deleted at once (a row that keeps its caller unique
+    /// excepted) and a task that names parents is refused: the queue pays nothing for
+    /// dependencies it does not use. Every node of a queue sets it alike.
+    ///
+    /// ```no_run
+    /// use prometheus_parking_lot::core::SharedQueue;
+    /// use prometheus_parking_lot::infra::postgres::PgDatabase;
+    /// use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
+    ///
+    /// # fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+    /// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
+    /// let queue = PostgresQueue::<String>::open(&database, "pl_queue_jobs", "plans")?
+    ///     .with_dependencies();
+    /// assert!(queue.supports_dependencies());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_dependencies(mut self) -> Self {
+        let order = self.claim_order();
+        let kept = statements(&self.layout().table.clone(), order, Dependencies::Kept);
+        self.set_statements(kept);
+        self
+    }
+}
+
+/// Whether a table queue keeps dependencies between its tasks (see
+/// [`PgQueue::with_dependencies`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dependencies {
+    /// Children may name parents; ended rows stay a minute.
+    Kept,
+    /// No task names parents; ended rows go at once.
+    Off,
 }
 
 /// The columns a park writes, in the order of [`PARK_RECORD`].
@@ -179,7 +216,7 @@ pub(crate) const PARKED_COLUMNS: &str =
 
 /// The layout's statements on `t` (see `infra::postgres::shared_queue` for what each is given
 /// and answers).
-fn statements(t: &Identifier, order: QueueOrder) -> Statements {
+fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> Statements {
     let sql = |text: String| NamedSql::new(&text);
     // The claims a settle or release names, each an entry under one claim count: a claim
     // taken again since (by any node) has another count and is left alone.
@@ -204,19 +241,29 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
             ended = ended_rows(t, "gone", false, "'was cancelled'"),
         )
     };
-    // Every run that ends leaves its row a while as `done` (see `schema.rs`): its caller is
-    // known to resubmissions (`attach`) and to children named after its end
-    // (`dependencies.rs`); `$status` says how it ended when it did not succeed.
+    // A run that ends leaves its row a while as `done` (see `schema.rs`) where something may
+    // still ask for it: its caller, for resubmissions (`attach`), and, on a queue that keeps
+    // dependencies, children named after its end (`dependencies.rs`). Any other row goes at
+    // once. `$status` says how it ended when it did not succeed. The parents' function runs
+    // either way: a node of the queue that keeps dependencies may have parked children.
+    let kept_rows = match dependencies {
+        Dependencies::Kept => "true",
+        Dependencies::Off => "attach",
+    };
     let settle_as_done = |status: &str, succeeded: bool, why: &str| {
         format!(
-            "WITH done AS (UPDATE {t} SET state = 'done', locked_by = NULL, \
+            "WITH kept AS (UPDATE {t} SET state = 'done', locked_by = NULL, \
                  lease_expires_ms = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS}, \
                  ended_status = {status} \
-               WHERE {these_claims} RETURNING id, task_id, entry), {ended} \
+               WHERE {these_claims} AND {kept_rows} RETURNING id, task_id, entry), \
+             gone AS (DELETE FROM {t} WHERE {these_claims} AND NOT {kept_rows} \
+               RETURNING id, task_id, entry), \
+             done AS (SELECT * FROM kept UNION ALL SELECT * FROM gone), {ended} \
              SELECT d.entry FROM done AS d CROSS JOIN ended",
             ended = ended_rows(t, "done", succeeded, why),
         )
     };
+    let kept = dependencies == Dependencies::Kept;
     Statements {
         order,
         park: sql(format!(
@@ -294,17 +341,21 @@ fn statements(t: &Identifier, order: QueueOrder) -> Statements {
                    AND session_id IS NOT DISTINCT FROM $session_id \
                  ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)"
         ))),
-        waiting_parents: Some(sql(format!(
-            "SELECT pending_parents FROM {t} \
+        waiting_parents: kept.then(|| {
+            sql(format!(
+                "SELECT pending_parents FROM {t} \
               WHERE queue_name = $queue AND tenant = $tenant AND task_id = $task_id \
                 AND state = 'parked' AND pending_parents > 0 \
                 AND user_id IS NOT DISTINCT FROM $user_id \
                 AND session_id IS NOT DISTINCT FROM $session_id LIMIT 1"
-        ))),
-        park_waiting: Some(sql(format!(
-            "SELECT outcome, parent, status FROM {t}_park_waiting($queue, $tenant, \
+            ))
+        }),
+        park_waiting: kept.then(|| {
+            sql(format!(
+                "SELECT outcome, parent, status FROM {t}_park_waiting($queue, $tenant, \
                  $parents::bigint[], $run_anyway, $after_ms, $rows::jsonb)"
-        ))),
+            ))
+        }),
         rescue: sql(format!(
             "WITH rescued AS ( \
                UPDATE {t} SET \

@@ -253,6 +253,16 @@ impl<L, P> PgQueue<L, P> {
         &self.layout
     }
 
+    /// The order its claims take each priority's tasks in.
+    pub(crate) fn claim_order(&self) -> crate::core::QueueOrder {
+        self.statements.order
+    }
+
+    /// Answers with `statements` from now on (a layout's option chosen after opening).
+    pub(crate) fn set_statements(&mut self, statements: Statements) {
+        self.statements = statements;
+    }
+
     /// The statements of this queue's layout.
     #[cfg(test)]
     pub(crate) fn statements(&self) -> &Statements {
