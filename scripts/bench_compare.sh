@@ -46,21 +46,24 @@ dir=${COMPARE_DIR:-/tmp/pl-bench-compare}
 mkdir -p "$dir/bin" "$dir/runs"
 export CARGO_TARGET_DIR="$dir/target"
 
-# Builds BENCH in `tree` and copies its executable to $dir/bin/`label`.
+# Builds BENCH in `tree` and copies its executable to $dir/bin/`label`. Revisions before the
+# benches had a crate of their own (benches/Cargo.toml) built them in the root package.
 build() {
-  local tree=$1 label=$2 executable
+  local tree=$1 label=$2 executable package=()
+  if [ -f "$tree/benches/Cargo.toml" ]; then
+    package=(-p prometheus_parking_lot_benches)
+  fi
   echo "building $bench ($features) of $label in $tree" >&2
-  executable=$(cd "$tree" && cargo bench -p prometheus_parking_lot_benches \
-      --features "$features" --bench "$bench" --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    message = json.loads(line)
-    if message.get("reason") == "compiler-artifact" and message.get("executable"):
-        print(message["executable"])' | tail -1)
-  if [ -z "$executable" ]; then
-    echo "error: $bench of $label did not build; run the cargo bench command in $tree to see why" >&2
+  if ! (cd "$tree" && cargo bench "${package[@]}" --features "$features" --bench "$bench" \
+      --no-run --message-format=json >"$dir/build-$label.json" 2>"$dir/build-$label.log"); then
+    echo "error: $bench of $label did not build; see $dir/build-$label.log" >&2
     exit 1
   fi
+  executable=$(python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    message = json.loads(line)
+    if message.get("reason") == "compiler-artifact" and message.get("executable"):
+        print(message["executable"])' "$dir/build-$label.json" | tail -1)
   cp "$executable" "$dir/bin/$label"
 }
 
