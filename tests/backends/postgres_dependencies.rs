@@ -45,6 +45,7 @@ async fn open(retry: RetryPolicy) -> PostgresQueue<u64> {
         PostgresQueue::<u64>::open(&database(), "pl_queue_jobs", &fresh_name("deps"))
             .expect("open the queue")
             .with_dependencies()
+            .expect("keep dependencies")
             .with_retry(retry)
     })
     .await

@@ -9,7 +9,9 @@ use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
 use super::claim::due_of;
-use super::queue::dependencies::{dependencies_ddl, last_index, replaced_index};
+use super::queue::dependencies::{
+    dependencies_ddl, last_index, parents_index, parents_index_ddl, replaced_index,
+};
 use super::queue::table::PARKED_COLUMNS;
 use super::service::{service_tables, FLOORS_TABLE};
 use super::shared_queue::{ticks_table, TICKS_TABLE};
@@ -200,6 +202,8 @@ pub(crate) enum Table<'a> {
     Service,
     /// The table of schedules' ticks queues share ([`TICKS_TABLE`]).
     Ticks,
+    /// The index a queue table needs once one of its queues keeps dependencies.
+    Dependencies(&'a Identifier),
 }
 
 impl PgDatabase {
@@ -238,6 +242,10 @@ impl PgDatabase {
                 LastMade::Relation(FLOORS_TABLE.to_owned()),
             ),
             Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
+            Table::Dependencies(name) => (
+                parents_index_ddl(name),
+                LastMade::Relation(parents_index(name)),
+            ),
         };
         self.run(move |connection| async move {
             use sea_orm::{ConnectionTrait, Statement};

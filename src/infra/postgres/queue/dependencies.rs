@@ -48,9 +48,10 @@ use crate::infra::postgres::Identifier;
 /// The `not_before_ms` of a child waiting for its parents: never due.
 pub(crate) const WAITING_FOR_PARENTS_MS: i64 = i64::MAX;
 
-/// The columns, the edge table, the functions and the index dependencies need in queue
-/// table `t` (`parked_columns`: the columns a park writes), after the table's own DDL. The
-/// task-id index, the last thing made, says the table is up to date.
+/// The columns, the edge table and the functions dependencies need in queue table `t`
+/// (`parked_columns`: the columns a park writes), after the table's own DDL; the index a
+/// parent is found by comes with the first queue that keeps dependencies
+/// ([`parents_index_ddl`]).
 pub(crate) fn dependencies_ddl(t: &Identifier, parked_columns: &str) -> String {
     format!(
         r#"
@@ -67,29 +68,43 @@ CREATE INDEX IF NOT EXISTS {t}_cancelled ON {t} (queue_name, id) WHERE state = '
 {ended}
 {park_waiting}
 DROP INDEX IF EXISTS {t}_caller;
-CREATE INDEX IF NOT EXISTS {t}_task_ids ON {t} (task_id, queue_name, tenant);
 "#,
         ended = ended_function(t),
         park_waiting = park_waiting_function(t, parked_columns),
     )
 }
 
-/// The index whose presence says queue table `t` has what dependencies need: `_task_ids`,
-/// which finds a parent by its task id (then queue and tenant).
-///
-/// It leads with the task id, not the queue, on purpose. An index on `(queue_name, tenant,
-/// task_id)` (`_caller`, which tables made before had and lose) was also a way to the rows a
-/// settle or a renewal names by `(queue_name, entry)`: under the statistics of a nearly
-/// empty table (a queue between bursts, autovacuum behind) the planner walked it instead of
-/// the unique key, reading every row of the queue for each claim (3 ms a claim, seconds a
-/// settle of 1,000). An index that leads with the task id cannot serve those lookups.
+/// The relation whose presence says queue table `t` has the dependencies' columns, edge
+/// table and functions (every queue table has them: each settle calls `<t>_ended`): the edge
+/// table, made in the same transaction as the rest, by every version that had any of them.
 pub(crate) fn last_index(t: &Identifier) -> String {
-    format!("{t}_task_ids")
+    format!("{t}_parents")
 }
 
-/// The index [`last_index`] replaces, which the DDL drops (see there).
+/// The index the DDL drops: `_caller`, on `(queue_name, tenant, task_id)`, which tables made
+/// before had for every queue. While it exists (an older node of the fleet made it again)
+/// the table is not up to date, and the next node to open it drops it again.
+///
+/// Any full index whose columns include the queue's name was a way to the rows a settle or
+/// a renewal names by `(queue_name, entry)`: under the statistics of a table where the
+/// queue had no rows yet (a new queue of a shared table, one between bursts), the planner
+/// walked it instead of the unique key, reading every row of the queue for each claim (3 ms
+/// a claim, seconds a settle of 1,000). A table queue without dependencies has no such
+/// index; one with them has [`parents_index_ddl`]'s, made when such a queue opens.
 pub(crate) fn replaced_index(t: &Identifier) -> String {
     format!("{t}_caller")
+}
+
+/// The index a queue that keeps dependencies finds a parent by (its task id, then queue
+/// and tenant), made when the first such queue of table `t` opens. It leads with the task
+/// id, so that a settle's lookup by `(queue_name, entry)` can use it only as a full scan.
+pub(crate) fn parents_index_ddl(t: &Identifier) -> String {
+    format!("CREATE INDEX IF NOT EXISTS {t}_task_ids ON {t} (task_id, queue_name, tenant);")
+}
+
+/// The name of [`parents_index_ddl`]'s index.
+pub(crate) fn parents_index(t: &Identifier) -> String {
+    format!("{t}_task_ids")
 }
 
 /// `<t>_ended(queue, rows, task ids, succeeded, why)`: the rows (with their callers' task

@@ -112,7 +112,9 @@ where
         .with_retry(retry_policy(self.max_attempts))
         .with_pool(pool);
         let queue = if self.dependencies {
-            queue.with_dependencies()
+            queue
+                .with_dependencies()
+                .map_err(|error| in_pool(pool, "queue", error))?
         } else {
             queue
         };

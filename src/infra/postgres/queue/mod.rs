@@ -5,6 +5,8 @@
 #[cfg(feature = "postgres")]
 pub(crate) mod dependencies;
 pub(crate) mod driver;
+#[cfg(all(test, feature = "postgres"))]
+mod plans;
 #[cfg(feature = "postgres")]
 pub mod table;
 

@@ -253,6 +253,11 @@ impl<L, P> PgQueue<L, P> {
         &self.layout
     }
 
+    /// The database the queue lives in.
+    pub(crate) fn database(&self) -> &PgDatabase {
+        &self.database
+    }
+
     /// The order its claims take each priority's tasks in.
     pub(crate) fn claim_order(&self) -> crate::core::QueueOrder {
         self.statements.order
