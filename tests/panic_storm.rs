@@ -24,7 +24,7 @@ struct Flaky;
 #[async_trait::async_trait]
 impl WorkerExecutor<u64, u64> for Flaky {
     async fn execute(&self, id: u64, _meta: TaskMetadata) -> u64 {
-        if id % PANIC_EVERY == 0 {
+        if id.is_multiple_of(PANIC_EVERY) {
             panic!("flaky task {id}");
         }
         id

@@ -340,7 +340,7 @@ pub async fn concurrent_holds_questions_each_get_their_own_answers(
     for id in (2..=40u64).step_by(2) {
         store(&*mailbox, &sessions[(id % 4) as usize], ok(id, id)).await;
     }
-    let expected = |inbox: usize, id: TaskId| id % 2 == 0 && (id % 4) as usize == inbox;
+    let expected = |inbox: usize, id: TaskId| id.is_multiple_of(2) && (id % 4) as usize == inbox;
     // 40 single questions, half of them about a task under the wrong session, and one
     // question about several tasks at once.
     let mut asked: Vec<Vec<(MailboxKey, TaskId)>> = (1..=40u64)

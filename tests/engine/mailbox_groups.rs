@@ -274,7 +274,11 @@ struct Grumpy;
 
 impl Notifier for Grumpy {
     fn notify(&self, event: &TerminalEvent) {
-        assert!(event.task_id % 2 == 0, "odd task {}", event.task_id);
+        assert!(
+            event.task_id.is_multiple_of(2),
+            "odd task {}",
+            event.task_id
+        );
     }
 }
 
