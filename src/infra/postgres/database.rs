@@ -251,6 +251,13 @@ fn connect_failed(error: &DbErr, cause: Option<outage::Cause>) -> PoolError {
     ))
 }
 
+/// Whether `error` is the server's answer to a deadlock (SQLSTATE 40P01): the transaction was
+/// rolled back, and running it again may succeed.
+pub(crate) fn is_deadlock(error: &DbErr) -> bool {
+    use sea_orm::sqlx::Error as Driver;
+    matches!(driver_error(error), Some(Driver::Database(server)) if server.code().as_deref() == Some("40P01"))
+}
+
 /// The driver's error inside `error`, if it came from the driver.
 fn driver_error(error: &DbErr) -> Option<&sea_orm::sqlx::Error> {
     use sea_orm::RuntimeErr;

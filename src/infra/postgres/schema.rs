@@ -214,7 +214,31 @@ impl PgDatabase {
     /// rest, exists) is left alone: its DDL would take the table's locks even when it changes
     /// nothing (`ADD COLUMN IF NOT EXISTS` takes an exclusive one), and a node starting
     /// while other nodes claim from the table could then deadlock with them.
+    ///
+    /// The DDL takes the table's exclusive locks, and may meet a node that writes to it in
+    /// the other order (a table brought up to date while another node claims from it): the
+    /// server then ends one of the two as a deadlock, and this runs again, a few times.
     pub(crate) async fn ensure(&self, table: Table<'_>) -> Result<(), DbErr> {
+        const ATTEMPTS: u32 = 5;
+        let mut attempt = 1;
+        loop {
+            match self.ensure_once(table).await {
+                Err(error) if attempt < ATTEMPTS && super::database::is_deadlock(&error) => {
+                    tracing::info!(
+                        attempt,
+                        "creating or updating a table met a deadlock; trying again"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt)))
+                        .await;
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// [`ensure`](Self::ensure), once.
+    async fn ensure_once(&self, table: Table<'_>) -> Result<(), DbErr> {
         let (sql, last_made) = match table {
             Table::Queue(name) => (
                 queue_table(name),
