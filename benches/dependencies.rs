@@ -262,7 +262,11 @@ mod on_postgres {
         fan_in: bool,
     ) -> f64 {
         let name = format!("fan_in_{}_{}_{fan_in}", std::process::id(), now_ms());
-        let queue = PostgresQueue::<u64>::open(database, "pl_queue_jobs", &name).expect("open");
+        // Both rounds on a queue that keeps dependencies, so that the ratio is the fan-in's.
+        let queue = PostgresQueue::<u64>::open(database, "pl_queue_jobs", &name)
+            .expect("open")
+            .with_dependencies()
+            .expect("keep dependencies");
         runtime.block_on(async {
             let now = now_ms();
             let parked = queue
