@@ -35,7 +35,7 @@ pub use prometheus_parking_lot_actors::scheduler::inspect::{
     PoolSnapshot, PoolView, TaskView, TenantView, WaitView,
 };
 pub use prometheus_parking_lot_actors::scheduler::protocol::{ShutdownReport, SubmitOptions};
-pub use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
+pub use prometheus_parking_lot_actors::scheduler::SharedParking;
 pub use prometheus_parking_lot_actors::supervisor::spawn::{BoxTask, Spawn};
 pub use prometheus_parking_lot_actors::supervisor::RestartPolicy;
 pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;

@@ -18,7 +18,7 @@ use prometheus_parking_lot_actors::observe::events::EventSubscriber;
 use prometheus_parking_lot_actors::observe::trace::TaskTracer;
 use prometheus_parking_lot_actors::scheduler::gpu_watch::GpuWatch;
 use prometheus_parking_lot_actors::scheduler::protocol::ShutdownReport;
-use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
+use prometheus_parking_lot_actors::scheduler::SharedParking;
 
 use crate::config::WorkerPoolConfig;
 use crate::TaskExecutor;

@@ -30,7 +30,7 @@ use crate::scheduler::driver::{Driver, Results};
 use crate::scheduler::gpu_watch::GpuWatch;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
-use crate::scheduler::shared_io::{SharedIo, SharedParking};
+use crate::scheduler::shell::storage::shared::{SharedIo, SharedParking};
 use crate::scheduler::shell::storage::{LocalRoom, SharedRoom, Storage};
 use crate::scheduler::shell::{Rerun, ShellArgs};
 use crate::supervisor::spawn::Spawn;

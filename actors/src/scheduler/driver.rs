@@ -11,9 +11,8 @@ use std::sync::Arc;
 use ractor::ActorRef;
 
 use super::gpu_watch::GpuLink;
-use super::protocol::SharedReport;
-use super::shared_io::{AfterSettle, SharedIo};
 use super::shell::effects::{Effect, Outcome};
+use super::shell::storage::shared::{AfterSettle, SharedIo, SharedReport};
 use super::shell::tasks::stream_of;
 use super::shell::Shell;
 use crate::domain::MailboxKey;

@@ -3,7 +3,8 @@
 //! the [`actor`] that hosts both, with the `driver` that carries out the effects; the
 //! `inbox` that feeds it; the [`protocol`] callers speak, with its operator's part (the
 //! control requests, handled in `shell/control.rs`) and the views they get back
-//! ([`inspect`]); the I/O side of a shared queue ([`shared_io`]); and the [`gpu_watch`]
+//! ([`inspect`]); a node's part in a shared queue ([`SharedParking`], with the rest of the
+//! shared mode in `shell/storage/shared/`); and the [`gpu_watch`]
 //! that samples a pool's GPU.
 
 pub mod actor;
@@ -13,5 +14,6 @@ pub mod gpu_watch;
 pub(crate) mod inbox;
 pub mod inspect;
 pub mod protocol;
-pub mod shared_io;
 pub(crate) mod shell;
+
+pub use shell::storage::shared::SharedParking;

@@ -15,17 +15,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
-use crate::domain::{
-    MailboxKey, PoolError, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskStatus,
-};
-use crate::mailbox::actor::Stored;
+use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
 use crate::observe::trace::TraceParent;
 use crate::queue::actor::QueueReport;
-use crate::queue::{Claim, DeadLetter, EntryId, Lease, QueueError};
 use crate::running::stream::StreamAttachment;
 use crate::sync::slots::SlotGuard;
 
 pub use super::shell::control::ControlRequest;
+use super::shell::storage::shared::SharedReport;
 
 /// Per-submission options.
 ///
@@ -261,71 +258,6 @@ pub(crate) enum Internal<P> {
     Shared(SharedReport<P>),
     /// The GPU sampler's latest headroom for the live guard.
     Headroom(Headroom),
-}
-
-/// What a shared-queue call answered, back on the scheduler.
-pub(crate) enum SharedReport<P> {
-    /// The poll interval passed.
-    Poll,
-    /// The queue says a task may have been parked (a database notification).
-    Wake,
-    /// A group of tasks this node handed to the shared queue is stored (or not, each).
-    Enqueued(Vec<Enqueued>),
-    /// A claim's answer: the leases it took, best-ranked first.
-    Claimed(Result<Vec<Lease<P>>, QueueError>),
-    /// A cancel's removal from the shared queue.
-    Removed {
-        key: MailboxKey,
-        id: TaskId,
-        reply: RpcReplyPort<Result<(), PoolError>>,
-        result: Result<Option<ScheduledTask<P>>, QueueError>,
-    },
-    /// A task started at once is stored as this node's claim (or not); its submitter waits
-    /// in the task's record until then.
-    Recorded {
-        entry: EntryId,
-        result: Result<Lease<P>, QueueError>,
-    },
-    /// Leases a renewal found lost (expired and rescued by another node).
-    Lost(Vec<EntryId>),
-    /// An outcome that went out under its task's shared claim was published (or fenced out,
-    /// or could not be stored): the task's `Ended` step, held back until now.
-    Published {
-        key: MailboxKey,
-        /// The claim it went out under.
-        claim: Claim,
-        later: EndedLater,
-        stored: Stored,
-    },
-    /// Tasks the queue gave up on: their submitters get a failure.
-    Dead(Vec<DeadLetter>),
-}
-
-/// The `Ended` step of a task whose outcome goes out under a shared claim, held back until
-/// the store answers: told as `Ended` once published, as `LeaseLost` when the claim was lost
-/// or the store failed (nothing was published, so this run did not end the task).
-pub(crate) struct EndedLater {
-    pub task_id: TaskId,
-    pub cost: ResourceCost,
-    pub status: TaskStatus,
-    /// When its run started, if it started here.
-    pub since_ms: Option<u64>,
-    pub priority: Option<Priority>,
-    /// Its trace, and which run this was, as its `Ended` event says them.
-    pub trace: Option<TraceParent>,
-    pub attempt: Option<u32>,
-}
-
-/// One task of a park group, and whether the queue stored it.
-pub(crate) struct Enqueued {
-    pub task_id: TaskId,
-    pub key: MailboxKey,
-    pub cost: ResourceCost,
-    pub reply: Reply,
-    pub result: Result<(), QueueError>,
-    /// Not stored, for the task of its caller is live in the queue (callers kept unique):
-    /// that task's key, which its submitter gets instead.
-    pub attached: Option<MailboxKey>,
 }
 
 /// A headroom for the core's live guard: at most `units` of `kind` may be used now (`None`:

@@ -13,7 +13,7 @@ use crate::core::{PoolError, QueueOrder, TaskQueue};
 use crate::infra::postgres::PgDatabase;
 use crate::infra::queue::memory::InMemoryQueue;
 use crate::settings::error::ConfigError;
-use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
+use prometheus_parking_lot_actors::scheduler::SharedParking;
 
 /// What a queue backend's settings must hold, and what the backend is.
 pub(crate) trait QueueRules {

@@ -7,7 +7,7 @@ use super::PoolClient;
 use crate::domain::{BackendError, PoolError, ScheduledTask, TaskMetadata};
 use crate::queue::QueueError;
 use crate::schedule::{Schedule, Tick};
-use crate::scheduler::shell::storage::SharedRoom;
+use crate::scheduler::shell::storage::shared::SharedRoom;
 
 /// Makes the payload of a schedule's tick, or says why it cannot.
 pub(crate) type PayloadFn<P> = Arc<dyn Fn(&Tick) -> Result<P, String> + Send + Sync>;

@@ -18,7 +18,8 @@ use crate::queue::EntryId;
 use crate::scheduler::core::{Cancel, WaitReason};
 use crate::scheduler::inspect::{PoolSnapshot, PoolView, WaitView};
 use crate::scheduler::protocol::{Internal, SchedulerMsg, SchedulerRequest};
-use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
+use crate::scheduler::shell::effects::{CancelReply, Effect};
+use crate::scheduler::shell::storage::shared::SharedCall;
 
 /// An operator's request to the scheduler, answered on its reply port.
 pub enum ControlRequest {

@@ -11,15 +11,15 @@
 
 use ractor::RpcReplyPort;
 
-use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId, TenantId};
+use super::storage::shared::{EndedLater, SharedCall};
+use crate::domain::{MailboxKey, PoolError};
 use crate::mailbox::notify::RunOf;
 use crate::mailbox::Delivery;
-use crate::observe::trace::TraceParent;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{Carried, Claim, DependsOn, EntryId, FitQuery, RunUse, Settlement};
+use crate::queue::{Claim, EntryId, Settlement};
 use crate::running::stream::StreamAttachment;
-use crate::scheduler::protocol::{EndedLater, Reply, ShutdownReport};
+use crate::scheduler::protocol::{Reply, ShutdownReport};
 use crate::worker::Job;
 use std::sync::Arc;
 
@@ -143,72 +143,6 @@ pub(crate) struct Outcome<R> {
     pub settle: Option<(Claim, Settlement)>,
     /// The task's `Ended` step, told only once the outcome is published under its claim.
     pub later: Option<EndedLater>,
-}
-
-/// A call to the shared queue (see `scheduler::shared_io`, which makes each one in a task of
-/// its own so a slow database never holds up the scheduler).
-pub(crate) enum SharedCall<P> {
-    /// Park a task for any node; `reply` hears once it is stored (`SharedReport::Enqueued`).
-    Enqueue {
-        /// Its shared entry id.
-        entry: EntryId,
-        /// Its admission time: its rank among equal priorities.
-        rank_time_ms: u64,
-        /// What it carries: claimable by no node before its instant (a scheduled start),
-        /// claimed in its trace.
-        carried: Carried,
-        /// Held until these parents succeed, if set (a queue that keeps dependencies).
-        depends_on: Option<DependsOn>,
-        task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
-    },
-    /// Store a task this node starts at once as its own claim (`SharedReport::Recorded`).
-    RecordStart {
-        /// The task's local entry.
-        entry: EntryId,
-        /// Its shared entry id.
-        shared_entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        /// The trace it runs in, stored with it for a node that may rescue it.
-        trace: Option<TraceParent>,
-        now: u64,
-    },
-    /// Claim up to `max` of the best tasks that fit `query` together (`SharedReport::Claimed`).
-    Claim {
-        query: FitQuery,
-        max: usize,
-        now: u64,
-    },
-    /// End this node's claim on a shared entry.
-    Settle {
-        claim: Claim,
-        settlement: Settlement,
-    },
-    /// Hand this node's claims back to the queue at once, for any node to claim (a stopping
-    /// node's work it will not run).
-    Release { claims: Vec<Claim>, now: u64 },
-    /// Park this node's claim again after a failed run, for any node to claim from `at_ms`
-    /// (the run counted as an attempt).
-    Retry {
-        claim: Claim,
-        at_ms: u64,
-        reason: String,
-    },
-    /// Put `units` back into the fleet's budget of `kind`: a claimed task used fewer.
-    GiveBackBudget { kind: ResourceKind, units: u32 },
-    /// Settle the fleet's fair-share charge of `tenant`'s claimed task to what its run
-    /// used (`SharedQueue::settle_use`).
-    SettleUse { tenant: TenantId, used: RunUse },
-    /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
-    RemoveTask {
-        key: MailboxKey,
-        id: TaskId,
-        reply: CancelReply,
-    },
-    /// Renew the leases this node holds (`SharedReport::Lost` names those it lost).
-    Renew { held: Vec<EntryId>, now: u64 },
 }
 
 /// The effects of the events handled so far, in order.

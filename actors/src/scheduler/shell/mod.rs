@@ -42,7 +42,6 @@ pub(crate) mod observe;
 pub(crate) mod permits;
 mod rerun;
 mod retry;
-mod shared_mode;
 pub(crate) mod storage;
 pub(crate) mod tasks;
 #[cfg(test)]
@@ -70,12 +69,13 @@ use admission::{
     end_unadmitted, mailbox_has_room, no_result_waits, starts_in_time, streamable, Admission,
     Origin,
 };
-use effects::{Effect, Effects, SharedCall};
+use effects::{Effect, Effects};
 use ledger::{admitted_ms, sequence_of, Record};
 use lifecycle::Lifecycle;
 pub(crate) use lifecycle::Shutdown;
 use observe::Observers;
-use storage::{SharedRoom, Storage};
+use storage::shared::{SharedCall, SharedRoom};
+use storage::Storage;
 use tasks::{Prepared, Tasks};
 
 /// How a pool copies a payload, to run a preempted task again (set by

@@ -187,13 +187,13 @@ where
         self.tasks
             .observers
             .step(id, &key, cost, &step, now, detail);
-        self.tasks
-            .fx
-            .shared(crate::scheduler::shell::effects::SharedCall::Retry {
+        self.tasks.fx.shared(
+            crate::scheduler::shell::storage::shared::SharedCall::Retry {
                 claim,
                 at_ms,
                 reason,
-            });
+            },
+        );
         self.start_parked(started, now);
         None
     }

@@ -21,14 +21,15 @@ use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
 use crate::running::stream::{StreamAttachment, StreamShared};
 use crate::running::{Cancellation, Lineage, RunContext};
 use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
-use crate::scheduler::protocol::{EndedLater, Extras, Reply};
+use crate::scheduler::protocol::{Extras, Reply};
 use crate::util::contain::drop_contained;
 use crate::worker::Job;
 
 use super::dependencies::DependencyBook;
-use super::effects::{Effect, Effects, Outcome, SharedCall};
+use super::effects::{Effect, Effects, Outcome};
 use super::ledger::{admitted_ms, Ledger, Phase, Record, Run, TaskKey};
 use super::observe::{Detail, Observers};
+use super::storage::shared::{EndedLater, SharedCall};
 
 /// How long after a task's execution timeout the watchdog declares it `TimedOut` itself,
 /// for executors that block their thread and so cannot be interrupted.

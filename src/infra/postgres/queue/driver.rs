@@ -155,8 +155,8 @@ pub(crate) fn shared_parking<P: Send + 'static>(
     queue: Arc<dyn SharedQueue<P>>,
     pool: &str,
     lease_ms: Option<u64>,
-) -> prometheus_parking_lot_actors::scheduler::shared_io::SharedParking<P> {
-    use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
+) -> prometheus_parking_lot_actors::scheduler::SharedParking<P> {
+    use prometheus_parking_lot_actors::scheduler::SharedParking;
     let lease = std::time::Duration::from_millis(lease_ms.unwrap_or(30_000));
     // Claims follow NOTIFY at once; the poll is a safety net, and the clock of lease renewals
     // and rescues.

@@ -6,17 +6,17 @@
 //! - [`Storage::Local`]: a durable queue of this node's own (a file), driven through the queue
 //!   actor, with its durability mode (see [`local`]).
 //! - [`Storage::Shared`]: a queue several nodes park to and claim from (a database), where a
-//!   task that would park here goes instead (see [`shared_room`]).
+//!   task that would park here goes instead (see [`shared`]).
 //!
 //! Each mode owns the state only it needs. The shell asks the mode at the few points where
 //! they differ: where a task that starts or parks goes, how a parked task is taken back, and
 //! what happens to parked tasks when the pool stops.
 
 pub(crate) mod local;
-pub(crate) mod shared_room;
+pub(crate) mod shared;
 
 pub(crate) use local::LocalRoom;
-pub(crate) use shared_room::SharedRoom;
+pub(crate) use shared::SharedRoom;
 
 /// A pool's storage mode. See the module docs.
 pub(crate) enum Storage {

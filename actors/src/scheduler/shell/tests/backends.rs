@@ -8,8 +8,7 @@ use proptest::prelude::*;
 use super::{QueueStep, World};
 use crate::queue::actor::{QueueMsg, QueueReport};
 use crate::queue::{EntryId, Lease};
-use crate::scheduler::protocol::{Enqueued, SharedReport};
-use crate::scheduler::shell::effects::SharedCall;
+use crate::scheduler::shell::storage::shared::{Enqueued, SharedCall, SharedReport};
 
 impl World {
     /// The local queue actor answers its oldest call.

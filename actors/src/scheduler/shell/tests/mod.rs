@@ -31,7 +31,8 @@ mod permits;
 mod shedding;
 mod sleepers;
 
-use super::effects::{Effect, SharedCall};
+use super::effects::Effect;
+use super::storage::shared::{SharedCall, SharedReport};
 use super::storage::{LocalRoom, SharedRoom, Storage};
 use super::waiters::GaveUp;
 use super::{Shell, ShellArgs};
@@ -50,7 +51,7 @@ use crate::permit::{
 use crate::queue::actor::QueueMsg;
 use crate::queue::{DeadLetter, EntryId};
 use crate::scheduler::core::ParkingLot;
-use crate::scheduler::protocol::{Reply, SharedReport, SubmitOptions};
+use crate::scheduler::protocol::{Reply, SubmitOptions};
 
 /// The storage mode a run drives.
 #[derive(Debug, Clone, Copy)]

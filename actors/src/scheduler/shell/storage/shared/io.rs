@@ -1,257 +1,37 @@
-//! A pool's part in a shared queue: the node's settings ([`SharedParking`]) and the I/O side
-//! of the shared mode (`SharedIo`), which makes the calls the shell asks for
-//! (`SharedCall`) and reports their answers back to the scheduler.
+//! The I/O side of the shared mode (`SharedIo`): it makes the calls the shell asks for
+//! ([`SharedCall`]) and reports their answers back to the scheduler ([`SharedReport`]).
 //!
 //! What the mode decides (what to park there, when to claim, which leases to renew) is the
-//! shell's (`shell/storage/shared_room.rs`); this file only talks to the queue. Every call runs in
-//! a task of its own on the pool's runtime, so a slow database never holds up the scheduler:
-//! parks and settles go in groups through a loop each, claims and cancels one at a time.
+//! room's and the shell's (`room.rs`, `mode.rs`); this file only talks to the queue. Every
+//! call runs in a task of its own on the pool's runtime, so a slow database never holds up
+//! the scheduler: parks and settles go in groups through a loop each (the settle loop is
+//! `settle.rs`), claims and cancels one at a time.
 //!
 //! Two maintenance duties run beside the node on their own timers, whatever it is doing:
 //! the lease rescuer parks again the claims whose lease ran out (any node's: a node that
 //! died), and the dead-letter reader hands the tasks the queue gave up on to the scheduler,
 //! which stores their failure for their submitters.
 
-use crate::domain::{BackendFault, FaultKind};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::ActorRef;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::protocol::{Enqueued, Internal, Reply, SchedulerMsg, SharedReport};
-use super::shell::effects::SharedCall;
+use super::calls::{Enqueued, SharedCall, SharedReport};
+use super::parking::SharedParking;
+use super::settle::{settle_loop, SettleMsg, Settler};
+use crate::domain::{BackendFault, FaultKind};
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
-use crate::queue::{Carried, Claim, DependsOn, EntryId, QueueError, Settlement, SharedQueue};
+use crate::queue::{Carried, DependsOn, EntryId, QueueError, SharedQueue};
+use crate::scheduler::protocol::{Internal, Reply, SchedulerMsg};
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
 
 /// Parks or settles one group takes at most (a database statement's size stays bounded).
-const GROUP_AT_MOST: usize = 1_000;
-
-/// How a pool takes part in a shared queue. See the module docs.
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::time::Duration;
-///
-/// use prometheus_parking_lot_actors::queue::SharedQueue;
-/// use prometheus_parking_lot_actors::scheduler::shared_io::SharedParking;
-///
-/// /// This node's part in a queue the deployment shares (a database table, say).
-/// fn gpu_node(queue: Arc<dyn SharedQueue<String>>) -> SharedParking<String> {
-///     SharedParking::new(queue, "gpu-node-1")
-///         .with_lease(Duration::from_secs(60))
-///         .with_poll(Duration::from_millis(500))
-/// }
-/// ```
-pub struct SharedParking<P> {
-    /// The queue every node shares.
-    pub queue: Arc<dyn SharedQueue<P>>,
-    /// This node's name in the queue's leases: unique among the nodes.
-    pub node: String,
-    /// How long a claim is this node's without renewal. Renewed every third of it.
-    pub lease: Duration,
-    /// How often the node looks for work other nodes parked and rescues expired leases.
-    pub poll: Duration,
-    /// How many claimed tasks the node may hold waiting for a worker, beyond what it can
-    /// start now (see [`with_claim_ahead`](Self::with_claim_ahead)). Default 0.
-    pub claim_ahead: usize,
-}
-
-impl<P> SharedParking<P> {
-    /// The default lease: long enough for a renewal to survive a slow database.
-    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-    /// The default poll interval.
-    pub const DEFAULT_POLL: Duration = Duration::from_millis(200);
-
-    /// Takes part in `queue` as `node`, with the default lease and poll interval.
-    pub fn new(queue: Arc<dyn SharedQueue<P>>, node: impl Into<String>) -> Self {
-        Self {
-            queue,
-            node: node.into(),
-            lease: Self::DEFAULT_LEASE,
-            poll: Self::DEFAULT_POLL,
-            claim_ahead: 0,
-        }
-    }
-
-    /// Sets the lease.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// Sets the poll interval.
-    pub fn with_poll(mut self, poll: Duration) -> Self {
-        self.poll = poll;
-        self
-    }
-
-    /// Lets the node claim up to `tasks` more than it can start now, while its workers or
-    /// its units are busy: tasks that fit its free units plus up to one whole capacity more
-    /// (never more than the capacity in one claim, less what the tasks already waiting
-    /// need), best-ranked first, which wait here under their leases and start as workers
-    /// and units free, so a run that ends a short job finds the next one without a round
-    /// trip to the queue, and one claim fetches many tasks. The price: a task waiting here is this node's until
-    /// it runs or its lease runs out (a node that stops leaves its waiting tasks to their
-    /// leases' expiry), even when another node is idle. 0 (the default) claims only what
-    /// starts at once.
-    pub fn with_claim_ahead(mut self, tasks: usize) -> Self {
-        self.claim_ahead = tasks;
-        self
-    }
-
-    /// Refuses settings no node can work with.
-    pub(crate) fn validate(&self) -> Result<(), PoolError> {
-        if self.node.trim().is_empty() {
-            return Err(PoolError::InvalidConfig(
-                "shared queue node name is empty; give every node a unique name".into(),
-            ));
-        }
-        if self.lease < Duration::from_millis(30) {
-            return Err(PoolError::InvalidConfig(format!(
-                "shared queue lease is {:?}; it must be at least 30ms, since it is renewed every third of it",
-                self.lease
-            )));
-        }
-        if self.poll.is_zero() || self.poll > self.lease / 3 {
-            return Err(PoolError::InvalidConfig(format!(
-                "shared queue poll is {:?}; it must be above 0 and at most a third of the lease ({:?})",
-                self.poll,
-                self.lease / 3
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// What runs once a settle is done, told how it ended.
-pub(crate) type AfterSettle = Box<dyn FnOnce(Result<(), QueueError>) + Send>;
-
-/// A claim to end, waiting for the settle loop.
-struct ToSettle {
-    claim: Claim,
-    settlement: Settlement,
-    then: Option<AfterSettle>,
-}
-
-/// What the settle loop is handed.
-enum SettleMsg {
-    Settle(ToSettle),
-    /// Answered once every settle handed over before it is done.
-    Flush(oneshot::Sender<()>),
-}
-
-/// Ends a node's claims on the shared queue: a handle on the node's settle loop (see
-/// [`settle_loop`]). Cheap to clone.
-#[derive(Clone)]
-pub(crate) struct Settler {
-    settles: mpsc::UnboundedSender<SettleMsg>,
-}
-
-impl Settler {
-    /// Ends `claim`, with the other claims that end meanwhile. A backend error (a database
-    /// that is away) is retried for up to half the lease; after that the lease runs out and
-    /// the task runs again elsewhere (at-least-once).
-    pub fn settle(&self, claim: Claim, settlement: Settlement) {
-        self.settle_then(claim, settlement, None);
-    }
-
-    /// [`settle`](Self::settle), then `then`, told how the settle ended (`NotClaimed`: the
-    /// claim was lost).
-    pub fn settle_then(&self, claim: Claim, settlement: Settlement, then: Option<AfterSettle>) {
-        let settle = ToSettle {
-            claim,
-            settlement,
-            then,
-        };
-        if let Err(mpsc::error::SendError(SettleMsg::Settle(settle))) =
-            self.settles.send(SettleMsg::Settle(settle))
-        {
-            // The loop ends only with the link: the pool is gone, and nothing was settled.
-            if let Some(then) = settle.then {
-                then(Err(QueueError::Backend(BackendFault::plain(
-                    FaultKind::Other,
-                    "the pool's shared queue link is gone",
-                ))));
-            }
-        }
-    }
-
-    /// Completes once every settle handed over so far is done (or given up).
-    async fn flush(&self) {
-        let (done, flushed) = oneshot::channel();
-        if self.settles.send(SettleMsg::Flush(done)).is_ok() {
-            let _ = flushed.await;
-        }
-    }
-}
-
-/// Settles claims as they end, in groups: every claim that ended while the previous group
-/// was being settled goes in the next [`SharedQueue::settle_many`].
-async fn settle_loop<P: Send + 'static>(
-    queue: Arc<dyn SharedQueue<P>>,
-    node: Arc<str>,
-    lease: Duration,
-    mut settles: mpsc::UnboundedReceiver<SettleMsg>,
-) {
-    let mut group = Vec::new();
-    while settles.recv_many(&mut group, GROUP_AT_MOST).await > 0 {
-        let mut pending = Vec::with_capacity(group.len());
-        let mut flushes = Vec::new();
-        for message in group.drain(..) {
-            match message {
-                SettleMsg::Settle(settle) => pending.push(settle),
-                SettleMsg::Flush(done) => flushes.push(done),
-            }
-        }
-        let give_up = tokio::time::Instant::now() + lease / 2;
-        let mut pause = Duration::from_millis(50);
-        while !pending.is_empty() {
-            let claims = pending
-                .iter()
-                .map(|settle: &ToSettle| (settle.claim, settle.settlement.clone()))
-                .collect();
-            let settled = queue.settle_many(&node, claims).await;
-            let mut again = Vec::new();
-            for (settle, result) in pending.into_iter().zip(settled) {
-                let entry = settle.claim.entry;
-                let result = match result {
-                    Err(QueueError::Backend(error))
-                        if tokio::time::Instant::now() + pause < give_up =>
-                    {
-                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; retrying");
-                        again.push(settle);
-                        continue;
-                    }
-                    Err(error @ QueueError::NotClaimed(_)) => {
-                        tracing::warn!(node = %node, entry, "a shared claim ended elsewhere: its lease ran out and the task was claimed again");
-                        Err(error)
-                    }
-                    Err(error) => {
-                        tracing::warn!(node = %node, entry, %error, "shared queue settle failed; the lease will expire and the task may run again");
-                        Err(error)
-                    }
-                    Ok(()) => Ok(()),
-                };
-                if let Some(then) = settle.then {
-                    then(result);
-                }
-            }
-            if !again.is_empty() {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            pending = again;
-        }
-        for done in flushes {
-            let _ = done.send(());
-        }
-    }
-}
+pub(super) const GROUP_AT_MOST: usize = 1_000;
 
 /// How many times [`gather`] yields at most.
 const GATHER_ROUNDS: usize = 8;

@@ -22,6 +22,7 @@
 
 use std::time::Duration;
 
+use super::calls::{Enqueued, SharedCall};
 use crate::domain::{
     Budgets, Capacity, Durability, MailboxKey, PoolError, ResourceCost, ResourceKind,
     ScheduledTask, TaskId,
@@ -30,8 +31,7 @@ use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::fault_of;
 use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
 use crate::scheduler::core::ParkingLot;
-use crate::scheduler::protocol::Enqueued;
-use crate::scheduler::shell::effects::{CancelReply, Effect, SharedCall};
+use crate::scheduler::shell::effects::{CancelReply, Effect};
 use crate::scheduler::shell::ledger::Record;
 use crate::scheduler::shell::observe::Detail;
 use crate::scheduler::shell::tasks::Tasks;

@@ -1,22 +1,22 @@
 //! The shell's side of the shared-queue mode: what it parks there, how it admits what it
 //! claims, and what it does with the queue's answers (claims, starts stored as claims,
 //! parks, removals, dead letters, lost leases, polls). The mode's own state (leases,
-//! claims in flight, when to claim) is [`SharedRoom`](super::storage::SharedRoom), in
-//! `storage/shared_room.rs`; the calls themselves are made by `scheduler/shared_io.rs`.
+//! claims in flight, when to claim) is [`SharedRoom`] (`room.rs`); the calls themselves are
+//! made by the I/O side (`io.rs`).
 
-use super::admission::{Admission, Origin};
-use super::ledger::{admitted_ms, sequence_of};
-use super::observe::Detail;
-use super::storage::SharedRoom;
-use super::{Record, Shell, Storage};
+use super::calls::{SharedCall, SharedReport};
+use super::SharedRoom;
 use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask};
 use crate::mailbox::actor::Stored;
 use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
 use crate::queue::{Carried, DependsOn, EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
-use crate::scheduler::protocol::{Reply, SharedReport};
-use crate::scheduler::shell::effects::SharedCall;
+use crate::scheduler::protocol::Reply;
+use crate::scheduler::shell::admission::{Admission, Origin};
+use crate::scheduler::shell::ledger::{admitted_ms, sequence_of};
+use crate::scheduler::shell::observe::Detail;
+use crate::scheduler::shell::{Record, Shell, Storage};
 use crate::util::contain::drop_contained;
 
 impl<P, R> Shell<P, R>
@@ -70,7 +70,11 @@ where
     /// queue keeps for every node, so only a claim may spend from it; and any submission of
     /// a pool that attaches repeated submissions, whose callers the queue keeps unique
     /// across nodes.
-    pub(super) fn parks_for_the_fleet(&self, origin: &Origin, kind: ResourceKind) -> bool {
+    pub(in crate::scheduler::shell) fn parks_for_the_fleet(
+        &self,
+        origin: &Origin,
+        kind: ResourceKind,
+    ) -> bool {
         let limits = self.tasks.core.limits();
         matches!(origin, Origin::Submitted { .. })
             && self.storage.is_shared()
@@ -80,7 +84,7 @@ where
     /// Parks submission `entry` in the shared queue, where any node may claim it, with what
     /// it carries (claimable by no node before its instant, if it has one; claimed in its
     /// trace, if it has one).
-    pub(super) fn park_shared(
+    pub(in crate::scheduler::shell) fn park_shared(
         &mut self,
         entry: EntryId,
         mut task: ScheduledTask<P>,
@@ -102,7 +106,7 @@ where
 
     /// [`park_shared`](Self::park_shared), held in the queue until `depends_on`'s parents
     /// succeed.
-    pub(super) fn park_shared_waiting(
+    pub(in crate::scheduler::shell) fn park_shared_waiting(
         &mut self,
         entry: EntryId,
         mut task: ScheduledTask<P>,
@@ -313,7 +317,7 @@ where
 
     /// Claims from the shared queue if the pool takes work (open: not draining, stopping or
     /// escalated) and this node has room ([`SharedRoom::claim_if_room`]).
-    pub(super) fn claim_if_open(&mut self, now: u64) {
+    pub(in crate::scheduler::shell) fn claim_if_open(&mut self, now: u64) {
         if !self.lifecycle.takes_work() {
             return;
         }
