@@ -50,7 +50,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CostIndex, RankKey, KINDS};
+use super::{CostIndex, Parked, ParkingLot, RankKey, Shadow, KINDS, UNLIMITED};
 use crate::domain::{Priority, ResourceKind};
 
 /// A timeout class: ms 0–3 are classes 0–3; a timeout `t >= 4` with leading bit `e` is in
@@ -140,6 +140,113 @@ impl TimeoutIndex {
             }
         }
         best
+    }
+}
+
+impl ParkingLot {
+    /// The task held back by `reserved` to backfill (rule 13), if any may: it has a
+    /// timeout, fits now, its tenant has room for it and no starving task of its own tenant
+    /// ranks ahead of it; and either its timeout ends by the reservation's shadow time, or it
+    /// fits in what the reservation leaves spare at that time. Among those, the highest
+    /// priority first, then the one that uses the most of the free units, then rank.
+    /// `ceiling` is the priority of the best-ranked parked task that fits the free units:
+    /// no task of a higher priority fits, so those levels are not asked.
+    pub(super) fn backfill_candidate(
+        &self,
+        reserved: RankKey,
+        ceiling: Priority,
+        now: u64,
+    ) -> Option<RankKey> {
+        let by_timeout = self.by_timeout.as_ref()?;
+        let shadow = self.shadow(reserved, now)?;
+        let limit = shadow.at.checked_sub(now)?;
+        let free = ResourceKind::ALL.map(|kind| self.free(kind));
+        let slot_idle = !self.idle_workers.is_empty();
+        let within_share = |candidate: RankKey, parked: &Parked| {
+            (slot_idle || parked.slotless)
+                && self.tenants.as_ref().is_none_or(|book| {
+                    let tenant = book.tenant_of(candidate.id());
+                    parked.units <= book.room(tenant, parked.kind)
+                        && !book.starving_ahead_of(tenant, &candidate)
+                })
+        };
+        let ends_in_time = |candidate: RankKey| {
+            self.parked.get(&candidate.id()).is_some_and(|parked| {
+                parked.timeout().is_some_and(|timeout| timeout <= limit)
+                    && within_share(candidate, parked)
+            })
+        };
+        // In the spare room, a task needs a spare slot unless it is a permit.
+        let permits_parked = !self.permits_by_cost.iter().all(CostIndex::is_empty);
+        let any_timeout = |candidate: RankKey| {
+            self.parked.get(&candidate.id()).is_some_and(|parked| {
+                (shadow.spare_slots > 0 || parked.slotless) && within_share(candidate, parked)
+            })
+        };
+        let mut spare = free;
+        spare[shadow.kind.index()] = spare[shadow.kind.index()].min(shadow.spare_units);
+        let all_spare = shadow.spare_slots > 0 && spare == free;
+        // Level by level from the reservation's down: a task of a level ranks ahead of
+        // every task of a lower one, whatever its size.
+        let top = reserved.priority().min(ceiling);
+        for priority in Priority::ALL.into_iter().rev().filter(|&p| p <= top) {
+            // When the spare room is all the free room, every task that fits may backfill
+            // whatever its timeout: the first query would only repeat part of the second.
+            let in_time = (!all_spare)
+                .then(|| by_timeout.largest_within(priority, limit, &free, ends_in_time))
+                .flatten();
+            let in_spare_room = (shadow.spare_slots > 0 || permits_parked)
+                .then(|| by_timeout.largest_within(priority, u64::MAX, &spare, any_timeout))
+                .flatten();
+            let found = [in_time, in_spare_room]
+                .into_iter()
+                .flatten()
+                .min_by_key(|&(units, rank)| (std::cmp::Reverse(units), rank));
+            if let Some((_, rank)) = found {
+                return Some(rank);
+            }
+        }
+        None
+    }
+
+    /// The reservation's shadow: the earliest time at which, if every running task ends by
+    /// its timeout, its kind has its units free and a worker slot is idle, and what would be
+    /// spare then beyond the reservation's needs. `None` when the running tasks with a
+    /// timeout (and not yet past it) do not free enough, or when a headroom caps its kind
+    /// (another process decides when that memory returns).
+    pub(super) fn shadow(&self, reserved: RankKey, now: u64) -> Option<Shadow> {
+        let parked = self.parked.get(&reserved.id())?;
+        let kind = parked.kind;
+        if self.headroom[kind.index()] != UNLIMITED || self.budget(kind).is_some() {
+            return None;
+        }
+        let mut free = self.limits.capacity.get(kind) - self.used[kind.index()];
+        let mut idle = self.idle_workers.len();
+        let slots = usize::from(!parked.slotless);
+        let shadow_at = |at: u64, free: u32, idle: usize| Shadow {
+            at,
+            kind,
+            spare_units: free - parked.units,
+            spare_slots: idle - slots,
+        };
+        if free >= parked.units && idle >= slots {
+            return Some(shadow_at(now, free, idle));
+        }
+        for &(ends_by, id) in self.by_end.range((now, 0)..) {
+            let Some(claim) = self.running.get(&id) else {
+                continue;
+            };
+            if claim.kind == kind {
+                free += claim.units;
+            }
+            if self.retired.get(claim.worker as usize) == Some(&false) {
+                idle += 1;
+            }
+            if free >= parked.units && idle >= slots {
+                return Some(shadow_at(ends_by, free, idle));
+            }
+        }
+        None
     }
 }
 
