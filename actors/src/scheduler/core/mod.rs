@@ -227,9 +227,11 @@ mod parking;
 mod permits;
 mod rank;
 mod reasons;
+mod run_times;
 mod running_ends;
 mod service;
 mod shedding;
+mod simulation;
 mod tick;
 mod unpark;
 mod workers;
@@ -479,7 +481,7 @@ pub struct ParkingLot {
     /// The parked tickets' units and counts by kind and priority, for the bounds (rule 21).
     queue: QueueBook,
     /// The run times seen per cost class, for the estimates of rule 23.
-    run_times: estimate::RunTimes,
+    run_times: run_times::RunTimes,
     /// Starts so far: orders tenants by when they last started a task.
     starts: u64,
     /// The time of the latest event: backfill decisions depend on it, and
@@ -520,7 +522,7 @@ impl ParkingLot {
             dependencies: dependencies::Dependencies::default(),
             paused: false,
             queue: QueueBook::default(),
-            run_times: estimate::RunTimes::default(),
+            run_times: run_times::RunTimes::default(),
             starts: 0,
             clock: 0,
         })
