@@ -225,8 +225,8 @@ mod on_postgres {
     use std::time::{Duration, Instant};
 
     use prometheus_parking_lot::core::{
-        Capacity, Carried, DependsOn, FitQuery, ScheduledTask, Settlement, SharedQueue,
-        TaskMetadata,
+        Capacity, Carried, DependsOn, FitQuery, ScheduledTask, Settlement, SharedDependencies,
+        SharedQueue, TaskMetadata,
     };
     use prometheus_parking_lot::infra::postgres::PgDatabase;
     use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;

@@ -18,8 +18,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::core::{
-    Capacity, Carried, FairByUse, FitQuery, RunUse, Settlement, SharedQueue, TenantWeights,
-    UsageCharge,
+    Capacity, Carried, FairByUse, FitQuery, RunUse, Settlement, SharedFairShare, SharedQueue,
+    TenantWeights, UsageCharge,
 };
 use prometheus_parking_lot::infra::postgres::PgDatabase;
 use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
@@ -97,10 +97,14 @@ fn main() {
     let (plain, settled) = runtime.block_on(async {
         let weights = TenantWeights::default().with("acme", 3);
         let order = FairByUse::new(UsageCharge::Reported);
-        assert!(queue
+        assert!(
+            SharedQueue::<u64>::fair_share(&queue).is_some(),
+            "the table queue claims by the fleet's counters"
+        );
+        queue
             .share_fair_by_use(order, &weights, None)
             .await
-            .expect("share the counters"));
+            .expect("share the counters");
         let (mut plain, mut settled) = (Vec::new(), Vec::new());
         let mut first = 0;
         for _ in 0..rounds {

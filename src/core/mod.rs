@@ -28,7 +28,8 @@ pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TracePar
 pub use prometheus_parking_lot_actors::queue::{
     Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery, InlineQueue,
     KeptLetter, Lease, LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance,
-    RankBound, RunUse, Settlement, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    RankBound, RunUse, ScheduleTicks, Settlement, SharedBudgets, SharedDependencies,
+    SharedFairShare, SharedQueue, StarvationRule, StoredEntry, TaskQueue, UniqueCallers,
     DEPENDENCIES_SUPPORTED,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Capacity, Carried, DependsOn, FitQuery, QueueError, ScheduledTask, Settlement, SharedQueue,
-    TaskMetadata,
+    Capacity, Carried, DependsOn, FitQuery, QueueError, ScheduledTask, Settlement,
+    SharedDependencies, SharedQueue, TaskMetadata,
 };
 use prometheus_parking_lot::infra::postgres::RetryPolicy;
 use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;

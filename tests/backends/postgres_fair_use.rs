@@ -1,14 +1,14 @@
 //! The fleet's fair share by use on the Postgres table queue, charged and settled: a claim
 //! charges its tenant ahead (its units, or its units times the node's timeout), and the
 //! node that ran the task settles the charge to what the run used
-//! (`SharedQueue::settle_use`), as a node's core settles its own counters: what was not
+//! (`SharedFairShare::settle_use`), as a node's core settles its own counters: what was not
 //! used is given back, down to the floor; a `held` task charged nothing ahead (no timeout)
 //! is charged its unit-milliseconds at its end.
 
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Capacity, FairByUse, FitQuery, RunUse, SharedQueue, TenantWeights, UsageCharge,
+    Capacity, FairByUse, FitQuery, RunUse, SharedFairShare, SharedQueue, TenantWeights, UsageCharge,
 };
 use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
 use prometheus_parking_lot::util::serde::TenantId;
@@ -34,11 +34,12 @@ async fn queue(charge: UsageCharge, timeout_ms: Option<u64>) -> Fleet {
         .expect("opening does not panic")
     };
     let weights = TenantWeights::default().with("acme", 2);
-    let shared = queue
+    let fair_share =
+        SharedQueue::<Job>::fair_share(&queue).expect("the table queue shares its counters");
+    fair_share
         .share_fair_by_use(FairByUse::new(charge), &weights, timeout_ms)
         .await
         .expect("share the counters");
-    assert!(shared, "the table queue shares its counters");
     Fleet { queue, name }
 }
 

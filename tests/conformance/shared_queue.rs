@@ -283,22 +283,25 @@ pub async fn duplicate_entries_are_refused(queue: &dyn SharedQueue<Job>) {
 /// tick's task was claimed and settled; each schedule has ticks of its own; the latest tick
 /// parked is read back.
 pub async fn a_schedules_tick_is_parked_once(queue: &dyn SharedQueue<Job>) {
-    assert_eq!(queue.latest_tick("nightly").await, Ok(None));
+    let ticks = queue
+        .schedule_ticks()
+        .expect("the queue parks a schedule's ticks once");
+    assert_eq!(ticks.latest_tick("nightly").await, Ok(None));
     let tick = |id| cpu(id, Low, 0, 1);
-    let first = queue
+    let first = ticks
         .enqueue_tick("nightly", at(60_000), 501, tick(1))
         .await;
     assert_eq!(first, Ok(true), "the first node parks the tick");
-    let again = queue
+    let again = ticks
         .enqueue_tick("nightly", at(60_000), 502, tick(1))
         .await;
     assert_eq!(again, Ok(false), "a second node parks nothing");
-    let earlier = queue.enqueue_tick("nightly", at(0), 503, tick(2)).await;
+    let earlier = ticks.enqueue_tick("nightly", at(0), 503, tick(2)).await;
     assert_eq!(earlier, Ok(false), "a tick before the latest parks nothing");
-    let other = queue.enqueue_tick("hourly", at(60_000), 504, tick(3)).await;
+    let other = ticks.enqueue_tick("hourly", at(60_000), 504, tick(3)).await;
     assert_eq!(other, Ok(true), "another schedule's tick is its own");
     assert_counts(queue, 2, 0, "two ticks parked").await;
-    assert_eq!(queue.latest_tick("nightly").await, Ok(Some(at(60_000))));
+    assert_eq!(ticks.latest_tick("nightly").await, Ok(Some(at(60_000))));
 
     let everything = within(Capacity::uniform(u32::MAX));
     for _ in 0..2 {
@@ -308,16 +311,16 @@ pub async fn a_schedules_tick_is_parked_once(queue: &dyn SharedQueue<Job>) {
         let settled = queue.settle(NODE_A, leased.claim(), Settlement::Done).await;
         assert_eq!(settled, Ok(()));
     }
-    let late = queue
+    let late = ticks
         .enqueue_tick("nightly", at(60_000), 505, tick(1))
         .await;
     assert_eq!(late, Ok(false), "a tick whose task ended parks nothing");
-    let next = queue
+    let next = ticks
         .enqueue_tick("nightly", at(120_000), 506, tick(4))
         .await;
     assert_eq!(next, Ok(true));
     assert_counts(queue, 1, 0, "the next tick parked").await;
-    assert_eq!(queue.latest_tick("nightly").await, Ok(Some(at(120_000))));
+    assert_eq!(ticks.latest_tick("nightly").await, Ok(Some(at(120_000))));
 }
 
 /// Claims with room for everything come back in rank order across kinds: priority first
@@ -1312,8 +1315,11 @@ fn daily(burst: u32) -> Budget {
 pub async fn shared_budgets_cap_what_every_nodes_claims_take_together(
     queue: &dyn SharedQueue<Job>,
 ) {
+    let fleet = queue
+        .budgets()
+        .expect("the queue keeps budgets for every node");
     let budgets = Budgets::none().with(Io, daily(10));
-    queue.share_budgets(&budgets).await.expect("share budgets");
+    fleet.share_budgets(&budgets).await.expect("share budgets");
     let tasks: Vec<_> = (1..=5)
         .map(|id| task(id, Normal, id, Io, 4, None))
         .collect();
@@ -1348,7 +1354,7 @@ pub async fn shared_budgets_cap_what_every_nodes_claims_take_together(
         taken(b)
     );
 
-    queue.give_back_budget(Io, 4).await.expect("give back");
+    fleet.give_back_budget(Io, 4).await.expect("give back");
     let b = claim(queue, NODE_B, within(plenty), 0)
         .await
         .map(|lease| lease.entry);
@@ -1365,7 +1371,7 @@ pub async fn shared_budgets_cap_what_every_nodes_claims_take_together(
         "cpu has no budget"
     );
 
-    queue
+    fleet
         .share_budgets(&budgets)
         .await
         .expect("share the same budgets again");
@@ -1381,6 +1387,9 @@ pub async fn shared_budgets_cap_what_every_nodes_claims_take_together(
 /// Under a shared start cap, claims take no more tasks than it has starts, however few
 /// units they cost.
 pub async fn a_shared_start_cap_caps_how_many_tasks_claims_take(queue: &dyn SharedQueue<Job>) {
+    let fleet = queue
+        .budgets()
+        .expect("the queue keeps budgets for every node");
     let capped = Budget {
         max_starts: Some(StartCap {
             count: 2,
@@ -1388,7 +1397,7 @@ pub async fn a_shared_start_cap_caps_how_many_tasks_claims_take(queue: &dyn Shar
         }),
         ..daily(100)
     };
-    queue
+    fleet
         .share_budgets(&Budgets::none().with(Io, capped))
         .await
         .expect("share budgets");
@@ -1418,7 +1427,10 @@ fn under(mut task: ScheduledTask<Job>, key: &MailboxKey) -> ScheduledTask<Job> {
 /// live one's key is found; another tenant's task of the same id is not that caller; once
 /// the live task is settled, the caller may park again.
 pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue<Job>) {
-    queue
+    let callers = queue
+        .unique_callers()
+        .expect("the queue keeps callers unique");
+    callers
         .keep_callers_unique()
         .await
         .expect("keep callers unique");
@@ -1436,13 +1448,13 @@ pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue
         Err(QueueError::Duplicate(2)),
         "the caller has a live task"
     );
-    let found = queue
+    let found = callers
         .live_task_key(&first.tenant, 7)
         .await
         .expect("look up");
     assert_eq!(found, Some(first.clone()), "the original's key");
     assert_eq!(
-        queue
+        callers
             .live_task_key(&first.tenant, 8)
             .await
             .expect("look up"),
@@ -1469,7 +1481,7 @@ pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue
         Err(QueueError::Duplicate(4)),
         "a claimed task is live"
     );
-    let found = queue
+    let found = callers
         .live_task_key(&first.tenant, 7)
         .await
         .expect("look up");
@@ -1488,7 +1500,7 @@ pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue
         Err(QueueError::Duplicate(5)),
         "completed a moment ago"
     );
-    let found = queue
+    let found = callers
         .live_task_key(&first.tenant, 7)
         .await
         .expect("look up");
@@ -1503,7 +1515,7 @@ pub async fn callers_kept_unique_have_one_live_task_each(queue: &dyn SharedQueue
     // A rescue long after forgets it: the caller may park again.
     rescue(queue, 4_000_000_000_000 - EPOCH_MS).await;
     assert_eq!(
-        queue
+        callers
             .live_task_key(&first.tenant, 7)
             .await
             .expect("look up"),

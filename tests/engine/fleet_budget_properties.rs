@@ -7,7 +7,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use prometheus_parking_lot::core::{
-    Budget, Budgets, Capacity, FitQuery, ScheduledTask, Settlement, SharedQueue, TaskMetadata,
+    Budget, Budgets, Capacity, FitQuery, ScheduledTask, Settlement, SharedBudgets, SharedQueue,
+    TaskMetadata,
 };
 use prometheus_parking_lot::infra::queue::shared_memory::InMemorySharedQueue;
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, ResourceKind};

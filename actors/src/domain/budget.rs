@@ -17,7 +17,7 @@ pub const MAX_PERIOD_MS: u64 = 86_400_000;
 /// give back what it did not use, see `running::return_units`). A task that does not fit
 /// what is left parks in rank order and starts as soon as the bucket holds its units. On a
 /// shared queue the bucket is the fleet's: every node's claims spend from one (see
-/// [`SharedQueue::share_budgets`](crate::queue::SharedQueue::share_budgets)).
+/// [`SharedBudgets::share_budgets`](crate::queue::SharedBudgets::share_budgets)).
 ///
 /// **The bound.** Over any span of `w` ms the tasks of the kind start with at most
 /// `burst + units * w / per_ms` units, so at most `burst + units` in any window of

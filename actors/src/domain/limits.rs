@@ -325,7 +325,7 @@ impl Retries {
 /// is live, or whose result waits under the same key and id. A caller whose request timed
 /// out submits it again; with `Attach` that is safe. On a shared queue `Attach` holds across
 /// the nodes: the queue keeps callers unique (see
-/// [`SharedQueue::keep_callers_unique`](crate::queue::SharedQueue::keep_callers_unique)).
+/// [`UniqueCallers::keep_callers_unique`](crate::queue::UniqueCallers::keep_callers_unique)).
 ///
 /// ```
 /// use prometheus_parking_lot_actors::domain::{OnDuplicate, PoolLimits};

@@ -89,7 +89,10 @@ impl<P: Send + 'static> QueueDesk for Desk<P> {
         key: &MailboxKey,
         id: TaskId,
     ) -> Result<Option<u32>, QueueError> {
-        self.0.waiting_parents(key, id).await
+        match self.0.dependencies() {
+            Some(dependencies) => dependencies.waiting_parents(key, id).await,
+            None => Ok(None),
+        }
     }
 }
 

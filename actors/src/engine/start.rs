@@ -23,6 +23,7 @@ use crate::observe::stats::PoolCounters;
 use crate::observe::trace::TaskTracer;
 use crate::permit::lane::Lanes;
 use crate::queue::actor::{fault_of, QueueActor, QueueMsg, QueueReports, QueueState};
+use crate::queue::capabilities::lacking;
 use crate::queue::{QueueError, StoredEntry, TaskQueue};
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
 use crate::scheduler::core::ParkingLot;
@@ -186,8 +187,8 @@ impl<P, R, E> PoolSpec<P, R, E> {
 }
 
 /// Gives a shared queue the pool's budgets, which it keeps for every node (see
-/// [`SharedQueue::share_budgets`](crate::queue::SharedQueue::share_budgets)); a queue that
-/// cannot is a configuration the pool refuses.
+/// [`SharedBudgets`](crate::queue::SharedBudgets)); a queue that cannot is a configuration
+/// the pool refuses.
 async fn share_budgets<P: Send + 'static>(
     parking: &SharedParking<P>,
     budgets: &Budgets,
@@ -196,7 +197,13 @@ async fn share_budgets<P: Send + 'static>(
     if budgets.is_empty() {
         return Ok(());
     }
-    let shared = parking.queue.share_budgets(budgets).await;
+    let shared = match parking.queue.budgets() {
+        Some(shared) => shared.share_budgets(budgets).await,
+        None => Err(lacking(
+            &*parking.queue,
+            "keep budgets for the nodes that share it",
+        )),
+    };
     shared.map_err(|error| {
         queue_error(
             pool,
@@ -283,27 +290,35 @@ where
         claims_in_order(parking, core.limits().order)?;
         share_budgets(parking, &core.limits().budgets, &spec.name).await?;
         if let Some(order) = core.limits().fair_by_use {
-            let shared = parking
-                .queue
-                .share_fair_by_use(
-                    order,
-                    &spec.tenant_weights,
-                    spec.default_timeout
-                        .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-                )
-                .await
-                .map_err(|error| {
-                    let operation = "share the tenant counters of its fair share by use";
-                    queue_error(&spec.name, parking.queue.backend(), operation, error)
-                })?;
-            if !shared {
-                tracing::info!(pool = %spec.name, backend = parking.queue.backend(), "the shared queue claims in rank order: the fair share by use orders this node's own tasks only");
+            match parking.queue.fair_share() {
+                Some(fair_share) => {
+                    let timeout_ms = spec
+                        .default_timeout
+                        .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+                    let shared = fair_share
+                        .share_fair_by_use(order, &spec.tenant_weights, timeout_ms)
+                        .await;
+                    shared.map_err(|error| {
+                        let operation = "share the tenant counters of its fair share by use";
+                        queue_error(&spec.name, parking.queue.backend(), operation, error)
+                    })?;
+                }
+                None => {
+                    tracing::info!(pool = %spec.name, backend = parking.queue.backend(), "the shared queue claims in rank order: the fair share by use orders this node's own tasks only");
+                }
             }
         }
         if core.limits().on_duplicate == OnDuplicate::Attach {
             let operation = "keep callers unique across nodes (the pool attaches repeated \
                              submissions)";
-            parking.queue.keep_callers_unique().await.map_err(|error| {
+            let kept = match parking.queue.unique_callers() {
+                Some(callers) => callers.keep_callers_unique().await,
+                None => Err(lacking(
+                    &*parking.queue,
+                    "keep callers unique across the nodes that share it",
+                )),
+            };
+            kept.map_err(|error| {
                 queue_error(&spec.name, parking.queue.backend(), operation, error)
             })?;
         }
@@ -380,7 +395,7 @@ where
                 spec.durability,
             )
             .with_fleet_budgets(&core.limits().budgets)
-            .with_dependencies(parking.queue.supports_dependencies());
+            .with_dependencies(parking.queue.dependencies().is_some());
             (
                 Storage::Shared(room),
                 Some(

@@ -22,7 +22,9 @@
 //! can know the best parked task, so the queue answers "the best-ranked task that fits this
 //! free capacity" itself, under a lease the node renews while the task runs. Its maintenance
 //! ([`QueueMaintenance`]: rescue, dead letters, counts) is a face of its own, run by the
-//! [`duties`].
+//! [`duties`]. What a shared queue may do beyond the contract (keep dependencies, park a
+//! schedule's ticks once, keep budgets, fair-share counters or unique callers for every
+//! node) are [`capabilities`], each a trait the backend hands out where it has it.
 //!
 //! # What an entry carries
 //!
@@ -35,6 +37,7 @@
 //! its trace.
 
 pub mod actor;
+pub mod capabilities;
 pub mod duties;
 pub mod shared_queue;
 
@@ -45,10 +48,14 @@ use thiserror::Error;
 use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
 use crate::observe::trace::TraceParent;
 
+pub use capabilities::{
+    DependsOn, RunUse, ScheduleTicks, SharedBudgets, SharedDependencies, SharedFairShare,
+    UniqueCallers, DEPENDENCIES_SUPPORTED,
+};
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
-    Claim, DeadLetter, DependsOn, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, RunUse,
-    SharedQueue, StarvationRule, DEPENDENCIES_SUPPORTED,
+    Claim, DeadLetter, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, SharedQueue,
+    StarvationRule,
 };
 
 /// The pool's own id of an admitted task. See the module docs.
@@ -70,7 +77,7 @@ pub enum QueueError {
     /// failure, in what words, and keeps the error underneath.
     #[error(transparent)]
     Backend(BackendFault),
-    /// A task's dependencies were refused ([`SharedQueue::enqueue_waiting`]): the refusal
+    /// A task's dependencies were refused ([`SharedDependencies::enqueue_waiting`]): the refusal
     /// names the parent at fault.
     #[error(transparent)]
     Dependency(Box<crate::domain::DependencyError>),
@@ -86,7 +93,7 @@ pub enum Settlement {
     Failed(String),
     /// It ended without succeeding and without failing (cancelled, timed out, expired, an
     /// error its mailbox holds): forget it as [`Done`](Self::Done) does. A backend that
-    /// keeps dependencies ([`SharedQueue::enqueue_waiting`]) ends the tasks waiting on it
+    /// keeps dependencies ([`SharedDependencies::enqueue_waiting`]) ends the tasks waiting on it
     /// (see [`DependsOn`]) instead of releasing them; one that does not treats it as `Done`.
     Ended(crate::domain::TaskStatus),
 }

@@ -26,17 +26,22 @@
 //! for every node: rescue expired leases, take the dead letters, count. A node reaches the
 //! second through the first ([`SharedQueue::maintenance`]), so one
 //! `Arc<dyn SharedQueue<P>>` is all a pool is given; the duties in
-//! [`duties`](super::duties) run the maintenance on their own intervals.
+//! [`duties`](super::duties) run the maintenance on their own intervals. The rest a queue
+//! may do for the nodes that share it are its [capabilities](super::capabilities), each
+//! reached through an accessor here (`dependencies`, `schedule_ticks`, `budgets`,
+//! `fair_share`, `unique_callers`).
 
 use crate::domain::{BackendFault, FaultKind};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Carried, EntryId, QueueCounts, QueueError, Settlement};
+use super::{
+    Carried, EntryId, QueueCounts, QueueError, ScheduleTicks, Settlement, SharedBudgets,
+    SharedDependencies, SharedFairShare, UniqueCallers,
+};
 use crate::domain::{
-    Budgets, Capacity, FairByUse, MailboxKey, Priority, QueueOrder, ResourceCost, ResourceKind,
-    ScheduledTask, TaskId, TenantId, TenantWeights,
+    Capacity, MailboxKey, Priority, QueueOrder, ResourceCost, ScheduledTask, TaskId,
 };
 use crate::observe::trace::TraceParent;
 
@@ -100,21 +105,6 @@ impl RankBound {
             self.entry,
         )
     }
-}
-
-/// What a run of a claimed task used, for the fleet's fair share by use to settle the charge
-/// its claim made ([`SharedQueue::settle_use`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunUse {
-    /// The units the task declared (the claim charged ahead from them).
-    pub units: u32,
-    /// Units times the milliseconds it held them (`held`).
-    pub held_unit_ms: f64,
-    /// The units its executor reported using (`reported`), if it reported any.
-    pub reported: Option<u64>,
-    /// When the run started, ms since the Unix epoch: a refund gives back the charge as it
-    /// has decayed since.
-    pub started_ms: u64,
 }
 
 /// What a claim may take: free units per kind, and optionally a rank bound and the node's
@@ -208,20 +198,6 @@ pub struct DeadLetter {
     pub cancelled: bool,
 }
 
-/// The tasks a task waits for in a shared queue ([`SharedQueue::enqueue_waiting`]): callers
-/// of the task's own tenant, by task id, wherever they run.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DependsOn {
-    /// The parents' task ids (no repeats, not the task itself).
-    pub parents: Vec<TaskId>,
-    /// Whether the task runs even when a parent does not succeed (a cleanup step).
-    pub run_anyway: bool,
-}
-
-/// The queues that keep dependencies, as a refusal names them.
-pub const DEPENDENCIES_SUPPORTED: &str =
-    "memory (the in-memory queue), postgres (the Postgres table queue with \"dependencies\": true)";
-
 /// A dead letter as the queue keeps it (see [`QueueMaintenance::list_dead_letters`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeptLetter {
@@ -305,37 +281,6 @@ where
         parked
     }
 
-    /// Parks `task` as tick `tick_ms` of schedule `schedule`, unless the queue holds that
-    /// tick already: of all the calls for one (schedule, tick) on one queue, from any node,
-    /// at any time, exactly one parks its task (the queue keeps the tick's key and the task
-    /// in one transaction, so a crash between them keeps neither). Returns whether this
-    /// call parked it. See [`crate::schedule`]. The default refuses: a queue that cannot
-    /// keep a tick's key for every node.
-    async fn enqueue_tick(
-        &self,
-        schedule: &str,
-        tick_ms: u64,
-        entry: EntryId,
-        task: ScheduledTask<P>,
-    ) -> Result<bool, QueueError> {
-        let _ = (schedule, tick_ms, entry, task);
-        Err(QueueError::Backend(BackendFault::plain(
-            FaultKind::Other,
-            format!(
-                "the {} queue cannot enqueue a schedule's tick once for the nodes that share it",
-                self.backend()
-            ),
-        )))
-    }
-
-    /// The latest tick of schedule `schedule` the queue holds (see
-    /// [`enqueue_tick`](Self::enqueue_tick)), milliseconds since the Unix epoch; `None`
-    /// when no node enqueued one. The default: none.
-    async fn latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
-        let _ = schedule;
-        Ok(None)
-    }
-
     /// Stores a task that `node` starts at once (it fitted the node's free capacity) as
     /// claimed by `node` under a lease of `lease` from `now_ms`, and hands it back to run: the
     /// `accepted` durability, where a task is stored before its submitter hears it was
@@ -381,50 +326,6 @@ where
                 self.backend()
             ),
         )))
-    }
-
-    /// Whether the queue keeps dependencies between its tasks
-    /// ([`enqueue_waiting`](Self::enqueue_waiting)). The default: no.
-    fn supports_dependencies(&self) -> bool {
-        false
-    }
-
-    /// Parks `task` for any node as [`enqueue`](Self::enqueue) does, held until every one
-    /// of `depends_on`'s parents (tasks of its mailbox key's tenant in this queue) has
-    /// succeeded, and not before `carried`'s instant if it has one (in its trace, if it has one); from then on it ranks at
-    /// `rank_time_ms` like any other. A parent that does not succeed ends it `Cancelled` (a
-    /// [`DeadLetter`] with `cancelled`), unless it runs anyway. A parent unknown to the
-    /// queue, of another tenant, the task itself, or one that ended without succeeding
-    /// (unless it runs anyway) refuses it with [`QueueError::Dependency`]. The default
-    /// refuses every such task, naming the queues that keep dependencies.
-    async fn enqueue_waiting(
-        &self,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        carried: Carried,
-        depends_on: &DependsOn,
-    ) -> Result<(), QueueError> {
-        let _ = (entry, rank_time_ms, carried, depends_on);
-        crate::util::contain::drop_contained(task);
-        Err(QueueError::Dependency(Box::new(
-            crate::domain::DependencyError::Unsupported {
-                queue: format!("the shared queue {}", self.backend()),
-                supported: DEPENDENCIES_SUPPORTED.into(),
-            },
-        )))
-    }
-
-    /// How many parents the parked task `id` of exactly `key` still waits for, if it is
-    /// parked in the queue waiting for any ([`enqueue_waiting`](Self::enqueue_waiting)).
-    /// The default: none.
-    async fn waiting_parents(
-        &self,
-        key: &MailboxKey,
-        id: TaskId,
-    ) -> Result<Option<u32>, QueueError> {
-        let _ = (key, id);
-        Ok(None)
     }
 
     /// Claims the best-ranked parked task that fits `query` for `node`, leased for `lease`
@@ -546,100 +447,6 @@ where
         reason: String,
     ) -> Result<(), QueueError>;
 
-    /// Keeps `budgets` (renewable capacity, see [`Budget`](crate::domain::Budget)) for every node of this queue: a
-    /// claim then spends from each kind's bucket in the same step that takes the tasks, so
-    /// that the nodes together spend at most what one pool with these budgets would (no
-    /// task of such a kind is claimed past its bucket's level, nor past its start cap). The
-    /// buckets live with the queue (a database row), start full, and refill by one clock
-    /// (the database's). A node calls it as it starts; every node of one queue is to be given
-    /// the same budgets: the latest call sets them, and a bucket keeps its level (at most
-    /// its new burst). The default keeps none and refuses any budget, as a queue that cannot
-    /// share them must.
-    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
-        if budgets.is_empty() {
-            return Ok(());
-        }
-        Err(QueueError::Backend(BackendFault::plain(
-            FaultKind::Other,
-            format!(
-                "the {} queue cannot keep budgets for the nodes that share it",
-                self.backend()
-            ),
-        )))
-    }
-
-    /// Orders the claims of this queue's nodes by tenant counters the whole fleet shares (a
-    /// fair share by use, `order`, with the named tenants' `weights`): a claim takes each
-    /// task for the tenant the fleet served least among those with a task that fits (within
-    /// the best priority that does), and charges the task ahead in the same step, divided by
-    /// its tenant's weight: its declared units (`reported`), or its units times
-    /// `timeout_ms`, the node's execution timeout (`held`; nothing ahead without one). When
-    /// the run ends the node settles the charge to what it used
-    /// ([`settle_use`](Self::settle_use)). A node calls it as it starts; every node of one
-    /// queue is to be given the same order and timeout. Returns whether the queue does it:
-    /// the default does not (`false`), and each node's core then orders only the tasks it
-    /// holds.
-    async fn share_fair_by_use(
-        &self,
-        order: FairByUse,
-        weights: &TenantWeights,
-        timeout_ms: Option<u64>,
-    ) -> Result<bool, QueueError> {
-        let _ = (order, weights, timeout_ms);
-        Ok(false)
-    }
-
-    /// Settles the fleet's charge for a run of `tenant`'s task that this node claimed and
-    /// that ended, to what it used (`used`): what it did not use is given back, never
-    /// taking the counter below the lowest counter of the tenants waiting; a `held` task
-    /// charged nothing ahead (no timeout) is charged in full now. Only a queue that shares
-    /// the counters ([`share_fair_by_use`](Self::share_fair_by_use) answered `true`) does
-    /// anything; the default does nothing.
-    async fn settle_use(&self, tenant: &TenantId, used: RunUse) -> Result<(), QueueError> {
-        let _ = (tenant, used);
-        Ok(())
-    }
-
-    /// Puts `units` back into the shared bucket of `kind` (at most its burst): a task
-    /// claimed under it used fewer than it spent. Nothing for a kind without a shared
-    /// budget (the default: none).
-    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
-        let _ = (kind, units);
-        Ok(())
-    }
-
-    /// Keeps callers unique from now on, for every node: a task whose caller (its mailbox
-    /// key's tenant and its task id) has a task parked or claimed in the queue under this
-    /// rule, or one that completed in the last minute, is not stored (`enqueue` answers
-    /// `Duplicate`), checked in the statement that stores it (a database's unique index),
-    /// never by a look before it. The minute closes the race between a resubmission and the
-    /// original's end: a node's look for a stored result before it parks may come just
-    /// before the original ends, its park just after. A node of a pool that attaches
-    /// repeated submissions (`OnDuplicate::Attach`) calls it as it starts. The default
-    /// refuses: a queue that cannot keep callers unique across nodes.
-    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
-        Err(QueueError::Backend(BackendFault::plain(
-            FaultKind::Other,
-            format!(
-                "the {} queue cannot keep callers unique across the nodes that share it",
-                self.backend()
-            ),
-        )))
-    }
-
-    /// The mailbox key of the task of caller (`tenant`, `id`) parked or claimed in the queue
-    /// under [`keep_callers_unique`](Self::keep_callers_unique) (or completed within the
-    /// minute, where the backend still knows its key), if there is one: the original a
-    /// repeated submission attaches to. The default: none.
-    async fn live_task_key(
-        &self,
-        tenant: &TenantId,
-        id: TaskId,
-    ) -> Result<Option<MailboxKey>, QueueError> {
-        let _ = (tenant, id);
-        Ok(None)
-    }
-
     /// The instant the parked task `id` whose mailbox key is exactly `key` sleeps until, if
     /// it sleeps at `now_ms`: no node may claim it before then (a scheduled start, a retry's
     /// backoff). `None` when no such task is parked, or when it may be claimed now. It is
@@ -666,6 +473,37 @@ where
         key: &MailboxKey,
         id: TaskId,
     ) -> Result<Option<ScheduledTask<P>>, QueueError>;
+
+    /// Dependencies between the queue's tasks, if it keeps them (see
+    /// [`SharedDependencies`]). The default: none, and a task with parents is refused.
+    fn dependencies(&self) -> Option<&dyn SharedDependencies<P>> {
+        None
+    }
+
+    /// A schedule's ticks parked once for every node, if the queue can (see
+    /// [`ScheduleTicks`]). The default: none, and a pool with schedules is refused.
+    fn schedule_ticks(&self) -> Option<&dyn ScheduleTicks<P>> {
+        None
+    }
+
+    /// Budgets kept for every node, if the queue can keep them (see [`SharedBudgets`]).
+    /// The default: none, and a pool with budgets is refused.
+    fn budgets(&self) -> Option<&dyn SharedBudgets> {
+        None
+    }
+
+    /// Tenant counters of a fair share by use kept for every node, if the queue claims by
+    /// them (see [`SharedFairShare`]). The default: none, and each node orders only the
+    /// tasks it holds.
+    fn fair_share(&self) -> Option<&dyn SharedFairShare> {
+        None
+    }
+
+    /// Callers kept unique across nodes, if the queue can (see [`UniqueCallers`]). The
+    /// default: none, and a pool that attaches repeated submissions is refused.
+    fn unique_callers(&self) -> Option<&dyn UniqueCallers> {
+        None
+    }
 
     /// A signal that changes whenever a task may have been parked by any node (a database's
     /// LISTEN/NOTIFY), so an idle node claims at once instead of at its next poll. `None`

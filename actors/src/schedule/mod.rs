@@ -12,7 +12,7 @@
 //!    instants (`timing.rs`).
 //! 2. On a queue of the pool's own (memory, yaque) a tick is submitted like any task. On a
 //!    queue several nodes share, it is parked with its identity, and the queue stores a tick
-//!    once ([`SharedQueue::enqueue_tick`](crate::queue::SharedQueue::enqueue_tick)): of the
+//!    once ([`ScheduleTicks::enqueue_tick`](crate::queue::ScheduleTicks::enqueue_tick)): of the
 //!    nodes that try the same tick, one parks it; the task then runs once in the fleet.
 //! 3. When ticks fall due together (the node was busy or asleep), the latest of them is
 //!    enqueued and the older ones are folded into it: a schedule never queues a backlog.

@@ -14,7 +14,7 @@ use crate::util::serde::{MailboxKey, Priority};
 
 /// How long a queue that keeps callers unique remembers a caller whose task completed, ms:
 /// a resubmission racing with the end meets it (see
-/// [`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
+/// [`UniqueCallers::keep_callers_unique`](crate::core::UniqueCallers::keep_callers_unique)).
 pub(crate) const REMEMBER_ENDED_MS: i64 = 60_000;
 
 /// Now on the database's clock, ms since the Unix epoch (a SQL expression).
@@ -139,7 +139,7 @@ impl ParkRows {
     }
 
     /// The same rows, marked as rows whose callers the queue keeps unique (see
-    /// [`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
+    /// [`UniqueCallers::keep_callers_unique`](crate::core::UniqueCallers::keep_callers_unique)).
     pub(crate) fn attaching(mut self, attach: bool) -> Self {
         self.attach = attach;
         self

@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use super::PoolClient;
 use crate::domain::{BackendError, PoolError, ScheduledTask, TaskMetadata};
+use crate::queue::capabilities::lacking;
 use crate::queue::QueueError;
 use crate::schedule::{Schedule, Tick};
 use crate::scheduler::shell::storage::shared::SharedRoom;
+use crate::util::contain::drop_contained;
 
 /// Makes the payload of a schedule's tick, or says why it cannot.
 pub(crate) type PayloadFn<P> = Arc<dyn Fn(&Tick) -> Result<P, String> + Send + Sync>;
@@ -127,9 +129,20 @@ where
             return self.submit_tick(task).await.map(|_| true);
         };
         let entry = SharedRoom::entry_for(0);
-        let parked = queue
-            .enqueue_tick(&tick.schedule, tick_ms, entry, task)
-            .await;
+        let parked = match queue.schedule_ticks() {
+            Some(ticks) => {
+                ticks
+                    .enqueue_tick(&tick.schedule, tick_ms, entry, task)
+                    .await
+            }
+            None => {
+                drop_contained(task);
+                Err(lacking(
+                    &**queue,
+                    "enqueue a schedule's tick once for the nodes that share it",
+                ))
+            }
+        };
         parked.map_err(|error| self.tick_error(queue.backend(), "enqueue a tick", error))
     }
 
@@ -139,7 +152,10 @@ where
         let Some(queue) = &self.inner.shared_queue else {
             return Ok(None);
         };
-        let latest = queue.latest_tick(name).await;
+        let Some(ticks) = queue.schedule_ticks() else {
+            return Ok(None);
+        };
+        let latest = ticks.latest_tick(name).await;
         latest.map_err(|error| {
             self.tick_error(queue.backend(), "read a schedule's latest tick", error)
         })

@@ -508,7 +508,7 @@ impl ParkingLot {
     /// units, the unit-milliseconds it held, the units it reported, when it started. `None`
     /// for a task that does not run or a lot that does not order tenants by use. A node
     /// hands it to its shared queue as the run ends, to settle the fleet's counters
-    /// ([`SharedQueue::settle_use`](crate::queue::SharedQueue::settle_use)).
+    /// ([`SharedFairShare::settle_use`](crate::queue::SharedFairShare::settle_use)).
     pub fn run_use(&self, id: TaskId, now: u64) -> Option<RunUse> {
         let units = self.running.get(&id)?.units;
         let (held_unit_ms, reported, started_ms) = self.tenants.as_ref()?.run_used(id, now)?;

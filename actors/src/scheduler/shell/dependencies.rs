@@ -16,13 +16,13 @@
 //! # On a shared queue
 //!
 //! A shared queue that keeps dependencies
-//! ([`SharedQueue::supports_dependencies`](crate::queue::SharedQueue::supports_dependencies),
+//! ([`SharedQueue::dependencies`](crate::queue::SharedQueue::dependencies),
 //! the Postgres table queue) holds the child itself: the node checks only the bound and the
 //! cycle, and parks the child there with the ids named
-//! ([`SharedQueue::enqueue_waiting`](crate::queue::SharedQueue::enqueue_waiting)); the
+//! ([`SharedDependencies::enqueue_waiting`](crate::queue::SharedDependencies::enqueue_waiting)); the
 //! queue resolves them against every node's tasks, refuses what memory refuses, and releases
 //! or cancels the child as its parents end wherever they run. `why_waiting` for a child the
-//! node does not hold asks the queue (`SharedQueue::waiting_parents`, from the pool's
+//! node does not hold asks the queue (`SharedDependencies::waiting_parents`, from the pool's
 //! control side, before it asks whether the task sleeps there). Other shared queues and the
 //! durable local queue refuse dependencies (`Unsupported`).
 //!

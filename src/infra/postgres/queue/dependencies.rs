@@ -1,5 +1,5 @@
 //! Dependencies between the tasks of the Postgres table queue: a child parked with
-//! [`SharedQueue::enqueue_waiting`](crate::core::SharedQueue::enqueue_waiting) waits in the
+//! [`SharedDependencies::enqueue_waiting`](crate::core::SharedDependencies::enqueue_waiting) waits in the
 //! table until every parent (a task of its tenant in its queue, by task id) has succeeded,
 //! wherever each ran.
 //!

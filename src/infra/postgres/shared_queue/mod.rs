@@ -59,6 +59,7 @@ use super::service::{FleetService, OwnedClaim};
 use super::{fault_of, PgDatabase};
 use crate::core::{Claim, FitQuery, Lease, QueueError, ScheduledTask, Settlement};
 
+mod capabilities;
 mod maintenance;
 mod operations;
 mod ticks;
@@ -121,7 +122,7 @@ pub(crate) struct Statements {
     /// Deletes one dead letter, or all of the queue's.
     pub purge_dead: NamedSql,
     /// Forgets the callers of completed tasks once their time is up (see
-    /// [`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
+    /// [`UniqueCallers::keep_callers_unique`](crate::core::UniqueCallers::keep_callers_unique)).
     pub forget_done: NamedSql,
     /// Dead-letters a claimed task that cannot be read.
     pub bury: NamedSql,
@@ -186,7 +187,7 @@ pub struct PgQueue<L, P> {
     /// The tenant counters every node of the queue claims by, once shared.
     service: std::sync::Mutex<Option<Arc<FleetService>>>,
     /// Whether the rows this handle parks keep their callers unique
-    /// ([`SharedQueue::keep_callers_unique`](crate::core::SharedQueue::keep_callers_unique)).
+    /// ([`UniqueCallers::keep_callers_unique`](crate::core::UniqueCallers::keep_callers_unique)).
     attach: std::sync::atomic::AtomicBool,
     _payload: PhantomData<fn() -> P>,
 }

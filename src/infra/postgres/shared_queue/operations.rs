@@ -1,7 +1,6 @@
 //! What a node asks of a [`PgQueue`]: the [`SharedQueue`] operations (park, claim, renew,
 //! settle, release, retry, remove), each one statement of the layout run with its values.
 
-use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,16 +11,13 @@ use tokio::sync::watch;
 
 use super::PgQueue;
 use crate::core::{
-    Budgets, Carried, Claim, DependencyError, DependsOn, EntryId, FairByUse, FitQuery, Lease,
-    QueueError, QueueMaintenance, RunUse, ScheduledTask, Settlement, SharedQueue, TaskStatus,
-    TenantWeights, TraceParent, DEPENDENCIES_SUPPORTED,
+    Carried, Claim, EntryId, FitQuery, Lease, QueueError, QueueMaintenance, ScheduleTicks,
+    ScheduledTask, Settlement, SharedBudgets, SharedDependencies, SharedFairShare, SharedQueue,
+    TraceParent, UniqueCallers,
 };
-use crate::infra::postgres::budgets::FleetBudgets;
 use crate::infra::postgres::codec::{entries_to_sql, entry_to_sql, millis_u64, ParkRows};
 use crate::infra::postgres::groups::{answer_group, returned_entries, settle_in_groups};
-use crate::infra::postgres::service::FleetService;
-use crate::infra::postgres::Table;
-use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
+use crate::util::serde::{MailboxKey, TaskId};
 
 /// How many claims in a row [`SharedQueue::claim_best_fit`] makes when each takes only tasks
 /// that cannot be read, so that a queue full of bad tasks cannot hold a node there.
@@ -43,6 +39,28 @@ where
 
     fn order(&self) -> crate::core::QueueOrder {
         self.statements.order
+    }
+
+    /// Only a table opened with dependencies ([`PgQueue::with_dependencies`]) keeps them.
+    fn dependencies(&self) -> Option<&dyn SharedDependencies<P>> {
+        self.statements.park_waiting.is_some().then_some(self)
+    }
+
+    fn schedule_ticks(&self) -> Option<&dyn ScheduleTicks<P>> {
+        Some(self)
+    }
+
+    fn budgets(&self) -> Option<&dyn SharedBudgets> {
+        Some(self)
+    }
+
+    /// The table layout claims by the fleet's tenant counters; the pgmq layout does not.
+    fn fair_share(&self) -> Option<&dyn SharedFairShare> {
+        self.claims_by_use().then_some(self)
+    }
+
+    fn unique_callers(&self) -> Option<&dyn UniqueCallers> {
+        Some(self)
     }
 
     async fn enqueue(
@@ -101,22 +119,6 @@ where
         parked
     }
 
-    /// The tick's row (`pl_schedule_ticks`) and the task are written in one transaction
-    /// (`shared_queue/ticks.rs`).
-    async fn enqueue_tick(
-        &self,
-        schedule: &str,
-        tick_ms: u64,
-        entry: EntryId,
-        task: ScheduledTask<P>,
-    ) -> Result<bool, QueueError> {
-        self.park_tick(schedule, tick_ms, entry, task).await
-    }
-
-    async fn latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
-        self.read_latest_tick(schedule).await
-    }
-
     async fn enqueue_claimed(
         &self,
         node: &str,
@@ -153,232 +155,6 @@ where
             expires_at_ms,
             trace,
         })
-    }
-
-    fn supports_dependencies(&self) -> bool {
-        self.statements.park_waiting.is_some()
-    }
-
-    /// One call of the table's `_park_waiting` function, which resolves the parents, parks
-    /// the row and its edges in one transaction (`queue/dependencies.rs`).
-    async fn enqueue_waiting(
-        &self,
-        entry: EntryId,
-        rank_time_ms: u64,
-        task: ScheduledTask<P>,
-        carried: Carried,
-        depends_on: &DependsOn,
-    ) -> Result<(), QueueError> {
-        let Some(sql) = &self.statements.park_waiting else {
-            return Err(QueueError::Dependency(Box::new(
-                DependencyError::Unsupported {
-                    queue: format!("the shared queue {}", self.label.backend),
-                    supported: DEPENDENCIES_SUPPORTED.into(),
-                },
-            )));
-        };
-        let tenant = task
-            .meta
-            .mailbox
-            .as_ref()
-            .map_or_else(String::new, |key| key.tenant.0.clone());
-        let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
-        // The instant goes to the function, which holds the row until its parents end.
-        let trace_only = Carried {
-            not_before_ms: None,
-            ..carried
-        };
-        rows.push_carrying(entry, rank_time_ms, &task, trace_only)?;
-        let parents: Vec<String> = depends_on
-            .parents
-            .iter()
-            .map(|&parent| i64::try_from(parent).unwrap_or(i64::MAX).to_string())
-            .collect();
-        let params = [
-            ("queue", self.queue()),
-            ("tenant", tenant.into()),
-            ("parents", format!("{{{}}}", parents.join(",")).into()),
-            ("run_anyway", depends_on.run_anyway.into()),
-            (
-                "after_ms",
-                millis_u64(carried.not_before_ms.unwrap_or(0)).into(),
-            ),
-            ("rows", rows.finish().into()),
-        ];
-        let row = self
-            .row("park a task waiting for its parents", sql, &params)
-            .await?;
-        let outcome: String = match &row {
-            Some(row) => self.column(row, "outcome")?,
-            None => String::new(),
-        };
-        let parent = || -> Result<TaskId, QueueError> {
-            let parent: Option<i64> = row
-                .as_ref()
-                .map_or(Ok(None), |row| self.column(row, "parent"))?;
-            Ok(parent.map_or(0, |parent| parent as TaskId))
-        };
-        let refused = |error| Err(QueueError::Dependency(Box::new(error)));
-        match outcome.as_str() {
-            "parked" => Ok(()),
-            "duplicate" => Err(QueueError::Duplicate(entry)),
-            "unknown" => refused(DependencyError::UnknownParent { parent: parent()? }),
-            "other_tenant" => refused(DependencyError::OtherTenant { parent: parent()? }),
-            "ended" => {
-                let status: Option<String> = match &row {
-                    Some(row) => self.column(row, "status")?,
-                    None => None,
-                };
-                let status = status
-                    .and_then(|text| serde_json::from_str::<TaskStatus>(&text).ok())
-                    .unwrap_or(TaskStatus::Cancelled);
-                refused(DependencyError::ParentEnded {
-                    parent: parent()?,
-                    status,
-                })
-            }
-            other => Err(QueueError::Backend(BackendFault::plain(
-                FaultKind::Corrupt,
-                format!(
-                    "{}: parking a task waiting for its parents answered {other:?}; expected \
-                     parked, duplicate, unknown, other_tenant or ended",
-                    self.label
-                ),
-            ))),
-        }
-    }
-
-    async fn waiting_parents(
-        &self,
-        key: &MailboxKey,
-        id: TaskId,
-    ) -> Result<Option<u32>, QueueError> {
-        let Some(sql) = &self.statements.waiting_parents else {
-            return Ok(None);
-        };
-        let params = [
-            ("queue", self.queue()),
-            ("tenant", key.tenant.0.clone().into()),
-            ("user_id", key.user_id.clone().into()),
-            ("session_id", key.session_id.clone().into()),
-            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
-        ];
-        let Some(row) = self.row("read why a task waits", sql, &params).await? else {
-            return Ok(None);
-        };
-        let pending: i32 = self.column(&row, "pending_parents")?;
-        Ok(Some(u32::try_from(pending).unwrap_or(0)))
-    }
-
-    /// The buckets live in `pl_fleet_budgets`, one row per queue and kind, refilled by the
-    /// database's clock and spent in each claim's transaction (`infra/postgres/budgets.rs`).
-    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
-        if budgets.is_empty() {
-            return Ok(());
-        }
-        budgets.validate().map_err(|error| {
-            QueueError::Backend(BackendFault::plain(
-                FaultKind::Other,
-                format!("{}: {error}", self.label),
-            ))
-        })?;
-        let key = format!(
-            "{} {} {}",
-            self.label.backend, self.label.place, self.label.queue
-        );
-        let shared = async {
-            self.database.ensure(Table::Budgets).await?;
-            FleetBudgets::share(&self.database, key, budgets).await
-        };
-        match shared.await {
-            Ok(fleet) => {
-                *self
-                    .budgets
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fleet);
-                Ok(())
-            }
-            Err(error) => Err(self.failed("share budgets", &error).await),
-        }
-    }
-
-    /// The counters live in `pl_fleet_service`, one row per queue and tenant, read and
-    /// charged in each claim's transaction (`infra/postgres/service.rs`); the table layout
-    /// claims by them, the pgmq layout does not.
-    async fn share_fair_by_use(
-        &self,
-        order: FairByUse,
-        weights: &TenantWeights,
-        timeout_ms: Option<u64>,
-    ) -> Result<bool, QueueError> {
-        if !self.claims_by_use() {
-            return Ok(false);
-        }
-        let key = format!(
-            "{} {} {}",
-            self.label.backend, self.label.place, self.label.queue
-        );
-        if let Err(error) = self.database.ensure(Table::Service).await {
-            return Err(self.failed("share the tenant counters", &error).await);
-        }
-        self.set_fleet_service(FleetService::new(key, order, weights.clone(), timeout_ms));
-        Ok(true)
-    }
-
-    /// One update of the tenant's row in `pl_fleet_service` (`FleetService::settle`).
-    async fn settle_use(&self, tenant: &TenantId, used: RunUse) -> Result<(), QueueError> {
-        let Some(service) = self.fleet_service() else {
-            return Ok(());
-        };
-        match service.settle(&self.database, &tenant.0, &used).await {
-            Ok(()) => Ok(()),
-            Err(error) => Err(self
-                .failed("settle a run's fair-share charge", &error)
-                .await),
-        }
-    }
-
-    /// A unique index on the live rows' callers, checked by the statement that parks.
-    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
-        self.attach
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-
-    async fn live_task_key(
-        &self,
-        tenant: &TenantId,
-        id: TaskId,
-    ) -> Result<Option<MailboxKey>, QueueError> {
-        let params = [
-            ("queue", self.queue()),
-            ("tenant", tenant.0.clone().into()),
-            ("task_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
-        ];
-        let Some(row) = self
-            .row(
-                "look up a caller's task",
-                &self.statements.live_task,
-                &params,
-            )
-            .await?
-        else {
-            return Ok(None);
-        };
-        let mut key = MailboxKey::new(self.column::<String>(&row, "tenant")?);
-        key.user_id = self.column(&row, "user_id")?;
-        key.session_id = self.column(&row, "session_id")?;
-        Ok(Some(key))
-    }
-
-    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
-        let Some(fleet) = self.fleet_budgets() else {
-            return Ok(());
-        };
-        match fleet.give_back(&self.database, kind, units).await {
-            Ok(()) => Ok(()),
-            Err(error) => Err(self.failed("give back budget", &error).await),
-        }
     }
 
     /// Claims one task at a time until it takes one that can be read or finds none: a task

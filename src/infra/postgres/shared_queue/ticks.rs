@@ -1,4 +1,4 @@
-//! A schedule's ticks on a shared queue (`SharedQueue::enqueue_tick`): each tick is parked
+//! A schedule's ticks on a shared queue (`ScheduleTicks::enqueue_tick`): each tick is parked
 //! once in the fleet.
 //!
 //! `pl_schedule_ticks` keeps one row per (queue, schedule, tick). A node parks a tick in one
@@ -81,7 +81,7 @@ where
         .into()
     }
 
-    /// See `SharedQueue::enqueue_tick`: the tick's row and the task, in one transaction.
+    /// See `ScheduleTicks::enqueue_tick`: the tick's row and the task, in one transaction.
     pub(super) async fn park_tick(
         &self,
         schedule: &str,
@@ -117,7 +117,7 @@ where
         }
     }
 
-    /// See `SharedQueue::latest_tick`.
+    /// See `ScheduleTicks::latest_tick`.
     pub(super) async fn read_latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
         let what = "read a schedule's latest tick";
         self.ready_for_ticks(what).await?;

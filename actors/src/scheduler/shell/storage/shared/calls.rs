@@ -70,7 +70,7 @@ pub(crate) enum SharedCall<P> {
     /// Put `units` back into the fleet's budget of `kind`: a claimed task used fewer.
     GiveBackBudget { kind: ResourceKind, units: u32 },
     /// Settle the fleet's fair-share charge of `tenant`'s claimed task to what its run
-    /// used (`SharedQueue::settle_use`).
+    /// used (`SharedFairShare::settle_use`).
     SettleUse { tenant: TenantId, used: RunUse },
     /// Remove the parked task `id` of exactly `key`, for a cancel (`SharedReport::Removed`).
     RemoveTask {

@@ -23,9 +23,11 @@ use super::parking::SharedParking;
 use super::settle::{settle_loop, SettleMsg, Settler};
 use crate::domain::{BackendFault, FaultKind};
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
+use crate::queue::capabilities::no_dependencies;
 use crate::queue::duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 use crate::queue::{Carried, DependsOn, EntryId, QueueError, SharedQueue};
 use crate::scheduler::protocol::{Internal, Reply, SchedulerMsg};
+use crate::util::contain::drop_contained;
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
@@ -79,7 +81,10 @@ async fn original<P: Send + 'static>(
     key: &MailboxKey,
     id: crate::domain::TaskId,
 ) -> MailboxKey {
-    match queue.live_task_key(&key.tenant, id).await {
+    let Some(callers) = queue.unique_callers() else {
+        return key.clone();
+    };
+    match callers.live_task_key(&key.tenant, id).await {
         Ok(Some(original)) => original,
         Ok(None) => key.clone(),
         Err(error) => {
@@ -134,7 +139,7 @@ async fn park_loop<P: Send + 'static>(
 }
 
 /// Stores a group of parks: each task waiting for parents with
-/// [`SharedQueue::enqueue_waiting`], the rest in one [`SharedQueue::enqueue_many`], each
+/// [`SharedDependencies::enqueue_waiting`], the rest in one [`SharedQueue::enqueue_many`], each
 /// with what it carries (a scheduled start's instant, its trace). Empties `group` into
 /// `answers` (who hears of each task) and returns the queue's result of each task in the
 /// group's order.
@@ -154,15 +159,18 @@ async fn enqueue_group<P: Send + 'static>(
         let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
         answers.push((task_id, park.key, cost, park.reply));
         if let Some(depends_on) = &park.depends_on {
-            let parked = queue
-                .enqueue_waiting(
-                    park.entry,
-                    park.rank_time_ms,
-                    park.task,
-                    park.carried,
-                    depends_on,
-                )
-                .await;
+            let parked = match queue.dependencies() {
+                Some(dependencies) => {
+                    let (entry, rank_time_ms) = (park.entry, park.rank_time_ms);
+                    dependencies
+                        .enqueue_waiting(entry, rank_time_ms, park.task, park.carried, depends_on)
+                        .await
+                }
+                None => {
+                    drop_contained(park.task);
+                    Err(no_dependencies(queue))
+                }
+            };
             results.push(Some(parked));
             continue;
         }
@@ -205,7 +213,7 @@ pub(crate) struct SharedIo<P> {
     /// Hand-backs under way (a stopping node's), which the scheduler waits for as it stops.
     releases: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Whether a park refused for its caller attaches to the live task (see
-    /// [`SharedQueue::keep_callers_unique`]).
+    /// [`UniqueCallers::keep_callers_unique`]).
     attach: bool,
 }
 
@@ -395,7 +403,10 @@ where
             SharedCall::GiveBackBudget { kind, units } => {
                 let (queue, node) = (self.queue.clone(), self.node.clone());
                 tokio::spawn(async move {
-                    if let Err(error) = queue.give_back_budget(kind, units).await {
+                    let Some(budgets) = queue.budgets() else {
+                        return;
+                    };
+                    if let Err(error) = budgets.give_back_budget(kind, units).await {
                         tracing::warn!(node = %node, kind = kind.name(), units, %error, "units a task did not use could not go back to the fleet's budget");
                     }
                 });
@@ -403,7 +414,10 @@ where
             SharedCall::SettleUse { tenant, used } => {
                 let (queue, node) = (self.queue.clone(), self.node.clone());
                 tokio::spawn(async move {
-                    if let Err(error) = queue.settle_use(&tenant, used).await {
+                    let Some(fair_share) = queue.fair_share() else {
+                        return;
+                    };
+                    if let Err(error) = fair_share.settle_use(&tenant, used).await {
                         tracing::warn!(node = %node, tenant = %tenant, %error, "a run's fair-share charge could not be settled in the fleet's counters; it stays charged ahead");
                     }
                 });

@@ -62,7 +62,7 @@ pub(crate) struct SharedRoom {
     /// When to claim again after such a claim.
     reclaim_at: Option<u64>,
     /// Whether the queue keeps dependencies between tasks
-    /// ([`SharedQueue::supports_dependencies`](crate::queue::SharedQueue::supports_dependencies)).
+    /// ([`SharedQueue::dependencies`](crate::queue::SharedQueue::dependencies)).
     dependencies: bool,
 }
 

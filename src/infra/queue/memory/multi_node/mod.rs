@@ -42,11 +42,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+mod capabilities;
+
 use crate::core::scheduling::{RankKey, TokenBucket};
 use crate::core::TraceParent;
 use crate::core::{
-    Budget, Budgets, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
-    QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduledTask, Settlement, SharedQueue,
+    Budget, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
+    QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduleTicks, ScheduledTask, Settlement,
+    SharedBudgets, SharedQueue, UniqueCallers,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
@@ -109,7 +112,7 @@ struct Lot<P> {
     /// The budgets every node spends from (by [`ResourceKind::index`]), once shared.
     budgets: [Option<FleetBucket>; ResourceKind::COUNT],
     /// Whether a task whose caller has a live task here is refused
-    /// ([`SharedQueue::keep_callers_unique`]).
+    /// ([`UniqueCallers::keep_callers_unique`]).
     unique_callers: bool,
     /// With callers kept unique, the callers whose task completed, remembered until the
     /// time beside them (ms) with their key, so a resubmission racing with the end meets
@@ -118,7 +121,7 @@ struct Lot<P> {
     /// The dead letters kept for an operator, oldest first, at most [`KEPT_AT_MOST`]: each
     /// entry with its task and why it was given up.
     kept: std::collections::VecDeque<(EntryId, Parked<P>, String)>,
-    /// The latest tick each schedule parked (`SharedQueue::enqueue_tick`): a tick at or
+    /// The latest tick each schedule parked (`ScheduleTicks::enqueue_tick`): a tick at or
     /// before it is parked already, by some node.
     latest_ticks: FastMap<String, u64>,
     /// The order claims take a priority's tasks in ([`SharedQueue::order`]).
@@ -479,6 +482,18 @@ where
         self
     }
 
+    fn schedule_ticks(&self) -> Option<&dyn ScheduleTicks<P>> {
+        Some(self)
+    }
+
+    fn budgets(&self) -> Option<&dyn SharedBudgets> {
+        Some(self)
+    }
+
+    fn unique_callers(&self) -> Option<&dyn UniqueCallers> {
+        Some(self)
+    }
+
     async fn enqueue(
         &self,
         entry: EntryId,
@@ -487,42 +502,6 @@ where
     ) -> Result<(), QueueError> {
         self.enqueue_carrying(entry, rank_time_ms, task, Carried::default())
             .await
-    }
-
-    /// The tick's key and the task are kept under one lock: a tick at or before the
-    /// schedule's latest is parked already.
-    async fn enqueue_tick(
-        &self,
-        schedule: &str,
-        tick_ms: u64,
-        entry: EntryId,
-        task: ScheduledTask<P>,
-    ) -> Result<bool, QueueError> {
-        let mut lot = self.lock();
-        if lot
-            .latest_ticks
-            .get(schedule)
-            .is_some_and(|latest| *latest >= tick_ms)
-        {
-            return Ok(false);
-        }
-        if lot.refuses(entry, &task) {
-            return Err(QueueError::Duplicate(entry));
-        }
-        lot.latest_ticks.insert(schedule.to_owned(), tick_ms);
-        let parked = Parked {
-            task,
-            rank_time_ms: tick_ms,
-            claims: 0,
-            claimable_from_ms: 0,
-            trace: None,
-        };
-        lot.park(entry, parked);
-        Ok(true)
-    }
-
-    async fn latest_tick(&self, schedule: &str) -> Result<Option<u64>, QueueError> {
-        Ok(self.lock().latest_ticks.get(schedule).copied())
     }
 
     async fn enqueue_claimed(
@@ -625,54 +604,6 @@ where
         };
         lot.claimed.insert(entry, held);
         Ok(Some(leased))
-    }
-
-    /// A budget that replaces another keeps the old one's level, at most its new burst.
-    async fn share_budgets(&self, budgets: &Budgets) -> Result<(), QueueError> {
-        let mut lot = self.lock();
-        for (kind, budget) in budgets.iter() {
-            let slot = &mut lot.budgets[kind.index()];
-            match slot {
-                Some(bucket) if bucket.budget == *budget => {}
-                _ => {
-                    let level = slot.as_ref().map(|bucket| bucket.units.whole());
-                    *slot = Some(FleetBucket::new(*budget, level));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn keep_callers_unique(&self) -> Result<(), QueueError> {
-        self.lock().unique_callers = true;
-        Ok(())
-    }
-
-    async fn live_task_key(
-        &self,
-        tenant: &TenantId,
-        id: TaskId,
-    ) -> Result<Option<MailboxKey>, QueueError> {
-        let lot = self.lock();
-        if !lot.unique_callers {
-            return Ok(None);
-        }
-        let ended = || {
-            lot.ended
-                .get(&(tenant.clone(), id))
-                .map(|(_, key)| key.clone())
-        };
-        Ok(lot
-            .live_caller(tenant, id)
-            .and_then(|task| task.meta.mailbox.clone())
-            .or_else(ended))
-    }
-
-    async fn give_back_budget(&self, kind: ResourceKind, units: u32) -> Result<(), QueueError> {
-        if let Some(bucket) = &mut self.lock().budgets[kind.index()] {
-            bucket.units.give_back(units);
-        }
-        Ok(())
     }
 
     /// A lease that ran out but was not rescued yet is still the node's: it renews.
