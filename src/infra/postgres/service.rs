@@ -307,6 +307,20 @@ pub(crate) struct OwnedClaim {
     pub expires_at_ms: u64,
 }
 
+impl OwnedClaim {
+    /// The values of the claim statement for `query`, taking at most `max` tasks.
+    pub(crate) fn params<'a>(&'a self, query: &'a FitQuery, max: usize) -> ClaimParams<'a> {
+        ClaimParams {
+            queue: &self.queue,
+            node: &self.node,
+            query,
+            now_ms: self.now_ms,
+            expires_at_ms: self.expires_at_ms,
+            max,
+        }
+    }
+}
+
 /// The values of the pick and of the claim for one tenant: the claim's, with `$key`,
 /// `$half_life` and `$tenant`.
 pub(crate) struct FairParams<'a> {
@@ -325,14 +339,6 @@ impl Params for FairParams<'_> {
         if let Some(value) = self.service.value(name) {
             return Some(value);
         }
-        ClaimParams {
-            queue: &self.claim.queue,
-            node: &self.claim.node,
-            query: self.query,
-            now_ms: self.claim.now_ms,
-            expires_at_ms: self.claim.expires_at_ms,
-            max: self.max,
-        }
-        .value(name)
+        self.claim.params(self.query, self.max).value(name)
     }
 }

@@ -56,6 +56,7 @@ use super::named::{NamedSql, Params};
 use super::outage::OutageGate;
 use super::retry::RetryPolicy;
 use super::service::{FleetService, OwnedClaim};
+use super::statements::ClaimRun;
 use super::{fault_of, PgDatabase};
 use crate::core::{Claim, FitQuery, Lease, QueueError, ScheduledTask, Settlement};
 
@@ -65,13 +66,6 @@ mod operations;
 mod ticks;
 
 pub(crate) use ticks::{ticks_table, TICKS_TABLE};
-
-/// How a statement runs: on its own, or as a claim (see [`PgDatabase::claim_rows`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Runner {
-    Plain,
-    Claim,
-}
 
 /// The statements of a queue layout (see the module docs for what each is given and answers).
 pub(crate) struct Statements {
@@ -294,7 +288,7 @@ impl<L, P> PgQueue<L, P> {
         sql: &NamedSql,
         params: &T,
     ) -> Result<Vec<QueryResult>, QueueError> {
-        self.run(what, sql, params, Runner::Plain).await
+        self.run(what, sql, params).await
     }
 
     /// The first row of [`rows`](Self::rows), if any.
@@ -307,40 +301,31 @@ impl<L, P> PgQueue<L, P> {
         Ok(self.rows(what, sql, params).await?.into_iter().next())
     }
 
-    /// Runs the claim statement (see [`PgDatabase::claim_rows`]), within the fleet's budgets
-    /// where the queue has them ([`PgDatabase::claim_rows_within`]).
+    /// Runs the claim (see [`PgDatabase::claim`]): within the fleet's budgets where the
+    /// queue keeps them, by the fleet's tenant counters where its nodes share fairly by use.
     async fn claim_rows(&self, params: &ClaimParams<'_>) -> Result<Vec<QueryResult>, QueueError> {
-        if let (Some(service), Some(fair)) = (self.fleet_service(), &self.statements.fair) {
-            return self.claim_rows_fair(params, service, fair.clone()).await;
-        }
-        let Some(fleet) = self.fleet_budgets() else {
-            return self
-                .run("claim", &self.statements.claim, params, Runner::Claim)
-                .await;
-        };
         self.gate
             .pass(&self.database)
             .await
             .map_err(|cause| QueueError::Backend(cause.fault(&format!("{}: claim", self.label))))?;
-        let sql = self.statements.claim.clone();
-        let (queue, node) = (params.queue.to_owned(), params.node.to_owned());
-        let (now_ms, expires_at_ms) = (params.now_ms, params.expires_at_ms);
-        let bind = move |query: &FitQuery, max: usize| {
-            sql.bind(&ClaimParams {
-                queue: &queue,
-                node: &node,
-                query,
-                now_ms,
-                expires_at_ms,
-                max,
-            })
+        let (sql, fair) = match (self.fleet_service(), &self.statements.fair) {
+            (Some(service), Some(fair)) => (fair.claim.clone(), Some((service, fair.pick.clone()))),
+            _ => (self.statements.claim.clone(), None),
         };
-        let text = self.statements.claim.text().to_owned();
-        let claimed = self
-            .database
-            .claim_rows_within(fleet, text, *params.query, params.max, bind)
-            .await;
-        match claimed {
+        let run = ClaimRun {
+            sql,
+            claim: OwnedClaim {
+                queue: params.queue.to_owned(),
+                node: params.node.to_owned(),
+                now_ms: params.now_ms,
+                expires_at_ms: params.expires_at_ms,
+            },
+            query: *params.query,
+            max: params.max,
+            budgets: self.fleet_budgets(),
+            fair,
+        };
+        match self.database.claim(run).await {
             Ok(rows) => Ok(rows),
             Err(error) => Err(self.failed("claim", &error).await),
         }
@@ -349,41 +334,6 @@ impl<L, P> PgQueue<L, P> {
     /// Whether the rows this handle parks keep their callers unique.
     fn attaches(&self) -> bool {
         self.attach.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Runs a claim that follows the fleet's tenant counters (see
-    /// [`PgDatabase::claim_rows_fair`]), within the fleet's budgets where it has them.
-    async fn claim_rows_fair(
-        &self,
-        params: &ClaimParams<'_>,
-        service: Arc<FleetService>,
-        fair: FairClaim,
-    ) -> Result<Vec<QueryResult>, QueueError> {
-        self.gate
-            .pass(&self.database)
-            .await
-            .map_err(|cause| QueueError::Backend(cause.fault(&format!("{}: claim", self.label))))?;
-        let owned = OwnedClaim {
-            queue: params.queue.to_owned(),
-            node: params.node.to_owned(),
-            now_ms: params.now_ms,
-            expires_at_ms: params.expires_at_ms,
-        };
-        let claimed = self
-            .database
-            .claim_rows_fair(
-                service,
-                self.fleet_budgets(),
-                fair,
-                owned,
-                *params.query,
-                params.max,
-            )
-            .await;
-        match claimed {
-            Ok(rows) => Ok(rows),
-            Err(error) => Err(self.failed("claim", &error).await),
-        }
     }
 
     /// The tenant counters the queue's nodes share, if they were given an order by use.
@@ -415,13 +365,12 @@ impl<L, P> PgQueue<L, P> {
             .clone()
     }
 
-    /// Binds `params`, passes the [`OutageGate`], and runs `sql` with `runner`.
+    /// Binds `params`, passes the [`OutageGate`], and runs `sql`.
     async fn run<T: Params + ?Sized>(
         &self,
         what: &str,
         sql: &NamedSql,
         params: &T,
-        runner: Runner,
     ) -> Result<Vec<QueryResult>, QueueError> {
         let values = sql.bind(params).map_err(|missing| {
             QueueError::Backend(BackendFault::plain(
@@ -433,11 +382,7 @@ impl<L, P> PgQueue<L, P> {
             QueueError::Backend(cause.fault(&format!("{}: {what}", self.label)))
         })?;
         let text = sql.text().to_owned();
-        let rows = match runner {
-            Runner::Plain => self.database.rows(text, values).await,
-            Runner::Claim => self.database.claim_rows(text, values).await,
-        };
-        match rows {
+        match self.database.rows(text, values).await {
             Ok(rows) => Ok(rows),
             Err(error) => Err(self.failed(what, &error).await),
         }
