@@ -905,8 +905,12 @@ where
     }
 
     fn stop_if_drained(&mut self) {
-        // Held permits do not hold a drain up: they run outside the pool.
-        if self.lifecycle.is_draining() && self.tasks.core.running_len() <= self.permits.held_len()
+        // Held permits do not hold a drain up: they run outside the pool. A claim in flight
+        // does: its answer is handed back before the node stops (the drain deadline stops
+        // it all the same).
+        if self.lifecycle.is_draining()
+            && self.tasks.core.running_len() <= self.permits.held_len()
+            && !self.storage.awaits_claim()
         {
             self.lifecycle.stop(&mut self.tasks.fx);
         }

@@ -68,6 +68,12 @@ impl Storage {
         matches!(self, Storage::Local(room) if room.stores_starts())
     }
 
+    /// Whether a claim from the shared queue is in flight: what it takes is this node's
+    /// until it answers, so a stopping node waits for it (and hands it back).
+    pub fn awaits_claim(&self) -> bool {
+        matches!(self, Storage::Shared(room) if room.is_claiming())
+    }
+
     /// The shared queue's backend name, for errors.
     pub fn backend(&self) -> &'static str {
         match self {

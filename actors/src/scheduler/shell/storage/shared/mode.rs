@@ -10,7 +10,7 @@ use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledT
 use crate::mailbox::actor::Stored;
 use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
-use crate::queue::{Carried, DependsOn, EntryId, Lease, QueueError, Settlement};
+use crate::queue::{Carried, Claim, DependsOn, EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::protocol::Reply;
 use crate::scheduler::shell::admission::{Admission, Origin};
@@ -34,8 +34,10 @@ where
             ..
         } = lease;
         if !self.lifecycle.is_open() {
-            // Stopping: its lease runs out and another node runs it.
+            // Stopping: a claim answered after the stop goes back to the queue at once, for
+            // another node, rather than waiting out its lease.
             drop_contained(task);
+            self.hand_back(vec![Claim::new(shared_entry, attempt)], now);
             return;
         }
         let key = task
@@ -207,6 +209,8 @@ where
                 tracing::warn!(pool = %self.tasks.pool, %error, "shared queue claim failed; retrying at the next poll");
             }
         }
+        // A stop that waited for this answer may go on.
+        self.stop_if_drained();
     }
 
     /// Claims a renewal found lost (their leases ran out, and another node may have claimed

@@ -329,6 +329,12 @@ impl SharedRoom {
         }
     }
 
+    /// Whether a claim is in flight: a stopping node waits for its answer, to hand back
+    /// what it took.
+    pub fn is_claiming(&self) -> bool {
+        self.claiming
+    }
+
     /// A claim answered: the next may go. Returns whether a notice came while it was in
     /// flight (see [`woken`](Self::woken)).
     pub fn claim_answered(&mut self) -> bool {
