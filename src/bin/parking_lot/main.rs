@@ -30,7 +30,6 @@
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-#[path = "parking_lot/fleet.rs"]
 mod fleet;
 
 use clap::{Parser, Subcommand};
