@@ -13,7 +13,9 @@
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::{columns, json_text, path, text, Failure, Page, Server, TaskAddress};
+use super::output::{columns, json_text, text};
+use super::server::{path, Server};
+use super::{Failure, Page, TaskAddress};
 use prometheus_parking_lot::config::escape_controls;
 
 /// What to do with a fleet.
