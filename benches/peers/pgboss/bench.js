@@ -10,7 +10,8 @@
 // W workers (`work` called W times, so W handlers run at once) take jobs `batchSize` at a time.
 // A handler given one job returns its result, which pg-boss stores as the job's output when it
 // completes it; given several, it completes each with its own output (pg-boss 10 stores a
-// handler's return value only for a batch of one). A client reads a result with `getJobById`,
+// handler's return value only for a batch of one, and its own `complete` of the batch afterwards
+// finds the jobs completed already). A client reads a result with `getJobById`,
 // polling every PEER_POLL_MS until the job is completed: pg-boss 10 has no completion event a
 // sender can wait on.
 //
@@ -21,7 +22,8 @@
 //
 // Environment (as benches/postgres_queue.rs): PG_JOBS (10000), PG_WORKERS (2), PG_CLIENTS (64),
 // PG_ROUNDS (1), PG_PATHS (0,1: insert, send); DATABASE_URL (the local server's bench_peers);
-// PGBOSS_BATCH, jobs per fetch (1); PEER_POLL_MS (100); PEER_POOL, connections (16, as our pool).
+// PGBOSS_BATCH, jobs per fetch (10, apalis' default, so both peers claim alike; pg-boss' own
+// default is 1); PEER_POLL_MS (100); PEER_POOL, connections (16, as our pool).
 //
 // pg-boss is pinned at 10.x: 11 and later need Node 22, and the machines here have Node 20.
 
@@ -38,7 +40,7 @@ const scale = {
   workers: env('PG_WORKERS', 2),
   clients: env('PG_CLIENTS', 64),
   rounds: env('PG_ROUNDS', 1),
-  batch: env('PGBOSS_BATCH', 1),
+  batch: env('PGBOSS_BATCH', 10),
   pollMs: env('PEER_POLL_MS', 100),
   pool: env('PEER_POOL', 16)
 }
