@@ -61,7 +61,9 @@ impl Scale {
 
     /// Client `c` of C owns the jobs with `n % C == c`, as in our bench.
     fn jobs_of(&self, client: u64) -> Vec<u64> {
-        (1..=self.jobs).filter(|n| n % self.clients == client).collect()
+        (1..=self.jobs)
+            .filter(|n| n % self.clients == client)
+            .collect()
     }
 }
 
@@ -183,8 +185,7 @@ async fn push_task_round(storage: &PostgresStorage<u64>, scale: &Scale) {
 /// One timed round of `path` on a queue of its own, whose jobs and workers are deleted after.
 async fn round(pool: &PgPool, scale: &Scale, path: usize, number: usize) -> f64 {
     let queue = format!("bench_{path}_{number}_{}", std::process::id());
-    let storage =
-        PostgresStorage::<u64>::new(pool).with_config(Config::default().queue(&queue));
+    let storage = PostgresStorage::<u64>::new(pool).with_config(Config::default().queue(&queue));
     let workers = start_workers(pool, &queue, scale);
     let started = Instant::now();
     match path {
