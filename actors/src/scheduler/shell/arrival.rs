@@ -1,0 +1,395 @@
+//! Where an admitted task goes once the core has answered: it starts at once (handed to a
+//! worker, stored first as running or as this node's claim where the durability asks for
+//! it), parks (in the ledger, the local durable queue, or the shared queue for any node),
+//! sleeps until its scheduled start, or waits for its parents.
+
+use super::admission::{end_unadmitted, starts_in_time, Admission, Origin};
+use super::ledger::{admitted_ms, sequence_of};
+use super::storage::shared::{SharedCall, SharedRoom};
+use super::Shell;
+use crate::domain::{OnDuplicate, PoolError};
+use crate::observe::events::TaskStep;
+use crate::queue::{Carried, EntryId};
+use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, Rejection, Ticket};
+use crate::scheduler::protocol::Extras;
+use crate::util::contain::drop_contained;
+
+impl<P, R> Shell<P, R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+{
+    /// Asks the core, then carries out its answer for the newcomer and for the parked tasks
+    /// that start with it.
+    /// A task whose caller (tenant, id) is live here already is refused (`DuplicateTask`).
+    pub(super) fn admit(&mut self, admission: Admission<P>, now: u64) {
+        let id = admission.task.meta.id;
+        if let Some(original) = self.tasks.ledger.entry_of_caller(&admission.key.tenant, id) {
+            if self.tasks.core.limits().on_duplicate == OnDuplicate::Attach {
+                if let Origin::Submitted { reply, .. } = admission.origin {
+                    // Not run again: the caller gets the live original's key.
+                    let key = self
+                        .tasks
+                        .ledger
+                        .get(original)
+                        .map(|record| record.key.key().into_owned());
+                    self.tasks
+                        .fx
+                        .answer(reply, Ok(key.unwrap_or(admission.key)));
+                    drop_contained(admission.task);
+                    return;
+                }
+            }
+            end_unadmitted(
+                &mut self.tasks,
+                admission,
+                PoolError::DuplicateTask(id),
+                now,
+            );
+            return;
+        }
+        let entry = self.tasks.ledger.next_entry(now);
+        let ticket = self.tasks.ticket(
+            entry,
+            &admission.task.meta,
+            &admission.key,
+            admission.timeout,
+        );
+        if admission.parents.in_queue.is_some() {
+            self.admit_waiting(entry, ticket, admission, now);
+            return;
+        }
+        if let Some(until_ms) = admission.not_before_ms {
+            self.admit_sleeping(entry, ticket, admission, until_ms, now);
+            return;
+        }
+        if self.parks_for_the_fleet(&admission.origin, ticket.cost.kind) {
+            // Refused as the core would refuse it, else parked for the fleet's claims.
+            match self.tasks.core.screen(&ticket, now) {
+                None => {
+                    let Admission {
+                        task, key, origin, ..
+                    } = admission;
+                    if let Origin::Submitted { reply, extras } = origin {
+                        let carried = Carried {
+                            not_before_ms: None,
+                            trace: extras.and_then(|extras| extras.trace),
+                        };
+                        self.park_shared(entry, task, key, reply, carried);
+                    }
+                }
+                Some(Admit::Reject(rejection)) => {
+                    end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
+                }
+                Some(_) => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
+            }
+            return;
+        }
+        if let Origin::Submitted { .. } = admission.origin {
+            // A claimed task was accepted by the fleet already: only submitters are refused.
+            if let Err(late) = starts_in_time(&self.tasks.core, &ticket, now) {
+                end_unadmitted(&mut self.tasks, admission, late, now);
+                return;
+            }
+        }
+        let minted = admission.minted;
+        // On a shared queue nothing is shed (rule 21): a submission waits in the shared
+        // queue, not here, and what this node parks it claimed from there; ending one for
+        // another would end it for the whole fleet.
+        let held = !admission.parents.entries.is_empty();
+        let answer = if held {
+            let parents = &admission.parents;
+            let run_anyway = parents.run_anyway;
+            self.tasks
+                .core
+                .admit_after(ticket, &parents.entries, run_anyway, now)
+        } else if self.storage.is_shared() {
+            self.tasks.core.admit_without_shedding(ticket, false, now)
+        } else {
+            self.tasks.core.admit(ticket, now)
+        };
+        let AdmitParts {
+            newcomer,
+            started: unblocked,
+            shed,
+        } = answer.newcomer();
+        self.end_shed(shed, now);
+        match newcomer {
+            Newcomer::Start => self.start_admitted(entry, admission, now),
+            Newcomer::Park if held => {
+                self.park_admitted(entry, admission, now);
+                if let Some(crate::scheduler::core::WaitReason::Dependencies { pending }) =
+                    self.tasks.core.why_waiting(entry)
+                {
+                    self.tasks
+                        .step(entry, TaskStep::WaitsForParents { pending }, now);
+                }
+            }
+            Newcomer::Park => {
+                let kind = ticket.cost.kind;
+                self.park_admitted(entry, admission, now);
+                self.preempt_for(entry, kind, now);
+            }
+            Newcomer::Expire => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
+            Newcomer::Reject(rejection) => {
+                end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
+            }
+        }
+        if minted {
+            self.tasks.ledger.mark_minted(entry);
+        }
+        self.start_parked(unblocked, now);
+    }
+
+    /// A newcomer that waits for parents in a shared queue that keeps dependencies:
+    /// refused or expired now as the core would refuse or expire it, else parked in the
+    /// queue with its parents (and its scheduled start, if any), where no node claims it
+    /// before they succeed; the queue refuses parents it does not know.
+    fn admit_waiting(&mut self, entry: EntryId, ticket: Ticket, admission: Admission<P>, now: u64) {
+        let refused = match self.tasks.core.screen(&ticket, now) {
+            Some(Admit::Reject(rejection)) => Some(rejection.into()),
+            Some(_) => Some(PoolError::Expired),
+            None => None,
+        };
+        if let Some(refused) = refused {
+            end_unadmitted(&mut self.tasks, admission, refused, now);
+            return;
+        }
+        let Admission {
+            task,
+            key,
+            origin,
+            not_before_ms,
+            parents,
+            ..
+        } = admission;
+        if let (Origin::Submitted { reply, extras }, Some(depends_on)) = (origin, parents.in_queue)
+        {
+            let carried = Carried {
+                not_before_ms,
+                trace: extras.and_then(|extras| extras.trace),
+            };
+            self.park_shared_waiting(entry, task, key, reply, carried, depends_on);
+        }
+    }
+
+    /// A newcomer that must not start before `until_ms` (a scheduled start): refused or
+    /// expired now as the core would refuse or expire it, else it sleeps until then (core
+    /// rule 16), here or, on a shared queue, in the queue, where no node claims it before.
+    /// Its sleep counts against `max_queue_depth`, so scheduled work is bounded like parked
+    /// work.
+    fn admit_sleeping(
+        &mut self,
+        entry: EntryId,
+        ticket: Ticket,
+        admission: Admission<P>,
+        until_ms: u64,
+        now: u64,
+    ) {
+        let refused = match self.tasks.core.screen(&ticket, now) {
+            Some(Admit::Reject(rejection)) => Some(rejection.into()),
+            Some(_) => Some(PoolError::Expired),
+            None => None,
+        };
+        if let Some(refused) = refused {
+            end_unadmitted(&mut self.tasks, admission, refused, now);
+            return;
+        }
+        if self.storage.is_shared() {
+            let Admission {
+                task, key, origin, ..
+            } = admission;
+            if let Origin::Submitted { reply, extras } = origin {
+                let carried = Carried {
+                    not_before_ms: Some(until_ms),
+                    trace: extras.and_then(|extras| extras.trace),
+                };
+                self.park_shared(entry, task, key, reply, carried);
+            }
+            return;
+        }
+        let max_queue_depth = self.tasks.core.limits().max_queue_depth;
+        if self.tasks.core.parked_len() >= max_queue_depth {
+            let full = Rejection::QueueFull { max_queue_depth };
+            end_unadmitted(&mut self.tasks, admission, full.into(), now);
+            return;
+        }
+        if self.tasks.core.park_until(ticket, until_ms, now).is_err() {
+            let id = admission.task.meta.id;
+            end_unadmitted(
+                &mut self.tasks,
+                admission,
+                PoolError::DuplicateTask(id),
+                now,
+            );
+            return;
+        }
+        let minted = admission.minted;
+        self.park_admitted(entry, admission, now);
+        if minted {
+            self.tasks.ledger.mark_minted(entry);
+        }
+    }
+
+    /// A newcomer that starts at once.
+    fn start_admitted(&mut self, entry: EntryId, admission: Admission<P>, now: u64) {
+        let Admission {
+            mut task,
+            key,
+            timeout,
+            origin,
+            ..
+        } = admission;
+        let rank_time_ms = admitted_ms(entry);
+        match origin {
+            Origin::Submitted { reply, extras } if self.storage.records_starts_shared() => {
+                // Stored as this node's claim first; it runs, and its submitter hears, once
+                // the queue answers (`SharedReport::Recorded`).
+                let shared_entry = SharedRoom::entry_for(sequence_of(entry));
+                let trace = extras.and_then(|extras| extras.trace);
+                self.tasks.track(
+                    entry,
+                    &task.meta,
+                    &key,
+                    timeout,
+                    Extras::with_trace(None, trace),
+                );
+                self.tasks.set_lease(entry, shared_entry, 1);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, false, now);
+                if let Some(record) = self.tasks.ledger.get_mut(entry) {
+                    let rare = record.rare_mut();
+                    rare.reply = Some(reply);
+                    rare.recording = true;
+                }
+                task.meta.mailbox = Some(key);
+                self.tasks.fx.shared(SharedCall::RecordStart {
+                    entry,
+                    shared_entry,
+                    rank_time_ms,
+                    task,
+                    trace,
+                    now,
+                });
+            }
+            Origin::Submitted { reply, extras } if self.storage.stores_starts_locally() => {
+                // Stored as running first: parked and claimed through the queue; it runs,
+                // and its submitter hears, once the queue hands it back.
+                self.tasks.track(entry, &task.meta, &key, timeout, extras);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, true, now);
+                if let Some(record) = self.tasks.ledger.get_mut(entry) {
+                    record.rare_mut().reply = Some(reply);
+                }
+                task.meta.mailbox = Some(key);
+                let carried = Carried {
+                    not_before_ms: None,
+                    trace: self.tasks.trace_of(entry),
+                };
+                if let Some(room) = self.storage.local() {
+                    room.park(entry, task, carried, &mut self.tasks.fx);
+                    room.claim(entry, &mut self.tasks.fx);
+                }
+            }
+            Origin::Submitted { reply, extras } => {
+                self.tasks.track(entry, &task.meta, &key, timeout, extras);
+                self.tasks.step(entry, TaskStep::Admitted, now);
+                self.tasks.begin_run(entry, false, now);
+                task.meta.mailbox = Some(key.clone());
+                self.tasks.fx.answer(reply, Ok(key));
+                self.send_job(entry, task, now);
+            }
+            Origin::Leased {
+                shared_entry,
+                attempt,
+                trace,
+            } => {
+                // Claimed here: it goes on in the trace it was parked in.
+                let traced = Extras::with_trace(None, trace);
+                self.tasks.track(entry, &task.meta, &key, timeout, traced);
+                self.tasks.set_claim(entry, shared_entry, attempt);
+                self.tasks.step(entry, TaskStep::Claimed, now);
+                self.tasks.begin_run(entry, false, now);
+                task.meta.mailbox = Some(key);
+                self.send_job(entry, task, now);
+            }
+        }
+    }
+
+    /// A newcomer that waits.
+    fn park_admitted(&mut self, entry: EntryId, admission: Admission<P>, now: u64) {
+        let Admission {
+            mut task,
+            key,
+            timeout,
+            not_before_ms,
+            origin,
+            ..
+        } = admission;
+        let (reply, extras) = match origin {
+            Origin::Submitted { reply, extras } if self.storage.is_shared() => {
+                // It parks in the shared queue, where any node may claim it, not here.
+                if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
+                    self.start_parked(started, now);
+                }
+                let carried = Carried {
+                    not_before_ms: None,
+                    trace: extras.and_then(|extras| extras.trace),
+                };
+                self.park_shared(entry, task, key, reply, carried);
+                return;
+            }
+            Origin::Submitted { reply, extras } => (Some(reply), extras),
+            Origin::Leased {
+                shared_entry,
+                attempt,
+                trace,
+            } => {
+                // Its capacity was taken while the claim was in flight: it parks here, under
+                // its lease, where the core's order protects it.
+                let traced = Extras::with_trace(None, trace);
+                self.tasks.track(entry, &task.meta, &key, timeout, traced);
+                self.tasks.set_claim(entry, shared_entry, attempt);
+                let arrived = (None, TaskStep::Claimed);
+                self.tasks
+                    .keep_parked(entry, task.payload, arrived, key, now);
+                return;
+            }
+        };
+        self.tasks.track(entry, &task.meta, &key, timeout, extras);
+        // A scheduled start is stored at once, with its instant, to outlive a restart.
+        let spin = self
+            .storage
+            .local()
+            .map(|room| room.spin().filter(|_| not_before_ms.is_none()));
+        match spin {
+            // In memory: the ledger is the store.
+            None => {
+                let arrived = (reply, TaskStep::Admitted);
+                self.tasks
+                    .keep_parked(entry, task.payload, arrived, key, now);
+            }
+            Some(Some(spin)) => {
+                if let Some(room) = self.storage.local() {
+                    room.spin_from(entry, spin, now);
+                }
+                let arrived = (reply, TaskStep::Admitted);
+                self.tasks
+                    .keep_parked(entry, task.payload, arrived, key, now);
+            }
+            Some(None) => {
+                if let (Some(record), Some(reply)) = (self.tasks.ledger.get_mut(entry), reply) {
+                    record.rare_mut().reply = Some(reply);
+                }
+                task.meta.mailbox = Some(key);
+                let carried = Carried {
+                    not_before_ms,
+                    trace: self.tasks.trace_of(entry),
+                };
+                if let Some(room) = self.storage.local() {
+                    room.park(entry, task, carried, &mut self.tasks.fx);
+                }
+            }
+        }
+    }
+}
