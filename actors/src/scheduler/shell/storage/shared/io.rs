@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::calls::{Enqueued, SharedCall, SharedReport};
 use super::parking::SharedParking;
-use super::settle::{settle_loop, SettleMsg, Settler};
+use super::settle::{settle_loop, SettleMsg, Settler, GROUP_AT_MOST};
 use crate::domain::{BackendFault, FaultKind};
 use crate::domain::{MailboxKey, PoolError, ScheduledTask};
 use crate::queue::capabilities::no_dependencies;
@@ -31,9 +31,6 @@ use crate::util::contain::drop_contained;
 
 /// Dead letters one read reports at most (the next read takes the rest).
 const DEAD_LETTERS_PER_POLL: usize = 256;
-
-/// Parks or settles one group takes at most (a database statement's size stays bounded).
-pub(super) const GROUP_AT_MOST: usize = 1_000;
 
 /// How many times [`gather`] yields at most.
 const GATHER_ROUNDS: usize = 8;

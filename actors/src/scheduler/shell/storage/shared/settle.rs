@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::io::GROUP_AT_MOST;
 use crate::domain::{BackendFault, FaultKind};
 use crate::queue::{Claim, QueueError, Settlement, SharedQueue};
+
+/// Parks or settles one group takes at most (a database statement's size stays bounded).
+pub(super) const GROUP_AT_MOST: usize = 1_000;
 
 /// What runs once a settle is done, told how it ended.
 pub(crate) type AfterSettle = Box<dyn FnOnce(Result<(), QueueError>) + Send>;
