@@ -259,6 +259,30 @@ async fn submit_once_back(built: &BuiltPools<Work, u64, Doubler>, id: TaskId, ke
     }
 }
 
+/// Submits tasks 9 to 14 at once, the moment the database is back: each is accepted at its
+/// first try (the pool's own check of the server, made during the outage, does not refuse
+/// what comes after the server returned).
+async fn submit_right_after_the_return(
+    built: &Arc<BuiltPools<Work, u64, Doubler>>,
+    key: &MailboxKey,
+) {
+    let submits: Vec<_> = (9..=14)
+        .map(|id| {
+            let (built, key) = (Arc::clone(built), key.clone());
+            tokio::spawn(
+                async move { (id, built.pools["gpu"].submit(work(id, id, 0, &key)).await) },
+            )
+        })
+        .collect();
+    for submit in submits {
+        let (id, accepted) = submit.await.expect("the submit does not panic");
+        assert!(
+            accepted.is_ok(),
+            "task {id}, submitted right after the database returned: {accepted:?}"
+        );
+    }
+}
+
 /// A refused port, on queue layout `kind`: every submit answers in time and says so, and the
 /// pool runs again once the port listens.
 async fn refused_then_back(kind: &str) {
@@ -278,8 +302,8 @@ async fn refused_then_back(kind: &str) {
     every_submit_answers_in_time(&built, &key, (&queue, cause, advice)).await;
 
     proxy.cut(Fault::None).await;
-    submit_once_back(&built, 9, &key).await;
-    for (id, doubled) in [(1, 2), (9, 18)] {
+    submit_right_after_the_return(&built, &key).await;
+    for (id, doubled) in [(1, 2)].into_iter().chain((9..=14).map(|id| (id, id * 2))) {
         let result = built.pools["gpu"]
             .retrieve_task(&key, id, Duration::from_secs(20))
             .await;

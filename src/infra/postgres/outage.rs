@@ -9,11 +9,13 @@
 //!
 //! While the server is away, the queue's [`OutageGate`] keeps statements from queueing behind
 //! the pool's wait: each statement first asks the gate, which probes the server (one probe at
-//! a time; a probe less than [`PROBE_REUSE`] old answers for every statement that asks
-//! meanwhile) and fails the statement at once, with the cause, if the server is still away.
-//! The first statement that meets the outage answers within [`CONNECT_TIMEOUT`] plus
-//! [`PROBE_TIMEOUT`]; every later one within [`PROBE_TIMEOUT`]. A probe that connects ends
-//! the outage, and statements run again.
+//! a time, at most one per [`PROBE_REUSE`], each answering for every statement that asked
+//! before it ended) and fails the statement, with the cause, if the server is still away. A
+//! statement is answered only by a probe made after it asked (or one that found the server
+//! up), so the first statement after the server returns runs. The first statement that meets
+//! the outage answers within [`CONNECT_TIMEOUT`] plus [`PROBE_TIMEOUT`]; every later one
+//! within [`PROBE_REUSE`] plus [`PROBE_TIMEOUT`]. A probe that connects ends the outage, and
+//! statements run again.
 
 use crate::util::redact;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -315,13 +317,22 @@ impl OutageGate {
         Some(cause)
     }
 
-    /// Probes the server, one statement at a time, or takes the finding of a probe less than
-    /// [`PROBE_REUSE`] old.
+    /// Probes the server, one statement at a time, or takes the finding of a probe that
+    /// answers for this statement: one made since it asked, or one less than
+    /// [`PROBE_REUSE`] old that found the server up. An older finding of an outage does not
+    /// answer for it (the server may have come back since: a submission right after it
+    /// returns must not be refused for what an earlier probe saw); the statement waits for
+    /// the next probe instead, made once that finding is [`PROBE_REUSE`] old, so probes stay
+    /// one per [`PROBE_REUSE`] however many statements ask.
     async fn diagnose(&self, database: &PgDatabase) -> Result<(), Cause> {
+        let asked = Instant::now();
         let _turn = self.probing.lock().await;
         if let Some((at, finding)) = self.last() {
-            if at.elapsed() < PROBE_REUSE {
+            if at >= asked || (finding.is_ok() && at.elapsed() < PROBE_REUSE) {
                 return finding;
+            }
+            if let Some(wait) = PROBE_REUSE.checked_sub(at.elapsed()) {
+                tokio::time::sleep(wait).await;
             }
         }
         let finding = probe(database).await;
