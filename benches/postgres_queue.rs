@@ -84,9 +84,14 @@ impl Scale {
 #[derive(Clone)]
 struct Double;
 
+/// Runs of the pools' executors, over the whole process: with `PG_PHASES=1`, each round says
+/// how many runs its jobs took (a task run twice, a lease lost and the task rescued, shows).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 #[async_trait::async_trait]
 impl TaskExecutor<u64, u64> for Double {
     async fn execute(&self, payload: u64, _meta: TaskMetadata) -> u64 {
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         payload * 2
     }
 }
@@ -212,6 +217,7 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
             )
         }
     };
+    let runs_before = RUNS.load(std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     if batched {
         let ids: Vec<u64> = (1..=scale.jobs).collect();
@@ -269,7 +275,11 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
     }
     let elapsed = started.elapsed();
     if std::env::var_os("PG_PHASES").is_some() {
-        println!("    submitted after {submitted:.2?}, all retrieved after {elapsed:.2?}");
+        let runs = RUNS.load(std::sync::atomic::Ordering::Relaxed) - runs_before;
+        println!(
+            "    submitted after {submitted:.2?}, all retrieved after {elapsed:.2?}; {runs} runs of {} jobs",
+            scale.jobs
+        );
     }
     let Round {
         producer: producer_pools,
