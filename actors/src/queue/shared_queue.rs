@@ -194,7 +194,7 @@ pub struct DeadLetter {
     /// Why it was given up.
     pub reason: String,
     /// Whether it was not given up but cancelled: a task it depended on did not succeed
-    /// (see [`DependsOn`]); its submitter hears `Cancelled`, not a failure.
+    /// (see [`DependsOn`](super::DependsOn)); its submitter hears `Cancelled`, not a failure.
     pub cancelled: bool,
 }
 
