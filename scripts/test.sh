@@ -59,6 +59,11 @@ if [ ! -x /usr/bin/chromedriver ]; then
   install_browser || { as_root apt-get update && install_browser; }
 fi
 export PL_REQUIRE_BROWSER=1
+# tests/postgres_restart.rs restarts the local server through pg_ctlcluster; where this script
+# can, it must (rather than say it did nothing).
+if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+  export PL_REQUIRE_RESTART=1
+fi
 
 section() { printf '\n=== %s\n' "$*"; }
 
