@@ -190,7 +190,7 @@ impl<P> PgQueue<TableLayout, P> {
     /// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
     /// let queue = PostgresQueue::<String>::open(&database, "pl_queue_jobs", "plans")?
     ///     .with_dependencies()?;
-    /// assert!(queue.supports_dependencies());
+    /// assert!(SharedQueue::<String>::dependencies(&queue).is_some());
     /// # Ok(()) }
     /// ```
     pub fn with_dependencies(mut self) -> Result<Self, PoolError> {
