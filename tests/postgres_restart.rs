@@ -19,7 +19,7 @@ use prometheus_parking_lot::SchedulerConfig;
 #[path = "support/postgres_pools.rs"]
 mod postgres_pools;
 
-use postgres_pools::{build_embedded, fresh_name, server_url, work};
+use postgres_pools::{build_embedded, fresh_name, server_url, submit_at_once, work};
 
 fn main() {
     let restart = match restart_command() {
@@ -101,14 +101,7 @@ async fn a_node_rides_over_a_real_restart(mut restart: Command) {
     );
     // The server accepts connections again: submit six at once, each at its first try.
     let back = Instant::now();
-    let submits: Vec<_> = (21..=26)
-        .map(|id| {
-            let (built, key) = (Arc::clone(&built), key.clone());
-            tokio::spawn(
-                async move { (id, built.pools["gpu"].submit(work(id, id, 0, &key)).await) },
-            )
-        })
-        .collect();
+    let submits = submit_at_once(&built, 21..=26, &key);
     assert_ne!(
         server_start().await,
         started_before,

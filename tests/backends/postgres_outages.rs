@@ -16,7 +16,7 @@ use crate::postgres_pools;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use postgres_pools::{build_embedded, fresh_name, server_url, work, Doubler, Work};
+use postgres_pools::{build_embedded, fresh_name, server_url, submit_at_once, work, Doubler, Work};
 use prometheus_parking_lot::core::{FaultKind, PoolError};
 use prometheus_parking_lot::util::serde::{MailboxKey, TaskId};
 use prometheus_parking_lot::{BuiltPools, SchedulerConfig};
@@ -266,14 +266,7 @@ async fn submit_right_after_the_return(
     built: &Arc<BuiltPools<Work, u64, Doubler>>,
     key: &MailboxKey,
 ) {
-    let submits: Vec<_> = (9..=14)
-        .map(|id| {
-            let (built, key) = (Arc::clone(built), key.clone());
-            tokio::spawn(
-                async move { (id, built.pools["gpu"].submit(work(id, id, 0, &key)).await) },
-            )
-        })
-        .collect();
+    let submits = submit_at_once(built, 9..=14, key);
     for submit in submits {
         let (id, accepted) = submit.await.expect("the submit does not panic");
         assert!(

@@ -4,9 +4,10 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_parking_lot::core::{ScheduledTask, TaskMetadata};
+use prometheus_parking_lot::core::{PoolError, ScheduledTask, TaskMetadata};
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
 use prometheus_parking_lot::TaskExecutor;
 use prometheus_parking_lot::{
@@ -76,4 +77,18 @@ pub async fn build_embedded(config: SchedulerConfig) -> BuiltPools<Work, u64, Do
     })
     .await
     .expect("building does not panic")
+}
+
+/// Submits tasks `ids` (no-op [`work`] under `key`) to pool `gpu` of `built` at once, each
+/// from a task of its own; each handle answers with its id and what the submit answered.
+pub fn submit_at_once(
+    built: &Arc<BuiltPools<Work, u64, Doubler>>,
+    ids: std::ops::RangeInclusive<TaskId>,
+    key: &MailboxKey,
+) -> Vec<tokio::task::JoinHandle<(TaskId, Result<MailboxKey, PoolError>)>> {
+    ids.map(|id| {
+        let (built, key) = (Arc::clone(built), key.clone());
+        tokio::spawn(async move { (id, built.pools["gpu"].submit(work(id, id, 0, &key)).await) })
+    })
+    .collect()
 }
