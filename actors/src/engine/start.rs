@@ -32,7 +32,7 @@ use crate::scheduler::gpu_watch::GpuWatch;
 use crate::scheduler::inbox::Inbox;
 use crate::scheduler::protocol::{Internal, SchedulerMsg};
 use crate::scheduler::shell::storage::shared::{SharedIo, SharedParking};
-use crate::scheduler::shell::storage::{LocalRoom, SharedRoom, Storage};
+use crate::scheduler::shell::storage::{LocalRoom, MemoryRoom, SharedRoom, Storage};
 use crate::scheduler::shell::{Rerun, ShellArgs};
 use crate::supervisor::spawn::Spawn;
 use crate::supervisor::{
@@ -397,7 +397,7 @@ where
             .with_fleet_budgets(&core.limits().budgets)
             .with_dependencies(parking.queue.dependencies().is_some());
             (
-                Storage::Shared(room),
+                Box::new(room) as Storage<P, R>,
                 Some(
                     SharedIo::new(&parking)
                         .attaching(core.limits().on_duplicate == OnDuplicate::Attach),
@@ -428,13 +428,13 @@ where
                     .into();
             let stored = stored.into_iter().map(|entry| (entry, None)).collect();
             let room = LocalRoom::new(spec.durability).with_releases(releases);
-            (Storage::Local(room), None, stored, Some(queue))
+            (Box::new(room) as Storage<P, R>, None, stored, Some(queue))
         }
         None => {
             // In memory: the scheduler's ledger keeps parked tasks itself. Tasks parked in
             // the queue before the pool started move into it.
             let stored = take_parked(&spec.name, &*spec.queue).await?;
-            (Storage::Memory, None, stored, None)
+            (Box::new(MemoryRoom) as Storage<P, R>, None, stored, None)
         }
     };
 

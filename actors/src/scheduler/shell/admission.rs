@@ -13,7 +13,6 @@ use crate::scheduler::protocol::{Extras, Reply};
 use crate::util::contain::drop_contained;
 
 use super::dependencies::Parents;
-use super::storage::Storage;
 use super::tasks::Tasks;
 use std::time::Duration;
 
@@ -123,16 +122,17 @@ pub(super) fn starts_in_time(
     }
 }
 
-/// Why a streamed submission cannot be taken here, if so.
+/// Why a streamed submission cannot be taken here, if so (`fleet`: what waits, waits in a
+/// queue other nodes claim from, which could not reach the stream).
 pub(super) fn streamable<R: Send + 'static>(
     pool: &str,
-    storage: &Storage,
+    fleet: bool,
     extras: Option<&Extras>,
 ) -> Result<(), PoolError> {
     let Some(stream) = extras.and_then(|extras| extras.stream.as_ref()) else {
         return Ok(());
     };
-    if storage.is_shared() {
+    if fleet {
         return Err(PoolError::InvalidConfig(format!(
             "pool {}: streamed submissions need a local queue; this pool's queue is shared \
              with other nodes, which could not reach the stream (submit without streaming, \

@@ -4,13 +4,13 @@
 //! sleeps until its scheduled start, or waits for its parents.
 
 use super::admission::{end_unadmitted, starts_in_time, Admission, Origin};
-use super::ledger::{admitted_ms, sequence_of};
-use super::storage::shared::{SharedCall, SharedRoom};
+use super::storage::shared::{Enqueue, SharedRoom};
+use super::storage::{Parking, Starting};
 use super::Shell;
 use crate::domain::{OnDuplicate, PoolError};
 use crate::observe::events::TaskStep;
 use crate::queue::{Carried, EntryId};
-use crate::scheduler::core::{Admit, AdmitParts, Cancel, Newcomer, Rejection, Ticket};
+use crate::scheduler::core::{Admit, AdmitParts, Newcomer, Rejection, Ticket};
 use crate::scheduler::protocol::Extras;
 use crate::util::contain::drop_contained;
 
@@ -65,23 +65,9 @@ where
         }
         if self.parks_for_the_fleet(&admission.origin, ticket.cost.kind) {
             // Refused as the core would refuse it, else parked for the fleet's claims.
-            match self.tasks.core.screen(&ticket, now) {
-                None => {
-                    let Admission {
-                        task, key, origin, ..
-                    } = admission;
-                    if let Origin::Submitted { reply, extras } = origin {
-                        let carried = Carried {
-                            not_before_ms: None,
-                            trace: extras.and_then(|extras| extras.trace),
-                        };
-                        self.park_shared(entry, task, key, reply, carried);
-                    }
-                }
-                Some(Admit::Reject(rejection)) => {
-                    end_unadmitted(&mut self.tasks, admission, rejection.into(), now)
-                }
-                Some(_) => end_unadmitted(&mut self.tasks, admission, PoolError::Expired, now),
+            match self.screen(&ticket, now) {
+                None => self.enqueue_for_fleet(entry, admission),
+                Some(refused) => end_unadmitted(&mut self.tasks, admission, refused, now),
             }
             return;
         }
@@ -103,7 +89,7 @@ where
             self.tasks
                 .core
                 .admit_after(ticket, &parents.entries, run_anyway, now)
-        } else if self.storage.is_shared() {
+        } else if self.storage.waits_in_fleet() {
             self.tasks.core.admit_without_shedding(ticket, false, now)
         } else {
             self.tasks.core.admit(ticket, now)
@@ -146,15 +132,24 @@ where
     /// queue with its parents (and its scheduled start, if any), where no node claims it
     /// before they succeed; the queue refuses parents it does not know.
     fn admit_waiting(&mut self, entry: EntryId, ticket: Ticket, admission: Admission<P>, now: u64) {
-        let refused = match self.tasks.core.screen(&ticket, now) {
-            Some(Admit::Reject(rejection)) => Some(rejection.into()),
-            Some(_) => Some(PoolError::Expired),
-            None => None,
-        };
-        if let Some(refused) = refused {
-            end_unadmitted(&mut self.tasks, admission, refused, now);
-            return;
+        match self.screen(&ticket, now) {
+            Some(refused) => end_unadmitted(&mut self.tasks, admission, refused, now),
+            None => self.enqueue_for_fleet(entry, admission),
         }
+    }
+
+    /// How the core would refuse or expire `ticket` now, if it would.
+    fn screen(&self, ticket: &Ticket, now: u64) -> Option<PoolError> {
+        match self.tasks.core.screen(ticket, now)? {
+            Admit::Reject(rejection) => Some(rejection.into()),
+            _ => Some(PoolError::Expired),
+        }
+    }
+
+    /// Parks a submission in the fleet's queue with what its admission carries: its
+    /// scheduled start (no node claims it before), its trace, and the parents it waits for
+    /// there. Only submissions come here: a claimed task is in the queue already.
+    fn enqueue_for_fleet(&mut self, entry: EntryId, admission: Admission<P>) {
         let Admission {
             task,
             key,
@@ -163,13 +158,20 @@ where
             parents,
             ..
         } = admission;
-        if let (Origin::Submitted { reply, extras }, Some(depends_on)) = (origin, parents.in_queue)
-        {
+        if let Origin::Submitted { reply, extras } = origin {
             let carried = Carried {
                 not_before_ms,
                 trace: extras.and_then(|extras| extras.trace),
             };
-            self.park_shared_waiting(entry, task, key, reply, carried, depends_on);
+            let enqueue = Enqueue {
+                entry,
+                task,
+                key,
+                reply,
+                carried,
+                depends_on: parents.in_queue,
+            };
+            SharedRoom::enqueue(&mut self.tasks, enqueue);
         }
     }
 
@@ -186,26 +188,13 @@ where
         until_ms: u64,
         now: u64,
     ) {
-        let refused = match self.tasks.core.screen(&ticket, now) {
-            Some(Admit::Reject(rejection)) => Some(rejection.into()),
-            Some(_) => Some(PoolError::Expired),
-            None => None,
-        };
-        if let Some(refused) = refused {
+        if let Some(refused) = self.screen(&ticket, now) {
             end_unadmitted(&mut self.tasks, admission, refused, now);
             return;
         }
-        if self.storage.is_shared() {
-            let Admission {
-                task, key, origin, ..
-            } = admission;
-            if let Origin::Submitted { reply, extras } = origin {
-                let carried = Carried {
-                    not_before_ms: Some(until_ms),
-                    trace: extras.and_then(|extras| extras.trace),
-                };
-                self.park_shared(entry, task, key, reply, carried);
-            }
+        if self.storage.waits_in_fleet() {
+            // Its instant is the admission's own `not_before_ms`.
+            self.enqueue_for_fleet(entry, admission);
             return;
         }
         let max_queue_depth = self.tasks.core.limits().max_queue_depth;
@@ -231,7 +220,8 @@ where
         }
     }
 
-    /// A newcomer that starts at once.
+    /// A newcomer that starts at once: a submission as the storage mode begins it (sent to
+    /// a worker now, or once it is stored), a claimed task at once.
     fn start_admitted(&mut self, entry: EntryId, admission: Admission<P>, now: u64) {
         let Admission {
             mut task,
@@ -240,64 +230,19 @@ where
             origin,
             ..
         } = admission;
-        let rank_time_ms = admitted_ms(entry);
         match origin {
-            Origin::Submitted { reply, extras } if self.storage.records_starts_shared() => {
-                // Stored as this node's claim first; it runs, and its submitter hears, once
-                // the queue answers (`SharedReport::Recorded`).
-                let shared_entry = SharedRoom::entry_for(sequence_of(entry));
-                let trace = extras.and_then(|extras| extras.trace);
-                self.tasks.track(
-                    entry,
-                    &task.meta,
-                    &key,
-                    timeout,
-                    Extras::with_trace(None, trace),
-                );
-                self.tasks.set_lease(entry, shared_entry, 1);
-                self.tasks.step(entry, TaskStep::Admitted, now);
-                self.tasks.begin_run(entry, false, now);
-                if let Some(record) = self.tasks.ledger.get_mut(entry) {
-                    let rare = record.rare_mut();
-                    rare.reply = Some(reply);
-                    rare.recording = true;
-                }
-                task.meta.mailbox = Some(key);
-                self.tasks.fx.shared(SharedCall::RecordStart {
-                    entry,
-                    shared_entry,
-                    rank_time_ms,
-                    task,
-                    trace,
-                    now,
-                });
-            }
-            Origin::Submitted { reply, extras } if self.storage.stores_starts_locally() => {
-                // Stored as running first: parked and claimed through the queue; it runs,
-                // and its submitter hears, once the queue hands it back.
-                self.tasks.track(entry, &task.meta, &key, timeout, extras);
-                self.tasks.step(entry, TaskStep::Admitted, now);
-                self.tasks.begin_run(entry, true, now);
-                if let Some(record) = self.tasks.ledger.get_mut(entry) {
-                    record.rare_mut().reply = Some(reply);
-                }
-                task.meta.mailbox = Some(key);
-                let carried = Carried {
-                    not_before_ms: None,
-                    trace: self.tasks.trace_of(entry),
-                };
-                if let Some(room) = self.storage.local() {
-                    room.park(entry, task, carried, &mut self.tasks.fx);
-                    room.claim(entry, &mut self.tasks.fx);
-                }
-            }
             Origin::Submitted { reply, extras } => {
-                self.tasks.track(entry, &task.meta, &key, timeout, extras);
-                self.tasks.step(entry, TaskStep::Admitted, now);
-                self.tasks.begin_run(entry, false, now);
-                task.meta.mailbox = Some(key.clone());
-                self.tasks.fx.answer(reply, Ok(key));
-                self.send_job(entry, task, now);
+                let starting = Starting {
+                    entry,
+                    task,
+                    key,
+                    timeout,
+                    reply,
+                    extras,
+                };
+                if let Some(task) = self.storage.start(&mut self.tasks, starting, now) {
+                    self.send_job(entry, task, now);
+                }
             }
             Origin::Leased {
                 shared_entry,
@@ -316,30 +261,31 @@ where
         }
     }
 
-    /// A newcomer that waits.
+    /// A newcomer that waits: a submission as the storage mode keeps it (in the ledger, a
+    /// durable queue, or the fleet's queue), a claimed task here under its lease.
     fn park_admitted(&mut self, entry: EntryId, admission: Admission<P>, now: u64) {
         let Admission {
-            mut task,
+            task,
             key,
             timeout,
             not_before_ms,
             origin,
             ..
         } = admission;
-        let (reply, extras) = match origin {
-            Origin::Submitted { reply, extras } if self.storage.is_shared() => {
-                // It parks in the shared queue, where any node may claim it, not here.
-                if let Ok(Cancel::Parked { started }) = self.tasks.core.cancel(entry, now) {
-                    self.start_parked(started, now);
-                }
-                let carried = Carried {
-                    not_before_ms: None,
-                    trace: extras.and_then(|extras| extras.trace),
+        match origin {
+            Origin::Submitted { reply, extras } => {
+                let parking = Parking {
+                    entry,
+                    task,
+                    key,
+                    timeout,
+                    not_before_ms,
+                    reply,
+                    extras,
                 };
-                self.park_shared(entry, task, key, reply, carried);
-                return;
+                let started = self.storage.park(&mut self.tasks, parking, now);
+                self.start_parked(started, now);
             }
-            Origin::Submitted { reply, extras } => (Some(reply), extras),
             Origin::Leased {
                 shared_entry,
                 attempt,
@@ -353,42 +299,6 @@ where
                 let arrived = (None, TaskStep::Claimed);
                 self.tasks
                     .keep_parked(entry, task.payload, arrived, key, now);
-                return;
-            }
-        };
-        self.tasks.track(entry, &task.meta, &key, timeout, extras);
-        // A scheduled start is stored at once, with its instant, to outlive a restart.
-        let spin = self
-            .storage
-            .local()
-            .map(|room| room.spin().filter(|_| not_before_ms.is_none()));
-        match spin {
-            // In memory: the ledger is the store.
-            None => {
-                let arrived = (reply, TaskStep::Admitted);
-                self.tasks
-                    .keep_parked(entry, task.payload, arrived, key, now);
-            }
-            Some(Some(spin)) => {
-                if let Some(room) = self.storage.local() {
-                    room.spin_from(entry, spin, now);
-                }
-                let arrived = (reply, TaskStep::Admitted);
-                self.tasks
-                    .keep_parked(entry, task.payload, arrived, key, now);
-            }
-            Some(None) => {
-                if let (Some(record), Some(reply)) = (self.tasks.ledger.get_mut(entry), reply) {
-                    record.rare_mut().reply = Some(reply);
-                }
-                task.meta.mailbox = Some(key);
-                let carried = Carried {
-                    not_before_ms,
-                    trace: self.tasks.trace_of(entry),
-                };
-                if let Some(room) = self.storage.local() {
-                    room.park(entry, task, carried, &mut self.tasks.fx);
-                }
             }
         }
     }

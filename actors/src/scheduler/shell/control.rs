@@ -175,7 +175,7 @@ where
     pub fn cancel(&mut self, key: MailboxKey, id: TaskId, reply: CancelReply, now: u64) {
         let answer = match self.tasks.entry_of(&key, id) {
             Some(entry) => self.cancel_local(entry, id, now),
-            None if self.storage.is_shared() => {
+            None if self.storage.waits_in_fleet() => {
                 self.tasks
                     .fx
                     .shared(SharedCall::RemoveTask { key, id, reply });

@@ -43,7 +43,6 @@ use crate::queue::{DependsOn, EntryId, DEPENDENCIES_SUPPORTED};
 use crate::scheduler::core::{FastMap, TenantKey};
 use crate::scheduler::protocol::SubmitOptions;
 
-use super::storage::Storage;
 use super::Shell;
 
 /// How long an ended task's outcome is remembered for its children, ms.
@@ -167,13 +166,7 @@ where
         if options.depends_on.is_empty() {
             return Ok(parents);
         }
-        let unsupported = match &self.storage {
-            Storage::Memory => None,
-            Storage::Shared(room) if room.keeps_dependencies() => None,
-            Storage::Local(_) => Some("a durable local queue".to_owned()),
-            Storage::Shared(room) => Some(format!("the shared queue {}", room.backend())),
-        };
-        if let Some(queue) = unsupported {
+        if let Some(queue) = self.storage.refuses_dependencies() {
             return refuse(DependencyError::Unsupported {
                 queue,
                 supported: DEPENDENCIES_SUPPORTED.into(),
@@ -185,7 +178,7 @@ where
                 max: MAX_PARENTS,
             });
         }
-        if self.storage.is_shared() {
+        if self.storage.waits_in_fleet() {
             // The queue resolves them, in the statement that parks the task (it alone
             // sees every node's tasks).
             if options.depends_on.contains(&id) {

@@ -88,7 +88,7 @@ pub(crate) struct ShellArgs<P, R> {
     /// The execution timeout of tasks that set none.
     pub default_timeout: Option<Duration>,
     /// Where parked tasks are kept.
-    pub storage: Storage,
+    pub storage: Storage<P, R>,
     /// The pool's counters (the first observer).
     pub counters: Arc<crate::observe::stats::PoolCounters>,
     /// Who else hears every event.
@@ -112,7 +112,7 @@ pub(crate) struct Shell<P, R> {
     /// The live tasks, their capacity and the effects asked so far.
     tasks: Tasks<P, R>,
     /// Where parked tasks are kept.
-    storage: Storage,
+    storage: Storage<P, R>,
     /// Open, escalated, draining or stopped.
     lifecycle: Lifecycle,
     /// The mailbox, read (never written) to refuse work it has no room to answer.
@@ -170,7 +170,10 @@ where
             .lifecycle
             .admits()
             .and_then(|()| mailbox_has_room(&*self.mailbox, self.tasks.ledger.len()))
-            .and_then(|()| streamable::<R>(&self.tasks.pool, &self.storage, extras.as_deref()))
+            .and_then(|()| {
+                let fleet = self.storage.waits_in_fleet();
+                streamable::<R>(&self.tasks.pool, fleet, extras.as_deref())
+            })
             .and_then(|()| {
                 let watch = self.results_watch.as_deref();
                 no_result_waits(&*self.mailbox, watch, &task, extras.as_deref())
@@ -257,12 +260,10 @@ where
                     self.tasks.begin_run(entry, false, now);
                     self.send_job(entry, task, now);
                 }
-                // Stored in the local durable queue: taken back through the queue actor.
+                // Stored by the mode (a local durable queue): taken back from there.
                 None => {
                     self.tasks.begin_run(entry, true, now);
-                    if let Some(room) = self.storage.local() {
-                        room.claim(entry, &mut self.tasks.fx);
-                    }
+                    self.storage.take_stored(entry, &mut self.tasks.fx);
                 }
             }
         }
@@ -300,9 +301,8 @@ where
             .map_or((false, false), |run| (run.ended, run.from_queue));
         let settlement = Settlement::of_outcome(&outcome);
         if from_queue {
-            if let Some(room) = self.storage.local() {
-                room.settle(entry, settlement.clone(), &mut self.tasks.fx);
-            }
+            let fx = &mut self.tasks.fx;
+            self.storage.settle_stored(entry, settlement.clone(), fx);
         }
         let settle = record.lease().map(|claim| (claim, settlement));
         if ended {
@@ -345,7 +345,7 @@ where
 
     /// What the queue actor reported.
     pub fn queue_report(&mut self, report: QueueReport<P>, now: u64) {
-        let Storage::Local(room) = &mut self.storage else {
+        let Some(room) = self.storage.local() else {
             return;
         };
         match report {
@@ -398,23 +398,17 @@ where
         self.forget_stored(entry, stored_in_queue);
     }
 
-    /// Has the local durable queue forget ended task `entry`, when it holds it.
+    /// Has the mode's store forget ended task `entry`, when it holds it.
     fn forget_stored(&mut self, entry: EntryId, stored_in_queue: bool) {
-        if let (true, Some(room)) = (stored_in_queue, self.storage.local()) {
-            room.remove(entry, &mut self.tasks.fx);
+        if stored_in_queue {
+            self.storage.forget_stored(entry, &mut self.tasks.fx);
         }
     }
 
     /// Time-driven work: spins that are over, deadlines, the watchdog, starvation aging.
     pub fn tick(&mut self, now: u64) {
-        match &mut self.storage {
-            Storage::Local(room) => room.store_spun(&mut self.tasks, now, false),
-            Storage::Shared(room) => {
-                if room.take_reclaim(now) {
-                    self.claim_if_open(now);
-                }
-            }
-            Storage::Memory => {}
+        if self.storage.tick(&mut self.tasks, now) {
+            self.claim_if_open(now);
         }
         let tick = self.tasks.core.tick(now);
         for entry in self.end_waiters(tick.expired, &PoolError::Expired) {
@@ -455,16 +449,12 @@ where
             }
             return (0, count);
         }
-        if let Storage::Local(room) = &mut self.storage {
-            room.store_spun(&mut self.tasks, now, true);
-        }
+        self.storage.store_all(&mut self.tasks, now);
         let mut handed_back = Vec::new();
         for entry in parked {
-            if let Storage::Local(room) = &self.storage {
-                if room.is_parking(entry) {
-                    // Kept until the queue answers its park (see `LocalRoom::stored`).
-                    continue;
-                }
+            if self.storage.holds_until_stored(entry) {
+                // Kept until the queue answers its park (see `LocalRoom::stored`).
+                continue;
             }
             if let Some(mut record) = self.tasks.ledger.remove(entry) {
                 self.tasks.answer_pending_park(&mut record, now);
@@ -533,7 +523,7 @@ where
         // it all the same).
         if self.lifecycle.is_draining()
             && self.tasks.core.running_len() <= self.permits.held_len()
-            && !self.storage.awaits_claim()
+            && !self.storage.holds_stop()
         {
             self.lifecycle.stop(&mut self.tasks.fx);
         }
@@ -567,7 +557,7 @@ where
     /// Whether the queue actor owes answers: the scheduler then should not spin on its
     /// inbox, since those answers arrive as actor messages the spin would keep waiting.
     pub fn awaiting_queue(&self) -> bool {
-        matches!(&self.storage, Storage::Local(room) if room.awaiting())
+        self.storage.awaits_queue()
     }
 
     /// When the next tick has work to do.

@@ -26,7 +26,6 @@ use crate::domain::{PoolError, ScheduledTask};
 use crate::observe::events::TaskStep;
 use crate::queue::EntryId;
 use crate::scheduler::shell::observe::Detail;
-use crate::scheduler::shell::storage::Storage;
 use crate::util::contain::drop_contained;
 
 /// Whether the running task `entry` may be asked to yield: it keeps a spare, was not asked
@@ -53,7 +52,7 @@ where
         };
         let limits = self.tasks.core.limits();
         let (preemption, retries) = (limits.preemption, limits.retry.is_some());
-        if (preemption.is_none() && !retries) || !matches!(self.storage, Storage::Memory) {
+        if (preemption.is_none() && !retries) || !self.storage.keeps_payloads_here() {
             return;
         }
         let Some(record) = self.tasks.ledger.get_mut(entry) else {

@@ -27,7 +27,6 @@ use crate::domain::{PoolError, Retries};
 use crate::observe::events::TaskStep;
 use crate::queue::EntryId;
 use crate::scheduler::shell::observe::Detail;
-use crate::scheduler::shell::storage::Storage;
 use crate::util::contain::drop_contained;
 
 /// How a failed run's task gets its payload back for the next run.
@@ -77,7 +76,7 @@ where
         };
         let streamed = record.stream().is_some();
         let lease = record.rare().and_then(|rare| rare.lease);
-        if let (Some(claim), true) = (lease, self.storage.is_shared()) {
+        if let (Some(claim), true) = (lease, self.storage.waits_in_fleet()) {
             return self.retry_shared(entry, claim, reason, policy, rests, now);
         }
         let rare = record.rare_mut();
@@ -88,14 +87,7 @@ where
             .take()
             .and_then(|spare| spare.downcast::<P>().ok());
         let payload = match (from_queue, spare) {
-            (true, _)
-                if self
-                    .storage
-                    .local()
-                    .is_some_and(|room| room.releases_claims()) =>
-            {
-                Some(Payload::Queue)
-            }
+            (true, _) if self.storage.releases_stored() => Some(Payload::Queue),
             (false, Some(spare)) => Some(Payload::Spare(*spare)),
             _ => None,
         };
@@ -104,7 +96,7 @@ where
         let Some(payload) = payload else {
             let no_copy = failed < policy.max_attempts
                 && !from_queue
-                && matches!(self.storage, Storage::Memory)
+                && self.storage.keeps_payloads_here()
                 && self.rerun.get().is_none();
             let failures = std::mem::take(&mut record.rare_mut().failures);
             return Some(Err(PoolError::Failed(final_reason(&failures, no_copy))));
@@ -119,9 +111,7 @@ where
             Payload::Spare(spare) => record.park_again(Some(spare)),
             Payload::Queue => {
                 record.park_again(None);
-                if let Some(room) = self.storage.local() {
-                    room.release(entry, &mut self.tasks.fx);
-                }
+                self.storage.release_stored(entry, &mut self.tasks.fx);
             }
         }
         let at_ms = now.saturating_add(policy.backoff_ms(failed, jitter()));

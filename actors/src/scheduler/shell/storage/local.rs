@@ -17,6 +17,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
+use super::{park_in_ledger, start_now, Parking, Starting, StorageMode};
 use crate::domain::{BackendFault, Durability, ScheduledTask};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::QueueMsg;
@@ -90,7 +91,7 @@ impl LocalRoom {
 
     /// Stores a parked task with what it carries (a scheduled start's instant and its
     /// trace, kept across a restart); answered with `QueueReport::Parked` or `ParkFailed`.
-    pub fn park<P, R>(
+    pub fn store<P, R>(
         &mut self,
         entry: EntryId,
         task: ScheduledTask<P>,
@@ -252,7 +253,7 @@ impl LocalRoom {
                 trace: record.trace().copied(),
             };
             if let Some(task) = record.take_task() {
-                self.park(entry, task, carried, &mut tasks.fx);
+                self.store(entry, task, carried, &mut tasks.fx);
             }
         }
     }
@@ -270,6 +271,128 @@ impl LocalRoom {
     /// Whether the queue actor owes answers.
     pub fn awaiting(&self) -> bool {
         self.waits > 0
+    }
+}
+
+impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
+    fn keeps_parked(&self) -> bool {
+        true
+    }
+
+    fn refuses_dependencies(&self) -> Option<String> {
+        Some("a durable local queue".to_owned())
+    }
+
+    /// Under `accepted` durability a task that starts at once is stored as running first:
+    /// parked and claimed through the queue, it runs (and its submitter hears) once the
+    /// queue hands it back.
+    fn start(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        starting: Starting<P>,
+        now: u64,
+    ) -> Option<ScheduledTask<P>> {
+        if !self.stores_starts() {
+            return Some(start_now(tasks, starting, now));
+        }
+        let Starting {
+            entry,
+            mut task,
+            key,
+            timeout,
+            reply,
+            extras,
+        } = starting;
+        tasks.track(entry, &task.meta, &key, timeout, extras);
+        tasks.step(entry, TaskStep::Admitted, now);
+        tasks.begin_run(entry, true, now);
+        if let Some(record) = tasks.ledger.get_mut(entry) {
+            record.rare_mut().reply = Some(reply);
+        }
+        task.meta.mailbox = Some(key);
+        let carried = Carried {
+            not_before_ms: None,
+            trace: tasks.trace_of(entry),
+        };
+        self.store(entry, task, carried, &mut tasks.fx);
+        self.claim(entry, &mut tasks.fx);
+        None
+    }
+
+    /// A task spins in the ledger first, where the durability asks for a spin; otherwise
+    /// (and a scheduled start always, with its instant, to outlive a restart) it is stored
+    /// at once, and its submitter hears once the queue answers.
+    fn park(&mut self, tasks: &mut Tasks<P, R>, parking: Parking<P>, now: u64) -> Vec<EntryId> {
+        if let Some(spin) = self.spin().filter(|_| parking.not_before_ms.is_none()) {
+            self.spin_from(parking.entry, spin, now);
+            park_in_ledger(tasks, parking, now);
+            return Vec::new();
+        }
+        let Parking {
+            entry,
+            mut task,
+            key,
+            timeout,
+            not_before_ms,
+            reply,
+            extras,
+        } = parking;
+        tasks.track(entry, &task.meta, &key, timeout, extras);
+        if let Some(record) = tasks.ledger.get_mut(entry) {
+            record.rare_mut().reply = Some(reply);
+        }
+        task.meta.mailbox = Some(key);
+        let carried = Carried {
+            not_before_ms,
+            trace: tasks.trace_of(entry),
+        };
+        self.store(entry, task, carried, &mut tasks.fx);
+        Vec::new()
+    }
+
+    fn releases_stored(&self) -> bool {
+        self.releases_claims()
+    }
+
+    fn take_stored(&mut self, entry: EntryId, fx: &mut Effects<P, R>) {
+        self.claim(entry, fx);
+    }
+
+    fn settle_stored(&mut self, entry: EntryId, settlement: Settlement, fx: &mut Effects<P, R>) {
+        self.settle(entry, settlement, fx);
+    }
+
+    fn release_stored(&mut self, entry: EntryId, fx: &mut Effects<P, R>) {
+        self.release(entry, fx);
+    }
+
+    fn forget_stored(&mut self, entry: EntryId, fx: &mut Effects<P, R>) {
+        self.remove(entry, fx);
+    }
+
+    fn tick(&mut self, tasks: &mut Tasks<P, R>, now: u64) -> bool {
+        self.store_spun(tasks, now, false);
+        false
+    }
+
+    fn store_all(&mut self, tasks: &mut Tasks<P, R>, now: u64) {
+        self.store_spun(tasks, now, true);
+    }
+
+    fn holds_until_stored(&self, entry: EntryId) -> bool {
+        self.is_parking(entry)
+    }
+
+    fn awaits_queue(&self) -> bool {
+        self.awaiting()
+    }
+
+    fn next_due(&self) -> Option<u64> {
+        LocalRoom::next_due(self)
+    }
+
+    fn local(&mut self) -> Option<&mut LocalRoom> {
+        Some(self)
     }
 }
 

@@ -1,94 +1,206 @@
-//! Where a pool's parked tasks are kept: its storage mode, chosen once when the pool starts.
+//! Where a pool's parked tasks are kept: its storage mode, chosen once when the pool starts,
+//! behind one trait ([`StorageMode`]) the shell calls without knowing which mode it has.
 //!
-//! - [`Storage::Memory`]: nothing outlives the process, so the ledger itself is the parking
-//!   lot's store: a parked task's payload waits in its record, and starting it is taking it
-//!   from there. No queue is called.
-//! - [`Storage::Local`]: a durable queue of this node's own (a file), driven through the queue
+//! - [`MemoryRoom`]: nothing outlives the process, so the ledger itself is the parking lot's
+//!   store: a parked task's payload waits in its record, and starting it is taking it from
+//!   there. No queue is called.
+//! - [`LocalRoom`]: a durable queue of this node's own (a file), driven through the queue
 //!   actor, with its durability mode (see [`local`]).
-//! - [`Storage::Shared`]: a queue several nodes park to and claim from (a database), where a
-//!   task that would park here goes instead (see [`shared`]).
+//! - [`SharedRoom`]: a queue several nodes park to and claim from (a database), where a task
+//!   that would park here goes instead (see [`shared`]).
 //!
-//! Each mode owns the state only it needs. The shell asks the mode at the few points where
-//! they differ: where a task that starts or parks goes, how a parked task is taken back, and
-//! what happens to parked tasks when the pool stops.
+//! Each mode owns the state only it needs, and answers at the few points where modes differ:
+//! how a task that starts or parks is kept, how a stored task is taken back, settled or
+//! forgotten, what a tick and a stop do, and what holds the pool's stop up. The answers a
+//! mode gets from its own queue (the queue actor's reports, the shared queue's) reach it
+//! through [`StorageMode::local`] and [`StorageMode::shared`], much as a congestion
+//! controller in quinn is reached through `into_any` for what only it knows.
 
 pub(crate) mod local;
+mod memory;
 pub(crate) mod shared;
 
+use std::time::Duration;
+
 pub(crate) use local::LocalRoom;
+pub(crate) use memory::MemoryRoom;
 pub(crate) use shared::SharedRoom;
 
-/// A pool's storage mode. See the module docs.
-pub(crate) enum Storage {
-    /// Parked tasks wait in the ledger.
-    Memory,
-    /// Parked tasks are stored in a durable queue of this node's own.
-    Local(LocalRoom),
-    /// Tasks that would park go to a queue shared with other nodes.
-    Shared(SharedRoom),
+use crate::domain::{MailboxKey, ScheduledTask};
+use crate::observe::events::TaskStep;
+use crate::queue::{EntryId, Settlement};
+use crate::scheduler::protocol::{Extras, Reply};
+use crate::scheduler::shell::effects::Effects;
+use crate::scheduler::shell::tasks::Tasks;
+
+/// A pool's storage mode, as the shell holds it.
+pub(crate) type Storage<P, R> = Box<dyn StorageMode<P, R>>;
+
+/// A submission the core lets start at once, handed to the mode to begin.
+pub(crate) struct Starting<P> {
+    pub entry: EntryId,
+    pub task: ScheduledTask<P>,
+    pub key: MailboxKey,
+    pub timeout: Option<Duration>,
+    pub reply: Reply,
+    pub extras: Option<Box<Extras>>,
 }
 
-impl Storage {
-    /// Whether parked tasks outlive a stop (kept in a durable or shared queue) rather than
+/// A submission the core parked (or put to sleep until `not_before_ms`), handed to the mode
+/// to keep.
+pub(crate) struct Parking<P> {
+    pub entry: EntryId,
+    pub task: ScheduledTask<P>,
+    pub key: MailboxKey,
+    pub timeout: Option<Duration>,
+    pub not_before_ms: Option<u64>,
+    pub reply: Reply,
+    pub extras: Option<Box<Extras>>,
+}
+
+/// What differs between the storage modes. The defaults are those of a mode that stores
+/// nothing outside the ledger.
+pub(crate) trait StorageMode<P: Send + 'static, R: Send + 'static>: Send {
+    /// The name of the queue that keeps parked tasks, for errors (`local` for this node's
+    /// own).
+    fn backend(&self) -> &'static str {
+        "local"
+    }
+
+    /// Whether parked tasks outlive a stop (kept by a durable or shared queue) rather than
     /// ending `Cancelled`.
-    pub fn keeps_parked(&self) -> bool {
-        !matches!(self, Storage::Memory)
+    fn keeps_parked(&self) -> bool;
+
+    /// Whether what waits (parked, sleeping until its instant, held for its parents) waits
+    /// in a queue the fleet shares and claims from, not in this node's core: nothing is
+    /// shed for a newcomer (it would end for every node), a task this node does not hold may
+    /// be live in the queue, and a stream cannot follow a task to another node.
+    fn waits_in_fleet(&self) -> bool {
+        false
     }
 
-    /// The local durable queue's room, in that mode.
-    pub fn local(&mut self) -> Option<&mut LocalRoom> {
-        match self {
-            Storage::Local(room) => Some(room),
-            _ => None,
-        }
+    /// Whether a task's payload lives in this process only, so a copy of it can be kept to
+    /// run it again (a preempted run, a failed one under a retry policy).
+    fn keeps_payloads_here(&self) -> bool {
+        false
     }
 
-    /// The shared queue's room, in that mode.
-    pub fn shared(&mut self) -> Option<&mut SharedRoom> {
-        match self {
-            Storage::Shared(room) => Some(room),
-            _ => None,
-        }
+    /// Why a task with parents is refused here (the queue that cannot hold them), if it is.
+    fn refuses_dependencies(&self) -> Option<String> {
+        None
     }
 
-    /// Whether this is the shared mode.
-    pub fn is_shared(&self) -> bool {
-        matches!(self, Storage::Shared(_))
+    /// Begins a submission that starts at once: hands its task back to be sent to a worker
+    /// now, or stores it first (`None`: it is sent once the queue answers).
+    fn start(
+        &mut self,
+        tasks: &mut Tasks<P, R>,
+        starting: Starting<P>,
+        now: u64,
+    ) -> Option<ScheduledTask<P>> {
+        Some(start_now(tasks, starting, now))
     }
 
-    /// Whether a task that starts at once is stored as this node's claim first (shared mode,
-    /// `accepted` durability).
-    pub fn records_starts_shared(&self) -> bool {
-        matches!(self, Storage::Shared(room) if room.records_starts())
+    /// Keeps a submission the core parked. Returns the parked tasks to start, if keeping it
+    /// freed a place in the core.
+    fn park(&mut self, tasks: &mut Tasks<P, R>, parking: Parking<P>, now: u64) -> Vec<EntryId>;
+
+    /// Whether a started task the mode stored can be handed back to it to run again.
+    fn releases_stored(&self) -> bool {
+        false
     }
 
-    /// Whether a task that starts at once is stored as running first (local mode,
-    /// `accepted` durability).
-    pub fn stores_starts_locally(&self) -> bool {
-        matches!(self, Storage::Local(room) if room.stores_starts())
+    /// Takes a stored task's payload back, to run it (the core started it).
+    fn take_stored(&mut self, _entry: EntryId, _fx: &mut Effects<P, R>) {}
+
+    /// Ends the run of a task taken from the mode's store.
+    fn settle_stored(&mut self, _entry: EntryId, _settlement: Settlement, _fx: &mut Effects<P, R>) {
     }
 
-    /// Whether a claim from the shared queue is in flight: what it takes is this node's
-    /// until it answers, so a stopping node waits for it (and hands it back).
-    pub fn awaits_claim(&self) -> bool {
-        matches!(self, Storage::Shared(room) if room.is_claiming())
+    /// Hands a stored task's claim back, to run it again.
+    fn release_stored(&mut self, _entry: EntryId, _fx: &mut Effects<P, R>) {}
+
+    /// Forgets a stored task that ended while parked.
+    fn forget_stored(&mut self, _entry: EntryId, _fx: &mut Effects<P, R>) {}
+
+    /// Time-driven work of the mode's own. Returns whether to claim from the fleet now.
+    fn tick(&mut self, _tasks: &mut Tasks<P, R>, _now: u64) -> bool {
+        false
     }
 
-    /// The shared queue's backend name, for errors.
-    pub fn backend(&self) -> &'static str {
-        match self {
-            Storage::Shared(room) => room.backend(),
-            Storage::Local(_) | Storage::Memory => "local",
-        }
+    /// Before a stop lets go of the parked tasks: stores every task that waits to be stored.
+    fn store_all(&mut self, _tasks: &mut Tasks<P, R>, _now: u64) {}
+
+    /// Whether parked task `entry`'s record must be kept at a stop, until its store answers.
+    fn holds_until_stored(&self, _entry: EntryId) -> bool {
+        false
     }
 
-    /// When the next spinning task is due to be written, in the local mode; when to claim
-    /// again from a fleet's short bucket, in the shared mode.
-    pub fn next_due(&self) -> Option<u64> {
-        match self {
-            Storage::Local(room) => room.next_due(),
-            Storage::Shared(room) => room.reclaim_due(),
-            Storage::Memory => None,
-        }
+    /// Whether a call in flight holds a drained pool's stop up (what it brings back is this
+    /// node's until it answers).
+    fn holds_stop(&self) -> bool {
+        false
     }
+
+    /// Whether the queue actor owes answers (the scheduler should not spin on its inbox).
+    fn awaits_queue(&self) -> bool {
+        false
+    }
+
+    /// When the mode's next time-driven work is due.
+    fn next_due(&self) -> Option<u64> {
+        None
+    }
+
+    /// The local durable mode's state, in that mode (for the queue actor's reports).
+    fn local(&mut self) -> Option<&mut LocalRoom> {
+        None
+    }
+
+    /// The shared mode's state, in that mode (for the shared queue's reports).
+    fn shared(&mut self) -> Option<&mut SharedRoom> {
+        None
+    }
+}
+
+/// Begins a submission that runs at once, stored nowhere: its submitter hears its key now.
+pub(crate) fn start_now<P: Send + 'static, R: Send + 'static>(
+    tasks: &mut Tasks<P, R>,
+    starting: Starting<P>,
+    now: u64,
+) -> ScheduledTask<P> {
+    let Starting {
+        entry,
+        mut task,
+        key,
+        timeout,
+        reply,
+        extras,
+    } = starting;
+    tasks.track(entry, &task.meta, &key, timeout, extras);
+    tasks.step(entry, TaskStep::Admitted, now);
+    tasks.begin_run(entry, false, now);
+    task.meta.mailbox = Some(key.clone());
+    tasks.fx.answer(reply, Ok(key));
+    task
+}
+
+/// Keeps a parked submission's payload in its ledger record.
+pub(crate) fn park_in_ledger<P: Send + 'static, R: Send + 'static>(
+    tasks: &mut Tasks<P, R>,
+    parking: Parking<P>,
+    now: u64,
+) {
+    let Parking {
+        entry,
+        task,
+        key,
+        timeout,
+        reply,
+        extras,
+        ..
+    } = parking;
+    tasks.track(entry, &task.meta, &key, timeout, extras);
+    let arrived = (Some(reply), TaskStep::Admitted);
+    tasks.keep_parked(entry, task.payload, arrived, key, now);
 }

@@ -34,7 +34,7 @@ mod sleepers;
 
 use super::effects::Effect;
 use super::storage::shared::{SharedCall, SharedReport};
-use super::storage::{LocalRoom, SharedRoom, Storage};
+use super::storage::{LocalRoom, MemoryRoom, SharedRoom, Storage};
 use super::waiters::GaveUp;
 use super::{Shell, ShellArgs};
 use crate::domain::{
@@ -321,13 +321,13 @@ impl World {
             .with_max_queued_units(Some(12))
             .with_preemption(Some(Preemption::new(2)))
             .with_on_give_up(Some(OnGiveUp::Abandon));
-        let storage = match mode {
-            Mode::Memory => Storage::Memory,
-            Mode::Local(durability) => Storage::Local(LocalRoom::new(durability)),
+        let storage: Storage<u32, u32> = match mode {
+            Mode::Memory => Box::new(MemoryRoom),
+            Mode::Local(durability) => Box::new(LocalRoom::new(durability)),
             Mode::Shared {
                 durability,
                 claim_ahead,
-            } => Storage::Shared(SharedRoom::new(
+            } => Box::new(SharedRoom::new(
                 "model",
                 Duration::from_millis(300),
                 claim_ahead,

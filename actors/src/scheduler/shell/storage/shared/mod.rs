@@ -3,6 +3,8 @@
 //!
 //! - `room.rs`: the mode's own state in the shell ([`SharedRoom`]): the leases this node
 //!   holds, the claims and parks in flight, when to claim and renew next;
+//! - `hooks.rs`: the mode's answers where storage modes differ (a task that would park
+//!   goes to the queue; one that starts at once may be stored as this node's claim first);
 //! - `mode.rs`: the shell's side: what it parks in the queue, how it admits what it claims,
 //!   and what it does with each answer;
 //! - `calls.rs`: the calls the shell asks of the queue ([`SharedCall`], effects like any
@@ -16,6 +18,7 @@
 //! budgets, fair share by use, unique callers), which the node asks for as it starts.
 
 mod calls;
+mod hooks;
 mod io;
 mod mode;
 mod parking;
@@ -25,6 +28,7 @@ mod settle;
 #[cfg(test)]
 pub(crate) use calls::Enqueued;
 pub(crate) use calls::{EndedLater, SharedCall, SharedReport};
+pub(crate) use hooks::Enqueue;
 pub(crate) use io::SharedIo;
 pub use parking::SharedParking;
 pub(crate) use room::SharedRoom;

@@ -1,22 +1,19 @@
 //! The shell's side of the shared-queue mode: what it parks there, how it admits what it
 //! claims, and what it does with the queue's answers (claims, starts stored as claims,
 //! parks, removals, dead letters, lost leases, polls). The mode's own state (leases,
-//! claims in flight, when to claim) is [`SharedRoom`] (`room.rs`); the calls themselves are
+//! claims in flight, when to claim) is [`SharedRoom`](super::SharedRoom) (`room.rs`); the calls themselves are
 //! made by the I/O side (`io.rs`).
 
 use super::calls::{SharedCall, SharedReport};
-use super::SharedRoom;
-use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask};
+use crate::domain::{MailboxKey, OnDuplicate, PoolError, ResourceKind};
 use crate::mailbox::actor::Stored;
 use crate::observe::events::TaskStep;
 use crate::queue::actor::fault_of;
-use crate::queue::{Carried, Claim, DependsOn, EntryId, Lease, QueueError, Settlement};
+use crate::queue::{Claim, EntryId, Lease, QueueError, Settlement};
 use crate::scheduler::core::Cancel;
-use crate::scheduler::protocol::Reply;
 use crate::scheduler::shell::admission::{Admission, Origin};
-use crate::scheduler::shell::ledger::{admitted_ms, sequence_of};
 use crate::scheduler::shell::observe::Detail;
-use crate::scheduler::shell::{Record, Shell, Storage};
+use crate::scheduler::shell::{Record, Shell};
 use crate::util::contain::drop_contained;
 
 impl<P, R> Shell<P, R>
@@ -79,59 +76,13 @@ where
     ) -> bool {
         let limits = self.tasks.core.limits();
         matches!(origin, Origin::Submitted { .. })
-            && self.storage.is_shared()
+            && self.storage.waits_in_fleet()
             && (limits.budgets.get(kind).is_some() || limits.on_duplicate == OnDuplicate::Attach)
-    }
-
-    /// Parks submission `entry` in the shared queue, where any node may claim it, with what
-    /// it carries (claimable by no node before its instant, if it has one; claimed in its
-    /// trace, if it has one).
-    pub(in crate::scheduler::shell) fn park_shared(
-        &mut self,
-        entry: EntryId,
-        mut task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
-        carried: Carried,
-    ) {
-        task.meta.mailbox = Some(key.clone());
-        self.tasks.fx.shared(SharedCall::Enqueue {
-            entry: SharedRoom::entry_for(sequence_of(entry)),
-            rank_time_ms: admitted_ms(entry),
-            carried,
-            depends_on: None,
-            task,
-            key,
-            reply,
-        });
-    }
-
-    /// [`park_shared`](Self::park_shared), held in the queue until `depends_on`'s parents
-    /// succeed.
-    pub(in crate::scheduler::shell) fn park_shared_waiting(
-        &mut self,
-        entry: EntryId,
-        mut task: ScheduledTask<P>,
-        key: MailboxKey,
-        reply: Reply,
-        carried: Carried,
-        depends_on: DependsOn,
-    ) {
-        task.meta.mailbox = Some(key.clone());
-        self.tasks.fx.shared(SharedCall::Enqueue {
-            entry: SharedRoom::entry_for(sequence_of(entry)),
-            rank_time_ms: admitted_ms(entry),
-            carried,
-            depends_on: Some(depends_on),
-            task,
-            key,
-            reply,
-        });
     }
 
     /// What a shared-queue call answered, or a poll.
     pub fn shared_report(&mut self, report: SharedReport<P>, now: u64) {
-        let Storage::Shared(room) = &mut self.storage else {
+        let Some(room) = self.storage.shared() else {
             return;
         };
         match report {
@@ -194,7 +145,7 @@ where
             Ok(leases) if leases.is_empty() => {
                 if woken {
                     self.claim_if_open(now);
-                } else if let Storage::Shared(room) = &mut self.storage {
+                } else if let Some(room) = self.storage.shared() {
                     room.found_nothing(&self.tasks.core, now);
                 }
             }
@@ -325,7 +276,7 @@ where
         if !self.lifecycle.takes_work() {
             return;
         }
-        if let Storage::Shared(room) = &mut self.storage {
+        if let Some(room) = self.storage.shared() {
             room.claim_if_room(&mut self.tasks, now);
         }
     }
