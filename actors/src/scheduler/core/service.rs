@@ -13,10 +13,13 @@
 //! - **No banked credit.** The *floor* is the lowest counter among the *backlogged* tenants
 //!   (those with a parked task); while none is, it is where the last of them was, raised to
 //!   the counter of each tenant that starts a task meanwhile. A tenant that becomes
-//!   backlogged, or arrives with a task while not backlogged, is lifted to the floor; a
-//!   refund never takes a counter below the floor (nor raises it). So a tenant that idled,
-//!   or whose tasks used less than they declared while others waited, cannot come back and
-//!   take the pool for as long as it stayed away.
+//!   backlogged, or arrives with a task while not backlogged, is lifted to the floor, so a
+//!   tenant that idled cannot come back and take the pool for as long as it stayed away. A
+//!   refund stops at the floor *kept* for such tenants (`floor`, the field), not at the
+//!   lowest backlogged counter: a backlogged tenant whose task used less than its charge
+//!   ahead is served by what it used, below one that used more, or weights would not hold
+//!   (each end would land the ending tenant on the other's counter, and the tie-break would
+//!   alternate them).
 //! - **Decay.** With a half-life `h`, every counter is multiplied by `2^(-dt/h)` as time
 //!   passes. All counters decay by the same factor, so their order never changes and no
 //!   tenant needs to be listed again: a counter is stored as `raw`, its value at `now` being
@@ -37,29 +40,29 @@
 //!
 //! # The bound
 //!
-//! Let `U` be the largest weighted advance, `max(charge ahead / weight)` over the tasks.
-//! When every backlogged tenant has a parked task that fits whenever a task starts (one
-//! worker slot and no cap below the largest cost, or units that never run short), the
-//! counters of any two backlogged tenants differ by at most `U` at every step. Proof, with
-//! `m` the lowest backlogged counter, by induction over events:
+//! Let `U` be the largest weighted advance, `max(charge ahead / weight)` over the tasks, and
+//! `S` the tasks that run at once (worker slots). When every backlogged tenant has a parked
+//! task that fits whenever a task starts, the counters of any two backlogged tenants differ
+//! by at most `S·U` at every step (`U` on one worker). With `m` the lowest backlogged
+//! counter:
 //!
-//! - a start is of the tenant at `m` (it has the lowest counter, and its task fits): its
-//!   counter becomes at most `m + U`, and `m` does not fall;
-//! - a tenant that becomes backlogged is lifted to at least `m`, and has at most `m + U`:
-//!   its counter rose only at its starts, each from at most the floor of the moment (the
-//!   lowest backlogged counter, or, with nobody backlogged, its own counter, which the floor
-//!   then follows), and the floor never falls, because a refund stops at it; settlements
-//!   only lower a counter;
-//! - a tenant that leaves only removes a counter; decay multiplies every difference by the
-//!   same factor below 1.
+//! - a start is of the tenant at `m`: its counter becomes at most `m + U`;
+//! - a refund never takes a counter below where it was when the task started plus what the
+//!   task used, which was the `m` of that moment; meanwhile `m` rose only by the advances of
+//!   the tasks that started beside the tenant's (at most `S - 1` at once), so the tenant
+//!   ends at most `(S - 1)·U` below the `m` of any later start, and that start's counter at
+//!   most `U` above it. On one worker nothing starts while a task runs: within `U`;
+//! - a tenant that becomes backlogged is lifted to at least `m`; one that leaves only
+//!   removes a counter; decay multiplies every difference by the same factor below 1.
 //!
-//! The Virtual Token Counter's bound is `2U`: it charges output tokens as they are made,
-//! after the tenant was chosen, so a counter may rise by another `U` past the others'.
-//! Charging the bound ahead and settling down makes one `U`. When the lowest tenant's task
-//! does not fit (units, its cap, the reservation), a higher tenant's smaller task may start
-//! in its place (skip-ahead), and the gap may grow past `U` until the starvation guard
-//! drains the pool for it; a `held` task without a timeout (charged only at its end) may
-//! also add its whole cost at once. `tests_vtc.rs` checks the bound on random workloads.
+//! So two tenants that stay backlogged are served within `2·S·U` of their weights' shares
+//! over any span. The Virtual Token Counter's bound on one worker is `2U`: it charges output
+//! tokens as they are made, after the tenant was chosen. Charging the bound ahead and
+//! settling down makes one `U`. When the lowest tenant's task does not fit (units, its cap,
+//! the reservation), a higher tenant's smaller task may start in its place (skip-ahead), and
+//! the gap may grow past the bound until the starvation guard drains the pool for it; a
+//! `held` task without a timeout (charged only at its end) may also add its whole cost at
+//! once. `tests_vtc.rs` checks the bound and the weights' shares on random workloads.
 
 use std::collections::BTreeSet;
 
@@ -374,9 +377,11 @@ impl ServiceBook {
         // The refund takes back part of the charge made at the start, decayed as it has
         // decayed since.
         let refunded = raw + change * self.scale(run.started);
-        // A refund stops at the floor: what a tenant did not use while others waited is
-        // not credit it can spend later.
-        self.set(run.tenant, refunded.max(raw.min(self.floor())));
+        // A refund stops at the floor kept for tenants that come back (`self.floor`), not at
+        // the lowest waiting counter: a waiting tenant whose task used less than its charge
+        // ahead is served by what it used, below a tenant that used more, or weights would
+        // not hold (every end would land both on the same counter).
+        self.set(run.tenant, refunded.max(raw.min(self.floor)));
         Some(run.tenant)
     }
 
