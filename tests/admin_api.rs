@@ -275,6 +275,26 @@ async fn every_mutation_needs_the_token_and_does_what_it_says() {
     assert_eq!(status, 200);
     assert!(!pool.stats().paused);
 
+    // A body in the wrong shape is refused, though serde would read an array as the
+    // fields in order.
+    let (status, body) = post(
+        &server,
+        "api/pools/llm/cancel",
+        Some(TOKEN),
+        Some(serde_json::json!(["acme", null, null, 2])),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            400,
+            Some(
+                "a cancel takes {\"tenant\": .., \"user_id\": .., \"session_id\": .., \"id\": ..} \
+                 (user_id and session_id optional): the body is an array, not a JSON object"
+            )
+        )
+    );
+    assert_eq!(pool.stats().cancelled_tasks, 0, "nothing was cancelled");
     let cancel = serde_json::json!({ "tenant": "acme", "id": 2 });
     let (status, _) = post(
         &server,

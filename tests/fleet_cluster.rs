@@ -448,6 +448,23 @@ fn one_admin_shows_and_controls_a_fleet_of_three_nodes() {
     assert!(answer["error"].as_str().unwrap().contains("its nodes are"));
     let (status, _) = post(&admin, "/api/fleet/work/reboot", json!({ "all": true }));
     assert_eq!(status, 404);
+    // A body in the wrong shape (serde would read an array as the fields in order) is a
+    // 400 that pauses or cancels nothing.
+    let (status, answer) = post(&admin, "/api/fleet/work/pause", json!([b["node"]]));
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("the body is an array, not a JSON object"),
+        "{answer}"
+    );
+    let (status, answer) = post(
+        &admin,
+        "/api/fleet/work/cancel",
+        json!(["fleet", null, queue, 100]),
+    );
+    assert_eq!(status, 400, "{answer}");
 
     // Cancelling, from a's admin, the task the producer submitted: the producer hears it.
     let (status, answer) = post(

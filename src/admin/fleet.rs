@@ -63,7 +63,7 @@ mod api {
     use axum::{Json, Router};
     use serde_json::json;
 
-    use super::super::routes::{page, ApiError, ApiResult, Shared};
+    use super::super::routes::{object_body, page, ApiError, ApiResult, CancelBody, Shared};
     use crate::core::PoolError;
     use crate::infra::postgres::fleet::{FleetView, NodeAction, STALE_AFTER_BEATS};
     use crate::util::serde::{MailboxKey, TaskId};
@@ -191,18 +191,6 @@ mod api {
         all: bool,
     }
 
-    /// A task to cancel: its key's parts and its id.
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct CancelBody {
-        tenant: String,
-        #[serde(default)]
-        user_id: Option<String>,
-        #[serde(default)]
-        session_id: Option<String>,
-        id: TaskId,
-    }
-
     const ACTIONS: &str = "pause, resume, drain, undrain or cancel";
 
     async fn control(
@@ -222,12 +210,11 @@ mod api {
             return cancel(&state, &name, &body).await;
         }
         let action = NodeAction::from_name(&action).unwrap_or(NodeAction::Pause);
-        let target: Target = serde_json::from_slice(&body).map_err(|error| {
-            ApiError::bad_request(format!(
-                "a fleet {} takes {{\"node\": \"..\"}} for one node or {{\"all\": true}} for every node: {error}",
-                action.name()
-            ))
-        })?;
+        let takes = format!(
+            "a fleet {} takes {{\"node\": \"..\"}} for one node or {{\"all\": true}} for every node",
+            action.name()
+        );
+        let target: Target = object_body(&body, &takes)?;
         let node = match (&target.node, target.all) {
             (Some(node), false) => Some(node.as_str()),
             (None, true) => None,
@@ -263,20 +250,14 @@ mod api {
     /// queue, whichever node submitted it, and its submitter hears `Cancelled`.
     async fn cancel(state: &Shared, name: &str, body: &[u8]) -> ApiResult {
         let served = state.pool(name)?;
-        let cancel: CancelBody = serde_json::from_slice(body).map_err(|error| {
-            ApiError::bad_request(format!(
-                "a cancel takes {{\"tenant\": .., \"user_id\": .., \"session_id\": .., \"id\": ..}} (user_id and session_id optional): {error}"
-            ))
-        })?;
-        let mut key = MailboxKey::new(cancel.tenant);
-        key.user_id = cancel.user_id;
-        key.session_id = cancel.session_id;
+        let cancel: CancelBody = object_body(body, CancelBody::TAKES)?;
+        let (key, id) = cancel.task();
         served
             .pool
-            .cancel(&key, cancel.id)
+            .cancel(&key, id)
             .await
             .map_err(ApiError::of_pool)?;
-        tracing::info!(pool = %name, id = cancel.id, "admin: fleet cancel");
-        Ok(Json(json!({ "cancelled": cancel.id })).into_response())
+        tracing::info!(pool = %name, id, "admin: fleet cancel");
+        Ok(Json(json!({ "cancelled": id })).into_response())
     }
 }

@@ -158,6 +158,57 @@ impl ApiError {
 
 pub(super) type ApiResult = Result<Response, ApiError>;
 
+/// A request body read as `T`, which must be a JSON object: serde's derived `Deserialize`
+/// would also take an array of the fields in order (`["tenant", null, null, 9]` for a
+/// cancel), which no caller means. Anything else is a 400 that says what the body takes
+/// (`takes`, the request's name and shape) and what was wrong.
+pub(super) fn object_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    takes: &str,
+) -> Result<T, ApiError> {
+    let refuse = |why: String| ApiError::bad_request(format!("{takes}: {why}"));
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|error| refuse(error.to_string()))?;
+    let shape = match &value {
+        serde_json::Value::Object(_) => None,
+        serde_json::Value::Array(_) => Some("an array"),
+        serde_json::Value::String(_) => Some("a string"),
+        serde_json::Value::Number(_) => Some("a number"),
+        serde_json::Value::Bool(_) => Some("a boolean"),
+        serde_json::Value::Null => Some("null"),
+    };
+    if let Some(shape) = shape {
+        return Err(refuse(format!("the body is {shape}, not a JSON object")));
+    }
+    serde_json::from_value(value).map_err(|error| refuse(error.to_string()))
+}
+
+/// A task to cancel, as a pool's and a fleet's cancel take it: its key's parts and its id.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CancelBody {
+    tenant: String,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    id: crate::util::serde::TaskId,
+}
+
+impl CancelBody {
+    /// What a cancel's body takes, for its errors.
+    pub(super) const TAKES: &'static str = "a cancel takes {\"tenant\": .., \"user_id\": .., \
+        \"session_id\": .., \"id\": ..} (user_id and session_id optional)";
+
+    /// The task's key and id.
+    pub(super) fn task(self) -> (crate::util::serde::MailboxKey, crate::util::serde::TaskId) {
+        let mut key = crate::util::serde::MailboxKey::new(self.tenant);
+        key.user_id = self.user_id;
+        key.session_id = self.session_id;
+        (key, self.id)
+    }
+}
+
 impl AdminState {
     /// The pool named `name`, or a 404 naming the pools there are.
     pub(super) fn pool(&self, name: &str) -> Result<&Served, ApiError> {

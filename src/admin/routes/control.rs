@@ -7,20 +7,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::pools::summary;
-use super::{ApiError, ApiResult, Shared};
-use crate::util::serde::{MailboxKey, TaskId};
-
-/// A task to cancel: its key's parts and its id.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CancelBody {
-    tenant: String,
-    #[serde(default)]
-    user_id: Option<String>,
-    #[serde(default)]
-    session_id: Option<String>,
-    id: TaskId,
-}
+use super::{object_body, ApiError, ApiResult, CancelBody, Shared};
 
 pub(super) async fn control(
     State(state): State<Shared>,
@@ -43,15 +30,9 @@ pub(super) async fn control(
         "drain" => pool.drain().await,
         "undrain" => pool.undrain().await,
         _ => {
-            let cancel: CancelBody = serde_json::from_slice(&body).map_err(|error| {
-                ApiError::bad_request(format!(
-                    "a cancel takes {{\"tenant\": .., \"user_id\": .., \"session_id\": .., \"id\": ..}} (user_id and session_id optional): {error}"
-                ))
-            })?;
-            let mut key = MailboxKey::new(cancel.tenant);
-            key.user_id = cancel.user_id;
-            key.session_id = cancel.session_id;
-            pool.cancel(&key, cancel.id).await
+            let cancel: CancelBody = object_body(&body, CancelBody::TAKES)?;
+            let (key, id) = cancel.task();
+            pool.cancel(&key, id).await
         }
     };
     done.map_err(ApiError::of_pool)?;

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{page, ApiError, ApiResult, Shared};
+use super::{object_body, page, ApiError, ApiResult, Shared};
 use crate::admin::Served;
 use crate::core::{EntryId, KeptLetter};
 
@@ -124,11 +124,8 @@ pub(super) async fn purge_dead_letters(
     let purge: PurgeBody = if body.is_empty() {
         PurgeBody { entry: None }
     } else {
-        serde_json::from_slice(&body).map_err(|error| {
-            ApiError::bad_request(format!(
-                "a purge takes {{\"entry\": \"..\"}} for one dead letter, or {{}} for all: {error}"
-            ))
-        })?
+        let takes = "a purge takes {\"entry\": \"..\"} for one dead letter, or {} for all";
+        object_body(&body, takes)?
     };
     let entry = purge.entry.as_deref().map(entry_of).transpose()?;
     let purged = served
