@@ -32,6 +32,7 @@ use crate::core::{
     QueueOrder, Retries, StartCap, StarvationGuard, TenantWeights, UsageCharge,
 };
 use crate::infra::queue::QueueSettings;
+use crate::settings::error::ConfigError;
 use crate::settings::secret::Secret;
 use crate::util::serde::ResourceKind;
 use prometheus_parking_lot_actors::domain::MAX_WEIGHT;
@@ -472,8 +473,74 @@ impl FairShareSettings {
 }
 
 impl SchedulerConfig {
-    /// The settings of one pool as a [`WorkerPoolConfig`] (the pool must be in `pools`; a
-    /// `max_units` of `"auto"` is resolved by the caller).
+    /// The settings of pool `name` as a [`WorkerPoolConfig`], with the file's `max_units`:
+    /// what to hand [`WorkerPool::new`](crate::WorkerPool::new) to build one pool of a file
+    /// by hand. A pool the settings alone cannot describe is refused, naming the field:
+    /// `max_units: "auto"` (its units come from the GPU: build it with
+    /// [`build_pools_from_scheduler_config`](crate::build_pools_from_scheduler_config), or
+    /// pass the units to [`worker_pool_config`](Self::worker_pool_config)), and
+    /// `schedules` (a schedule's payload is read as the pool's payload type when the pool is
+    /// built: build it from the file, or add each with `WorkerPool::add_schedule`).
+    ///
+    /// ```
+    /// use prometheus_parking_lot::SchedulerConfig;
+    ///
+    /// let config = SchedulerConfig::from_json_str(
+    ///     r#"{"pools": {"llm": {"max_units": 24}, "auto": {"max_units": "auto"}}}"#,
+    /// ).unwrap();
+    /// let settings = config.pool_settings("llm").unwrap();
+    /// assert_eq!(settings.limits().capacity.get(prometheus_parking_lot::ResourceKind::GpuVram), 24);
+    /// let auto = config.pool_settings("auto").unwrap_err();
+    /// assert!(auto.to_string().starts_with("pools.auto.max_units:"), "{auto}");
+    /// let missing = config.pool_settings("chat").unwrap_err();
+    /// assert_eq!(missing.to_string(), "pools: no pool named \"chat\"; the pools are \"auto\", \"llm\"");
+    /// ```
+    pub fn pool_settings(&self, name: &str) -> Result<WorkerPoolConfig, ConfigError> {
+        let quoted = crate::settings::quote::value(name);
+        let Some(pool) = self.pools.get(name) else {
+            let names: Vec<String> = self
+                .pools
+                .keys()
+                .map(|name| crate::settings::quote::value(name))
+                .collect();
+            return Err(ConfigError::invalid(
+                "pools",
+                format!("no pool named {quoted}; the pools are {}", names.join(", ")),
+            ));
+        };
+        let path = format!("pools.{}", crate::settings::quote::name(name));
+        let MaxUnits::Units(units) = pool.max_units else {
+            return Err(ConfigError::invalid(
+                format!("{path}.max_units"),
+                "\"auto\" takes its units from the GPU, which only building the pools from \
+                 the file measures: use build_pools_from_scheduler_config, or \
+                 worker_pool_config(name, units) with the units you measured",
+            ));
+        };
+        if !pool.schedules.is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{path}.schedules"),
+                "a pool's schedules are added as the pool is built, their payloads read as \
+                 its payload type: use build_pools_from_scheduler_config, or add each with \
+                 WorkerPool::add_schedule once the pool is built from settings without them",
+            ));
+        }
+        let units = u32::try_from(units).map_err(|_| {
+            ConfigError::invalid(
+                format!("{path}.max_units"),
+                format!("{units} is too many units; use 1 to {}", u32::MAX),
+            )
+        })?;
+        self.worker_pool_config(name, units).ok_or_else(|| {
+            ConfigError::invalid(path, "the pool vanished while its settings were read")
+        })
+    }
+
+    /// The settings of one pool as a [`WorkerPoolConfig`], with a capacity of `max_units`
+    /// of every kind *in place of the file's `max_units`* (for a pool whose `"auto"` units
+    /// the caller measured). `None` when the file has no pool `name`. It carries no
+    /// `schedules`: see [`pool_settings`](Self::pool_settings), which takes the file's
+    /// `max_units` and refuses what the settings cannot carry, naming the field.
     pub fn worker_pool_config(&self, name: &str, max_units: u32) -> Option<WorkerPoolConfig> {
         let pool = self.pools.get(name)?;
         let mut settings = WorkerPoolConfig::new()

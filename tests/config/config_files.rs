@@ -283,6 +283,32 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
 }
 
 #[test]
+fn pool_settings_take_the_files_units_and_refuse_what_they_cannot_carry() {
+    // The file's max_units, not an argument that silently wins.
+    let config = SchedulerConfig::from_json_str(&one_pool(r#"{ "max_units": 6 }"#)).unwrap();
+    let settings = config.pool_settings("p").unwrap();
+    assert_eq!(settings.limits().capacity.get(ResourceKind::Cpu), 6);
+    assert_eq!(settings.limits().capacity.get(ResourceKind::GpuVram), 6);
+    // Schedules are added as a pool is built from the file: settings alone refuse them,
+    // naming the field and the way that carries them.
+    let scheduled = one_pool(
+        r#"{ "max_units": 6, "schedules": [
+             { "name": "nightly", "cron": "0 2 * * *", "payload": "reindex" } ] }"#,
+    );
+    let config = SchedulerConfig::from_json_str(&scheduled).unwrap();
+    let refused = config.pool_settings("p").unwrap_err().to_string();
+    assert!(refused.starts_with("pools.p.schedules: "), "{refused}");
+    assert!(
+        refused.contains("build_pools_from_scheduler_config"),
+        "{refused}"
+    );
+    assert!(refused.contains("WorkerPool::add_schedule"), "{refused}");
+    // worker_pool_config is the explicit override: the units given, no schedules.
+    let overridden = config.worker_pool_config("p", 24).unwrap();
+    assert_eq!(overridden.limits().capacity.get(ResourceKind::Cpu), 24);
+}
+
+#[test]
 fn a_fair_share_by_use_reads_as_its_order_and_weights() {
     let text = one_pool(
         r#"{ "max_units": 24, "fair_share": { "max_fraction": 0.5, "by_use": {
