@@ -240,6 +240,27 @@ pub enum ScheduleError {
     },
 }
 
+/// A schedule's refusal as a pool's error (`InvalidConfig`, with the same text), so that
+/// making a schedule and adding it to a pool are one `?` chain:
+///
+/// ```
+/// use std::time::Duration;
+/// use prometheus_parking_lot_actors::domain::PoolError;
+/// use prometheus_parking_lot_actors::schedule::{Schedule, Timing};
+///
+/// fn nightly() -> Result<Schedule, PoolError> {
+///     Ok(Schedule::new("nightly", Timing::cron("0 2 * * *", "UTC")?)?)
+/// }
+/// assert!(nightly().is_ok());
+/// let too_short = || -> Result<Timing, PoolError> { Ok(Timing::every(Duration::ZERO)?) };
+/// assert!(matches!(too_short(), Err(PoolError::InvalidConfig(text)) if text.contains("too short")));
+/// ```
+impl From<ScheduleError> for crate::domain::PoolError {
+    fn from(error: ScheduleError) -> Self {
+        crate::domain::PoolError::InvalidConfig(error.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

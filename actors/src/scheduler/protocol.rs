@@ -86,7 +86,10 @@ pub struct SubmitOptions {
     /// unless [`run_if_parents_fail`](Self::run_if_parents_fail). Each must be live in the
     /// pool or have ended recently; an unknown id, another tenant's task, the task itself,
     /// or more than [`MAX_PARENTS`](crate::domain::MAX_PARENTS) ids are refused at submit
-    /// (`PoolError::Dependency`). Supported on the in-memory queue.
+    /// (`PoolError::Dependency`). Kept by the in-memory queue and by the Postgres table
+    /// queue with `"dependencies": true` (across nodes: a parent may run on any node); a
+    /// pool on another queue refuses the submission with `DependencyError::Unsupported`,
+    /// which names the queues that keep them.
     pub depends_on: Vec<TaskId>,
     /// Runs the task once every parent ended, however they ended (a cleanup step), instead
     /// of cancelling it when one did not succeed.
