@@ -484,11 +484,19 @@ async fn the_command_line_shows_and_controls_a_pool() {
     let json: Value = serde_json::from_str(&out).expect("--json prints JSON");
     assert!(ok);
     assert_eq!(json["pools"][0]["stats"]["active_tasks"], 1);
+    // --pool, as every other command takes it: the one pool.
+    let (ok, out, _) = cli(&server, &["status", "--pool", "llm"]).await;
+    assert!(
+        ok && out.lines().nth(1).is_some_and(|row| row.starts_with("llm")),
+        "{out}"
+    );
+    let (ok, _, err) = cli(&server, &["status", "--pool", "nope"]).await;
+    assert!(!ok && err.contains("no pool named \"nope\""), "{err}");
 
     let (ok, out, _) = cli(&server, &["parked", "--pool", "llm"]).await;
     assert!(ok);
     assert!(
-        out.contains("acme/chat-1") && out.contains("needs 6 gpu_vram, 2 free"),
+        out.contains("acme//chat-1") && out.contains("needs 6 gpu_vram, 2 free"),
         "{out}"
     );
     assert!(out.ends_with("1 of 1 parked\n"), "{out}");
@@ -522,14 +530,28 @@ async fn the_command_line_shows_and_controls_a_pool() {
     let (ok, out, _) = cli(&server, &["resume", "--pool", "llm", "--token", TOKEN]).await;
     assert_eq!((ok, out.as_str()), (true, "pool llm is running\n"));
 
+    // The key without its session names no task: the error says what names one.
+    let partial = [
+        "cancel", "--pool", "llm", "--tenant", "acme", "2", "--token", TOKEN,
+    ];
+    let (ok, _, err) = cli(&server, &partial).await;
+    assert!(
+        !ok && err.contains("no live task with id 2") && err.contains("--key tenant/user/session"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(
+        &server,
+        &["cancel", "--pool", "llm", "--key", "a/b/c/d", "2"],
+    )
+    .await;
+    assert!(!ok && err.contains("\"a/b/c/d\" is not a key"), "{err}");
+    // The key as `parked` printed it.
     let cancel = [
         "cancel",
         "--pool",
         "llm",
-        "--tenant",
-        "acme",
-        "--session",
-        "chat-1",
+        "--key",
+        "acme//chat-1",
         "2",
         "--token",
         TOKEN,

@@ -95,9 +95,10 @@ pub(crate) async fn run(
                 .get(&format!(
                     "/api/fleet/{}/why?{}",
                     path(&task.pool),
-                    task.query()
+                    task.query()?
                 ))
-                .await?,
+                .await
+                .map_err(|failure| task.not_found(failure))?,
             why_line,
         ),
         FleetCommand::Budgets { pool } => (
@@ -109,11 +110,13 @@ pub(crate) async fn run(
         FleetCommand::Drain(target) => (request(server, "drain", target).await?, asked_line),
         FleetCommand::Undrain(target) => (request(server, "undrain", target).await?, asked_line),
         FleetCommand::Cancel(task) => {
-            let answer = post(server, &task.pool, "cancel", task.body()).await?;
+            let answer = post(server, &task.pool, "cancel", task.body()?)
+                .await
+                .map_err(|failure| task.not_found(failure))?;
             return Ok(if json {
                 format!("{}\n", json_text(&answer, false))
             } else {
-                task.cancelled()
+                task.cancelled()?
             });
         }
     };

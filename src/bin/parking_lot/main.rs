@@ -1,14 +1,14 @@
 //! `parking-lot`: the command line over a running admin server (cargo feature `admin`).
 //!
 //! ```text
-//! parking-lot status                       every pool: state, tasks, capacity in use
+//! parking-lot status                       every pool: state, tasks, capacity in use (--pool: one)
 //! parking-lot parked --pool llm            parked tasks in rank order, why each waits, its place
 //!                                          in line and when it is expected to start
 //! parking-lot running --pool llm           running tasks
 //! parking-lot tenants --pool llm           tenants and their work (tasks without a mailbox
 //!                                          as one row), 50 a page
 //! parking-lot pause --pool llm             (resume, drain, undrain)
-//! parking-lot cancel --pool llm --tenant acme 42
+//! parking-lot cancel --pool llm --key acme//s9 42   (the key as `parked` prints it)
 //! parking-lot dead-letters --pool llm      a shared queue's dead letters, and why
 //! parking-lot retry --pool llm ENTRY       (purge --pool llm ENTRY, purge --pool llm --all)
 //! parking-lot schedules --pool llm         periodic tasks: expression, zone, next tick, paused
@@ -63,8 +63,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Every pool: its state, its tasks and the capacity in use
-    Status,
+    /// Every pool (or the one of --pool): its state, its tasks and the capacity in use
+    Status {
+        /// Only this pool
+        #[arg(long)]
+        pool: Option<String>,
+    },
     /// Parked tasks of a pool in rank order, why each waits, and when each should start
     Parked {
         /// The pool
@@ -199,15 +203,21 @@ impl Page {
     }
 }
 
-/// One task of a pool, as a command names it: the pool, the task's key and its id.
+/// One task of a pool, as a command names it: the pool, the task's key and its id. The key
+/// is `--key` as the listings print it (`tenant`, `tenant/user`, `tenant//session` or
+/// `tenant/user/session`), or its parts one by one (for a part that holds a `/`).
 #[derive(clap::Args)]
 struct TaskAddress {
     /// The pool
     #[arg(long)]
     pool: String,
+    /// The task's key as `parked` and `running` print it: tenant/user/session, an empty
+    /// part for one it lacks (globex//s9: tenant globex, session s9)
+    #[arg(long, conflicts_with_all = ["tenant", "user", "session"], required_unless_present = "tenant")]
+    key: Option<String>,
     /// The tenant it was submitted under
     #[arg(long)]
-    tenant: String,
+    tenant: Option<String>,
     /// The user part of its key, if it has one
     #[arg(long)]
     user: Option<String>,
@@ -218,33 +228,89 @@ struct TaskAddress {
     id: u64,
 }
 
+/// A task's key in parts: tenant, user, session.
+struct KeyParts {
+    tenant: String,
+    user: Option<String>,
+    session: Option<String>,
+}
+
 impl TaskAddress {
+    /// The key's parts, from `--key` or from the parts given one by one.
+    fn key(&self) -> Result<KeyParts, Failure> {
+        let Some(key) = &self.key else {
+            return Ok(KeyParts {
+                tenant: self.tenant.clone().unwrap_or_default(),
+                user: self.user.clone(),
+                session: self.session.clone(),
+            });
+        };
+        let part = |text: &str| Some(text.to_owned()).filter(|text| !text.is_empty());
+        let parts: Vec<&str> = key.split('/').collect();
+        match parts[..] {
+            [tenant] | [tenant, ""] | [tenant, "", ""] if !tenant.is_empty() => Ok(KeyParts {
+                tenant: tenant.to_owned(),
+                user: None,
+                session: None,
+            }),
+            [tenant, user] if !tenant.is_empty() => Ok(KeyParts {
+                tenant: tenant.to_owned(),
+                user: part(user),
+                session: None,
+            }),
+            [tenant, user, session] if !tenant.is_empty() => Ok(KeyParts {
+                tenant: tenant.to_owned(),
+                user: part(user),
+                session: part(session),
+            }),
+            _ => Err(Failure(format!(
+                "--key {key:?} is not a key; write tenant, tenant/user, tenant//session or \
+                 tenant/user/session, as `parked` prints it (--tenant, --user and --session \
+                 name parts that hold a '/')"
+            ))),
+        }
+    }
+
     /// The task as a request's body names it.
-    fn body(&self) -> Value {
-        serde_json::json!({
-            "tenant": self.tenant, "user_id": self.user, "session_id": self.session, "id": self.id,
-        })
+    fn body(&self) -> Result<Value, Failure> {
+        let key = self.key()?;
+        Ok(serde_json::json!({
+            "tenant": key.tenant, "user_id": key.user, "session_id": key.session, "id": self.id,
+        }))
     }
 
     /// The task as a query string names it.
-    fn query(&self) -> String {
-        let mut query = format!("tenant={}&id={}", path(&self.tenant), self.id);
-        if let Some(user) = &self.user {
+    fn query(&self) -> Result<String, Failure> {
+        let key = self.key()?;
+        let mut query = format!("tenant={}&id={}", path(&key.tenant), self.id);
+        if let Some(user) = &key.user {
             query.push_str(&format!("&user_id={}", path(user)));
         }
-        if let Some(session) = &self.session {
+        if let Some(session) = &key.session {
             query.push_str(&format!("&session_id={}", path(session)));
         }
-        query
+        Ok(query)
     }
 
     /// The line that says the task was cancelled.
-    fn cancelled(&self) -> String {
-        format!(
+    fn cancelled(&self) -> Result<String, Failure> {
+        Ok(format!(
             "cancelled task {} of {}\n",
             self.id,
-            escape_controls(&self.tenant)
-        )
+            escape_controls(&self.key()?.tenant)
+        ))
+    }
+
+    /// A 404 for this task, with what names a task: its whole key.
+    fn not_found(&self, failure: Failure) -> Failure {
+        if !failure.0.contains("(404") {
+            return failure;
+        }
+        Failure(format!(
+            "{}; a task is named by its whole key (tenant, user and session), as `parked` \
+             and `running` print it: --key tenant/user/session",
+            failure.0
+        ))
     }
 }
 
@@ -293,7 +359,11 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             .map_err(|error| Failure(format!("cannot make an HTTP client: {error}")))?,
     };
     let (answer, table): (Value, fn(&Value) -> String) = match &cli.command {
-        Command::Status => (server.get("/api/pools").await?, status_table),
+        Command::Status { pool: None } => (server.get("/api/pools").await?, status_table),
+        Command::Status { pool: Some(pool) } => {
+            let one = server.get(&format!("/api/pools/{}", path(pool))).await?;
+            (serde_json::json!({ "pools": [one["pool"]] }), status_table)
+        }
         Command::Parked { pool, page } => (
             server
                 .get(&format!(
@@ -378,11 +448,14 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         }
         Command::Fleet { command } => return fleet::run(&server, cli.json, command).await,
         Command::Cancel(task) => {
-            server.act(&task.pool, "cancel", Some(task.body())).await?;
+            server
+                .act(&task.pool, "cancel", Some(task.body()?))
+                .await
+                .map_err(|failure| task.not_found(failure))?;
             return Ok(if cli.json {
                 format!("{}\n", serde_json::json!({ "cancelled": task.id }))
             } else {
-                task.cancelled()
+                task.cancelled()?
             });
         }
     };

@@ -109,16 +109,16 @@ pub(crate) fn text(value: &Value) -> String {
         .map_or_else(|| value.to_string(), str::to_owned)
 }
 
-/// A task's key as `tenant/user/session`.
+/// A task's key as `tenant/user/session`, as `--key` takes it: the parts it has, an empty
+/// user where it has a session only (`globex//s9`).
 fn key_of(task: &Value) -> String {
     let key = &task["key"];
-    let mut parts = vec![text(&key["tenant"])];
-    for part in ["user_id", "session_id"] {
-        if let Some(value) = key[part].as_str() {
-            parts.push(value.to_owned());
-        }
+    let tenant = text(&key["tenant"]);
+    match (key["user_id"].as_str(), key["session_id"].as_str()) {
+        (None, None) => tenant,
+        (Some(user), None) => format!("{tenant}/{user}"),
+        (user, Some(session)) => format!("{tenant}/{}/{session}", user.unwrap_or("")),
     }
-    parts.join("/")
 }
 
 fn cost_of(task: &Value) -> String {
