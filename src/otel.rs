@@ -299,7 +299,7 @@ impl TaskTracer for PoolTracing {
             KeyValue::new("task.count", count as i64),
             KeyValue::new("tenant", tenant),
             KeyValue::new("priority", format!("{:?}", first.priority)),
-            KeyValue::new("cost.kind", format!("{:?}", first.cost.kind)),
+            KeyValue::new("cost.kind", first.cost.kind.name()),
             KeyValue::new("cost.units", i64::from(first.cost.units)),
         ];
         let span = SpanBuilder::from_name("submit")

@@ -31,7 +31,7 @@ pub enum PoolError {
     ///
     /// Match it with `{ needed, available, .. }`: the fields are the ones servers have always
     /// read, plus the kind.
-    #[error("insufficient resources: the task needs {needed} units of {kind:?} but at most {available} of that kind can be held by one task (the pool's total, or one tenant's fair share)")]
+    #[error("insufficient resources: the task needs {needed} units of {kind} but at most {available} of that kind can be held by one task (the pool's total, or one tenant's fair share)")]
     InsufficientResources {
         /// Units the task asked for.
         needed: usize,
@@ -150,7 +150,7 @@ pub enum PoolError {
     WouldWait,
     /// A permit asked to grow while every other holder of units of its kind waits to grow
     /// too: nobody would ever release anything, so the wait is refused instead.
-    #[error("growing would deadlock: every other holder of {kind:?} units waits to grow as well; shrink or drop a permit (or preempt) before growing")]
+    #[error("growing would deadlock: every other holder of {kind} units waits to grow as well; shrink or drop a permit (or preempt) before growing")]
     WouldDeadlock {
         /// The kind every holder waits for.
         kind: ResourceKind,

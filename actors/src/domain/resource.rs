@@ -18,6 +18,19 @@ pub enum ResourceKind {
     Mixed,
 }
 
+/// A kind as configuration files, the command line and every message write it: `cpu`,
+/// `gpu_vram`, `io`, `mixed`.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::ResourceKind;
+/// assert_eq!(ResourceKind::GpuVram.to_string(), "gpu_vram");
+/// ```
+impl std::fmt::Display for ResourceKind {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
 impl ResourceKind {
     /// How many kinds there are.
     pub const COUNT: usize = 4;

@@ -105,7 +105,7 @@ pub enum Newcomer {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Rejection {
     /// The task costs more than the pool's total capacity of its kind, so it could never run.
-    #[error("the task needs {needed} units of {kind:?} but the pool has {capacity} in total")]
+    #[error("the task needs {needed} units of {kind} but the pool has {capacity} in total")]
     InsufficientResources {
         /// The kind asked for.
         kind: ResourceKind,
@@ -116,7 +116,7 @@ pub enum Rejection {
     },
     /// The task costs more than one tenant may hold under the pool's fair share, so it could
     /// never run.
-    #[error("the task needs {needed} units of {kind:?} but the pool's fair share lets one tenant hold at most {max_per_tenant}")]
+    #[error("the task needs {needed} units of {kind} but the pool's fair share lets one tenant hold at most {max_per_tenant}")]
     AboveTenantShare {
         /// The kind asked for.
         kind: ResourceKind,
@@ -134,7 +134,7 @@ pub enum Rejection {
     /// The parked units of the task's kind would pass `max_queued_units`, and parked tasks
     /// of lower priority could not make room (rule 21).
     #[error(
-        "the parking lot holds {queued} units of {kind:?}; the task's {needed} would pass \
+        "the parking lot holds {queued} units of {kind}; the task's {needed} would pass \
          its max_queued_units of {max_queued_units}"
     )]
     QueueUnitsFull {

@@ -604,3 +604,13 @@ fn a_retired_resting_slot_is_never_handed_out() {
     assert_eq!(lot.admit(normal(2, 1), 3), Admit::Park);
     lot.check_invariants().expect("invariants");
 }
+
+#[test]
+fn a_refusal_names_the_kind_as_files_and_the_command_line_write_it() {
+    let mut lot = lot_with(PoolLimits::new(4, 1));
+    let Admit::Reject(rejection) = lot.admit(normal(1, 8), 0) else {
+        panic!("8 units of a pool of 4 are refused");
+    };
+    let text = crate::domain::PoolError::from(rejection).to_string();
+    assert!(text.contains("8 units of gpu_vram"), "{text}");
+}
