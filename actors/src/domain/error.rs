@@ -135,7 +135,7 @@ pub enum PoolError {
     /// {"refuse_if_late": true}`), and this one's estimated start is after its deadline:
     /// refused at once rather than parked to expire. Both times are ms since the Unix
     /// epoch. Submitting again later, or to another pool, may succeed.
-    #[error("refused: the task is expected to start at {estimated_start_ms} ms (since the epoch), {} ms after its deadline of {deadline_ms} ms; submit it elsewhere, later, or with a later deadline", estimated_start_ms.saturating_sub(*deadline_ms))]
+    #[error("refused: the task is expected to start at {}, {} ms after its deadline of {}; submit it elsewhere, later, or with a later deadline", instant_text(*estimated_start_ms), estimated_start_ms.saturating_sub(*deadline_ms), instant_text(*deadline_ms))]
     WouldMissDeadline {
         /// When the pool expects it would start; for a task far back in a long queue, an
         /// instant past the deadline before which it would not start (the estimate stops
@@ -288,5 +288,37 @@ impl From<PoolError> for TaskFailure {
             PoolError::Cancelled => TaskFailure::Cancelled,
             other => TaskFailure::Lost(Box::new(other)),
         }
+    }
+}
+
+/// An instant (ms since the Unix epoch) as a reader takes it in a message: UTC, to the
+/// millisecond (`2026-12-02T15:31:32.120Z`); the raw number where it is out of range.
+pub(crate) fn instant_text(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(|| format!("{ms} ms since the epoch"), |at| at.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_refusal_shows_its_instants_as_times() {
+        let refused = PoolError::WouldMissDeadline {
+            estimated_start_ms: 1_764_689_492_120,
+            deadline_ms: 1_764_689_490_000,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "refused: the task is expected to start at 2025-12-02T15:31:32.12Z, 2120 ms after \
+             its deadline of 2025-12-02T15:31:30Z; submit it elsewhere, later, or with a later \
+             deadline"
+        );
+        assert_eq!(
+            instant_text(u64::MAX),
+            "18446744073709551615 ms since the epoch"
+        );
     }
 }
