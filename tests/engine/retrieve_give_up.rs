@@ -175,3 +175,28 @@ async fn a_dropped_retrieve_abandons_nothing_where_a_timeout_would() {
     assert_eq!(pool.retrieve_async(&key, LONG_WAIT).await, Ok(150));
     assert_eq!(pool.stats().cancelled_tasks, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_abandoned_while_it_runs_is_nothing_to_retrieve_at_once() {
+    // A key the pool made, a retrieve that gives up while the task runs: the task is
+    // abandoned (it stores nothing), so a later retrieve is told so at once, though the
+    // run goes on (this executor does not watch its flag).
+    let pool = WorkerPool::new(WorkerPoolConfig::new().with_worker_count(1), Sleep).unwrap();
+    let key = pool
+        .submit_async(6_000, TaskMetadata::new(7, ResourceCost::cpu(1)))
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.retrieve_async(&key, Duration::from_millis(50)).await,
+        Err(PoolError::Timeout)
+    );
+    let again = tokio::time::timeout(PROMPTLY, pool.retrieve_async(&key, LONG_WAIT))
+        .await
+        .expect("answered at once, not after the whole wait");
+    assert_eq!(again, Err(PoolError::NothingToRetrieve { task: None }));
+    let by_task = tokio::time::timeout(PROMPTLY, pool.retrieve_task(&key, 7, LONG_WAIT))
+        .await
+        .expect("answered at once, by its id too");
+    assert_eq!(by_task, Err(PoolError::NothingToRetrieve { task: Some(7) }));
+    assert_eq!(pool.stats().cancelled_tasks, 1, "abandoned once");
+}

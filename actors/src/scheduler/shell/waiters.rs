@@ -71,7 +71,7 @@ impl RetrievalNote {
     {
         match self {
             RetrievalNote::Ask { key, task, answer } => {
-                let _ = answer.send(shell.waited_for(&key, task).is_some());
+                let _ = answer.send(shell.result_may_come(&key, task));
             }
             RetrievalNote::GaveUp { key, task, answer } => {
                 let _ = answer.send(shell.gave_up(&key, task, now));
@@ -91,6 +91,16 @@ where
             Some(id) => self.tasks.entry_of(key, id),
             None => self.tasks.ledger.entry_of_minted(key),
         }
+    }
+
+    /// Whether a live task of this pool will still store a result under `key` (and
+    /// `task`). Not one whose run has ended already: its outcome went out (the watchdog's,
+    /// the drain deadline's: it is in the mailbox), or it was abandoned and stores nothing;
+    /// its run only winds down.
+    fn result_may_come(&self, key: &MailboxKey, task: Option<TaskId>) -> bool {
+        self.waited_for(key, task)
+            .and_then(|entry| self.tasks.ledger.get(entry))
+            .is_some_and(|record| !record.run().is_some_and(|run| run.ended))
     }
 
     /// The rule this pool follows: its setting, else what fits its mailbox.
