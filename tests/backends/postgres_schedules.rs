@@ -136,3 +136,54 @@ async fn ticks_missed_while_no_pool_ran_are_run_once_or_skipped() {
         }
     }
 }
+
+/// A scheduled start on a shared queue runs at its instant, not at the node's next poll: a
+/// pool built from a file (whose node polls every 200 ms) claims at each instant it
+/// scheduled. Four tasks due 100 ms apart, each within 150 ms of its instant (a poll of a
+/// second, as before, made some of them up to a second late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_start_runs_at_its_instant_not_at_the_next_poll() {
+    use prometheus_parking_lot::core::SubmitOptions;
+    use prometheus_parking_lot::util::clock::now_ms;
+    use prometheus_parking_lot::util::serde::MailboxKey;
+    use std::time::UNIX_EPOCH;
+
+    for backend in backends() {
+        let queue = fresh_name("due");
+        let config = serde_json::json!({
+            "database_url": server_url(),
+            "pools": { "gpu": {
+                "worker_threads": 2,
+                "max_units": 4,
+                "queue": { "type": backend, "queue_name": queue },
+                "mailbox": { "storage": { "type": "in_memory" } }
+            } }
+        });
+        let config = SchedulerConfig::from_json_str(&config.to_string()).expect("a valid config");
+        let built = build_embedded(config).await;
+        let pool = &built.pools["gpu"];
+        let key = MailboxKey::new("acme").with_session(queue.clone());
+        let first = now_ms() as u64 + 400;
+        let mut due = Vec::new();
+        for (index, id) in (1..=4u64).enumerate() {
+            let at_ms = first + 100 * index as u64;
+            let options =
+                SubmitOptions::default().with_not_before(UNIX_EPOCH + Duration::from_millis(at_ms));
+            let task = crate::postgres_pools::work(id, id, 0, &key);
+            pool.submit_with(task, options).await.expect("admitted");
+            due.push((id, at_ms));
+        }
+        let mut lateness = Vec::new();
+        for (id, at_ms) in due {
+            let result = pool.retrieve_task(&key, id, Duration::from_secs(10)).await;
+            let done_ms = now_ms() as u64;
+            assert_eq!(result, Ok(id * 2), "{backend}");
+            lateness.push(done_ms.saturating_sub(at_ms));
+        }
+        // Each retrieve waited from before its task's instant: it ended this late.
+        assert!(
+            lateness.iter().all(|&late| late < 150),
+            "{backend}: the tasks ended {lateness:?} ms after their instants"
+        );
+    }
+}

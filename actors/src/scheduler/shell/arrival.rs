@@ -159,6 +159,9 @@ where
             ..
         } = admission;
         if let Origin::Submitted { reply, extras } = origin {
+            if let (Some(until_ms), Some(room)) = (not_before_ms, self.storage.shared()) {
+                room.scheduled(until_ms);
+            }
             let carried = Carried {
                 not_before_ms,
                 trace: extras.and_then(|extras| extras.trace),

@@ -158,9 +158,10 @@ pub(crate) fn shared_parking<P: Send + 'static>(
 ) -> prometheus_parking_lot_actors::scheduler::SharedParking<P> {
     use prometheus_parking_lot_actors::scheduler::SharedParking;
     let lease = std::time::Duration::from_millis(lease_ms.unwrap_or(30_000));
-    // Claims follow NOTIFY at once; the poll is a safety net, and the clock of lease renewals
-    // and rescues.
-    let poll = (lease / 3).min(std::time::Duration::from_secs(1));
+    // Claims follow NOTIFY at once; the poll is a safety net, the clock of lease renewals and
+    // rescues, and when another node's scheduled start is found due (a node claims at the
+    // instants it scheduled itself): 200 ms, as `SharedParking` has by default.
+    let poll = (lease / 3).min(std::time::Duration::from_millis(200));
     SharedParking::new(queue, node_name(pool))
         .with_lease(lease)
         .with_poll(poll)

@@ -61,6 +61,11 @@ pub(crate) struct SharedRoom {
     refill_step_ms: Option<u64>,
     /// When to claim again after such a claim.
     reclaim_at: Option<u64>,
+    /// The scheduled starts this node parked in the queue, soonest first (a few at most are
+    /// kept: see [`MAX_KNOWN_INSTANTS`]): the node claims at each, rather than at its next
+    /// poll, so a task it scheduled starts at its instant. Another node's scheduled tasks
+    /// are found at the poll.
+    known_instants: std::collections::BTreeSet<u64>,
     /// Whether the queue keeps dependencies between tasks
     /// ([`SharedQueue::dependencies`](crate::queue::SharedQueue::dependencies)).
     dependencies: bool,
@@ -68,6 +73,10 @@ pub(crate) struct SharedRoom {
 
 /// The shortest wait between two claims that found a fleet's bucket short.
 const MIN_REFILL_STEP_MS: u64 = 10;
+
+/// How many scheduled starts a node remembers to claim at (the soonest): a node that
+/// schedules more finds the later ones at its polls until the earlier ones are due.
+const MAX_KNOWN_INSTANTS: usize = 1_024;
 
 impl SharedRoom {
     /// The mode for a queue of `backend`, with the node's lease and claim-ahead.
@@ -87,6 +96,7 @@ impl SharedRoom {
             renewed_at: 0,
             refill_step_ms: None,
             reclaim_at: None,
+            known_instants: std::collections::BTreeSet::new(),
             dependencies: false,
         }
     }
@@ -122,18 +132,42 @@ impl SharedRoom {
         }
     }
 
-    /// When to claim again after a claim that found a fleet's bucket short, if at all.
+    /// When to claim next on a timer of the node's own, if at all: after a claim that found
+    /// a fleet's bucket short, or at the soonest scheduled start it parked.
     pub fn reclaim_due(&self) -> Option<u64> {
-        self.reclaim_at
+        let instant = self.known_instants.first().copied();
+        match (self.reclaim_at, instant) {
+            (Some(at), Some(instant)) => Some(at.min(instant)),
+            (at, instant) => at.or(instant),
+        }
     }
 
     /// Whether that time has come; if so it is cleared.
     pub fn take_reclaim(&mut self, now: u64) -> bool {
+        let mut due = false;
         if self.reclaim_at.is_some_and(|at| at <= now) {
             self.reclaim_at = None;
-            return true;
+            due = true;
         }
-        false
+        while self.known_instants.first().is_some_and(|&at| at <= now) {
+            self.known_instants.pop_first();
+            due = true;
+        }
+        if due && self.claiming {
+            // The claim in flight may have been made before the instant: claim again once
+            // it is answered, as after a notice.
+            self.wake_pending = true;
+        }
+        due
+    }
+
+    /// This node parked a task in the queue that no node may claim before `until_ms`: it
+    /// claims then.
+    pub fn scheduled(&mut self, until_ms: u64) {
+        self.known_instants.insert(until_ms);
+        if self.known_instants.len() > MAX_KNOWN_INSTANTS {
+            self.known_instants.pop_last();
+        }
     }
 
     /// The queue's backend name.
