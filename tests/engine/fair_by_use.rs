@@ -151,7 +151,8 @@ fn weights_without_an_order_by_use_are_refused_naming_the_field() {
     let error = WorkerPool::new(settings, serve()).err().expect("refused");
     assert!(
         error.to_string().contains(
-            r#"fair_share.by_use.weights."acme" is 0; use a whole number from 1 to 1000000"#
+            "fair_share.by_use.weights.acme: 0 is not allowed; use a whole number from 1 to \
+             1000000 (a tenant of weight 3 is served three times what one of weight 1 is)"
         ),
         "{error}"
     );

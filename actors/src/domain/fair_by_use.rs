@@ -113,9 +113,12 @@ fn check_weight(tenant: &str, weight: u32) -> Result<(), PoolError> {
     if (1..=MAX_WEIGHT).contains(&weight) {
         return Ok(());
     }
+    // The path and words of a configuration file's error for the same weight, so that
+    // code and file name a weight alike.
     Err(PoolError::InvalidConfig(format!(
-        "fair_share.by_use.weights.{tenant:?} is {weight}; use a whole number from 1 to \
-         {MAX_WEIGHT}"
+        "fair_share.by_use.weights.{}: {weight} is not allowed; use a whole number from 1 to \
+         {MAX_WEIGHT} (a tenant of weight 3 is served three times what one of weight 1 is)",
+        tenant.escape_debug()
     )))
 }
 

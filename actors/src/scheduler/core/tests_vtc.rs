@@ -327,7 +327,7 @@ fn weights_out_of_range_are_refused_naming_the_field() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("fair_share.by_use.weights.\"*\" is 0"),
+        error.contains("fair_share.by_use.weights.*: 0 is not allowed"),
         "{error}"
     );
     let mut plain = lot_with(PoolLimits::new(10, 2));
