@@ -294,3 +294,75 @@ async fn a_node_settles_what_its_claimed_runs_reported() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Weights hold across claims in flight under `held` with a timeout: tenants acme (weight 3)
+/// and globex (weight 1) always waiting, two claims at a time (two workers), each run using
+/// 26 ms of its 100 ms timeout. acme gets about three claims for each of globex's. (A floor
+/// that followed the lowest *charged* counter lifted each refund onto the other tenant's
+/// counter, and the two alternated: 20 and 20.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_hold_with_claims_in_flight_under_held() {
+    use prometheus_parking_lot::core::{ScheduledTask, TaskMetadata};
+    use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost};
+
+    let name = fresh_name("fair_weights");
+    let queue = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            PostgresQueue::<Job>::open(&database(), "pl_queue_jobs", &name).expect("open")
+        })
+        .await
+        .expect("opening does not panic")
+    };
+    let weights = TenantWeights::default().with("acme", 3);
+    SharedQueue::<Job>::fair_share(&queue)
+        .expect("the table queue shares its counters")
+        .share_fair_by_use(FairByUse::new(UsageCharge::Held), &weights, Some(100))
+        .await
+        .expect("share the counters");
+    for id in 1..=60u64 {
+        for (tenant, offset) in [("acme", 0), ("globex", 1_000)] {
+            let meta = TaskMetadata::new(id + offset, ResourceCost::cpu(1))
+                .with_mailbox(MailboxKey::new(tenant));
+            let task = ScheduledTask::new(meta, Job::for_task(id + offset));
+            queue
+                .enqueue(id + offset, at(id), task)
+                .await
+                .expect("enqueue");
+        }
+    }
+    let mut claims = [0u32; 2];
+    for round in 0..20u64 {
+        let leases = queue
+            .claim_batch(
+                "node",
+                &FitQuery::within(Capacity::uniform(2)),
+                2,
+                Duration::from_secs(30),
+                at(1_000 + round),
+            )
+            .await
+            .expect("claim");
+        assert_eq!(leases.len(), 2, "two claims a round");
+        for lease in leases {
+            let tenant = lease
+                .task
+                .meta
+                .mailbox
+                .as_ref()
+                .map(|key| key.tenant.clone())
+                .expect("a key");
+            claims[usize::from(tenant.0 != "acme")] += 1;
+            queue
+                .settle_use(&tenant, used(1, 26.0, None))
+                .await
+                .expect("settle");
+        }
+    }
+    assert!(
+        (28..=32).contains(&claims[0]) && (8..=12).contains(&claims[1]),
+        "acme {} and globex {} claims of 40 (weights 3 and 1)",
+        claims[0],
+        claims[1]
+    );
+}

@@ -621,11 +621,12 @@ async fn a_node_of_a_shared_queue_refuses_dependencies_naming_the_queues_that_su
     crate::conformance::dependencies::refused_where_unsupported(&pool, "in_memory_shared").await;
     // A stream cannot follow a task to another node: refused, naming the queues that can.
     let task = ScheduledTask::new(TaskMetadata::new(77, ResourceCost::cpu(1)), 1u64);
-    let refused = pool
+    let Err(refused) = pool
         .submit_streaming(task, SubmitOptions::default(), 4)
         .await
-        .err()
-        .expect("a stream on a shared queue is refused");
+    else {
+        panic!("a stream on a shared queue is refused");
+    };
     let text = refused.to_string();
     assert!(
         matches!(refused, PoolError::InvalidConfig(_))

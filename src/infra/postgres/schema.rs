@@ -13,7 +13,7 @@ use super::queue::dependencies::{
     dependencies_ddl, last_index, parents_index, parents_index_ddl, replaced_index,
 };
 use super::queue::table::PARKED_COLUMNS;
-use super::service::{service_tables, FLOORS_TABLE};
+use super::service::{service_tables, SERVICE_TABLE};
 use super::shared_queue::{ticks_table, TICKS_TABLE};
 use super::PgDatabase;
 use crate::core::PoolError;
@@ -263,7 +263,12 @@ impl PgDatabase {
             ),
             Table::Service => (
                 service_tables(),
-                LastMade::Relation(FLOORS_TABLE.to_owned()),
+                // The charges pending (`pending`) came last: a table without them is
+                // brought up to date.
+                LastMade::Column {
+                    table: SERVICE_TABLE.to_owned(),
+                    column: "pending",
+                },
             ),
             Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
             Table::Dependencies(name) => (
@@ -307,6 +312,8 @@ const QUEUE_LAST_COLUMN: &str = "traceparent";
 enum LastMade {
     /// An index or a table, by name.
     Relation(String),
+    /// A column the DDL adds (by an `ALTER TABLE` for tables made before it).
+    Column { table: String, column: &'static str },
     /// A column added by an `ALTER TABLE` and an index made by the same DDL, neither of
     /// which implies the other: a table made by a version that added only one of them is
     /// brought up to date. `replaced` is an index the DDL drops: while an older node of the
@@ -327,6 +334,12 @@ impl LastMade {
             Self::Relation(name) => (
                 "SELECT to_regclass($1) IS NOT NULL AS present",
                 vec![name.clone().into()],
+            ),
+            Self::Column { table, column } => (
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                   WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped) \
+                   AS present",
+                vec![table.clone().into(), (*column).into()],
             ),
             Self::ColumnAndIndex {
                 table,

@@ -16,9 +16,10 @@
 //! 4. the charge ahead, as a node's core charges a start: the task's declared units
 //!    (`reported`), or its units times the node's execution timeout (`held`; nothing ahead
 //!    without one), divided by its tenant's weight, added to its counter (lifted to the
-//!    floor first) at the database's clock; the floor is kept as the lowest counter among
-//!    the tenants the pick saw (a tenant without a row counts as the floor), never lower
-//!    than it was.
+//!    floor first) at the database's clock, and to its `pending` charges ahead; the floor is
+//!    kept as the lowest *settled* counter among the tenants the pick saw (each counter less
+//!    the charges ahead of its runs not yet settled; a tenant without a row counts as the
+//!    floor), never lower than it was.
 //!
 //! Then again, with the free units less what was taken, until `max` tasks or nothing fits.
 //! The transaction commits: the claims and their charges are one.
@@ -27,11 +28,18 @@
 //! what the run used ([`FleetService::settle`], one `UPDATE` of the tenant's row): the units
 //! its executor reported (`running::report_used`, at most the declared units) or the
 //! unit-milliseconds it held (at most the charge ahead). What it did not use is given back
-//! as the charge decayed since the run started, never taking the counter below the floor
-//! (nor raising it); a `held` task charged nothing ahead is charged its cost now. So the
-//! bound of `PARKING_LOT.md` ("Fair share by use") holds for the fleet's counters as for
-//! one core's: while every waiting tenant has a task that fits the claiming node, two
-//! waiting tenants' counters differ by at most one largest weighted charge ahead.
+//! as the charge decayed since the run started, and the charge leaves `pending`. A refund
+//! never takes the counter below the floor (nor raises it); a `held` task charged nothing
+//! ahead is charged its cost now. The floor follows settled counters, not charged ones: a
+//! settled counter only rises, so a waiting tenant's refund never falls below it, and a
+//! tenant served by what it used stays below one that used more while both wait (following
+//! the lowest *charged* counter instead, as before, lifted every refund onto another
+//! tenant's counter and weights failed under `held` with a timeout). A node that dies
+//! mid-run leaves its charge pending, so that tenant's settled counter stays low by it; the
+//! floor, which never falls, is not pulled down by it. So the bound of `PARKING_LOT.md`
+//! ("Fair share by use") holds for the fleet's counters as for one core's: while every
+//! waiting tenant has a task that fits the claiming node, two waiting tenants' counters
+//! differ by at most one largest weighted charge ahead per claim in flight.
 
 use std::sync::Arc;
 
@@ -57,9 +65,11 @@ CREATE TABLE IF NOT EXISTS {SERVICE_TABLE} (
     queue_key TEXT             NOT NULL,
     tenant    TEXT             NOT NULL,
     service   DOUBLE PRECISION NOT NULL,
+    pending   DOUBLE PRECISION NOT NULL DEFAULT 0,
     at_ms     BIGINT           NOT NULL,
     PRIMARY KEY (queue_key, tenant)
 );
+ALTER TABLE {SERVICE_TABLE} ADD COLUMN IF NOT EXISTS pending DOUBLE PRECISION NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS {FLOORS_TABLE} (
     queue_key TEXT             PRIMARY KEY,
     floor     DOUBLE PRECISION NOT NULL,
@@ -83,16 +93,18 @@ fn decayed(value: &str, at_ms: &str) -> String {
 /// tenant to claim for and the floor.
 pub(crate) fn pick_sql(rows: &str) -> String {
     let counter = decayed("s.service", "s.at_ms");
+    let pending = decayed("s.pending", "s.at_ms");
     let floor = decayed("f.floor", "f.at_ms");
     format!(
         "WITH live AS (SELECT tenant, max(priority) AS priority FROM {rows} GROUP BY tenant), \
          counters AS ( \
-           SELECT l.tenant, l.priority, COALESCE({counter}, 0) AS service FROM live AS l \
+           SELECT l.tenant, l.priority, COALESCE({counter}, 0) AS service, \
+                  COALESCE({counter} - {pending}, 0) AS settled FROM live AS l \
              LEFT JOIN {SERVICE_TABLE} AS s ON s.queue_key = $key AND s.tenant = l.tenant), \
          floor AS ( \
            SELECT GREATEST( \
              COALESCE((SELECT {floor} FROM {FLOORS_TABLE} AS f WHERE f.queue_key = $key), 0), \
-             COALESCE((SELECT min(service) FROM counters), 0)) AS floor) \
+             COALESCE((SELECT min(settled) FROM counters), 0)) AS floor) \
          SELECT c.tenant, f.floor FROM counters AS c CROSS JOIN floor AS f \
           ORDER BY c.priority DESC, GREATEST(c.service, f.floor), c.tenant LIMIT 1"
     )
@@ -167,11 +179,13 @@ impl FleetService {
         used: &RunUse,
     ) -> Result<(), DbErr> {
         let advance = self.advance(used.units);
-        let change = (self.cost(used, advance) - advance) / f64::from(self.weight(tenant));
-        if change == 0.0 {
+        let weight = f64::from(self.weight(tenant));
+        let change = (self.cost(used, advance) - advance) / weight;
+        if change == 0.0 && advance == 0.0 {
             return Ok(());
         }
         let counter = decayed("s.service", "s.at_ms");
+        let pending = decayed("s.pending", "s.at_ms");
         let floor = decayed("f.floor", "f.at_ms");
         // A counter is soft state: the statement's commit does not wait for the WAL flush
         // (`synchronous_commit` off for its own transaction, set in the statement so that it
@@ -185,6 +199,7 @@ impl FleetService {
                  ELSE GREATEST({counter} + $3::float8 * {since_start}, \
                    LEAST({counter}, COALESCE((SELECT {floor} FROM {FLOORS_TABLE} AS f \
                      WHERE f.queue_key = $1), 0))) END, \
+               pending = GREATEST(0, {pending} - $6::float8 * {since_start}), \
                at_ms = {DATABASE_NOW_MS} \
              FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed \
              WHERE s.queue_key = $1 AND s.tenant = $2"
@@ -196,6 +211,7 @@ impl FleetService {
             change.into(),
             i64::try_from(used.started_ms).unwrap_or(i64::MAX).into(),
             self.order.half_life_ms.map(|ms| ms as f64).into(),
+            (advance / weight).into(),
         ];
         database.rows(sql, values).await.map(drop)
     }
@@ -271,12 +287,14 @@ impl FleetService {
         }
         let charge = advance / f64::from(self.weight(&pick.tenant));
         let counter = decayed("s.service", "s.at_ms");
+        let pending = decayed("s.pending", "s.at_ms");
         let sql = format!(
             "WITH charged AS ( \
-               INSERT INTO {SERVICE_TABLE} AS s (queue_key, tenant, service, at_ms) \
-               VALUES ($1, $2, $3::float8 + $4::float8, {DATABASE_NOW_MS}) \
+               INSERT INTO {SERVICE_TABLE} AS s (queue_key, tenant, service, pending, at_ms) \
+               VALUES ($1, $2, $3::float8 + $4::float8, $4::float8, {DATABASE_NOW_MS}) \
                ON CONFLICT (queue_key, tenant) DO UPDATE SET \
                  service = GREATEST({counter}, $3::float8) + $4::float8, \
+                 pending = {pending} + $4::float8, \
                  at_ms = {DATABASE_NOW_MS} \
                RETURNING 1) \
              INSERT INTO {FLOORS_TABLE} AS f (queue_key, floor, at_ms) \
