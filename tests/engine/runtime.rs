@@ -52,7 +52,7 @@ async fn priority_order_and_skip_ahead_are_observed() {
                 .unwrap(),
         );
     }
-    assert_eq!(lab.pool.stats().queued_tasks, 5);
+    eventually("queued_tasks 5", || lab.pool.stats().queued_tasks == 5).await;
 
     // 10 units free: Critical 6 first; High 8 no longer fits, so 3 and then 1 skip ahead.
     lab.open(1);
@@ -64,7 +64,7 @@ async fn priority_order_and_skip_ahead_are_observed() {
     .into();
     assert_eq!(first, HashSet::from([6, 3, 5]));
     lab.assert_no_start().await;
-    assert_eq!(lab.pool.stats().used_units, 10);
+    eventually("used_units 10", || lab.pool.stats().used_units == 10).await;
 
     // Task 6 frees 6 units: 8 still does not fit, 2 does.
     lab.open(6);
@@ -100,7 +100,7 @@ async fn a_cost_above_capacity_is_rejected_at_once() {
         })
     );
     assert_eq!(lab.pool.stats().rejected_tasks, 1);
-    assert_eq!(lab.pool.stats().queued_tasks, 0);
+    eventually("queued_tasks 0", || lab.pool.stats().queued_tasks == 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +126,7 @@ async fn queue_full_at_max_queue_depth() {
         .submit_async(Job::Quick, gpu(4, Priority::Normal, 1))
         .await;
     assert_eq!(refused, Err(PoolError::QueueFull));
-    assert_eq!(lab.pool.stats().queued_tasks, 2);
+    eventually("queued_tasks 2", || lab.pool.stats().queued_tasks == 2).await;
     // A Critical one takes the place of the lowest-ranked Normal task, the younger: its
     // caller hears QueueFull (core rule 21), and the older still runs.
     lab.pool
@@ -137,7 +137,7 @@ async fn queue_full_at_max_queue_depth() {
         lab.pool.retrieve_async(&parked[1], WAIT).await,
         Err(PoolError::QueueFull)
     );
-    assert_eq!(lab.pool.stats().queued_tasks, 2);
+    eventually("queued_tasks 2", || lab.pool.stats().queued_tasks == 2).await;
     assert_eq!(lab.pool.stats().rejected_tasks, 2);
     lab.open(1);
     assert_eq!(lab.pool.retrieve_async(&parked[0], WAIT).await, Ok(2));
@@ -170,7 +170,10 @@ async fn parked_tasks_expire_at_their_deadline_while_capacity_stays_busy() {
         "expired by a timer, not by a wake-up"
     );
     assert_eq!(lab.pool.stats().expired_tasks, 1);
-    assert_eq!(lab.pool.stats().active_tasks, 1, "the blocker still runs");
+    eventually("the blocker still runs", || {
+        lab.pool.stats().active_tasks == 1
+    })
+    .await;
 
     let late = gpu(3, Priority::High, 1).with_deadline_ms(now_ms() - 1);
     assert_eq!(
@@ -271,7 +274,7 @@ async fn a_panic_fails_the_task_and_restarts_the_worker() {
         lab.pool.stats().live_worker_threads == 2
     })
     .await;
-    assert_eq!(lab.pool.stats().used_units, 0);
+    eventually("used_units 0", || lab.pool.stats().used_units == 0).await;
     for id in 2..6 {
         let key = lab
             .pool
