@@ -173,6 +173,14 @@ async fn reads_match_the_pool_and_bad_input_gets_a_clear_answer() {
     };
     assert!(first > at && first <= at + TIMEOUT_MS, "{parked}");
     assert_eq!(second, first + TIMEOUT_MS, "{parked}");
+    assert_eq!(
+        (
+            parked["parked"][0]["from_timeouts"].as_bool(),
+            parked["parked"][1]["from_timeouts"].as_bool()
+        ),
+        (Some(true), Some(true)),
+        "both estimates count the runs at their timeouts: {parked}"
+    );
 
     let (status, running) = get(&server, "api/pools/llm/running").await;
     assert_eq!(
@@ -504,7 +512,8 @@ async fn the_command_line_shows_and_controls_a_pool() {
         out.lines()
             .next()
             .is_some_and(|header| header.ends_with("STARTS"))
-            && out.contains("1st in line, expected in ~"),
+            && out.contains("1st in line, within ~")
+            && out.contains("(no run seen yet: each counted at its timeout)"),
         "{out}"
     );
     let (ok, out, _) = cli(&server, &["running", "--pool", "llm"]).await;

@@ -84,8 +84,11 @@ async fn a_parked_task_says_its_place_in_line_and_when_it_should_start() {
         "{second:?}"
     );
     assert_eq!(third_at, second_at + MINUTE_MS);
+    // With no run seen, the minute is a latest start, and the words say so.
+    assert!(second.from_timeouts && third.from_timeouts, "{third:?}");
     assert!(
-        third.in_words().starts_with("2nd in line, expected in ~"),
+        third.in_words().starts_with("2nd in line, within ~")
+            && third.in_words().contains("no run seen yet"),
         "{}",
         third.in_words()
     );
@@ -103,6 +106,38 @@ async fn a_parked_task_says_its_place_in_line_and_when_it_should_start() {
     assert_eq!(
         pool.waiting(&key, 99).await,
         Err(PoolError::TaskNotFound(99))
+    );
+    gate.store(true, Ordering::Release);
+    pool.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_a_run_is_seen_the_estimate_follows_it_not_the_timeout() {
+    let gate = Arc::new(AtomicBool::new(true));
+    let pool = WorkerPool::new(config(), Gated(gate.clone())).expect("the pool starts");
+    let key = MailboxKey::new("acme");
+    // One run of the kind, which ends at once: the pool learns it took milliseconds.
+    pool.submit_async(1, meta(1, 10)).await.expect("runs");
+    assert_eq!(
+        pool.client()
+            .retrieve_task(&key, 1, Duration::from_secs(30))
+            .await,
+        Ok(1)
+    );
+    gate.store(false, Ordering::Release);
+    pool.submit_async(2, meta(2, 10)).await.expect("runs");
+    pool.submit_async(3, meta(3, 6)).await.expect("parks");
+    let third = pool.waiting(&key, 3).await.unwrap().expect("parked");
+    let at = third.expected_start_ms.expect("an estimate");
+    assert!(!third.from_timeouts, "{third:?}");
+    assert!(
+        at.saturating_sub(third.at_ms) < MINUTE_MS / 2,
+        "expected after the run seen, not the minute's timeout: {third:?}"
+    );
+    assert!(
+        third.in_words().starts_with("1st in line, expected in ~"),
+        "{}",
+        third.in_words()
     );
     gate.store(true, Ordering::Release);
     pool.shutdown();

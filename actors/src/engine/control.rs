@@ -309,7 +309,9 @@ impl PoolControl {
     /// from the running tasks' expected ends (the run times it has seen per cost class, at
     /// most their execution timeouts), the reservation and budgets' refills, with no task
     /// arriving later (`PARKING_LOT.md`, "When will it start", says when that is wrong).
-    /// `None` once it runs.
+    /// `None` once it runs. A task a shared queue holds (waiting for its parents, or
+    /// sleeping until its instant) is in no node's line yet: its view has the reason,
+    /// position 0 and no estimate.
     ///
     /// ```
     /// # use prometheus_parking_lot_actors::engine::PoolControl;
@@ -326,9 +328,26 @@ impl PoolControl {
         key: &MailboxKey,
         id: TaskId,
     ) -> Result<Option<WaitView>, PoolError> {
-        let key = key.clone();
-        self.ask(|reply| ControlRequest::Waiting { key, id, reply })
-            .await?
+        let asked = key.clone();
+        let here = self
+            .ask(|reply| ControlRequest::Waiting {
+                key: asked,
+                id,
+                reply,
+            })
+            .await?;
+        let (Err(PoolError::TaskNotFound(_)), Some(desk)) = (&here, &self.shared_queue) else {
+            return here;
+        };
+        let reason = self.waiting_in(desk.as_ref(), key, id).await?;
+        let at_ms = u64::try_from(crate::util::clock::now_ms()).unwrap_or(u64::MAX);
+        Ok(reason.map(|reason| WaitView {
+            reason,
+            position: 0,
+            expected_start_ms: None,
+            from_timeouts: false,
+            at_ms,
+        }))
     }
 
     /// Whether the pool's queue keeps dead letters: only a shared queue does (see

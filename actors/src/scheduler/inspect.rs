@@ -77,6 +77,10 @@ pub struct TaskView {
     /// When it is expected to start, ms since the Unix epoch (parked tasks whose start the
     /// pool can estimate; see [`StartEstimate`] and `PARKING_LOT.md`, "When will it start").
     pub expected_start_ms: Option<u64>,
+    /// `true` when `expected_start_ms` counts every run at its execution timeout, the pool
+    /// having seen no run of the task's kind yet: a latest start, not an expectation (see
+    /// [`StartEstimate::from_timeouts`](crate::scheduler::core::StartEstimate::from_timeouts)).
+    pub from_timeouts: bool,
 }
 
 /// Why one parked task waits, its place in line and when it is expected to start, as of
@@ -90,6 +94,7 @@ pub struct TaskView {
 ///     reason: WaitReason::Worker { busy: 4 },
 ///     position: 3,
 ///     expected_start_ms: Some(14_200),
+///     from_timeouts: false,
 ///     at_ms: 10_000,
 /// };
 /// assert_eq!(view.in_words(), "3rd in line, expected in ~4.2 s");
@@ -98,11 +103,16 @@ pub struct TaskView {
 pub struct WaitView {
     /// The first obstacle (core rule 17).
     pub reason: WaitReason,
-    /// Its place among the parked tasks of its kind, 1 for the first.
+    /// Its place among the parked tasks of its kind, 1 for the first; 0 for a task held
+    /// out of line (waiting for its parents, or sleeping in a shared queue until its
+    /// instant).
     pub position: usize,
     /// When it is expected to start, ms since the Unix epoch; `None` when the pool cannot
     /// say (paused, or what it needs is held by a run of unknown length).
     pub expected_start_ms: Option<u64>,
+    /// `true` when `expected_start_ms` counts every run at its execution timeout (no run of
+    /// the task's kind seen yet): a latest start, not an expectation.
+    pub from_timeouts: bool,
     /// When the view was taken, ms since the Unix epoch.
     pub at_ms: u64,
 }
@@ -113,6 +123,7 @@ impl WaitView {
         let estimate = StartEstimate {
             position: self.position,
             start_ms: self.expected_start_ms,
+            from_timeouts: self.from_timeouts,
         };
         estimate.in_words(self.at_ms)
     }

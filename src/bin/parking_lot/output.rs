@@ -193,6 +193,7 @@ fn in_line(task: &Value, at_ms: u64) -> String {
     let estimate = StartEstimate {
         position: position as usize,
         start_ms: task["expected_start_ms"].as_u64(),
+        from_timeouts: task["from_timeouts"].as_bool().unwrap_or(false),
     };
     estimate.in_words(at_ms)
 }

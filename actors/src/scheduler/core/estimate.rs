@@ -90,27 +90,46 @@ use super::{FastMap, ParkingLot, RankKey, Ticket, KINDS};
 /// ```
 /// use prometheus_parking_lot_actors::scheduler::core::StartEstimate;
 ///
-/// let estimate = StartEstimate { position: 3, start_ms: Some(14_200) };
+/// let estimate = StartEstimate { position: 3, start_ms: Some(14_200), from_timeouts: false };
 /// assert_eq!(estimate.in_words(10_000), "3rd in line, expected in ~4.2 s");
-/// let unknown = StartEstimate { position: 1, start_ms: None };
+/// let unknown = StartEstimate { position: 1, start_ms: None, from_timeouts: false };
 /// assert_eq!(unknown.in_words(10_000), "1st in line, no estimate");
+/// let unlearnt = StartEstimate { position: 2, start_ms: Some(130_000), from_timeouts: true };
+/// assert_eq!(
+///     unlearnt.in_words(10_000),
+///     "2nd in line, within ~2 min (no run seen yet: each counted at its timeout)"
+/// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct StartEstimate {
     /// Its place among the parked tickets of its kind in rank order: 1 when none of its
-    /// kind ranks ahead of it. (Tickets of other kinds compete only for worker slots.)
+    /// kind ranks ahead of it. (Tickets of other kinds compete only for worker slots.) 0,
+    /// "not in line yet", for a task a shared queue holds out of every node's line.
     pub position: usize,
     /// When it is expected to start, by the lot's clock (ms since the Unix epoch); `None`
     /// when the lot cannot say: it is paused, or what the ticket needs is held by a claim
     /// whose run time is unknown (no timeout, no run of its kind seen).
     pub start_ms: Option<u64>,
+    /// `true` when the lot has seen no run of the ticket's kind yet: every run it waits
+    /// for is counted at its execution timeout, so `start_ms` is a latest start, not an
+    /// expectation (a task that runs in milliseconds under a 60 s timeout would otherwise
+    /// read "expected in ~2 min"). It turns `false` with the kind's first run.
+    pub from_timeouts: bool,
 }
 
 impl StartEstimate {
-    /// "3rd in line, expected in ~4.2 s", as seen at `now_ms`.
+    /// "3rd in line, expected in ~4.2 s", as seen at `now_ms`; "within ~2 min (no run seen
+    /// yet: each counted at its timeout)" when the estimate rests on timeouts alone.
     pub fn in_words(&self, now_ms: u64) -> String {
-        let place = format!("{} in line", ordinal(self.position));
+        let place = match self.position {
+            0 => "not in line yet".to_owned(),
+            position => format!("{} in line", ordinal(position)),
+        };
         match self.start_ms {
+            Some(at) if self.from_timeouts => format!(
+                "{place}, within {} (no run seen yet: each counted at its timeout)",
+                in_seconds(at.saturating_sub(now_ms))
+            ),
             Some(at) => format!(
                 "{place}, expected in {}",
                 in_seconds(at.saturating_sub(now_ms))
@@ -229,7 +248,12 @@ impl ParkingLot {
             Stop::Done(at) => Some(at),
             Stop::Horizon(_) | Stop::Exhausted => None,
         };
-        Some(StartEstimate { position, start_ms })
+        let from_timeouts = !self.run_times.seen(kind);
+        Some(StartEstimate {
+            position,
+            start_ms,
+            from_timeouts,
+        })
     }
 
     /// The rank and kind of parked (or sleeping) ticket `id`.
@@ -270,6 +294,7 @@ impl ParkingLot {
         StartEstimate {
             position: self.position_of(rank, ticket.cost.kind),
             start_ms: self.newcomer_start(&ticket, false, now),
+            from_timeouts: !self.run_times.seen(ticket.cost.kind),
         }
     }
 
@@ -377,10 +402,10 @@ impl ParkingLot {
     /// lot.admit(ticket(1, 10), 0);
     /// lot.admit(ticket(2, 10), 0);
     /// lot.admit(ticket(3, 10), 0);
-    /// let all = lot.estimate_all(0);
+    /// let all = lot.estimate_all(0); // no run seen: each counted at its 1 s timeout
     /// assert_eq!(all, vec![
-    ///     (2, StartEstimate { position: 1, start_ms: Some(1_000) }),
-    ///     (3, StartEstimate { position: 2, start_ms: Some(2_000) }),
+    ///     (2, StartEstimate { position: 1, start_ms: Some(1_000), from_timeouts: true }),
+    ///     (3, StartEstimate { position: 2, start_ms: Some(2_000), from_timeouts: true }),
     /// ]);
     /// ```
     pub fn estimate_all(&self, now: u64) -> Vec<(TaskId, StartEstimate)> {
@@ -448,9 +473,13 @@ impl ParkingLot {
         wanted
             .iter()
             .zip(positions)
-            .map(|(&(id, ..), position)| {
-                let start_ms = started_at.get(&id).copied();
-                (id, StartEstimate { position, start_ms })
+            .map(|(&(id, _, kind), position)| {
+                let estimate = StartEstimate {
+                    position,
+                    start_ms: started_at.get(&id).copied(),
+                    from_timeouts: !self.run_times.seen(kind),
+                };
+                (id, estimate)
             })
             .collect()
     }

@@ -172,6 +172,14 @@ impl RunTimes {
         Some((beyond / all).max(1.0))
     }
 
+    /// Whether a run of `kind` (task or permit) was seen: until one is, a timeout stands in
+    /// for every run time of the kind.
+    pub(super) fn seen(&self, kind: ResourceKind) -> bool {
+        [false, true]
+            .into_iter()
+            .any(|slotless| self.kinds[row(kind, slotless)].run_ms.samples > 0)
+    }
+
     /// The run time expected of a ticket (see the module docs of `estimate.rs`).
     pub(super) fn expected(
         &self,

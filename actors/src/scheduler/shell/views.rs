@@ -27,6 +27,7 @@ where
             let estimate = reason.as_ref().and_then(|_| estimates.get(&entry));
             let position = estimate.map(|estimate| estimate.position);
             let expected_start_ms = estimate.and_then(|estimate| estimate.start_ms);
+            let from_timeouts = estimate.is_some_and(|estimate| estimate.from_timeouts);
             if let Some(record) = ledger.get(entry) {
                 let since_ms = record.started_ms().unwrap_or_else(|| record.admitted_ms());
                 return Some(TaskView {
@@ -40,6 +41,7 @@ where
                     reason,
                     position,
                     expected_start_ms,
+                    from_timeouts,
                 });
             }
             let id = self
@@ -58,6 +60,7 @@ where
                 reason,
                 position,
                 expected_start_ms,
+                from_timeouts,
             })
         };
         let mut running: Vec<TaskView> = ledger
@@ -153,15 +156,20 @@ where
             .entry_of(key, id)
             .ok_or(PoolError::TaskNotFound(id))?;
         let core = &self.tasks.core;
-        let (Some(reason), Some(estimate)) =
-            (core.why_waiting(entry), core.estimate_start(entry, now))
-        else {
+        let Some(reason) = core.why_waiting(entry) else {
             return Ok(None);
         };
+        // A task held for its parents is in no line yet: the reason alone.
+        let estimate = core.estimate_start(entry, now).unwrap_or(StartEstimate {
+            position: 0,
+            start_ms: None,
+            from_timeouts: false,
+        });
         Ok(Some(WaitView {
             reason,
             position: estimate.position,
             expected_start_ms: estimate.start_ms,
+            from_timeouts: estimate.from_timeouts,
             at_ms: now,
         }))
     }
