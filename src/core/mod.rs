@@ -26,11 +26,11 @@ pub use prometheus_parking_lot_actors::observe::events::{
 pub use prometheus_parking_lot_actors::observe::stats::{BudgetStats, PoolStats};
 pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TraceParent};
 pub use prometheus_parking_lot_actors::queue::{
-    Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery, InlineQueue,
-    KeptLetter, Lease, LeaseRenewer, LeaseRescuer, QueueCounts, QueueError, QueueMaintenance,
-    RankBound, RunUse, ScheduleTicks, Settlement, SharedBudgets, SharedDependencies,
-    SharedFairShare, SharedQueue, StarvationRule, StoredEntry, TaskQueue, UniqueCallers,
-    DEPENDENCIES_SUPPORTED,
+    parent_ended_words, Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery,
+    InlineQueue, KeptLetter, Lease, LeaseRenewer, LeaseRescuer, QueueCounts, QueueError,
+    QueueMaintenance, RankBound, RunUse, ScheduleTicks, Settlement, SharedBudgets,
+    SharedDependencies, SharedFairShare, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
+    UniqueCallers, DEPENDENCIES_SUPPORTED,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{
     PoolSnapshot, PoolView, TaskView, TenantView, WaitView,

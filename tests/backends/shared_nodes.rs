@@ -587,25 +587,27 @@ async fn resuming_a_drained_node_does_not_make_it_claim() {
     b.shutdown(WAIT).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_of_a_shared_queue_refuses_dependencies_naming_the_queues_that_support_them() {
+/// A node of `queue` (4 workers, 4 CPU units) around the dependencies suite's `executor`.
+async fn dependencies_node(
+    queue: Arc<InMemorySharedQueue<u64>>,
+    executor: crate::conformance::dependencies::Steps,
+) -> crate::conformance::dependencies::Subject {
     let supervisor = spawn_supervisor().await.unwrap();
-    let queue: Arc<InMemorySharedQueue<u64>> = Arc::new(InMemorySharedQueue::new());
     let shared = SharedParking::new(queue, "deps")
         .with_lease(Duration::from_millis(300))
         .with_poll(Duration::from_millis(10));
     let spec = PoolSpec {
         tenant_weights: Default::default(),
         name: "deps".into(),
-        limits: PoolLimits::new(2, 2),
+        limits: PoolLimits::new(4, 4),
         workers: WorkerSettings {
-            count: 2,
+            count: 4,
             stack_size: None,
             pin_to_cpus: false,
         },
         default_timeout: None,
         restart: RestartPolicy::default(),
-        executor: crate::conformance::dependencies::plain_steps(),
+        executor,
         queue: Box::new(InMemoryQueue::new()),
         mailbox: Arc::new(InMemoryMailbox::new()),
         notifiers: Vec::new(),
@@ -617,8 +619,26 @@ async fn a_node_of_a_shared_queue_refuses_dependencies_naming_the_queues_that_su
         gpu: None,
         tracer: None,
     };
-    let pool = start_pool(&supervisor, spec).await.unwrap();
-    crate::conformance::dependencies::refused_where_unsupported(&pool, "in_memory_shared").await;
+    let client = start_pool(&supervisor, spec).await.unwrap();
+    crate::conformance::dependencies::Subject {
+        client,
+        owner: Box::new(supervisor),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_shared_queue_keeps_the_dependencies_contract() {
+    crate::conformance::dependencies::run_all(|steps| {
+        dependencies_node(Arc::new(InMemorySharedQueue::new()), steps)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_on_a_shared_queue_is_refused_naming_the_queues_that_can() {
+    let queue = Arc::new(InMemorySharedQueue::new());
+    let node = dependencies_node(queue, crate::conformance::dependencies::plain_steps()).await;
+    let pool = &node.client;
     // A stream cannot follow a task to another node: refused, naming the queues that can.
     let task = ScheduledTask::new(TaskMetadata::new(77, ResourceCost::cpu(1)), 1u64);
     let Err(refused) = pool

@@ -11,11 +11,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    DependencyError, PoolClient, PoolError, ScheduledTask, SubmitOptions, TaskMetadata,
+    DependencyError, PoolClient, PoolError, ScheduledTask, SubmitOptions, TaskMetadata, TaskStep,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
 use prometheus_parking_lot::{ResourcePool, TaskExecutor};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 /// A payload that waits for the gate, then returns 1.
 pub const WAIT: u64 = u64::MAX - 1;
@@ -48,9 +48,26 @@ impl TaskExecutor<u64, u64> for Steps {
     }
 }
 
+/// A pool under test: its client, and whatever keeps it running (the pool itself, or the
+/// supervisor and queue of a pool started from a spec), dropped after the case.
+pub struct Subject {
+    pub client: PoolClient<u64, u64>,
+    pub owner: Box<dyn std::any::Any + Send>,
+}
+
+impl From<ResourcePool<u64, u64, Steps>> for Subject {
+    fn from(pool: ResourcePool<u64, u64, Steps>) -> Self {
+        Self {
+            client: pool.client().clone(),
+            owner: Box::new(pool),
+        }
+    }
+}
+
 /// A pool under test, its executor's reports and its gate.
 pub struct Lab {
-    pub pool: ResourcePool<u64, u64, Steps>,
+    pub pool: PoolClient<u64, u64>,
+    _owner: Box<dyn std::any::Any + Send>,
     started: mpsc::UnboundedReceiver<TaskId>,
     gate: watch::Sender<bool>,
 }
@@ -73,23 +90,20 @@ pub fn after(parents: &[TaskId]) -> SubmitOptions {
 impl Lab {
     async fn submit(&self, id: TaskId, payload: u64, options: SubmitOptions) -> MailboxKey {
         self.pool
-            .submit_with(step(TENANT, id, payload), options)
+            .submit(step(TENANT, id, payload), options)
             .await
             .unwrap_or_else(|error| panic!("task {id} admitted: {error}"))
     }
 
     async fn refusal(&self, task: ScheduledTask<u64>, options: SubmitOptions) -> DependencyError {
-        match self.pool.submit_with(task, options).await {
+        match self.pool.submit(task, options).await {
             Err(PoolError::Dependency(refusal)) => *refusal,
             other => panic!("expected a dependency refusal, got {other:?}"),
         }
     }
 
     async fn outcome(&self, key: &MailboxKey) -> Result<u64, PoolError> {
-        self.pool
-            .client()
-            .retrieve(key, Duration::from_secs(10))
-            .await
+        self.pool.retrieve(key, Duration::from_secs(10)).await
     }
 
     async fn next_start(&mut self) -> TaskId {
@@ -118,7 +132,8 @@ impl Lab {
 pub async fn run_all<F, Fut>(fresh: F)
 where
     F: Fn(Steps) -> Fut,
-    Fut: Future<Output = ResourcePool<u64, u64, Steps>>,
+    Fut: Future,
+    Fut::Output: Into<Subject>,
 {
     macro_rules! run {
         ($($case:ident),* $(,)?) => {$(
@@ -142,17 +157,20 @@ where
 async fn lab<F, Fut>(fresh: &F) -> Lab
 where
     F: Fn(Steps) -> Fut,
-    Fut: Future<Output = ResourcePool<u64, u64, Steps>>,
+    Fut: Future,
+    Fut::Output: Into<Subject>,
 {
     let (started_tx, started) = mpsc::unbounded_channel();
     let (gate, gate_rx) = watch::channel(false);
-    let pool = fresh(Steps {
+    let subject: Subject = fresh(Steps {
         started: started_tx,
         gate: gate_rx,
     })
-    .await;
+    .await
+    .into();
     Lab {
-        pool,
+        pool: subject.client,
+        _owner: subject.owner,
         started,
         gate,
     }
@@ -193,17 +211,36 @@ pub async fn refused_where_unsupported(pool: &PoolClient<u64, u64>, queue: &str)
 }
 
 async fn a_child_is_held_until_every_parent_succeeded(mut lab: Lab) {
+    let mut events = lab.pool.events();
     lab.submit(1, WAIT, SubmitOptions::default()).await;
     lab.submit(2, WAIT, SubmitOptions::default()).await;
     let child = lab.submit(3, 30, after(&[1, 2])).await;
+    // Its events say it is held, and for how many parents, wherever it is held.
+    let held = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.recv().await {
+                Ok(event) if event.task_id == 3 => {
+                    if let TaskStep::WaitsForParents { pending } = event.step {
+                        return pending;
+                    }
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("the feed closed"),
+            }
+        }
+    })
+    .await
+    .expect("a WaitsForParents event for the child");
+    assert_eq!(held, 2);
     let mut parents = [lab.next_start().await, lab.next_start().await];
     parents.sort_unstable();
     assert_eq!(parents, [1, 2]);
     let held = lab.pool.why_waiting(&child, 3).await.expect("live");
-    assert_eq!(
-        held,
-        Some(prometheus_parking_lot::core::scheduling::WaitReason::Dependencies { pending: 2 })
-    );
+    let dependencies =
+        prometheus_parking_lot::core::scheduling::WaitReason::Dependencies { pending: 2 };
+    assert_eq!(held, Some(dependencies.clone()));
+    let wait = lab.pool.waiting(&child, 3).await.expect("live");
+    assert_eq!(wait.map(|wait| wait.reason), Some(dependencies));
     assert!(
         lab.starts_so_far().is_empty(),
         "the child waits although room is free"

@@ -21,12 +21,34 @@ use async_trait::async_trait;
 use super::{Carried, EntryId, QueueError, SharedQueue};
 use crate::domain::{
     BackendFault, Budgets, DependencyError, FairByUse, FaultKind, MailboxKey, ResourceKind,
-    ScheduledTask, TaskId, TenantId, TenantWeights,
+    ScheduledTask, TaskId, TaskStatus, TenantId, TenantWeights,
 };
 
 /// The queues that keep dependencies, as a refusal names them.
 pub const DEPENDENCIES_SUPPORTED: &str =
-    "memory (the in-memory queue), postgres (the Postgres table queue with \"dependencies\": true)";
+    "memory (the in-memory queue), postgres (the Postgres table queue with \"dependencies\": true), \
+     in_memory_shared (the in-memory shared queue)";
+
+/// How a parent that ended `status` without succeeding is named in the reason its waiting
+/// children are cancelled with ("task 7 it depends on failed: out of memory"), the same on
+/// every queue that keeps dependencies.
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::TaskStatus;
+/// use prometheus_parking_lot_actors::queue::parent_ended_words;
+///
+/// assert_eq!(parent_ended_words(&TaskStatus::Cancelled), "was cancelled");
+/// assert_eq!(parent_ended_words(&TaskStatus::Failed("oom".into())), "failed: oom");
+/// ```
+pub fn parent_ended_words(status: &TaskStatus) -> String {
+    match status {
+        TaskStatus::Cancelled => "was cancelled".to_owned(),
+        TaskStatus::Expired => "expired before it could start".to_owned(),
+        TaskStatus::TimedOut => "timed out".to_owned(),
+        TaskStatus::Failed(reason) => format!("failed: {reason}"),
+        other => format!("ended {other:?}"),
+    }
+}
 
 /// The error of a node that asks `queue` for a capability it lacks: "the {backend} queue
 /// cannot {what}".
@@ -69,7 +91,8 @@ where
     /// succeed ends it `Cancelled` (a [`DeadLetter`](super::DeadLetter) with `cancelled`),
     /// unless it runs anyway. A parent unknown to the queue, of another tenant, the task
     /// itself, or one that ended without succeeding (unless it runs anyway) refuses it with
-    /// [`QueueError::Dependency`].
+    /// [`QueueError::Dependency`]. Answers how many parents it waits for (0: every one had
+    /// succeeded already, and it is parked, or sleeps until its instant).
     async fn enqueue_waiting(
         &self,
         entry: EntryId,
@@ -77,7 +100,7 @@ where
         task: ScheduledTask<P>,
         carried: Carried,
         depends_on: &DependsOn,
-    ) -> Result<(), QueueError>;
+    ) -> Result<u32, QueueError>;
 
     /// How many parents the parked task `id` of exactly `key` still waits for, if it is
     /// parked in the queue waiting for any.

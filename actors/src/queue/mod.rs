@@ -49,8 +49,8 @@ use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
 use crate::observe::trace::TraceParent;
 
 pub use capabilities::{
-    DependsOn, RunUse, ScheduleTicks, SharedBudgets, SharedDependencies, SharedFairShare,
-    UniqueCallers, DEPENDENCIES_SUPPORTED,
+    parent_ended_words, DependsOn, RunUse, ScheduleTicks, SharedBudgets, SharedDependencies,
+    SharedFairShare, UniqueCallers, DEPENDENCIES_SUPPORTED,
 };
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{

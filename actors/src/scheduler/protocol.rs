@@ -86,8 +86,9 @@ pub struct SubmitOptions {
     /// unless [`run_if_parents_fail`](Self::run_if_parents_fail). Each must be live in the
     /// pool or have ended recently; an unknown id, another tenant's task, the task itself,
     /// or more than [`MAX_PARENTS`](crate::domain::MAX_PARENTS) ids are refused at submit
-    /// (`PoolError::Dependency`). Kept by the in-memory queue and by the Postgres table
-    /// queue with `"dependencies": true` (across nodes: a parent may run on any node); a
+    /// (`PoolError::Dependency`). Kept by the in-memory queue, by the Postgres table queue
+    /// with `"dependencies": true` and by the in-memory shared queue (across nodes: a
+    /// parent may run on any node); a
     /// pool on another queue refuses the submission with `DependencyError::Unsupported`,
     /// which names the queues that keep them.
     pub depends_on: Vec<TaskId>,

@@ -63,13 +63,7 @@ pub(crate) fn claim_values(
 /// status in JSON, what a child named later is refused with) and `$why` (the reason the
 /// children waiting on them are cancelled with).
 pub(crate) fn ended_values(status: &TaskStatus) -> [(&'static str, Value); 2] {
-    let why = match status {
-        TaskStatus::Cancelled => "was cancelled".to_owned(),
-        TaskStatus::Expired => "expired before it could start".to_owned(),
-        TaskStatus::TimedOut => "timed out".to_owned(),
-        TaskStatus::Failed(reason) => format!("failed: {reason}"),
-        other => format!("ended {other:?}"),
-    };
+    let why = crate::core::parent_ended_words(status);
     let json = serde_json::to_string(status).unwrap_or_else(|_| "\"Cancelled\"".into());
     [("status", json.into()), ("why", why.into())]
 }

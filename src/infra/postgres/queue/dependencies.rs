@@ -176,9 +176,10 @@ $fn$;
 /// `<t>_park_waiting(queue, tenant, parents, runs anyway, own start, rows)`: resolves the
 /// parents (in the order given; the first refused ends the call) and parks the one task of
 /// `rows` (a [`ParkRows`](crate::infra::postgres::codec::ParkRows) array) waiting for the
-/// live ones. Answers one row: `outcome` is `parked`, `duplicate` (its entry or caller is
-/// stored already), `unknown`, `other_tenant` or `ended` (then `parent` names the parent,
-/// and `status` says how it ended, a `TaskStatus` in JSON).
+/// live ones. Answers one row: `outcome` is `parked` (then `parent` holds how many parents
+/// it waits for), `duplicate` (its entry or caller is stored already), `unknown`,
+/// `other_tenant` or `ended` (then `parent` names the parent, and `status` says how it
+/// ended, a `TaskStatus` in JSON).
 fn park_waiting_function(t: &Identifier, parked_columns: &str) -> String {
     format!(
         r#"
@@ -233,7 +234,7 @@ BEGIN
     IF cardinality(live) = 0 THEN
         PERFORM pg_notify('{t}.' || queue, '');
     END IF;
-    RETURN QUERY SELECT 'parked'::text, NULL::bigint, NULL::text;
+    RETURN QUERY SELECT 'parked'::text, cardinality(live)::bigint, NULL::text;
 END
 $fn$;
 "#

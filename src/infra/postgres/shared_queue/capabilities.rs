@@ -36,7 +36,7 @@ where
         task: ScheduledTask<P>,
         carried: Carried,
         depends_on: &DependsOn,
-    ) -> Result<(), QueueError> {
+    ) -> Result<u32, QueueError> {
         let Some(sql) = &self.statements.park_waiting else {
             return Err(no_dependencies(self));
         };
@@ -83,7 +83,9 @@ where
         };
         let refused = |error| Err(QueueError::Dependency(Box::new(error)));
         match outcome.as_str() {
-            "parked" => Ok(()),
+            // Its parents waited for, in the `parent` column (NULL from a function made by a
+            // node before it answered them: none known).
+            "parked" => Ok(u32::try_from(parent()?).unwrap_or(u32::MAX)),
             "duplicate" => Err(QueueError::Duplicate(entry)),
             "unknown" => refused(DependencyError::UnknownParent { parent: parent()? }),
             "other_tenant" => refused(DependencyError::OtherTenant { parent: parent()? }),

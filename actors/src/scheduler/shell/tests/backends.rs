@@ -75,7 +75,7 @@ impl World {
                     )))
                 } else {
                     self.shared_parked.push((entry, rank_time_ms, task));
-                    Ok(())
+                    Ok(None)
                 };
                 SharedReport::Enqueued(vec![Enqueued {
                     task_id,

@@ -27,6 +27,8 @@ where
             };
             if claim.parked.claims >= self.max_attempts {
                 let letter = dead_letter(&claim);
+                let failed = TaskStatus::Failed(letter.reason.clone());
+                lot.ended(entry, &claim.parked.task, Some(failed));
                 lot.keep_dead(entry, claim.parked, letter.reason.clone());
                 lot.dead.push_back(letter);
             } else {
@@ -99,7 +101,7 @@ where
     async fn counts(&self) -> Result<QueueCounts, QueueError> {
         let lot = self.lock();
         Ok(QueueCounts {
-            parked: lot.parked.len() + lot.resting.len(),
+            parked: lot.parked.len() + lot.resting.len() + lot.books.len(),
             claimed: lot.claimed.len(),
         })
     }

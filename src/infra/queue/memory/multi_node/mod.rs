@@ -43,6 +43,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 mod capabilities;
+mod dependencies;
 mod maintenance;
 
 use crate::core::scheduling::{RankKey, TokenBucket};
@@ -50,7 +51,7 @@ use crate::core::TraceParent;
 use crate::core::{
     Budget, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
     QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduleTicks, ScheduledTask, Settlement,
-    SharedBudgets, SharedQueue, UniqueCallers,
+    SharedBudgets, SharedDependencies, SharedQueue, TaskStatus, UniqueCallers,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
@@ -127,6 +128,9 @@ struct Lot<P> {
     latest_ticks: FastMap<String, u64>,
     /// The order claims take a priority's tasks in ([`SharedQueue::order`]).
     order: QueueOrder,
+    /// The children waiting for their parents, and how recent tasks ended (see
+    /// `dependencies.rs`).
+    books: dependencies::Books<P>,
 }
 
 /// How long a caller whose task completed is remembered, past its lease's expiry, ms.
@@ -353,6 +357,7 @@ impl<P> Lot<P> {
             .chain(claimed)
             .chain(resting)
             .map(|parked| &parked.task)
+            .chain(self.books.tasks().map(|(_, task)| task))
             .find(|task| {
                 task.meta.id == id
                     && task
@@ -377,6 +382,20 @@ impl<P> Lot<P> {
             })
     }
 
+    /// Removes `entry` wherever it waits unclaimed (parked, resting, waiting for its
+    /// parents), as a cancel does: the children waiting on it end `Cancelled`.
+    fn remove_unclaimed(&mut self, entry: EntryId) -> Option<ScheduledTask<P>> {
+        let task = match self.resting.remove(&entry) {
+            Some((_, parked)) => Some(parked.task),
+            None => self
+                .unpark(entry)
+                .map(|parked| parked.task)
+                .or_else(|| self.books.take(entry)),
+        }?;
+        self.ended(entry, &task, Some(TaskStatus::Cancelled));
+        Some(task)
+    }
+
     /// Keeps dead letter `entry` for an operator.
     fn keep_dead(&mut self, entry: EntryId, parked: Parked<P>, reason: String) {
         if self.kept.len() == KEPT_AT_MOST {
@@ -390,6 +409,7 @@ impl<P> Lot<P> {
         self.parked.contains_key(&entry)
             || self.claimed.contains_key(&entry)
             || self.resting.contains_key(&entry)
+            || self.books.holds(entry)
     }
 
     /// What `node` holds of `entry`, if it holds it.
@@ -436,6 +456,7 @@ impl<P> InMemorySharedQueue<P> {
                 ended: FastMap::default(),
                 latest_ticks: FastMap::default(),
                 order: QueueOrder::Fifo,
+                books: dependencies::Books::default(),
             }),
             max_attempts: u32::MAX,
         }
@@ -492,6 +513,10 @@ where
     }
 
     fn unique_callers(&self) -> Option<&dyn UniqueCallers> {
+        Some(self)
+    }
+
+    fn dependencies(&self) -> Option<&dyn SharedDependencies<P>> {
         Some(self)
     }
 
@@ -630,6 +655,12 @@ where
     ) -> Result<(), QueueError> {
         let mut lot = self.lock();
         let held = lot.end_claim(node, claim)?;
+        let outcome = match &settlement {
+            Settlement::Done => None,
+            Settlement::Failed(reason) => Some(TaskStatus::Failed(reason.clone())),
+            Settlement::Ended(status) => Some(status.clone()),
+        };
+        lot.ended(claim.entry, &held.parked.task, outcome);
         match settlement {
             Settlement::Failed(reason) => lot.keep_dead(claim.entry, held.parked, reason),
             Settlement::Done | Settlement::Ended(_) if lot.unique_callers => {
@@ -698,12 +729,9 @@ where
             .min())
     }
 
+    /// A removed task ends the children waiting on it `Cancelled`.
     async fn remove(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
-        let mut lot = self.lock();
-        if let Some((_, parked)) = lot.resting.remove(&entry) {
-            return Ok(Some(parked.task));
-        }
-        Ok(lot.unpark(entry).map(|parked| parked.task))
+        Ok(self.lock().remove_unclaimed(entry))
     }
 
     /// Scans the parked entries: cancels are rare, and a database backend answers the same
@@ -713,28 +741,24 @@ where
         key: &MailboxKey,
         id: TaskId,
     ) -> Result<Option<ScheduledTask<P>>, QueueError> {
+        let wanted =
+            |task: &ScheduledTask<P>| task.meta.id == id && task.meta.mailbox.as_ref() == Some(key);
         let mut lot = self.lock();
-        let wanted = |parked: &Parked<P>| {
-            parked.task.meta.id == id && parked.task.meta.mailbox.as_ref() == Some(key)
-        };
         let resting = lot
             .resting
             .iter()
-            .filter(|(_, (_, parked))| wanted(parked))
-            .map(|(&entry, _)| entry)
-            .min();
-        if let Some((_, parked)) = resting.and_then(|entry| lot.resting.remove(&entry)) {
-            return Ok(Some(parked.task));
-        }
-        let found = lot
+            .map(|(&entry, (_, parked))| (entry, &parked.task));
+        let parked = lot
             .parked
             .iter()
-            .filter(|(_, parked)| wanted(parked))
-            .map(|(&entry, _)| entry)
+            .map(|(&entry, parked)| (entry, &parked.task));
+        let found = resting
+            .chain(parked)
+            .chain(lot.books.tasks())
+            .filter(|(_, task)| wanted(task))
+            .map(|(entry, _)| entry)
             .min();
-        Ok(found
-            .and_then(|entry| lot.unpark(entry))
-            .map(|parked| parked.task))
+        Ok(found.and_then(|entry| lot.remove_unclaimed(entry)))
     }
 }
 

@@ -141,7 +141,9 @@ pub(crate) struct Enqueued {
     pub key: MailboxKey,
     pub cost: ResourceCost,
     pub reply: Reply,
-    pub result: Result<(), QueueError>,
+    /// Stored, with how many parents it waits for in the queue when it was parked with
+    /// some; or why not.
+    pub result: Result<Option<u32>, QueueError>,
     /// Not stored, for the task of its caller is live in the queue (callers kept unique):
     /// that task's key, which its submitter gets instead.
     pub attached: Option<MailboxKey>,

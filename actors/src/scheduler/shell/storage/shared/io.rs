@@ -149,8 +149,8 @@ async fn enqueue_group<P: Send + 'static>(
         crate::domain::ResourceCost,
         Reply,
     )>,
-) -> Vec<Result<(), QueueError>> {
-    let mut results: Vec<Option<Result<(), QueueError>>> = Vec::with_capacity(group.len());
+) -> Vec<Result<Option<u32>, QueueError>> {
+    let mut results: Vec<Option<Result<Option<u32>, QueueError>>> = Vec::with_capacity(group.len());
     let (mut tasks, mut places) = (Vec::new(), Vec::new());
     for park in group.drain(..) {
         let (task_id, cost) = (park.task.meta.id, park.task.meta.cost);
@@ -162,6 +162,7 @@ async fn enqueue_group<P: Send + 'static>(
                     dependencies
                         .enqueue_waiting(entry, rank_time_ms, park.task, park.carried, depends_on)
                         .await
+                        .map(Some)
                 }
                 None => {
                     drop_contained(park.task);
@@ -178,7 +179,7 @@ async fn enqueue_group<P: Send + 'static>(
     if !tasks.is_empty() {
         let parked = queue.enqueue_many(tasks).await;
         for (place, result) in places.into_iter().zip(parked) {
-            results[place] = Some(result);
+            results[place] = Some(result.map(|()| None));
         }
     }
     results

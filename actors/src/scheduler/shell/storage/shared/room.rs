@@ -302,13 +302,14 @@ impl SharedRoom {
             return;
         }
         match result {
-            Ok(()) => {
-                tasks
-                    .observers
-                    .step(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
-                tasks
-                    .observers
-                    .step(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
+            Ok(waits_for) => {
+                let observers = &tasks.observers;
+                observers.step(task_id, &key, cost, &TaskStep::Admitted, now, Detail::NONE);
+                observers.step(task_id, &key, cost, &TaskStep::Parked, now, Detail::NONE);
+                if let Some(pending) = waits_for.filter(|&pending| pending > 0) {
+                    let held = TaskStep::WaitsForParents { pending };
+                    observers.step(task_id, &key, cost, &held, now, Detail::NONE);
+                }
                 tasks.fx.answer(reply, Ok(key));
             }
             Err(QueueError::Dependency(refusal)) => {
