@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Capacity, Carried, DependsOn, FitQuery, QueueError, ScheduledTask, Settlement,
+    Capacity, Carried, DependsOn, FitQuery, LetterEnd, QueueError, ScheduledTask, Settlement,
     SharedDependencies, SharedQueue, TaskMetadata,
 };
 use prometheus_parking_lot::infra::postgres::RetryPolicy;
@@ -221,11 +221,18 @@ async fn a_parent_the_rescue_gives_up_on_cancels_its_descendants_and_releases_a_
         .await
         .expect("letters");
     letters.sort_by_key(|letter| letter.task_id);
-    let told: Vec<(TaskId, bool)> = letters
+    let told: Vec<(TaskId, LetterEnd)> = letters
         .iter()
-        .map(|letter| (letter.task_id, letter.cancelled))
+        .map(|letter| (letter.task_id, letter.end))
         .collect();
-    assert_eq!(told, vec![(1, false), (2, true), (3, true)]);
+    assert_eq!(
+        told,
+        vec![
+            (1, LetterEnd::GivenUp),
+            (2, LetterEnd::Cancelled),
+            (3, LetterEnd::Cancelled)
+        ]
+    );
     assert!(
         letters[1]
             .reason

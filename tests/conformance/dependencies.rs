@@ -147,6 +147,7 @@ where
         a_failed_parent_cancels_its_child_and_the_childs_children,
         a_child_that_runs_anyway_runs_after_a_failed_parent,
         a_cancelled_parent_cancels_its_child,
+        a_held_child_expires_at_its_deadline_while_its_parent_runs,
         an_unknown_parent_is_refused,
         a_parent_of_another_tenant_is_refused,
         a_task_naming_itself_is_refused,
@@ -300,6 +301,26 @@ async fn a_cancelled_parent_cancels_its_child(mut lab: Lab) {
     assert_eq!(lab.outcome(&child).await, Err(PoolError::Cancelled));
     assert_eq!(lab.outcome(&parent).await, Err(PoolError::Cancelled));
     assert!(lab.starts_so_far().is_empty(), "the child never ran");
+}
+
+async fn a_held_child_expires_at_its_deadline_while_its_parent_runs(mut lab: Lab) {
+    let parent = lab.submit(1, WAIT, SubmitOptions::default()).await;
+    assert_eq!(lab.next_start().await, 1);
+    let mut late = step(TENANT, 2, 20);
+    late.meta.deadline_ms = Some(prometheus_parking_lot::util::clock::now_ms() + 300);
+    let child = lab
+        .pool
+        .submit(late, after(&[1]))
+        .await
+        .expect("the child is admitted");
+    let grandchild = lab.submit(3, 30, after(&[2])).await;
+    // The parent still runs (the gate is shut): the child ends at its deadline, not when
+    // the parent ends, and its own child with it.
+    assert_eq!(lab.outcome(&child).await, Err(PoolError::Expired));
+    assert_eq!(lab.outcome(&grandchild).await, Err(PoolError::Cancelled));
+    lab.open_gate();
+    assert_eq!(lab.outcome(&parent).await, Ok(1));
+    assert!(lab.starts_so_far().is_empty(), "neither ran");
 }
 
 async fn an_unknown_parent_is_refused(lab: Lab) {

@@ -29,6 +29,12 @@ pub const DEPENDENCIES_SUPPORTED: &str =
     "memory (the in-memory queue), postgres (the Postgres table queue with \"dependencies\": true), \
      in_memory_shared (the in-memory shared queue)";
 
+/// The reason a child that expired while it waited for its parents carries (its dead
+/// letter's, and its row's on the Postgres table queue), on every queue that keeps
+/// dependencies.
+pub const HELD_PAST_DEADLINE: &str =
+    "its deadline passed while it waited for the tasks it depends on";
+
 /// How a parent that ended `status` without succeeding is named in the reason its waiting
 /// children are cancelled with ("task 7 it depends on failed: out of memory"), the same on
 /// every queue that keeps dependencies.

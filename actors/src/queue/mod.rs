@@ -50,12 +50,12 @@ use crate::observe::trace::TraceParent;
 
 pub use capabilities::{
     parent_ended_words, DependsOn, RunUse, ScheduleTicks, SharedBudgets, SharedDependencies,
-    SharedFairShare, UniqueCallers, DEPENDENCIES_SUPPORTED,
+    SharedFairShare, UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
 };
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
-    Claim, DeadLetter, FitQuery, KeptLetter, Lease, QueueMaintenance, RankBound, SharedQueue,
-    StarvationRule,
+    Claim, DeadLetter, FitQuery, KeptLetter, Lease, LetterEnd, QueueMaintenance, RankBound,
+    SharedQueue, StarvationRule,
 };
 
 /// The pool's own id of an admitted task. See the module docs.

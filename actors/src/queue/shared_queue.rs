@@ -193,9 +193,23 @@ pub struct DeadLetter {
     pub cost: ResourceCost,
     /// Why it was given up.
     pub reason: String,
-    /// Whether it was not given up but cancelled: a task it depended on did not succeed
-    /// (see [`DependsOn`](super::DependsOn)); its submitter hears `Cancelled`, not a failure.
-    pub cancelled: bool,
+    /// How it ended, as its submitter hears it.
+    pub end: LetterEnd,
+}
+
+/// How a [`DeadLetter`]'s task ended, as its submitter hears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LetterEnd {
+    /// The queue gave up on it (every attempt lost its lease, it could not be read): its
+    /// submitter hears `Failed` with the reason.
+    #[default]
+    GivenUp,
+    /// A task it depended on did not succeed (see [`DependsOn`](super::DependsOn)): its
+    /// submitter hears `Cancelled`, not a failure.
+    Cancelled,
+    /// Its deadline passed while it waited in the queue for the tasks it depends on: its
+    /// submitter hears `Expired`.
+    Expired,
 }
 
 /// A dead letter as the queue keeps it (see [`QueueMaintenance::list_dead_letters`]).

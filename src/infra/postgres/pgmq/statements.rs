@@ -72,6 +72,7 @@ impl PgmqLayout {
             settle_ended: sql(settle_sql(layout, &Settlement::Done)),
             park_waiting: None,
             waiting_parents: None,
+            expire_held: None,
             settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
             release: sql(release_sql(layout)),
             retry: sql(retry_sql(layout)),

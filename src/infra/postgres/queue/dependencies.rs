@@ -98,13 +98,21 @@ pub(crate) fn replaced_index(t: &Identifier) -> String {
 /// The index a queue that keeps dependencies finds a parent by (its task id, then queue
 /// and tenant), made when the first such queue of table `t` opens. It leads with the task
 /// id, so that a settle's lookup by `(queue_name, entry)` can use it only as a full scan.
+///
+/// With it comes the index of the children waiting with a deadline, which each rescue
+/// walks to expire those whose deadline passed (`expire_held`); it is made last, so a
+/// table that has it is up to date.
 pub(crate) fn parents_index_ddl(t: &Identifier) -> String {
-    format!("CREATE INDEX IF NOT EXISTS {t}_task_ids ON {t} (task_id, queue_name, tenant);")
+    format!(
+        "CREATE INDEX IF NOT EXISTS {t}_task_ids ON {t} (task_id, queue_name, tenant);
+         CREATE INDEX IF NOT EXISTS {t}_held_deadlines ON {t} (queue_name, deadline_ms) \
+           WHERE pending_parents > 0 AND deadline_ms IS NOT NULL;"
+    )
 }
 
-/// The name of [`parents_index_ddl`]'s index.
+/// The name of the index [`parents_index_ddl`] makes last.
 pub(crate) fn parents_index(t: &Identifier) -> String {
-    format!("{t}_task_ids")
+    format!("{t}_held_deadlines")
 }
 
 /// `<t>_ended(queue, rows, task ids, succeeded, why)`: the rows (with their callers' task

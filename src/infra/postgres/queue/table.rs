@@ -59,7 +59,7 @@
 //! so an idle node claims new work at once and otherwise polls only slowly, as a safety net.
 
 use crate::core::PoolError;
-use crate::core::QueueOrder;
+use crate::core::{QueueOrder, HELD_PAST_DEADLINE};
 use crate::infra::postgres::claim::due_of;
 use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, RankSql, Units};
 use crate::infra::postgres::codec::{
@@ -363,6 +363,20 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                 AND session_id IS NOT DISTINCT FROM $session_id LIMIT 1"
             ))
         }),
+        // A child whose deadline passed while it waited ends as a cancelled row whose status
+        // says `Expired` (the dead-letter reader tells its submitter so), in the statement
+        // that ends its own children (see `dependencies.rs`).
+        expire_held: kept.then(|| {
+            sql(format!(
+                "WITH expired AS (UPDATE {t} SET state = 'cancelled', pending_parents = 0, \
+                     ended_status = '\"Expired\"', last_error = '{HELD_PAST_DEADLINE}' \
+                   WHERE queue_name = $queue AND state = 'parked' AND pending_parents > 0 \
+                     AND deadline_ms IS NOT NULL AND deadline_ms <= $now_ms \
+                   RETURNING id, task_id), {ended} \
+                 SELECT count(*) AS n FROM expired CROSS JOIN ended",
+                ended = ended_rows(t, "expired", false, "'expired before it could start'"),
+            ))
+        }),
         park_waiting: kept.then(|| {
             sql(format!(
                 "SELECT outcome, parent, status FROM {t}_park_waiting($queue, $tenant, \
@@ -403,12 +417,12 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                 SELECT id FROM {t} WHERE queue_name = $queue AND state = 'dead' AND NOT reported \
                  ORDER BY id LIMIT $max FOR UPDATE SKIP LOCKED) \
                RETURNING tenant, user_id, session_id, task_id, kind, units, \
-                         last_error AS reason, false AS cancelled), \
+                         last_error AS reason, false AS cancelled, NULL::text AS ended), \
              cancelled AS (DELETE FROM {t} WHERE id IN ( \
                 SELECT id FROM {t} WHERE queue_name = $queue AND state = 'cancelled' \
                  ORDER BY id LIMIT $max FOR UPDATE SKIP LOCKED) \
                RETURNING tenant, user_id, session_id, task_id, kind, units, \
-                         last_error AS reason, true AS cancelled) \
+                         last_error AS reason, true AS cancelled, ended_status AS ended) \
              SELECT * FROM dead UNION ALL SELECT * FROM cancelled"
         )),
         bury: sql(format!(

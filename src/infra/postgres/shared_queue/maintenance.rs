@@ -8,7 +8,8 @@ use sea_orm::QueryResult;
 
 use super::PgQueue;
 use crate::core::{
-    DeadLetter, EntryId, KeptLetter, QueueCounts, QueueError, QueueMaintenance, TaskMetadata,
+    DeadLetter, EntryId, KeptLetter, LetterEnd, QueueCounts, QueueError, QueueMaintenance,
+    TaskMetadata,
 };
 use crate::infra::postgres::codec::{count_to_sql, entry_from_sql, entry_to_sql, millis_u64};
 use crate::infra::postgres::retry::RescueParams;
@@ -37,6 +38,14 @@ where
             &forget,
         )
         .await?;
+        if let Some(expire) = &self.statements.expire_held {
+            self.rows(
+                "expire children waiting past their deadline",
+                expire,
+                &forget,
+            )
+            .await?;
+        }
         let Some(row) = self.row("rescue", &self.statements.rescue, &params).await? else {
             return Ok(0);
         };
@@ -158,8 +167,15 @@ impl<L, P> PgQueue<L, P> {
         let task_id: i64 = self.column(row, "task_id")?;
         let reason: Option<String> = self.column(row, "reason")?;
         let reason = reason.unwrap_or_else(|| "no reason recorded".into());
-        // Only the table layout cancels tasks whose parents did not succeed.
+        // Only the table layout cancels tasks whose parents did not succeed, or that expired
+        // while they waited for them.
         let cancelled = row.try_get::<bool>("", "cancelled").unwrap_or(false);
+        let ended = row.try_get::<Option<String>>("", "ended").ok().flatten();
+        let end = match (cancelled, ended.as_deref()) {
+            (false, _) => LetterEnd::GivenUp,
+            (true, Some("\"Expired\"")) => LetterEnd::Expired,
+            (true, _) => LetterEnd::Cancelled,
+        };
         Ok(DeadLetter {
             key,
             task_id: task_id as u64,
@@ -169,7 +185,7 @@ impl<L, P> PgQueue<L, P> {
             } else {
                 format!("the shared queue gave up on the task: {reason}")
             },
-            cancelled,
+            end,
         })
     }
 }

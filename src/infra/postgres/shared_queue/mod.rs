@@ -21,6 +21,7 @@
 //! | `settle_ended` | `$queue`, `$entries`, `$attempts`, `$node`, `$status`, `$why` | `entry` of each claim ended |
 //! | `park_waiting` | `$queue`, `$tenant`, `$parents`, `$run_anyway`, `$after_ms`, `$rows` | `outcome`, `parent`, `status` |
 //! | `waiting_parents` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `pending_parents` |
+//! | `expire_held` | `$queue`, `$now_ms` | `n`, the children expired while they waited for their parents |
 //! | `release` | `$queue`, `$entries`, `$attempts`, `$node`, `$now_ms` | `entry` of each claim handed back |
 //! | `remove` | `$queue`, `$entry` | `metadata`, `payload` |
 //! | `remove_task` | `$queue`, `$tenant`, `$user_id`, `$session_id`, `$task_id` | `metadata`, `payload` |
@@ -89,6 +90,9 @@ pub(crate) struct Statements {
     pub park_waiting: Option<NamedSql>,
     /// How many parents a parked task still waits for, where the layout keeps them.
     pub waiting_parents: Option<NamedSql>,
+    /// Ends the children whose deadline passed while they waited for their parents, where
+    /// the layout keeps dependencies.
+    pub expire_held: Option<NamedSql>,
     /// Hands a node's claims back, claimable at once by any node.
     pub release: NamedSql,
     /// Parks a node's claim again after a failed run, claimable from `$at_ms`, the claim

@@ -502,7 +502,7 @@ impl World {
                         task_id: task.meta.id,
                         cost: task.meta.cost,
                         reason: "gave up".into(),
-                        cancelled: false,
+                        end: crate::queue::LetterEnd::GivenUp,
                     };
                     self.shell
                         .shared_report(SharedReport::Dead(vec![letter]), self.now);

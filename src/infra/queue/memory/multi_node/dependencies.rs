@@ -22,6 +22,12 @@
 //! scheduled start). One that did not ends its waiting children `Cancelled` (a dead letter
 //! with `cancelled`, which the dead-letter reader of any node delivers to the submitter),
 //! and theirs in turn, except those that run anyway, which count the parent as done.
+//!
+//! # Deadlines
+//!
+//! A waiting child whose deadline passes ends `Expired` at the next rescue
+//! ([`Lot::expire_held`]), a dead letter that tells its submitter so, and its own waiting
+//! children end `Cancelled`.
 
 use std::collections::VecDeque;
 
@@ -29,8 +35,8 @@ use async_trait::async_trait;
 
 use super::{InMemorySharedQueue, Lot, Parked};
 use crate::core::{
-    parent_ended_words, Carried, DeadLetter, DependsOn, EntryId, QueueError, ScheduledTask,
-    SharedDependencies, TaskStatus,
+    parent_ended_words, Carried, DeadLetter, DependsOn, EntryId, LetterEnd, QueueError,
+    ScheduledTask, SharedDependencies, TaskStatus, HELD_PAST_DEADLINE,
 };
 use crate::util::serde::{MailboxKey, TaskId, TenantId};
 use prometheus_parking_lot_actors::domain::DependencyError;
@@ -147,7 +153,7 @@ impl<P> Lot<P> {
                                 task_id: task.meta.id,
                                 cost: task.meta.cost,
                                 reason: format!("task {parent_task} it depends on {how}"),
-                                cancelled: true,
+                                end: LetterEnd::Cancelled,
                             });
                             self.books.remember(&task, Some(TaskStatus::Cancelled));
                             doomed.push((child, task.meta.id));
@@ -165,6 +171,40 @@ impl<P> Lot<P> {
             }
             ending = doomed;
             how = Some(parent_ended_words(&TaskStatus::Cancelled));
+        }
+    }
+
+    /// Ends each child whose deadline passed while it waited for its parents `Expired` (a
+    /// dead letter that tells its submitter so), and the children waiting on it in turn
+    /// (see [`ended`](Self::ended)). A scan of the waiting children, at each rescue.
+    pub(super) fn expire_held(&mut self, now_ms: u64) {
+        let mut due: Vec<EntryId> = self
+            .books
+            .waiting
+            .iter()
+            .filter(|(_, waiting)| {
+                let deadline = waiting.parked.task.meta.deadline_ms;
+                deadline.is_some_and(|deadline| deadline <= u128::from(now_ms))
+            })
+            .map(|(&entry, _)| entry)
+            .collect();
+        due.sort_unstable();
+        for entry in due {
+            let Some(task) = self.books.take(entry) else {
+                continue;
+            };
+            self.dead.push_back(DeadLetter {
+                key: task
+                    .meta
+                    .mailbox
+                    .clone()
+                    .unwrap_or_else(|| MailboxKey::new("")),
+                task_id: task.meta.id,
+                cost: task.meta.cost,
+                reason: HELD_PAST_DEADLINE.into(),
+                end: LetterEnd::Expired,
+            });
+            self.ended(entry, &task, Some(TaskStatus::Expired));
         }
     }
 

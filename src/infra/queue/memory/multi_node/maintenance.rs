@@ -13,6 +13,7 @@ where
     async fn rescue_expired(&self, now_ms: u64) -> Result<usize, QueueError> {
         let mut lot = self.lock();
         lot.ended.retain(|_, (until, _)| *until > now_ms);
+        lot.expire_held(now_ms);
         let mut expired: Vec<EntryId> = lot
             .claimed
             .iter()

@@ -49,9 +49,9 @@ mod maintenance;
 use crate::core::scheduling::{RankKey, TokenBucket};
 use crate::core::TraceParent;
 use crate::core::{
-    Budget, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, QueueCounts,
-    QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduleTicks, ScheduledTask, Settlement,
-    SharedBudgets, SharedDependencies, SharedQueue, TaskStatus, UniqueCallers,
+    Budget, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, LetterEnd,
+    QueueCounts, QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduleTicks, ScheduledTask,
+    Settlement, SharedBudgets, SharedDependencies, SharedQueue, TaskStatus, UniqueCallers,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
@@ -774,6 +774,6 @@ fn dead_letter<P>(claim: &Held<P>) -> DeadLetter {
             "the shared queue gave up on the task: the lease of node {} ran out (attempt {})",
             claim.node, claim.parked.claims
         ),
-        cancelled: false,
+        end: LetterEnd::GivenUp,
     }
 }

@@ -29,7 +29,7 @@ use crate::domain::{
 };
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::fault_of;
-use crate::queue::{DeadLetter, EntryId, FitQuery, QueueError, StarvationRule};
+use crate::queue::{DeadLetter, EntryId, FitQuery, LetterEnd, QueueError, StarvationRule};
 use crate::scheduler::core::ParkingLot;
 use crate::scheduler::shell::effects::{CancelReply, Effect};
 use crate::scheduler::shell::ledger::Record;
@@ -240,12 +240,20 @@ impl SharedRoom {
         now: u64,
     ) {
         for letter in letters {
-            let outcome = if letter.cancelled {
-                tracing::debug!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "a task it depends on did not succeed: cancelled");
-                Err(PoolError::Cancelled)
-            } else {
-                tracing::warn!(pool = %tasks.pool, task_id = letter.task_id, reason = %letter.reason, "the shared queue gave up on a task");
-                Err(PoolError::Failed(letter.reason))
+            let (task_id, reason) = (letter.task_id, &letter.reason);
+            let outcome = match letter.end {
+                LetterEnd::Cancelled => {
+                    tracing::debug!(pool = %tasks.pool, task_id, %reason, "a task it depends on did not succeed: cancelled");
+                    Err(PoolError::Cancelled)
+                }
+                LetterEnd::Expired => {
+                    tracing::debug!(pool = %tasks.pool, task_id, %reason, "its deadline passed while it waited for its parents: expired");
+                    Err(PoolError::Expired)
+                }
+                LetterEnd::GivenUp => {
+                    tracing::warn!(pool = %tasks.pool, task_id, %reason, "the shared queue gave up on a task");
+                    Err(PoolError::Failed(letter.reason))
+                }
             };
             // The attempt that gave up is not known here; the first is reported.
             tasks.deliver_report(
