@@ -141,9 +141,9 @@ impl WorkerPoolConfig {
 
     /// The order of parked tasks within a priority: by admission ([`QueueOrder::Fifo`], the
     /// default) or earliest deadline first ([`QueueOrder::Deadline`]; tasks without a
-    /// deadline after those with one). On a shared queue the queue itself claims in the order:
-    /// the Postgres table queue can (`PostgresQueue::open_in_order`), pgmq cannot, and a pool
-    /// on a queue claiming in another order is refused at start.
+    /// deadline after those with one). On a shared queue the queue itself claims in the order
+    /// (`PostgresQueue::open_in_order`, `PgmqQueue::open_in_order`), and a pool on a queue
+    /// claiming in another order is refused at start.
     ///
     /// ```
     /// use prometheus_parking_lot::core::QueueOrder;

@@ -20,7 +20,7 @@
 //! | `max_queue_depth` | 1 – 100,000,000 |
 //! | `max_queued_units` | 1 – 18,446,744,073,709,551,615, only with a local queue (in_memory, yaque) |
 //! | `admission.refuse_if_late` | only with a local queue (in_memory, yaque) |
-//! | `order` | `fifo` or `deadline`; `deadline` not with `postgres_pgmq` (its nodes claim by admission) |
+//! | `order` | `fifo` or `deadline` (on every queue) |
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
 //! | `starvation.max_park_ms` | 1 ms – 1 day |
 //! | `starvation.max_skips` | 1 – 1,000,000 |
@@ -349,7 +349,7 @@ impl PoolSettings {
                 format!("{path}.order"),
                 format!(
                     "`deadline` needs a queue that ranks by deadline (in_memory, yaque, \
-                     postgres): the nodes of a {} queue claim by priority, then admission; \
+                     postgres, postgres_pgmq): the nodes of a {} queue claim by priority, then admission; \
                      use `fifo` here",
                     queue_rules(&self.queue).type_name()
                 ),

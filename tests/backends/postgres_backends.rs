@@ -123,6 +123,37 @@ async fn pgmq_queue_conforms() {
     drop_pgmq_queues(&queues).await;
 }
 
+/// The pgmq queue opened in the deadline order against the deadline-order suite.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgmq_queue_in_the_deadline_order_conforms() {
+    use prometheus_parking_lot::core::QueueOrder;
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let database = database();
+    let queues = Arc::new(Mutex::new(Vec::new()));
+    shared_queue::run_deadline_order(|| {
+        let (database, queues) = (database.clone(), Arc::clone(&queues));
+        async move {
+            let queue = tokio::task::spawn_blocking(move || {
+                PgmqQueue::<Job>::open_in_order(
+                    &database,
+                    &fresh_name("pgdue"),
+                    QueueOrder::Deadline,
+                )
+                .expect("open the queue")
+                .with_retry(NO_RETRY_DELAY)
+            })
+            .await
+            .expect("opening does not panic");
+            queues.lock().unwrap().extend(queue.pgmq_queues());
+            Box::new(queue) as Box<dyn SharedQueue<Job>>
+        }
+    })
+    .await;
+    let queues = queues.lock().unwrap().clone();
+    drop_pgmq_queues(&queues).await;
+}
+
 /// Drops PGMQ queues a test made, and forgets the entries of the pgmq queue whose dead-letter
 /// queue is among them.
 #[cfg(feature = "pgmq")]

@@ -207,7 +207,6 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "retry": { "max_attempts": 3 } }"#), "pools.p.retry: missing field `backoff_ms`"),
         (&one_pool(r#"{ "on_duplicate": "merge" }"#), "pools.p.on_duplicate: unknown value `merge`; use `refuse` or `attach`"),
         (&one_pool(r#"{ "order": "edf" }"#), "pools.p.order: unknown value `edf`; use `fifo` or `deadline`"),
-        (&one_pool(r#"{ "order": "deadline", "queue": { "type": "postgres_pgmq", "queue_name": "chat" } }"#), "pools.p.order: `deadline` needs a queue that ranks by deadline (in_memory, yaque, postgres): the nodes of a postgres_pgmq queue claim by priority, then admission; use `fifo` here"),
         (&one_pool(r#"{ "admission": { "refuse_if_late": true }, "queue": { "type": "postgres" } }"#), "pools.p.admission.refuse_if_late: applies to a local queue (in_memory, yaque): a task that waits in a shared queue waits behind every node's backlog, which no node's estimate sees; remove it, or set it to false"),
         (&one_pool(r#"{ "max_queued_units": 0 }"#), "pools.p.max_queued_units: 0 is out of range; use 1 to 18446744073709551615"),
         (&one_pool(r#"{ "max_queued_units": 64, "queue": { "type": "postgres" } }"#), "pools.p.max_queued_units: applies to a local queue (in_memory, yaque); a shared queue holds what waits for every node and has no bound by units: remove the field"),

@@ -112,16 +112,53 @@ async fn a_deadline_ordered_pool_with_a_unit_bound_sheds_the_lowest_priority() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_ordered_postgres_queue_is_claimed_earliest_deadline_first() {
-    use prometheus_parking_lot::infra::postgres::fleet::{FleetQueue, FleetView};
-    use prometheus_parking_lot::infra::postgres::PgDatabase;
-    let database_url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    use prometheus_parking_lot::infra::postgres::fleet::FleetQueue;
     let queue = format!("deadline_{}_{}", std::process::id(), now_ms());
+    let fleet = FleetQueue::table("pl_queue_jobs", &queue).unwrap();
+    claimed_earliest_deadline_first("postgres", &queue, fleet).await;
+}
+
+/// The same on a pgmq queue, whose levels are claimed, and listed, by deadline.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_ordered_pgmq_queue_is_claimed_earliest_deadline_first() {
+    use prometheus_parking_lot::infra::postgres::fleet::FleetQueue;
+    use prometheus_parking_lot::infra::postgres::PgDatabase;
+    use sea_orm::ConnectionTrait;
+    let queue = format!("pgdue_{}_{}", std::process::id(), now_ms());
+    claimed_earliest_deadline_first("postgres_pgmq", &queue, FleetQueue::pgmq(&queue)).await;
+    let database = PgDatabase::connect(&database_url()).unwrap();
+    for suffix in ["crit", "high", "norm", "low", "dlq"] {
+        let drop = format!("SELECT pgmq.drop_queue('{queue}_{suffix}')");
+        let _ = database.connection().execute_unprepared(&drop).await;
+    }
+    let forget = format!("DELETE FROM pl_pgmq_entries WHERE queue_name = '{queue}'");
+    let _ = database.connection().execute_unprepared(&forget).await;
+}
+
+#[cfg(feature = "postgres")]
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A pool on queue `queue` of type `queue_type`, built from a file with `"order":
+/// "deadline"`: its parked tasks are listed (through `fleet`) and claimed highest priority
+/// first, then earliest deadline, then the tasks without one by admission.
+#[cfg(feature = "postgres")]
+async fn claimed_earliest_deadline_first(
+    queue_type: &str,
+    queue: &str,
+    fleet: prometheus_parking_lot::infra::postgres::fleet::FleetQueue,
+) {
+    use prometheus_parking_lot::infra::postgres::fleet::FleetView;
+    use prometheus_parking_lot::infra::postgres::PgDatabase;
+    let database_url = database_url();
     let text = serde_json::json!({
         "database_url": database_url,
         "pools": { "chat": {
             "worker_threads": 1, "max_units": 4, "order": "deadline",
-            "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 5_000 }
+            "queue": { "type": queue_type, "queue_name": queue, "lease_ms": 5_000 }
         } }
     })
     .to_string();
@@ -166,9 +203,7 @@ async fn a_deadline_ordered_postgres_queue_is_claimed_earliest_deadline_first() 
     // The fleet view lists them, and counts their places, in the order they will be claimed.
     let view = FleetView::new(
         PgDatabase::connect(&database_url).unwrap(),
-        FleetQueue::table("pl_queue_jobs", &queue)
-            .unwrap()
-            .in_order(QueueOrder::Deadline),
+        fleet.in_order(QueueOrder::Deadline),
     );
     let page = view.parked(0, 10).await.unwrap();
     let listed: Vec<_> = page

@@ -79,9 +79,9 @@ impl FleetQueue {
         })
     }
 
-    /// The same queue, whose claims take a priority's tasks in `order` (a table queue opened
-    /// with `PostgresQueue::open_in_order`): its parked tasks are listed, and their places
-    /// counted, in that order.
+    /// The same queue, whose claims take a priority's tasks in `order` (a queue opened with
+    /// `PostgresQueue::open_in_order` or `PgmqQueue::open_in_order`): its parked tasks are
+    /// listed, and their places counted, in that order.
     pub fn in_order(mut self, order: QueueOrder) -> Self {
         self.order = order;
         self

@@ -29,7 +29,9 @@ pub(crate) fn fleet_queue(
         QueueSettings::Postgres {
             table, queue_name, ..
         } => Some(FleetQueue::table(table, queue_name.as_deref().unwrap_or(pool))?.in_order(order)),
-        QueueSettings::PostgresPgmq { queue_name, .. } => Some(FleetQueue::pgmq(queue_name)),
+        QueueSettings::PostgresPgmq { queue_name, .. } => {
+            Some(FleetQueue::pgmq(queue_name).in_order(order))
+        }
         _ => None,
     })
 }

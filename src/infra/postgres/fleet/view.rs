@@ -337,7 +337,7 @@ impl FleetView {
     fn layout_reads(&self) -> Result<LayoutReads, PoolError> {
         match &self.queue.table {
             Some(table) => Ok(LayoutReads::table(table.as_str(), self.queue.order())),
-            None => LayoutReads::pgmq(self.queue.queue_name()),
+            None => LayoutReads::pgmq(self.queue.queue_name(), self.queue.order()),
         }
     }
 
@@ -426,11 +426,11 @@ impl LayoutReads {
     /// The pgmq queue's: the messages of its levels no node holds
     /// (`infra::postgres::pgmq::parked`).
     #[cfg(feature = "pgmq")]
-    fn pgmq(queue_name: &str) -> Result<Self, PoolError> {
+    fn pgmq(queue_name: &str, order: QueueOrder) -> Result<Self, PoolError> {
         use crate::infra::postgres::pgmq::parked;
         Ok(Self {
-            page: parked::page_sql(queue_name)?,
-            one: parked::one_sql(queue_name)?,
+            page: parked::page_sql(queue_name, order)?,
+            one: parked::one_sql(queue_name, order)?,
             tenants: parked::tenants_sql(queue_name)?,
             claims: parked::claims_sql(queue_name)?,
         })
@@ -438,7 +438,7 @@ impl LayoutReads {
 
     /// A pgmq queue in a build without the `pgmq` feature, which cannot read its tables.
     #[cfg(not(feature = "pgmq"))]
-    fn pgmq(queue_name: &str) -> Result<Self, PoolError> {
+    fn pgmq(queue_name: &str, _order: QueueOrder) -> Result<Self, PoolError> {
         Err(PoolError::InvalidConfig(format!(
             "fleet: the pgmq queue {queue_name:?} is read with the cargo feature `pgmq`, \
              which this build lacks (enable it, or use a \"postgres\" table queue)"

@@ -65,6 +65,10 @@ impl QueueRules for PgmqDriver<'_> {
     fn is_shared(&self) -> bool {
         true
     }
+
+    fn claims_by_deadline(&self) -> bool {
+        true
+    }
 }
 
 impl<P> QueueDriver<P> for PgmqDriver<'_>
@@ -75,13 +79,13 @@ where
     fn open_shared(
         &self,
         pool: &str,
-        _order: crate::core::QueueOrder,
+        order: crate::core::QueueOrder,
         databases: &mut dyn Databases,
     ) -> Result<Option<SharedPart<P>>, PoolError> {
         use crate::infra::postgres::queue::driver::{in_pool, retry_policy, shared_parking};
 
         let database = databases.database(pool, "queue.type")?;
-        let queue = super::PgmqQueue::<P>::open(&database, self.queue_name)
+        let queue = super::PgmqQueue::<P>::open_in_order(&database, self.queue_name, order)
             .map_err(|error| in_pool(pool, "queue", error))?
             .with_retry(retry_policy(self.max_attempts))
             .with_pool(pool);

@@ -16,15 +16,16 @@
 //! levels, a page of 50 from offset 50 read 100 rows per level in 0.2 ms, and the count took
 //! most of the statement's 65 ms (`EXPLAIN ANALYZE`, the shared 2-core test machine).
 
-use super::queue::{check_queue_name, ENTRY, LEVELS, PARKED, RANK, TASK};
-use crate::core::PoolError;
+use super::queue::{check_queue_name, DUE, ENTRY, LEVELS, PARKED, RANK, TASK};
+use crate::core::{PoolError, QueueOrder};
 use crate::infra::postgres::codec::DATABASE_NOW_MS;
 use crate::infra::postgres::Identifier;
 
-/// The columns of a parked message, as the fleet view reads a table queue's row.
+/// The columns of a parked message, as the fleet view reads a table queue's row, with its
+/// deadline as the deadline order ranks it (`due`).
 fn columns(p: i16) -> String {
     format!(
-        "{ENTRY} AS entry, {TASK} AS task_id, coalesce(message->>'tenant', '') AS tenant, \
+        "{DUE} AS due, {ENTRY} AS entry, {TASK} AS task_id, coalesce(message->>'tenant', '') AS tenant, \
          message->>'user' AS user_id, message->>'session' AS session_id, \
          {p}::smallint AS priority, (message->>'kind')::smallint AS kind, \
          (message->>'units')::bigint AS units, {RANK} AS rank_time_ms, read_ct AS attempts, \
@@ -63,29 +64,53 @@ fn parked_count(levels: &[(i16, Identifier)]) -> String {
     format!("({counts})::bigint")
 }
 
-/// A page of queue `name`'s parked tasks in rank order: from `$2`, at most `$3`, each with
-/// `now_ms` and `total` (every parked task). `$1` (the table queue's name) is not read.
-pub(crate) fn page_sql(name: &str) -> Result<String, PoolError> {
+/// The rank within a level in `order`: of a message (`message`, or `a.message` for
+/// `prefix` `a.`), and of the columns [`columns`] reads.
+fn rank_in(order: QueueOrder, prefix: &str) -> (String, &'static str) {
+    let of = |column: &str| column.replace("message", &format!("{prefix}message"));
+    match order {
+        QueueOrder::Fifo => (
+            format!("{}, {}", of(RANK), of(ENTRY)),
+            "rank_time_ms, entry",
+        ),
+        QueueOrder::Deadline => (
+            format!("{}, {}, {}", of(DUE), of(RANK), of(ENTRY)),
+            "due, rank_time_ms, entry",
+        ),
+    }
+}
+
+/// A page of queue `name`'s parked tasks in rank order (`order` within a level): from
+/// `$2`, at most `$3`, each with `now_ms` and `total` (every parked task). `$1` (the table
+/// queue's name) is not read.
+pub(crate) fn page_sql(name: &str, order: QueueOrder) -> Result<String, PoolError> {
     let levels = level_tables(name)?;
+    let (rank, columns_rank) = rank_in(order, "");
     let heads = per_level(&levels, " UNION ALL ", |p, table| {
         format!(
             "(SELECT {columns} FROM pgmq.{table} WHERE {PARKED} \
-               ORDER BY {RANK}, {ENTRY} LIMIT $2 + $3)",
+               ORDER BY {rank} LIMIT $2 + $3)",
             columns = columns(p),
         )
     });
     Ok(format!(
         "SELECT *, {DATABASE_NOW_MS} AS now_ms, {total} AS total \
            FROM ({heads}) AS parked \
-          ORDER BY priority DESC, rank_time_ms, entry OFFSET $2 LIMIT $3",
+          ORDER BY priority DESC, {columns_rank} OFFSET $2 LIMIT $3",
         total = parked_count(&levels),
     ))
 }
 
 /// The parked task `$3` of tenant `$2`, user `$4`, session `$5` in queue `name`, with
 /// `now_ms` and `ahead` (the parked tasks ranked before it); no row when none is parked.
-pub(crate) fn one_sql(name: &str) -> Result<String, PoolError> {
+pub(crate) fn one_sql(name: &str, order: QueueOrder) -> Result<String, PoolError> {
     let levels = level_tables(name)?;
+    let (a_rank, t_rank) = (rank_in(order, "a.").0, rank_in(order, "").1);
+    let t_rank = t_rank
+        .split(", ")
+        .map(|column| format!("t.{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let found = per_level(&levels, " UNION ALL ", |p, table| {
         format!(
             "(SELECT {columns} FROM pgmq.{table} WHERE {PARKED} AND {TASK} = $3 \
@@ -98,16 +123,15 @@ pub(crate) fn one_sql(name: &str) -> Result<String, PoolError> {
         format!(
             "(SELECT count(*) FROM pgmq.{table} AS a WHERE {parked} \
                 AND ({p} > t.priority OR ({p} = t.priority \
-                     AND ({rank}, {entry}) < (t.rank_time_ms, t.entry))))",
+                     AND ({a_rank}) < ({t_rank}))))",
             parked = PARKED.replace("message", "a.message"),
-            rank = RANK.replace("message", "a.message"),
-            entry = ENTRY.replace("message", "a.message"),
         )
     });
     Ok(format!(
         "SELECT t.*, {DATABASE_NOW_MS} AS now_ms, ({ahead})::bigint AS ahead \
            FROM (SELECT * FROM ({found}) AS found \
-                  ORDER BY priority DESC, rank_time_ms, entry LIMIT 1) AS t"
+                  ORDER BY priority DESC, {columns_rank} LIMIT 1) AS t",
+        columns_rank = rank_in(order, "").1
     ))
 }
 

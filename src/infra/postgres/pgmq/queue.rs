@@ -64,7 +64,7 @@
 //! is one statement too, archiving every message the node holds among them (failures, rare,
 //! go one by one to the dead-letter archive).
 
-use crate::core::PoolError;
+use crate::core::{PoolError, QueueOrder};
 use crate::infra::postgres::shared_queue::QueueLabel;
 use crate::infra::postgres::{open_failed, Identifier, PgDatabase, PgQueue, PgmqSource};
 #[cfg(test)]
@@ -103,6 +103,8 @@ pub struct PgmqLayout {
     pub(super) levels: [Level; 4],
     /// The dead-letter queue's table and archive.
     pub(super) dead: (Identifier, Identifier),
+    /// The order claims take a level's messages in.
+    pub(super) order: QueueOrder,
 }
 
 /// A priority level's PGMQ queue.
@@ -130,8 +132,8 @@ pub fn check_queue_name(name: &str) -> Result<String, PoolError> {
 }
 
 impl PgmqLayout {
-    /// The layout of queue `name` (checked), found `source`.
-    fn new(name: String, source: PgmqSource) -> Result<Self, PoolError> {
+    /// The layout of queue `name` (checked), found `source`, claimed in `order`.
+    fn new(name: String, source: PgmqSource, order: QueueOrder) -> Result<Self, PoolError> {
         let tables = |suffix: &str| -> Result<(Identifier, Identifier), PoolError> {
             Ok((
                 Identifier::new(&format!("q_{name}_{suffix}"))?,
@@ -148,6 +150,7 @@ impl PgmqLayout {
             dead: tables("dlq")?,
             name,
             source,
+            order,
         })
     }
 
@@ -177,12 +180,37 @@ impl<P> PgQueue<PgmqLayout, P> {
     /// once) and starts listening for its wake-ups. Blocks until done: call it at start, not
     /// on a pool's runtime.
     pub fn open(database: &PgDatabase, name: &str) -> Result<Self, PoolError> {
+        Self::open_in_order(database, name, QueueOrder::Fifo)
+    }
+
+    /// Opens queue `name` as [`open`](Self::open) does, claiming the messages of one level
+    /// (a priority) in `order`: [`QueueOrder::Deadline`] takes the earliest deadline first,
+    /// messages without one last, by admission among equals (it adds an index of each
+    /// level's parked messages in that order, `q_<name>_<level>_pl_due`, the first time).
+    /// Every node of the queue opens it in the same order: its pools'.
+    ///
+    /// ```no_run
+    /// use prometheus_parking_lot::core::{QueueOrder, SharedQueue};
+    /// use prometheus_parking_lot::infra::postgres::PgDatabase;
+    /// use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    ///
+    /// # fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+    /// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
+    /// let queue = PgmqQueue::<String>::open_in_order(&database, "chat", QueueOrder::Deadline)?;
+    /// assert_eq!(queue.order(), QueueOrder::Deadline);
+    /// # Ok(()) }
+    /// ```
+    pub fn open_in_order(
+        database: &PgDatabase,
+        name: &str,
+        order: QueueOrder,
+    ) -> Result<Self, PoolError> {
         let name = check_queue_name(name)?;
         let queues = pgmq_queue_names(&name)
             .iter()
             .map(|queue| Identifier::new(queue))
             .collect::<Result<Vec<_>, _>>()?;
-        let indexes = own_objects(&name)?;
+        let indexes = own_objects(&name, order)?;
         let setup = {
             let database = database.clone();
             move |_| async move {
@@ -194,7 +222,7 @@ impl<P> PgQueue<PgmqLayout, P> {
         let source = database
             .block_on(setup)
             .map_err(|error| open_failed("pgmq queue", "create its queues", &error))?;
-        let layout = PgmqLayout::new(name.clone(), source)?;
+        let layout = PgmqLayout::new(name.clone(), source, order)?;
         let label = QueueLabel {
             backend: "postgres_pgmq",
             queue: name.clone(),
@@ -226,7 +254,7 @@ impl<P> PgQueue<PgmqLayout, P> {
 /// The indexes and table this crate adds to a queue's PGMQ tables: the rank order of parked
 /// messages, lookups by entry and by task, held messages by `vt` (rescues), and the entry
 /// registry.
-fn own_objects(name: &str) -> Result<String, PoolError> {
+fn own_objects(name: &str, order: QueueOrder) -> Result<String, PoolError> {
     // A registry made by an earlier version gains the caller columns once (a guarded
     // `ALTER`: an unguarded one would lock the busy table at every start).
     // A registry row of a caller kept unique names the caller (and the rest of its key);
@@ -265,12 +293,22 @@ fn own_objects(name: &str) -> Result<String, PoolError> {
              CREATE INDEX IF NOT EXISTS {task} ON pgmq.{table} ({TASK}) WHERE {PARKED}; \
              CREATE INDEX IF NOT EXISTS {held} ON pgmq.{table} (vt) WHERE NOT {PARKED};"
         ));
+        if order == QueueOrder::Deadline {
+            let due = index("due")?;
+            sql.push_str(&format!(
+                "CREATE INDEX IF NOT EXISTS {due} ON pgmq.{table} ({DUE}, {RANK}, {ENTRY}) \
+                 WHERE {PARKED};"
+            ));
+        }
     }
     Ok(sql)
 }
 
 /// A message's rank time, entry and task id, as the indexes have them.
 pub(super) const RANK: &str = "((message->>'rank')::bigint)";
+/// A message's deadline as the deadline order ranks it (none after every deadline), as its
+/// index has it.
+pub(super) const DUE: &str = "(COALESCE((message->>'deadline')::bigint, 9223372036854775807))";
 pub(super) const ENTRY: &str = "((message->>'entry')::bigint)";
 pub(super) const TASK: &str = "((message->>'task')::bigint)";
 /// No node holds the message.

@@ -3,8 +3,8 @@
 //! [`queue`](super::queue), and `infra::postgres::shared_queue` for what each statement is
 //! given and answers).
 
-use super::queue::{PgmqLayout, ENTRIES, ENTRY, LEVELS, PARKED, TASK};
-use crate::core::Settlement;
+use super::queue::{PgmqLayout, DUE, ENTRIES, ENTRY, LEVELS, PARKED, TASK};
+use crate::core::{QueueOrder, Settlement};
 use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, RankSql, Units};
 use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 use crate::infra::postgres::named::NamedSql;
@@ -30,7 +30,8 @@ fn these_claims(table: &Identifier) -> String {
 const MESSAGE: &str = "jsonb_build_object('entry', item->'entry', 'rank', item->'rank_time_ms', \
      'kind', item->'kind', 'units', item->'units', 'tenant', item->'tenant', \
      'user', item->'user_id', 'session', item->'session_id', 'task', item->'task_id', \
-     'meta', item->'metadata', 'payload', item->'payload', 'trace', item->'traceparent')";
+     'meta', item->'metadata', 'payload', item->'payload', 'trace', item->'traceparent', \
+     'deadline', item->'deadline_ms')";
 
 /// A time in milliseconds (a `BIGINT` expression) as a `timestamptz`.
 fn at_ms(ms: &str) -> String {
@@ -61,8 +62,8 @@ impl PgmqLayout {
         let layout = self;
         let sql = |text: String| NamedSql::new(&text);
         Statements {
-            // One queue per priority level, read in message order.
-            order: crate::core::QueueOrder::Fifo,
+            // One queue per priority level, each read in the layout's order.
+            order: layout.order,
             park: sql(park_sql(layout, false)),
             park_claimed: sql(park_sql(layout, true)),
             claim: sql(claim_sql(layout)),
@@ -185,6 +186,10 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
 /// The claim statement: from each level the best `$max` visible messages that fit one by one
 /// are locked (`SKIP LOCKED`), and of those, in rank order across levels, the first `$max`
 /// whose running cost per kind stays within the free units are claimed, best-ranked first.
+///
+/// Under the deadline order a level's messages rank by their deadline first (none after
+/// every deadline), walked in the level's `_pl_due` index; the reserved task is still the
+/// oldest aged one, as on the table queue.
 fn claim_sql(layout: &PgmqLayout) -> String {
     let kind = "((c.message->>'kind')::int)";
     let units = "((c.message->>'units')::bigint)";
@@ -192,16 +197,28 @@ fn claim_sql(layout: &PgmqLayout) -> String {
         "((c.message->>'rank')::bigint)",
         "((c.message->>'entry')::bigint)",
     );
+    let by_deadline = layout.order == QueueOrder::Deadline;
+    let due = DUE.replace("message", "c.message");
     let ranked = RankSql {
-        due: None,
+        due: by_deadline.then_some(due.as_str()),
         time: rank,
         entry,
+    };
+    // The deadline as a column of the statement's own rows, and the order they rank in.
+    let (due_column, due_order, order) = if by_deadline {
+        (
+            format!(", {due} AS due"),
+            format!("{due}, "),
+            "p DESC, due, rank, entry",
+        )
+    } else {
+        (String::new(), String::new(), "p DESC, rank, entry")
     };
     let parked = PARKED.replace("message", "c.message");
     let reserved = layout.per_level(" UNION ALL ", |level| {
         format!(
             "(SELECT {p} AS priority, {rank} AS rank, {entry} AS entry, {kind} AS kind, \
-                     {units} AS units FROM pgmq.{table} AS c \
+                     {units} AS units{due_column} FROM pgmq.{table} AS c \
                WHERE {parked} AND {rank} <= $aged_before AND c.vt <= {aged} \
                  AND {units} <= {whole} \
                ORDER BY {rank}, {entry} LIMIT 1)",
@@ -215,10 +232,11 @@ fn claim_sql(layout: &PgmqLayout) -> String {
         let p = level.p.to_string();
         format!(
             "c_{p} AS (SELECT c.msg_id, {p} AS p, {rank} AS rank, {entry} AS entry, \
-                              {kind} AS kind, {units} AS units FROM pgmq.{table} AS c \
+                              {kind} AS kind, {units} AS units{due_column} \
+                         FROM pgmq.{table} AS c \
                WHERE {parked} AND c.vt <= {now} AND {units} <= {free} AND {bounded} \
                  AND {not_behind} \
-               ORDER BY {rank}, {entry} LIMIT $max FOR UPDATE SKIP LOCKED)",
+               ORDER BY {due_order}{rank}, {entry} LIMIT $max FOR UPDATE SKIP LOCKED)",
             table = level.table,
             now = at_ms("$now_ms"),
             free = fits(kind, Units::Free),
@@ -242,17 +260,34 @@ fn claim_sql(layout: &PgmqLayout) -> String {
            SELECT * FROM ({reserved}) AS levels ORDER BY priority DESC, rank, entry LIMIT 1), \
          {candidates}, \
          candidates AS ({all}), \
-         running AS (SELECT msg_id, p, rank, entry, kind, sum(units) OVER ( \
-             PARTITION BY kind ORDER BY p DESC, rank, entry) AS held FROM candidates), \
+         running AS (SELECT msg_id, p, kind, sum(units) OVER ( \
+             PARTITION BY kind ORDER BY {order}) AS held{due_of_row} FROM candidates), \
          pick AS (SELECT msg_id, p FROM running WHERE held <= {held_fits} \
-                   ORDER BY p DESC, rank, entry LIMIT $max), \
+                   ORDER BY {order} LIMIT $max), \
          {claims} \
          SELECT msg_id AS row_id, p::smallint AS level, read_ct AS attempt, \
                 (message->>'rank')::bigint AS rank, (message->>'entry')::bigint AS entry, \
                 (message->'meta')::text AS metadata, (message->'payload')::text AS payload, \
-                message->>'trace' AS traceparent \
-           FROM ({claimed}) AS claimed ORDER BY p DESC, rank, entry",
-        all = union_of("c", "msg_id, p, rank, entry, kind, units"),
+                message->>'trace' AS traceparent{due_of_message} \
+           FROM ({claimed}) AS claimed ORDER BY {order}",
+        all = union_of(
+            "c",
+            if by_deadline {
+                "msg_id, p, rank, entry, kind, units, due"
+            } else {
+                "msg_id, p, rank, entry, kind, units"
+            }
+        ),
+        due_of_row = if by_deadline {
+            ", due, rank, entry"
+        } else {
+            ", rank, entry"
+        },
+        due_of_message = if by_deadline {
+            format!(", {DUE} AS due")
+        } else {
+            String::new()
+        },
         held_fits = fits("kind", Units::Free),
         claimed = union_of("u", "p, msg_id, read_ct, message"),
     )
