@@ -101,24 +101,9 @@ async fn postgres_queue_in_the_deadline_order_conforms() {
 #[cfg(feature = "pgmq")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgmq_queue_conforms() {
-    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
-    let database = database();
+    use prometheus_parking_lot::core::QueueOrder;
     let queues = Arc::new(Mutex::new(Vec::new()));
-    shared_queue::run_all(|| {
-        let (database, queues) = (database.clone(), Arc::clone(&queues));
-        async move {
-            let queue = tokio::task::spawn_blocking(move || {
-                PgmqQueue::<Job>::open(&database, &fresh_name("pgmq"))
-                    .expect("open the queue")
-                    .with_retry(NO_RETRY_DELAY)
-            })
-            .await
-            .expect("opening does not panic");
-            queues.lock().unwrap().extend(queue.pgmq_queues());
-            Box::new(queue) as Box<dyn SharedQueue<Job>>
-        }
-    })
-    .await;
+    shared_queue::run_all(|| fresh_pgmq(&queues, "pgmq", QueueOrder::Fifo)).await;
     let queues = queues.lock().unwrap().clone();
     drop_pgmq_queues(&queues).await;
 }
@@ -128,30 +113,31 @@ async fn pgmq_queue_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgmq_queue_in_the_deadline_order_conforms() {
     use prometheus_parking_lot::core::QueueOrder;
-    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
-    let database = database();
     let queues = Arc::new(Mutex::new(Vec::new()));
-    shared_queue::run_deadline_order(|| {
-        let (database, queues) = (database.clone(), Arc::clone(&queues));
-        async move {
-            let queue = tokio::task::spawn_blocking(move || {
-                PgmqQueue::<Job>::open_in_order(
-                    &database,
-                    &fresh_name("pgdue"),
-                    QueueOrder::Deadline,
-                )
-                .expect("open the queue")
-                .with_retry(NO_RETRY_DELAY)
-            })
-            .await
-            .expect("opening does not panic");
-            queues.lock().unwrap().extend(queue.pgmq_queues());
-            Box::new(queue) as Box<dyn SharedQueue<Job>>
-        }
-    })
-    .await;
+    shared_queue::run_deadline_order(|| fresh_pgmq(&queues, "pgdue", QueueOrder::Deadline)).await;
     let queues = queues.lock().unwrap().clone();
     drop_pgmq_queues(&queues).await;
+}
+
+/// A fresh pgmq queue named after `prefix`, claimed in `order`; its PGMQ queues are noted in
+/// `made`, for the test to drop.
+#[cfg(feature = "pgmq")]
+async fn fresh_pgmq(
+    made: &Arc<Mutex<Vec<String>>>,
+    prefix: &str,
+    order: prometheus_parking_lot::core::QueueOrder,
+) -> Box<dyn SharedQueue<Job>> {
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let (database, name) = (database(), fresh_name(prefix));
+    let queue = tokio::task::spawn_blocking(move || {
+        PgmqQueue::<Job>::open_in_order(&database, &name, order)
+            .expect("open the queue")
+            .with_retry(NO_RETRY_DELAY)
+    })
+    .await
+    .expect("opening does not panic");
+    made.lock().unwrap().extend(queue.pgmq_queues());
+    Box::new(queue)
 }
 
 /// Drops PGMQ queues a test made, and forgets the entries of the pgmq queue whose dead-letter

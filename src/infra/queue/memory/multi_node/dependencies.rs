@@ -144,17 +144,9 @@ impl<P> Lot<P> {
                                 continue;
                             };
                             let task = waiting.parked.task;
-                            self.dead.push_back(DeadLetter {
-                                key: task
-                                    .meta
-                                    .mailbox
-                                    .clone()
-                                    .unwrap_or_else(|| MailboxKey::new("")),
-                                task_id: task.meta.id,
-                                cost: task.meta.cost,
-                                reason: format!("task {parent_task} it depends on {how}"),
-                                end: LetterEnd::Cancelled,
-                            });
+                            let reason = format!("task {parent_task} it depends on {how}");
+                            let letter = letter_of(&task, reason, LetterEnd::Cancelled);
+                            self.dead.push_back(letter);
                             self.books.remember(&task, Some(TaskStatus::Cancelled));
                             doomed.push((child, task.meta.id));
                         }
@@ -193,17 +185,8 @@ impl<P> Lot<P> {
             let Some(task) = self.books.take(entry) else {
                 continue;
             };
-            self.dead.push_back(DeadLetter {
-                key: task
-                    .meta
-                    .mailbox
-                    .clone()
-                    .unwrap_or_else(|| MailboxKey::new("")),
-                task_id: task.meta.id,
-                cost: task.meta.cost,
-                reason: HELD_PAST_DEADLINE.into(),
-                end: LetterEnd::Expired,
-            });
+            let letter = letter_of(&task, HELD_PAST_DEADLINE.into(), LetterEnd::Expired);
+            self.dead.push_back(letter);
             self.ended(entry, &task, Some(TaskStatus::Expired));
         }
     }
@@ -290,6 +273,21 @@ impl<P> Lot<P> {
         live.sort_unstable();
         live.dedup();
         Ok(live)
+    }
+}
+
+/// The dead letter that tells `task`'s submitter it ended `end`, for `reason`.
+fn letter_of<P>(task: &ScheduledTask<P>, reason: String, end: LetterEnd) -> DeadLetter {
+    DeadLetter {
+        key: task
+            .meta
+            .mailbox
+            .clone()
+            .unwrap_or_else(|| MailboxKey::new("")),
+        task_id: task.meta.id,
+        cost: task.meta.cost,
+        reason,
+        end,
     }
 }
 
