@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use prometheus_parking_lot::core::{
     Capacity, Carried, DependsOn, FitQuery, LetterEnd, QueueError, ScheduledTask, Settlement,
-    SharedDependencies, SharedQueue, TaskMetadata,
+    SharedDependencies, SharedQueue, TaskMetadata, TaskStatus,
 };
 use prometheus_parking_lot::infra::postgres::RetryPolicy;
 use prometheus_parking_lot::infra::queue::postgres::PostgresQueue;
@@ -223,15 +223,29 @@ async fn a_parent_the_rescue_gives_up_on_cancels_its_descendants_and_releases_a_
     letters.sort_by_key(|letter| letter.task_id);
     let told: Vec<(TaskId, LetterEnd)> = letters
         .iter()
-        .map(|letter| (letter.task_id, letter.end))
+        .map(|letter| (letter.task_id, letter.end.clone()))
         .collect();
+    let gave_up = TaskStatus::Failed(
+        "the shared queue gave up on the task: its every attempt lost its lease".into(),
+    );
     assert_eq!(
         told,
         vec![
             (1, LetterEnd::GivenUp),
-            (2, LetterEnd::Cancelled),
-            (3, LetterEnd::Cancelled)
-        ]
+            (
+                2,
+                LetterEnd::Cancelled {
+                    parent: Some((1, gave_up))
+                }
+            ),
+            (
+                3,
+                LetterEnd::Cancelled {
+                    parent: Some((2, TaskStatus::Cancelled))
+                }
+            )
+        ],
+        "each cancelled child names its parent and how it ended"
     );
     assert!(
         letters[1]

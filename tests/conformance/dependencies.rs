@@ -11,7 +11,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    DependencyError, PoolClient, PoolError, ScheduledTask, SubmitOptions, TaskMetadata, TaskStep,
+    DependencyError, PoolClient, PoolError, ScheduledTask, SubmitOptions, TaskMetadata, TaskStatus,
+    TaskStep,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
 use prometheus_parking_lot::{ResourcePool, TaskExecutor};
@@ -260,6 +261,7 @@ async fn a_parent_that_succeeded_already_counts_as_done(mut lab: Lab) {
 }
 
 async fn a_failed_parent_cancels_its_child_and_the_childs_children(mut lab: Lab) {
+    let mut events = lab.pool.events();
     let parent = lab
         .submit(1, WAIT_THEN_FAIL, SubmitOptions::default())
         .await;
@@ -276,6 +278,43 @@ async fn a_failed_parent_cancels_its_child_and_the_childs_children(mut lab: Lab)
     assert_eq!(lab.outcome(&child).await, Err(PoolError::Cancelled));
     assert_eq!(lab.outcome(&grandchild).await, Err(PoolError::Cancelled));
     assert!(lab.starts_so_far().is_empty(), "neither ran");
+    // Each says which parent ended how, then that it ended cancelled, wherever it was held.
+    let mut ends: Vec<(TaskId, TaskStep)> = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if matches!(event.task_id, 3 | 4)
+            && matches!(
+                event.step,
+                TaskStep::ParentFailed { .. } | TaskStep::Ended(_)
+            )
+        {
+            ends.push((event.task_id, event.step));
+        }
+    }
+    ends.sort_by_key(|(task, _)| *task);
+    assert!(
+        matches!(
+            &ends[..],
+            [
+                (
+                    3,
+                    TaskStep::ParentFailed {
+                        parent: 1,
+                        status: TaskStatus::Failed(_)
+                    }
+                ),
+                (3, TaskStep::Ended(TaskStatus::Cancelled)),
+                (
+                    4,
+                    TaskStep::ParentFailed {
+                        parent: 3,
+                        status: TaskStatus::Cancelled
+                    }
+                ),
+                (4, TaskStep::Ended(TaskStatus::Cancelled)),
+            ]
+        ),
+        "{ends:?}"
+    );
 }
 
 async fn a_child_that_runs_anyway_runs_after_a_failed_parent(mut lab: Lab) {

@@ -41,7 +41,7 @@ use super::{
     SharedDependencies, SharedFairShare, UniqueCallers,
 };
 use crate::domain::{
-    Capacity, MailboxKey, Priority, QueueOrder, ResourceCost, ScheduledTask, TaskId,
+    Capacity, MailboxKey, Priority, QueueOrder, ResourceCost, ScheduledTask, TaskId, TaskStatus,
 };
 use crate::observe::trace::TraceParent;
 
@@ -198,15 +198,20 @@ pub struct DeadLetter {
 }
 
 /// How a [`DeadLetter`]'s task ended, as its submitter hears it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum LetterEnd {
     /// The queue gave up on it (every attempt lost its lease, it could not be read): its
     /// submitter hears `Failed` with the reason.
     #[default]
     GivenUp,
     /// A task it depended on did not succeed (see [`DependsOn`](super::DependsOn)): its
-    /// submitter hears `Cancelled`, not a failure.
-    Cancelled,
+    /// submitter hears `Cancelled`, not a failure, and its events say which parent ended
+    /// how (`TaskStep::ParentFailed`).
+    Cancelled {
+        /// The parent's task id and how it ended; `None` for a child a node of an earlier
+        /// version cancelled, which kept the words of [`DeadLetter::reason`] only.
+        parent: Option<(TaskId, TaskStatus)>,
+    },
     /// Its deadline passed while it waited in the queue for the tasks it depends on: its
     /// submitter hears `Expired`.
     Expired,

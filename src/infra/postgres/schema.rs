@@ -80,9 +80,10 @@ impl std::fmt::Display for Identifier {
 ///   when), so a resubmission racing with its end still meets it.
 /// - `state` may then also be `done`: every run that ends leaves its row so for a minute
 ///   (its caller is known to children named after its end; `ended_status` says how it
-///   ended when it did not succeed), or `cancelled`: a child whose parent did not succeed,
-///   until a node delivers it (see `queue/dependencies.rs`, which adds the dependencies'
-///   columns, edge table and functions).
+///   ended when it did not succeed), or `cancelled`: a child whose parent did not succeed
+///   (`parent_task` and `parent_status` say which and how), until a node delivers it (see
+///   `queue/dependencies.rs`, which adds the dependencies' columns, edge table and
+///   functions).
 /// - `locked_by` / `lease_expires_ms` hold the lease; `attempts` counts claims;
 ///   `not_before_ms` delays a retried task (backoff) or a scheduled start (0: never
 ///   delayed); `last_error` says why it was retried or dead-lettered.
@@ -304,8 +305,9 @@ impl PgDatabase {
     }
 }
 
-/// The column of the queue table its DDL adds last (see [`queue_table`]).
-const QUEUE_LAST_COLUMN: &str = "traceparent";
+/// The column of the queue table its DDL adds last (see [`queue_table`]; the dependencies'
+/// DDL comes last).
+const QUEUE_LAST_COLUMN: &str = "parent_status";
 
 /// What a table's DDL makes last, in the transaction that makes the rest: once it exists,
 /// the table is up to date and its DDL is not run again.

@@ -20,7 +20,8 @@
 //! deletes its edges (one index range) and takes one from each child's count; a child whose
 //! count reaches 0 gets its own `not_before_ms` back and a `NOTIFY` wakes the nodes: O(1)
 //! work per parent and child, whatever the fan-in. For one that did not, its waiting
-//! children end `cancelled` (with the reason in `last_error`), and theirs in turn, round by
+//! children end `cancelled` (with the reason in `last_error`, the parent's task id and how
+//! it ended in `parent_task` and `parent_status`), and theirs in turn, round by
 //! round until none is left, except those that run anyway, which count the parent as done.
 //! A `cancelled` row is delivered once to its submitter's mailbox as `Cancelled` by the
 //! dead-letter reader of any node (the `dead_letters` statement takes and deletes it).
@@ -59,6 +60,8 @@ ALTER TABLE {t} ADD COLUMN IF NOT EXISTS pending_parents INTEGER NOT NULL DEFAUL
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS runs_anyway BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS after_parents_ms BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ended_status TEXT NULL;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS parent_task BIGINT NULL;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS parent_status TEXT NULL;
 CREATE TABLE IF NOT EXISTS {t}_parents (
     parent_id BIGINT NOT NULL,
     child_id  BIGINT NOT NULL,
@@ -115,15 +118,19 @@ pub(crate) fn parents_index(t: &Identifier) -> String {
     format!("{t}_held_deadlines")
 }
 
-/// `<t>_ended(queue, rows, task ids, succeeded, why)`: the rows (with their callers' task
-/// ids, in the same order) ended, well or not (`why`: how, for the children's reason).
-/// Releases or cancels their children (see the module docs); returns how many children
-/// became claimable.
+/// `<t>_ended(queue, rows, task ids, succeeded, why, status)`: the rows (with their callers'
+/// task ids, in the same order) ended, well or not (`why`: how, for the children's reason;
+/// `status`: how, as a `TaskStatus` in JSON, for their events). Releases or cancels their
+/// children (see the module docs); returns how many children became claimable.
+///
+/// A child it cancels keeps the parent's task id and status (`parent_task`,
+/// `parent_status`) for the node that tells its submitter. The function of five arguments
+/// that versions before kept (without `status`) stays, for their nodes, until none is left.
 fn ended_function(t: &Identifier) -> String {
     format!(
         r#"
 CREATE OR REPLACE FUNCTION {t}_ended(queue text, parents bigint[], parent_tasks bigint[],
-                                     succeeded boolean, why text)
+                                     succeeded boolean, why text, status text)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -134,6 +141,7 @@ DECLARE
     doomed_rows bigint[];
     doomed_tasks bigint[];
     how text := why;
+    how_status text := status;
 BEGIN
     IF parents IS NULL OR cardinality(parents) = 0 THEN
         RETURN 0;
@@ -147,7 +155,8 @@ BEGIN
              doomed AS (
                 UPDATE {t} AS c SET state = 'cancelled', pending_parents = 0,
                        locked_by = NULL, lease_expires_ms = NULL,
-                       last_error = format('task %s it depends on %s', d.task_id, how)
+                       last_error = format('task %s it depends on %s', d.task_id, how),
+                       parent_task = d.task_id, parent_status = how_status
                   FROM (SELECT DISTINCT ON (child_id) child_id, task_id FROM cut
                          ORDER BY child_id, task_id) AS d
                  WHERE NOT succeeded AND c.id = d.child_id AND c.state = 'parked'
@@ -170,6 +179,7 @@ BEGIN
         ending := doomed_rows;
         ending_tasks := doomed_tasks;
         how := 'was cancelled';
+        how_status := '"Cancelled"';
     END LOOP;
     IF woken > 0 THEN
         PERFORM pg_notify('{t}.' || queue, '');
@@ -250,16 +260,23 @@ $fn$;
 }
 
 /// The call of `t`'s `_ended` function over the rows of CTE `rows` (columns `id` and
-/// `task_id`), for a statement that ended them: a CTE named `ended` of one row, for the
-/// statement's `WITH` list, to join.
+/// `task_id`), for a statement that ended them (`why`, in words; `status`, a `TaskStatus` in
+/// JSON, both SQL text expressions): a CTE named `ended` of one row, for the statement's
+/// `WITH` list, to join.
 ///
 /// A CTE, not a subquery in the `FROM` list: a subquery joined there is run again for each
 /// row of the other side of the join, which called the function (and aggregated every row
 /// ended) once per row ended, a cost square in the rows one statement ends (a settle of
 /// 1,000 claims took 300 ms instead of 13). A CTE that calls a volatile function runs once.
-pub(crate) fn ended_rows(t: &Identifier, rows: &str, succeeded: bool, why: &str) -> String {
+pub(crate) fn ended_rows(
+    t: &Identifier,
+    rows: &str,
+    succeeded: bool,
+    why: &str,
+    status: &str,
+) -> String {
     format!(
         "ended AS MATERIALIZED (SELECT {t}_ended($queue, array_agg(id ORDER BY id), \
-             array_agg(task_id ORDER BY id), {succeeded}, {why}) AS woken FROM {rows})"
+             array_agg(task_id ORDER BY id), {succeeded}, {why}, {status}) AS woken FROM {rows})"
     )
 }

@@ -251,7 +251,7 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                 RETURNING id, task_id, metadata, payload), {ended} \
              SELECT g.metadata::text AS metadata, g.payload::text AS payload \
                FROM gone AS g CROSS JOIN ended",
-            ended = ended_rows(t, "gone", false, "'was cancelled'"),
+            ended = ended_rows(t, "gone", false, "'was cancelled'", "'\"Cancelled\"'"),
         )
     };
     // A run that ends leaves its row a while as `done` (see `schema.rs`) where something may
@@ -273,7 +273,7 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                RETURNING id, task_id, entry), \
              done AS (SELECT * FROM kept UNION ALL SELECT * FROM gone), {ended} \
              SELECT d.entry FROM done AS d CROSS JOIN ended",
-            ended = ended_rows(t, "done", succeeded, why),
+            ended = ended_rows(t, "done", succeeded, why, status),
         )
     };
     let kept = dependencies == Dependencies::Kept;
@@ -319,7 +319,13 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                  lease_expires_ms = NULL, last_error = $reason, reported = true \
                WHERE {these_claims} RETURNING id, task_id, entry), {ended} \
              SELECT d.entry FROM dead AS d CROSS JOIN ended",
-            ended = ended_rows(t, "dead", false, "'failed: ' || $reason"),
+            ended = ended_rows(
+                t,
+                "dead",
+                false,
+                "'failed: ' || $reason",
+                "jsonb_build_object('Failed', $reason)::text",
+            ),
         )),
         release: sql(format!(
             "UPDATE {t} SET state = 'parked', locked_by = NULL, lease_expires_ms = NULL, \
@@ -374,7 +380,13 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                      AND deadline_ms IS NOT NULL AND deadline_ms <= $now_ms \
                    RETURNING id, task_id), {ended} \
                  SELECT count(*) AS n FROM expired CROSS JOIN ended",
-                ended = ended_rows(t, "expired", false, "'expired before it could start'"),
+                ended = ended_rows(
+                    t,
+                    "expired",
+                    false,
+                    "'expired before it could start'",
+                    "'\"Expired\"'",
+                ),
             ))
         }),
         park_waiting: kept.then(|| {
@@ -400,7 +412,9 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                 t,
                 "given_up",
                 false,
-                "'was dead-lettered (its every attempt lost its lease)'"
+                "'was dead-lettered (its every attempt lost its lease)'",
+                "jsonb_build_object('Failed', 'the shared queue gave up on the task: ' \
+                     || 'its every attempt lost its lease')::text",
             ),
             reason = lease_ran_out_sql("locked_by", "attempts"),
             retry_at = retry_at_sql("attempts"),
@@ -417,12 +431,14 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                 SELECT id FROM {t} WHERE queue_name = $queue AND state = 'dead' AND NOT reported \
                  ORDER BY id LIMIT $max FOR UPDATE SKIP LOCKED) \
                RETURNING tenant, user_id, session_id, task_id, kind, units, \
-                         last_error AS reason, false AS cancelled, NULL::text AS ended), \
+                         last_error AS reason, false AS cancelled, NULL::text AS ended, \
+                         NULL::bigint AS parent_task, NULL::text AS parent_status), \
              cancelled AS (DELETE FROM {t} WHERE id IN ( \
                 SELECT id FROM {t} WHERE queue_name = $queue AND state = 'cancelled' \
                  ORDER BY id LIMIT $max FOR UPDATE SKIP LOCKED) \
                RETURNING tenant, user_id, session_id, task_id, kind, units, \
-                         last_error AS reason, true AS cancelled, ended_status AS ended) \
+                         last_error AS reason, true AS cancelled, ended_status AS ended, \
+                         parent_task, parent_status) \
              SELECT * FROM dead UNION ALL SELECT * FROM cancelled"
         )),
         bury: sql(format!(
@@ -430,7 +446,13 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                  lease_expires_ms = NULL, last_error = $reason WHERE id = $row_id \
                RETURNING id, task_id), {ended} \
              SELECT d.id FROM dead AS d CROSS JOIN ended",
-            ended = ended_rows(t, "dead", false, "'could not be read'"),
+            ended = ended_rows(
+                t,
+                "dead",
+                false,
+                "'could not be read'",
+                "jsonb_build_object('Failed', $reason)::text",
+            ),
         )),
         forget_done: sql(format!(
             "DELETE FROM {t} WHERE queue_name = $queue AND state = 'done' \

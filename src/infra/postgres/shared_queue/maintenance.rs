@@ -1,7 +1,7 @@
 //! A [`PgQueue`]'s upkeep: the [`QueueMaintenance`] operations (rescuing expired claims,
 //! dead letters, counts), and reading a dead letter's row.
 
-use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
+use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind, TaskId, TaskStatus};
 
 use async_trait::async_trait;
 use sea_orm::QueryResult;
@@ -174,7 +174,9 @@ impl<L, P> PgQueue<L, P> {
         let end = match (cancelled, ended.as_deref()) {
             (false, _) => LetterEnd::GivenUp,
             (true, Some("\"Expired\"")) => LetterEnd::Expired,
-            (true, _) => LetterEnd::Cancelled,
+            (true, _) => LetterEnd::Cancelled {
+                parent: parent_of(row),
+            },
         };
         Ok(DeadLetter {
             key,
@@ -188,4 +190,14 @@ impl<L, P> PgQueue<L, P> {
             end,
         })
     }
+}
+
+/// The parent a cancelled child's row names (`parent_task`, and `parent_status`, a
+/// `TaskStatus` in JSON): `None` for a row without them (a node of an earlier version
+/// cancelled it) or with a status this version cannot read.
+fn parent_of(row: &QueryResult) -> Option<(TaskId, TaskStatus)> {
+    let task: i64 = row.try_get("", "parent_task").ok()?;
+    let status: String = row.try_get("", "parent_status").ok()?;
+    let status = serde_json::from_str(&status).ok()?;
+    Some((u64::try_from(task).ok()?, status))
 }

@@ -130,7 +130,7 @@ impl<P> Lot<P> {
     ) {
         self.books.remember(task, outcome.clone());
         let mut ending = vec![(entry, task.meta.id)];
-        let mut how = outcome.as_ref().map(parent_ended_words);
+        let mut how = outcome.map(|status| (parent_ended_words(&status), status));
         while !ending.is_empty() {
             let mut doomed = Vec::new();
             for (parent, parent_task) in ending {
@@ -139,13 +139,16 @@ impl<P> Lot<P> {
                         continue; // cancelled, or ended by another parent already
                     };
                     match &how {
-                        Some(how) if !waiting.runs_anyway => {
+                        Some((words, status)) if !waiting.runs_anyway => {
                             let Some(waiting) = self.books.waiting.remove(&child) else {
                                 continue;
                             };
                             let task = waiting.parked.task;
-                            let reason = format!("task {parent_task} it depends on {how}");
-                            let letter = letter_of(&task, reason, LetterEnd::Cancelled);
+                            let reason = format!("task {parent_task} it depends on {words}");
+                            let end = LetterEnd::Cancelled {
+                                parent: Some((parent_task, status.clone())),
+                            };
+                            let letter = letter_of(&task, reason, end);
                             self.dead.push_back(letter);
                             self.books.remember(&task, Some(TaskStatus::Cancelled));
                             doomed.push((child, task.meta.id));
@@ -162,7 +165,8 @@ impl<P> Lot<P> {
                 }
             }
             ending = doomed;
-            how = Some(parent_ended_words(&TaskStatus::Cancelled));
+            let cancelled = TaskStatus::Cancelled;
+            how = Some((parent_ended_words(&cancelled), cancelled));
         }
     }
 

@@ -242,8 +242,15 @@ impl SharedRoom {
         for letter in letters {
             let (task_id, reason) = (letter.task_id, &letter.reason);
             let outcome = match letter.end {
-                LetterEnd::Cancelled => {
+                LetterEnd::Cancelled { parent } => {
                     tracing::debug!(pool = %tasks.pool, task_id, %reason, "a task it depends on did not succeed: cancelled");
+                    if let Some((parent, status)) = parent {
+                        let step = TaskStep::ParentFailed { parent, status };
+                        let (key, cost) = (&letter.key, letter.cost);
+                        tasks
+                            .observers
+                            .step(task_id, key, cost, &step, now, Detail::NONE);
+                    }
                     Err(PoolError::Cancelled)
                 }
                 LetterEnd::Expired => {
