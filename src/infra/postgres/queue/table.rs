@@ -66,7 +66,7 @@ use crate::infra::postgres::codec::{
     priority_to_sql, DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS,
 };
 use crate::infra::postgres::named::NamedSql;
-use crate::infra::postgres::queue::dependencies::ended_rows;
+use crate::infra::postgres::queue::dependencies::{ended_rows, WAITING_FOR_PARENTS_MS};
 use crate::infra::postgres::service::pick_sql;
 use crate::infra::postgres::shared_queue::{FairClaim, QueueLabel, Statements};
 use crate::infra::postgres::{
@@ -377,6 +377,7 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                 "WITH expired AS (UPDATE {t} SET state = 'cancelled', pending_parents = 0, \
                      ended_status = '\"Expired\"', last_error = '{HELD_PAST_DEADLINE}' \
                    WHERE queue_name = $queue AND state = 'parked' AND pending_parents > 0 \
+                     AND not_before_ms = {WAITING_FOR_PARENTS_MS} \
                      AND deadline_ms IS NOT NULL AND deadline_ms <= $now_ms \
                    RETURNING id, task_id), {ended} \
                  SELECT count(*) AS n FROM expired CROSS JOIN ended",
