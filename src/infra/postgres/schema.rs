@@ -11,6 +11,7 @@ use super::budgets::{budgets_table, BUDGETS_TABLE};
 use super::claim::due_of;
 use super::queue::dependencies::{
     dependencies_ddl, last_index, parents_index, parents_index_ddl, replaced_index,
+    replaced_parents_index,
 };
 use super::queue::table::PARKED_COLUMNS;
 use super::service::{service_tables, SERVICE_TABLE};
@@ -274,7 +275,10 @@ impl PgDatabase {
             Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
             Table::Dependencies(name) => (
                 parents_index_ddl(name),
-                LastMade::Relation(parents_index(name)),
+                LastMade::RelationInstead {
+                    made: parents_index(name),
+                    replaced: replaced_parents_index(name),
+                },
             ),
         };
         self.run(move |connection| async move {
@@ -314,6 +318,10 @@ const QUEUE_LAST_COLUMN: &str = "parent_status";
 enum LastMade {
     /// An index or a table, by name.
     Relation(String),
+    /// An index the DDL makes in place of one it drops: while the dropped one exists (an
+    /// older node of the fleet made it again), the table is not up to date, and the next
+    /// node to open it drops it again.
+    RelationInstead { made: String, replaced: String },
     /// A column the DDL adds (by an `ALTER TABLE` for tables made before it).
     Column { table: String, column: &'static str },
     /// A column added by an `ALTER TABLE` and an index made by the same DDL, neither of
@@ -336,6 +344,10 @@ impl LastMade {
             Self::Relation(name) => (
                 "SELECT to_regclass($1) IS NOT NULL AS present",
                 vec![name.clone().into()],
+            ),
+            Self::RelationInstead { made, replaced } => (
+                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NULL AS present",
+                vec![made.clone().into(), replaced.clone().into()],
             ),
             Self::Column { table, column } => (
                 "SELECT EXISTS (SELECT 1 FROM pg_attribute \

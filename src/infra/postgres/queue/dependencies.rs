@@ -128,6 +128,11 @@ pub(crate) fn parents_index(t: &Identifier) -> String {
     format!("{t}_held_due")
 }
 
+/// The index [`parents_index_ddl`] drops, whose predicate named `pending_parents`.
+pub(crate) fn replaced_parents_index(t: &Identifier) -> String {
+    format!("{t}_held_deadlines")
+}
+
 /// `<t>_ended(queue, rows, task ids, succeeded, why, status)`: the rows (with their callers'
 /// task ids, in the same order) ended, well or not (`why`: how, for the children's reason;
 /// `status`: how, as a `TaskStatus` in JSON, for their events). Releases or cancels their
@@ -135,7 +140,9 @@ pub(crate) fn parents_index(t: &Identifier) -> String {
 ///
 /// A child it cancels keeps the parent's task id and status (`parent_task`,
 /// `parent_status`) for the node that tells its submitter. The function of five arguments
-/// that versions before kept (without `status`) stays, for their nodes, until none is left.
+/// that versions before called (without `status`) is made too, calling this one without a
+/// status, so that a node of an earlier version settles on a table a later one made (its
+/// cancelled children then name no parent status, and their events no `ParentFailed`).
 fn ended_function(t: &Identifier) -> String {
     format!(
         r#"
@@ -196,6 +203,11 @@ BEGIN
     END IF;
     RETURN woken;
 END
+$fn$;
+CREATE OR REPLACE FUNCTION {t}_ended(queue text, parents bigint[], parent_tasks bigint[],
+                                     succeeded boolean, why text)
+RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
+    SELECT {t}_ended(queue, parents, parent_tasks, succeeded, why, NULL::text)
 $fn$;
 "#
     )
