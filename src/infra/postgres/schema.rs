@@ -311,7 +311,7 @@ impl PgDatabase {
 
 /// The column of the queue table its DDL adds last (see [`queue_table`]; the dependencies'
 /// DDL comes last).
-const QUEUE_LAST_COLUMN: &str = "parent_status";
+pub(crate) const QUEUE_LAST_COLUMN: &str = "parent_status";
 
 /// What a table's DDL makes last, in the transaction that makes the rest: once it exists,
 /// the table is up to date and its DDL is not run again.

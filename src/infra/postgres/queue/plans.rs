@@ -298,9 +298,10 @@ async fn sleeping_claims(
     (plan, ids(due), ids(woken))
 }
 
-/// A queue table made before tasks carried their trace (no `traceparent` column) gains
-/// the column when a queue opens it, and its tasks then keep their trace from park to
-/// claim; its rows parked before keep theirs, with no trace.
+/// A queue table made before tasks carried their trace (no `traceparent` column, nor any
+/// column added after it, the last of which marks a table up to date) gains the column when
+/// a queue opens it, and its tasks then keep their trace from park to claim; its rows parked
+/// before keep theirs, with no trace.
 #[test]
 fn a_table_made_before_traces_gains_the_column_when_opened() {
     use crate::core::{Capacity, Carried, FitQuery, ScheduledTask, SharedQueue, TaskMetadata};
@@ -321,9 +322,10 @@ fn a_table_made_before_traces_gains_the_column_when_opened() {
     let older = PostgresQueue::<u64>::open(&database, &table, "old").expect("open");
     let claimed = probe::runtime().block_on(async {
         older.enqueue(1, 1_000, task(1)).await.expect("park before");
+        let last = crate::infra::postgres::schema::QUEUE_LAST_COLUMN;
         run_sql(
             &database,
-            format!("ALTER TABLE {table} DROP COLUMN traceparent"),
+            format!("ALTER TABLE {table} DROP COLUMN traceparent, DROP COLUMN {last}"),
         )
         .await;
         let reopened = PostgresQueue::<u64>::open(&database, &table, "old").expect("reopen");
