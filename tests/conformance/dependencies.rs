@@ -188,7 +188,9 @@ pub fn plain_steps() -> Steps {
 
 /// Asserts that `pool` (on a queue that does not support dependencies, built around
 /// [`plain_steps`]) refuses a submission with dependencies, naming `queue` and the queues
-/// that support them, and still takes the same task without them.
+/// that support them, and still takes the same task without them. (Every queue such a pool
+/// can be built on, yaque and pgmq, is behind a feature.)
+#[cfg(any(feature = "postgres", feature = "yaque"))]
 pub async fn refused_where_unsupported(pool: &PoolClient<u64, u64>, queue: &str) {
     let submit = |id, options| pool.submit(step(TENANT, id, id * 10), options);
     let outcome =
