@@ -294,3 +294,80 @@ async fn a_parent_the_rescue_gives_up_on_cancels_its_descendants_and_releases_a_
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// A node of an earlier version calls `<table>_ended` with five arguments (no parent status).
+/// On a table a later version made, that call still exists and cancels the waiting children,
+/// round by round: the child names its parent in words only (`Cancelled { parent: None }`),
+/// and the grandchild the child it depended on, cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_nodes_call_without_a_status_still_cancels_the_children() {
+    use sea_orm::ConnectionTrait;
+    let name = fresh_name("deps_v1");
+    let queue = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            PostgresQueue::<u64>::open(&database(), "pl_queue_jobs", &name)
+                .expect("open the queue")
+                .with_dependencies()
+                .expect("keep dependencies")
+        })
+        .await
+        .expect("opening does not panic")
+    };
+    running(&queue, "node-a", [1], 1_000).await;
+    for (id, parent) in [(2, 1), (3, 2)] {
+        queue
+            .enqueue_waiting(
+                id,
+                1_000,
+                step(id),
+                Carried::default(),
+                &after([parent], false),
+            )
+            .await
+            .expect("waits");
+    }
+    let old_call = format!(
+        "SELECT pl_queue_jobs_ended('{name}', ARRAY(SELECT id FROM pl_queue_jobs \
+           WHERE queue_name = '{name}' AND task_id = 1), ARRAY[1::bigint], false, \
+           'failed: an old node') AS woken"
+    );
+    let woken: i64 = database()
+        .connection()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            old_call,
+        ))
+        .await
+        .expect("the five-argument function exists")
+        .expect("a row")
+        .try_get("", "woken")
+        .expect("woken");
+    assert_eq!(woken, 0, "nothing released: both children are cancelled");
+    let mut letters = queue
+        .maintenance()
+        .take_dead_letters(10)
+        .await
+        .expect("letters");
+    letters.sort_by_key(|letter| letter.task_id);
+    let told: Vec<(TaskId, LetterEnd, bool)> = letters
+        .iter()
+        .map(|letter| {
+            let words = letter.reason.contains("it depends on");
+            (letter.task_id, letter.end.clone(), words)
+        })
+        .collect();
+    assert_eq!(
+        told,
+        vec![
+            (2, LetterEnd::Cancelled { parent: None }, true),
+            (
+                3,
+                LetterEnd::Cancelled {
+                    parent: Some((2, TaskStatus::Cancelled))
+                },
+                true
+            ),
+        ]
+    );
+}
