@@ -21,6 +21,13 @@
 //! Finished stores are remembered for [`REMEMBERED`]: a submission that takes longer than
 //! that from its question to the scheduler is not covered. A result stored by another node of
 //! a shared queue is known here only through the database.
+//!
+//! - **Taken.** A result this pool's client took ([`ResultWatch::taken`]) waits nowhere any
+//!   more: it no longer counts, whether its store had finished or was still marked (the
+//!   database answered the take before the store's guard was dropped). Without this, a
+//!   caller that took a result and at once submitted the same id again was refused, or,
+//!   under `OnDuplicate::Attach`, attached to the result it had just taken, and waited out
+//!   its retrieve.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -47,6 +54,9 @@ struct Book {
     finished: u64,
     /// The results being stored, with how many of each (a caller may end twice).
     storing: HashMap<Caller, u32>,
+    /// Of the results being stored, how many of each were taken already (their store
+    /// reached the mailbox before its guard was dropped).
+    taken: HashMap<Caller, u32>,
     /// The number of the latest finished store of each result remembered.
     stored: HashMap<Caller, u64>,
     /// When each remembered store finished, oldest first, with its number.
@@ -70,6 +80,20 @@ impl ResultWatch {
         self.book().finished
     }
 
+    /// The result of task `id` under `key` was taken from the mailbox by this pool's client:
+    /// it waits nowhere now (see the module docs, "Taken").
+    pub fn taken(&self, key: &MailboxKey, id: TaskId) {
+        let mut book = self.book();
+        let caller = (key.clone(), id);
+        let storing = book.storing.get(&caller).copied().unwrap_or(0);
+        let taken = book.taken.get(&caller).copied().unwrap_or(0);
+        if storing > taken {
+            *book.taken.entry(caller).or_insert(0) += 1;
+        } else {
+            book.stored.remove(&caller);
+        }
+    }
+
     /// Marks the result of task `id` under `key` as storing, until the guard is dropped
     /// (its store finished, failed, or was never carried out).
     pub fn storing(self: &Arc<Self>, key: &MailboxKey, id: TaskId) -> Storing {
@@ -88,7 +112,8 @@ impl ResultWatch {
         let mut book = self.book();
         book.forget_old(Instant::now());
         let caller = (key.clone(), id);
-        if book.storing.contains_key(&caller) {
+        let storing = book.storing.get(&caller).copied().unwrap_or(0);
+        if storing > book.taken.get(&caller).copied().unwrap_or(0) {
             return true;
         }
         match (book.stored.get(&caller), mark) {
@@ -99,7 +124,8 @@ impl ResultWatch {
 }
 
 impl Book {
-    /// The store of `caller` finished at `now`.
+    /// The store of `caller` finished at `now`. A store whose result was taken already
+    /// leaves nothing to wait for.
     fn finished(&mut self, caller: Caller, now: Instant) {
         self.forget_old(now);
         if let Some(count) = self.storing.get_mut(&caller) {
@@ -109,6 +135,13 @@ impl Book {
             }
         }
         self.finished += 1;
+        if let Some(taken) = self.taken.get_mut(&caller) {
+            *taken -= 1;
+            if *taken == 0 {
+                self.taken.remove(&caller);
+            }
+            return;
+        }
         self.stored.insert(caller.clone(), self.finished);
         self.order.push_back((now, self.finished, caller));
     }
@@ -152,6 +185,55 @@ mod tests {
 
     fn key() -> MailboxKey {
         MailboxKey::new("acme").with_session("s")
+    }
+
+    #[test]
+    fn a_result_taken_waits_nowhere_whether_its_store_had_finished_or_not() {
+        let watch = ResultWatch::new();
+        // Taken while its guard is still held (the mailbox answered the take first).
+        let before = watch.mark();
+        let storing = watch.storing(&key(), 5);
+        watch.taken(&key(), 5);
+        assert!(
+            !watch.may_wait(&key(), 5, Some(before)),
+            "taken while marked"
+        );
+        drop(storing);
+        assert!(
+            !watch.may_wait(&key(), 5, Some(before)),
+            "and once finished"
+        );
+        assert!(!watch.may_wait(&key(), 5, None));
+
+        // Taken after its store finished.
+        let before = watch.mark();
+        drop(watch.storing(&key(), 6));
+        assert!(
+            watch.may_wait(&key(), 6, Some(before)),
+            "stored after the mark"
+        );
+        watch.taken(&key(), 6);
+        assert!(!watch.may_wait(&key(), 6, Some(before)), "taken since");
+
+        // Two results of one caller on their way, one taken: the other still waits.
+        let first = watch.storing(&key(), 7);
+        let second = watch.storing(&key(), 7);
+        watch.taken(&key(), 7);
+        assert!(
+            watch.may_wait(&key(), 7, None),
+            "one of two is still stored"
+        );
+        drop(first);
+        assert!(
+            watch.may_wait(&key(), 7, None),
+            "the other is still storing"
+        );
+        let before = watch.mark();
+        drop(second);
+        assert!(
+            watch.may_wait(&key(), 7, Some(before)),
+            "the other, not taken"
+        );
     }
 
     #[test]

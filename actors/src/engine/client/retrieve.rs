@@ -363,6 +363,10 @@ where
             (None, None) => mailbox.take(key).await,
             (None, Some(id)) => mailbox.take_task(key, id).await,
         };
+        if let (Ok(Some(delivery)), Some(watch)) = (&taken, &self.inner.results_watch) {
+            // Taken: a submission of the same id does not wait for it any more.
+            watch.taken(key, delivery.task_id);
+        }
         taken.map_err(|error| self.mailbox_error(mailbox.backend(), error))
     }
 
