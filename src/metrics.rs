@@ -224,7 +224,7 @@ impl PoolMetrics {
 }
 
 /// Seconds from `since_ms` to `at_ms`.
-fn seconds(since_ms: u64, at_ms: u64) -> f64 {
+fn seconds(since_ms: u128, at_ms: u128) -> f64 {
     at_ms.saturating_sub(since_ms) as f64 / 1_000.0
 }
 

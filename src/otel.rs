@@ -37,6 +37,7 @@ use opentelemetry::{global, Context, KeyValue};
 use prometheus_parking_lot_actors::mailbox::{Notifier, TerminalEvent};
 use prometheus_parking_lot_actors::observe::events::{EventSubscriber, TaskEvent, TaskStep};
 use prometheus_parking_lot_actors::observe::trace::{SubmitSpan, TaskTracer, TraceParent};
+use prometheus_parking_lot_actors::util::clock::engine_ms;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::core::{PoolError, TaskMetadata, TaskStatus};
@@ -177,10 +178,11 @@ impl EventSubscriber for PoolTracing {
         let key = (*trace, event.task_id);
         let attempt = event.attempt.unwrap_or(1);
         let mut open = self.opened();
+        let event_ms = engine_ms(event.at_ms);
         match event.step {
             TaskStep::Parked => {
                 let wait = Open::Wait {
-                    since_ms: event.at_ms,
+                    since_ms: event_ms,
                     reason: event.wait_reason,
                     budget_ready_ms: None,
                     attempt,
@@ -192,7 +194,7 @@ impl EventSubscriber for PoolTracing {
                     budget_ready_ms, ..
                 }) = open.get_mut(&key)
                 {
-                    *budget_ready_ms = Some(*until_ms);
+                    *budget_ready_ms = Some(engine_ms(*until_ms));
                 }
             }
             TaskStep::WaitsForParents { .. } => {
@@ -203,14 +205,14 @@ impl EventSubscriber for PoolTracing {
             TaskStep::Claimed => {
                 let mut attributes = vec![KeyValue::new("attempt", i64::from(attempt))];
                 attributes.extend(self.node.clone().map(|node| KeyValue::new("node", node)));
-                self.record(trace, "claim", (event.at_ms, event.at_ms), attributes, None);
+                self.record(trace, "claim", (event_ms, event_ms), attributes, None);
             }
             TaskStep::Started => {
                 if let Some(wait) = open.remove(&key) {
-                    self.close(trace, wait, event.at_ms, Outcome::Started);
+                    self.close(trace, wait, event_ms, Outcome::Started);
                 }
                 let run = Open::Run {
-                    since_ms: event.at_ms,
+                    since_ms: event_ms,
                     attempt,
                 };
                 open.insert(key, run);
@@ -221,12 +223,12 @@ impl EventSubscriber for PoolTracing {
                 reason,
             } => {
                 if let Some(run) = open.remove(&key) {
-                    self.close(trace, run, event.at_ms, Outcome::Retried(reason));
+                    self.close(trace, run, event_ms, Outcome::Retried(reason));
                 }
                 // The backoff is the next wait's first part: it sleeps until `at_ms`.
                 let _ = at_ms;
                 let backoff = Open::Wait {
-                    since_ms: event.at_ms,
+                    since_ms: event_ms,
                     reason: Some("sleeping"),
                     budget_ready_ms: None,
                     attempt: *next,
@@ -235,12 +237,12 @@ impl EventSubscriber for PoolTracing {
             }
             TaskStep::Ended(status) => {
                 if let Some(last) = open.remove(&key) {
-                    self.close(trace, last, event.at_ms, Outcome::Ended(status));
+                    self.close(trace, last, event_ms, Outcome::Ended(status));
                 }
             }
             TaskStep::LeaseLost => {
                 if let Some(last) = open.remove(&key) {
-                    self.close(trace, last, event.at_ms, Outcome::LeaseLost);
+                    self.close(trace, last, event_ms, Outcome::LeaseLost);
                 }
             }
             TaskStep::Admitted
@@ -270,7 +272,7 @@ impl Notifier for PoolTracing {
         self.record(
             trace,
             "deliver",
-            (event.stored_at_ms, now_ms()),
+            (engine_ms(event.stored_at_ms), now_ms()),
             attributes,
             None,
         );

@@ -190,7 +190,7 @@ fn event(task_id: TaskId) -> TerminalEvent {
         key: key(&format!("s{task_id}")),
         task_id,
         status: TaskStatus::Completed,
-        stored_at_ms: now_ms(),
+        stored_at_ms: u128::from(now_ms()),
         attempt: 1,
         result: Some(json!({ "text": format!("answer {task_id}") })),
         trace: None,

@@ -25,12 +25,12 @@ const TOP: u64 = 58;
 struct Life {
     priority: String,
     units: u32,
-    admitted_ms: Option<u64>,
+    admitted_ms: Option<u128>,
     /// Each time it parked: from when, and why (`None` until the pool answered, or if it
     /// started before it could).
-    parked: Vec<(u64, Option<String>)>,
-    started_ms: Option<u64>,
-    ended: Option<(u64, TaskStatus)>,
+    parked: Vec<(u128, Option<String>)>,
+    started_ms: Option<u128>,
+    ended: Option<(u128, TaskStatus)>,
 }
 
 /// The steps of the tasks it watches, gathered while the pool runs.
@@ -132,13 +132,11 @@ fn svg(lives: &BTreeMap<u64, Life>) -> String {
     let last_end = lives
         .values()
         .filter_map(|life| life.ended.as_ref().map(|end| end.0));
-    let span_ms = last_end
-        .max()
-        .unwrap_or(origin + 1)
-        .saturating_sub(origin)
-        .clamp(1, MAX_SPAN_MS);
+    let since_origin =
+        |at_ms: u128| u64::try_from(at_ms.saturating_sub(origin)).unwrap_or(u64::MAX);
+    let span_ms = since_origin(last_end.max().unwrap_or(origin + 1)).clamp(1, MAX_SPAN_MS);
     let plot = WIDTH - LABEL_WIDTH - 20;
-    let x = |at_ms: u64| LABEL_WIDTH + plot * at_ms.saturating_sub(origin).min(span_ms) / span_ms;
+    let x = |at_ms: u128| LABEL_WIDTH + plot * since_origin(at_ms).min(span_ms) / span_ms;
     let height = TOP + ROW_HEIGHT * lives.len() as u64 + 40;
     let mut out = String::new();
     let _ = writeln!(
@@ -163,7 +161,7 @@ fn svg(lives: &BTreeMap<u64, Life>) -> String {
                 .map(|next| next.0)
                 .or(run_start)
                 .or(end);
-            let until = until.unwrap_or(origin + span_ms);
+            let until = until.unwrap_or(origin + u128::from(span_ms));
             bar(
                 &mut out,
                 x(*parked_at),
@@ -174,9 +172,9 @@ fn svg(lives: &BTreeMap<u64, Life>) -> String {
         }
         if let Some(started) = run_start {
             let status = life.ended.as_ref().map(|(_, status)| status);
-            let until = end.unwrap_or(origin + span_ms);
+            let until = end.unwrap_or(origin + u128::from(span_ms));
             bar(&mut out, x(started), x(until), y, end_colour(status));
-            if until.saturating_sub(origin) > span_ms {
+            if since_origin(until) > span_ms {
                 let _ = writeln!(out, r#"<text x="{}" y="{}">→</text>"#, x(until) + 2, y + 10);
             }
         }

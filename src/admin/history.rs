@@ -12,6 +12,7 @@ use crate::core::PoolControl;
 use crate::util::serde::{ResourceKind, TaskId};
 use prometheus_parking_lot_actors::domain::TaskStatus;
 use prometheus_parking_lot_actors::observe::events::{FeedEvent, TaskStep};
+use prometheus_parking_lot_actors::util::clock::engine_ms;
 
 /// Refusals kept, the latest.
 pub(crate) const REFUSALS_KEPT: usize = 100;
@@ -81,6 +82,7 @@ impl History {
 
     /// Takes note of one event.
     pub fn note(&mut self, event: &FeedEvent) {
+        let at_ms = engine_ms(event.at_ms);
         match &event.step {
             TaskStep::Refused(refusal) => {
                 if self.refusals.len() == REFUSALS_KEPT {
@@ -90,21 +92,21 @@ impl History {
                     task_id: event.task_id,
                     tenant: event.key.tenant.0.clone(),
                     reason: refusal.label(),
-                    at_ms: event.at_ms,
+                    at_ms,
                 });
             }
             TaskStep::Started => {
                 self.kinds_used[event.cost.kind.index()] = true;
                 let wait = event
                     .since_ms
-                    .map_or(0, |since| event.at_ms.saturating_sub(since));
-                let second = self.second(event.at_ms);
+                    .map_or(0, |since| at_ms.saturating_sub(engine_ms(since)));
+                let second = self.second(at_ms);
                 second.started += 1;
                 second.wait_sum_ms += wait;
                 second.mean_wait_ms = second.wait_sum_ms as f64 / second.started as f64;
             }
             TaskStep::Ended(status) => {
-                let second = self.second(event.at_ms);
+                let second = self.second(at_ms);
                 second.ended += 1;
                 if *status != TaskStatus::Completed {
                     second.failed += 1;
@@ -149,8 +151,8 @@ mod tests {
             key: MailboxKey::new("acme"),
             cost: ResourceCost::cpu(1),
             step,
-            at_ms,
-            since_ms,
+            at_ms: u128::from(at_ms),
+            since_ms: since_ms.map(u128::from),
             priority: None,
         }
     }

@@ -170,7 +170,7 @@ fn ok(task_id: TaskId, stored_at_ms: u64) -> Delivery<String> {
     Delivery {
         task_id,
         outcome: Ok(format!("result {task_id}")),
-        stored_at_ms,
+        stored_at_ms: u128::from(stored_at_ms),
     }
 }
 
@@ -291,7 +291,7 @@ async fn many_takes_keep_the_bookkeeping_exact() {
                 let delivery = Delivery {
                     task_id: id,
                     outcome: Ok(id),
-                    stored_at_ms: stored_at,
+                    stored_at_ms: u128::from(stored_at),
                 };
                 mailbox.store(key, delivery).await.expect("store");
                 stores += 1;

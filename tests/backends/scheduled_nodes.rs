@@ -136,7 +136,9 @@ async fn a_scheduled_start_runs_once_after_its_instant_on_any_node(
         .expect("admitted");
     let parked = queue.maintenance().counts().await.expect("counts").parked;
     assert_eq!(parked, 2, "both sleep in the shared queue");
-    let sleeping = Ok(Some(WaitReason::Sleeping { until_ms: at_ms }));
+    let sleeping = Ok(Some(WaitReason::Sleeping {
+        until_ms: u128::from(at_ms),
+    }));
     for node in [&a, &b] {
         assert_eq!(
             node.why_waiting(&key(2), 2).await,

@@ -76,7 +76,7 @@ pub fn delivery(
     Delivery {
         task_id,
         outcome,
-        stored_at_ms: EPOCH_MS + stored,
+        stored_at_ms: u128::from(EPOCH_MS + stored),
     }
 }
 
@@ -86,7 +86,7 @@ pub fn ok(task_id: TaskId, stored: u64) -> Delivery<String> {
 }
 
 /// A delivery as comparable data (`Delivery` itself is not `PartialEq`).
-type Seen = (TaskId, Result<String, TaskFailure>, u64);
+type Seen = (TaskId, Result<String, TaskFailure>, u128);
 
 fn seen(delivery: &Delivery<String>) -> Seen {
     (
@@ -189,7 +189,7 @@ pub async fn error_outcomes_round_trip(mailbox: Arc<dyn Mailbox<String>>) {
     }
     for (id, (outcome, status)) in (1..).zip(cases) {
         let taken = mailbox.take(&inbox).await.expect("take").expect("stored");
-        assert_eq!(seen(&taken), (id, outcome, EPOCH_MS + id));
+        assert_eq!(seen(&taken), (id, outcome, u128::from(EPOCH_MS + id)));
         assert_eq!(taken.status(), status, "status of task {id}");
     }
     assert_stored(mailbox, 0, "taking everything").await;

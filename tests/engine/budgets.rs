@@ -161,7 +161,7 @@ async fn units_a_run_gives_back_let_the_next_task_start_at_once() {
 
 /// Remembers the budget waits it hears of.
 #[derive(Default)]
-struct Waits(Mutex<Vec<(u64, u64, u64)>>);
+struct Waits(Mutex<Vec<(u64, u128, u128)>>);
 
 impl EventSubscriber for Waits {
     fn on_event(&self, event: &TaskEvent<'_>) {

@@ -72,7 +72,7 @@ async fn each_tick_becomes_a_task_with_the_schedules_metadata_and_its_payload() 
     let all = runs.all();
     let mut ticks = Vec::new();
     for (payload, meta) in &all {
-        let at_ms: u64 = payload.strip_prefix("heartbeat@").unwrap().parse().unwrap();
+        let at_ms: u128 = payload.strip_prefix("heartbeat@").unwrap().parse().unwrap();
         assert_eq!(at_ms % 100, 0, "ticks fall on multiples of the period");
         let tick = Tick {
             schedule: "heartbeat".into(),

@@ -67,7 +67,7 @@ async fn a_parked_task_says_what_it_waits_for() {
         panic!("task 4 waits for the budget");
     };
     assert_eq!((kind, needed, level), (ResourceKind::Io, 1, 0));
-    let in_ms = ready_at_ms.saturating_sub(prometheus_parking_lot::util::clock::now_ms() as u64);
+    let in_ms = ready_at_ms.saturating_sub(prometheus_parking_lot::util::clock::now_ms());
     assert!(
         in_ms > 5_000 && in_ms <= 10_000,
         "one unit every 10 s: {in_ms} ms"

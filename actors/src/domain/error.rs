@@ -133,17 +133,11 @@ pub enum PoolError {
     },
     /// The pool refuses submissions that would miss their deadline (`"admission":
     /// {"refuse_if_late": true}`), and this one's estimated start is after its deadline:
-    /// refused at once rather than parked to expire. Both times are ms since the Unix
-    /// epoch. Submitting again later, or to another pool, may succeed.
-    #[error("refused: the task is expected to start at {}, {} ms after its deadline of {}; submit it elsewhere, later, or with a later deadline", instant_text(*estimated_start_ms), estimated_start_ms.saturating_sub(*deadline_ms), instant_text(*deadline_ms))]
-    WouldMissDeadline {
-        /// When the pool expects it would start; for a task far back in a long queue, an
-        /// instant past the deadline before which it would not start (the estimate stops
-        /// looking a little after the deadline: `ParkingLot::misses_deadline`).
-        estimated_start_ms: u64,
-        /// The task's deadline to start by.
-        deadline_ms: u64,
-    },
+    /// refused at once rather than parked to expire. Submitting again later, or to another
+    /// pool, may succeed. (Boxed: it is rare, and its two instants would double every
+    /// result's size.)
+    #[error("{0}")]
+    WouldMissDeadline(Box<DeadlineMiss>),
     /// A permit (or more units for one) was asked for with `try_acquire` or `try_grow`,
     /// which never wait, and the gate could not grant it at once.
     #[error("the gate cannot grant that at once: the units are held, or better-ranked waiters come first; acquire (or grow) and wait, or try again later")]
@@ -175,7 +169,7 @@ impl PoolError {
             Self::Backend(error) => error.fault.kind.is_retryable(),
             Self::QueueFull
             | Self::MailboxFull { .. }
-            | Self::WouldMissDeadline { .. }
+            | Self::WouldMissDeadline(_)
             | Self::Timeout => true,
             _ => false,
         }
@@ -291,9 +285,53 @@ impl From<PoolError> for TaskFailure {
     }
 }
 
+/// The instants of a [`PoolError::WouldMissDeadline`] refusal, ms since the Unix epoch
+/// (the width of [`now_ms`](crate::util::clock::now_ms) and of a task's `deadline_ms`).
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{DeadlineMiss, PoolError};
+///
+/// let refused = PoolError::WouldMissDeadline(Box::new(DeadlineMiss {
+///     estimated_start_ms: 1_764_689_492_120,
+///     deadline_ms: 1_764_689_490_000,
+/// }));
+/// if let PoolError::WouldMissDeadline(miss) = &refused {
+///     assert_eq!(miss.late_by_ms(), 2_120);
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadlineMiss {
+    /// When the pool expects it would start; for a task far back in a long queue, an
+    /// instant past the deadline before which it would not start (the estimate stops
+    /// looking a little after the deadline: `ParkingLot::misses_deadline`).
+    pub estimated_start_ms: u128,
+    /// The task's deadline to start by.
+    pub deadline_ms: u128,
+}
+
+impl DeadlineMiss {
+    /// How far past its deadline the task is expected to start, ms.
+    pub fn late_by_ms(&self) -> u128 {
+        self.estimated_start_ms.saturating_sub(self.deadline_ms)
+    }
+}
+
+impl std::fmt::Display for DeadlineMiss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "refused: the task is expected to start at {}, {} ms after its deadline of {}; \
+             submit it elsewhere, later, or with a later deadline",
+            instant_text(self.estimated_start_ms),
+            self.late_by_ms(),
+            instant_text(self.deadline_ms)
+        )
+    }
+}
+
 /// An instant (ms since the Unix epoch) as a reader takes it in a message: UTC, to the
 /// millisecond (`2026-12-02T15:31:32.120Z`); the raw number where it is out of range.
-pub(crate) fn instant_text(ms: u64) -> String {
+pub(crate) fn instant_text(ms: u128) -> String {
     i64::try_from(ms)
         .ok()
         .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
@@ -306,10 +344,10 @@ mod tests {
 
     #[test]
     fn a_deadline_refusal_shows_its_instants_as_times() {
-        let refused = PoolError::WouldMissDeadline {
+        let refused = PoolError::WouldMissDeadline(Box::new(DeadlineMiss {
             estimated_start_ms: 1_764_689_492_120,
             deadline_ms: 1_764_689_490_000,
-        };
+        }));
         assert_eq!(
             refused.to_string(),
             "refused: the task is expected to start at 2025-12-02T15:31:32.12Z, 2120 ms after \
@@ -317,8 +355,21 @@ mod tests {
              deadline"
         );
         assert_eq!(
-            instant_text(u64::MAX),
+            instant_text(u128::from(u64::MAX)),
             "18446744073709551615 ms since the epoch"
         );
+    }
+
+    #[test]
+    fn a_deadline_refusal_keeps_the_json_an_earlier_version_stored() {
+        // Stored by a version whose variant held its two fields itself (u64).
+        let stored = r#"{"WouldMissDeadline":{"estimated_start_ms":1764689492120,"deadline_ms":1764689490000}}"#;
+        let read: PoolError = serde_json::from_str(stored).expect("reads");
+        let expected = PoolError::WouldMissDeadline(Box::new(DeadlineMiss {
+            estimated_start_ms: 1_764_689_492_120,
+            deadline_ms: 1_764_689_490_000,
+        }));
+        assert_eq!(read, expected);
+        assert_eq!(serde_json::to_string(&expected).expect("writes"), stored);
     }
 }

@@ -20,7 +20,7 @@ pub use backend::{BackendError, BackendFault, FaultKind};
 pub use budget::{Budget, Budgets, StartCap, MAX_PERIOD_MS};
 pub use dependency::{DependencyError, MAX_PARENTS};
 pub use durability::Durability;
-pub use error::{PoolError, TaskFailure};
+pub use error::{DeadlineMiss, PoolError, TaskFailure};
 pub use fair_by_use::{FairByUse, TenantWeights, UsageCharge, MAX_WEIGHT};
 pub use limits::{
     Admission, Capacity, FairShare, OnDuplicate, PoolLimits, Preemption, Retries, StarvationGuard,

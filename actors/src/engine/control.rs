@@ -298,7 +298,9 @@ impl PoolControl {
         }
         let now = u64::try_from(crate::util::clock::now_ms()).unwrap_or(u64::MAX);
         match desk.sleeping_until(key, id, now).await {
-            Ok(Some(until_ms)) => Ok(Some(WaitReason::Sleeping { until_ms })),
+            Ok(Some(until_ms)) => Ok(Some(WaitReason::Sleeping {
+                until_ms: u128::from(until_ms),
+            })),
             Ok(None) => Err(PoolError::TaskNotFound(id)),
             Err(error) => Err(self.queue_error(desk, "read a sleeping task", error)),
         }
@@ -340,7 +342,7 @@ impl PoolControl {
             return here;
         };
         let reason = self.waiting_in(desk.as_ref(), key, id).await?;
-        let at_ms = u64::try_from(crate::util::clock::now_ms()).unwrap_or(u64::MAX);
+        let at_ms = crate::util::clock::now_ms();
         Ok(reason.map(|reason| WaitView {
             reason,
             position: 0,

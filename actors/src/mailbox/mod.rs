@@ -40,7 +40,7 @@ pub struct Delivery<R> {
     /// The result, or how the task ended without one.
     pub outcome: Result<R, TaskFailure>,
     /// When it was stored, milliseconds since the Unix epoch.
-    pub stored_at_ms: u64,
+    pub stored_at_ms: u128,
 }
 
 /// A delivery whose run held a shared claim: stored only while the claim holds (see

@@ -45,7 +45,7 @@ pub struct TerminalEvent {
     /// How it ended; `Failed` and `Rejected` carry the reason.
     pub status: TaskStatus,
     /// When its outcome was stored, milliseconds since the Unix epoch.
-    pub stored_at_ms: u64,
+    pub stored_at_ms: u128,
     /// Which run of the task this was: 1, or for a task claimed from a shared queue the
     /// number of times that queue has handed it out (a re-run after a lost lease is 2).
     pub attempt: u32,

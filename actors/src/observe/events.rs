@@ -60,7 +60,7 @@ pub enum TaskStep {
     /// of it may spend first, so it starts at `until_ms` at the earliest.
     WaitsForBudget {
         /// When the budget will hold its units, by the core's clock (ms since the epoch).
-        until_ms: u64,
+        until_ms: u128,
     },
     /// Parked (just after `Parked`) held until `pending` tasks it depends on end
     /// (`SubmitOptions::depends_on`): it takes no part in any decision until then.
@@ -84,7 +84,7 @@ pub enum TaskStep {
         /// The number of the next run (2 for the first retry).
         attempt: u32,
         /// When it parks again, by the core's clock (ms since the epoch).
-        at_ms: u64,
+        at_ms: u128,
         /// Why the run failed.
         reason: String,
     },
@@ -143,7 +143,7 @@ impl Refusal {
             PoolError::DuplicateTask(_) | PoolError::ResultPending(_) => Refusal::Duplicate,
             PoolError::Shutdown | PoolError::Draining | PoolError::Internal(_) => Refusal::Shutdown,
             PoolError::Backend(_) => Refusal::QueueError,
-            PoolError::WouldMissDeadline { .. } => Refusal::Late,
+            PoolError::WouldMissDeadline(_) => Refusal::Late,
             _ => Refusal::Other,
         }
     }
@@ -181,12 +181,12 @@ pub struct TaskEvent<'a> {
     /// What happened.
     pub step: &'a TaskStep,
     /// When, in milliseconds since the Unix epoch (the `now` of the core's decision).
-    pub at_ms: u64,
+    pub at_ms: u128,
     /// The start of the interval this step closes, by the core's clock: for `Started`, when
     /// the task was admitted (so `at_ms - since_ms` is its wait); for `Ended`, when it
     /// started, if it ran (its run time). `None` for other steps and for a task that ended
     /// without running.
-    pub since_ms: Option<u64>,
+    pub since_ms: Option<u128>,
     /// Its priority, on every step of a task the scheduler holds; `None` on steps reported
     /// from outside it (a refusal or an end reported by a shared queue's backend).
     pub priority: Option<Priority>,
@@ -232,7 +232,7 @@ pub struct BudgetReading {
     pub level: u32,
     /// When the best-ranked task parked on the budget could start as far as the budget
     /// goes, if it waits for it (ms since the epoch, by the core's clock).
-    pub ready_at_ms: Option<u64>,
+    pub ready_at_ms: Option<u128>,
     /// The same as a wait from the reading's time, ms.
     pub ready_in_ms: Option<u64>,
 }
@@ -269,9 +269,9 @@ pub struct FeedEvent {
     /// What happened.
     pub step: TaskStep,
     /// When, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: u128,
     /// The start of the interval this step closes (see [`TaskEvent::since_ms`]).
-    pub since_ms: Option<u64>,
+    pub since_ms: Option<u128>,
     /// Its priority, where known.
     pub priority: Option<Priority>,
 }

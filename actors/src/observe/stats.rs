@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::domain::{Budget, ResourceKind, TaskStatus};
 use crate::observe::events::{EventSubscriber, PoolReading, TaskEvent, TaskStep};
+use crate::util::clock::engine_ms;
 
 /// A snapshot of a pool.
 ///
@@ -98,7 +99,7 @@ pub struct BudgetStats {
     pub per_ms: u64,
     /// When the best-ranked task parked on the budget could start as far as the budget goes
     /// (ms since the epoch), when one waits for it.
-    pub waiting_until_ms: Option<u64>,
+    pub waiting_until_ms: Option<u128>,
 }
 
 /// The GPU part of [`PoolStats`]: which device, and its memory as last sampled.
@@ -257,7 +258,7 @@ impl PoolCounters {
                         burst: budget.burst,
                         units: budget.units,
                         per_ms: budget.per_ms,
-                        waiting_until_ms: (ready_at > 0).then_some(ready_at),
+                        waiting_until_ms: (ready_at > 0).then_some(u128::from(ready_at)),
                     })
                 })
                 .collect(),
@@ -327,7 +328,7 @@ impl EventSubscriber for PoolCounters {
             if let Some(budget) = budget {
                 let _ = self.budget_shape[kind].set(budget.budget);
                 self.budget_level[kind].store(u64::from(budget.level), Relaxed);
-                self.budget_ready_at[kind].store(budget.ready_at_ms.unwrap_or(0), Relaxed);
+                self.budget_ready_at[kind].store(budget.ready_at_ms.map_or(0, engine_ms), Relaxed);
             }
         }
         self.active.store(reading.running, Relaxed);

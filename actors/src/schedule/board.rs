@@ -110,9 +110,9 @@ impl ScheduleBoard {
                 zone: entry.schedule.timing.zone().map(str::to_owned),
                 missed: entry.schedule.missed,
                 paused: entry.paused,
-                next_tick_ms: entry.next_tick_ms(),
-                started_ms: entry.started_ms,
-                last_enqueued_ms: entry.last_enqueued_ms,
+                next_tick_ms: entry.next_tick_ms().map(u128::from),
+                started_ms: entry.started_ms.map(u128::from),
+                last_enqueued_ms: entry.last_enqueued_ms.map(u128::from),
                 enqueued: entry.enqueued,
             })
             .collect()

@@ -149,7 +149,7 @@ pub struct Tick {
     /// The schedule's name.
     pub schedule: String,
     /// The tick's instant, milliseconds since the Unix epoch (not when it was enqueued).
-    pub at_ms: u64,
+    pub at_ms: u128,
 }
 
 impl Tick {
@@ -158,7 +158,9 @@ impl Tick {
     pub fn task_id(&self) -> TaskId {
         const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
         const PRIME: u64 = 0x0000_0100_0000_01b3;
-        let bytes = self.schedule.bytes().chain(self.at_ms.to_le_bytes());
+        // Hashed as the eight bytes earlier versions hashed, so every node names it alike.
+        let at_ms = u64::try_from(self.at_ms).unwrap_or(u64::MAX);
+        let bytes = self.schedule.bytes().chain(at_ms.to_le_bytes());
         bytes.fold(OFFSET, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(PRIME)
         })
@@ -180,13 +182,13 @@ pub struct ScheduleView {
     pub paused: bool,
     /// Its next tick, milliseconds since the Unix epoch; `None` while paused, or when the
     /// expression names no later instant.
-    pub next_tick_ms: Option<u64>,
+    pub next_tick_ms: Option<u128>,
     /// When this node started the schedule (on a shared queue, after reading the latest tick
     /// the fleet stored): a tick at or before it that the node enqueued was a missed one,
     /// run once. `None` until started.
-    pub started_ms: Option<u64>,
+    pub started_ms: Option<u128>,
     /// The latest tick this node enqueued, if any.
-    pub last_enqueued_ms: Option<u64>,
+    pub last_enqueued_ms: Option<u128>,
     /// How many ticks this node enqueued since it started (on a shared queue, only those it
     /// won).
     pub enqueued: u64,

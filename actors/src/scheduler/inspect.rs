@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::domain::{MailboxKey, Priority, ResourceCost, TaskId, TenantId};
 use crate::observe::stats::PoolStats;
 use crate::scheduler::core::{StartEstimate, WaitReason};
+use crate::util::clock::engine_ms;
 
 /// The most parked tasks one view lists.
 pub const MAX_PAGE: usize = 1_000;
@@ -66,7 +67,7 @@ pub struct TaskView {
     /// Whether it is a permit (units without a worker slot) rather than a task.
     pub permit: bool,
     /// When it was admitted (parked) or started (running), ms since the Unix epoch.
-    pub since_ms: u64,
+    pub since_ms: u128,
     /// Which run this is (1 for the first; more after retries and lost leases).
     pub attempt: u32,
     /// Why it waits (parked tasks; `None` for running ones).
@@ -76,7 +77,7 @@ pub struct TaskView {
     pub position: Option<usize>,
     /// When it is expected to start, ms since the Unix epoch (parked tasks whose start the
     /// pool can estimate; see [`StartEstimate`] and `PARKING_LOT.md`, "When will it start").
-    pub expected_start_ms: Option<u64>,
+    pub expected_start_ms: Option<u128>,
     /// `true` when `expected_start_ms` counts every run at its execution timeout, the pool
     /// having seen no run of the task's kind yet: a latest start, not an expectation (see
     /// [`StartEstimate::from_timeouts`](crate::scheduler::core::StartEstimate::from_timeouts)).
@@ -109,12 +110,12 @@ pub struct WaitView {
     pub position: usize,
     /// When it is expected to start, ms since the Unix epoch; `None` when the pool cannot
     /// say (paused, or what it needs is held by a run of unknown length).
-    pub expected_start_ms: Option<u64>,
+    pub expected_start_ms: Option<u128>,
     /// `true` when `expected_start_ms` counts every run at its execution timeout (no run of
     /// the task's kind seen yet): a latest start, not an expectation.
     pub from_timeouts: bool,
     /// When the view was taken, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: u128,
 }
 
 impl WaitView {
@@ -122,10 +123,10 @@ impl WaitView {
     pub fn in_words(&self) -> String {
         let estimate = StartEstimate {
             position: self.position,
-            start_ms: self.expected_start_ms,
+            start_ms: self.expected_start_ms.map(engine_ms),
             from_timeouts: self.from_timeouts,
         };
-        estimate.in_words(self.at_ms)
+        estimate.in_words(engine_ms(self.at_ms))
     }
 }
 

@@ -283,6 +283,7 @@ where
     /// A full scan: timestamps need not follow store order (a wall clock can step back),
     /// and the retention cleaner runs at most once a second.
     async fn purge_stored_before(&self, cutoff_ms: u64) -> Result<usize, MailboxError> {
+        let cutoff_ms = u128::from(cutoff_ms);
         let mut purged = Vec::new();
         {
             let mut stored = self.lock();
@@ -346,7 +347,7 @@ mod tests {
         Delivery {
             task_id,
             outcome: Ok(format!("result {task_id}")),
-            stored_at_ms,
+            stored_at_ms: u128::from(stored_at_ms),
         }
     }
 

@@ -16,7 +16,7 @@ struct WebhookBody<'a> {
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
-    stored_at_ms: u64,
+    stored_at_ms: u128,
     attempt: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<&'a serde_json::Value>,

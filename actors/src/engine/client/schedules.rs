@@ -104,7 +104,7 @@ where
     ) -> Result<bool, PoolError> {
         let tick = Tick {
             schedule: schedule.name.clone(),
-            at_ms: tick_ms,
+            at_ms: u128::from(tick_ms),
         };
         let Some(make) = self.payload_makers().get(&schedule.name).cloned() else {
             return Ok(false);

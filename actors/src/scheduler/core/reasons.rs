@@ -14,7 +14,7 @@ pub enum WaitReason {
     /// It waits out a failed run's backoff until `until_ms` (rule 16).
     Sleeping {
         /// When it parks again.
-        until_ms: u64,
+        until_ms: u128,
     },
     /// It is held until `pending` more of the tasks it depends on end (rule 24).
     Dependencies {
@@ -43,7 +43,7 @@ pub enum WaitReason {
         /// Whole units in the bucket.
         level: u32,
         /// When the bucket will hold its cost (and a start).
-        ready_at_ms: u64,
+        ready_at_ms: u128,
     },
     /// Its tenant may hold `room` more units of its kind under the fair share (rule 12).
     TenantShare {
@@ -196,7 +196,9 @@ impl ParkingLot {
             return Some(held);
         }
         if let Some(&(until_ms, _)) = self.sleepers.get(&id) {
-            return Some(WaitReason::Sleeping { until_ms });
+            return Some(WaitReason::Sleeping {
+                until_ms: u128::from(until_ms),
+            });
         }
         let parked = self.parked.get(&id)?;
         if self.paused {
@@ -214,7 +216,7 @@ impl ParkingLot {
                     kind,
                     needed,
                     level: budget.level(),
-                    ready_at_ms: budget.ready_at(needed),
+                    ready_at_ms: u128::from(budget.ready_at(needed)),
                 });
             }
         }

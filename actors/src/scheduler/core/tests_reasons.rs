@@ -51,7 +51,9 @@ fn op() -> impl Strategy<Value = Op> {
 /// The explanation from scratch, in the rule's order.
 fn explained(lot: &ParkingLot, id: TaskId) -> Option<WaitReason> {
     if let Some(&(until_ms, _)) = lot.sleepers.get(&id) {
-        return Some(WaitReason::Sleeping { until_ms });
+        return Some(WaitReason::Sleeping {
+            until_ms: u128::from(until_ms),
+        });
     }
     let parked = lot.parked.get(&id)?;
     if lot.paused {
@@ -74,7 +76,7 @@ fn explained(lot: &ParkingLot, id: TaskId) -> Option<WaitReason> {
                 kind,
                 needed,
                 level: budget.level(),
-                ready_at_ms: budget.ready_at(needed),
+                ready_at_ms: u128::from(budget.ready_at(needed)),
             });
         }
     }

@@ -1,7 +1,7 @@
 //! Admission: what a task being admitted carries, why a submission is refused before the
 //! core is asked, and how a newcomer the core expired or refused ends.
 
-use crate::domain::{MailboxKey, PoolError, ScheduledTask, TaskStatus};
+use crate::domain::{DeadlineMiss, MailboxKey, PoolError, ScheduledTask, TaskStatus};
 use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::Mailbox;
 use crate::observe::events::TaskStep;
@@ -114,10 +114,10 @@ pub(super) fn starts_in_time(
         return Ok(());
     };
     match core.misses_deadline(ticket, deadline_ms, now) {
-        Some(estimated_start_ms) => Err(PoolError::WouldMissDeadline {
-            estimated_start_ms,
-            deadline_ms,
-        }),
+        Some(estimated_start_ms) => Err(PoolError::WouldMissDeadline(Box::new(DeadlineMiss {
+            estimated_start_ms: u128::from(estimated_start_ms),
+            deadline_ms: u128::from(deadline_ms),
+        }))),
         None => Ok(()),
     }
 }

@@ -143,8 +143,8 @@ impl Observers {
             key,
             cost,
             step,
-            at_ms: now,
-            since_ms: detail.since_ms,
+            at_ms: u128::from(now),
+            since_ms: detail.since_ms.map(u128::from),
             priority: detail.priority,
             trace: detail.trace.as_ref(),
             attempt: detail.attempt,
@@ -172,7 +172,7 @@ impl Observers {
                 Some(BudgetReading {
                     budget,
                     level: core.budget_level(kind)?,
-                    ready_at_ms,
+                    ready_at_ms: ready_at_ms.map(u128::from),
                     ready_in_ms: ready_at_ms.map(|at| at.saturating_sub(core.clock())),
                 })
             }),

@@ -123,7 +123,7 @@ where
         }
         let step = TaskStep::Retrying {
             attempt: failed + 1,
-            at_ms,
+            at_ms: u128::from(at_ms),
             reason,
         };
         self.tasks.step(entry, step, now);
@@ -169,7 +169,7 @@ where
         let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
         let step = TaskStep::Retrying {
             attempt: failed + 1,
-            at_ms,
+            at_ms: u128::from(at_ms),
             reason: reason.clone(),
         };
         let detail = Detail::of(&record, &step);

@@ -333,7 +333,9 @@ where
             self.observers
                 .record_step_why(record, &key, &TaskStep::Parked, now, parked_reason);
             if let Some(until_ms) = self.core.budget_ready_at(entry) {
-                let step = TaskStep::WaitsForBudget { until_ms };
+                let step = TaskStep::WaitsForBudget {
+                    until_ms: u128::from(until_ms),
+                };
                 self.observers.record_step_as(record, &key, &step, now);
             }
         }

@@ -36,11 +36,11 @@ where
                     cost: record.cost(),
                     priority: record.priority,
                     permit: false,
-                    since_ms,
+                    since_ms: u128::from(since_ms),
                     attempt: record.attempt(),
                     reason,
                     position,
-                    expected_start_ms,
+                    expected_start_ms: expected_start_ms.map(u128::from),
                     from_timeouts,
                 });
             }
@@ -55,11 +55,11 @@ where
                 cost,
                 priority,
                 permit: true,
-                since_ms: admitted_ms(entry),
+                since_ms: u128::from(admitted_ms(entry)),
                 attempt: 1,
                 reason,
                 position,
-                expected_start_ms,
+                expected_start_ms: expected_start_ms.map(u128::from),
                 from_timeouts,
             })
         };
@@ -168,9 +168,9 @@ where
         Ok(Some(WaitView {
             reason,
             position: estimate.position,
-            expected_start_ms: estimate.start_ms,
+            expected_start_ms: estimate.start_ms.map(u128::from),
             from_timeouts: estimate.from_timeouts,
-            at_ms: now,
+            at_ms: u128::from(now),
         }))
     }
 }

@@ -27,14 +27,14 @@ pub enum ParkedReason {
     /// `SubmitOptions::not_before_ms`) that has not come yet.
     Scheduled {
         /// When it becomes claimable, ms since the Unix epoch.
-        not_before_ms: u64,
+        not_before_ms: u128,
         /// How long that is from now, ms.
         in_ms: u64,
     },
     /// A run of it failed and it waits out its backoff before any node may claim it.
     RetryBackoff {
         /// When it becomes claimable, ms since the Unix epoch.
-        not_before_ms: u64,
+        not_before_ms: u128,
         /// How long that is from now, ms.
         in_ms: u64,
         /// Claims it had so far.
@@ -191,13 +191,13 @@ pub(crate) fn reason_of(task: &WaitingTask<'_>, fleet: &FleetState) -> ParkedRea
     }
     if task.not_before_ms > fleet.now_ms && task.attempts == 0 {
         return ParkedReason::Scheduled {
-            not_before_ms: task.not_before_ms,
+            not_before_ms: u128::from(task.not_before_ms),
             in_ms: task.not_before_ms - fleet.now_ms,
         };
     }
     if task.not_before_ms > fleet.now_ms {
         return ParkedReason::RetryBackoff {
-            not_before_ms: task.not_before_ms,
+            not_before_ms: u128::from(task.not_before_ms),
             in_ms: task.not_before_ms - fleet.now_ms,
             attempts: task.attempts,
             last_error: task.last_error.map(str::to_owned),

@@ -46,9 +46,9 @@ pub struct FleetNode {
     /// Its process id there.
     pub pid: u32,
     /// When it registered, ms since the Unix epoch (the database's clock).
-    pub started_ms: u64,
+    pub started_ms: u128,
     /// Its last heartbeat, ms since the Unix epoch.
-    pub heartbeat_ms: u64,
+    pub heartbeat_ms: u128,
     /// How long ago that was, ms.
     pub heartbeat_age_ms: u64,
     /// Its heartbeat's interval, ms.
@@ -129,7 +129,7 @@ pub struct ParkedPage {
     /// Where the page starts.
     pub offset: usize,
     /// The database's clock when the page was read, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: u128,
 }
 
 /// A shared queue's fleet, as any node reads it from the database.
@@ -251,7 +251,7 @@ impl FleetView {
             parked,
             parked_total,
             offset,
-            at_ms: now_ms,
+            at_ms: u128::from(now_ms),
         })
     }
 
@@ -484,8 +484,8 @@ fn node_of(row: &QueryResult) -> Result<FleetNode, DbErr> {
         pool: row.try_get("", "pool")?,
         host: row.try_get("", "host")?,
         pid: u32::try_from(row.try_get::<i64>("", "pid")?).unwrap_or(0),
-        started_ms: to_u64(row.try_get("", "started_ms")?),
-        heartbeat_ms,
+        started_ms: u128::from(to_u64(row.try_get("", "started_ms")?)),
+        heartbeat_ms: u128::from(heartbeat_ms),
         heartbeat_age_ms,
         heartbeat_every_ms,
         health,

@@ -60,7 +60,7 @@ pub(super) fn delivery_of<R: DeserializeOwned>(
     Ok(Delivery {
         task_id: task_id as u64,
         outcome,
-        stored_at_ms: u64::try_from(stored_at_ms).unwrap_or(0),
+        stored_at_ms: u128::try_from(stored_at_ms).unwrap_or(0),
     })
 }
 

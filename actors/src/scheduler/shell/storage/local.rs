@@ -172,7 +172,13 @@ impl LocalRoom {
             tasks.step(entry, TaskStep::Admitted, now);
             tasks.step(entry, TaskStep::Parked, now);
             if let Some(until_ms) = tasks.core.budget_ready_at(entry) {
-                tasks.step(entry, TaskStep::WaitsForBudget { until_ms }, now);
+                tasks.step(
+                    entry,
+                    TaskStep::WaitsForBudget {
+                        until_ms: u128::from(until_ms),
+                    },
+                    now,
+                );
             }
         }
         tasks.fx.answer(reply, Ok(key));

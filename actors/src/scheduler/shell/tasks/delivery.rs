@@ -96,7 +96,7 @@ where
         let delivery = Delivery {
             task_id,
             outcome: outcome.map_err(TaskFailure::from),
-            stored_at_ms: now,
+            stored_at_ms: u128::from(now),
         };
         self.fx.push(Effect::Deliver(Outcome {
             key,

@@ -75,7 +75,9 @@ fn a_scheduled_task_sleeps_until_its_instant(mode: Mode) {
     assert_eq!(key, MailboxKey::new("t0"), "{mode:?}");
     assert_eq!(
         world.shell.why_waiting(&key, 1),
-        Ok(Some(WaitReason::Sleeping { until_ms: at })),
+        Ok(Some(WaitReason::Sleeping {
+            until_ms: u128::from(at)
+        })),
         "{mode:?}: it sleeps until its instant with room free"
     );
     assert!(world.running.is_empty(), "{mode:?}: nothing runs yet");
