@@ -40,12 +40,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use prometheus_parking_lot::config::WorkerPoolConfig;
+use prometheus_parking_lot::core::SubmitOptions;
 use prometheus_parking_lot::core::{
     Durability, ScheduledTask, StarvationGuard, TaskMetadata, TaskQueue,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
-use prometheus_parking_lot::util::serde::ResourceCost;
+use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TokioSpawner,
 };
@@ -119,6 +120,32 @@ fn child_pool(dir: &Path, log: &RunLog) -> ResourcePool<u64, u64, Recorder> {
     .expect("the pool starts")
 }
 
+/// Runs what `pool` restored until it has been idle for 200 ms, stops it, checks that the
+/// queue in `dir` holds nothing, and logs `resumed`.
+async fn resume_until_empty<E>(pool: ResourcePool<u64, u64, E>, dir: &Path, log: &RunLog)
+where
+    E: TaskExecutor<u64, u64> + 'static,
+{
+    let mut idle = 0;
+    while idle < 10 {
+        let stats = pool.stats();
+        idle = if stats.active_tasks == 0 && stats.queued_tasks == 0 {
+            idle + 1
+        } else {
+            0
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pool.shutdown_with_drain(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
+    drop(pool);
+    let queue = YaqueQueue::<u64>::open(dir, STREAM).expect("reopens");
+    let left = queue.load_parked().await.expect("load");
+    assert!(left.is_empty(), "tasks left in the queue: {left:?}");
+    log.line("resumed".into());
+}
+
 /// The child's role in the crash test.
 fn crash_child() {
     let dir = PathBuf::from(std::env::var(DIR_ENV).expect("started by the crash test"));
@@ -144,26 +171,7 @@ fn crash_child() {
                 tokio::time::sleep(Duration::from_secs(120)).await;
                 panic!("the parent never killed the load child");
             }
-            "resume" => {
-                let mut idle = 0;
-                while idle < 5 {
-                    let stats = pool.stats();
-                    idle = if stats.active_tasks == 0 && stats.queued_tasks == 0 {
-                        idle + 1
-                    } else {
-                        0
-                    };
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                pool.shutdown_with_drain(Duration::from_secs(10))
-                    .await
-                    .expect("shutdown");
-                drop(pool);
-                let queue = YaqueQueue::<u64>::open(&dir, STREAM).expect("reopens");
-                let left = queue.load_parked().await.expect("load");
-                assert!(left.is_empty(), "tasks left in the queue: {left:?}");
-                log.line("resumed".into());
-            }
+            "resume" => resume_until_empty(pool, &dir, &log).await,
             other => panic!("unknown phase {other}"),
         }
     });
@@ -349,6 +357,182 @@ fn kill_9_mid_load_loses_no_accepted_task() {
         done.len(),
         twice.len()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dependencies through a kill
+// ---------------------------------------------------------------------------------------------
+
+/// Chains of three tasks, each depending on the one before (`a → b → c`); the first task
+/// of every third chain fails.
+const CHAINS: u64 = 12;
+/// A payload that makes the chain step fail (its executor panics).
+const FAIL: u64 = 1;
+
+/// The ids of chain `chain`'s three steps.
+fn chain_ids(chain: u64) -> [u64; 3] {
+    let first = 100 + 3 * chain;
+    [first, first + 1, first + 2]
+}
+
+/// Logs `start`, then `done` or (for the payload `FAIL`) `fail` before it panics.
+#[derive(Clone)]
+struct ChainStep(RunLog);
+
+#[async_trait]
+impl TaskExecutor<u64, u64> for ChainStep {
+    async fn execute(&self, payload: u64, meta: TaskMetadata) -> u64 {
+        self.0.line(format!("start {}", meta.id));
+        tokio::time::sleep(TASK_TIME + Duration::from_millis(10 * (meta.id % 4))).await;
+        if payload == FAIL {
+            self.0.line(format!("fail {}", meta.id));
+            panic!("chain step {} fails", meta.id);
+        }
+        self.0.line(format!("done {}", meta.id));
+        payload
+    }
+}
+
+/// The child's role in the dependencies crash test: `load` submits the chains and waits to
+/// be killed; `resume` runs what the queue kept until nothing is left.
+fn chains_child() {
+    let dir = PathBuf::from(std::env::var(DIR_ENV).expect("started by the crash test"));
+    let phase = std::env::var(PHASE_ENV).expect("a phase");
+    // A failing step's panic is the test's own: said in the log, not on stderr.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info.payload().downcast_ref::<String>();
+        if !message.is_some_and(|message| message.starts_with("chain step")) {
+            report(info);
+        }
+    }));
+    processes::on_runtime(async {
+        let log = RunLog::open(&dir);
+        let queue = YaqueQueue::<u64>::open(&dir, STREAM).expect("the queue opens");
+        let settings = WorkerPoolConfig::new()
+            .with_name("chains")
+            .with_worker_count(WORKERS)
+            .with_max_units(WORKERS as u32)
+            .with_durability(Durability::Accepted);
+        let pool = ResourcePool::with_settings(
+            settings,
+            ChainStep(log.clone()),
+            Box::new(queue),
+            Arc::new(InMemoryMailbox::new()),
+            &TokioSpawner,
+        )
+        .expect("the pool starts");
+        let key = |id: u64| MailboxKey::new("chains").with_session(format!("step-{id}"));
+        match phase.as_str() {
+            "load" => {
+                for chain in 0..CHAINS {
+                    let mut before = None;
+                    for (step, id) in chain_ids(chain).into_iter().enumerate() {
+                        let fails = step == 0 && chain % 3 == 0;
+                        let meta =
+                            TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key(id));
+                        let payload = if fails { FAIL } else { id };
+                        let options = SubmitOptions::default().with_depends_on(before);
+                        pool.submit_with(ScheduledTask::new(meta, payload), options)
+                            .await
+                            .expect("accepted");
+                        log.line(format!("accepted {id}"));
+                        before = Some(id);
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(120)).await;
+                panic!("the parent never killed the load child");
+            }
+            "resume" => resume_until_empty(pool, &dir, &log).await,
+            other => panic!("unknown phase {other}"),
+        }
+    });
+}
+
+/// Chains of dependent tasks, killed with `SIGKILL` while some run and others wait: after
+/// the restart every step of a chain whose first step succeeds runs, each only after the
+/// step before it succeeded (a step may run twice, as any task cut off by a kill does), and
+/// no step after a failed one ever starts.
+fn kill_9_keeps_every_chain_of_dependencies() {
+    let dir = TempDir(std::env::temp_dir().join(format!("pl-yaque-chains-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+
+    let mut load = ChildGuard::run("chains_child", &dir.0, "load");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = read_log(&dir.0);
+        let accepted = count(&log, "accepted").len() as u64;
+        let ended = count(&log, "done").len() + count(&log, "fail").len();
+        let running = count(&log, "start").len() - ended;
+        if accepted == 3 * CHAINS && ended >= 2 * WORKERS && running >= 2 {
+            break;
+        }
+        if let Some(status) = load.0.try_wait().expect("try_wait") {
+            panic!("the load child exited early: {status:?}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the load child did not get going: {log:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    load.sigkill();
+    let at_kill = read_log(&dir.0);
+    let started = count(&at_kill, "start");
+    let waiting = (0..CHAINS)
+        .flat_map(chain_ids)
+        .filter(|id| !started.contains_key(id))
+        .count();
+    assert!(waiting > 0, "the kill came after every step had started");
+    eprintln!(
+        "killed with {} started, {} ended, {waiting} accepted and not started",
+        count(&at_kill, "start").len(),
+        count(&at_kill, "done").len() + count(&at_kill, "fail").len()
+    );
+
+    let mut resume = ChildGuard::run("chains_child", &dir.0, "resume");
+    resume.wait_success(Duration::from_secs(60));
+    assert!(
+        std::fs::read_to_string(dir.0.join("runs.log"))
+            .unwrap()
+            .contains("resumed\n"),
+        "the resume child finished its checks"
+    );
+    let log = read_log(&dir.0);
+    let position =
+        |event: &str, id: u64| log.iter().position(|seen| seen.0 == event && seen.1 == id);
+    for chain in 0..CHAINS {
+        let [a, b, c] = chain_ids(chain);
+        if chain % 3 == 0 {
+            assert!(
+                position("fail", a).is_some(),
+                "chain {chain}: its first step ran and failed"
+            );
+            for later in [b, c] {
+                assert_eq!(
+                    position("start", later),
+                    None,
+                    "chain {chain}: a step after a failed one never starts"
+                );
+            }
+            continue;
+        }
+        for (parent, child) in [(a, b), (b, c)] {
+            let done = position("done", parent)
+                .unwrap_or_else(|| panic!("chain {chain}: step {parent} finished"));
+            let first_start = position("start", child)
+                .unwrap_or_else(|| panic!("chain {chain}: step {child} ran"));
+            assert!(
+                first_start > done,
+                "chain {chain}: step {child} started before step {parent} succeeded"
+            );
+        }
+        assert!(
+            position("done", c).is_some(),
+            "chain {chain}: its last step finished"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -564,6 +748,10 @@ fn main() {
                 kill_9_mid_load_loses_no_accepted_task,
             ),
             (
+                "kill_9_keeps_every_chain_of_dependencies",
+                kill_9_keeps_every_chain_of_dependencies,
+            ),
+            (
                 "the_seed_tauri_config_works_as_written",
                 the_seed_tauri_config_works_as_written,
             ),
@@ -582,6 +770,7 @@ fn main() {
         ],
         &[
             ("crash_child", crash_child),
+            ("chains_child", chains_child),
             ("seed_child", seed_child),
             ("owner_child", owner_child),
         ],

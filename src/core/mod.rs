@@ -27,10 +27,10 @@ pub use prometheus_parking_lot_actors::observe::stats::{BudgetStats, PoolStats};
 pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TraceParent};
 pub use prometheus_parking_lot_actors::queue::{
     parent_ended_words, Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery,
-    InlineQueue, KeptLetter, Lease, LeaseRenewer, LeaseRescuer, LetterEnd, QueueCounts, QueueError,
-    QueueMaintenance, RankBound, RunUse, ScheduleTicks, Settlement, SharedBudgets,
-    SharedDependencies, SharedFairShare, SharedQueue, StarvationRule, StoredEntry, TaskQueue,
-    UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
+    HeldBy, InlineQueue, KeptLetter, Lease, LeaseRenewer, LeaseRescuer, LetterEnd, QueueCounts,
+    QueueError, QueueMaintenance, RankBound, RunUse, ScheduleTicks, Settlement, SharedBudgets,
+    SharedDependencies, SharedFairShare, SharedQueue, StarvationRule, StoredEntry, StoredHold,
+    StoredParent, TaskQueue, UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{
     PoolSnapshot, PoolView, TaskView, TenantView, WaitView,

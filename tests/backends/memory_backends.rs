@@ -125,6 +125,7 @@ async fn in_memory_load_parked_is_what_is_parked_now() {
         entry,
         meta: job(entry).meta,
         carried: Default::default(),
+        held: None,
     };
     assert_eq!(queue.load_parked().await, Ok(vec![stored(1), stored(3)]));
     assert!(!queue.is_durable());

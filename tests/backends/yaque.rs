@@ -19,8 +19,8 @@ use conformance::queue::cpu;
 use conformance::{queue, Job};
 use prometheus_parking_lot::config::{QueueSettings, WorkerPoolConfig};
 use prometheus_parking_lot::core::{
-    Carried, Durability, EntryId, FaultKind, QueueCounts, QueueError, ScheduledTask, Settlement,
-    StarvationGuard, StoredEntry, TaskMetadata, TaskQueue,
+    Carried, Durability, EntryId, FaultKind, HeldBy, PoolError, QueueCounts, QueueError,
+    ScheduledTask, Settlement, StarvationGuard, StoredEntry, TaskMetadata, TaskQueue, TaskStatus,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
@@ -118,24 +118,249 @@ async fn yaque_queue_conforms() {
     drop(dirs);
 }
 
+/// The dependencies suite on a yaque pool of `durability`, a fresh directory per case.
+async fn keeps_the_dependencies_contract(durability: Durability) {
+    conformance::dependencies::run_all(|steps| async move {
+        let dir = TempDir::new("dependencies");
+        let queue = YaqueQueue::<u64>::open(dir.path(), "deps").expect("the queue opens");
+        let settings = WorkerPoolConfig::new()
+            .with_name("yaque-dependencies")
+            .with_worker_count(4)
+            .with_max_units(4)
+            .with_durability(durability);
+        let pool = ResourcePool::with_settings(
+            settings,
+            steps,
+            Box::new(queue),
+            Arc::new(InMemoryMailbox::new()),
+            &TokioSpawner,
+        )
+        .expect("pool starts");
+        conformance::dependencies::Subject {
+            client: pool.client().clone(),
+            // The directory goes after the pool.
+            owner: Box::new((pool, dir)),
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_yaque_pool_refuses_dependencies_naming_the_queues_that_support_them() {
-    let dir = TempDir::new("dependencies");
-    let queue = YaqueQueue::<u64>::open(dir.path(), "deps").expect("the queue opens");
+async fn a_yaque_pool_keeps_the_dependencies_contract_storing_every_task() {
+    keeps_the_dependencies_contract(Durability::Accepted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yaque_pool_keeps_the_dependencies_contract_storing_parked_tasks() {
+    let spin = Duration::from_millis(20);
+    keeps_the_dependencies_contract(Durability::Parked { spin }).await;
+}
+
+/// A stored held entry: its entry, each parent's entry and end, and whether it runs anyway.
+type Hold = (EntryId, Vec<(EntryId, Option<TaskStatus>)>, bool);
+
+/// How each stored held entry's parents stand.
+fn holds(entries: &[StoredEntry]) -> Vec<Hold> {
+    entries
+        .iter()
+        .filter_map(|stored| {
+            let held = stored.held.as_ref()?;
+            let parents = held
+                .parents
+                .iter()
+                .map(|parent| (parent.entry, parent.ended.clone()))
+                .collect();
+            Some((stored.entry, parents, held.run_anyway))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_held_entry_keeps_its_parents_and_their_ends_across_reopening_and_compaction() {
+    let dir = TempDir::new("held");
+    let queue = open(&dir);
+    // Parents 1 (stored, will succeed), 2 (stored, will fail), 3 (stored, still parked),
+    // 4 (never stored: it ran without being parked), 6 (stored, cancelled while parked).
+    for entry in [1, 2, 3, 6] {
+        queue.park(entry, job(entry)).await.unwrap();
+    }
+    let held = |parents: &[EntryId], run_anyway| HeldBy {
+        parents: parents.iter().map(|&entry| (entry, entry + 100)).collect(),
+        run_anyway,
+    };
+    let carried = Carried {
+        trace: Some(conformance::queue::a_trace()),
+        ..Carried::default()
+    };
+    queue
+        .park_held(10, job(10), carried, &held(&[1, 2, 3, 4], false))
+        .await
+        .unwrap();
+    queue
+        .park_held(11, job(11), Carried::default(), &held(&[6], true))
+        .await
+        .unwrap();
+    // A parent no stored entry names ends with no trace of how.
+    queue.park(7, job(7)).await.unwrap();
+    for entry in [1, 2, 7] {
+        assert!(queue.claim(entry).await.unwrap().is_some());
+    }
+    queue.settle(1, Settlement::Done).await.unwrap();
+    let failed = Settlement::Failed("out of memory".into());
+    queue.settle(2, failed).await.unwrap();
+    queue.settle(7, Settlement::Done).await.unwrap();
+    queue.parent_ended(4, &TaskStatus::Completed).await.unwrap();
+    assert!(queue.remove(6).await.unwrap().is_some());
+    // The scheduler says how the removed one ended: it expired.
+    queue.parent_ended(6, &TaskStatus::Expired).await.unwrap();
+    let expected = vec![
+        (
+            10,
+            vec![
+                (1, Some(TaskStatus::Completed)),
+                (2, Some(TaskStatus::Failed("out of memory".into()))),
+                (3, None),
+                (4, Some(TaskStatus::Completed)),
+            ],
+            false,
+        ),
+        (11, vec![(6, Some(TaskStatus::Expired))], true),
+    ];
+    assert_eq!(holds(&queue.load_parked().await.unwrap()), expected);
+    drop(queue);
+
+    // Reopened (which rewrites the log into a fresh segment): the same, with the trace.
+    let queue = open(&dir);
+    let stored = queue.load_parked().await.unwrap();
+    assert_eq!(holds(&stored), expected);
+    assert_eq!(parked(&stored), vec![(3, 3), (10, 10), (11, 11)]);
+    assert_eq!(stored[1].carried, carried);
+    // Once the held entries are gone, their parents' ends go with them.
+    assert!(queue.remove(10).await.unwrap().is_some());
+    assert!(queue.remove(11).await.unwrap().is_some());
+    drop(queue);
+    let queue = open(&dir);
+    let stored = queue.load_parked().await.unwrap();
+    assert_eq!(parked(&stored), vec![(3, 3)]);
+    // An end no stored entry reads any more is not written.
+    queue.parent_ended(1, &TaskStatus::Completed).await.unwrap();
+    drop(queue);
+    let records: usize = segment_files(&dir.path().join("stream"))
+        .iter()
+        .map(|file| frames(&std::fs::read(file).unwrap()).len())
+        .sum();
+    assert_eq!(records, 1, "only entry 3's park is left");
+}
+
+/// Records the order tasks start in.
+#[derive(Clone, Default)]
+struct Starts(Arc<Mutex<Vec<TaskId>>>);
+
+#[async_trait]
+impl TaskExecutor<u64, u64> for Starts {
+    async fn execute(&self, payload: u64, meta: TaskMetadata) -> u64 {
+        self.0.lock().unwrap().push(meta.id);
+        payload
+    }
+}
+
+/// What a pool finds in a queue a process left behind as it stopped (a crash between two
+/// of its writes, crafted here with the queue's own calls): a child whose parent's failure
+/// is stored but whose own cancel is not ends `Cancelled`, and so does its child; one whose
+/// parent's run was lost with the process ends `Cancelled` unless it runs anyway; one whose
+/// parent was parked waits for that parent's run, and one whose parent's success is stored
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_pool_settles_held_tasks_by_how_their_parents_ended() {
+    let dir = TempDir::new("held-restart");
+    let key = |id: TaskId| MailboxKey::new("acme").with_session(format!("task-{id}"));
+    let task = |id: TaskId| {
+        let meta = TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key(id));
+        ScheduledTask::new(meta, id)
+    };
+    let held = |parents: &[TaskId], run_anyway| HeldBy {
+        // Entries and task ids are the same numbers here.
+        parents: parents.iter().map(|&id| (id, id)).collect(),
+        run_anyway,
+    };
+    {
+        let queue = YaqueQueue::<u64>::open(dir.path(), "stream").expect("opens");
+        for id in [1, 3, 5] {
+            queue.park(id, task(id)).await.unwrap();
+        }
+        let plain = Carried::default();
+        queue
+            .park_held(2, task(2), plain, &held(&[1], false))
+            .await
+            .unwrap();
+        queue
+            .park_held(20, task(20), plain, &held(&[2], false))
+            .await
+            .unwrap();
+        queue
+            .park_held(4, task(4), plain, &held(&[3], false))
+            .await
+            .unwrap();
+        queue
+            .park_held(6, task(6), plain, &held(&[5], false))
+            .await
+            .unwrap();
+        queue
+            .park_held(9, task(9), plain, &held(&[8], false))
+            .await
+            .unwrap();
+        queue
+            .park_held(10, task(10), plain, &held(&[8], true))
+            .await
+            .unwrap();
+        for id in [1, 5] {
+            assert!(queue.claim(id).await.unwrap().is_some());
+        }
+        queue
+            .settle(1, Settlement::Failed("out of memory".into()))
+            .await
+            .unwrap();
+        queue.settle(5, Settlement::Done).await.unwrap();
+        // Task 8 ran without being stored; its end never reached the file.
+    }
+    let starts = Starts::default();
     let settings = WorkerPoolConfig::new()
-        .with_name("yaque-dependencies")
-        .with_worker_count(2)
-        .with_max_units(2);
+        .with_name("held-restart")
+        .with_worker_count(1)
+        .with_max_units(1);
+    let queue = YaqueQueue::<u64>::open(dir.path(), "stream").expect("reopens");
     let pool = ResourcePool::with_settings(
         settings,
-        conformance::dependencies::plain_steps(),
+        starts.clone(),
         Box::new(queue),
         Arc::new(InMemoryMailbox::new()),
         &TokioSpawner,
     )
-    .expect("pool starts");
-    conformance::dependencies::refused_where_unsupported(pool.client(), "durable local queue")
-        .await;
+    .expect("the pool starts");
+    let client = pool.client();
+    let wait = Duration::from_secs(10);
+    for id in [2, 20, 9] {
+        assert_eq!(
+            client.retrieve(&key(id), wait).await,
+            Err(PoolError::Cancelled),
+            "task {id} does not run"
+        );
+    }
+    for id in [3, 4, 6, 10] {
+        assert_eq!(
+            client.retrieve(&key(id), wait).await,
+            Ok(id),
+            "task {id} runs"
+        );
+    }
+    let order = starts.0.lock().unwrap().clone();
+    let at = |id| order.iter().position(|&seen| seen == id);
+    assert!(at(4) > at(3), "task 4 ran after its parent 3: {order:?}");
+    for id in [1, 2, 20, 9] {
+        assert_eq!(at(id), None, "task {id} never runs: {order:?}");
+    }
+    let queue_left = pool.client().stats().queued_tasks;
+    assert_eq!(queue_left, 0);
 }
 
 #[tokio::test]

@@ -190,7 +190,7 @@ pub fn plain_steps() -> Steps {
 /// [`plain_steps`]) refuses a submission with dependencies, naming `queue` and the queues
 /// that support them, and still takes the same task without them. (Every queue such a pool
 /// can be built on, yaque and pgmq, is behind a feature.)
-#[cfg(any(feature = "postgres", feature = "yaque"))]
+#[cfg(feature = "postgres")]
 pub async fn refused_where_unsupported(pool: &PoolClient<u64, u64>, queue: &str) {
     let submit = |id, options| pool.submit(step(TENANT, id, id * 10), options);
     let outcome =

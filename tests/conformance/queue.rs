@@ -193,6 +193,7 @@ fn stored(entry: EntryId, task: &ScheduledTask<Job>) -> StoredEntry {
         entry,
         meta: task.meta.clone(),
         carried: Carried::default(),
+        held: None,
     }
 }
 

@@ -418,6 +418,7 @@ where
                 })
             };
             let releases = spec.queue.releases_claims();
+            let dependencies = spec.queue.keeps_dependencies();
             let queue_state = QueueState {
                 queue: spec.queue,
                 reports,
@@ -427,7 +428,9 @@ where
                     .await?
                     .into();
             let stored = stored.into_iter().map(|entry| (entry, None)).collect();
-            let room = LocalRoom::new(spec.durability).with_releases(releases);
+            let room = LocalRoom::new(spec.durability)
+                .with_releases(releases)
+                .with_dependencies(dependencies);
             (Box::new(room) as Storage<P, R>, None, stored, Some(queue))
         }
         None => {

@@ -13,18 +13,22 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument;
 
-use super::{Carried, EntryId, QueueError, Settlement, TaskQueue};
-use crate::domain::{BackendFault, FaultKind, ScheduledTask};
+use super::{Carried, EntryId, HeldBy, QueueError, Settlement, TaskQueue};
+use crate::domain::{BackendFault, FaultKind, ScheduledTask, TaskStatus};
 use crate::util::contain::drop_contained;
 
 /// Messages the queue actor handles.
 pub(crate) enum QueueMsg<P> {
-    /// Store a parked entry with what it carries (a scheduled start's instant, its trace).
+    /// Store a parked entry with what it carries (a scheduled start's instant, its trace),
+    /// and the parents it is held for, if any.
     Park {
         entry: EntryId,
         task: ScheduledTask<P>,
         carried: Carried,
+        held: Option<Box<HeldBy>>,
     },
+    /// A parent that a stored held task names ended `status`.
+    ParentEnded { entry: EntryId, status: TaskStatus },
     /// Claim an entry the scheduler started and hand its task back.
     Claim { entry: EntryId },
     /// End a claim.
@@ -107,10 +111,12 @@ where
                     entry,
                     task,
                     carried,
+                    held,
                 } => {
-                    let parked = match carried.is_empty() {
-                        true => state.queue.park(entry, task).await,
-                        false => state.queue.park_carrying(entry, task, carried).await,
+                    let parked = match (held, carried.is_empty()) {
+                        (Some(held), _) => state.queue.park_held(entry, task, carried, &held).await,
+                        (None, true) => state.queue.park(entry, task).await,
+                        (None, false) => state.queue.park_carrying(entry, task, carried).await,
                     };
                     let report = match parked {
                         Ok(()) => QueueReport::Parked { entry },
@@ -144,6 +150,11 @@ where
                 QueueMsg::Release { entry } => {
                     if let Err(error) = state.queue.release(entry).await {
                         tracing::warn!(entry, %error, "queue release failed");
+                    }
+                }
+                QueueMsg::ParentEnded { entry, status } => {
+                    if let Err(error) = state.queue.parent_ended(entry, &status).await {
+                        tracing::warn!(entry, %error, "could not store how a parent ended");
                     }
                 }
                 QueueMsg::Remove { entry } => match state.queue.remove(entry).await {

@@ -26,8 +26,8 @@ use crate::domain::{
 
 /// The queues that keep dependencies, as a refusal names them.
 pub const DEPENDENCIES_SUPPORTED: &str =
-    "memory (the in-memory queue), postgres (the Postgres table queue with \"dependencies\": true), \
-     in_memory_shared (the in-memory shared queue)";
+    "memory (the in-memory queue), yaque (the embedded durable queue), postgres (the Postgres \
+     table queue with \"dependencies\": true), in_memory_shared (the in-memory shared queue)";
 
 /// The reason a child that expired while it waited for its parents carries (its dead
 /// letter's, and its row's on the Postgres table queue), on every queue that keeps

@@ -35,6 +35,16 @@
 //! them with the entry and hands them back ([`StoredEntry::carried`] at start, a claim's
 //! [`Lease::trace`]), so a task resumed after a restart or claimed by another node keeps
 //! its trace.
+//!
+//! # Dependencies in a durable local queue
+//!
+//! A durable local queue that says so ([`TaskQueue::keeps_dependencies`]) stores a task
+//! held for its parents with who they are ([`TaskQueue::park_held`]: each parent's entry
+//! and caller's id, and whether it runs anyway), and how each parent that a stored child
+//! names ended: a parent it stores ends with its `settle` or `remove`, and the scheduler
+//! tells it of every other one ([`TaskQueue::parent_ended`]). At start it hands both back
+//! ([`StoredEntry::held`]), so after a crash a child still waits for the parents that were
+//! live, is released by those that succeeded, and ends `Cancelled` for one that did not.
 
 pub mod actor;
 pub mod capabilities;
@@ -147,6 +157,37 @@ impl Carried {
     }
 }
 
+/// The parents a held task waits for, as the scheduler stores it in a durable queue that
+/// keeps dependencies ([`TaskQueue::park_held`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeldBy {
+    /// Each parent's entry and its caller's task id (no repeats).
+    pub parents: Vec<(EntryId, crate::domain::TaskId)>,
+    /// Whether the task runs however its parents end (a cleanup step).
+    pub run_anyway: bool,
+}
+
+/// A parent of a stored held task, as the queue found it at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredParent {
+    /// Its entry.
+    pub entry: EntryId,
+    /// Its caller's task id.
+    pub task_id: crate::domain::TaskId,
+    /// How it ended, if the queue heard of its end; `None` if it did not: it is parked
+    /// again (another [`StoredEntry`]), or its run was lost with the process.
+    pub ended: Option<crate::domain::TaskStatus>,
+}
+
+/// What a stored held task waits for ([`StoredEntry::held`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoredHold {
+    /// Its parents, in the order they were named.
+    pub parents: Vec<StoredParent>,
+    /// Whether it runs however they end.
+    pub run_anyway: bool,
+}
+
 /// A parked entry as a durable queue returns it at start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEntry {
@@ -157,6 +198,9 @@ pub struct StoredEntry {
     /// What it was parked with ([`TaskQueue::park_carrying`]): the instant before which it
     /// must not start, and its trace.
     pub carried: Carried,
+    /// The parents it was held for, where it was parked held ([`TaskQueue::park_held`]);
+    /// `None` for a plain park.
+    pub held: Option<StoredHold>,
 }
 
 /// How many tasks a queue holds.
@@ -219,6 +263,48 @@ where
                 self.backend()
             ),
         )))
+    }
+
+    /// Whether the queue keeps dependencies ([`park_held`](Self::park_held),
+    /// [`parent_ended`](Self::parent_ended)); `false` (the default) has the scheduler refuse
+    /// a task with parents on it, naming the queues that keep them.
+    fn keeps_dependencies(&self) -> bool {
+        false
+    }
+
+    /// Stores a parked entry held for its parents (see the module docs): as
+    /// [`park_carrying`](Self::park_carrying), and with `held`, which
+    /// [`load_parked`](Self::load_parked) returns with how each parent ended. The default,
+    /// for a queue that does not keep dependencies, refuses.
+    async fn park_held(
+        &self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        carried: Carried,
+        held: &HeldBy,
+    ) -> Result<(), QueueError> {
+        let _ = (carried, held);
+        crate::util::contain::drop_contained(task);
+        Err(QueueError::Backend(BackendFault::plain(
+            FaultKind::Refused,
+            format!(
+                "entry {entry}: the {} queue does not keep dependencies",
+                self.backend()
+            ),
+        )))
+    }
+
+    /// Parent `entry`, which a stored held task names, ended `status`. A parent the queue
+    /// stores tells it with its `settle` or `remove` already (this call then may refine a
+    /// removal's status); this is for the others: a task that started without being stored,
+    /// or one whose store was skipped. The default ignores it.
+    async fn parent_ended(
+        &self,
+        entry: EntryId,
+        status: &crate::domain::TaskStatus,
+    ) -> Result<(), QueueError> {
+        let _ = (entry, status);
+        Ok(())
     }
 
     /// Claims a parked entry; `None` if it is not parked (removed, or claimed already).

@@ -133,6 +133,7 @@ where
             QueueMsg::Park { entry, .. } => (*entry, Some(true)),
             QueueMsg::Claim { entry } => (*entry, Some(false)),
             QueueMsg::Settle { entry, .. }
+            | QueueMsg::ParentEnded { entry, .. }
             | QueueMsg::Remove { entry }
             | QueueMsg::Release { entry } => (*entry, None),
         };

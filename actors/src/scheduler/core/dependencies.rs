@@ -213,6 +213,61 @@ impl ParkingLot {
                 max_queue_depth: self.limits.max_queue_depth,
             });
         }
+        self.hold(ticket, parents, run_anyway);
+        Admit::Park
+    }
+
+    /// Holds a ticket that a durable queue kept from an earlier run held for `parents`
+    /// (each live in the lot: restored before it), without the checks of admission, past
+    /// `max_queue_depth` if need be (it is stored already and must not be lost); with no
+    /// parent left it is [`restore`](Self::restore)d. A parent that is not live, or the
+    /// ticket itself, refuses it as [`Rejection::UnknownParent`].
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
+    /// use prometheus_parking_lot_actors::scheduler::core::{ParkingLot, Ticket};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(10, 4)).unwrap();
+    /// let ticket = |id| Ticket {
+    ///     id,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(1),
+    ///     created_at_ms: id,
+    ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
+    /// };
+    /// lot.restore(ticket(1), 0).unwrap();
+    /// lot.restore_after(ticket(2), &[1], false, 0).unwrap();
+    /// assert_eq!(lot.pending_parents(2), Some(1));
+    /// ```
+    pub fn restore_after(
+        &mut self,
+        ticket: Ticket,
+        parents: &[TaskId],
+        run_anyway: bool,
+        now: u64,
+    ) -> Result<(), Rejection> {
+        if parents.is_empty() {
+            return self.restore(ticket, now);
+        }
+        let id = ticket.id;
+        if self.is_live(id) {
+            return Err(Rejection::DuplicateId(id));
+        }
+        if let Some(&unknown) = parents
+            .iter()
+            .find(|&&parent| parent == id || !(self.is_live(parent)))
+        {
+            return Err(Rejection::UnknownParent(unknown));
+        }
+        self.hold(ticket, parents, run_anyway);
+        Ok(())
+    }
+
+    /// Holds `ticket` for its live `parents` (checked by the caller).
+    fn hold(&mut self, ticket: Ticket, parents: &[TaskId], run_anyway: bool) {
+        let id = ticket.id;
         let mut distinct: Vec<TaskId> = parents.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
@@ -232,7 +287,11 @@ impl ParkingLot {
                 run_anyway,
             },
         );
-        Admit::Park
+    }
+
+    /// How many parents held ticket `id` still waits for, if it is held (O(1)).
+    pub fn pending_parents(&self, id: TaskId) -> Option<u32> {
+        self.dependencies.pending(id)
     }
 
     /// Whether held tickets wait on `parent` (O(1)): the driver calls

@@ -634,8 +634,8 @@ impl ParkingLot {
         self.paused
     }
 
-    /// Whether the lot holds task `id`: parked, sleeping or running.
-    fn is_live(&self, id: TaskId) -> bool {
+    /// Whether the lot holds task `id`: parked, sleeping, held or running.
+    pub fn is_live(&self, id: TaskId) -> bool {
         self.parked.contains_key(&id)
             || self.running.contains_key(&id)
             || (!self.sleepers.is_empty() && self.sleepers.contains_key(&id))

@@ -9,7 +9,7 @@ use super::storage::{Parking, Starting};
 use super::Shell;
 use crate::domain::{OnDuplicate, PoolError};
 use crate::observe::events::TaskStep;
-use crate::queue::{Carried, EntryId};
+use crate::queue::{Carried, EntryId, HeldBy};
 use crate::scheduler::core::{Admit, AdmitParts, Newcomer, Rejection, Ticket};
 use crate::scheduler::protocol::Extras;
 use crate::util::contain::drop_contained;
@@ -104,9 +104,9 @@ where
             Newcomer::Start => self.start_admitted(entry, admission, now),
             Newcomer::Park if held => {
                 self.park_admitted(entry, admission, now);
-                if let Some(crate::scheduler::core::WaitReason::Dependencies { pending }) =
-                    self.tasks.core.why_waiting(entry)
-                {
+                // Where the park waits for its store, the store's answer says it.
+                let pending = self.tasks.core.pending_parents(entry);
+                if let Some(pending) = pending.filter(|_| !self.storage.holds_until_stored(entry)) {
                     self.tasks
                         .step(entry, TaskStep::WaitsForParents { pending }, now);
                 }
@@ -273,10 +273,17 @@ where
             timeout,
             not_before_ms,
             origin,
+            parents,
             ..
         } = admission;
         match origin {
             Origin::Submitted { reply, extras } => {
+                let held = (!parents.entries.is_empty()).then(|| {
+                    Box::new(HeldBy {
+                        parents: parents.entries.into_iter().zip(parents.ids).collect(),
+                        run_anyway: parents.run_anyway,
+                    })
+                });
                 let parking = Parking {
                     entry,
                     task,
@@ -285,6 +292,7 @@ where
                     not_before_ms,
                     reply,
                     extras,
+                    held,
                 };
                 let started = self.storage.park(&mut self.tasks, parking, now);
                 self.start_parked(started, now);

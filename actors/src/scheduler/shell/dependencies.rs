@@ -23,8 +23,18 @@
 //! queue resolves them against every node's tasks, refuses what memory refuses, and releases
 //! or cancels the child as its parents end wherever they run. `why_waiting` for a child the
 //! node does not hold asks the queue (`SharedDependencies::waiting_parents`, from the pool's
-//! control side, before it asks whether the task sleeps there). Other shared queues and the
-//! durable local queue refuse dependencies (`Unsupported`).
+//! control side, before it asks whether the task sleeps there). Other shared queues refuse
+//! dependencies (`Unsupported`), and so does a durable local queue that keeps none.
+//!
+//! # On a durable local queue
+//!
+//! The core holds the child as in memory; a queue that keeps dependencies
+//! ([`TaskQueue::keeps_dependencies`](crate::queue::TaskQueue::keeps_dependencies), the yaque
+//! queue) stores it with its parents (the storage mode's `park`, never left to spin) and
+//! hears how each parent ended ([`settle_dependencies`](Shell::settle_dependencies) tells the
+//! storage mode, before the children hear it). At start, `Tasks::restore` holds each stored
+//! child again for its parents restored with it, and hands back those a parent that did
+//! not succeed ends, which the shell cancels before it does anything else.
 //!
 //! # When a parent ends
 //!
@@ -56,6 +66,8 @@ pub(crate) const REMEMBERED_MAX: usize = 65_536;
 #[derive(Debug, Default)]
 pub(super) struct Parents {
     pub entries: Vec<EntryId>,
+    /// The caller's id of each of `entries`, in the same order.
+    pub ids: Vec<TaskId>,
     pub run_anyway: bool,
     /// On a shared queue: the parents the queue holds the task for (`None` elsewhere, and
     /// without dependencies).
@@ -160,6 +172,7 @@ where
         let refuse = |error| Err(PoolError::Dependency(Box::new(error)));
         let mut parents = Parents {
             entries: Vec::new(),
+            ids: Vec::new(),
             run_anyway: options.run_if_parents_fail,
             in_queue: None,
         };
@@ -201,7 +214,10 @@ where
                 return refuse(DependencyError::Cycle { task: id });
             }
             if let Some(entry) = named.and_then(|key| self.live_parent(key, parent)) {
-                parents.entries.push(entry);
+                if !parents.entries.contains(&entry) {
+                    parents.entries.push(entry);
+                    parents.ids.push(parent);
+                }
                 continue;
             }
             let remembered = named.and_then(|_| self.tasks.dependencies.outcome(tenant, parent));
@@ -246,6 +262,8 @@ where
         while self.tasks.dependencies.is_unsettled() {
             let ends = std::mem::take(&mut self.tasks.dependencies.unsettled);
             for end in ends {
+                let fx = &mut self.tasks.fx;
+                self.storage.parent_ended(end.entry, &end.status, fx);
                 let succeeded = end.status == TaskStatus::Completed;
                 let released = self.tasks.core.parent_ended(end.entry, succeeded, end.at);
                 for child in released.cancelled {

@@ -58,6 +58,7 @@ use crate::domain::{
 };
 use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::Mailbox;
+use crate::observe::events::TaskStep;
 use crate::observe::stats::PoolStats;
 use crate::queue::actor::QueueReport;
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
@@ -141,7 +142,7 @@ where
         let permits = permits::Permits::new(args.core.limits().preemption);
         let mut tasks = Tasks::new(args.pool, args.core, observers, args.default_timeout);
         tasks.weigh_tenants(&args.tenant_weights);
-        tasks.restore(stored, now);
+        let orphans = tasks.restore(stored, now);
         let mut shell = Self {
             tasks,
             storage: args.storage,
@@ -153,6 +154,16 @@ where
             rerun: args.rerun,
             lanes: lanes::LaneBook::new(args.lanes),
         };
+        for orphan in orphans {
+            // A parent ended without succeeding before the restart; its child heard it only
+            // now.
+            let step = TaskStep::ParentFailed {
+                parent: orphan.parent,
+                status: orphan.status,
+            };
+            shell.tasks.step(orphan.entry, step, now);
+            shell.end_parked(orphan.entry, PoolError::Cancelled, now);
+        }
         shell.tick(now);
         shell
     }

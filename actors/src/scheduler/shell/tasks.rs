@@ -17,7 +17,7 @@ use crate::mailbox::notify::RunOf;
 use crate::mailbox::{status_of, Delivery};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::observe::trace::TraceParent;
-use crate::queue::{Claim, EntryId, Settlement, StoredEntry};
+use crate::queue::{Claim, EntryId, Settlement, StoredEntry, StoredHold};
 use crate::running::stream::{StreamAttachment, StreamShared};
 use crate::running::{Cancellation, Lineage, RunContext};
 use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
@@ -38,6 +38,20 @@ mod delivery;
 const WATCHDOG_GRACE_MS: u64 = 10;
 
 /// See the module docs.
+/// The reason a held task's parent counts as failed when its run was lost with a process
+/// that stopped before it ended (restored from a durable queue that never heard its end).
+pub(crate) const LOST_WITH_THE_PROCESS: &str =
+    "its run was lost when the process stopped, before its end was stored";
+
+/// A restored held task that will not run: its parent `parent` ended `status` without
+/// succeeding (or was lost with the process that stopped).
+#[derive(Debug)]
+pub(crate) struct Orphan {
+    pub entry: EntryId,
+    pub parent: TaskId,
+    pub status: TaskStatus,
+}
+
 pub(crate) struct Tasks<P, R> {
     /// The pool's name.
     pub pool: Arc<str>,
@@ -148,20 +162,39 @@ where
     }
 
     /// Indexes stored parked tasks again (with their payloads where the ledger keeps them).
-    pub fn restore(&mut self, stored: Vec<(StoredEntry, Option<P>)>, now: u64) {
+    /// A held task waits again for its parents that are restored too; those that ended
+    /// succeeded count as done. Returns the held tasks a parent that did not succeed ends
+    /// (see [`Orphan`]), each in the ledger and not in the core, for the shell to end.
+    pub fn restore(&mut self, stored: Vec<(StoredEntry, Option<P>)>, now: u64) -> Vec<Orphan> {
+        let mut orphans = Vec::new();
         for (stored, payload) in stored {
             let StoredEntry {
                 entry,
                 meta,
                 carried,
+                held,
             } = stored;
             self.ledger.note_entry(entry);
             let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
             let ticket = self.ticket(entry, &meta, &key, self.default_timeout);
+            let run_anyway = held.as_ref().is_some_and(|held| held.run_anyway);
+            let waits_for = match held.map(|held| self.parents_left(held, &orphans)) {
+                Some(Err(orphan)) => {
+                    orphans.push(Orphan { entry, ..orphan });
+                    Vec::new()
+                }
+                Some(Ok(pending)) => pending,
+                None => Vec::new(),
+            };
+            let orphaned = orphans.last().is_some_and(|orphan| orphan.entry == entry);
             // A scheduled start sleeps on until its instant (parked now if it has passed).
-            let restored = match carried.not_before_ms {
-                Some(until_ms) => self.core.park_until(ticket, until_ms, now),
-                None => self.core.restore(ticket, now),
+            let restored = match (orphaned, carried.not_before_ms) {
+                (true, _) => Ok(()),
+                (false, _) if !waits_for.is_empty() => {
+                    self.core.restore_after(ticket, &waits_for, run_anyway, now)
+                }
+                (false, Some(until_ms)) => self.core.park_until(ticket, until_ms, now),
+                (false, None) => self.core.restore(ticket, now),
             };
             if restored.is_err() {
                 tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
@@ -177,6 +210,38 @@ where
             }
             self.ledger.insert(record);
         }
+        orphans
+    }
+
+    /// The entries of `held`'s parents it still waits for (restored, and not ended), or why
+    /// it will not run: a parent that ended without succeeding, or whose run was lost with
+    /// the process that stopped (unless it runs anyway, when both count as done).
+    /// `orphans`: the held tasks restored so far that will not run (a child of one of them
+    /// is cancelled with it).
+    fn parents_left(&self, held: StoredHold, orphans: &[Orphan]) -> Result<Vec<EntryId>, Orphan> {
+        let mut pending = Vec::new();
+        for parent in held.parents {
+            let status = match parent.ended {
+                Some(TaskStatus::Completed) => continue,
+                None if self.core.is_live(parent.entry) => {
+                    pending.push(parent.entry);
+                    continue;
+                }
+                Some(status) => status,
+                None if orphans.iter().any(|orphan| orphan.entry == parent.entry) => {
+                    TaskStatus::Cancelled
+                }
+                None => TaskStatus::Failed(LOST_WITH_THE_PROCESS.to_owned()),
+            };
+            if !held.run_anyway {
+                return Err(Orphan {
+                    entry: 0,
+                    parent: parent.task_id,
+                    status,
+                });
+            }
+        }
+        Ok(pending)
     }
 
     /// The entry of the live task `id` whose key is exactly `key`, if any.

@@ -173,6 +173,7 @@ impl<P: Send + 'static> TaskQueue<P> for InMemoryQueue<P> {
                 entry,
                 meta: task.meta.clone(),
                 carried: *carried,
+                held: None,
             })
             .collect();
         stored.sort_unstable_by_key(|stored| stored.entry);

@@ -70,8 +70,8 @@
 //! Each call does its file I/O (a `write` of a few hundred bytes) on the queue actor's task;
 //! the scheduler never waits for it.
 
-use super::record::{CLAIM, GONE};
-use super::store::{io_fault, Kept, MetaOnly, Quarantined, Store};
+use super::record::{CLAIM, ENDED};
+use super::store::{ended_body, io_fault, Kept, MetaOnly, Quarantined, Store};
 
 use prometheus_parking_lot_actors::domain::{BackendFault, FaultKind};
 
@@ -84,7 +84,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::core::{
-    Carried, EntryId, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry, TaskQueue,
+    Carried, EntryId, HeldBy, QueueCounts, QueueError, ScheduledTask, Settlement, StoredEntry,
+    StoredHold, StoredParent, TaskQueue, TaskStatus,
 };
 
 /// Parked and claimed tasks in files; see the module docs.
@@ -157,12 +158,13 @@ impl<P> YaqueQueue<P> {
 
 impl<P: Serialize> YaqueQueue<P> {
     /// Appends `task`'s park (with what it carries: the instant before which it must not
-    /// start, its trace) and indexes it.
+    /// start, its trace; and the parents it is held for) and indexes it.
     fn store_park(
         &self,
         entry: EntryId,
         task: &ScheduledTask<P>,
         carried: Carried,
+        held: Option<Box<HeldBy>>,
     ) -> Result<(), QueueError> {
         let bytes = serde_json::to_vec(task).map_err(|error| {
             QueueError::Backend(BackendFault::plain(
@@ -174,6 +176,7 @@ impl<P: Serialize> YaqueQueue<P> {
             task: bytes,
             claimed: false,
             carried,
+            held,
         };
         let mut store = self.lock();
         if store.entries.contains_key(&entry) {
@@ -184,6 +187,9 @@ impl<P: Serialize> YaqueQueue<P> {
             store.append(kind, entry, &body)?;
         }
         store.live_bytes += kept.park_len();
+        if let Some(held) = &kept.held {
+            store.hold(held);
+        }
         store.entries.insert(entry, kept);
         store.maybe_compact();
         Ok(())
@@ -234,7 +240,7 @@ where
     }
 
     async fn park(&self, entry: EntryId, task: ScheduledTask<P>) -> Result<(), QueueError> {
-        self.store_park(entry, &task, Carried::default())
+        self.store_park(entry, &task, Carried::default(), None)
     }
 
     /// Stored as a `park` record with what it carries before the task (see `record.rs`),
@@ -245,7 +251,38 @@ where
         task: ScheduledTask<P>,
         carried: Carried,
     ) -> Result<(), QueueError> {
-        self.store_park(entry, &task, carried)
+        self.store_park(entry, &task, carried, None)
+    }
+
+    fn keeps_dependencies(&self) -> bool {
+        true
+    }
+
+    /// Stored as a `PARK_HELD` record: the parents (entry and task id each) and whether it
+    /// runs anyway, then what it carries and the task (see `record.rs`).
+    async fn park_held(
+        &self,
+        entry: EntryId,
+        task: ScheduledTask<P>,
+        carried: Carried,
+        held: &HeldBy,
+    ) -> Result<(), QueueError> {
+        self.store_park(entry, &task, carried, Some(Box::new(held.clone())))
+    }
+
+    /// Appends an `ENDED` record for a parent that stored held tasks name and that the log
+    /// does not hold as ended so: a task that was never stored here, or a removal whose
+    /// status this refines.
+    async fn parent_ended(&self, entry: EntryId, status: &TaskStatus) -> Result<(), QueueError> {
+        let mut store = self.lock();
+        let known = store.ended.get(&entry) == Some(status);
+        if known || !store.named.contains_key(&entry) || store.entries.contains_key(&entry) {
+            return Ok(());
+        }
+        store.append(ENDED, entry, &ended_body(status))?;
+        store.ended.insert(entry, status.clone());
+        store.maybe_compact();
+        Ok(())
     }
 
     async fn claim(&self, entry: EntryId) -> Result<Option<ScheduledTask<P>>, QueueError> {
@@ -262,12 +299,23 @@ where
         Ok(Some(task))
     }
 
-    async fn settle(&self, entry: EntryId, _settlement: Settlement) -> Result<(), QueueError> {
+    /// A parent that stored held tasks name ends with an `ENDED` record, which keeps how
+    /// it ended for them; any other entry with a `GONE`.
+    async fn settle(&self, entry: EntryId, settlement: Settlement) -> Result<(), QueueError> {
         let mut store = self.lock();
         if !store.entries.get(&entry).is_some_and(|kept| kept.claimed) {
             return Err(QueueError::NotClaimed(entry));
         }
-        store.append(GONE, entry, &[])?;
+        let status = match settlement {
+            Settlement::Done => TaskStatus::Completed,
+            Settlement::Failed(reason) => TaskStatus::Failed(reason),
+            Settlement::Ended(status) => status,
+        };
+        let (kind, body) = store.end_record(entry, status);
+        if let Err(error) = store.append(kind, entry, &body) {
+            store.ended.remove(&entry);
+            return Err(error);
+        }
         store.forget(entry);
         store.maybe_compact();
         Ok(())
@@ -302,7 +350,13 @@ where
         let Some(task) = self.parked_task(&mut store, entry)? else {
             return Ok(None);
         };
-        store.append(GONE, entry, &[])?;
+        // A removed task did not run: cancelled, as far as the queue knows (the scheduler's
+        // `parent_ended` says if it expired, or was shed, instead).
+        let (kind, body) = store.end_record(entry, TaskStatus::Cancelled);
+        if let Err(error) = store.append(kind, entry, &body) {
+            store.ended.remove(&entry);
+            return Err(error);
+        }
         store.forget(entry);
         store.maybe_compact();
         Ok(Some(task))
@@ -323,10 +377,23 @@ where
                         format!("entry {entry}: its metadata does not decode: {error}"),
                     ))
                 })?;
+                let held = kept.held.as_deref().map(|held| StoredHold {
+                    parents: held
+                        .parents
+                        .iter()
+                        .map(|&(parent, task_id)| StoredParent {
+                            entry: parent,
+                            task_id,
+                            ended: store.ended.get(&parent).cloned(),
+                        })
+                        .collect(),
+                    run_anyway: held.run_anyway,
+                });
                 Ok(StoredEntry {
                     entry,
                     meta,
                     carried: kept.carried,
+                    held,
                 })
             })
             .collect()

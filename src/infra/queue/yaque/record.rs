@@ -1,5 +1,5 @@
 //! A record of the log: its kinds (park, park with a not-before instant, park with what the
-//! task carries, claim, gone), its bytes (tag, kind, entry id, body, checksum) inside yaque's
+//! task carries, park held for parents, claim, gone, a parent's end), its bytes (tag, kind, entry id, body, checksum) inside yaque's
 //! frames, and how damage is told from a good record.
 
 use crate::core::EntryId;
@@ -26,6 +26,15 @@ pub(super) const PARK_AT: u8 = 4;
 /// 8 of span id, 1 of trace flags) if flagged, then the task. A park without a trace is
 /// written as `PARK` or `PARK_AT`, which every earlier version reads.
 pub(super) const PARK_CARRIED: u8 = 5;
+/// A park of a task held until its parents end: its body is a byte saying whether it runs
+/// anyway, the number of parents (2 bytes, little-endian), each parent's entry and caller's
+/// task id (8 bytes each, little-endian), then a `PARK_CARRIED` body (flags, what they say,
+/// the task). Earlier versions do not read it (they set it aside as damage).
+pub(super) const PARK_HELD: u8 = 6;
+/// The end of a parent that a held task names: the entry is gone, and its body is how it
+/// ended (a `TaskStatus` as JSON), which the held tasks that name it read after a restart.
+/// Written instead of `GONE` for such a parent, and for a parent the queue never stored.
+pub(super) const ENDED: u8 = 7;
 /// The flag of a `PARK_CARRIED` body that holds an instant.
 pub(super) const CARRIES_INSTANT: u8 = 1;
 /// The flag of a `PARK_CARRIED` body that holds a trace.
@@ -64,7 +73,7 @@ pub(super) fn decode(record: &[u8]) -> Option<(u8, EntryId, &[u8])> {
         return None;
     }
     let kind = content[4];
-    if !(PARK..=PARK_CARRIED).contains(&kind) {
+    if !(PARK..=ENDED).contains(&kind) {
         return None;
     }
     let entry = EntryId::from_le_bytes(content[5..13].try_into().ok()?);

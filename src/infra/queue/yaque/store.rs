@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use yaque::{Sender, SenderBuilder};
 
-use crate::core::{Carried, EntryId, QueueError, TaskMetadata, TraceParent};
+use crate::core::{Carried, EntryId, HeldBy, QueueError, TaskMetadata, TaskStatus, TraceParent};
 
 use super::os;
 use super::record::{
-    encode, frame_at, record_len, CARRIES_INSTANT, CARRIES_TRACE, CLAIM, FRAME_HEADER, GONE,
-    MAX_FRAME, PARK, PARK_AT, PARK_CARRIED, RECORD_OVERHEAD, SEGMENT_END, TRACE_LEN,
+    encode, frame_at, record_len, CARRIES_INSTANT, CARRIES_TRACE, CLAIM, ENDED, FRAME_HEADER, GONE,
+    MAX_FRAME, PARK, PARK_AT, PARK_CARRIED, PARK_HELD, RECORD_OVERHEAD, SEGMENT_END, TRACE_LEN,
 };
 
 /// A truncated or corrupt stretch of a segment file, set aside at start.
@@ -79,6 +79,10 @@ pub(super) struct Store {
     /// duplicate task id, an undecodable task), or a failed write of theirs could not be cut
     /// back. Their state is written again before the next record.
     pub(super) uncertain: BTreeSet<EntryId>,
+    /// How many live held entries name each parent.
+    pub(super) named: HashMap<EntryId, u32>,
+    /// How each parent that a live held entry names ended, where the log holds its end.
+    pub(super) ended: HashMap<EntryId, TaskStatus>,
 }
 
 /// A live entry: its task as stored, whether it is running, and what it was parked with.
@@ -88,6 +92,8 @@ pub(super) struct Kept {
     /// The instant (ms since the Unix epoch) before which it must not start (a scheduled
     /// start), and the trace it belongs to, if it was parked with them.
     pub(super) carried: Carried,
+    /// The parents it is held for, if it was parked held.
+    pub(super) held: Option<Box<HeldBy>>,
 }
 
 impl Kept {
@@ -104,12 +110,23 @@ impl Kept {
                 (carried, task)
             }
             PARK_CARRIED => read_carried(body)?,
+            PARK_HELD => {
+                let (held, rest) = read_held(body)?;
+                let (carried, task) = read_carried(rest)?;
+                return Some(Self {
+                    task: task.to_vec(),
+                    claimed: false,
+                    carried,
+                    held: Some(Box::new(held)),
+                });
+            }
             _ => return None,
         };
         Some(Self {
             task: task.to_vec(),
             claimed: false,
             carried,
+            held: None,
         })
     }
 
@@ -120,27 +137,28 @@ impl Kept {
             not_before_ms,
             trace,
         } = self.carried;
-        let mut body = Vec::with_capacity(1 + 8 + TRACE_LEN + self.task.len());
-        let kind = match (not_before_ms, trace) {
-            (None, None) => return (PARK, Cow::Borrowed(&self.task)),
-            (Some(instant), None) => {
+        let held_len = self.held.as_ref().map_or(0, |held| held_len(held));
+        let mut body = Vec::with_capacity(held_len + 1 + 8 + TRACE_LEN + self.task.len());
+        let kind = match (&self.held, not_before_ms, trace) {
+            (None, None, None) => return (PARK, Cow::Borrowed(&self.task)),
+            (None, Some(instant), None) => {
                 body.extend_from_slice(&instant.to_le_bytes());
                 PARK_AT
             }
-            (instant, Some(trace)) => {
-                let instant_flag = if instant.is_some() {
-                    CARRIES_INSTANT
-                } else {
-                    0
-                };
-                body.push(CARRIES_TRACE | instant_flag);
-                if let Some(instant) = instant {
-                    body.extend_from_slice(&instant.to_le_bytes());
-                }
-                body.extend_from_slice(&trace.trace_id());
-                body.extend_from_slice(&trace.span_id());
-                body.push(trace.flags());
+            (None, _, Some(_)) => {
+                write_carried(&mut body, &self.carried);
                 PARK_CARRIED
+            }
+            (Some(held), ..) => {
+                body.push(u8::from(held.run_anyway));
+                let count = u16::try_from(held.parents.len()).unwrap_or(u16::MAX);
+                body.extend_from_slice(&count.to_le_bytes());
+                for &(entry, task_id) in held.parents.iter().take(usize::from(count)) {
+                    body.extend_from_slice(&entry.to_le_bytes());
+                    body.extend_from_slice(&task_id.to_le_bytes());
+                }
+                write_carried(&mut body, &self.carried);
+                PARK_HELD
             }
         };
         body.extend_from_slice(&self.task);
@@ -165,8 +183,72 @@ impl Kept {
         } else {
             0
         };
-        record_len(self.task.len() + instant + trace)
+        let held = match &self.held {
+            // The flags byte of its `PARK_CARRIED` part is there with or without a trace.
+            Some(held) => held_len(held) + usize::from(self.carried.trace.is_none()),
+            None => 0,
+        };
+        record_len(self.task.len() + instant + trace + held)
     }
+}
+
+/// The bytes a `PARK_HELD` body gives its parents (before its `PARK_CARRIED` part).
+fn held_len(held: &HeldBy) -> usize {
+    1 + 2 + held.parents.len().min(usize::from(u16::MAX)) * 16
+}
+
+/// Writes `carried` as a `PARK_CARRIED` body starts: flags, then what they say.
+fn write_carried(body: &mut Vec<u8>, carried: &Carried) {
+    let instant_flag = if carried.not_before_ms.is_some() {
+        CARRIES_INSTANT
+    } else {
+        0
+    };
+    let trace_flag = if carried.trace.is_some() {
+        CARRIES_TRACE
+    } else {
+        0
+    };
+    body.push(trace_flag | instant_flag);
+    if let Some(instant) = carried.not_before_ms {
+        body.extend_from_slice(&instant.to_le_bytes());
+    }
+    if let Some(trace) = &carried.trace {
+        body.extend_from_slice(&trace.trace_id());
+        body.extend_from_slice(&trace.span_id());
+        body.push(trace.flags());
+    }
+}
+
+/// The parents a `PARK_HELD` body starts with, and the rest; `None` if it is cut short.
+fn read_held(body: &[u8]) -> Option<(HeldBy, &[u8])> {
+    let (&run_anyway, rest) = body.split_first()?;
+    let (count, mut rest) = rest.split_first_chunk::<2>()?;
+    let mut parents = Vec::with_capacity(usize::from(u16::from_le_bytes(*count)));
+    for _ in 0..u16::from_le_bytes(*count) {
+        let (entry, after) = rest.split_first_chunk::<8>()?;
+        let (task_id, after) = after.split_first_chunk::<8>()?;
+        parents.push((u64::from_le_bytes(*entry), u64::from_le_bytes(*task_id)));
+        rest = after;
+    }
+    let held = HeldBy {
+        parents,
+        run_anyway: run_anyway == 1,
+    };
+    Some((held, rest))
+}
+
+/// An `ENDED` record's body: how the parent ended.
+pub(super) fn ended_body(status: &TaskStatus) -> Vec<u8> {
+    serde_json::to_vec(status).unwrap_or_default()
+}
+
+/// How a parent ended, from its `ENDED` record's body; one that does not decode counts as
+/// not succeeded, in words that say so.
+fn read_ended(body: &[u8]) -> TaskStatus {
+    serde_json::from_slice(body).unwrap_or_else(|error| {
+        TaskStatus::Failed(format!("its stored end does not decode: {error}"))
+    })
 }
 
 /// What a `PARK_CARRIED` body carries, and the task after it; `None` if it is cut short or
@@ -216,7 +298,11 @@ impl Store {
             log_bytes += bytes.len() as u64;
             replay.segment(file, &bytes, quarantine, &mut quarantined)?;
         }
-        let (entries, dropped) = replay.finish(&dir, quarantine, &mut quarantined)?;
+        let Replayed {
+            entries,
+            ended,
+            dropped,
+        } = replay.finish(&dir, quarantine, &mut quarantined)?;
         let live_bytes = entries.values().map(Kept::park_len).sum();
         let mut store = Store {
             dir,
@@ -230,7 +316,21 @@ impl Store {
             live_bytes,
             appended: log_bytes.saturating_sub(live_bytes),
             uncertain: dropped.into_iter().collect(),
+            named: HashMap::new(),
+            ended: HashMap::new(),
         };
+        let held: Vec<HeldBy> = store
+            .entries
+            .values()
+            .filter_map(|kept| kept.held.as_deref().cloned())
+            .collect();
+        for held in &held {
+            store.hold(held);
+        }
+        store.ended = ended;
+        store
+            .ended
+            .retain(|entry, _| store.named.contains_key(entry));
         match store.compact() {
             Ok(true) => {}
             Ok(false) => {
@@ -323,7 +423,10 @@ impl Store {
                         records.push(encode(CLAIM, *entry, &[]));
                     }
                 }
-                None => records.push(encode(GONE, *entry, &[])),
+                None => match self.ended.get(entry) {
+                    Some(status) => records.push(encode(ENDED, *entry, &ended_body(status))),
+                    None => records.push(encode(GONE, *entry, &[])),
+                },
             }
         }
         let entries: Vec<EntryId> = self.uncertain.iter().copied().collect();
@@ -396,7 +499,43 @@ impl Store {
             if kept.claimed {
                 self.claimed -= 1;
             }
+            if let Some(held) = kept.held {
+                self.let_go(&held);
+            }
         }
+    }
+
+    /// A held entry naming `held`'s parents is live.
+    pub(super) fn hold(&mut self, held: &HeldBy) {
+        for &(parent, _) in &held.parents {
+            *self.named.entry(parent).or_default() += 1;
+        }
+    }
+
+    /// A held entry naming `held`'s parents is gone: a parent no live entry names any more
+    /// is forgotten, with its end.
+    fn let_go(&mut self, held: &HeldBy) {
+        for &(parent, _) in &held.parents {
+            let Some(count) = self.named.get_mut(&parent) else {
+                continue;
+            };
+            *count -= 1;
+            if *count == 0 {
+                self.named.remove(&parent);
+                self.ended.remove(&parent);
+            }
+        }
+    }
+
+    /// The record that ends `entry` with `status`: `ENDED` (with how it ended) for a parent
+    /// that live held entries name, which keeps its end for them, else `GONE`.
+    pub(super) fn end_record(&mut self, entry: EntryId, status: TaskStatus) -> (u8, Vec<u8>) {
+        if !self.named.contains_key(&entry) {
+            return (GONE, Vec::new());
+        }
+        let body = ended_body(&status);
+        self.ended.insert(entry, status);
+        (ENDED, body)
     }
 
     /// Rewrites the log when the appended records dwarf the live ones.
@@ -419,7 +558,12 @@ impl Store {
     /// segments, oldest first. `Ok(false)`: no room, the log is left as it is.
     pub(super) fn compact(&mut self) -> io::Result<bool> {
         let claims = self.entries.values().filter(|kept| kept.claimed).count() as u64;
-        let snapshot = self.live_bytes + claims * record_len(0);
+        let ends: u64 = self
+            .ended
+            .values()
+            .map(|status| record_len(ended_body(status).len()))
+            .sum();
+        let snapshot = self.live_bytes + claims * record_len(0) + ends;
         let needed = snapshot + START_ROOM;
         if let Some(free) = os::free_bytes(&self.dir).filter(|&free| free < needed) {
             tracing::warn!(dir = %self.dir.display(), free, needed, "too little free space to rewrite the queue's log; it is kept as it is, and rewritten once there is room");
@@ -427,7 +571,11 @@ impl Store {
         }
         let older = segments(&self.dir, Path::new(""), &mut Vec::new())?;
         self.sender = None;
-        let mut records = Vec::with_capacity(self.entries.len());
+        let mut records = Vec::with_capacity(self.entries.len() + self.ended.len());
+        // The ends that held entries still read, before the entries.
+        for (&entry, status) in &self.ended {
+            records.push(encode(ENDED, entry, &ended_body(status)));
+        }
         for (&entry, kept) in &self.entries {
             records.push(kept.park_record(entry));
             if kept.claimed {
@@ -518,10 +666,19 @@ fn quarantine_path(quarantine: &Path, file: &Path, offset: u64) -> io::Result<Pa
     Ok(quarantine.join(format!("{name}@{offset}.bad")))
 }
 
+/// What a replay leaves: see [`Replay::finish`].
+struct Replayed {
+    entries: BTreeMap<EntryId, Kept>,
+    ended: HashMap<EntryId, TaskStatus>,
+    dropped: Vec<EntryId>,
+}
+
 /// The state the log's records describe, as they are replayed.
 #[derive(Default)]
 struct Replay {
     entries: BTreeMap<EntryId, Kept>,
+    /// Every parent end the log holds (those no live entry names are dropped at the end).
+    ended: HashMap<EntryId, TaskStatus>,
 }
 
 impl Replay {
@@ -568,7 +725,7 @@ impl Replay {
 
     fn apply(&mut self, kind: u8, entry: EntryId, body: &[u8]) {
         match kind {
-            PARK | PARK_AT | PARK_CARRIED => match Kept::from_park(kind, body) {
+            PARK | PARK_AT | PARK_CARRIED | PARK_HELD => match Kept::from_park(kind, body) {
                 Some(kept) => {
                     self.entries.insert(entry, kept);
                 }
@@ -581,20 +738,25 @@ impl Replay {
                     kept.claimed = true;
                 }
             }
+            ENDED => {
+                self.entries.remove(&entry);
+                self.ended.insert(entry, read_ended(body));
+            }
             _ => {
                 self.entries.remove(&entry);
             }
         }
     }
 
-    /// The live entries (left-over claims parked again, one entry per caller's task id), and
-    /// the entries dropped: duplicates, and those whose metadata does not decode (quarantined).
+    /// The live entries (left-over claims parked again, one entry per caller's task id), the
+    /// parents' ends, and the entries dropped: duplicates, and those whose metadata does not
+    /// decode (quarantined).
     fn finish(
         self,
         dir: &Path,
         quarantine: &Path,
         quarantined: &mut Vec<Quarantined>,
-    ) -> io::Result<(BTreeMap<EntryId, Kept>, Vec<EntryId>)> {
+    ) -> io::Result<Replayed> {
         let mut entries = self.entries;
         let mut seen: HashMap<(String, u64), EntryId> = HashMap::new();
         let mut dropped = Vec::new();
@@ -641,6 +803,10 @@ impl Replay {
         if rerun > 0 {
             tracing::warn!(tasks = rerun, "tasks that were running when the process stopped are parked again and will run again");
         }
-        Ok((entries, dropped))
+        Ok(Replayed {
+            entries,
+            ended: self.ended,
+            dropped,
+        })
     }
 }

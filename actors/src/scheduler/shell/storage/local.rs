@@ -18,10 +18,10 @@ use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use super::{park_in_ledger, start_now, Parking, Starting, StorageMode};
-use crate::domain::{BackendFault, Durability, ScheduledTask};
+use crate::domain::{BackendFault, Durability, ScheduledTask, TaskStatus};
 use crate::observe::events::{Refusal, TaskStep};
 use crate::queue::actor::QueueMsg;
-use crate::queue::{Carried, EntryId, Settlement};
+use crate::queue::{Carried, EntryId, HeldBy, Settlement};
 use crate::scheduler::core::Cancel;
 use crate::scheduler::shell::effects::{Effect, Effects};
 use crate::scheduler::shell::ledger::Record;
@@ -40,6 +40,8 @@ pub(crate) struct LocalRoom {
     parking: HashSet<EntryId>,
     /// Whether the queue can hand a claim back (a failed run tried again).
     releases: bool,
+    /// Whether the queue keeps dependencies (stores held tasks with their parents).
+    dependencies: bool,
 }
 
 impl LocalRoom {
@@ -51,7 +53,14 @@ impl LocalRoom {
             waits: 0,
             parking: HashSet::new(),
             releases: false,
+            dependencies: false,
         }
+    }
+
+    /// The mode on a queue that keeps dependencies (`TaskQueue::keeps_dependencies`), or not.
+    pub fn with_dependencies(mut self, keeps: bool) -> Self {
+        self.dependencies = keeps;
+        self
     }
 
     /// Whether a task that starts at once is stored (as running) before it runs.
@@ -90,12 +99,13 @@ impl LocalRoom {
     }
 
     /// Stores a parked task with what it carries (a scheduled start's instant and its
-    /// trace, kept across a restart); answered with `QueueReport::Parked` or `ParkFailed`.
+    /// trace, kept across a restart) and the parents it is held for, if any; answered with
+    /// `QueueReport::Parked` or `ParkFailed`.
     pub fn store<P, R>(
         &mut self,
         entry: EntryId,
         task: ScheduledTask<P>,
-        carried: Carried,
+        (carried, held): (Carried, Option<Box<HeldBy>>),
         fx: &mut Effects<P, R>,
     ) {
         self.waits += 1;
@@ -104,6 +114,7 @@ impl LocalRoom {
             entry,
             task,
             carried,
+            held,
         }));
     }
 
@@ -171,6 +182,9 @@ impl LocalRoom {
         if record.is_parked() {
             tasks.step(entry, TaskStep::Admitted, now);
             tasks.step(entry, TaskStep::Parked, now);
+            if let Some(pending) = tasks.core.pending_parents(entry) {
+                tasks.step(entry, TaskStep::WaitsForParents { pending }, now);
+            }
             if let Some(until_ms) = tasks.core.budget_ready_at(entry) {
                 tasks.step(
                     entry,
@@ -259,7 +273,7 @@ impl LocalRoom {
                 trace: record.trace().copied(),
             };
             if let Some(task) = record.take_task() {
-                self.store(entry, task, carried, &mut tasks.fx);
+                self.store(entry, task, (carried, None), &mut tasks.fx);
             }
         }
     }
@@ -286,7 +300,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
     }
 
     fn refuses_dependencies(&self) -> Option<String> {
-        Some("a durable local queue".to_owned())
+        (!self.dependencies).then(|| "a durable local queue that keeps no dependencies".to_owned())
     }
 
     /// Under `accepted` durability a task that starts at once is stored as running first:
@@ -320,16 +334,18 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
             not_before_ms: None,
             trace: tasks.trace_of(entry),
         };
-        self.store(entry, task, carried, &mut tasks.fx);
+        self.store(entry, task, (carried, None), &mut tasks.fx);
         self.claim(entry, &mut tasks.fx);
         None
     }
 
     /// A task spins in the ledger first, where the durability asks for a spin; otherwise
-    /// (and a scheduled start always, with its instant, to outlive a restart) it is stored
-    /// at once, and its submitter hears once the queue answers.
+    /// (and a scheduled start or a held task always, with its instant or its parents, to
+    /// outlive a restart) it is stored at once, and its submitter hears once the queue
+    /// answers.
     fn park(&mut self, tasks: &mut Tasks<P, R>, parking: Parking<P>, now: u64) -> Vec<EntryId> {
-        if let Some(spin) = self.spin().filter(|_| parking.not_before_ms.is_none()) {
+        let plain = parking.not_before_ms.is_none() && parking.held.is_none();
+        if let Some(spin) = self.spin().filter(|_| plain) {
             self.spin_from(parking.entry, spin, now);
             park_in_ledger(tasks, parking, now);
             return Vec::new();
@@ -342,6 +358,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
             not_before_ms,
             reply,
             extras,
+            held,
         } = parking;
         tasks.track(entry, &task.meta, &key, timeout, extras);
         if let Some(record) = tasks.ledger.get_mut(entry) {
@@ -352,7 +369,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
             not_before_ms,
             trace: tasks.trace_of(entry),
         };
-        self.store(entry, task, carried, &mut tasks.fx);
+        self.store(entry, task, (carried, held), &mut tasks.fx);
         Vec::new()
     }
 
@@ -374,6 +391,13 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
 
     fn forget_stored(&mut self, entry: EntryId, fx: &mut Effects<P, R>) {
         self.remove(entry, fx);
+    }
+
+    fn parent_ended(&mut self, entry: EntryId, status: &TaskStatus, fx: &mut Effects<P, R>) {
+        if self.dependencies {
+            let status = status.clone();
+            fx.push(Effect::Queue(QueueMsg::ParentEnded { entry, status }));
+        }
     }
 
     fn tick(&mut self, tasks: &mut Tasks<P, R>, now: u64) -> bool {

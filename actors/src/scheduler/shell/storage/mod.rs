@@ -26,9 +26,9 @@ pub(crate) use local::LocalRoom;
 pub(crate) use memory::MemoryRoom;
 pub(crate) use shared::SharedRoom;
 
-use crate::domain::{MailboxKey, ScheduledTask};
+use crate::domain::{MailboxKey, ScheduledTask, TaskStatus};
 use crate::observe::events::TaskStep;
-use crate::queue::{EntryId, Settlement};
+use crate::queue::{EntryId, HeldBy, Settlement};
 use crate::scheduler::protocol::{Extras, Reply};
 use crate::scheduler::shell::effects::Effects;
 use crate::scheduler::shell::tasks::Tasks;
@@ -56,6 +56,8 @@ pub(crate) struct Parking<P> {
     pub not_before_ms: Option<u64>,
     pub reply: Reply,
     pub extras: Option<Box<Extras>>,
+    /// The parents it is held for, when it is held (a durable queue stores them).
+    pub held: Option<Box<HeldBy>>,
 }
 
 /// What differs between the storage modes. The defaults are those of a mode that stores
@@ -122,6 +124,10 @@ pub(crate) trait StorageMode<P: Send + 'static, R: Send + 'static>: Send {
 
     /// Forgets a stored task that ended while parked.
     fn forget_stored(&mut self, _entry: EntryId, _fx: &mut Effects<P, R>) {}
+
+    /// Parent `entry`, which held tasks wait for, ended `status`: a mode that stores held
+    /// tasks keeps how it ended for them.
+    fn parent_ended(&mut self, _entry: EntryId, _status: &TaskStatus, _fx: &mut Effects<P, R>) {}
 
     /// Time-driven work of the mode's own. Returns whether to claim from the fleet now.
     fn tick(&mut self, _tasks: &mut Tasks<P, R>, _now: u64) -> bool {

@@ -40,6 +40,7 @@ impl World {
                 self.claimed.remove(&entry);
                 return;
             }
+            QueueMsg::ParentEnded { .. } => return,
             QueueMsg::Release { entry } => {
                 self.claimed.remove(&entry);
                 return;
@@ -193,6 +194,8 @@ impl World {
     /// Park, then claim or remove, then settle: in that order, once each.
     pub(super) fn order_rule(&mut self, call: &QueueMsg<u32>) -> Result<(), TestCaseError> {
         let (entry, next) = match call {
+            // Not a call about the entry's own storage: any time after the entry was there.
+            QueueMsg::ParentEnded { .. } => return Ok(()),
             QueueMsg::Park { entry, .. } => (*entry, QueueStep::Parked),
             QueueMsg::Claim { entry } => (*entry, QueueStep::Claimed),
             QueueMsg::Remove { entry } | QueueMsg::Settle { entry, .. } => {
