@@ -20,6 +20,11 @@
 //!   settle, beside the same settles with no child waiting. The server is the one at
 //!   `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
 //!
+//! - **yaque** (with `--features yaque`): the pool round above on a yaque queue of its own
+//!   (`"durability": "accepted"`, so every parent is parked, claimed and settled in the
+//!   file), in a fresh directory each round: the child's park names every parent, and each
+//!   parent's settle writes how it ended for the child (`ENDED` instead of `GONE`).
+//!
 //! Medians of R rounds, the two runs alternating (on Postgres, each round's rows are deleted
 //! and the tables vacuumed before the next). `cargo bench -p
 //! prometheus_parking_lot_benches --bench dependencies` runs P = 1,000 parents, R = 7
@@ -216,8 +221,136 @@ fn main() {
         "| core: per parent end | {with:.0} ns | {without:.0} ns | {:.2}x |",
         with / without
     );
+    #[cfg(feature = "yaque")]
+    on_yaque::compare(&runtime, &scale);
     #[cfg(feature = "postgres")]
     on_postgres::compare(&runtime, &scale);
+}
+
+/// The fan-in through a pool on a yaque queue (see the module docs).
+#[cfg(feature = "yaque")]
+mod on_yaque {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use prometheus_parking_lot::config::WorkerPoolConfig;
+    use prometheus_parking_lot::core::{
+        Durability, ScheduledTask, StarvationGuard, SubmitOptions, TaskMetadata,
+    };
+    use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
+    use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
+    use prometheus_parking_lot::{
+        MailboxKey, ResourceCost, ResourcePool, TaskExecutor, TokioSpawner,
+    };
+    use tokio::runtime::Runtime;
+    use tokio::sync::watch;
+
+    use super::{support, Scale, WORKERS};
+
+    /// Waits for the gate, then returns at once.
+    struct Gated(watch::Receiver<bool>);
+
+    #[async_trait::async_trait]
+    impl TaskExecutor<u64, u64> for Gated {
+        async fn execute(&self, payload: u64, _meta: TaskMetadata) -> u64 {
+            let mut open = self.0.clone();
+            let _ = open.wait_for(|open| *open).await;
+            payload
+        }
+    }
+
+    /// One round through a fresh pool on a fresh queue: seconds from the gate's opening to
+    /// the last result.
+    fn round(runtime: &Runtime, scale: &Scale, fan_in: bool, round: usize) -> f64 {
+        let dir = std::env::temp_dir().join(format!(
+            "pl-bench-fan-in-{}-{round}-{fan_in}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (gate, open) = watch::channel(false);
+        let parents = scale.parents;
+        let elapsed = runtime.block_on(async {
+            let queue = YaqueQueue::<u64>::open(&dir, "fan-in").expect("the queue opens");
+            let settings = WorkerPoolConfig::new()
+                .with_name("fan-in-yaque")
+                .with_worker_count(WORKERS)
+                .with_max_units(WORKERS as u32)
+                .with_max_queue_depth(parents as usize + 10)
+                .with_starvation(StarvationGuard::disabled())
+                .with_durability(Durability::Accepted);
+            let pool = ResourcePool::with_settings(
+                settings,
+                Gated(open),
+                Box::new(queue),
+                Arc::new(InMemoryMailbox::new()),
+                &TokioSpawner,
+            )
+            .expect("the pool starts");
+            let key = |id: u64| MailboxKey::new("plan").with_session(format!("step-{id}"));
+            let task = |id: u64| {
+                let meta = TaskMetadata::new(id, ResourceCost::cpu(1)).with_mailbox(key(id));
+                ScheduledTask::new(meta, id)
+            };
+            let mut keys = Vec::with_capacity(parents as usize + 1);
+            for id in 1..=parents {
+                keys.push(pool.submit(task(id)).await.expect("parent admitted"));
+            }
+            let options = if fan_in {
+                SubmitOptions::default().with_depends_on(1..=parents)
+            } else {
+                SubmitOptions::default()
+            };
+            let last = parents + 1;
+            keys.push(
+                pool.submit_with(task(last), options)
+                    .await
+                    .expect("child admitted"),
+            );
+            let started = Instant::now();
+            let _ = gate.send(true);
+            for key in &keys {
+                pool.retrieve(key, Duration::from_secs(60))
+                    .await
+                    .expect("a result");
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            pool.shutdown_with_drain(Duration::from_secs(5))
+                .await
+                .expect("drained");
+            elapsed
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        elapsed
+    }
+
+    /// Both runs, alternating, and the table row.
+    pub fn compare(runtime: &Runtime, scale: &Scale) {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for n in 0..scale.rounds {
+            let order = if n % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for fan_in in order {
+                let seconds = round(runtime, scale, fan_in, n);
+                if fan_in {
+                    with.push(seconds);
+                } else {
+                    without.push(seconds);
+                }
+            }
+        }
+        let per_parent_us = |seconds: f64| seconds * 1e6 / scale.parents as f64;
+        let (with, without) = (
+            per_parent_us(support::median(&with)),
+            per_parent_us(support::median(&without)),
+        );
+        println!(
+            "| yaque pool (accepted): per-parent completion | {with:.2} µs | {without:.2} µs | {:.2}x |",
+            with / without
+        );
+    }
 }
 
 /// The fan-in on the Postgres table queue (see the module docs).

@@ -20,7 +20,8 @@ use conformance::{queue, Job};
 use prometheus_parking_lot::config::{QueueSettings, WorkerPoolConfig};
 use prometheus_parking_lot::core::{
     Carried, Durability, EntryId, FaultKind, HeldBy, PoolError, QueueCounts, QueueError,
-    ScheduledTask, Settlement, StarvationGuard, StoredEntry, TaskMetadata, TaskQueue, TaskStatus,
+    ScheduledTask, Settlement, StarvationGuard, StoredEntry, SubmitOptions, TaskMetadata,
+    TaskQueue, TaskStatus,
 };
 use prometheus_parking_lot::infra::mailbox::memory::InMemoryMailbox;
 use prometheus_parking_lot::infra::queue::yaque::YaqueQueue;
@@ -1048,7 +1049,6 @@ async fn a_restarted_pool_runs_what_was_parked_by_priority_then_admission() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_start_sleeps_through_a_restart_and_starts_after_its_instant() {
     use prometheus_parking_lot::core::scheduling::WaitReason;
-    use prometheus_parking_lot::core::{PoolError, SubmitOptions};
     use prometheus_parking_lot::util::clock::now_ms;
 
     let dir = TempDir::new("scheduled-restart");
@@ -1201,5 +1201,28 @@ async fn the_shipped_desktop_config_builds_a_durable_pool() {
         pool.retrieve(&key, Duration::from_secs(10)).await,
         Ok("RESUME".to_owned())
     );
+    // The file's queue keeps dependencies: a step that names the one before it runs.
+    let step = |id, session: &str| {
+        let key = MailboxKey::new("desk").with_session(session);
+        TaskMetadata::new(id, ResourceCost::gpu_vram(1)).with_mailbox(key)
+    };
+    let plan = pool
+        .submit(ScheduledTask::new(step(2, "plan"), "plan".to_owned()))
+        .await
+        .unwrap();
+    let after_plan = SubmitOptions::default().with_depends_on([2]);
+    let write = pool
+        .submit_with(
+            ScheduledTask::new(step(3, "write"), "write".to_owned()),
+            after_plan,
+        )
+        .await
+        .expect("a yaque pool from a file takes dependencies");
+    for (key, result) in [(write, "WRITE"), (plan, "PLAN")] {
+        assert_eq!(
+            pool.retrieve(&key, Duration::from_secs(10)).await,
+            Ok(result.to_owned())
+        );
+    }
     drop(built);
 }
