@@ -18,6 +18,8 @@ pub(crate) struct ScheduleBoard {
     state: Mutex<BoardState>,
     /// Wakes the enqueuer when a schedule is added, paused or resumed, or the pool stops.
     changed: Notify,
+    /// Wakes a stop that waits for the tick in flight.
+    idle: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -25,6 +27,9 @@ struct BoardState {
     entries: Vec<Entry>,
     /// The pool stopped: the enqueuer ends.
     closed: bool,
+    /// The enqueuer is enqueuing a tick (between [`ScheduleBoard::begin_tick`] and
+    /// [`ScheduleBoard::end_tick`]).
+    busy: bool,
 }
 
 #[derive(Debug)]
@@ -175,10 +180,39 @@ impl ScheduleBoard {
             .min()
     }
 
-    /// Ends the enqueuer: the pool stopped.
+    /// Ends the enqueuer: the pool stopped. A tick in flight still finishes, and is
+    /// counted ([`idle`](Self::idle) waits for it).
     pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.changed.notify_one();
+    }
+
+    /// The enqueuer is about to enqueue a tick: `false` once the pool stopped (it enqueues
+    /// nothing more).
+    pub(crate) fn begin_tick(&self) -> bool {
+        let mut state = self.lock();
+        state.busy = !state.closed;
+        state.busy
+    }
+
+    /// The tick begun last is enqueued (and counted), or failed.
+    pub(crate) fn end_tick(&self) {
+        self.lock().busy = false;
+        self.idle.notify_waiters();
+    }
+
+    /// Resolves once no tick is in flight: after [`close`](Self::close), when every tick
+    /// this pool parked is counted in its views.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.lock().busy {
+                return;
+            }
+            notified.await;
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -209,6 +243,28 @@ mod tests {
 
     fn every_second(name: &str) -> Schedule {
         Schedule::new(name, Timing::every(Duration::from_secs(1)).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stop_waits_for_the_tick_in_flight_and_no_tick_begins_after_it() {
+        let board = std::sync::Arc::new(ScheduleBoard::default());
+        assert!(board.begin_tick());
+        board.close();
+        let waiting = tokio::spawn({
+            let board = board.clone();
+            async move { board.idle().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the tick in flight holds the stop");
+        board.end_tick();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the stop goes on once the tick is counted")
+            .unwrap();
+        assert!(!board.begin_tick(), "a stopped board begins no tick");
+        tokio::time::timeout(Duration::from_secs(5), board.idle())
+            .await
+            .expect("nothing in flight");
     }
 
     #[test]

@@ -31,10 +31,13 @@ where
             board.start(&schedule.name, cursor_ms, now);
         }
         for (schedule, tick_ms) in board.take_due(millis_now()) {
-            match pool.enqueue_tick(&schedule, tick_ms).await {
+            if !board.begin_tick() {
+                return;
+            }
+            let enqueued = pool.enqueue_tick(&schedule, tick_ms).await;
+            match &enqueued {
                 Ok(true) => board.enqueued(&schedule.name, tick_ms),
-                Ok(false) => {}
-                Err(PoolError::Shutdown) => return,
+                Ok(false) | Err(PoolError::Shutdown) => {}
                 Err(error) => tracing::warn!(
                     pool = pool.name(),
                     schedule = %schedule.name,
@@ -42,6 +45,10 @@ where
                     %error,
                     "a schedule's tick was not enqueued"
                 ),
+            }
+            board.end_tick();
+            if matches!(enqueued, Err(PoolError::Shutdown)) {
+                return;
             }
         }
         let wake_ms = board.next_wake_ms();

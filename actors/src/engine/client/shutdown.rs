@@ -34,7 +34,10 @@ where
     }
 
     async fn tear_down(&self, drain: Duration) -> Result<ShutdownReport, PoolError> {
-        self.inner.control.schedule_board().close();
+        let board = self.inner.control.schedule_board();
+        board.close();
+        // A tick in flight (one statement on a shared queue) finishes and is counted first.
+        let _ = tokio::time::timeout(ACTOR_DRAIN_TIMEOUT, board.idle()).await;
         let deadline = deadline_after(drain);
         let limit = drain.checked_add(ACTOR_DRAIN_TIMEOUT);
         let report = match self
