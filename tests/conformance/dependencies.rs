@@ -149,6 +149,8 @@ where
         a_child_that_runs_anyway_runs_after_a_failed_parent,
         a_cancelled_parent_cancels_its_child,
         a_held_child_expires_at_its_deadline_while_its_parent_runs,
+        a_scheduled_child_starts_at_its_instant_after_its_parent,
+        a_scheduled_child_past_its_instant_still_waits_for_its_parent,
         an_unknown_parent_is_refused,
         a_parent_of_another_tenant_is_refused,
         a_task_naming_itself_is_refused,
@@ -255,6 +257,47 @@ async fn a_child_is_held_until_every_parent_succeeded(mut lab: Lab) {
     lab.open_gate();
     assert_eq!(lab.next_start().await, 3);
     assert_eq!(lab.outcome(&child).await, Ok(30));
+}
+
+/// `after(parents)` that must not start before `at_ms` either.
+fn after_and_not_before(parents: &[TaskId], at_ms: u128) -> SubmitOptions {
+    let at_ms = u64::try_from(at_ms).expect("ms since the epoch fit 64 bits");
+    after(parents).with_not_before(std::time::UNIX_EPOCH + Duration::from_millis(at_ms))
+}
+
+async fn a_scheduled_child_starts_at_its_instant_after_its_parent(mut lab: Lab) {
+    use prometheus_parking_lot::util::clock::now_ms;
+    let at_ms = now_ms() + 800;
+    lab.submit(1, WAIT, SubmitOptions::default()).await;
+    let child = lab.submit(2, 20, after_and_not_before(&[1], at_ms)).await;
+    assert_eq!(lab.next_start().await, 1);
+    // The parent succeeds at once, long before the child's instant.
+    lab.open_gate();
+    assert_eq!(lab.next_start().await, 2);
+    let started_ms = now_ms();
+    assert!(
+        started_ms >= at_ms,
+        "the child started {} ms before its instant",
+        at_ms - started_ms
+    );
+    assert_eq!(lab.outcome(&child).await, Ok(20));
+}
+
+async fn a_scheduled_child_past_its_instant_still_waits_for_its_parent(mut lab: Lab) {
+    use prometheus_parking_lot::util::clock::now_ms;
+    lab.submit(1, WAIT, SubmitOptions::default()).await;
+    let child = lab
+        .submit(2, 20, after_and_not_before(&[1], now_ms() + 100))
+        .await;
+    assert_eq!(lab.next_start().await, 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        lab.starts_so_far().is_empty(),
+        "the child's instant passed, but its parent still runs"
+    );
+    lab.open_gate();
+    assert_eq!(lab.next_start().await, 2);
+    assert_eq!(lab.outcome(&child).await, Ok(20));
 }
 
 async fn a_parent_that_succeeded_already_counts_as_done(mut lab: Lab) {

@@ -53,6 +53,9 @@ struct Held {
     pending: u32,
     /// It runs once every parent ended, however they ended.
     run_anyway: bool,
+    /// The instant before which it must not start (a scheduled start that waits for its
+    /// parents as well): released before it, it sleeps until then (rule 16).
+    not_before_ms: Option<u64>,
 }
 
 /// What a parent's end did to the tickets that waited on it.
@@ -285,8 +288,44 @@ impl ParkingLot {
                 ticket,
                 pending: distinct.len() as u32,
                 run_anyway,
+                not_before_ms: None,
             },
         );
+    }
+
+    /// Held ticket `id`, once its parents release it, sleeps until `until_ms` if that is
+    /// still ahead then (rule 16), instead of parking at once: a scheduled start that waits
+    /// for its parents as well. Whether `id` is held.
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
+    /// use prometheus_parking_lot_actors::scheduler::core::{Admit, ParkingLot, Ticket};
+    ///
+    /// let mut lot = ParkingLot::new(PoolLimits::new(10, 4)).unwrap();
+    /// let ticket = |id| Ticket {
+    ///     id,
+    ///     priority: Priority::Normal,
+    ///     cost: ResourceCost::gpu_vram(1),
+    ///     created_at_ms: id,
+    ///     deadline_ms: None,
+    ///     tenant: 0,
+    ///     timeout_ms: None,
+    /// };
+    /// assert_eq!(lot.admit(ticket(1), 0), Admit::Start);
+    /// assert_eq!(lot.admit_after(ticket(2), &[1], false, 0), Admit::Park);
+    /// assert!(lot.hold_until(2, 500));
+    /// lot.complete(1, 100).unwrap();
+    /// assert!(lot.parent_ended(1, true, 100).started.is_empty(), "it sleeps until 500");
+    /// assert_eq!(lot.tick(500).started, vec![2]);
+    /// ```
+    pub fn hold_until(&mut self, id: TaskId, until_ms: u64) -> bool {
+        match self.dependencies.held.get_mut(&id) {
+            Some(held) => {
+                held.not_before_ms = Some(until_ms);
+                true
+            }
+            None => false,
+        }
     }
 
     /// How many parents held ticket `id` still waits for, if it is held (O(1)).
@@ -324,9 +363,18 @@ impl ParkingLot {
             if held.pending > 0 {
                 continue;
             }
-            if let Some(held) = self.dependencies.remove(child) {
-                self.park_returned(held.ticket, now);
-                parked = true;
+            let Some(held) = self.dependencies.remove(child) else {
+                continue;
+            };
+            match held.not_before_ms.filter(|&until_ms| until_ms > now) {
+                Some(until_ms) => {
+                    self.sleeping.insert((until_ms, child));
+                    self.sleepers.insert(child, (until_ms, held.ticket));
+                }
+                None => {
+                    self.park_returned(held.ticket, now);
+                    parked = true;
+                }
             }
         }
         if parked {

@@ -193,6 +193,8 @@ enum Op {
         units: u32,
         parents: Vec<prop::sample::Index>,
         run_anyway: bool,
+        /// Steps from now before which it must not start, if it is a scheduled start too.
+        not_before: Option<u8>,
     },
     /// End a running ticket, succeeded or not.
     Complete {
@@ -205,8 +207,18 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0..6u32, prop::collection::vec(any::<prop::sample::Index>(), 0..4), any::<bool>())
-            .prop_map(|(units, parents, run_anyway)| Op::Admit { units, parents, run_anyway }),
+        3 => (
+            0..6u32,
+            prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+            any::<bool>(),
+            prop::option::of(0..20u8),
+        )
+            .prop_map(|(units, parents, run_anyway, not_before)| Op::Admit {
+                units,
+                parents,
+                run_anyway,
+                not_before,
+            }),
         3 => (any::<prop::sample::Index>(), any::<bool>())
             .prop_map(|(pick, succeeded)| Op::Complete { pick, succeeded }),
         1 => any::<prop::sample::Index>().prop_map(|pick| Op::Cancel { pick }),
@@ -223,6 +235,8 @@ struct Driver {
     ended: BTreeMap<TaskId, bool>,
     /// Tickets that started.
     started: BTreeSet<TaskId>,
+    /// Each held scheduled start's instant.
+    not_before: BTreeMap<TaskId, u64>,
 }
 
 impl Driver {
@@ -243,8 +257,9 @@ impl Driver {
 proptest! {
     /// Random held admissions over live parents, ends (succeeded or failed) and cancels: the
     /// invariants hold after every event, a ticket starts only once each of its parents
-    /// ended (succeeded, unless it runs anyway), a child of a failed parent that does not run
-    /// anyway never starts, and every ticket ends at most once.
+    /// ended (succeeded, unless it runs anyway), and not before its instant where it is a
+    /// scheduled start too; a child of a failed parent that does not run anyway never
+    /// starts, and every ticket ends at most once.
     #[test]
     fn dependencies_keep_the_invariants_and_the_order(ops in prop::collection::vec(op(), 1..150)) {
         let mut driver = Driver {
@@ -252,15 +267,22 @@ proptest! {
             parents: BTreeMap::new(),
             ended: BTreeMap::new(),
             started: BTreeSet::new(),
+            not_before: BTreeMap::new(),
         };
         for (step, op) in ops.into_iter().enumerate() {
             let now = step as u64;
             let id = step as TaskId + 1;
+            let woken = driver.lot.tick(now).started;
+            for &started in &woken {
+                let at = driver.not_before.get(&started).copied().unwrap_or(0);
+                prop_assert!(at <= now, "{} started at {} before its instant {}", started, now, at);
+            }
+            driver.started.extend(woken);
             let live: Vec<TaskId> = driver.parents.keys().copied()
                 .filter(|id| driver.lot.state(*id).is_some())
                 .collect();
             match op {
-                Op::Admit { units, parents, run_anyway } => {
+                Op::Admit { units, parents, run_anyway, not_before } => {
                     let named: Vec<TaskId> = if live.is_empty() {
                         Vec::new()
                     } else {
@@ -270,7 +292,13 @@ proptest! {
                         Admit::Start | Admit::StartWith(_) => {
                             driver.started.insert(id);
                         }
-                        Admit::Park | Admit::ParkShedding { .. } => {}
+                        Admit::Park | Admit::ParkShedding { .. } => {
+                            if let Some(delay) = not_before.filter(|_| !named.is_empty()) {
+                                let at = now + u64::from(delay);
+                                prop_assert!(driver.lot.hold_until(id, at));
+                                driver.not_before.insert(id, at);
+                            }
+                        }
                         Admit::Reject(_) | Admit::Expire => continue,
                     }
                     driver.parents.insert(id, (named, run_anyway));

@@ -59,7 +59,10 @@ where
             self.admit_waiting(entry, ticket, admission, now);
             return;
         }
-        if let Some(until_ms) = admission.not_before_ms {
+        // A scheduled start that waits for parents here is held first (below), and sleeps
+        // once they release it, if its instant is still ahead.
+        let held_here = !admission.parents.entries.is_empty();
+        if let Some(until_ms) = admission.not_before_ms.filter(|_| !held_here) {
             self.admit_sleeping(entry, ticket, admission, until_ms, now);
             return;
         }
@@ -82,7 +85,7 @@ where
         // On a shared queue nothing is shed (rule 21): a submission waits in the shared
         // queue, not here, and what this node parks it claimed from there; ending one for
         // another would end it for the whole fleet.
-        let held = !admission.parents.entries.is_empty();
+        let held = held_here;
         let answer = if held {
             let parents = &admission.parents;
             let run_anyway = parents.run_anyway;
@@ -103,6 +106,9 @@ where
         match newcomer {
             Newcomer::Start => self.start_admitted(entry, admission, now),
             Newcomer::Park if held => {
+                if let Some(until_ms) = admission.not_before_ms {
+                    self.tasks.core.hold_until(entry, until_ms);
+                }
                 self.park_admitted(entry, admission, now);
                 // Where the park waits for its store, the store's answer says it.
                 let pending = self.tasks.core.pending_parents(entry);

@@ -190,8 +190,12 @@ where
             // A scheduled start sleeps on until its instant (parked now if it has passed).
             let restored = match (orphaned, carried.not_before_ms) {
                 (true, _) => Ok(()),
-                (false, _) if !waits_for.is_empty() => {
-                    self.core.restore_after(ticket, &waits_for, run_anyway, now)
+                (false, until_ms) if !waits_for.is_empty() => {
+                    let held = self.core.restore_after(ticket, &waits_for, run_anyway, now);
+                    if let Some(until_ms) = until_ms {
+                        self.core.hold_until(entry, until_ms);
+                    }
+                    held
                 }
                 (false, Some(until_ms)) => self.core.park_until(ticket, until_ms, now),
                 (false, None) => self.core.restore(ticket, now),
