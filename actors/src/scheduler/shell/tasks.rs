@@ -37,7 +37,6 @@ mod delivery;
 /// for executors that block their thread and so cannot be interrupted.
 const WATCHDOG_GRACE_MS: u64 = 10;
 
-/// See the module docs.
 /// The reason a held task's parent counts as failed when its run was lost with a process
 /// that stopped before it ended (restored from a durable queue that never heard its end).
 pub(crate) const LOST_WITH_THE_PROCESS: &str =
@@ -52,6 +51,7 @@ pub(crate) struct Orphan {
     pub status: TaskStatus,
 }
 
+/// See the module docs.
 pub(crate) struct Tasks<P, R> {
     /// The pool's name.
     pub pool: Arc<str>,
