@@ -28,9 +28,10 @@ pub use prometheus_parking_lot_actors::observe::trace::{BadTraceParent, TracePar
 pub use prometheus_parking_lot_actors::queue::{
     parent_ended_words, Carried, Claim, DeadLetter, DeadLetterReader, DependsOn, EntryId, FitQuery,
     HeldBy, InlineQueue, KeptLetter, Lease, LeaseRenewer, LeaseRescuer, LetterEnd, QueueCounts,
-    QueueError, QueueMaintenance, RankBound, RunUse, ScheduleTicks, Settlement, SharedBudgets,
-    SharedDependencies, SharedFairShare, SharedQueue, StarvationRule, StoredEntry, StoredHold,
-    StoredParent, TaskQueue, UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
+    QueueError, QueueMaintenance, QueuedUnits, RankBound, RunUse, ScheduleTicks, Settlement,
+    SharedBudgets, SharedDependencies, SharedFairShare, SharedQueue, StarvationRule, StoredEntry,
+    StoredHold, StoredParent, TaskQueue, UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
+    QUEUED_UNITS_SUPPORTED, SHED_FOR_HIGHER_PRIORITY,
 };
 pub use prometheus_parking_lot_actors::scheduler::inspect::{
     PoolSnapshot, PoolView, TaskView, TenantView, WaitView,

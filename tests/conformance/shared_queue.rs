@@ -16,8 +16,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
-    Budget, Budgets, Capacity, Carried, Claim, EntryId, FitQuery, Lease, QueueCounts, QueueError,
-    RankBound, ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
+    Budget, Budgets, Capacity, Carried, Claim, EntryId, FitQuery, Lease, LetterEnd, QueueCounts,
+    QueueError, RankBound, ScheduledTask, Settlement, SharedQueue, StartCap, StarvationRule,
+    SHED_FOR_HIGHER_PRIORITY,
 };
 use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceKind};
 
@@ -96,6 +97,7 @@ where
         callers_are_not_checked_unless_asked,
         dead_letters_are_kept_listed_retried_and_purged,
         a_schedules_tick_is_parked_once,
+        a_bounded_queue_sheds_lower_priorities_and_refuses_the_rest,
         backend_is_named,
     );
 }
@@ -1631,6 +1633,115 @@ pub async fn dead_letters_are_kept_listed_retried_and_purged(queue: &dyn SharedQ
         .await
         .expect("list")
         .is_empty());
+}
+
+/// A queue bounded to `max_queued_units` keeps the units parked of each kind within it for
+/// every node, as rule 21 keeps a node's: a newcomer past it sheds the worst-ranked tasks
+/// of its kind of a strictly lower priority, as many as make room, each a dead letter that
+/// ends `Shed`; where they could not make room (or it alone is above the bound) it is
+/// refused `UnitsFull` and nothing is shed. A scheduled start still asleep and another
+/// kind's units do not count; a group park decides task by task, in order. A queue without
+/// the capability (pgmq) is refused by the node at start instead (`tests/config/`).
+pub async fn a_bounded_queue_sheds_lower_priorities_and_refuses_the_rest(
+    queue: &dyn SharedQueue<Job>,
+) {
+    let Some(bounded) = queue.queued_units() else {
+        eprintln!(
+            "  skipped: the {} queue keeps no bound on its units",
+            queue.backend()
+        );
+        return;
+    };
+    bounded.bound_queued_units(10).await.expect("bound");
+    let park = |entry: EntryId, task: ScheduledTask<Job>| async move {
+        let rank_time_ms = rank_time(&task);
+        queue.enqueue(entry, rank_time_ms, task).await
+    };
+    park(1, cpu(1, Low, 1, 4)).await.expect("park 1");
+    park(2, cpu(2, Normal, 2, 4)).await.expect("park 2");
+    let vram = task(10, Low, 3, GpuVram, 10, None);
+    park(10, vram)
+        .await
+        .expect("another kind has its own 10 units");
+    park(3, cpu(3, Normal, 4, 4))
+        .await
+        .expect("12 > 10 units: the Low task 1 is shed for it");
+    let full = QueueError::UnitsFull {
+        kind: Cpu,
+        needed: 4,
+        max_queued_units: 10,
+    };
+    assert_eq!(
+        park(4, cpu(4, Normal, 5, 4)).await,
+        Err(full),
+        "nothing of a lower priority is left to shed"
+    );
+    park(5, cpu(5, Low, 6, 1)).await.expect("9 units fit");
+    park(6, cpu(6, High, 7, 3))
+        .await
+        .expect("sheds Low task 5, then the worst Normal one, task 3");
+    assert_eq!(
+        park(7, cpu(7, Critical, 8, 11)).await,
+        Err(QueueError::UnitsFull {
+            kind: Cpu,
+            needed: 11,
+            max_queued_units: 10
+        }),
+        "above the bound alone: refused, nothing shed"
+    );
+    let asleep = Carried {
+        not_before_ms: Some(u64::MAX / 4),
+        trace: None,
+    };
+    let sleeper = cpu(8, Low, 9, 3);
+    queue
+        .enqueue_carrying(8, rank_time(&sleeper), sleeper, asleep)
+        .await
+        .expect("a scheduled start parks whatever the bound");
+    park(9, cpu(9, Low, 10, 3))
+        .await
+        .expect("7 + 3 units: the sleeping task does not count");
+    assert_eq!(
+        park(2, cpu(2, Normal, 2, 4)).await,
+        Err(QueueError::Duplicate(2))
+    );
+    let group = vec![
+        (11, at(11), cpu(11, Normal, 11, 1), Carried::default()),
+        (12, at(12), cpu(12, Critical, 12, 2), Carried::default()),
+    ];
+    assert_eq!(
+        queue.enqueue_many(group).await,
+        [Ok(()), Ok(())],
+        "task 11 sheds Low task 9; then task 12 fits the 10 units"
+    );
+
+    let letters = queue
+        .maintenance()
+        .take_dead_letters(10)
+        .await
+        .expect("dead letters");
+    let mut shed: Vec<_> = letters
+        .iter()
+        .map(|letter| (letter.task_id, letter.end.clone(), letter.reason.as_str()))
+        .collect();
+    shed.sort_by_key(|(id, _, _)| *id);
+    let why = SHED_FOR_HIGHER_PRIORITY;
+    assert_eq!(
+        shed,
+        [1, 3, 5, 9].map(|id| (id, LetterEnd::Shed, why)),
+        "the shed tasks, each told once"
+    );
+    let leases = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 100)), 10, LEASE, at(20))
+        .await
+        .expect("claim");
+    assert_eq!(
+        leases.iter().map(|lease| lease.entry).collect::<Vec<_>>(),
+        [12, 6, 2, 11],
+        "what is left, in rank order"
+    );
+    let vram = claim(queue, NODE_B, within(only(GpuVram, 10)), 20).await;
+    assert_eq!(vram.map(|lease| lease.entry), Some(10));
 }
 
 /// `backend` names the backend for logs.

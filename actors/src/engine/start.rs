@@ -24,7 +24,7 @@ use crate::observe::trace::TaskTracer;
 use crate::permit::lane::Lanes;
 use crate::queue::actor::{fault_of, QueueActor, QueueMsg, QueueReports, QueueState};
 use crate::queue::capabilities::lacking;
-use crate::queue::{QueueError, StoredEntry, TaskQueue};
+use crate::queue::{QueueError, StoredEntry, TaskQueue, QUEUED_UNITS_SUPPORTED};
 use crate::scheduler::actor::{SchedulerActor, SchedulerStart};
 use crate::scheduler::core::ParkingLot;
 use crate::scheduler::driver::{Driver, Results};
@@ -148,15 +148,6 @@ impl<P, R, E> PoolSpec<P, R, E> {
                      refuse_if_late off, or use a local queue (in_memory, yaque)"
                         .into(),
                 ));
-            }
-            if let Some(units) = self.limits.max_queued_units {
-                // What waits is in the shared queue, which no node's core bounds; a node
-                // parks only what it claimed while the claim was in flight.
-                return Err(PoolError::InvalidConfig(format!(
-                    "max_queued_units is {units}; a shared queue holds what waits for every \
-                     node and has no bound by units: leave max_queued_units out, or use a \
-                     local queue (in_memory, yaque)"
-                )));
             }
             if let Durability::Parked { spin } = self.durability {
                 if !spin.is_zero() {
@@ -307,6 +298,21 @@ where
                     tracing::info!(pool = %spec.name, backend = parking.queue.backend(), "the shared queue claims in rank order: the fair share by use orders this node's own tasks only");
                 }
             }
+        }
+        if let Some(units) = core.limits().max_queued_units {
+            // What waits is in the shared queue: the queue keeps the bound for every node.
+            let Some(queued) = parking.queue.queued_units() else {
+                return Err(PoolError::InvalidConfig(format!(
+                    "max_queued_units is {units}; the {} queue keeps no bound on the units \
+                     parked for every node: leave max_queued_units out, or use a queue that \
+                     keeps one: {QUEUED_UNITS_SUPPORTED}",
+                    parking.queue.backend()
+                )));
+            };
+            let operation = "bound the units parked for every node (max_queued_units)";
+            queued.bound_queued_units(units).await.map_err(|error| {
+                queue_error(&spec.name, parking.queue.backend(), operation, error)
+            })?;
         }
         if core.limits().on_duplicate == OnDuplicate::Attach {
             let operation = "keep callers unique across nodes (the pool attaches repeated \

@@ -12,6 +12,7 @@
 //! | [`SharedBudgets`] | the pool has budgets | the pool is refused |
 //! | [`SharedFairShare`] | the pool shares fairly by use | each node orders only the tasks it holds |
 //! | [`UniqueCallers`] | the pool attaches repeated submissions | the pool is refused |
+//! | [`QueuedUnits`] | the pool sets `max_queued_units` | the pool is refused |
 //!
 //! A new cross-node feature adds a trait here and an accessor to [`SharedQueue`]; the
 //! backends that can do it implement the trait, and the others change nothing.
@@ -28,6 +29,16 @@ use crate::domain::{
 pub const DEPENDENCIES_SUPPORTED: &str =
     "memory (the in-memory queue), yaque (the embedded durable queue), postgres (the Postgres \
      table queue with \"dependencies\": true), in_memory_shared (the in-memory shared queue)";
+
+/// The shared queues that bound the units parked for every node, as a refusal names them.
+pub const QUEUED_UNITS_SUPPORTED: &str =
+    "postgres (the Postgres table queue), in_memory_shared (the in-memory shared queue), or a \
+     local queue (in_memory, yaque)";
+
+/// The reason a task shed from a shared queue for one of higher priority carries (its dead
+/// letter's, and its row's on the Postgres table queue).
+pub const SHED_FOR_HIGHER_PRIORITY: &str =
+    "shed for a task of higher priority: the queue held its max_queued_units";
 
 /// The reason a child that expired while it waited for its parents carries (its dead
 /// letter's, and its row's on the Postgres table queue), on every queue that keeps
@@ -52,6 +63,7 @@ pub fn parent_ended_words(status: &TaskStatus) -> String {
         TaskStatus::Expired => "expired before it could start".to_owned(),
         TaskStatus::TimedOut => "timed out".to_owned(),
         TaskStatus::Failed(reason) => format!("failed: {reason}"),
+        TaskStatus::Rejected(reason) => format!("was refused: {reason}"),
         other => format!("ended {other:?}"),
     }
 }
@@ -226,4 +238,23 @@ pub trait UniqueCallers: Send + Sync {
         tenant: &TenantId,
         id: TaskId,
     ) -> Result<Option<MailboxKey>, QueueError>;
+}
+
+/// A bound on the units parked in a shared queue, kept for every node: rule 21 of the
+/// scheduling core (`max_queued_units`, shedding the lowest priority first) over what the
+/// whole fleet parks, not what one node holds.
+#[async_trait]
+pub trait QueuedUnits: Send + Sync {
+    /// From now on, every park through this handle keeps the units parked of each kind
+    /// (tasks claimable now or once due; not a scheduled start still asleep, nor a child
+    /// waiting for its parents) within `max_queued_units`, in the statement that parks.
+    /// A newcomer that would pass it sheds the lowest-ranked parked tasks of its kind of a
+    /// strictly lower priority, as many as make room: each becomes a
+    /// [`DeadLetter`](super::DeadLetter) whose end is [`LetterEnd::Shed`](super::LetterEnd),
+    /// so its submitter hears `QueueFull` through whichever node reads it. Where they could
+    /// not make room, nothing is shed and the newcomer is refused with
+    /// [`QueueError::UnitsFull`]. A task that comes back (a retry, a rescue, a hand-back)
+    /// parks whatever the bound, as it does in a node's core. A node of a pool that sets
+    /// `max_queued_units` calls it as it starts; every node of a queue sets the same bound.
+    async fn bound_queued_units(&self, max_queued_units: u64) -> Result<(), QueueError>;
 }

@@ -59,8 +59,9 @@ use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
 use crate::observe::trace::TraceParent;
 
 pub use capabilities::{
-    parent_ended_words, DependsOn, RunUse, ScheduleTicks, SharedBudgets, SharedDependencies,
-    SharedFairShare, UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
+    parent_ended_words, DependsOn, QueuedUnits, RunUse, ScheduleTicks, SharedBudgets,
+    SharedDependencies, SharedFairShare, UniqueCallers, DEPENDENCIES_SUPPORTED, HELD_PAST_DEADLINE,
+    QUEUED_UNITS_SUPPORTED, SHED_FOR_HIGHER_PRIORITY,
 };
 pub use duties::{DeadLetterReader, LeaseRenewer, LeaseRescuer};
 pub use shared_queue::{
@@ -87,6 +88,21 @@ pub enum QueueError {
     /// failure, in what words, and keeps the error underneath.
     #[error(transparent)]
     Backend(BackendFault),
+    /// The queue's bound on parked units ([`QueuedUnits::bound_queued_units`]) is reached
+    /// for the task's kind, and no task of a lower priority could be shed to make room.
+    #[error(
+        "the shared queue holds its max_queued_units of {max_queued_units} units of {} for \
+         every node, and no task of a lower priority could make room for {needed} more",
+        kind.name()
+    )]
+    UnitsFull {
+        /// The kind whose units are full.
+        kind: crate::domain::ResourceKind,
+        /// What the refused task costs.
+        needed: u32,
+        /// The bound.
+        max_queued_units: u64,
+    },
     /// A task's dependencies were refused ([`SharedDependencies::enqueue_waiting`]): the refusal
     /// names the parent at fault.
     #[error(transparent)]

@@ -37,8 +37,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Carried, EntryId, QueueCounts, QueueError, ScheduleTicks, Settlement, SharedBudgets,
-    SharedDependencies, SharedFairShare, UniqueCallers,
+    Carried, EntryId, QueueCounts, QueueError, QueuedUnits, ScheduleTicks, Settlement,
+    SharedBudgets, SharedDependencies, SharedFairShare, UniqueCallers,
 };
 use crate::domain::{
     Capacity, MailboxKey, Priority, QueueOrder, ResourceCost, ScheduledTask, TaskId, TaskStatus,
@@ -215,6 +215,10 @@ pub enum LetterEnd {
     /// Its deadline passed while it waited in the queue for the tasks it depends on: its
     /// submitter hears `Expired`.
     Expired,
+    /// It was shed for a task of higher priority, the queue being at its bound on parked
+    /// units (see [`QueuedUnits`](super::QueuedUnits)): its submitter hears `QueueFull`, as
+    /// a task a node's core sheds does.
+    Shed,
 }
 
 /// A dead letter as the queue keeps it (see [`QueueMaintenance::list_dead_letters`]).
@@ -521,6 +525,13 @@ where
     /// Callers kept unique across nodes, if the queue can (see [`UniqueCallers`]). The
     /// default: none, and a pool that attaches repeated submissions is refused.
     fn unique_callers(&self) -> Option<&dyn UniqueCallers> {
+        None
+    }
+
+    /// A bound on the units parked for every node, if the queue can keep one (see
+    /// [`QueuedUnits`]). The default: none, and a pool that sets `max_queued_units` is
+    /// refused.
+    fn queued_units(&self) -> Option<&dyn QueuedUnits> {
         None
     }
 

@@ -9,6 +9,7 @@ use sea_orm::{DbErr, TransactionTrait};
 
 use super::budgets::{budgets_table, BUDGETS_TABLE};
 use super::claim::due_of;
+use super::queue::bounded::{bounded_ddl, bounded_index};
 use super::queue::dependencies::{
     dependencies_ddl, last_index, parents_index, parents_index_ddl, replaced_index,
     replaced_parents_index,
@@ -206,6 +207,9 @@ pub(crate) enum Table<'a> {
     Ticks,
     /// The index a queue table needs once one of its queues keeps dependencies.
     Dependencies(&'a Identifier),
+    /// The index and function a queue table needs once one of its queues bounds its parked
+    /// units (`queue/bounded.rs`).
+    QueuedUnits(&'a Identifier),
 }
 
 impl PgDatabase {
@@ -273,6 +277,10 @@ impl PgDatabase {
                 },
             ),
             Table::Ticks => (ticks_table(), LastMade::Relation(TICKS_TABLE.to_owned())),
+            Table::QueuedUnits(name) => (
+                bounded_ddl(name, PARKED_COLUMNS),
+                LastMade::Relation(bounded_index(name)),
+            ),
             Table::Dependencies(name) => (
                 parents_index_ddl(name),
                 LastMade::RelationInstead {

@@ -72,6 +72,7 @@ impl PgmqLayout {
             // A task's end is a task's end here: the layout keeps no dependencies.
             settle_ended: sql(settle_sql(layout, &Settlement::Done)),
             park_waiting: None,
+            park_within: None,
             waiting_parents: None,
             expire_held: None,
             settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),

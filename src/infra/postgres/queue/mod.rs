@@ -3,6 +3,8 @@
 //! how a node joins it.
 
 #[cfg(feature = "postgres")]
+pub(crate) mod bounded;
+#[cfg(feature = "postgres")]
 pub(crate) mod dependencies;
 pub(crate) mod driver;
 #[cfg(all(test, feature = "postgres"))]

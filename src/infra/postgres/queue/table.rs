@@ -68,7 +68,7 @@ use crate::infra::postgres::codec::{
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::queue::dependencies::{ended_rows, WAITING_FOR_PARENTS_MS};
 use crate::infra::postgres::service::pick_sql;
-use crate::infra::postgres::shared_queue::{FairClaim, QueueLabel, Statements};
+use crate::infra::postgres::shared_queue::{FairClaim, ParkWithin, QueueLabel, Statements};
 use crate::infra::postgres::{
     lease_ran_out_sql, open_failed, retry_at_sql, Identifier, PgDatabase, PgQueue, Table,
 };
@@ -389,6 +389,13 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                     "'\"Expired\"'",
                 ),
             ))
+        }),
+        park_within: Some(ParkWithin {
+            table: t.clone(),
+            park: sql(format!(
+                "SELECT outcome FROM {t}_park_within($queue, $rows::jsonb, $max_units, \
+                 $now_ms, $by_deadline, $status, $why)"
+            )),
         }),
         park_waiting: kept.then(|| {
             sql(format!(

@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use super::PgQueue;
 use crate::core::{
-    Budgets, Carried, DependencyError, DependsOn, EntryId, FairByUse, QueueError, RunUse,
-    ScheduleTicks, ScheduledTask, SharedBudgets, SharedDependencies, SharedFairShare, TaskStatus,
-    TenantWeights, UniqueCallers,
+    Budgets, Carried, DependencyError, DependsOn, EntryId, FairByUse, QueueError, QueuedUnits,
+    RunUse, ScheduleTicks, ScheduledTask, SharedBudgets, SharedDependencies, SharedFairShare,
+    TaskStatus, TenantWeights, UniqueCallers,
 };
 use crate::infra::postgres::budgets::FleetBudgets;
 use crate::infra::postgres::codec::{millis_u64, ParkRows};
@@ -284,5 +284,36 @@ where
         key.user_id = self.column(&row, "user_id")?;
         key.session_id = self.column(&row, "session_id")?;
         Ok(Some(key))
+    }
+}
+
+#[async_trait]
+impl<L, P> QueuedUnits for PgQueue<L, P>
+where
+    L: Send + Sync + 'static,
+    P: Serialize + DeserializeOwned + Send + 'static,
+{
+    /// Makes the table's bounded park (`queue/bounded.rs`) the first time a bounded queue
+    /// of it opens; this handle's parks go through it from then on.
+    async fn bound_queued_units(&self, max_queued_units: u64) -> Result<(), QueueError> {
+        let Some(within) = &self.statements.park_within else {
+            return Err(QueueError::Backend(BackendFault::plain(
+                FaultKind::Other,
+                format!(
+                    "{}: the queue keeps no bound on its parked units",
+                    self.label
+                ),
+            )));
+        };
+        if let Err(error) = self
+            .database
+            .ensure(Table::QueuedUnits(&within.table))
+            .await
+        {
+            return Err(self.failed("make its bounded park", &error).await);
+        }
+        self.max_queued_units
+            .store(max_queued_units, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }

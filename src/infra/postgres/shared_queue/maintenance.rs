@@ -167,13 +167,15 @@ impl<L, P> PgQueue<L, P> {
         let task_id: i64 = self.column(row, "task_id")?;
         let reason: Option<String> = self.column(row, "reason")?;
         let reason = reason.unwrap_or_else(|| "no reason recorded".into());
-        // Only the table layout cancels tasks whose parents did not succeed, or that expired
-        // while they waited for them.
+        // Only the table layout cancels tasks whose parents did not succeed, that expired
+        // while they waited for them, or that a bounded park shed (`queue/bounded.rs`).
         let cancelled = row.try_get::<bool>("", "cancelled").unwrap_or(false);
         let ended = row.try_get::<Option<String>>("", "ended").ok().flatten();
-        let end = match (cancelled, ended.as_deref()) {
+        let ended = ended.and_then(|status| serde_json::from_str::<TaskStatus>(&status).ok());
+        let end = match (cancelled, ended) {
             (false, _) => LetterEnd::GivenUp,
-            (true, Some("\"Expired\"")) => LetterEnd::Expired,
+            (true, Some(TaskStatus::Expired)) => LetterEnd::Expired,
+            (true, Some(TaskStatus::Rejected(_))) => LetterEnd::Shed,
             (true, _) => LetterEnd::Cancelled {
                 parent: parent_of(row),
             },

@@ -86,6 +86,9 @@ pub(crate) struct Statements {
     pub settle_failed: NamedSql,
     /// Ends a node's claims whose runs ended neither well nor failed (`$status`, `$why`).
     pub settle_ended: NamedSql,
+    /// Parks a group of tasks within a bound on the units parked, where the layout can
+    /// keep one.
+    pub park_within: Option<ParkWithin>,
     /// Parks one task waiting for its parents, where the layout keeps dependencies.
     pub park_waiting: Option<NamedSql>,
     /// How many parents a parked task still waits for, where the layout keeps them.
@@ -126,6 +129,15 @@ pub(crate) struct Statements {
     pub bury: NamedSql,
     /// The claim under a fair share by use across the fleet, where the layout has one.
     pub fair: Option<FairClaim>,
+}
+
+/// A layout's park within a bound on the units parked (`infra/postgres/queue/bounded.rs`).
+pub(crate) struct ParkWithin {
+    /// The table whose function it calls, made when the first bounded queue of it opens.
+    pub table: super::Identifier,
+    /// The park (`$queue`, `$rows`, `$max_units`, `$now_ms`, `$by_deadline`, `$status`,
+    /// `$why`): one `outcome` per task, in order.
+    pub park: NamedSql,
 }
 
 /// A layout's statements for a claim that follows the fleet's tenant counters
@@ -187,6 +199,10 @@ pub struct PgQueue<L, P> {
     /// Whether the rows this handle parks keep their callers unique
     /// ([`UniqueCallers::keep_callers_unique`](crate::core::UniqueCallers::keep_callers_unique)).
     attach: std::sync::atomic::AtomicBool,
+    /// The bound on the units parked of each kind this handle's parks keep
+    /// ([`QueuedUnits::bound_queued_units`](crate::core::QueuedUnits::bound_queued_units));
+    /// 0: none.
+    max_queued_units: std::sync::atomic::AtomicU64,
     _payload: PhantomData<fn() -> P>,
 }
 
@@ -231,6 +247,7 @@ impl<L, P> PgQueue<L, P> {
             budgets: std::sync::Mutex::new(None),
             service: std::sync::Mutex::new(None),
             attach: std::sync::atomic::AtomicBool::new(false),
+            max_queued_units: std::sync::atomic::AtomicU64::new(0),
             _payload: PhantomData,
         }
     }

@@ -15,9 +15,13 @@ use crate::core::{
     ScheduledTask, Settlement, SharedBudgets, SharedDependencies, SharedFairShare, SharedQueue,
     TraceParent, UniqueCallers,
 };
+use crate::core::{QueueOrder, QueuedUnits, TaskStatus, SHED_FOR_HIGHER_PRIORITY};
 use crate::infra::postgres::codec::{entries_to_sql, entry_to_sql, millis_u64, ParkRows};
 use crate::infra::postgres::groups::{answer_group, returned_entries, settle_in_groups};
-use crate::util::serde::{MailboxKey, TaskId};
+use crate::infra::postgres::named::NamedSql;
+use crate::util::serde::{MailboxKey, ResourceCost, TaskId};
+use prometheus_parking_lot_actors::util::clock::engine_now_ms;
+use std::sync::atomic::Ordering;
 
 /// How many claims in a row [`SharedQueue::claim_best_fit`] makes when each takes only tasks
 /// that cannot be read, so that a queue full of bad tasks cannot hold a node there.
@@ -63,6 +67,11 @@ where
         Some(self)
     }
 
+    /// The table layout keeps a bound on its parked units; the pgmq layout does not.
+    fn queued_units(&self) -> Option<&dyn QueuedUnits> {
+        self.statements.park_within.is_some().then_some(self)
+    }
+
     async fn enqueue(
         &self,
         entry: EntryId,
@@ -96,16 +105,24 @@ where
         let mut parked: Vec<Result<(), QueueError>> = Vec::with_capacity(tasks.len());
         let mut rows = ParkRows::new(self.label.backend).attaching(self.attaches());
         let mut written = Vec::with_capacity(tasks.len());
+        let mut costs = Vec::with_capacity(tasks.len());
         for (entry, rank_time_ms, task, carried) in tasks {
             match rows.push_carrying(entry, rank_time_ms, &task, carried) {
                 Ok(()) => {
                     written.push((parked.len(), entry));
+                    costs.push(task.meta.cost);
                     parked.push(Ok(()));
                 }
                 Err(error) => parked.push(Err(error)),
             }
         }
         if written.is_empty() {
+            return parked;
+        }
+        let bound = self.max_queued_units.load(Ordering::Relaxed);
+        if let Some(within) = self.statements.park_within.as_ref().filter(|_| bound > 0) {
+            self.park_within(&within.park, rows, bound, &mut parked, written, costs)
+                .await;
             return parked;
         }
         let params = [("queue", self.queue()), ("rows", rows.finish().into())];
@@ -354,5 +371,73 @@ where
 
     fn watch(&self) -> Option<watch::Receiver<u64>> {
         Some(self.wake.subscribe())
+    }
+}
+
+impl<L, P> PgQueue<L, P>
+where
+    L: Send + Sync + 'static,
+    P: Serialize + DeserializeOwned + Send + 'static,
+{
+    /// Parks `rows` through the table's bounded park (`queue/bounded.rs`), keeping `bound`
+    /// units parked of each kind: fills in the answer of each task `written` lists (with its
+    /// cost, in `costs`), `UnitsFull` for one the bound refused.
+    async fn park_within(
+        &self,
+        park: &NamedSql,
+        rows: ParkRows,
+        bound: u64,
+        parked: &mut [Result<(), QueueError>],
+        written: Vec<(usize, EntryId)>,
+        costs: Vec<ResourceCost>,
+    ) {
+        let shed = TaskStatus::Rejected(SHED_FOR_HIGHER_PRIORITY.into());
+        let params = [
+            ("queue", self.queue()),
+            ("rows", rows.finish().into()),
+            ("max_units", i64::try_from(bound).unwrap_or(i64::MAX).into()),
+            ("now_ms", millis_u64(engine_now_ms()).into()),
+            (
+                "by_deadline",
+                (self.statements.order == QueueOrder::Deadline).into(),
+            ),
+            (
+                "status",
+                serde_json::to_string(&shed).unwrap_or_default().into(),
+            ),
+            ("why", SHED_FOR_HIGHER_PRIORITY.into()),
+        ];
+        let outcomes = match self.rows("park within its bound", park, &params).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                for (index, _) in written {
+                    parked[index] = Err(error.clone());
+                }
+                return;
+            }
+        };
+        let mut any = false;
+        let mut outcomes = outcomes.iter();
+        for ((index, entry), cost) in written.into_iter().zip(costs) {
+            let outcome = outcomes
+                .next()
+                .and_then(|row| row.try_get::<String>("", "outcome").ok());
+            parked[index] = match outcome.as_deref() {
+                Some("parked") => {
+                    any = true;
+                    Ok(())
+                }
+                Some("full") => Err(QueueError::UnitsFull {
+                    kind: cost.kind,
+                    needed: cost.units,
+                    max_queued_units: bound,
+                }),
+                _ => Err(QueueError::Duplicate(entry)),
+            };
+        }
+        // Only a parked task is news for other nodes: one announcement for the group.
+        if any {
+            self.announce();
+        }
     }
 }

@@ -281,7 +281,7 @@ impl<P> Lot<P> {
 }
 
 /// The dead letter that tells `task`'s submitter it ended `end`, for `reason`.
-fn letter_of<P>(task: &ScheduledTask<P>, reason: String, end: LetterEnd) -> DeadLetter {
+pub(super) fn letter_of<P>(task: &ScheduledTask<P>, reason: String, end: LetterEnd) -> DeadLetter {
     DeadLetter {
         key: task
             .meta

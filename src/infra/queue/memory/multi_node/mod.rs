@@ -45,13 +45,15 @@ use async_trait::async_trait;
 mod capabilities;
 mod dependencies;
 mod maintenance;
+mod shedding;
 
 use crate::core::scheduling::{RankKey, TokenBucket};
 use crate::core::TraceParent;
 use crate::core::{
     Budget, Carried, Claim, DeadLetter, EntryId, FitQuery, KeptLetter, Lease, LetterEnd,
-    QueueCounts, QueueError, QueueMaintenance, QueueOrder, RankBound, ScheduleTicks, ScheduledTask,
-    Settlement, SharedBudgets, SharedDependencies, SharedQueue, TaskStatus, UniqueCallers,
+    QueueCounts, QueueError, QueueMaintenance, QueueOrder, QueuedUnits, RankBound, ScheduleTicks,
+    ScheduledTask, Settlement, SharedBudgets, SharedDependencies, SharedQueue, TaskStatus,
+    UniqueCallers,
 };
 use crate::util::serde::{MailboxKey, ResourceKind, TaskId, TenantId};
 use prometheus_parking_lot_actors::scheduler::core::{CostIndex, FastMap};
@@ -104,6 +106,10 @@ struct Lot<P> {
     /// The ranks of the parked entries per resource kind (by [`ResourceKind::index`]), at
     /// their cost in units.
     by_kind: [CostIndex; ResourceKind::COUNT],
+    /// The units parked per resource kind: the sums of `by_kind`'s costs.
+    queued_units: [u64; ResourceKind::COUNT],
+    /// The bound on `queued_units` a park keeps, if any ([`QueuedUnits`]).
+    max_queued_units: Option<u64>,
     /// Claimed entries, by entry id.
     claimed: FastMap<EntryId, Held<P>>,
     /// Entries given up on, oldest first, not reported yet.
@@ -243,6 +249,7 @@ impl<P> Lot<P> {
     fn park(&mut self, entry: EntryId, parked: Parked<P>) {
         let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry, self.order));
         self.index_of(&parked.task).insert(units, rank);
+        self.queued_units[parked.task.meta.cost.kind.index()] += u64::from(units);
         self.parked.insert(entry, parked);
     }
 
@@ -251,6 +258,7 @@ impl<P> Lot<P> {
         let parked = self.parked.remove(&entry)?;
         let (units, rank) = (parked.task.meta.cost.units, parked.rank(entry, self.order));
         self.index_of(&parked.task).remove(units, rank);
+        self.queued_units[parked.task.meta.cost.kind.index()] -= u64::from(units);
         Some(parked)
     }
 
@@ -447,6 +455,8 @@ impl<P> InMemorySharedQueue<P> {
             inner: Mutex::new(Lot {
                 parked: FastMap::default(),
                 by_kind: std::array::from_fn(|_| CostIndex::new()),
+                queued_units: [0; ResourceKind::COUNT],
+                max_queued_units: None,
                 claimed: FastMap::default(),
                 dead: std::collections::VecDeque::new(),
                 resting: FastMap::default(),
@@ -513,6 +523,10 @@ where
     }
 
     fn unique_callers(&self) -> Option<&dyn UniqueCallers> {
+        Some(self)
+    }
+
+    fn queued_units(&self) -> Option<&dyn QueuedUnits> {
         Some(self)
     }
 
@@ -586,11 +600,12 @@ where
             claimable_from_ms: 0,
             trace: carried.trace,
         };
-        match carried.not_before_ms {
-            Some(not_before_ms) => {
+        match (carried.not_before_ms, lot.max_queued_units) {
+            (Some(not_before_ms), _) => {
                 lot.resting.insert(entry, (not_before_ms, parked));
             }
-            None => lot.park(entry, parked),
+            (None, Some(bound)) => lot.park_within(entry, parked, bound)?,
+            (None, None) => lot.park(entry, parked),
         }
         Ok(())
     }

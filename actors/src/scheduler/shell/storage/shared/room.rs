@@ -257,6 +257,10 @@ impl SharedRoom {
                     tracing::debug!(pool = %tasks.pool, task_id, %reason, "its deadline passed while it waited for its parents: expired");
                     Err(PoolError::Expired)
                 }
+                LetterEnd::Shed => {
+                    tracing::debug!(pool = %tasks.pool, task_id, %reason, "shed from the shared queue for a task of higher priority");
+                    Err(PoolError::QueueFull)
+                }
                 LetterEnd::GivenUp => {
                     tracing::warn!(pool = %tasks.pool, task_id, %reason, "the shared queue gave up on a task");
                     Err(PoolError::Failed(letter.reason))
@@ -327,9 +331,16 @@ impl SharedRoom {
                 }
                 tasks.fx.answer(reply, Ok(key));
             }
-            Err(QueueError::Dependency(refusal)) => {
-                // The queue refused its parents: a refusal of the submission, not a fault.
-                let error = PoolError::Dependency(refusal);
+            Err(refused @ (QueueError::Dependency(_) | QueueError::UnitsFull { .. })) => {
+                // The queue refused its parents, or its bound on parked units is reached: a
+                // refusal of the submission, not a fault.
+                let error = match refused {
+                    QueueError::Dependency(refusal) => PoolError::Dependency(refusal),
+                    full => {
+                        tracing::debug!(pool = %tasks.pool, task_id, %full, "refused: the shared queue is full");
+                        PoolError::QueueFull
+                    }
+                };
                 let refused = TaskStep::Refused(Refusal::of(&error));
                 tasks
                     .observers
