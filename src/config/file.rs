@@ -124,8 +124,8 @@ pub struct PoolSettings {
     pub max_queue_depth: Option<usize>,
     /// The most units of any one kind parked at once, beside `max_queue_depth`. At either
     /// bound a task of a higher priority takes the place of the lowest-ranked parked task of
-    /// a lower priority (which ends refused, `QueueFull`). A local queue only. Default: no
-    /// bound by units.
+    /// a lower priority (which ends refused, `QueueFull`). On a `postgres` queue it bounds
+    /// what every node parks; `postgres_pgmq` refuses it. Default: no bound by units.
     #[serde(default)]
     pub max_queued_units: Option<u64>,
     /// The order of parked tasks within a priority: `"fifo"` (by admission, the default) or

@@ -160,8 +160,9 @@ impl WorkerPoolConfig {
     /// The most units of any one kind that may be parked at once, beside
     /// [`with_max_queue_depth`](Self::with_max_queue_depth) (`None`: no bound by units). At
     /// either bound a task that must park takes the place of parked tasks of a lower
-    /// priority, which end refused (`QueueFull`); failing that, it is refused itself. A
-    /// local queue only: a pool on a shared queue with one is refused at start.
+    /// priority, which end refused (`QueueFull`); failing that, it is refused itself. On a
+    /// shared queue it bounds what every node parks, kept by the queue; the pgmq queue keeps
+    /// no such bound, and a pool on it with one is refused at start.
     ///
     /// ```
     /// use prometheus_parking_lot::WorkerPoolConfig;

@@ -18,7 +18,7 @@
 //! | `thread_stack_size` | 64 KiB – 1 GiB |
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
 //! | `max_queue_depth` | 1 – 100,000,000 |
-//! | `max_queued_units` | 1 – 18,446,744,073,709,551,615, only with a local queue (in_memory, yaque) |
+//! | `max_queued_units` | 1 – 18,446,744,073,709,551,615; not with a postgres_pgmq queue |
 //! | `admission.refuse_if_late` | only with a local queue (in_memory, yaque) |
 //! | `order` | `fifo` or `deadline` (on every queue) |
 //! | `default_timeout_secs` / `_ms` | one of them, 1 ms – 7 days |
@@ -320,12 +320,16 @@ impl PoolSettings {
         }
         if let Some(units) = self.max_queued_units {
             in_range(path, "max_queued_units", units, 1, u64::MAX)?;
-            if queue_rules(&self.queue).is_shared() {
+            let queue = queue_rules(&self.queue);
+            if !queue.bounds_queued_units() {
                 return Err(ConfigError::invalid(
                     format!("{path}.max_queued_units"),
-                    "applies to a local queue (in_memory, yaque); a shared queue holds what \
-                     waits for every node and has no bound by units: remove the field"
-                        .to_string(),
+                    format!(
+                        "the {} queue keeps no bound on the units parked for every node; \
+                         remove the field, or use a queue that keeps one (in_memory, yaque, \
+                         postgres)",
+                        queue.type_name()
+                    ),
                 ));
             }
         }

@@ -1161,3 +1161,59 @@ async fn a_shutdown_of_built_pools_returns_once_the_nodes_have_stopped() {
         .await
         .expect("nothing of the stopped nodes holds the table");
 }
+
+/// A pool built from a config on the table queue with `max_queued_units` keeps it for the
+/// fleet, in the table: a task of higher priority sheds the worst-ranked parked task of a
+/// lower one, whose caller hears `QueueFull` (through the node that reads the dead letter);
+/// one with nothing of a lower priority to shed is refused `QueueFull` at its submit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_bounding_its_queued_units_on_the_table_sheds_and_refuses_for_the_fleet() {
+    let name = fresh_name("bounded");
+    let config = serde_json::json!({
+        "database_url": std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+        "pools": { "gpu": {
+            "worker_threads": 1,
+            "max_units": 1,
+            "max_queued_units": 2,
+            "queue": { "type": "postgres", "queue_name": name, "lease_ms": 3_000 },
+            "mailbox": { "storage": { "type": "in_memory" } }
+        } }
+    });
+    let config = SchedulerConfig::from_json_str(&config.to_string()).expect("valid config");
+    let built = build_embedded(config).await;
+    let pool = &built.pools["gpu"];
+    let key = MailboxKey::new("acme").with_session("bounded");
+    let submit = |id: u64, ms: u64, priority: Priority| {
+        let mut task = work(id, id, ms, &key);
+        task.meta.priority = priority;
+        pool.submit(task)
+    };
+    submit(1, 600, Priority::Normal)
+        .await
+        .expect("runs at once");
+    submit(2, 0, Priority::Low).await.expect("parks: 1 unit");
+    submit(3, 0, Priority::Low).await.expect("parks: 2 units");
+    submit(4, 0, Priority::High)
+        .await
+        .expect("sheds task 3, the worst Low one");
+    assert_eq!(
+        submit(5, 0, Priority::Low).await,
+        Err(PoolError::QueueFull),
+        "nothing below Low to shed"
+    );
+    let wait = Duration::from_secs(20);
+    assert_eq!(
+        pool.retrieve_task(&key, 3, wait).await,
+        Err(PoolError::QueueFull),
+        "the shed task's caller hears it"
+    );
+    for id in [1, 2, 4] {
+        assert_eq!(
+            pool.retrieve_task(&key, id, wait).await,
+            Ok(id * 2),
+            "task {id}"
+        );
+    }
+    drop(built);
+}

@@ -70,6 +70,19 @@ impl Cluster {
         units: u32,
         claim_ahead: usize,
     ) -> PoolClient<u64, TaskId> {
+        let limits = PoolLimits::new(units, workers);
+        self.node_limited(name, limits, claim_ahead).await
+    }
+
+    /// A node under `limits`, that may claim `claim_ahead` tasks beyond what it starts at
+    /// once, polling every 10 ms.
+    async fn node_limited(
+        &self,
+        name: &'static str,
+        limits: PoolLimits,
+        claim_ahead: usize,
+    ) -> PoolClient<u64, TaskId> {
+        let workers = limits.worker_slots;
         let supervisor = spawn_supervisor().await.unwrap();
         let shared = SharedParking::new(self.queue.clone(), name)
             .with_lease(Duration::from_millis(300))
@@ -78,7 +91,7 @@ impl Cluster {
         let spec = PoolSpec {
             tenant_weights: Default::default(),
             name: name.into(),
-            limits: PoolLimits::new(units, workers),
+            limits,
             workers: WorkerSettings {
                 count: workers,
                 stack_size: None,
@@ -216,6 +229,65 @@ async fn a_node_claims_shared_work_in_rank_order() {
         "priority first, then admission order"
     );
     a.shutdown(WAIT).await.unwrap();
+}
+
+/// `max_queued_units` on a shared queue bounds what the fleet parks: a task node b submits
+/// sheds the worst-ranked parked task of a lower priority that node a parked, whose caller
+/// hears `QueueFull`; one with nothing lower to shed is refused; the rest run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_bound_on_queued_units_sheds_one_nodes_task_for_anothers() {
+    let cluster = Cluster::new();
+    let limits = PoolLimits::new(1, 1).with_max_queued_units(Some(2));
+    let a = cluster.node_limited("node-a", limits, 0).await;
+    let b = cluster.node_limited("node-b", limits, 0).await;
+    for (node, id) in [(&a, 1), (&b, 2)] {
+        node.submit(job(id, 500, Priority::Normal), SubmitOptions::default())
+            .await
+            .unwrap();
+    }
+    eventually("both nodes are busy", async || {
+        a.stats().active_tasks == 1 && b.stats().active_tasks == 1
+    })
+    .await;
+    let mut keys = std::collections::HashMap::new();
+    for id in [3, 4] {
+        let key = a
+            .submit(job(id, 0, Priority::Low), SubmitOptions::default())
+            .await
+            .unwrap();
+        keys.insert(id, key);
+    }
+    assert_eq!(cluster.counts().await.0, 2, "two Low tasks fill the bound");
+    let five = b
+        .submit(job(5, 0, Priority::High), SubmitOptions::default())
+        .await
+        .expect("sheds task 4, the worst Low task");
+    let six = b
+        .submit(job(6, 0, Priority::Normal), SubmitOptions::default())
+        .await
+        .expect("sheds task 3");
+    assert_eq!(
+        b.submit(job(7, 0, Priority::Normal), SubmitOptions::default())
+            .await,
+        Err(PoolError::QueueFull),
+        "nothing below Normal is left to shed"
+    );
+    for id in [3, 4] {
+        assert_eq!(
+            a.retrieve(&keys[&id], WAIT).await,
+            Err(PoolError::QueueFull),
+            "task {id} was shed"
+        );
+    }
+    assert_eq!(b.retrieve(&five, WAIT).await, Ok(5));
+    assert_eq!(b.retrieve(&six, WAIT).await, Ok(6));
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+    let ran: Vec<TaskId> = cluster.runs().iter().map(|&(_, id)| id).collect();
+    assert!(
+        ran.iter().all(|id| ![3, 4, 7].contains(id)),
+        "shed and refused tasks never ran: {ran:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,12 +545,6 @@ async fn unworkable_shared_settings_are_refused() {
             SharedParking::new(queue.clone(), "n"),
             limits.with_order(QueueOrder::Deadline),
             "order is \"deadline\"",
-        ),
-        // Nor does it bound the shared queue by units (core rule 21).
-        (
-            SharedParking::new(queue.clone(), "n"),
-            limits.with_max_queued_units(Some(8)),
-            "max_queued_units is 8",
         ),
     ];
     for (shared, limits, says) in cases {

@@ -198,8 +198,9 @@ pub struct PoolLimits {
     /// The most units of any one kind that may be parked at once (core rule 21), beside
     /// `max_queue_depth`; `None`: no bound by units. At either bound a newcomer that must
     /// park takes the place of parked tasks of lower priority, lowest-ranked first, which
-    /// end refused (`QueueFull`); failing that it is refused itself. Not with a shared
-    /// queue, which holds what waits for every node.
+    /// end refused (`QueueFull`); failing that it is refused itself. On a shared queue the
+    /// queue keeps it for every node ([`QueuedUnits`](crate::queue::QueuedUnits)); a queue
+    /// that cannot refuses the pool at start.
     #[serde(default)]
     pub max_queued_units: Option<u64>,
     /// What a retrieve that gives up does to the task it waited for (see [`OnGiveUp`]);

@@ -240,7 +240,7 @@ pub trait UniqueCallers: Send + Sync {
     ) -> Result<Option<MailboxKey>, QueueError>;
 }
 
-/// A bound on the units parked in a shared queue, kept for every node: rule 21 of the
+/// A bound on the units parked in a shared queue, kept for every node: core rule 21 of the
 /// scheduling core (`max_queued_units`, shedding the lowest priority first) over what the
 /// whole fleet parks, not what one node holds.
 #[async_trait]

@@ -46,6 +46,12 @@ pub(crate) trait QueueRules {
         !self.is_shared()
     }
 
+    /// Whether the queue keeps `max_queued_units` (a local queue: the pool's own core; a
+    /// shared one: for every node, in the statement that parks).
+    fn bounds_queued_units(&self) -> bool {
+        !self.is_shared()
+    }
+
     /// Whether the queue keeps tasks across a restart.
     fn is_durable(&self) -> bool {
         true

@@ -88,6 +88,10 @@ impl QueueRules for PostgresDriver<'_> {
     fn claims_by_deadline(&self) -> bool {
         true
     }
+
+    fn bounds_queued_units(&self) -> bool {
+        true
+    }
 }
 
 impl<P> QueueDriver<P> for PostgresDriver<'_>
