@@ -28,11 +28,13 @@
 //! `cargo bench -p prometheus_parking_lot_benches --bench postgres_queue --features postgres` runs
 //! N = 20,000, W = 2, C = 64, A = 256, R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`,
 //! `PG_CLAIM_AHEAD`, `PG_ROUNDS`; `PG_PATHS=1,2` runs only those paths, numbered from 0 as listed,
-//! and `PG_PHASES=1` prints when each pool round had submitted everything); the last path is the
-//! table pool's batch path again with a fleet budget too large to hold anything back (what the
-//! budget's bookkeeping in each claim costs); it reports each path's median and best jobs/s and the
-//! ratio of medians to the plain loop. Under `cargo test` it runs a few hundred jobs once, checking
-//! every result, as a smoke test.
+//! and `PG_PHASES=1` prints when each pool round had submitted everything). The last two paths
+//! are the table pool's batch path again: with a fleet budget too large to hold anything back
+//! (what the budget's bookkeeping in each claim costs), and with a `max_queued_units` too high
+//! to refuse or shed anything (what the bounded park, which sums the queue's parked units of
+//! the kind under a lock, costs each group of parks). It reports each path's median and best
+//! jobs/s and the ratio of medians to the plain loop. Under `cargo test` it runs a few hundred
+//! jobs once, checking every result, as a smoke test.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -122,6 +124,9 @@ enum Queue {
     /// The table queue with a fleet budget on the tasks' kind, too large to hold anything
     /// back: what the budget's bookkeeping costs each claim.
     BudgetedTable,
+    /// The table queue bounding the units parked for the fleet (`max_queued_units`), too
+    /// high to refuse or shed anything: what the bounded park costs each group of parks.
+    BoundedTable,
     /// The pgmq queue.
     Pgmq,
 }
@@ -130,7 +135,7 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
     let queue = unique("bench");
     let mailbox = format!("{queue}_results");
     let settings = match kind {
-        Queue::Table | Queue::BudgetedTable => {
+        Queue::Table | Queue::BudgetedTable | Queue::BoundedTable => {
             serde_json::json!({ "type": "postgres", "queue_name": queue, "claim_ahead": ahead })
         }
         Queue::Pgmq => {
@@ -148,6 +153,9 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
         if kind == Queue::BudgetedTable {
             config["pools"]["node"]["budgets"] =
                 serde_json::json!({ "cpu": { "units": 1_000_000_000u32, "per_secs": 1 } });
+        }
+        if kind == Queue::BoundedTable {
+            config["pools"]["node"]["max_queued_units"] = serde_json::json!(1_000_000_000u64);
         }
         let config = SchedulerConfig::from_json_str(&config.to_string()).expect("bench config");
         build_pools_from_scheduler_config::<u64, u64, Double, TokioSpawner>(
@@ -506,6 +514,8 @@ fn main() {
     // Last, so that the paths above keep their numbers in either build.
     names.push("pool with a fleet budget, submit_batch");
     let budgeted = names.len() - 1;
+    names.push("pool with max_queued_units, submit_batch");
+    let bounded = names.len() - 1;
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     // `PG_PATHS=1,2` runs only those paths (numbered as listed, from 0), for a quick look.
     let chosen: Option<Vec<usize>> = std::env::var("PG_PATHS").ok().map(|list| {
@@ -526,6 +536,9 @@ fn main() {
                 match path {
                     _ if path == budgeted => {
                         pool_round(&database, &scale, Queue::BudgetedTable, true).await
+                    }
+                    _ if path == bounded => {
+                        pool_round(&database, &scale, Queue::BoundedTable, true).await
                     }
                     0 => plain_round(&database, &scale).await,
                     1 => pool_round(&database, &scale, Queue::Table, true).await,

@@ -40,10 +40,12 @@ pub(crate) fn bounded_index(t: &Identifier) -> String {
     format!("{t}_parked_units")
 }
 
-/// `<t>_park_within(queue, rows, max_units, now_ms, by_deadline, status)`: parks the tasks
-/// of `rows` (a [`ParkRows`](crate::infra::postgres::codec::ParkRows) array) in order, each
-/// within `max_units` units parked of its kind (see the module docs). Answers one row per
-/// task, in order: `parked`, `duplicate` (its entry or caller is stored already) or `full`.
+/// `<t>_park_within(queue, rows, max_units, now_ms, by_deadline, status, why)`: parks the
+/// tasks of `rows` (a [`ParkRows`](crate::infra::postgres::codec::ParkRows) array) in order,
+/// each within `max_units` units parked of its kind (see the module docs). A group that fits
+/// whole is stored by one `INSERT`, answering the entry of each task it stored (`parked`);
+/// any other is decided task by task, answering each task's entry with `parked`, `duplicate`
+/// (its entry or caller is stored already) or `full`. An entry not answered is a duplicate.
 /// `status` is how a shed task ended, a `TaskStatus` in JSON; `why` its reason.
 pub(crate) fn bounded_ddl(t: &Identifier, parked_columns: &str) -> String {
     let index = bounded_index(t);
@@ -52,10 +54,11 @@ pub(crate) fn bounded_ddl(t: &Identifier, parked_columns: &str) -> String {
 CREATE INDEX IF NOT EXISTS {index} ON {t}
     (queue_name, kind, priority, rank_time_ms DESC, entry DESC) INCLUDE (units, not_before_ms)
     WHERE state = 'parked';
-CREATE OR REPLACE FUNCTION {t}_park_within(queue text, recs jsonb, max_units bigint,
+DROP FUNCTION IF EXISTS {t}_park_within(text, jsonb, bigint, bigint, boolean, text, text);
+CREATE FUNCTION {t}_park_within(queue text, recs jsonb, max_units bigint,
                                            now_ms bigint, by_deadline boolean,
                                            status text, why text)
-RETURNS TABLE (outcome text) LANGUAGE plpgsql VOLATILE AS $fn$
+RETURNS TABLE (entry bigint, outcome text) LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 DECLARE
     rec jsonb;
@@ -79,6 +82,19 @@ BEGIN
            AND not_before_ms <= now_ms;
         queued[each_kind + 1] := over;
     END LOOP;
+    -- The common case: the whole group fits under the bound. One INSERT, as a plain park.
+    IF NOT EXISTS (
+        SELECT 1 FROM jsonb_to_recordset(recs) AS x(kind smallint, units bigint,
+                                                     not_before_ms bigint)
+         WHERE COALESCE(x.not_before_ms, 0) <= now_ms
+         GROUP BY x.kind HAVING queued[x.kind + 1] + sum(x.units) > max_units) THEN
+        RETURN QUERY
+        INSERT INTO {t} AS j (queue_name, {parked_columns}, not_before_ms)
+        SELECT queue, {parked_columns}, COALESCE(not_before_ms, 0)
+          FROM jsonb_to_recordset(recs) AS x({PARK_RECORD})
+        ON CONFLICT DO NOTHING RETURNING j.entry, 'parked'::text;
+        RETURN;
+    END IF;
     FOR rec IN SELECT value FROM jsonb_array_elements(recs) LOOP
         SELECT * INTO r FROM jsonb_to_record(rec) AS x({PARK_RECORD});
         -- Stored first, so that a duplicate is one whatever the bound; taken back if refused.
@@ -88,11 +104,11 @@ BEGIN
           FROM jsonb_to_recordset(jsonb_build_array(rec)) AS x({PARK_RECORD})
         ON CONFLICT DO NOTHING RETURNING id INTO stored;
         IF stored IS NULL THEN
-            RETURN QUERY SELECT 'duplicate'::text;
+            RETURN QUERY SELECT r.entry, 'duplicate'::text;
             CONTINUE;
         END IF;
         IF COALESCE(r.not_before_ms, 0) > now_ms THEN
-            RETURN QUERY SELECT 'parked'::text;
+            RETURN QUERY SELECT r.entry, 'parked'::text;
             CONTINUE;
         END IF;
         over := queued[r.kind + 1] + r.units - max_units;
@@ -105,7 +121,7 @@ BEGIN
             END IF;
             IF below < over THEN
                 DELETE FROM {t} WHERE id = stored;
-                RETURN QUERY SELECT 'full'::text;
+                RETURN QUERY SELECT r.entry, 'full'::text;
                 CONTINUE;
             END IF;
         END IF;
@@ -133,7 +149,7 @@ BEGIN
             PERFORM {t}_ended(queue, shed_ids, shed_tasks, false, 'was refused: ' || why, status);
         END IF;
         queued[r.kind + 1] := queued[r.kind + 1] + r.units - freed;
-        RETURN QUERY SELECT 'parked'::text;
+        RETURN QUERY SELECT r.entry, 'parked'::text;
     END LOOP;
 END
 $fn$;

@@ -21,6 +21,7 @@ use crate::infra::postgres::groups::{answer_group, returned_entries, settle_in_g
 use crate::infra::postgres::named::NamedSql;
 use crate::util::serde::{MailboxKey, ResourceCost, TaskId};
 use prometheus_parking_lot_actors::util::clock::engine_now_ms;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 /// How many claims in a row [`SharedQueue::claim_best_fit`] makes when each takes only tasks
@@ -416,18 +417,33 @@ where
                 return;
             }
         };
-        let mut any = false;
-        let mut outcomes = outcomes.iter();
+        // Each entry answered `parked` once is parked (a second copy in the group is a
+        // duplicate), one answered `full` is refused, any other is a duplicate.
+        let (mut stored, mut full) = (HashMap::new(), HashSet::new());
+        for row in &outcomes {
+            let (Ok(entry), Ok(outcome)) = (
+                row.try_get::<i64>("", "entry"),
+                row.try_get::<String>("", "outcome"),
+            ) else {
+                continue;
+            };
+            match outcome.as_str() {
+                "parked" => *stored.entry(entry).or_insert(0) += 1,
+                "full" => {
+                    full.insert(entry);
+                }
+                _ => {}
+            }
+        }
+        let any = !stored.is_empty();
         for ((index, entry), cost) in written.into_iter().zip(costs) {
-            let outcome = outcomes
-                .next()
-                .and_then(|row| row.try_get::<String>("", "outcome").ok());
-            parked[index] = match outcome.as_deref() {
-                Some("parked") => {
-                    any = true;
+            let key = entry_to_sql(entry);
+            parked[index] = match stored.get_mut(&key) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
                     Ok(())
                 }
-                Some("full") => Err(QueueError::UnitsFull {
+                _ if full.contains(&key) => Err(QueueError::UnitsFull {
                     kind: cost.kind,
                     needed: cost.units,
                     max_queued_units: bound,
