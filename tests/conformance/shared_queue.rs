@@ -98,6 +98,7 @@ where
         dead_letters_are_kept_listed_retried_and_purged,
         a_schedules_tick_is_parked_once,
         a_bounded_queue_sheds_lower_priorities_and_refuses_the_rest,
+        parks_at_once_keep_the_bound_and_account_for_every_task,
         backend_is_named,
     );
 }
@@ -1742,6 +1743,82 @@ pub async fn a_bounded_queue_sheds_lower_priorities_and_refuses_the_rest(
     );
     let vram = claim(queue, NODE_B, within(only(GpuVram, 10)), 20).await;
     assert_eq!(vram.map(|lease| lease.entry), Some(10));
+}
+
+/// Eight callers parking at once (on a database, each park its own transaction on a
+/// connection of its own) never take a bounded queue past its bound, and every task ends
+/// exactly one way: parked, shed (a dead letter ending `Shed`) or refused `UnitsFull`.
+pub async fn parks_at_once_keep_the_bound_and_account_for_every_task(queue: &dyn SharedQueue<Job>) {
+    const BOUND: u64 = 40;
+    const CALLERS: u64 = 8;
+    const EACH: u64 = 20;
+    let Some(bounded) = queue.queued_units() else {
+        eprintln!(
+            "  skipped: the {} queue keeps no bound on its units",
+            queue.backend()
+        );
+        return;
+    };
+    bounded.bound_queued_units(BOUND).await.expect("bound");
+    let priorities = [Low, Normal, High, Critical];
+    let caller = |caller: u64| async move {
+        let mut refused = Vec::new();
+        for step in 0..EACH {
+            let id = caller * 100 + step + 1;
+            // A spread of priorities and costs (1 to 5 units) that no caller shares.
+            let mix = id.wrapping_mul(2_654_435_761) >> 7;
+            let priority = priorities[usize::try_from(mix % 4).expect("small")];
+            let units = 1 + u32::try_from(mix % 5).expect("small");
+            let task = cpu(id, priority, id, units);
+            match queue.enqueue(id, rank_time(&task), task).await {
+                Ok(()) => {}
+                Err(QueueError::UnitsFull { .. }) => refused.push(id),
+                Err(other) => panic!("task {id}: {other:?}"),
+            }
+        }
+        refused
+    };
+    let refused: Vec<u64> = futures_util::future::join_all((0..CALLERS).map(caller))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let letters = queue
+        .maintenance()
+        .take_dead_letters(1_000)
+        .await
+        .expect("dead letters");
+    assert!(
+        letters.iter().all(|letter| letter.end == LetterEnd::Shed),
+        "only shed tasks are dead letters: {letters:?}"
+    );
+    let left = queue
+        .claim_batch(NODE_A, &within(only(Cpu, 10_000)), 1_000, LEASE, at(10_000))
+        .await
+        .expect("claim what is parked");
+    let parked_units: u64 = left
+        .iter()
+        .map(|lease| u64::from(lease.task.meta.cost.units))
+        .sum();
+    assert!(
+        parked_units <= BOUND,
+        "{parked_units} units parked past the bound of {BOUND}"
+    );
+    let mut ended: Vec<u64> = left
+        .iter()
+        .map(|lease| lease.task.meta.id)
+        .chain(letters.iter().map(|letter| letter.task_id))
+        .chain(refused.iter().copied())
+        .collect();
+    ended.sort_unstable();
+    let all: Vec<u64> = (0..CALLERS)
+        .flat_map(|caller| (1..=EACH).map(move |step| caller * 100 + step))
+        .collect();
+    assert_eq!(ended, all, "every task parked, shed or refused, once");
+    assert!(
+        !letters.is_empty() && !refused.is_empty(),
+        "the bound was met"
+    );
 }
 
 /// `backend` names the backend for logs.
