@@ -54,6 +54,11 @@ build() {
     package=(-p prometheus_parking_lot_benches)
   fi
   echo "building $bench ($features) of $label in $tree" >&2
+  # The target folder is shared, and cargo checks a crate's sources by their paths relative
+  # to the package and their times: a tree checked out before another tree's build ended
+  # would look built already, and run the other tree's code. Newer sources rebuild it.
+  find "$tree" -path "$tree/.git" -prune -o \( -name '*.rs' -o -name 'Cargo.toml' \) \
+    -exec touch {} +
   if ! (cd "$tree" && cargo bench "${package[@]}" --features "$features" --bench "$bench" \
       --no-run --message-format=json >"$dir/build-$label.json" 2>"$dir/build-$label.log"); then
     echo "error: $bench of $label did not build; see $dir/build-$label.log" >&2
