@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_parking_lot::core::{PoolError, ScheduledTask, SubmitOptions, TaskMetadata};
-use prometheus_parking_lot::util::serde::{MailboxKey, ResourceCost, TaskId};
+use prometheus_parking_lot::util::serde::{MailboxKey, Priority, ResourceCost, TaskId};
 use prometheus_parking_lot::{
     build_pools_from_scheduler_config, QueueBuilderContext, SchedulerConfig, TaskExecutor,
     TokioSpawner,
@@ -107,6 +107,9 @@ struct NodeSpec {
     /// of each start too.
     #[serde(default)]
     fair_share: Option<serde_json::Value>,
+    /// The pool's `max_queued_units`, if it has one.
+    #[serde(default)]
+    max_queued_units: Option<u64>,
 }
 
 fn database_url() -> String {
@@ -149,6 +152,9 @@ fn node_config(spec: &NodeSpec) -> SchedulerConfig {
     }
     if let Some(fair_share) = &spec.fair_share {
         config["pools"]["work"]["fair_share"] = fair_share.clone();
+    }
+    if let Some(units) = spec.max_queued_units {
+        config["pools"]["work"]["max_queued_units"] = units.into();
     }
     SchedulerConfig::from_json_str(&config.to_string()).expect("the cluster config is valid")
 }
@@ -475,6 +481,7 @@ fn node_spec(
         budgets: None,
         on_duplicate: None,
         fair_share: None,
+        max_queued_units: None,
     }
 }
 
@@ -1129,6 +1136,89 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere(backen
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `max_queued_units` across processes: node a (a child process, one worker) runs one job
+/// of its own and parks two more (Normal), which fill the fleet's bound of 2 units. A High
+/// job this process submits sheds a's worst-ranked one (its last), whose result, read back
+/// from the shared mailbox, is `QueueFull`; a Normal job then finds nothing lower to shed
+/// and is refused `QueueFull` at its submit. The High job runs before a's other parked one,
+/// and the shed job never starts.
+async fn a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority() {
+    let backend = Backend::Postgres;
+    let (queue, mailbox, dir) = fresh(backend, "bound");
+    let mut spec = node_spec(backend, "a", &queue, &mailbox, &dir, 1, 1);
+    spec.own_jobs = Some((3, 4_000));
+    spec.max_queued_units = Some(2);
+    let node = Node::start(&spec);
+    node.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read_lines(&node.runs)
+        .iter()
+        .filter(|line| line.starts_with("accepted"))
+        .count()
+        < 3
+    {
+        assert!(Instant::now() < deadline, "node a did not accept its jobs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut producer = config_json(
+        backend.queue_settings(&queue),
+        serde_json::json!({ "storage": { "type": "postgres", "table": mailbox } }),
+        0,
+        1,
+    );
+    producer["pools"]["work"]["max_queued_units"] = 2.into();
+    let producer = SchedulerConfig::from_json_str(&producer.to_string()).expect("valid");
+    let built = tokio::task::spawn_blocking(move || {
+        build_pools_from_scheduler_config::<Job, u64, Recorder, TokioSpawner>(
+            &producer,
+            &QueueBuilderContext::Embedded,
+            None,
+            |_| unreachable_executor(),
+            TokioSpawner,
+        )
+        .expect("the producer starts")
+    })
+    .await
+    .unwrap();
+    let pool = &built.pools["work"];
+    let key = MailboxKey::new("cluster").with_session(format!("{queue}-producer"));
+    let job = |id: TaskId, priority: Priority| {
+        let meta = TaskMetadata::new(id, ResourceCost::cpu(1))
+            .with_priority(priority)
+            .with_mailbox(key.clone());
+        ScheduledTask::new(meta, Job { ms: 0, units: 1 })
+    };
+    pool.submit(job(100, Priority::High))
+        .await
+        .expect("sheds a's last parked job");
+    assert_eq!(
+        pool.submit(job(101, Priority::Normal)).await,
+        Err(PoolError::QueueFull),
+        "nothing below Normal is left to shed"
+    );
+    let wait = Duration::from_secs(30);
+    assert_eq!(
+        pool.retrieve_task(&own_key(&queue), 3, wait).await,
+        Err(PoolError::QueueFull),
+        "a's shed job: its caller hears it through the shared mailbox"
+    );
+    assert_eq!(pool.retrieve_task(&key, 100, wait).await, Ok(200));
+    assert_eq!(pool.retrieve_task(&own_key(&queue), 2, wait).await, Ok(4));
+    let started: Vec<String> = read_lines(&node.runs)
+        .into_iter()
+        .filter_map(|line| line.strip_prefix("start ").map(str::to_owned))
+        .collect();
+    assert_eq!(
+        started,
+        ["1", "100", "2"],
+        "the High job first; job 3 never"
+    );
+    drop(built);
+    drop(node);
+    clean_up(backend, &queue, &mailbox).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Node a claims two jobs and is stopped (SIGSTOP) past its lease; node b rescues and
 /// finishes them, and the producer gets b's results. When a resumes, its runs are stopped or
 /// their results refused by the claim's fence: nothing of a's is stored or POSTed, each job
@@ -1369,9 +1459,21 @@ fn main() {
     #[cfg(not(feature = "pgmq"))]
     let only_pgmq: &[processes::Case] = &[];
     // Only the table layout claims by the fleet's tenant counters.
-    let only_table: &[processes::Case] = &[("three_nodes_share_one_fair_share_by_use", || {
-        processes::on_runtime(three_nodes_share_one_fair_share_by_use())
-    })];
+    // Only the table layout claims by the fleet's tenant counters and bounds its parked
+    // units.
+    let only_table: &[processes::Case] = &[
+        ("three_nodes_share_one_fair_share_by_use", || {
+            processes::on_runtime(three_nodes_share_one_fair_share_by_use())
+        }),
+        (
+            "a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority",
+            || {
+                processes::on_runtime(
+                    a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority(),
+                )
+            },
+        ),
+    ];
     let tests: Vec<processes::Case> = tests()
         .into_iter()
         .chain(only_pgmq.iter().copied())
