@@ -179,8 +179,12 @@ where
             let ticket = self.ticket(entry, &meta, &key, self.default_timeout);
             let run_anyway = held.as_ref().is_some_and(|held| held.run_anyway);
             let waits_for = match held.map(|held| self.parents_left(held, &orphans)) {
-                Some(Err(orphan)) => {
-                    orphans.push(Orphan { entry, ..orphan });
+                Some(Err((parent, status))) => {
+                    orphans.push(Orphan {
+                        entry,
+                        parent,
+                        status,
+                    });
                     Vec::new()
                 }
                 Some(Ok(pending)) => pending,
@@ -218,11 +222,16 @@ where
     }
 
     /// The entries of `held`'s parents it still waits for (restored, and not ended), or why
-    /// it will not run: a parent that ended without succeeding, or whose run was lost with
-    /// the process that stopped (unless it runs anyway, when both count as done).
+    /// it will not run: the task id of a parent that ended without succeeding, or whose run
+    /// was lost with the process that stopped, and how it ended (unless it runs anyway, when
+    /// both count as done).
     /// `orphans`: the held tasks restored so far that will not run (a child of one of them
     /// is cancelled with it).
-    fn parents_left(&self, held: StoredHold, orphans: &[Orphan]) -> Result<Vec<EntryId>, Orphan> {
+    fn parents_left(
+        &self,
+        held: StoredHold,
+        orphans: &[Orphan],
+    ) -> Result<Vec<EntryId>, (TaskId, TaskStatus)> {
         let mut pending = Vec::new();
         for parent in held.parents {
             let status = match parent.ended {
@@ -238,11 +247,7 @@ where
                 None => TaskStatus::Failed(LOST_WITH_THE_PROCESS.to_owned()),
             };
             if !held.run_anyway {
-                return Err(Orphan {
-                    entry: 0,
-                    parent: parent.task_id,
-                    status,
-                });
+                return Err((parent.task_id, status));
             }
         }
         Ok(pending)
