@@ -216,7 +216,7 @@ pub enum LetterEnd {
     /// submitter hears `Expired`.
     Expired,
     /// It was shed for a task of higher priority, the queue being at its bound on parked
-    /// units (see [`QueuedUnits`](super::QueuedUnits)): its submitter hears `QueueFull`, as
+    /// units (see [`QueuedUnits`]): its submitter hears `QueueFull`, as
     /// a task a node's core sheds does.
     Shed,
 }
