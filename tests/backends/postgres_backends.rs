@@ -1070,16 +1070,24 @@ async fn a_table_queue_without_dependencies_refuses_parents_and_keeps_no_ended_r
 
 #[cfg(feature = "pgmq")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pgmq_pool_refuses_dependencies_naming_the_queues_that_support_them() {
-    let name = fresh_name("deps");
-    let steps = conformance::dependencies::plain_steps();
-    let built = dependencies_pool("postgres_pgmq", &name, steps).await;
-    let pool = built.pools["deps"].client();
-    conformance::dependencies::refused_where_unsupported(pool, "pgmq").await;
-    drop(built);
-    let queues: Vec<String> = ["crit", "high", "norm", "low", "dlq"]
+async fn pgmq_queue_keeps_the_dependencies_contract() {
+    let names = std::sync::Mutex::new(Vec::new());
+    conformance::dependencies::run_all(|steps| {
+        let name = fresh_name("deps");
+        names.lock().expect("names").push(name.clone());
+        async move {
+            let mut built = dependencies_pool("postgres_pgmq", &name, steps).await;
+            built.pools.remove("deps").expect("the pool deps")
+        }
+    })
+    .await;
+    let queues: Vec<String> = names
+        .into_inner()
+        .expect("names")
         .iter()
-        .map(|suffix| format!("{name}_{suffix}"))
+        .flat_map(|name| {
+            ["crit", "high", "norm", "low", "dlq"].map(|suffix| format!("{name}_{suffix}"))
+        })
         .collect();
     drop_pgmq_queues(&queues).await;
 }

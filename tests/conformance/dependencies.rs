@@ -190,8 +190,8 @@ pub fn plain_steps() -> Steps {
 
 /// Asserts that `pool` (on a queue that does not support dependencies, built around
 /// [`plain_steps`]) refuses a submission with dependencies, naming `queue` and the queues
-/// that support them, and still takes the same task without them. (Every queue such a pool
-/// can be built on, pgmq and the table queue without `"dependencies": true`, is behind the
+/// that support them, and still takes the same task without them. (The one queue such a pool
+/// can be built on, the table queue without `"dependencies": true`, is behind the
 /// `postgres` feature.)
 #[cfg(feature = "postgres")]
 pub async fn refused_where_unsupported(pool: &PoolClient<u64, u64>, queue: &str) {
@@ -207,7 +207,13 @@ pub async fn refused_where_unsupported(pool: &PoolClient<u64, u64>, queue: &str)
                 supported,
             } => {
                 assert!(named.contains(queue), "{named}");
-                for queue in ["memory", "yaque", "postgres", "in_memory_shared"] {
+                for queue in [
+                    "memory",
+                    "yaque",
+                    "postgres",
+                    "postgres_pgmq",
+                    "in_memory_shared",
+                ] {
                     assert!(supported.contains(queue), "{queue} in {supported}");
                 }
             }

@@ -90,7 +90,7 @@ pub use pgmq::PgmqSource;
 #[cfg(feature = "postgres")]
 pub use retry::RetryPolicy;
 #[cfg(feature = "postgres")]
-pub(crate) use retry::{lease_ran_out_sql, retry_at_sql};
+pub(crate) use retry::{lease_ran_out_sql, retry_at_sql, GIVEN_UP};
 #[cfg(feature = "postgres")]
 pub use schema::Identifier;
 #[cfg(feature = "postgres")]

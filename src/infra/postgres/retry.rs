@@ -65,6 +65,14 @@ pub(crate) fn retry_at_sql(attempts: &str) -> String {
     )
 }
 
+/// How a task whose every attempt lost its lease ended, for the children waiting on it: in
+/// words (their reason), and as a `TaskStatus` in JSON (their events), both SQL text.
+pub(crate) const GIVEN_UP: (&str, &str) = (
+    "'was dead-lettered (its every attempt lost its lease)'",
+    "jsonb_build_object('Failed', 'the shared queue gave up on the task: ' \
+         || 'its every attempt lost its lease')::text",
+);
+
 /// Why a run was rescued, as the queue records it: the node whose lease ran out and the
 /// attempt.
 pub(crate) fn lease_ran_out_sql(node: &str, attempts: &str) -> String {

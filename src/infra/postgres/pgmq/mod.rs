@@ -1,8 +1,11 @@
 //! The queue on PGMQ that many nodes share (cargo feature `pgmq`): [`queue`] opens it in its
-//! layout, `statements.rs` writes its statements, `install` puts PGMQ's API on a server
+//! layout, `statements.rs` writes its statements, `dependencies.rs` what lets a task wait
+//! for others, `install` puts PGMQ's API on a server
 //! that lacks the extension, `driver` holds its settings' rules and how a node joins
 //! it, and `parked` reads its parked tasks for the fleet view.
 
+#[cfg(feature = "pgmq")]
+mod dependencies;
 pub(crate) mod driver;
 #[cfg(feature = "pgmq")]
 mod install;

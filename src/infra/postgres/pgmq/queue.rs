@@ -105,6 +105,12 @@ pub struct PgmqLayout {
     pub(super) dead: (Identifier, Identifier),
     /// The order claims take a level's messages in.
     pub(super) order: QueueOrder,
+    /// The function that releases or cancels the children of ended messages
+    /// (`pl_pgmq_<name>_ended`, see `dependencies.rs`).
+    pub(super) ended_function: Identifier,
+    /// The function that parks a child waiting for its parents
+    /// (`pl_pgmq_<name>_park_waiting`).
+    pub(super) park_waiting_function: Identifier,
 }
 
 /// A priority level's PGMQ queue.
@@ -132,7 +138,8 @@ pub fn check_queue_name(name: &str) -> Result<String, PoolError> {
 }
 
 impl PgmqLayout {
-    /// The layout of queue `name` (checked), found `source`, claimed in `order`.
+    /// The layout of queue `name` (checked), claimed in `order`, its PGMQ found `source`
+    /// (set again once the queues are made).
     fn new(name: String, source: PgmqSource, order: QueueOrder) -> Result<Self, PoolError> {
         let tables = |suffix: &str| -> Result<(Identifier, Identifier), PoolError> {
             Ok((
@@ -148,6 +155,8 @@ impl PgmqLayout {
         Ok(Self {
             levels: [level(crit)?, level(high)?, level(norm)?, level(low)?],
             dead: tables("dlq")?,
+            ended_function: Identifier::new(&format!("pl_pgmq_{name}_ended"))?,
+            park_waiting_function: Identifier::new(&format!("pl_pgmq_{name}_park_waiting"))?,
             name,
             source,
             order,
@@ -210,19 +219,21 @@ impl<P> PgQueue<PgmqLayout, P> {
             .iter()
             .map(|queue| Identifier::new(queue))
             .collect::<Result<Vec<_>, _>>()?;
-        let indexes = own_objects(&name, order)?;
+        // The layout names every object; where PGMQ comes from is known once it is set up.
+        let layout = PgmqLayout::new(name.clone(), PgmqSource::Extension, order)?;
+        let objects = own_objects(&layout)?;
         let setup = {
             let database = database.clone();
             move |_| async move {
                 let source = database.install_pgmq().await?;
-                database.create_pgmq_queues(queues, indexes).await?;
+                database.create_pgmq_queues(queues, objects).await?;
                 Ok(source)
             }
         };
         let source = database
             .block_on(setup)
             .map_err(|error| open_failed("pgmq queue", "create its queues", &error))?;
-        let layout = PgmqLayout::new(name.clone(), source, order)?;
+        let layout = PgmqLayout { source, ..layout };
         let label = QueueLabel {
             backend: "postgres_pgmq",
             queue: name.clone(),
@@ -251,10 +262,11 @@ impl<P> PgQueue<PgmqLayout, P> {
     }
 }
 
-/// The indexes and table this crate adds to a queue's PGMQ tables: the rank order of parked
-/// messages, lookups by entry and by task, held messages by `vt` (rescues), and the entry
-/// registry.
-fn own_objects(name: &str, order: QueueOrder) -> Result<String, PoolError> {
+/// The indexes, tables and functions this crate adds to a queue's PGMQ tables: the rank
+/// order of parked messages, lookups by entry and by task, held messages by `vt` (rescues),
+/// the entry registry, and what dependencies need (`dependencies.rs`).
+fn own_objects(layout: &PgmqLayout) -> Result<String, PoolError> {
+    let (name, order) = (&layout.name, layout.order);
     // A registry made by an earlier version gains the caller columns once (a guarded
     // `ALTER`: an unguarded one would lock the busy table at every start).
     // A registry row of a caller kept unique names the caller (and the rest of its key);
@@ -301,6 +313,7 @@ fn own_objects(name: &str, order: QueueOrder) -> Result<String, PoolError> {
             ));
         }
     }
+    sql.push_str(&super::dependencies::dependencies_ddl(layout));
     Ok(sql)
 }
 

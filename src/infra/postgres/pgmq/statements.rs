@@ -3,13 +3,15 @@
 //! [`queue`](super::queue), and `infra::postgres::shared_queue` for what each statement is
 //! given and answers).
 
+use super::dependencies::{
+    ended_ctes, expire_held_sql, park_waiting_sql, waiting_parents_sql, Ending, HELD,
+};
 use super::queue::{PgmqLayout, DUE, ENTRIES, ENTRY, LEVELS, PARKED, TASK};
 use crate::core::{QueueOrder, Settlement};
 use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, RankSql, Units};
-use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 use crate::infra::postgres::named::NamedSql;
 use crate::infra::postgres::shared_queue::Statements;
-use crate::infra::postgres::{lease_ran_out_sql, retry_at_sql, Identifier};
+use crate::infra::postgres::{lease_ran_out_sql, retry_at_sql, Identifier, GIVEN_UP};
 
 /// The messages of `table` a settle or release names that `$node` holds: each an entry under
 /// one read count (its claim); a message read again since, by any node, has another count
@@ -27,7 +29,8 @@ fn these_claims(table: &Identifier) -> String {
 }
 
 /// The body of the message of a parked row `item` (a JSON row of `ParkRows`).
-const MESSAGE: &str = "jsonb_build_object('entry', item->'entry', 'rank', item->'rank_time_ms', \
+pub(super) const MESSAGE: &str =
+    "jsonb_build_object('entry', item->'entry', 'rank', item->'rank_time_ms', \
      'kind', item->'kind', 'units', item->'units', 'tenant', item->'tenant', \
      'user', item->'user_id', 'session', item->'session_id', 'task', item->'task_id', \
      'meta', item->'metadata', 'payload', item->'payload', 'trace', item->'traceparent', \
@@ -69,12 +72,14 @@ impl PgmqLayout {
             claim: sql(claim_sql(layout)),
             renew: sql(renew_sql(layout)),
             settle_done: sql(settle_sql(layout, &Settlement::Done)),
-            // A task's end is a task's end here: the layout keeps no dependencies.
-            settle_ended: sql(settle_sql(layout, &Settlement::Done)),
-            park_waiting: None,
+            settle_ended: sql(settle_sql(
+                layout,
+                &Settlement::Ended(crate::core::TaskStatus::Cancelled),
+            )),
+            park_waiting: Some(sql(park_waiting_sql(layout))),
             park_within: None,
-            waiting_parents: None,
-            expire_held: None,
+            waiting_parents: Some(sql(waiting_parents_sql(layout))),
+            expire_held: Some(sql(expire_held_sql(layout))),
             settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
             release: sql(release_sql(layout)),
             retry: sql(retry_sql(layout)),
@@ -120,7 +125,7 @@ fn sleeping_sql(layout: &PgmqLayout) -> String {
                 AND message->>'tenant' = $tenant \
                 AND message->>'user' IS NOT DISTINCT FROM $user_id \
                 AND message->>'session' IS NOT DISTINCT FROM $session_id \
-                AND vt > {now}",
+                AND vt > {now} AND vt <> {HELD}",
             table = level.table,
             now = at_ms("$now_ms"),
         )
@@ -171,10 +176,11 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
                                item->>'user_id' AS user_id, item->>'session_id' AS session_id, \
                                {not_before} AS vt \
                           FROM jsonb_array_elements($rows::jsonb) WITH ORDINALITY AS i(item, ord)), \
-         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id, user_id, session_id) \
+         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id, user_id, \
+                                          session_id, owner, owner_task) \
                    SELECT $queue, entry, CASE WHEN attach THEN tenant END, \
                           CASE WHEN attach THEN task_id END, CASE WHEN attach THEN user_id END, \
-                          CASE WHEN attach THEN session_id END FROM input \
+                          CASE WHEN attach THEN session_id END, tenant, task_id FROM input \
                    ON CONFLICT DO NOTHING RETURNING entry), \
          chosen AS (SELECT DISTINCT ON (entry) p, message, vt FROM input \
                      WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \
@@ -316,9 +322,11 @@ fn renew_sql(layout: &PgmqLayout) -> String {
     format!("WITH {updates} {}", union_of("m", "entry"))
 }
 
-/// Ends `$node`'s holds on the messages of `$entries`. Done: archived in the level's archive,
-/// as `pgmq.archive` does. Failed: kept, with the reason `$reason`, in the dead-letter queue's
-/// archive (its submitter hears of it from the node, so it is not a dead letter to report).
+/// Ends `$node`'s holds on the messages of `$entries`. Done (or ended otherwise, `$status`):
+/// archived in the level's archive, as `pgmq.archive` does. Failed: kept, with the reason
+/// `$reason`, in the dead-letter queue's archive (its submitter hears of it from the node,
+/// so it is not a dead letter to report). Either way their children are released or
+/// cancelled in the same statement (`dependencies.rs`).
 fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
     let taken = layout.per_level(", ", |level| {
         format!(
@@ -348,24 +356,20 @@ fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
             archive = layout.dead.1,
         ),
     };
-    // A completed task whose caller is kept unique leaves its registry row for a while.
-    let (forget, remember) = match settlement {
-        Settlement::Done | Settlement::Ended(_) => (
-            "AND tenant IS NULL",
-            format!(
-                ", remembered AS (UPDATE {ENTRIES} \
-                    SET done_until = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS} \
-                    WHERE queue_name = $queue AND entry IN (SELECT {ENTRY} FROM gone) \
-                      AND tenant IS NOT NULL)"
-            ),
+    // Every ended task's registry row stays a while, for the children named after its end
+    // (and, when it ended well or was ended, for a resubmission of its caller).
+    let ending = match settlement {
+        Settlement::Done => Ending::DONE,
+        Settlement::Ended(_) => Ending::ENDED,
+        Settlement::Failed(_) => Ending::failed(
+            "jsonb_build_object('Failed', $reason::text)::text",
+            "'failed: ' || $reason::text",
         ),
-        Settlement::Failed(_) => ("", String::new()),
     };
     format!(
-        "WITH {taken}, gone AS ({gone}), {keep}, \
-         forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $queue \
-                        AND entry IN (SELECT {ENTRY} FROM gone) {forget}){remember} \
-         SELECT {ENTRY} AS entry FROM gone"
+        "WITH {taken}, gone AS ({gone}), {keep}, {ended} \
+         SELECT {ENTRY} AS entry FROM gone CROSS JOIN ended",
+        ended = ended_ctes(layout, "gone", ending),
     )
 }
 
@@ -413,7 +417,7 @@ fn retry_sql(layout: &PgmqLayout) -> String {
 }
 
 /// Deletes the parked message `condition` picks (at most one over all levels, the best
-/// level's), forgets its entry, and returns its task.
+/// level's), marks its entry cancelled, cancels its waiting children, and returns its task.
 fn remove_sql(layout: &PgmqLayout, condition: &str) -> String {
     let picked = layout.per_level(", ", |level| {
         format!(
@@ -433,18 +437,18 @@ fn remove_sql(layout: &PgmqLayout, condition: &str) -> String {
     format!(
         "WITH {picked}, \
          pick AS (SELECT p, msg_id FROM ({all}) AS found ORDER BY p DESC LIMIT 1), \
-         {deletes}, gone AS ({gone}), \
-         forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $queue \
-            AND entry IN (SELECT {ENTRY} FROM gone)) \
+         {deletes}, gone AS ({gone}), {ended} \
          SELECT (message->'meta')::text AS metadata, (message->'payload')::text AS payload \
-           FROM gone",
+           FROM gone CROSS JOIN ended",
         all = union_of("c", "p, msg_id"),
         gone = union_of("g", "message"),
+        ended = ended_ctes(layout, "gone", Ending::CANCELLED),
     )
 }
 
 /// Takes the node's name off each message whose hold ran out, visible again after the
-/// backoff; a message on its last attempt goes to the dead-letter queue with the reason.
+/// backoff; a message on its last attempt goes to the dead-letter queue with the reason, and
+/// its waiting children are cancelled.
 fn rescue_sql(layout: &PgmqLayout) -> String {
     let expired = layout.per_level(", ", |level| {
         format!(
@@ -468,15 +472,14 @@ fn rescue_sql(layout: &PgmqLayout) -> String {
          letters AS (INSERT INTO pgmq.{dlq} (vt, read_ct, enqueued_at, message) \
             SELECT to_timestamp(0), read_ct, enqueued_at, (message - 'node') || \
                    jsonb_build_object('reason', {reason}) \
-              FROM dead RETURNING 1), \
-         forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $queue \
-            AND entry IN (SELECT {ENTRY} FROM dead)) \
+              FROM dead RETURNING 1), {ended} \
          SELECT (SELECT count(*) FROM ({back}) AS back) AS parked, \
-                (SELECT count(*) FROM letters) AS dead",
+                (SELECT count(*) FROM letters) AS dead FROM ended",
         dead = union_of("d", "read_ct, enqueued_at, message"),
         back = union_of("b", "1"),
         dlq = layout.dead.0,
         reason = lease_ran_out_sql("message->>'node'", "read_ct"),
+        ended = ended_ctes(layout, "dead", Ending::failed(GIVEN_UP.1, GIVEN_UP.0)),
     )
 }
 
@@ -496,7 +499,9 @@ fn counts_sql(layout: &PgmqLayout) -> String {
 }
 
 /// Takes up to `$max` messages of the dead-letter queue, archiving them as a consumer of a
-/// PGMQ queue archives what it read.
+/// PGMQ queue archives what it read; a child cancelled for its parents (or expired while it
+/// waited for them, `dependencies.rs`) is told and dropped, not archived: it is no dead
+/// letter for an operator.
 fn dead_letters_sql(layout: &PgmqLayout) -> String {
     let (dlq, archive) = &layout.dead;
     format!(
@@ -505,17 +510,24 @@ fn dead_letters_sql(layout: &PgmqLayout) -> String {
          gone AS (DELETE FROM pgmq.{dlq} AS q USING picked WHERE q.msg_id = picked.msg_id \
                   RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message), \
          kept AS (INSERT INTO pgmq.{archive} (msg_id, read_ct, enqueued_at, vt, message) \
-                  SELECT msg_id, read_ct, enqueued_at, vt, message FROM gone) \
+                  SELECT msg_id, read_ct, enqueued_at, vt, message FROM gone \
+                   WHERE NOT {CANCELLED}) \
          SELECT coalesce(message->>'tenant', '') AS tenant, \
                 message->>'user' AS user_id, message->>'session' AS session_id, \
                 {task} AS task_id, {kind} AS kind, {units} AS units, \
-                message->>'reason' AS reason \
+                message->>'reason' AS reason, {CANCELLED} AS cancelled, \
+                message->>'ended' AS ended, {parent} AS parent_task, \
+                message->>'parent_status' AS parent_status \
            FROM gone ORDER BY msg_id",
         task = number_in_message("task", "bigint"),
         kind = number_in_message("kind", "smallint"),
         units = number_in_message("units", "bigint"),
+        parent = number_in_message("parent_task", "bigint"),
     )
 }
+
+/// A dead-letter message that tells a child's submitter it was cancelled or expired.
+const CANCELLED: &str = "(message ? 'cancelled')";
 
 /// The dead letters kept: those not reported yet (the dead-letter queue) and those reported
 /// (its archive), oldest first (one sequence numbers both).
@@ -527,13 +539,15 @@ fn list_dead_sql(layout: &PgmqLayout) -> String {
     );
     format!(
         "SELECT entry, attempts, metadata, reason FROM ( \
-           SELECT {columns} FROM pgmq.{dlq} UNION ALL SELECT {columns} FROM pgmq.{archive} \
+           SELECT {columns} FROM pgmq.{dlq} WHERE NOT {CANCELLED} \
+           UNION ALL SELECT {columns} FROM pgmq.{archive} \
          ) AS dead ORDER BY msg_id LIMIT $limit OFFSET $offset"
     )
 }
 
 /// Takes dead letter `$entry` out of the dead-letter queue or its archive and sends it again
-/// to its priority's level, its read count afresh, registering its entry again.
+/// to its priority's level, its read count afresh, registering its entry again (live again,
+/// if the registry still remembers how it ended).
 fn retry_dead_sql(layout: &PgmqLayout) -> String {
     let (dlq, archive) = &layout.dead;
     let level_of = "CASE message->'meta'->>'priority' WHEN 'Critical' THEN 3 \
@@ -549,12 +563,16 @@ fn retry_dead_sql(layout: &PgmqLayout) -> String {
         )
     });
     format!(
-        "WITH d AS (DELETE FROM pgmq.{dlq} WHERE {ENTRY} = $entry RETURNING message), \
+        "WITH d AS (DELETE FROM pgmq.{dlq} WHERE {ENTRY} = $entry AND NOT {CANCELLED} \
+                    RETURNING message), \
          a AS (DELETE FROM pgmq.{archive} WHERE {ENTRY} = $entry RETURNING message), \
          one AS (SELECT message - 'reason' AS message FROM (SELECT message FROM d \
                  UNION ALL SELECT message FROM a) AS found LIMIT 1), \
-         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry) \
-                   SELECT $queue, {ENTRY} FROM one ON CONFLICT DO NOTHING RETURNING entry), \
+         fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, owner, owner_task) \
+                   SELECT $queue, {ENTRY}, message->>'tenant', {TASK} FROM one \
+                   ON CONFLICT (queue_name, entry) DO UPDATE SET done_until = NULL, \
+                      ended_status = NULL WHERE {ENTRIES}.done_until IS NOT NULL \
+                   RETURNING entry), \
          {sent} {}",
         union_of("s", "entry")
     )
@@ -566,14 +584,14 @@ fn purge_dead_sql(layout: &PgmqLayout) -> String {
     let (dlq, archive) = &layout.dead;
     let chosen = format!("($entry::bigint IS NULL OR {ENTRY} = $entry)");
     format!(
-        "WITH d AS (DELETE FROM pgmq.{dlq} WHERE {chosen} RETURNING 1), \
+        "WITH d AS (DELETE FROM pgmq.{dlq} WHERE {chosen} AND NOT {CANCELLED} RETURNING 1), \
          a AS (DELETE FROM pgmq.{archive} WHERE {chosen} RETURNING 1) \
          SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM a) AS n"
     )
 }
 
 /// Moves message `$row_id` of level `$level`, which cannot be used, to the dead-letter queue
-/// with the reason `$reason`.
+/// with the reason `$reason`, and cancels its waiting children.
 fn bury_sql(layout: &PgmqLayout) -> String {
     let deletes = layout.per_level(", ", |level| {
         format!(
@@ -587,10 +605,17 @@ fn bury_sql(layout: &PgmqLayout) -> String {
         "WITH {deletes}, gone AS ({gone}), \
          letter AS (INSERT INTO pgmq.{dlq} (vt, read_ct, enqueued_at, message) \
             SELECT to_timestamp(0), read_ct, enqueued_at, \
-                   (message - 'node') || jsonb_build_object('reason', $reason::text) FROM gone) \
-         DELETE FROM {ENTRIES} WHERE queue_name = $queue \
-            AND entry IN (SELECT {ENTRY} FROM gone)",
+                   (message - 'node') || jsonb_build_object('reason', $reason::text) FROM gone), \
+         {ended} SELECT woken FROM ended",
         gone = union_of("g", "read_ct, enqueued_at, message"),
         dlq = layout.dead.0,
+        ended = ended_ctes(
+            layout,
+            "gone",
+            Ending::failed(
+                "jsonb_build_object('Failed', $reason::text)::text",
+                "'could not be read'",
+            ),
+        ),
     )
 }

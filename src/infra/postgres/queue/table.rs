@@ -70,7 +70,7 @@ use crate::infra::postgres::queue::dependencies::{ended_rows, WAITING_FOR_PARENT
 use crate::infra::postgres::service::pick_sql;
 use crate::infra::postgres::shared_queue::{FairClaim, ParkWithin, QueueLabel, Statements};
 use crate::infra::postgres::{
-    lease_ran_out_sql, open_failed, retry_at_sql, Identifier, PgDatabase, PgQueue, Table,
+    lease_ran_out_sql, open_failed, retry_at_sql, Identifier, PgDatabase, PgQueue, Table, GIVEN_UP,
 };
 use crate::util::serde::Priority;
 
@@ -416,14 +416,7 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
                     count(*) FILTER (WHERE state = 'dead') AS dead \
                FROM rescued CROSS JOIN ended \
              HAVING count(*) > 0",
-            ended = ended_rows(
-                t,
-                "given_up",
-                false,
-                "'was dead-lettered (its every attempt lost its lease)'",
-                "jsonb_build_object('Failed', 'the shared queue gave up on the task: ' \
-                     || 'its every attempt lost its lease')::text",
-            ),
+            ended = ended_rows(t, "given_up", false, GIVEN_UP.0, GIVEN_UP.1,),
             reason = lease_ran_out_sql("locked_by", "attempts"),
             retry_at = retry_at_sql("attempts"),
         )),
