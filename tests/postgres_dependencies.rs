@@ -1,4 +1,5 @@
-//! Dependencies across real node processes on one Postgres table queue and mailbox: three
+//! Dependencies across real node processes on one Postgres queue (the table queue, and the
+//! pgmq queue in builds with its feature) and mailbox: three
 //! worker nodes (child processes of this test binary) run the tasks, and this process, a
 //! producer-only node (`worker_threads: 0`), submits them. A parent runs on one node, its
 //! child is submitted here, held in the queue, and released to whichever node claims it once
@@ -35,6 +36,8 @@ const TENANT: &str = "planner";
 /// What a node is told.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct NodeSpec {
+    /// The queue's `"type"`: `postgres` or `postgres_pgmq`.
+    queue_type: String,
     queue: String,
     mailbox: String,
     /// Where it records its runs.
@@ -55,16 +58,21 @@ fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// One pool, `work`, with `workers` workers on the table queue `queue`, its results in the
-/// Postgres mailbox `mailbox`.
-fn config(queue: &str, mailbox: &str, workers: usize) -> SchedulerConfig {
+/// One pool, `work`, with `workers` workers on the queue `queue` of `queue_type` (a table
+/// queue keeping dependencies, or a pgmq queue), its results in the Postgres mailbox
+/// `mailbox`.
+fn config(queue_type: &str, queue: &str, mailbox: &str, workers: usize) -> SchedulerConfig {
+    let mut queue =
+        serde_json::json!({ "type": queue_type, "queue_name": queue, "lease_ms": 3_000 });
+    if queue_type == "postgres" {
+        queue["dependencies"] = true.into();
+    }
     let config = serde_json::json!({
         "database_url": database_url(),
         "pools": { "work": {
             "worker_threads": workers,
             "max_units": 4,
-            "queue": { "type": "postgres", "queue_name": queue, "lease_ms": 3_000,
-                       "dependencies": true },
+            "queue": queue,
             "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
         } }
     });
@@ -122,7 +130,7 @@ fn dependency_node() {
         std::fs::File::create(&spec.runs).expect("the runs file"),
     )));
     let built = build_pools_from_scheduler_config::<Step, String, Recorder, TokioSpawner>(
-        &config(&spec.queue, &spec.mailbox, 2),
+        &config(&spec.queue_type, &spec.queue, &spec.mailbox, 2),
         &QueueBuilderContext::Embedded,
         None,
         |_| recorder.clone(),
@@ -166,16 +174,18 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn start() -> Self {
+    fn start(queue_type: &str) -> Self {
         let stamp = now_ms();
         let queue = format!("deps_{}_{stamp}", std::process::id());
-        let mailbox = format!("pl_deps_results_{}", std::process::id());
+        // A mailbox of the fleet's own: each case's tasks reuse the same ids.
+        let mailbox = format!("pl_{queue}_results");
         let dir = std::env::temp_dir().join(&queue);
         std::fs::create_dir_all(&dir).unwrap();
         let nodes: Vec<Node> = (0..3)
             .map(|index| {
                 let runs = dir.join(format!("node-{index}.runs"));
                 let spec = NodeSpec {
+                    queue_type: queue_type.to_owned(),
                     queue: queue.clone(),
                     mailbox: mailbox.clone(),
                     runs: runs.clone(),
@@ -191,7 +201,7 @@ impl Fleet {
             std::fs::File::create(dir.join("producer.runs")).unwrap(),
         )));
         let producer = build_pools_from_scheduler_config::<Step, String, Recorder, TokioSpawner>(
-            &config(&queue, &mailbox, 0),
+            &config(queue_type, &queue, &mailbox, 0),
             &QueueBuilderContext::Embedded,
             None,
             |_| unused.clone(),
@@ -332,8 +342,9 @@ async fn a_waiting_child_is_cancelled_from_another_node(fleet: &Fleet) {
     assert!(fleet.starts_of(8).is_empty(), "the cancelled child ran");
 }
 
-fn dependencies_across_three_nodes() {
-    let mut fleet = Fleet::start();
+/// The three cases on a fleet of `queue_type`.
+fn dependencies_across_three_nodes(queue_type: &str) {
+    let mut fleet = Fleet::start(queue_type);
     processes::on_runtime(async {
         a_child_waits_for_its_parent_on_another_node(&fleet).await;
         a_failed_parent_cancels_its_descendants_on_every_node(&fleet).await;
@@ -345,10 +356,23 @@ fn dependencies_across_three_nodes() {
     let _ = std::fs::remove_dir_all(&fleet.dir);
 }
 
+fn on_the_table_queue() {
+    dependencies_across_three_nodes("postgres");
+}
+
+#[cfg(feature = "pgmq")]
+fn on_pgmq() {
+    dependencies_across_three_nodes("postgres_pgmq");
+}
+
 fn main() {
-    let tests: &[processes::Case] = &[(
-        "dependencies_are_kept_across_three_nodes_on_the_table_queue",
-        dependencies_across_three_nodes,
-    )];
+    let tests: &[processes::Case] = &[
+        (
+            "dependencies_are_kept_across_three_nodes_on_the_table_queue",
+            on_the_table_queue,
+        ),
+        #[cfg(feature = "pgmq")]
+        ("dependencies_are_kept_across_three_nodes_on_pgmq", on_pgmq),
+    ];
     processes::main(tests, &[("dependency_node", dependency_node)]);
 }
