@@ -332,6 +332,22 @@ async fn a_failed_parent_cancels_its_child_and_the_childs_children(mut lab: Lab)
     assert_eq!(lab.outcome(&child).await, Err(PoolError::Cancelled));
     assert_eq!(lab.outcome(&grandchild).await, Err(PoolError::Cancelled));
     assert!(lab.starts_so_far().is_empty(), "neither ran");
+    // A shared queue keeps the failed parent as a dead letter for an operator, but not the
+    // children it cancelled: they were told, and there is nothing to retry.
+    if lab.pool.keeps_dead_letters() {
+        let kept: Vec<TaskId> = lab
+            .pool
+            .dead_letters(0, 100)
+            .await
+            .expect("the dead letters")
+            .iter()
+            .map(|letter| letter.task_id)
+            .collect();
+        assert!(
+            !kept.contains(&3) && !kept.contains(&4),
+            "the cancelled children are kept as dead letters: {kept:?}"
+        );
+    }
     // Each says which parent ended how, then that it ended cancelled, wherever it was held.
     let mut ends: Vec<(TaskId, TaskStep)> = Vec::new();
     while let Ok(event) = events.try_recv() {
