@@ -245,20 +245,23 @@ fn a_pgmq_fleet_lists_explains_and_cancels_its_parked_tasks() {
     submit(13, Priority::Normal, 1, SubmitOptions::default());
     submit(14, Priority::Normal, 16, SubmitOptions::default());
     submit(15, Priority::Normal, 1, in_an_hour);
+    // A child of the blocker waits in its level until the blocker ends.
+    let after_blocker = SubmitOptions::default().with_depends_on([BLOCKER]);
+    submit(16, Priority::Normal, 1, after_blocker);
 
     // Every parked task, across the levels, in rank order, each with its reason.
-    let page = eventually("the seven parked tasks", || {
+    let page = eventually("the eight parked tasks", || {
         let page = parked_page("");
-        (page["parked_total"] == 7).then_some(page)
+        (page["parked_total"] == 8).then_some(page)
     });
-    assert_eq!(ids(&page), [11, 12, FLAKY, 13, 14, 15, 10], "{page}");
+    assert_eq!(ids(&page), [11, 12, FLAKY, 13, 14, 15, 16, 10], "{page}");
     let positions: Vec<u64> = page["parked"]
         .as_array()
         .unwrap()
         .iter()
         .map(|task| task["position"].as_u64().unwrap())
         .collect();
-    assert_eq!(positions, [0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(positions, [0, 1, 2, 3, 4, 5, 6, 7]);
     let reason = |id: u64| task(&page, id)["reason"].clone();
     assert_eq!(
         reason(11),
@@ -288,7 +291,11 @@ fn a_pgmq_fleet_lists_explains_and_cancels_its_parked_tasks() {
         scheduled["in_ms"].as_u64().unwrap() > 3_500_000,
         "{scheduled}"
     );
-    assert_eq!(reason(10)["ahead"], 6);
+    assert_eq!(
+        reason(16),
+        json!({ "code": "waits_for_parents", "pending": 1 })
+    );
+    assert_eq!(reason(10)["ahead"], 7);
     assert_eq!(task(&page, 12)["priority"], 2);
     assert_eq!(task(&page, 14)["units"], 16);
     assert_eq!(task(&page, 11)["key"]["session_id"], queue.as_str());
@@ -296,7 +303,7 @@ fn a_pgmq_fleet_lists_explains_and_cancels_its_parked_tasks() {
     // Paged: from the third task, three of them.
     let middle = parked_page("?offset=2&limit=3");
     assert_eq!(ids(&middle), [FLAKY, 13, 14], "{middle}");
-    assert_eq!(middle["parked_total"], 7);
+    assert_eq!(middle["parked_total"], 8);
     assert_eq!(middle["parked"][0]["position"], 2, "{middle}");
 
     // One task, asked of the worker, which did not submit it: its place and reason.
@@ -313,7 +320,15 @@ fn a_pgmq_fleet_lists_explains_and_cancels_its_parked_tasks() {
         &admin,
         &format!("/api/fleet/work/why?tenant=fleet&session_id={queue}&id=10"),
     );
-    assert_eq!(why_low["task"]["position"], 6, "{why_low}");
+    assert_eq!(why_low["task"]["position"], 7, "{why_low}");
+    let why_child = get(
+        &admin,
+        &format!("/api/fleet/work/why?tenant=fleet&session_id={queue}&id=16"),
+    );
+    assert_eq!(
+        why_child["task"]["reason"]["code"], "waits_for_parents",
+        "{why_child}"
+    );
     let (status, answer) = call(
         reqwest::Method::GET,
         &format!("{admin}/api/fleet/work/why?tenant=fleet&id=14"),
@@ -327,7 +342,7 @@ fn a_pgmq_fleet_lists_explains_and_cancels_its_parked_tasks() {
         .expect("run parking-lot");
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{printed}");
-    assert!(printed.contains("1-7 of 7 parked"), "{printed}");
+    assert!(printed.contains("1-8 of 8 parked"), "{printed}");
     assert!(
         printed.contains("needs 16 cpu units; the largest live node has 4"),
         "{printed}"
@@ -365,12 +380,13 @@ fn a_pgmq_fleet_lists_explains_and_cancels_its_parked_tasks() {
     let outcome = runtime.block_on(producer.retrieve_task(&key, 13, Duration::from_secs(30)));
     assert_eq!(outcome, Err(PoolError::Cancelled));
     let after = parked_page("");
-    assert_eq!(ids(&after), [11, 12, FLAKY, 14, 15, 10], "{after}");
-    assert_eq!(after["parked_total"], 6);
+    assert_eq!(ids(&after), [11, 12, FLAKY, 14, 15, 16, 10], "{after}");
+    assert_eq!(after["parked_total"], 7);
 
-    // Released, the worker runs what fits and is due: 11, 12 and 10.
+    // Released, the worker runs what fits and is due: 11, 12 and 10, and 16 once the
+    // blocker, its parent, succeeded.
     RELEASED.store(true, Ordering::SeqCst);
-    for id in [BLOCKER, 11, 12, 10] {
+    for id in [BLOCKER, 11, 12, 10, 16] {
         let outcome = runtime.block_on(producer.retrieve_task(&key, id, Duration::from_secs(30)));
         assert_eq!(outcome, Ok(id));
     }

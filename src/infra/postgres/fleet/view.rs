@@ -598,7 +598,7 @@ fn parked_of(
         attempts,
         last_error: last_error.as_deref(),
         ahead: position,
-        // Only the table layout keeps dependencies: pgmq's reads have no such column.
+        // A table queue without dependencies has no such column.
         pending_parents: to_u64(i64::from(
             row.try_get::<i32>("", "pending_parents").unwrap_or(0),
         )),

@@ -6,8 +6,9 @@
 //! reads it into the columns the table queue's rows have, so one reader serves both layouts:
 //! `priority` is its level's rank number, `rank_time_ms` and `entry` come from its body,
 //! `attempts` is PGMQ's `read_ct` (the claims it had), `not_before_ms` is its `vt` (a
-//! scheduled start, or a retry's or rescue's backoff: when a claim may take it), and
-//! `last_error` is the reason its last run gave for a retry.
+//! scheduled start, or a retry's or rescue's backoff: when a claim may take it; never, as on
+//! the table, for a child waiting for its parents), `last_error` is the reason its last run
+//! gave for a retry, and `pending_parents` how many parents a held child still waits for.
 //!
 //! Rank order across the levels is the levels, best first, each in `(rank, entry)` order: a
 //! page from `$2` of `$3` tasks takes at most `$2 + $3` messages of each level, in the order
@@ -16,6 +17,7 @@
 //! levels, a page of 50 from offset 50 read 100 rows per level in 0.2 ms, and the count took
 //! most of the statement's 65 ms (`EXPLAIN ANALYZE`, the shared 2-core test machine).
 
+use super::dependencies::HELD;
 use super::queue::{check_queue_name, DUE, ENTRY, LEVELS, PARKED, RANK, TASK};
 use crate::core::{PoolError, QueueOrder};
 use crate::infra::postgres::codec::DATABASE_NOW_MS;
@@ -29,8 +31,11 @@ fn columns(p: i16) -> String {
          message->>'user' AS user_id, message->>'session' AS session_id, \
          {p}::smallint AS priority, (message->>'kind')::smallint AS kind, \
          (message->>'units')::bigint AS units, {RANK} AS rank_time_ms, read_ct AS attempts, \
-         (extract(epoch FROM vt) * 1000)::bigint AS not_before_ms, \
-         message->>'error' AS last_error"
+         CASE WHEN vt = {HELD} THEN {never} \
+              ELSE (extract(epoch FROM vt) * 1000)::bigint END AS not_before_ms, \
+         message->>'error' AS last_error, \
+         COALESCE((message->>'pending')::int, 0) AS pending_parents",
+        never = i64::MAX,
     )
 }
 
