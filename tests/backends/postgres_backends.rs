@@ -1170,12 +1170,11 @@ async fn a_shutdown_of_built_pools_returns_once_the_nodes_have_stopped() {
         .expect("nothing of the stopped nodes holds the table");
 }
 
-/// A pool built from a config on the table queue with `max_queued_units` keeps it for the
-/// fleet, in the table: a task of higher priority sheds the worst-ranked parked task of a
+/// A pool built from a config on a queue of `queue_type` with `max_queued_units` keeps it
+/// for the fleet, in the database: a task of higher priority sheds the worst-ranked parked task of a
 /// lower one, whose caller hears `QueueFull` (through the node that reads the dead letter);
 /// one with nothing of a lower priority to shed is refused `QueueFull` at its submit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_bounding_its_queued_units_on_the_table_sheds_and_refuses_for_the_fleet() {
+async fn bounded_pool_sheds_and_refuses_for_the_fleet(queue_type: &str) -> String {
     let name = fresh_name("bounded");
     let config = serde_json::json!({
         "database_url": std::env::var("DATABASE_URL")
@@ -1184,7 +1183,7 @@ async fn a_pool_bounding_its_queued_units_on_the_table_sheds_and_refuses_for_the
             "worker_threads": 1,
             "max_units": 1,
             "max_queued_units": 2,
-            "queue": { "type": "postgres", "queue_name": name, "lease_ms": 3_000 },
+            "queue": { "type": queue_type, "queue_name": name, "lease_ms": 3_000 },
             "mailbox": { "storage": { "type": "in_memory" } }
         } }
     });
@@ -1224,4 +1223,18 @@ async fn a_pool_bounding_its_queued_units_on_the_table_sheds_and_refuses_for_the
         );
     }
     drop(built);
+    name
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_bounding_its_queued_units_on_the_table_sheds_and_refuses_for_the_fleet() {
+    bounded_pool_sheds_and_refuses_for_the_fleet("postgres").await;
+}
+
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_bounding_its_queued_units_on_pgmq_sheds_and_refuses_for_the_fleet() {
+    let name = bounded_pool_sheds_and_refuses_for_the_fleet("postgres_pgmq").await;
+    let queues = ["crit", "high", "norm", "low", "dlq"].map(|suffix| format!("{name}_{suffix}"));
+    drop_pgmq_queues(&queues).await;
 }

@@ -209,7 +209,6 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "order": "edf" }"#), "pools.p.order: unknown value `edf`; use `fifo` or `deadline`"),
         (&one_pool(r#"{ "admission": { "refuse_if_late": true }, "queue": { "type": "postgres" } }"#), "pools.p.admission.refuse_if_late: applies to a local queue (in_memory, yaque): a task that waits in a shared queue waits behind every node's backlog, which no node's estimate sees; remove it, or set it to false"),
         (&one_pool(r#"{ "max_queued_units": 0 }"#), "pools.p.max_queued_units: 0 is out of range; use 1 to 18446744073709551615"),
-        (&one_pool(r#"{ "max_queued_units": 64, "queue": { "type": "postgres_pgmq", "queue_name": "q" } }"#), "pools.p.max_queued_units: the postgres_pgmq queue keeps no bound on the units parked for every node; remove the field, or use a queue that keeps one (in_memory, yaque, postgres)"),
         (&one_pool(r#"{ "on_give_up": "drop" }"#), "pools.p.on_give_up: unknown value `drop`; use `keep` or `abandon`"),
         (&one_pool(r#"{ "stream_idle_ms": 0 }"#), "pools.p.stream_idle_ms: 0 is out of range; use 1 to 86400000"),
         (&one_pool(r#"{ "stream_idle_ms": 90000000 }"#), "pools.p.stream_idle_ms: 90000000 is out of range; use 1 to 86400000"),

@@ -33,8 +33,8 @@ pub const DEPENDENCIES_SUPPORTED: &str =
 
 /// The shared queues that bound the units parked for every node, as a refusal names them.
 pub const QUEUED_UNITS_SUPPORTED: &str =
-    "postgres (the Postgres table queue), in_memory_shared (the in-memory shared queue), or a \
-     local queue (in_memory, yaque)";
+    "postgres (the Postgres table queue), postgres_pgmq (the pgmq queue), in_memory_shared \
+     (the in-memory shared queue), or a local queue (in_memory, yaque)";
 
 /// The reason a task shed from a shared queue for one of higher priority carries (its dead
 /// letter's, and its row's on the Postgres table queue).

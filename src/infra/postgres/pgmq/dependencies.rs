@@ -40,6 +40,7 @@
 //! [`REMEMBER_ENDED_MS`]: crate::infra::postgres::codec::REMEMBER_ENDED_MS
 
 use super::queue::{PgmqLayout, ENTRIES, ENTRY, PARKED, TASK};
+use super::statements::{at_ms, register_one, send_one};
 use crate::core::HELD_PAST_DEADLINE;
 use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 
@@ -50,7 +51,7 @@ pub(super) const EDGES: &str = "pl_pgmq_edges";
 pub(super) const HELD: &str = "'infinity'::timestamptz";
 
 /// What a held child's body carries while it waits, taken off when it is released.
-const HELD_KEYS: &str = "- 'pending' - 'after' - 'anyway'";
+pub(super) const HELD_KEYS: &str = "- 'pending' - 'after' - 'anyway'";
 
 /// How the messages a statement ends ended, for the registry and for their children.
 #[derive(Debug, Clone, Copy)]
@@ -178,6 +179,7 @@ fn ended_function(layout: &PgmqLayout) -> String {
     let parked = PARKED.replace("message", "c.message");
     let pending = "(c.message->>'pending')::int";
     let anyway = "COALESCE((c.message->>'anyway')::boolean, false)";
+    let after = at_ms("COALESCE((c.message->>'after')::bigint, 0)");
     let per_level = layout.per_level(", ", |level| {
         format!(
             "doomed_{p} AS (DELETE FROM pgmq.{table} AS c USING per_child AS d \
@@ -188,7 +190,7 @@ fn ended_function(layout: &PgmqLayout) -> String {
                 message = CASE WHEN {pending} <= n.edges THEN c.message {HELD_KEYS} \
                   ELSE jsonb_set(c.message, '{{pending}}', to_jsonb({pending} - n.edges)) END, \
                 vt = CASE WHEN {pending} <= n.edges \
-                  THEN to_timestamp(COALESCE((c.message->>'after')::bigint, 0) / 1000.0) \
+                  THEN {after} \
                   ELSE c.vt END \
                 FROM per_child AS n \
                WHERE (succeeded OR {anyway}) AND {child} = n.child_entry AND c.vt = {HELD} \
@@ -279,13 +281,6 @@ $fn$;
 /// how it ended).
 fn park_waiting_function(layout: &PgmqLayout) -> String {
     let name = &layout.name;
-    let send = layout.per_level(" ELSIF ", |level| {
-        format!(
-            "priority = {p} THEN INSERT INTO pgmq.{table} (vt, message) VALUES (due, body);",
-            p = level.p,
-            table = level.table,
-        )
-    });
     format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}(tenant_name text, parents bigint[], run_anyway boolean,
@@ -297,9 +292,7 @@ DECLARE
     hit record;
     live bigint[] := '{{}}';
     item jsonb := rec->0;
-    attach boolean := COALESCE((rec->0->>'attach')::boolean, false);
-    priority smallint := (rec->0->>'priority')::smallint;
-    fresh bigint;
+    stored bigint;
     body jsonb;
     due timestamptz;
 BEGIN
@@ -325,15 +318,8 @@ BEGIN
             RETURN;
         END IF;
     END LOOP;
-    INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id, user_id, session_id, owner,
-                           owner_task)
-    SELECT '{name}', (item->>'entry')::bigint, CASE WHEN attach THEN item->>'tenant' END,
-           CASE WHEN attach THEN (item->>'task_id')::bigint END,
-           CASE WHEN attach THEN item->>'user_id' END,
-           CASE WHEN attach THEN item->>'session_id' END,
-           item->>'tenant', (item->>'task_id')::bigint
-    ON CONFLICT DO NOTHING RETURNING entry INTO fresh;
-    IF fresh IS NULL THEN
+    {register}
+    IF stored IS NULL THEN
         RETURN QUERY SELECT 'duplicate'::text, NULL::bigint, NULL::text;
         RETURN;
     END IF;
@@ -343,13 +329,11 @@ BEGIN
                                            'anyway', run_anyway);
         due := {HELD};
     ELSE
-        due := to_timestamp(after_ms / 1000.0);
+        due := {after};
     END IF;
-    IF {send}
-    ELSE RAISE EXCEPTION 'priority % has no level', priority;
-    END IF;
+    {send}
     INSERT INTO {EDGES} (queue_name, parent_entry, child_entry)
-    SELECT DISTINCT '{name}', unnest(live), fresh;
+    SELECT DISTINCT '{name}', unnest(live), stored;
     IF cardinality(live) = 0 THEN
         PERFORM pg_notify('pgmq.{name}', '');
     END IF;
@@ -359,6 +343,9 @@ $fn$;
 "#,
         function = layout.park_waiting_function,
         message = super::statements::MESSAGE,
+        register = register_one(layout, "item", "stored"),
+        after = at_ms("after_ms"),
+        send = send_one(layout, "(item->>'priority')::smallint", "due", "body"),
     )
 }
 

@@ -69,6 +69,10 @@ impl QueueRules for PgmqDriver<'_> {
     fn claims_by_deadline(&self) -> bool {
         true
     }
+
+    fn bounds_queued_units(&self) -> bool {
+        true
+    }
 }
 
 impl<P> QueueDriver<P> for PgmqDriver<'_>

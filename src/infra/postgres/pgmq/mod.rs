@@ -1,9 +1,11 @@
 //! The queue on PGMQ that many nodes share (cargo feature `pgmq`): [`queue`] opens it in its
 //! layout, `statements.rs` writes its statements, `dependencies.rs` what lets a task wait
-//! for others, `install` puts PGMQ's API on a server
+//! for others, `bounded.rs` the park that keeps `max_queued_units`, `install` puts PGMQ's API on a server
 //! that lacks the extension, `driver` holds its settings' rules and how a node joins
 //! it, and `parked` reads its parked tasks for the fleet view.
 
+#[cfg(feature = "pgmq")]
+mod bounded;
 #[cfg(feature = "pgmq")]
 mod dependencies;
 pub(crate) mod driver;

@@ -111,6 +111,9 @@ pub struct PgmqLayout {
     /// The function that parks a child waiting for its parents
     /// (`pl_pgmq_<name>_park_waiting`).
     pub(super) park_waiting_function: Identifier,
+    /// The function a bounded queue parks through (`pl_pgmq_<name>_park_within`, see
+    /// `bounded.rs`).
+    pub(super) park_within_function: Identifier,
 }
 
 /// A priority level's PGMQ queue.
@@ -157,6 +160,7 @@ impl PgmqLayout {
             dead: tables("dlq")?,
             ended_function: Identifier::new(&format!("pl_pgmq_{name}_ended"))?,
             park_waiting_function: Identifier::new(&format!("pl_pgmq_{name}_park_waiting"))?,
+            park_within_function: Identifier::new(&format!("pl_pgmq_{name}_park_within"))?,
             name,
             source,
             order,
@@ -264,7 +268,8 @@ impl<P> PgQueue<PgmqLayout, P> {
 
 /// The indexes, tables and functions this crate adds to a queue's PGMQ tables: the rank
 /// order of parked messages, lookups by entry and by task, held messages by `vt` (rescues),
-/// the entry registry, and what dependencies need (`dependencies.rs`).
+/// the entry registry, what dependencies need (`dependencies.rs`), and the park that keeps
+/// a bound on the units parked (`bounded.rs`).
 fn own_objects(layout: &PgmqLayout) -> Result<String, PoolError> {
     let (name, order) = (&layout.name, layout.order);
     // A registry made by an earlier version gains the caller columns once (a guarded
@@ -314,6 +319,7 @@ fn own_objects(layout: &PgmqLayout) -> Result<String, PoolError> {
         }
     }
     sql.push_str(&super::dependencies::dependencies_ddl(layout));
+    sql.push_str(&super::bounded::park_within_function(layout));
     Ok(sql)
 }
 

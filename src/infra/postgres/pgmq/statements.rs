@@ -3,6 +3,7 @@
 //! [`queue`](super::queue), and `infra::postgres::shared_queue` for what each statement is
 //! given and answers).
 
+use super::bounded::park_within_sql;
 use super::dependencies::{
     ended_ctes, expire_held_sql, park_waiting_sql, waiting_parents_sql, Ending, HELD,
 };
@@ -10,7 +11,7 @@ use super::queue::{PgmqLayout, DUE, ENTRIES, ENTRY, LEVELS, PARKED, TASK};
 use crate::core::{QueueOrder, Settlement};
 use crate::infra::postgres::claim::{fits, not_behind_reserved, within_bound, RankSql, Units};
 use crate::infra::postgres::named::NamedSql;
-use crate::infra::postgres::shared_queue::Statements;
+use crate::infra::postgres::shared_queue::{ParkWithin, Statements};
 use crate::infra::postgres::{lease_ran_out_sql, retry_at_sql, Identifier, GIVEN_UP};
 
 /// The messages of `table` a settle or release names that `$node` holds: each an entry under
@@ -36,9 +37,45 @@ pub(super) const MESSAGE: &str =
      'meta', item->'metadata', 'payload', item->'payload', 'trace', item->'traceparent', \
      'deadline', item->'deadline_ms')";
 
-/// A time in milliseconds (a `BIGINT` expression) as a `timestamptz`.
-fn at_ms(ms: &str) -> String {
-    format!("to_timestamp(({ms})::bigint / 1000.0)")
+/// Inside a function of the queue: registers the entry of the parked row in JSON variable
+/// `rec` (its caller too, if it attaches), its entry into variable `into` (`NULL` when the
+/// entry or caller is stored already).
+pub(super) fn register_one(layout: &PgmqLayout, rec: &str, into: &str) -> String {
+    let attach = format!("COALESCE(({rec}->>'attach')::boolean, false)");
+    format!(
+        "INSERT INTO {ENTRIES} AS registry (queue_name, entry, tenant, task_id, user_id, session_id, \
+                                owner, owner_task) \
+         SELECT '{name}', ({rec}->>'entry')::bigint, CASE WHEN {attach} THEN {rec}->>'tenant' END, \
+                CASE WHEN {attach} THEN ({rec}->>'task_id')::bigint END, \
+                CASE WHEN {attach} THEN {rec}->>'user_id' END, \
+                CASE WHEN {attach} THEN {rec}->>'session_id' END, \
+                {rec}->>'tenant', ({rec}->>'task_id')::bigint \
+         ON CONFLICT DO NOTHING RETURNING registry.entry INTO {into};",
+        name = layout.name,
+    )
+}
+
+/// Inside a function of the queue: sends the message `body`, visible from `vt`, to the
+/// level of priority `priority` (all three SQL expressions).
+pub(super) fn send_one(layout: &PgmqLayout, priority: &str, vt: &str, body: &str) -> String {
+    let levels = layout.per_level(" ELSIF ", |level| {
+        format!(
+            "{priority} = {p} THEN INSERT INTO pgmq.{table} (vt, message) VALUES ({vt}, {body});",
+            p = level.p,
+            table = level.table,
+        )
+    });
+    format!("IF {levels} ELSE RAISE EXCEPTION 'priority % has no level', {priority}; END IF;")
+}
+
+/// The latest instant a message's visibility time holds, ms since the Unix epoch (in the
+/// year 287,000; a `timestamptz` ends in 294,276): a later one, a start that never comes in
+/// practice, is held there.
+const LATEST_MS: i64 = 9_000_000_000_000_000;
+
+/// A time in milliseconds (a `BIGINT` expression) as a `timestamptz`, at most [`LATEST_MS`].
+pub(super) fn at_ms(ms: &str) -> String {
+    format!("to_timestamp(LEAST(({ms})::bigint, {LATEST_MS}) / 1000.0)")
 }
 
 /// A whole number `field` of a message, as a SQL `ty`; 0 when it holds none.
@@ -77,7 +114,10 @@ impl PgmqLayout {
                 &Settlement::Ended(crate::core::TaskStatus::Cancelled),
             )),
             park_waiting: Some(sql(park_waiting_sql(layout))),
-            park_within: None,
+            park_within: Some(ParkWithin {
+                table: None,
+                park: sql(park_within_sql(layout)),
+            }),
             waiting_parents: Some(sql(waiting_parents_sql(layout))),
             expire_held: Some(sql(expire_held_sql(layout))),
             settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
@@ -149,6 +189,21 @@ fn live_task_sql() -> String {
 /// entry that was not registered yet, and for an entry named twice in the group only for its
 /// first copy. `claimed`: held by `$node` until `$expires_ms`, as its first attempt.
 fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
+    park_group(layout, claimed, "$rows::jsonb", "$queue", |sent| {
+        sent.to_owned()
+    })
+}
+
+/// [`park_sql`]'s statement, parking the rows of `rows` (a JSON array expression) in queue
+/// `queue` (a text expression), answered by `answer` of the query over the entries sent
+/// (`entry`): the same text inside a function that parks a group (`bounded.rs`).
+pub(super) fn park_group(
+    layout: &PgmqLayout,
+    claimed: bool,
+    rows: &str,
+    queue: &str,
+    answer: impl Fn(&str) -> String,
+) -> String {
     let (vt, read_ct, message) = if claimed {
         (
             at_ms("$expires_ms"),
@@ -175,17 +230,17 @@ fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
                                item->>'tenant' AS tenant, (item->>'task_id')::bigint AS task_id, \
                                item->>'user_id' AS user_id, item->>'session_id' AS session_id, \
                                {not_before} AS vt \
-                          FROM jsonb_array_elements($rows::jsonb) WITH ORDINALITY AS i(item, ord)), \
+                          FROM jsonb_array_elements({rows}) WITH ORDINALITY AS i(item, ord)), \
          fresh AS (INSERT INTO {ENTRIES} (queue_name, entry, tenant, task_id, user_id, \
                                           session_id, owner, owner_task) \
-                   SELECT $queue, entry, CASE WHEN attach THEN tenant END, \
+                   SELECT {queue}, entry, CASE WHEN attach THEN tenant END, \
                           CASE WHEN attach THEN task_id END, CASE WHEN attach THEN user_id END, \
                           CASE WHEN attach THEN session_id END, tenant, task_id FROM input \
                    ON CONFLICT DO NOTHING RETURNING entry), \
          chosen AS (SELECT DISTINCT ON (entry) p, message, vt FROM input \
                      WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \
          {sent} {}",
-        union_of("s", "entry"),
+        answer(&union_of("s", "entry")),
         not_before = at_ms("COALESCE((item->>'not_before_ms')::bigint, 0)"),
     )
 }

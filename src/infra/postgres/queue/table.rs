@@ -391,7 +391,7 @@ fn statements(t: &Identifier, order: QueueOrder, dependencies: Dependencies) -> 
             ))
         }),
         park_within: Some(ParkWithin {
-            table: t.clone(),
+            table: Some(t.clone()),
             park: sql(format!(
                 "SELECT entry, outcome FROM {t}_park_within($queue, $rows::jsonb, $max_units, \
                  $now_ms, $by_deadline, $status, $why)"

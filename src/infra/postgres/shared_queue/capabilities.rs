@@ -294,7 +294,8 @@ where
     P: Serialize + DeserializeOwned + Send + 'static,
 {
     /// Makes the table's bounded park (`queue/bounded.rs`) the first time a bounded queue
-    /// of it opens; this handle's parks go through it from then on.
+    /// of it opens (pgmq's comes with the queue, `pgmq/bounded.rs`); this handle's parks go
+    /// through it from then on.
     async fn bound_queued_units(&self, max_queued_units: u64) -> Result<(), QueueError> {
         let Some(within) = &self.statements.park_within else {
             return Err(QueueError::Backend(BackendFault::plain(
@@ -305,12 +306,10 @@ where
                 ),
             )));
         };
-        if let Err(error) = self
-            .database
-            .ensure(Table::QueuedUnits(&within.table))
-            .await
-        {
-            return Err(self.failed("make its bounded park", &error).await);
+        if let Some(table) = &within.table {
+            if let Err(error) = self.database.ensure(Table::QueuedUnits(table)).await {
+                return Err(self.failed("make its bounded park", &error).await);
+            }
         }
         self.max_queued_units
             .store(max_queued_units, std::sync::atomic::Ordering::Relaxed);

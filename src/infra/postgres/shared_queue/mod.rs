@@ -133,8 +133,9 @@ pub(crate) struct Statements {
 
 /// A layout's park within a bound on the units parked (`infra/postgres/queue/bounded.rs`).
 pub(crate) struct ParkWithin {
-    /// The table whose function it calls, made when the first bounded queue of it opens.
-    pub table: super::Identifier,
+    /// The table whose function it calls, made when the first bounded queue of it opens
+    /// (`None`: the function comes with the queue, as pgmq's does).
+    pub table: Option<super::Identifier>,
     /// The park (`$queue`, `$rows`, `$max_units`, `$now_ms`, `$by_deadline`, `$status`,
     /// `$why`): one `outcome` per task, in order.
     pub park: NamedSql,
