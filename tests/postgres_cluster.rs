@@ -1142,8 +1142,9 @@ async fn tasks_a_killed_node_started_at_once_are_stored_and_run_elsewhere(backen
 /// from the shared mailbox, is `QueueFull`; a Normal job then finds nothing lower to shed
 /// and is refused `QueueFull` at its submit. The High job runs before a's other parked one,
 /// and the shed job never starts.
-async fn a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority() {
-    let backend = Backend::Postgres;
+async fn a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority(
+    backend: Backend,
+) {
     let (queue, mailbox, dir) = fresh(backend, "bound");
     let mut spec = node_spec(backend, "a", &queue, &mailbox, &dir, 1, 1);
     spec.own_jobs = Some((3, 4_000));
@@ -1448,6 +1449,7 @@ on_each_backend!(
     a_stopping_node_hands_its_work_back_at_once,
     three_nodes_share_one_budget_and_together_stay_within_it,
     a_job_submitted_to_two_nodes_runs_once,
+    a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority,
 );
 
 fn main() {
@@ -1459,21 +1461,9 @@ fn main() {
     #[cfg(not(feature = "pgmq"))]
     let only_pgmq: &[processes::Case] = &[];
     // Only the table layout claims by the fleet's tenant counters.
-    // Only the table layout claims by the fleet's tenant counters and bounds its parked
-    // units.
-    let only_table: &[processes::Case] = &[
-        ("three_nodes_share_one_fair_share_by_use", || {
-            processes::on_runtime(three_nodes_share_one_fair_share_by_use())
-        }),
-        (
-            "a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority",
-            || {
-                processes::on_runtime(
-                    a_bound_on_queued_units_sheds_another_processs_task_for_a_higher_priority(),
-                )
-            },
-        ),
-    ];
+    let only_table: &[processes::Case] = &[("three_nodes_share_one_fair_share_by_use", || {
+        processes::on_runtime(three_nodes_share_one_fair_share_by_use())
+    })];
     let tests: Vec<processes::Case> = tests()
         .into_iter()
         .chain(only_pgmq.iter().copied())
