@@ -28,11 +28,12 @@
 //! `cargo bench -p prometheus_parking_lot_benches --bench postgres_queue --features postgres` runs
 //! N = 20,000, W = 2, C = 64, A = 256, R = 3 rounds (env `PG_JOBS`, `PG_WORKERS`, `PG_CLIENTS`,
 //! `PG_CLAIM_AHEAD`, `PG_ROUNDS`; `PG_PATHS=1,2` runs only those paths, numbered from 0 as listed,
-//! and `PG_PHASES=1` prints when each pool round had submitted everything). The last two paths
+//! and `PG_PHASES=1` prints when each pool round had submitted everything). The last paths
 //! are the table pool's batch path again: with a fleet budget too large to hold anything back
 //! (what the budget's bookkeeping in each claim costs), and with a `max_queued_units` too high
 //! to refuse or shed anything (what the bounded park, which sums the queue's parked units of
-//! the kind under a lock, costs each group of parks). It reports each path's median and best
+//! the kind under a lock, costs each group of parks); with the `pgmq` feature, then the pgmq
+//! pool's batch path with that bound. It reports each path's median and best
 //! jobs/s and the ratio of medians to the plain loop. Under `cargo test` it runs a few hundred
 //! jobs once, checking every result, as a smoke test.
 
@@ -129,6 +130,8 @@ enum Queue {
     BoundedTable,
     /// The pgmq queue.
     Pgmq,
+    /// The pgmq queue bounding the units parked for the fleet, as `BoundedTable`.
+    BoundedPgmq,
 }
 
 fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Round {
@@ -138,7 +141,7 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
         Queue::Table | Queue::BudgetedTable | Queue::BoundedTable => {
             serde_json::json!({ "type": "postgres", "queue_name": queue, "claim_ahead": ahead })
         }
-        Queue::Pgmq => {
+        Queue::Pgmq | Queue::BoundedPgmq => {
             serde_json::json!({ "type": "postgres_pgmq", "queue_name": queue, "claim_ahead": ahead })
         }
     };
@@ -154,7 +157,7 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
             config["pools"]["node"]["budgets"] =
                 serde_json::json!({ "cpu": { "units": 1_000_000_000u32, "per_secs": 1 } });
         }
-        if kind == Queue::BoundedTable {
+        if matches!(kind, Queue::BoundedTable | Queue::BoundedPgmq) {
             config["pools"]["node"]["max_queued_units"] = serde_json::json!(1_000_000_000u64);
         }
         let config = SchedulerConfig::from_json_str(&config.to_string()).expect("bench config");
@@ -171,7 +174,7 @@ fn pools(database: &PgDatabase, workers: usize, ahead: u64, kind: Queue) -> Roun
         producer: node(0),
         worker: node(workers),
         mailbox,
-        queue: (kind == Queue::Pgmq).then_some(queue),
+        queue: matches!(kind, Queue::Pgmq | Queue::BoundedPgmq).then_some(queue),
     }
 }
 
@@ -201,7 +204,7 @@ async fn pool_round(database: &PgDatabase, scale: &Scale, kind: Queue, batched: 
             .await
             .expect("the pools start")
     };
-    if kind != Queue::Pgmq {
+    if !matches!(kind, Queue::Pgmq | Queue::BoundedPgmq) {
         // Every round leaves 20,000 dead rows in the table the pools share. A server's
         // autovacuum clears them at most once a minute (and the test server here runs with
         // it off), so each round starts on a vacuumed table, as the plain loop's rounds
@@ -516,6 +519,10 @@ fn main() {
     let budgeted = names.len() - 1;
     names.push("pool with max_queued_units, submit_batch");
     let bounded = names.len() - 1;
+    let bounded_pgmq = cfg!(feature = "pgmq").then(|| {
+        names.push("pgmq pool, max_queued_units, batch");
+        names.len() - 1
+    });
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     // `PG_PATHS=1,2` runs only those paths (numbered as listed, from 0), for a quick look.
     let chosen: Option<Vec<usize>> = std::env::var("PG_PATHS").ok().map(|list| {
@@ -539,6 +546,9 @@ fn main() {
                     }
                     _ if path == bounded => {
                         pool_round(&database, &scale, Queue::BoundedTable, true).await
+                    }
+                    _ if Some(path) == bounded_pgmq => {
+                        pool_round(&database, &scale, Queue::BoundedPgmq, true).await
                     }
                     0 => plain_round(&database, &scale).await,
                     1 => pool_round(&database, &scale, Queue::Table, true).await,
@@ -571,7 +581,7 @@ fn main() {
         let best = rates.iter().copied().fold(0.0, f64::max);
         let middle = support::median(rates);
         let against_pgmq = match pgmq_baseline {
-            Some(plain) if (3..budgeted).contains(&path) => {
+            Some(plain) if (3..budgeted).contains(&path) || Some(path) == bounded_pgmq => {
                 format!("  {:.2}x the plain pgmq loop", middle / plain)
             }
             _ => String::new(),
@@ -596,7 +606,9 @@ fn main() {
         let best = rates.iter().copied().fold(0.0, f64::max);
         let middle = support::median(rates);
         let against_pgmq = match pgmq_baseline {
-            Some(plain) if (3..budgeted).contains(&path) => format!("{:.2}x", middle / plain),
+            Some(plain) if (3..budgeted).contains(&path) || Some(path) == bounded_pgmq => {
+                format!("{:.2}x", middle / plain)
+            }
             _ => "–".to_owned(),
         };
         println!(
