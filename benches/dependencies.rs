@@ -12,8 +12,8 @@
 //!   then `parent_ended` for the fan-in), per parent end, beside the same ends with no
 //!   child held.
 //!
-//! - **Postgres queue** (with `--features postgres`): the table queue alone, through its
-//!   `SharedQueue` face. P parents are parked and claimed by one node, and, for the fan-in, a
+//! - **Postgres queues** (with `--features postgres`; pgmq too with `--features pgmq`): each
+//!   queue alone, through its `SharedQueue` face. P parents are parked and claimed by one node, and, for the fan-in, a
 //!   child waiting on all of them is parked with `enqueue_waiting`; the clock runs while the
 //!   node settles the parents one by one (`Settlement::Done`, one statement each, which
 //!   releases the child in the same statement), then the child is claimed. Per parent
@@ -353,7 +353,8 @@ mod on_yaque {
     }
 }
 
-/// The fan-in on the Postgres table queue (see the module docs).
+/// The fan-in on the Postgres queues: the table, and pgmq with its feature (see the module
+/// docs).
 #[cfg(feature = "postgres")]
 mod on_postgres {
     use std::time::{Duration, Instant};
@@ -387,8 +388,70 @@ mod on_postgres {
         )
     }
 
-    /// One round on a queue of its own: microseconds per parent settle.
-    fn round(
+    /// One round on `queue`, a queue of its own that keeps dependencies: microseconds per
+    /// parent settle.
+    async fn round<Q>(queue: &Q, parents: u64, fan_in: bool) -> f64
+    where
+        Q: SharedQueue<u64> + SharedDependencies<u64>,
+    {
+        let now = now_ms();
+        let parked = queue
+            .enqueue_many(
+                (1..=parents)
+                    .map(|id| (id, now, task(id), Carried::default()))
+                    .collect(),
+            )
+            .await;
+        assert!(parked.iter().all(Result::is_ok), "the parents are parked");
+        let everything = FitQuery::within(Capacity::uniform(u32::MAX));
+        let leases = queue
+            .claim_batch(NODE, &everything, parents as usize, LEASE, now_ms())
+            .await
+            .expect("claim the parents");
+        assert_eq!(leases.len() as u64, parents, "every parent is claimed");
+        let child = parents + 1;
+        let depends_on = DependsOn {
+            parents: (1..=parents).collect(),
+            run_anyway: false,
+        };
+        if fan_in {
+            queue
+                .enqueue_waiting(child, now, task(child), Carried::default(), &depends_on)
+                .await
+                .expect("the child waits");
+        }
+        let started = Instant::now();
+        for lease in &leases {
+            queue
+                .settle(NODE, lease.claim(), Settlement::Done)
+                .await
+                .expect("settled");
+        }
+        let elapsed = started.elapsed();
+        if fan_in {
+            let claimed = queue
+                .claim_best_fit(NODE, &everything, LEASE, now_ms())
+                .await
+                .expect("claim the child");
+            assert_eq!(
+                claimed.map(|lease| lease.entry),
+                Some(child),
+                "the child is released by its last parent's settle"
+            );
+        }
+        elapsed.as_secs_f64() * 1e6 / parents as f64
+    }
+
+    /// Runs `statements` on `cleaner`.
+    fn clean(runtime: &Runtime, cleaner: &sea_orm::DatabaseConnection, statements: &str) {
+        use sea_orm::ConnectionTrait;
+        runtime
+            .block_on(cleaner.execute_unprepared(statements))
+            .expect("clean up after a round");
+    }
+
+    /// A round on the table queue.
+    fn table_round(
         runtime: &Runtime,
         database: &PgDatabase,
         cleaner: &sea_orm::DatabaseConnection,
@@ -401,68 +464,53 @@ mod on_postgres {
             .expect("open")
             .with_dependencies()
             .expect("keep dependencies");
-        runtime.block_on(async {
-            let now = now_ms();
-            let parked = queue
-                .enqueue_many(
-                    (1..=parents)
-                        .map(|id| (id, now, task(id), Carried::default()))
-                        .collect(),
-                )
-                .await;
-            assert!(parked.iter().all(Result::is_ok), "the parents are parked");
-            let everything = FitQuery::within(Capacity::uniform(u32::MAX));
-            let leases = queue
-                .claim_batch(NODE, &everything, parents as usize, LEASE, now_ms())
-                .await
-                .expect("claim the parents");
-            assert_eq!(leases.len() as u64, parents, "every parent is claimed");
-            let child = parents + 1;
-            let depends_on = DependsOn {
-                parents: (1..=parents).collect(),
-                run_anyway: false,
-            };
-            if fan_in {
-                queue
-                    .enqueue_waiting(child, now, task(child), Carried::default(), &depends_on)
-                    .await
-                    .expect("the child waits");
-            }
-            let started = Instant::now();
-            for lease in &leases {
-                queue
-                    .settle(NODE, lease.claim(), Settlement::Done)
-                    .await
-                    .expect("settled");
-            }
-            let elapsed = started.elapsed();
-            if fan_in {
-                let claimed = queue
-                    .claim_best_fit(NODE, &everything, LEASE, now_ms())
-                    .await
-                    .expect("claim the child");
-                assert_eq!(
-                    claimed.map(|lease| lease.entry),
-                    Some(child),
-                    "the child is released by its last parent's settle"
-                );
-            }
-            use sea_orm::ConnectionTrait;
-            let purge = format!("DELETE FROM pl_queue_jobs WHERE queue_name = '{name}'");
-            cleaner
-                .execute_unprepared(&purge)
-                .await
-                .expect("purge the rows");
-            // The next round starts on a table without this one's dead rows and edges,
-            // whether or not the server's autovacuum would have come by (with it off, each
-            // round left a thousand dead edges and child versions behind, and later rounds
-            // were slower for it).
-            cleaner
-                .execute_unprepared("VACUUM pl_queue_jobs, pl_queue_jobs_parents")
-                .await
-                .expect("vacuum the tables");
-            elapsed.as_secs_f64() * 1e6 / parents as f64
-        })
+        let micros = runtime.block_on(round(&queue, parents, fan_in));
+        // The next round starts on a table without this one's dead rows and edges, whether
+        // or not the server's autovacuum would have come by (with it off, each round left a
+        // thousand dead edges and child versions behind, and later rounds were slower for
+        // it). `VACUUM` runs outside a transaction: a statement of its own.
+        clean(
+            runtime,
+            cleaner,
+            &format!("DELETE FROM pl_queue_jobs WHERE queue_name = '{name}'"),
+        );
+        clean(
+            runtime,
+            cleaner,
+            "VACUUM pl_queue_jobs, pl_queue_jobs_parents",
+        );
+        micros
+    }
+
+    /// A round on a pgmq queue of its own (every pgmq queue keeps dependencies).
+    #[cfg(feature = "pgmq")]
+    fn pgmq_round(
+        runtime: &Runtime,
+        database: &PgDatabase,
+        cleaner: &sea_orm::DatabaseConnection,
+        parents: u64,
+        fan_in: bool,
+    ) -> f64 {
+        use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+        let name = format!("fan_in_{}_{}_{fan_in}", std::process::id(), now_ms());
+        let queue = PgmqQueue::<u64>::open(database, &name).expect("open");
+        let micros = runtime.block_on(round(&queue, parents, fan_in));
+        let drops: Vec<String> = queue
+            .pgmq_queues()
+            .iter()
+            .map(|level| format!("SELECT pgmq.drop_queue('{level}');"))
+            .collect();
+        clean(
+            runtime,
+            cleaner,
+            &format!(
+                "{} DELETE FROM pl_pgmq_entries WHERE queue_name = '{name}'; \
+                 DELETE FROM pl_pgmq_edges WHERE queue_name = '{name}';",
+                drops.concat()
+            ),
+        );
+        clean(runtime, cleaner, "VACUUM pl_pgmq_entries, pl_pgmq_edges");
+        micros
     }
 
     /// Prints the Postgres row of the table: per parent settle, with and without the child.
@@ -480,27 +528,35 @@ mod on_postgres {
         } else {
             1
         };
-        let (mut with, mut without) = (Vec::new(), Vec::new());
-        for index in 0..rounds {
-            let order = if index % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for fan_in in order {
-                let micros = round(runtime, &database, &cleaner, scale.parents, fan_in);
-                if fan_in {
-                    with.push(micros);
+        type Round = fn(&Runtime, &PgDatabase, &sea_orm::DatabaseConnection, u64, bool) -> f64;
+        let queues: &[(&str, Round)] = &[
+            ("postgres table queue", table_round),
+            #[cfg(feature = "pgmq")]
+            ("pgmq queue", pgmq_round),
+        ];
+        for (label, run) in queues {
+            let (mut with, mut without) = (Vec::new(), Vec::new());
+            for index in 0..rounds {
+                let order = if index % 2 == 0 {
+                    [true, false]
                 } else {
-                    without.push(micros);
+                    [false, true]
+                };
+                for fan_in in order {
+                    let micros = run(runtime, &database, &cleaner, scale.parents, fan_in);
+                    if fan_in {
+                        with.push(micros);
+                    } else {
+                        without.push(micros);
+                    }
                 }
             }
+            let (with, without) = (support::median(&with), support::median(&without));
+            println!(
+                "| {label}: per parent settle ({rounds} rounds) | {with:.0} µs | \
+                 {without:.0} µs | {:.2}x |",
+                with / without
+            );
         }
-        let (with, without) = (support::median(&with), support::median(&without));
-        println!(
-            "| postgres table queue: per parent settle ({rounds} rounds) | {with:.0} µs | \
-             {without:.0} µs | {:.2}x |",
-            with / without
-        );
     }
 }
