@@ -482,7 +482,7 @@ mod on_postgres {
         micros
     }
 
-    /// A round on a pgmq queue of its own (every pgmq queue keeps dependencies).
+    /// A round on a pgmq queue of its own that keeps dependencies.
     #[cfg(feature = "pgmq")]
     fn pgmq_round(
         runtime: &Runtime,
@@ -493,7 +493,9 @@ mod on_postgres {
     ) -> f64 {
         use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
         let name = format!("fan_in_{}_{}_{fan_in}", std::process::id(), now_ms());
-        let queue = PgmqQueue::<u64>::open(database, &name).expect("open");
+        let queue = PgmqQueue::<u64>::open(database, &name)
+            .expect("open")
+            .with_dependencies();
         let micros = runtime.block_on(round(&queue, parents, fan_in));
         let drops: Vec<String> = queue
             .pgmq_queues()

@@ -59,7 +59,8 @@ fn config(
                 "worker_threads": workers,
                 "max_units": capacity,
                 "retry": { "max_attempts": 3, "backoff_ms": 3_600_000 },
-                "queue": { "type": "postgres_pgmq", "queue_name": queue, "lease_ms": 5_000 },
+                "queue": { "type": "postgres_pgmq", "queue_name": queue, "lease_ms": 5_000,
+                           "dependencies": true },
                 "mailbox": { "storage": { "type": "postgres", "table": mailbox } }
             }
         }

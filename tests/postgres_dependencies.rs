@@ -58,15 +58,12 @@ fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// One pool, `work`, with `workers` workers on the queue `queue` of `queue_type` (a table
-/// queue keeping dependencies, or a pgmq queue), its results in the Postgres mailbox
+/// One pool, `work`, with `workers` workers on the queue `queue` of `queue_type` (the table
+/// queue or a pgmq queue, keeping dependencies), its results in the Postgres mailbox
 /// `mailbox`.
 fn config(queue_type: &str, queue: &str, mailbox: &str, workers: usize) -> SchedulerConfig {
-    let mut queue =
-        serde_json::json!({ "type": queue_type, "queue_name": queue, "lease_ms": 3_000 });
-    if queue_type == "postgres" {
-        queue["dependencies"] = true.into();
-    }
+    let queue = serde_json::json!({ "type": queue_type, "queue_name": queue, "lease_ms": 3_000,
+                                    "dependencies": true });
     let config = serde_json::json!({
         "database_url": database_url(),
         "pools": { "work": {

@@ -964,29 +964,25 @@ async fn with_attach_a_repeated_submission_gets_the_original_and_nothing_runs_ag
 }
 
 /// A pool of `queue_type` (a shared queue in Postgres) built from a config around the
-/// dependencies suite's executor `steps` (4 workers, 4 CPU units); a table queue keeps
+/// dependencies suite's executor `steps` (4 workers, 4 CPU units), its queue keeping
 /// dependencies.
 async fn dependencies_pool(
     queue_type: &str,
     name: &str,
     steps: conformance::dependencies::Steps,
 ) -> BuiltPools<u64, u64, conformance::dependencies::Steps> {
-    let dependencies = queue_type == "postgres";
-    dependencies_pool_with(queue_type, name, steps, dependencies).await
+    dependencies_pool_with(queue_type, name, steps, true).await
 }
 
-/// [`dependencies_pool`], keeping dependencies on a table queue as `dependencies` says.
+/// [`dependencies_pool`], keeping dependencies as `dependencies` says.
 async fn dependencies_pool_with(
     queue_type: &str,
     name: &str,
     steps: conformance::dependencies::Steps,
     dependencies: bool,
 ) -> BuiltPools<u64, u64, conformance::dependencies::Steps> {
-    let mut queue =
-        serde_json::json!({ "type": queue_type, "queue_name": name, "lease_ms": 3_000 });
-    if queue_type == "postgres" {
-        queue["dependencies"] = dependencies.into();
-    }
+    let queue = serde_json::json!({ "type": queue_type, "queue_name": name, "lease_ms": 3_000,
+                                    "dependencies": dependencies });
     let config = serde_json::json!({
         "database_url": postgres_pools::server_url(),
         "pools": { "deps": {
@@ -1066,6 +1062,31 @@ async fn a_table_queue_without_dependencies_refuses_parents_and_keeps_no_ended_r
     }
     assert_eq!(left, 0, "every ended task's row is gone");
     drop(built);
+}
+
+/// A pgmq queue without `"dependencies": true` refuses a task that names parents, naming
+/// the setting, and takes the same task without them.
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgmq_queue_without_dependencies_refuses_parents() {
+    let name = fresh_name("nodeps");
+    let steps = conformance::dependencies::plain_steps();
+    let built = dependencies_pool_with("postgres_pgmq", &name, steps, false).await;
+    let pool = built.pools["deps"].client();
+    conformance::dependencies::refused_where_unsupported(pool, "pgmq").await;
+    let refused = pool
+        .submit(
+            conformance::dependencies::step("planner", 50, 1),
+            conformance::dependencies::after(&[1]),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(PoolError::Dependency(refusal)) if refusal.to_string().contains("postgres_pgmq (the pgmq queue with \"dependencies\": true)")),
+        "{refused:?}"
+    );
+    drop(built);
+    let queues = ["crit", "high", "norm", "low", "dlq"].map(|suffix| format!("{name}_{suffix}"));
+    drop_pgmq_queues(&queues).await;
 }
 
 #[cfg(feature = "pgmq")]

@@ -1,7 +1,9 @@
-//! What the Postgres table queue adds to the dependencies contract, through its
-//! `SharedQueue` face: parents that end on several nodes at once, a parent that ends while
-//! its child is being parked, a parent the rescue gives up on, and the rows left behind.
+//! What the Postgres queues (the table, and pgmq with its feature) add to the dependencies
+//! contract, through their `SharedQueue` face: parents that end on several nodes at once, a
+//! parent that ends while its child is being parked, a parent the rescue gives up on; and,
+//! on the table, a call from a node of an earlier version.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_parking_lot::core::{
@@ -40,6 +42,10 @@ fn after(parents: impl IntoIterator<Item = TaskId>, run_anyway: bool) -> Depends
     }
 }
 
+/// A queue that keeps dependencies, as each case needs it.
+trait Kept: SharedQueue<u64> + SharedDependencies<u64> + 'static {}
+impl<Q: SharedQueue<u64> + SharedDependencies<u64> + 'static> Kept for Q {}
+
 async fn open(retry: RetryPolicy) -> PostgresQueue<u64> {
     tokio::task::spawn_blocking(move || {
         PostgresQueue::<u64>::open(&database(), "pl_queue_jobs", &fresh_name("deps"))
@@ -52,9 +58,30 @@ async fn open(retry: RetryPolicy) -> PostgresQueue<u64> {
     .expect("opening does not panic")
 }
 
+/// Runs `case` on a pgmq queue of its own that keeps dependencies, then drops its queues.
+#[cfg(feature = "pgmq")]
+async fn on_pgmq<F, Fut>(retry: RetryPolicy, case: F)
+where
+    F: FnOnce(Arc<prometheus_parking_lot::infra::queue::pgmq::PgmqQueue<u64>>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    let queue = tokio::task::spawn_blocking(move || {
+        PgmqQueue::<u64>::open(&database(), &fresh_name("deps"))
+            .expect("open the queue")
+            .with_dependencies()
+            .with_retry(retry)
+    })
+    .await
+    .expect("opening does not panic");
+    let levels = queue.pgmq_queues();
+    case(Arc::new(queue)).await;
+    crate::postgres_backends::drop_pgmq_queues(&levels).await;
+}
+
 /// Parks tasks `ids` (entry = id) and claims them all as `node`.
 async fn running(
-    queue: &PostgresQueue<u64>,
+    queue: &dyn SharedQueue<u64>,
     node: &str,
     ids: impl IntoIterator<Item = TaskId>,
     now: u64,
@@ -78,9 +105,19 @@ async fn running(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_in_settled_by_two_nodes_at_once_releases_its_child_once_the_last_parent_ends() {
-    let queue = std::sync::Arc::new(open(RetryPolicy::default()).await);
+    fan_in_settled_by_two_nodes(Arc::new(open(RetryPolicy::default()).await)).await;
+}
+
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_pgmq_a_fan_in_settled_by_two_nodes_at_once_releases_its_child_once_the_last_parent_ends(
+) {
+    on_pgmq(RetryPolicy::default(), fan_in_settled_by_two_nodes).await;
+}
+
+async fn fan_in_settled_by_two_nodes<Q: Kept>(queue: Arc<Q>) {
     let now = 1_000;
-    let mut leases = running(&queue, "node-a", 1..=100, now).await;
+    let mut leases = running(queue.as_ref(), "node-a", 1..=100, now).await;
     let on_b = leases.split_off(50);
     // Node b takes over the second half (as if it claimed them itself).
     for lease in &on_b {
@@ -147,10 +184,21 @@ async fn a_fan_in_settled_by_two_nodes_at_once_releases_its_child_once_the_last_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_parked_while_its_parent_settles_is_never_left_waiting() {
-    let queue = std::sync::Arc::new(open(RetryPolicy::default()).await);
+    parked_while_its_parent_settles(Arc::new(open(RetryPolicy::default()).await)).await;
+}
+
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_pgmq_a_child_parked_while_its_parent_settles_is_never_left_waiting() {
+    on_pgmq(RetryPolicy::default(), parked_while_its_parent_settles).await;
+}
+
+async fn parked_while_its_parent_settles<Q: Kept>(queue: Arc<Q>) {
     for round in 0..40_u64 {
         let (parent, child) = (1_000 + 2 * round, 1_001 + 2 * round);
-        let lease = running(&queue, "node-a", [parent], 1_000).await.remove(0);
+        let lease = running(queue.as_ref(), "node-a", [parent], 1_000)
+            .await
+            .remove(0);
         let settle = {
             let queue = queue.clone();
             tokio::spawn(async move {
@@ -187,15 +235,30 @@ async fn a_child_parked_while_its_parent_settles_is_never_left_waiting() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_parent_the_rescue_gives_up_on_cancels_its_descendants_and_releases_a_cleanup() {
-    let retry = RetryPolicy {
+/// One attempt, no backoff.
+fn one_attempt() -> RetryPolicy {
+    RetryPolicy {
         max_attempts: 1,
         base: Duration::ZERO,
         max: Duration::ZERO,
-    };
-    let queue = open(retry).await;
-    let lease = running(&queue, "lost-node", [1], 1_000).await.remove(0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_the_rescue_gives_up_on_cancels_its_descendants_and_releases_a_cleanup() {
+    rescue_gives_up_on_a_parent(Arc::new(open(one_attempt()).await)).await;
+}
+
+#[cfg(feature = "pgmq")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_pgmq_a_parent_the_rescue_gives_up_on_cancels_its_descendants_and_releases_a_cleanup() {
+    on_pgmq(one_attempt(), rescue_gives_up_on_a_parent).await;
+}
+
+async fn rescue_gives_up_on_a_parent<Q: Kept>(queue: Arc<Q>) {
+    let lease = running(queue.as_ref(), "lost-node", [1], 1_000)
+        .await
+        .remove(0);
     let waiting = [
         (2, after([1], false)),
         (3, after([2], false)),

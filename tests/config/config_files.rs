@@ -51,6 +51,7 @@ fn the_seed_readme_configuration_parses_as_written() {
             lease_ms: None,
             max_attempts: None,
             claim_ahead: None,
+            dependencies: false,
         }
     );
     assert_eq!(

@@ -28,8 +28,8 @@ use crate::domain::{
 /// The queues that keep dependencies, as a refusal names them.
 pub const DEPENDENCIES_SUPPORTED: &str =
     "memory (the in-memory queue), yaque (the embedded durable queue), postgres (the Postgres \
-     table queue with \"dependencies\": true), postgres_pgmq (the pgmq queue), in_memory_shared \
-     (the in-memory shared queue)";
+     table queue with \"dependencies\": true), postgres_pgmq (the pgmq queue with \"dependencies\": \
+     true), in_memory_shared (the in-memory shared queue)";
 
 /// The shared queues that bound the units parked for every node, as a refusal names them.
 pub const QUEUED_UNITS_SUPPORTED: &str =

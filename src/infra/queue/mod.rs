@@ -88,6 +88,12 @@ pub enum QueueSettings {
         /// the price of tasks held by a busy node while another may be idle. Default 0.
         #[serde(default)]
         claim_ahead: Option<u32>,
+        /// Whether tasks may name parents they wait for (`SubmitOptions::with_depends_on`):
+        /// the queue then remembers every ended task a minute, so that a child named after
+        /// its parent's end finds how it ended. Without it, a task that names parents is
+        /// refused. Every node of a queue sets it alike. Default false.
+        #[serde(default)]
+        dependencies: bool,
     },
 }
 

@@ -55,11 +55,13 @@ where
             lease_ms,
             max_attempts,
             claim_ahead,
+            dependencies,
         } => Box::new(pgmq::driver::PgmqDriver {
             queue_name,
             lease_ms: *lease_ms,
             max_attempts: *max_attempts,
             claim_ahead: *claim_ahead,
+            dependencies: *dependencies,
         }),
     }
 }

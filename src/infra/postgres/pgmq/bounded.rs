@@ -23,7 +23,7 @@
 //! parked messages). A message a claim is taking while a park looks is counted as parked and
 //! skipped when shedding (`SKIP LOCKED`), as on the table.
 
-use super::dependencies::HELD_KEYS;
+use super::dependencies::{Dependencies, HELD_KEYS};
 use super::queue::{PgmqLayout, DUE, ENTRIES, ENTRY, PARKED, RANK};
 use super::statements::{at_ms, park_group, register_one, send_one, MESSAGE};
 use crate::infra::postgres::codec::{DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS};
@@ -70,9 +70,16 @@ pub(super) fn park_within_function(layout: &PgmqLayout) -> String {
             table = level.table,
         )
     });
-    let fast = park_group(layout, false, "recs", &format!("'{name}'"), |sent| {
-        format!("SELECT s.entry, 'parked'::text FROM ({sent}) AS s")
-    });
+    // The owner of each task is named in either case: a bounded park cannot tell whether
+    // the queue's nodes keep dependencies, and a name is all it costs.
+    let fast = park_group(
+        layout,
+        false,
+        Dependencies::Kept,
+        "recs",
+        &format!("'{name}'"),
+        |sent| format!("SELECT s.entry, 'parked'::text FROM ({sent}) AS s"),
+    );
     format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}(recs jsonb, max_units bigint, now_ms bigint,

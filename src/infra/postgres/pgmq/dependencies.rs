@@ -111,17 +111,59 @@ impl<'a> Ending<'a> {
     }
 }
 
-/// Two CTEs for a statement that ended the messages of CTE `gone` (a `message` column)
-/// `ending`: `registered`, their registry rows marked ended, and `ended`, one row, the call
-/// of the queue's `_ended` function over them, which the statement must read (a CTE that
-/// only selects runs when read).
-pub(super) fn ended_ctes(layout: &PgmqLayout, gone: &str, ending: Ending<'_>) -> String {
+/// Whether a pgmq queue keeps dependencies between its tasks (see
+/// [`PgQueue::with_dependencies`](crate::infra::postgres::PgQueue)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dependencies {
+    /// Children may name parents; every ended task's registry row stays a minute.
+    Kept,
+    /// No task names parents; a registry row goes when its task ends (a caller kept unique
+    /// stays its minute).
+    Off,
+}
+
+/// The CTEs for a statement that ended the messages of CTE `gone` (a `message` column)
+/// `ending`, ending in `ended`, one row, the call of the queue's `_ended` function over
+/// them, which the statement must read (a CTE that only selects runs when read). Where
+/// dependencies are kept, their registry rows are marked ended (`registered`), and the
+/// function reads what that update returned; where they are not, the rows go (a caller
+/// kept unique stays its minute after a run that ended well or was ended), and the function
+/// still runs, for the children a node that keeps them may have parked.
+pub(super) fn ended_ctes(
+    layout: &PgmqLayout,
+    gone: &str,
+    ending: Ending<'_>,
+    dependencies: Dependencies,
+) -> String {
     let Ending {
         succeeded,
         keeps_caller,
         status,
         why,
     } = ending;
+    let ended = &layout.ended_function;
+    if dependencies == Dependencies::Off {
+        let (forget, remember) = if keeps_caller {
+            (
+                " AND tenant IS NULL",
+                format!(
+                    "remembered AS (UPDATE {ENTRIES} \
+                       SET done_until = {DATABASE_NOW_MS} + {REMEMBER_ENDED_MS} \
+                     WHERE queue_name = $queue AND entry IN (SELECT {ENTRY} FROM {gone}) \
+                       AND tenant IS NOT NULL), "
+                ),
+            )
+        } else {
+            ("", String::new())
+        };
+        return format!(
+            "forgotten AS (DELETE FROM {ENTRIES} WHERE queue_name = $queue \
+                AND entry IN (SELECT {ENTRY} FROM {gone}){forget}), {remember}\
+             ended AS MATERIALIZED (SELECT {ended}(array_agg({ENTRY} ORDER BY {ENTRY}), \
+                array_agg({TASK} ORDER BY {ENTRY}), {succeeded}, {why}, {status}) AS woken \
+              FROM {gone})"
+        );
+    }
     let caller = if keeps_caller {
         ""
     } else {
@@ -134,8 +176,7 @@ pub(super) fn ended_ctes(layout: &PgmqLayout, gone: &str, ending: Ending<'_>) ->
           RETURNING entry, owner_task), \
          ended AS MATERIALIZED (SELECT {ended}(array_agg(entry ORDER BY entry), \
             array_agg(owner_task ORDER BY entry), {succeeded}, {why}, {status}) AS woken \
-          FROM registered)",
-        ended = layout.ended_function,
+          FROM registered)"
     )
 }
 
@@ -401,6 +442,6 @@ pub(super) fn expire_held_sql(layout: &PgmqLayout) -> String {
               FROM gone), {ended} \
          SELECT count(*) AS n FROM registered CROSS JOIN ended",
         dlq = layout.dead.0,
-        ended = ended_ctes(layout, "gone", Ending::EXPIRED),
+        ended = ended_ctes(layout, "gone", Ending::EXPIRED, Dependencies::Kept),
     )
 }

@@ -26,6 +26,8 @@ pub(crate) struct PgmqDriver<'a> {
     pub(crate) max_attempts: Option<u32>,
     /// Claimed tasks a node may hold waiting for a worker.
     pub(crate) claim_ahead: Option<u32>,
+    /// Whether tasks may name parents (see `PgmqQueue::with_dependencies`).
+    pub(crate) dependencies: bool,
 }
 
 impl QueueRules for PgmqDriver<'_> {
@@ -89,10 +91,13 @@ where
         use crate::infra::postgres::queue::driver::{in_pool, retry_policy, shared_parking};
 
         let database = databases.database(pool, "queue.type")?;
-        let queue = super::PgmqQueue::<P>::open_in_order(&database, self.queue_name, order)
+        let mut queue = super::PgmqQueue::<P>::open_in_order(&database, self.queue_name, order)
             .map_err(|error| in_pool(pool, "queue", error))?
             .with_retry(retry_policy(self.max_attempts))
             .with_pool(pool);
+        if self.dependencies {
+            queue = queue.with_dependencies();
+        }
         let fence = queue.fence();
         let parking = shared_parking(std::sync::Arc::new(queue), pool, self.lease_ms)
             .with_claim_ahead(self.claim_ahead.unwrap_or(0) as usize);

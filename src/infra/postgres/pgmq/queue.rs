@@ -64,6 +64,7 @@
 //! is one statement too, archiving every message the node holds among them (failures, rare,
 //! go one by one to the dead-letter archive).
 
+use super::dependencies::Dependencies;
 use crate::core::{PoolError, QueueOrder};
 use crate::infra::postgres::shared_queue::QueueLabel;
 use crate::infra::postgres::{open_failed, Identifier, PgDatabase, PgQueue, PgmqSource};
@@ -244,7 +245,7 @@ impl<P> PgQueue<PgmqLayout, P> {
             place: format!("pgmq queues {name}_crit .. {name}_low, {name}_dlq"),
             pool: None,
         };
-        let statements = layout.statements();
+        let statements = layout.statements(Dependencies::Off);
         Ok(PgQueue::new(
             database,
             layout,
@@ -252,6 +253,31 @@ impl<P> PgQueue<PgmqLayout, P> {
             label,
             format!("pgmq.{name}"),
         ))
+    }
+
+    /// Keeps dependencies between the queue's tasks
+    /// ([`SharedDependencies`](crate::core::SharedDependencies)): a task may name parents,
+    /// and waits in its level until they succeeded; the entry registry keeps every ended
+    /// task's row a minute, so that a child named after its parent's end finds how it ended
+    /// (see `dependencies.rs`). Without it, a registry row goes when its task ends and a task
+    /// that names parents is refused: the queue pays nothing for dependencies it does not
+    /// use. Every node of a queue sets it alike.
+    ///
+    /// ```no_run
+    /// use prometheus_parking_lot::core::SharedQueue;
+    /// use prometheus_parking_lot::infra::postgres::PgDatabase;
+    /// use prometheus_parking_lot::infra::queue::pgmq::PgmqQueue;
+    ///
+    /// # fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+    /// let database = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test")?;
+    /// let queue = PgmqQueue::<String>::open(&database, "plans")?.with_dependencies();
+    /// assert!(SharedQueue::<String>::dependencies(&queue).is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_dependencies(mut self) -> Self {
+        let statements = self.layout().statements(Dependencies::Kept);
+        self.set_statements(statements);
+        self
     }
 
     /// Whether PGMQ is the server's extension or the plain SQL objects.

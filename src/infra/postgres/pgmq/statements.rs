@@ -5,7 +5,7 @@
 
 use super::bounded::park_within_sql;
 use super::dependencies::{
-    ended_ctes, expire_held_sql, park_waiting_sql, waiting_parents_sql, Ending, HELD,
+    ended_ctes, expire_held_sql, park_waiting_sql, waiting_parents_sql, Dependencies, Ending, HELD,
 };
 use super::queue::{PgmqLayout, DUE, ENTRIES, ENTRY, LEVELS, PARKED, TASK};
 use crate::core::{QueueOrder, Settlement};
@@ -96,39 +96,47 @@ fn union_of(cte: &str, columns: &str) -> String {
 }
 
 impl PgmqLayout {
-    /// The layout's statements (see `infra::postgres::shared_queue` for what each is given and
-    /// answers).
-    pub(super) fn statements(&self) -> Statements {
+    /// The layout's statements, keeping `dependencies` or not (see
+    /// `infra::postgres::shared_queue` for what each is given and answers).
+    pub(super) fn statements(&self, dependencies: Dependencies) -> Statements {
         let layout = self;
         let sql = |text: String| NamedSql::new(&text);
+        let kept = dependencies == Dependencies::Kept;
         Statements {
             // One queue per priority level, each read in the layout's order.
             order: layout.order,
-            park: sql(park_sql(layout, false)),
-            park_claimed: sql(park_sql(layout, true)),
+            park: sql(park_sql(layout, false, dependencies)),
+            park_claimed: sql(park_sql(layout, true, dependencies)),
             claim: sql(claim_sql(layout)),
             renew: sql(renew_sql(layout)),
-            settle_done: sql(settle_sql(layout, &Settlement::Done)),
+            settle_done: sql(settle_sql(layout, &Settlement::Done, dependencies)),
             settle_ended: sql(settle_sql(
                 layout,
                 &Settlement::Ended(crate::core::TaskStatus::Cancelled),
+                dependencies,
             )),
-            park_waiting: Some(sql(park_waiting_sql(layout))),
+            park_waiting: kept.then(|| sql(park_waiting_sql(layout))),
             park_within: Some(ParkWithin {
                 table: None,
                 park: sql(park_within_sql(layout)),
             }),
-            waiting_parents: Some(sql(waiting_parents_sql(layout))),
-            expire_held: Some(sql(expire_held_sql(layout))),
-            settle_failed: sql(settle_sql(layout, &Settlement::Failed(String::new()))),
+            waiting_parents: kept.then(|| sql(waiting_parents_sql(layout))),
+            expire_held: kept.then(|| sql(expire_held_sql(layout))),
+            settle_failed: sql(settle_sql(
+                layout,
+                &Settlement::Failed(String::new()),
+                dependencies,
+            )),
             release: sql(release_sql(layout)),
             retry: sql(retry_sql(layout)),
             remove: sql(remove_sql(
                 layout,
+                dependencies,
                 &format!("{ENTRY} = $entry AND {PARKED} FOR UPDATE SKIP LOCKED"),
             )),
             remove_task: sql(remove_sql(
                 layout,
+                dependencies,
                 &format!(
                     "{TASK} = $task_id AND {PARKED} AND message->>'tenant' = $tenant \
                      AND message->>'user' IS NOT DISTINCT FROM $user_id \
@@ -138,10 +146,10 @@ impl PgmqLayout {
             )),
             sleeping: sql(sleeping_sql(layout)),
             live_task: sql(live_task_sql()),
-            rescue: sql(rescue_sql(layout)),
+            rescue: sql(rescue_sql(layout, dependencies)),
             counts: sql(counts_sql(layout)),
             dead_letters: sql(dead_letters_sql(layout)),
-            bury: sql(bury_sql(layout)),
+            bury: sql(bury_sql(layout, dependencies)),
             // The pgmq layout claims in rank order: a fair share by use orders each
             // node's own lot only.
             fair: None,
@@ -188,18 +196,26 @@ fn live_task_sql() -> String {
 /// Parks the rows `$rows`: the entries are registered first; a message is sent only for an
 /// entry that was not registered yet, and for an entry named twice in the group only for its
 /// first copy. `claimed`: held by `$node` until `$expires_ms`, as its first attempt.
-fn park_sql(layout: &PgmqLayout, claimed: bool) -> String {
-    park_group(layout, claimed, "$rows::jsonb", "$queue", |sent| {
-        sent.to_owned()
-    })
+fn park_sql(layout: &PgmqLayout, claimed: bool, dependencies: Dependencies) -> String {
+    park_group(
+        layout,
+        claimed,
+        dependencies,
+        "$rows::jsonb",
+        "$queue",
+        |sent| sent.to_owned(),
+    )
 }
 
 /// [`park_sql`]'s statement, parking the rows of `rows` (a JSON array expression) in queue
 /// `queue` (a text expression), answered by `answer` of the query over the entries sent
-/// (`entry`): the same text inside a function that parks a group (`bounded.rs`).
+/// (`entry`): the same text inside a function that parks a group (`bounded.rs`). Where
+/// dependencies are kept, each registry row names its task's owner, for the children that
+/// name it.
 pub(super) fn park_group(
     layout: &PgmqLayout,
     claimed: bool,
+    dependencies: Dependencies,
     rows: &str,
     queue: &str,
     answer: impl Fn(&str) -> String,
@@ -235,12 +251,16 @@ pub(super) fn park_group(
                                           session_id, owner, owner_task) \
                    SELECT {queue}, entry, CASE WHEN attach THEN tenant END, \
                           CASE WHEN attach THEN task_id END, CASE WHEN attach THEN user_id END, \
-                          CASE WHEN attach THEN session_id END, tenant, task_id FROM input \
+                          CASE WHEN attach THEN session_id END, {owner} FROM input \
                    ON CONFLICT DO NOTHING RETURNING entry), \
          chosen AS (SELECT DISTINCT ON (entry) p, message, vt FROM input \
                      WHERE entry IN (SELECT entry FROM fresh) ORDER BY entry, ord), \
          {sent} {}",
         answer(&union_of("s", "entry")),
+        owner = match dependencies {
+            Dependencies::Kept => "tenant, task_id",
+            Dependencies::Off => "NULL, NULL",
+        },
         not_before = at_ms("COALESCE((item->>'not_before_ms')::bigint, 0)"),
     )
 }
@@ -382,7 +402,7 @@ fn renew_sql(layout: &PgmqLayout) -> String {
 /// `$reason`, in the dead-letter queue's archive (its submitter hears of it from the node,
 /// so it is not a dead letter to report). Either way their children are released or
 /// cancelled in the same statement (`dependencies.rs`).
-fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
+fn settle_sql(layout: &PgmqLayout, settlement: &Settlement, dependencies: Dependencies) -> String {
     let taken = layout.per_level(", ", |level| {
         format!(
             "g_{p} AS (DELETE FROM pgmq.{table} WHERE {claims} \
@@ -424,7 +444,7 @@ fn settle_sql(layout: &PgmqLayout, settlement: &Settlement) -> String {
     format!(
         "WITH {taken}, gone AS ({gone}), {keep}, {ended} \
          SELECT {ENTRY} AS entry FROM gone CROSS JOIN ended",
-        ended = ended_ctes(layout, "gone", ending),
+        ended = ended_ctes(layout, "gone", ending, dependencies),
     )
 }
 
@@ -473,7 +493,7 @@ fn retry_sql(layout: &PgmqLayout) -> String {
 
 /// Deletes the parked message `condition` picks (at most one over all levels, the best
 /// level's), marks its entry cancelled, cancels its waiting children, and returns its task.
-fn remove_sql(layout: &PgmqLayout, condition: &str) -> String {
+fn remove_sql(layout: &PgmqLayout, dependencies: Dependencies, condition: &str) -> String {
     let picked = layout.per_level(", ", |level| {
         format!(
             "c_{p} AS (SELECT {p} AS p, msg_id FROM pgmq.{table} WHERE {condition})",
@@ -497,14 +517,14 @@ fn remove_sql(layout: &PgmqLayout, condition: &str) -> String {
            FROM gone CROSS JOIN ended",
         all = union_of("c", "p, msg_id"),
         gone = union_of("g", "message"),
-        ended = ended_ctes(layout, "gone", Ending::CANCELLED),
+        ended = ended_ctes(layout, "gone", Ending::CANCELLED, dependencies),
     )
 }
 
 /// Takes the node's name off each message whose hold ran out, visible again after the
 /// backoff; a message on its last attempt goes to the dead-letter queue with the reason, and
 /// its waiting children are cancelled.
-fn rescue_sql(layout: &PgmqLayout) -> String {
+fn rescue_sql(layout: &PgmqLayout, dependencies: Dependencies) -> String {
     let expired = layout.per_level(", ", |level| {
         format!(
             "e_{p} AS (SELECT msg_id, read_ct FROM pgmq.{table} \
@@ -534,7 +554,12 @@ fn rescue_sql(layout: &PgmqLayout) -> String {
         back = union_of("b", "1"),
         dlq = layout.dead.0,
         reason = lease_ran_out_sql("message->>'node'", "read_ct"),
-        ended = ended_ctes(layout, "dead", Ending::failed(GIVEN_UP.1, GIVEN_UP.0)),
+        ended = ended_ctes(
+            layout,
+            "dead",
+            Ending::failed(GIVEN_UP.1, GIVEN_UP.0),
+            dependencies,
+        ),
     )
 }
 
@@ -647,7 +672,7 @@ fn purge_dead_sql(layout: &PgmqLayout) -> String {
 
 /// Moves message `$row_id` of level `$level`, which cannot be used, to the dead-letter queue
 /// with the reason `$reason`, and cancels its waiting children.
-fn bury_sql(layout: &PgmqLayout) -> String {
+fn bury_sql(layout: &PgmqLayout, dependencies: Dependencies) -> String {
     let deletes = layout.per_level(", ", |level| {
         format!(
             "g_{p} AS (DELETE FROM pgmq.{table} WHERE {p} = $level AND msg_id = $row_id \
@@ -671,6 +696,7 @@ fn bury_sql(layout: &PgmqLayout) -> String {
                 "jsonb_build_object('Failed', $reason::text)::text",
                 "'could not be read'",
             ),
+            dependencies,
         ),
     )
 }
