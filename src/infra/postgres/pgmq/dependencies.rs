@@ -266,7 +266,10 @@ DECLARE
     how text := why;
     how_status text := status;
 BEGIN
-    IF parents IS NULL OR cardinality(parents) = 0 THEN
+    -- The common case, a queue with no child waiting: one probe, not the statement below
+    -- (whose data-modifying parts run, over nothing, each time it runs).
+    IF parents IS NULL OR cardinality(parents) = 0
+       OR NOT EXISTS (SELECT 1 FROM {EDGES} WHERE queue_name = '{name}') THEN
         RETURN 0;
     END IF;
     LOOP
