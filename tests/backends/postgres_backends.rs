@@ -1021,6 +1021,26 @@ async fn postgres_queue_keeps_the_dependencies_contract() {
     .await;
 }
 
+/// The dependencies suite's refusal on `pool`, a pool of `queue` without dependencies, and
+/// a refusal whose words name `setting`.
+async fn refuses_parents_naming(
+    pool: &prometheus_parking_lot::core::PoolClient<u64, u64>,
+    queue: &str,
+    setting: &str,
+) {
+    conformance::dependencies::refused_where_unsupported(pool, queue).await;
+    let refused = pool
+        .submit(
+            conformance::dependencies::step("planner", 50, 1),
+            conformance::dependencies::after(&[1]),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(PoolError::Dependency(refusal)) if refusal.to_string().contains(setting)),
+        "{refused:?}"
+    );
+}
+
 /// A table queue without `"dependencies": true` pays nothing for them: a task that names
 /// parents is refused, naming the setting, and a run that ends leaves no row behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1030,17 +1050,7 @@ async fn a_table_queue_without_dependencies_refuses_parents_and_keeps_no_ended_r
     let steps = conformance::dependencies::plain_steps();
     let built = dependencies_pool_with("postgres", &name, steps, false).await;
     let pool = built.pools["deps"].client();
-    conformance::dependencies::refused_where_unsupported(pool, "postgres").await;
-    let refused = pool
-        .submit(
-            conformance::dependencies::step("planner", 50, 1),
-            conformance::dependencies::after(&[1]),
-        )
-        .await;
-    assert!(
-        matches!(&refused, Err(PoolError::Dependency(refusal)) if refusal.to_string().contains("\"dependencies\": true")),
-        "{refused:?}"
-    );
+    refuses_parents_naming(pool, "postgres", "\"dependencies\": true").await;
     // The two runs' settles follow their results by a moment.
     let count = format!("SELECT count(*) AS n FROM pl_queue_jobs WHERE queue_name = '{name}'");
     let mut left = i64::MAX;
@@ -1073,17 +1083,8 @@ async fn a_pgmq_queue_without_dependencies_refuses_parents() {
     let steps = conformance::dependencies::plain_steps();
     let built = dependencies_pool_with("postgres_pgmq", &name, steps, false).await;
     let pool = built.pools["deps"].client();
-    conformance::dependencies::refused_where_unsupported(pool, "pgmq").await;
-    let refused = pool
-        .submit(
-            conformance::dependencies::step("planner", 50, 1),
-            conformance::dependencies::after(&[1]),
-        )
-        .await;
-    assert!(
-        matches!(&refused, Err(PoolError::Dependency(refusal)) if refusal.to_string().contains("postgres_pgmq (the pgmq queue with \"dependencies\": true)")),
-        "{refused:?}"
-    );
+    let setting = "postgres_pgmq (the pgmq queue with \"dependencies\": true)";
+    refuses_parents_naming(pool, "pgmq", setting).await;
     drop(built);
     let queues = ["crit", "high", "norm", "low", "dlq"].map(|suffix| format!("{name}_{suffix}"));
     drop_pgmq_queues(&queues).await;

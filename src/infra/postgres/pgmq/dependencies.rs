@@ -221,26 +221,42 @@ fn ended_function(layout: &PgmqLayout) -> String {
     let pending = "(c.message->>'pending')::int";
     let anyway = "COALESCE((c.message->>'anyway')::boolean, false)";
     let after = at_ms("COALESCE((c.message->>'after')::bigint, 0)");
-    let per_level = layout.per_level(", ", |level| {
-        format!(
-            "doomed_{p} AS (DELETE FROM pgmq.{table} AS c USING per_child AS d \
-                WHERE NOT succeeded AND {child} = d.child_entry AND c.vt = {HELD} AND {parked} \
-                  AND NOT {anyway} \
-              RETURNING c.read_ct, c.enqueued_at, c.message, d.task_id), \
-             freed_{p} AS (UPDATE pgmq.{table} AS c SET \
+    // Each level's children that count the parent as done (`which`: succeeded, or those
+    // that run anyway), one taken from their count, released at 0.
+    let freed_ctes = |which: &str| {
+        layout.per_level(", ", |level| {
+            format!(
+                "freed_{p} AS (UPDATE pgmq.{table} AS c SET \
                 message = CASE WHEN {pending} <= n.edges THEN c.message {HELD_KEYS} \
                   ELSE jsonb_set(c.message, '{{pending}}', to_jsonb({pending} - n.edges)) END, \
                 vt = CASE WHEN {pending} <= n.edges \
                   THEN {after} \
                   ELSE c.vt END \
                 FROM per_child AS n \
-               WHERE (succeeded OR {anyway}) AND {child} = n.child_entry AND c.vt = {HELD} \
-                 AND {parked} \
+               WHERE {which} AND {child} = n.child_entry AND c.vt = {HELD} AND {parked} \
               RETURNING c.vt <> {HELD} AS released)",
+                p = level.p,
+                table = level.table,
+            )
+        })
+    };
+    let doomed_ctes = layout.per_level(", ", |level| {
+        format!(
+            "doomed_{p} AS (DELETE FROM pgmq.{table} AS c USING per_child AS d \
+                WHERE {child} = d.child_entry AND c.vt = {HELD} AND {parked} AND NOT {anyway} \
+              RETURNING c.read_ct, c.enqueued_at, c.message, d.task_id)",
             p = level.p,
             table = level.table,
         )
     });
+    let cut = format!(
+        "cut AS (DELETE FROM {EDGES} AS e \
+                  USING unnest(ending, ending_tasks) AS p(entry, task_id) \
+                  WHERE e.queue_name = '{name}' AND e.parent_entry = p.entry \
+                 RETURNING e.child_entry, p.task_id), \
+         per_child AS (SELECT child_entry, count(*) AS edges, min(task_id) AS task_id \
+                         FROM cut GROUP BY child_entry)"
+    );
     let doomed = layout.per_level(" UNION ALL ", |level| {
         format!(
             "SELECT read_ct, enqueued_at, message, task_id FROM doomed_{}",
@@ -272,15 +288,14 @@ BEGIN
        OR NOT EXISTS (SELECT 1 FROM {EDGES} WHERE queue_name = '{name}') THEN
         RETURN 0;
     END IF;
-    LOOP
-        WITH cut AS (
-                DELETE FROM {EDGES} AS e
-                 USING unnest(ending, ending_tasks) AS p(entry, task_id)
-                 WHERE e.queue_name = '{name}' AND e.parent_entry = p.entry
-                RETURNING e.child_entry, p.task_id),
-             per_child AS (SELECT child_entry, count(*) AS edges, min(task_id) AS task_id
-                             FROM cut GROUP BY child_entry),
-             {per_level},
+    -- Parents that succeeded cancel nothing: their statement has no part for doomed children.
+    IF succeeded THEN
+        WITH {cut}, {freed_all}
+        SELECT count(*) INTO woken FROM ({freed}) AS freed WHERE released;
+        ending := NULL;
+    END IF;
+    WHILE ending IS NOT NULL LOOP
+        WITH {cut}, {freed_anyway}, {doomed_ctes},
              doomed AS ({doomed}),
              letters AS (INSERT INTO pgmq.{dlq} (vt, read_ct, enqueued_at, message)
                 SELECT to_timestamp(0), read_ct, enqueued_at, (message {HELD_KEYS}) ||
@@ -298,7 +313,6 @@ BEGIN
                (SELECT array_agg({ENTRY} ORDER BY {ENTRY}) AS entries,
                        array_agg({TASK} ORDER BY {ENTRY}) AS tasks FROM doomed) AS d;
         woken := woken + freed_now;
-        EXIT WHEN doomed_entries IS NULL;
         ending := doomed_entries;
         ending_tasks := doomed_tasks;
         how := 'was cancelled';
@@ -313,6 +327,8 @@ $fn$;
 "#,
         function = layout.ended_function,
         dlq = layout.dead.0,
+        freed_all = freed_ctes("true"),
+        freed_anyway = freed_ctes(anyway),
     )
 }
 
