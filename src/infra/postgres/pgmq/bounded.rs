@@ -23,9 +23,9 @@
 //! parked messages). A message a claim is taking while a park looks is counted as parked and
 //! skipped when shedding (`SKIP LOCKED`), as on the table.
 
-use super::dependencies::{Dependencies, HELD_KEYS};
-use super::queue::{PgmqLayout, DUE, ENTRIES, ENTRY, PARKED, RANK};
-use super::statements::{at_ms, park_group, register_one, send_one, MESSAGE};
+use super::dependencies::HELD_KEYS;
+use super::layout::{Dependencies, PgmqLayout, DUE, ENTRIES, ENTRY, PARKED, RANK};
+use super::parts::{at_ms, park_group, register_one, send_one, MESSAGE};
 use crate::infra::postgres::codec::{DATABASE_NOW_MS, PARK_RECORD, REMEMBER_ENDED_MS};
 
 /// The statement a bounded queue parks through (`$rows`, `$max_units`, `$now_ms`,

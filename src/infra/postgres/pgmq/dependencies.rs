@@ -39,8 +39,8 @@
 //!
 //! [`REMEMBER_ENDED_MS`]: crate::infra::postgres::codec::REMEMBER_ENDED_MS
 
-use super::queue::{PgmqLayout, ENTRIES, ENTRY, PARKED, TASK};
-use super::statements::{at_ms, register_one, send_one};
+use super::layout::{Dependencies, PgmqLayout, ENTRIES, ENTRY, PARKED, TASK};
+use super::parts::{at_ms, register_one, send_one, MESSAGE};
 use crate::core::HELD_PAST_DEADLINE;
 use crate::infra::postgres::codec::{DATABASE_NOW_MS, REMEMBER_ENDED_MS};
 
@@ -109,17 +109,6 @@ impl<'a> Ending<'a> {
             why,
         }
     }
-}
-
-/// Whether a pgmq queue keeps dependencies between its tasks (see
-/// [`PgQueue::with_dependencies`](crate::infra::postgres::PgQueue)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Dependencies {
-    /// Children may name parents; every ended task's registry row stays a minute.
-    Kept,
-    /// No task names parents; a registry row goes when its task ends (a caller kept unique
-    /// stays its minute).
-    Off,
 }
 
 /// The CTEs for a statement that ended the messages of CTE `gone` (a `message` column)
@@ -402,7 +391,7 @@ END
 $fn$;
 "#,
         function = layout.park_waiting_function,
-        message = super::statements::MESSAGE,
+        message = MESSAGE,
         register = register_one(layout, "item", "stored"),
         after = at_ms("after_ms"),
         send = send_one(layout, "(item->>'priority')::smallint", "due", "body"),

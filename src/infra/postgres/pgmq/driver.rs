@@ -26,7 +26,9 @@ pub(crate) struct PgmqDriver<'a> {
     pub(crate) max_attempts: Option<u32>,
     /// Claimed tasks a node may hold waiting for a worker.
     pub(crate) claim_ahead: Option<u32>,
-    /// Whether tasks may name parents (see `PgmqQueue::with_dependencies`).
+    /// Whether tasks may name parents (see `PgmqQueue::with_dependencies`); read where the
+    /// queue opens, in builds with the feature.
+    #[cfg_attr(not(feature = "pgmq"), allow(dead_code))]
     pub(crate) dependencies: bool,
 }
 

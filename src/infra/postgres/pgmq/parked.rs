@@ -18,7 +18,8 @@
 //! most of the statement's 65 ms (`EXPLAIN ANALYZE`, the shared 2-core test machine).
 
 use super::dependencies::HELD;
-use super::queue::{check_queue_name, DUE, ENTRY, LEVELS, PARKED, RANK, TASK};
+use super::layout::{DUE, ENTRY, LEVELS, PARKED, RANK, TASK};
+use super::queue::check_queue_name;
 use crate::core::{PoolError, QueueOrder};
 use crate::infra::postgres::codec::DATABASE_NOW_MS;
 use crate::infra::postgres::Identifier;

@@ -64,7 +64,8 @@
 //! is one statement too, archiving every message the node holds among them (failures, rare,
 //! go one by one to the dead-letter archive).
 
-use super::dependencies::Dependencies;
+pub use super::layout::PgmqLayout;
+use super::layout::{Dependencies, DUE, ENTRIES, ENTRY, LEVELS, PARKED, RANK, TASK};
 use crate::core::{PoolError, QueueOrder};
 use crate::infra::postgres::shared_queue::QueueLabel;
 use crate::infra::postgres::{open_failed, Identifier, PgDatabase, PgQueue, PgmqSource};
@@ -73,12 +74,6 @@ use crate::util::serde::Priority;
 
 /// The longest `queue_name`: PGMQ allows 47 characters, and the levels add up to 5.
 pub const MAX_QUEUE_NAME: usize = 42;
-
-/// The priority levels, best first: their rank number and the suffix of their PGMQ queue.
-pub(super) const LEVELS: [(i16, &str); 4] = [(3, "crit"), (2, "high"), (1, "norm"), (0, "low")];
-
-/// The table that keeps entry ids unique across a queue's levels.
-pub(super) const ENTRIES: &str = "pl_pgmq_entries";
 
 /// A [`SharedQueue`](crate::core::SharedQueue) on PGMQ queues, one per priority level. See the module docs.
 ///
@@ -94,40 +89,6 @@ pub(super) const ENTRIES: &str = "pl_pgmq_entries";
 /// ```
 pub type PgmqQueue<P> = PgQueue<PgmqLayout, P>;
 
-/// The pgmq layout: a PGMQ queue per priority level, and a dead-letter queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PgmqLayout {
-    /// The configured name, lower-cased (PGMQ folds queue names to lower case).
-    pub(super) name: String,
-    pub(super) source: PgmqSource,
-    /// The levels' tables, best first.
-    pub(super) levels: [Level; 4],
-    /// The dead-letter queue's table and archive.
-    pub(super) dead: (Identifier, Identifier),
-    /// The order claims take a level's messages in.
-    pub(super) order: QueueOrder,
-    /// The function that releases or cancels the children of ended messages
-    /// (`pl_pgmq_<name>_ended`, see `dependencies.rs`).
-    pub(super) ended_function: Identifier,
-    /// The function that parks a child waiting for its parents
-    /// (`pl_pgmq_<name>_park_waiting`).
-    pub(super) park_waiting_function: Identifier,
-    /// The function a bounded queue parks through (`pl_pgmq_<name>_park_within`, see
-    /// `bounded.rs`).
-    pub(super) park_within_function: Identifier,
-}
-
-/// A priority level's PGMQ queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Level {
-    /// Its rank number (a priority as stored).
-    pub(super) p: i16,
-    /// Its queue's table, `q_<name>_<suffix>` in schema `pgmq`.
-    pub(super) table: Identifier,
-    /// Its archive, `a_<name>_<suffix>`.
-    pub(super) archive: Identifier,
-}
-
 /// Checks a configured queue name: an identifier of at most [`MAX_QUEUE_NAME`] characters.
 pub fn check_queue_name(name: &str) -> Result<String, PoolError> {
     let name = Identifier::new(name)?;
@@ -139,43 +100,6 @@ pub fn check_queue_name(name: &str) -> Result<String, PoolError> {
         )));
     }
     Ok(name.as_str().to_ascii_lowercase())
-}
-
-impl PgmqLayout {
-    /// The layout of queue `name` (checked), claimed in `order`, its PGMQ found `source`
-    /// (set again once the queues are made).
-    fn new(name: String, source: PgmqSource, order: QueueOrder) -> Result<Self, PoolError> {
-        let tables = |suffix: &str| -> Result<(Identifier, Identifier), PoolError> {
-            Ok((
-                Identifier::new(&format!("q_{name}_{suffix}"))?,
-                Identifier::new(&format!("a_{name}_{suffix}"))?,
-            ))
-        };
-        let level = |(p, suffix): (i16, &str)| -> Result<Level, PoolError> {
-            let (table, archive) = tables(suffix)?;
-            Ok(Level { p, table, archive })
-        };
-        let [crit, high, norm, low] = LEVELS;
-        Ok(Self {
-            levels: [level(crit)?, level(high)?, level(norm)?, level(low)?],
-            dead: tables("dlq")?,
-            ended_function: Identifier::new(&format!("pl_pgmq_{name}_ended"))?,
-            park_waiting_function: Identifier::new(&format!("pl_pgmq_{name}_park_waiting"))?,
-            park_within_function: Identifier::new(&format!("pl_pgmq_{name}_park_within"))?,
-            name,
-            source,
-            order,
-        })
-    }
-
-    /// One statement part per level, joined by `separator`.
-    pub(super) fn per_level(&self, separator: &str, part: impl Fn(&Level) -> String) -> String {
-        self.levels
-            .iter()
-            .map(part)
-            .collect::<Vec<_>>()
-            .join(separator)
-    }
 }
 
 /// The PGMQ queue names of queue `name`: the levels, best first, then the dead-letter queue.
@@ -348,16 +272,6 @@ fn own_objects(layout: &PgmqLayout) -> Result<String, PoolError> {
     sql.push_str(&super::bounded::park_within_function(layout));
     Ok(sql)
 }
-
-/// A message's rank time, entry and task id, as the indexes have them.
-pub(super) const RANK: &str = "((message->>'rank')::bigint)";
-/// A message's deadline as the deadline order ranks it (none after every deadline), as its
-/// index has it.
-pub(super) const DUE: &str = "(COALESCE((message->>'deadline')::bigint, 9223372036854775807))";
-pub(super) const ENTRY: &str = "((message->>'entry')::bigint)";
-pub(super) const TASK: &str = "((message->>'task')::bigint)";
-/// No node holds the message.
-pub(super) const PARKED: &str = "(message->>'node' IS NULL)";
 
 #[cfg(test)]
 fn level_of(priority: Priority) -> &'static str {
