@@ -1523,7 +1523,27 @@ mod pgmq_install {
             )
             .await;
             if extension == "false" {
-                // From nothing: the plain SQL objects of an earlier run go first.
+                // From nothing: the plain SQL objects of an earlier run go first. The queues
+                // that runs left behind go a hundred tables at a time: one `DROP SCHEMA` of
+                // them all takes a lock per table and index in one transaction, past the
+                // server's lock table (`max_locks_per_transaction`) once a thousand or so
+                // queues have piled up.
+                loop {
+                    let batch = value(
+                        &connection,
+                        "SELECT coalesce(string_agg(format('pgmq.%I', tablename), ', '), '') \
+                           FROM (SELECT tablename FROM pg_tables WHERE schemaname = 'pgmq' \
+                                  LIMIT 100) AS batch",
+                    )
+                    .await;
+                    if batch.is_empty() {
+                        break;
+                    }
+                    connection
+                        .execute_unprepared(&format!("DROP TABLE IF EXISTS {batch} CASCADE"))
+                        .await
+                        .expect("drop the queues left behind");
+                }
                 connection
                     .execute_unprepared("DROP SCHEMA IF EXISTS pgmq CASCADE")
                     .await
