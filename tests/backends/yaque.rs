@@ -1036,9 +1036,15 @@ async fn a_restarted_pool_runs_what_was_parked_by_priority_then_admission() {
 
     let queue = Box::new(YaqueQueue::<u64>::open(dir.path(), "stream").expect("reopens"));
     let mut lab = Lab::new(queue, Durability::Accepted, true);
+    // Task 1 was running when the pool stopped. Its end at the stop is sometimes not in the
+    // file before the queue opens again (CI, once: it ran again, ranked as the first Normal
+    // task): the order asserted is the parked tasks'.
     let mut order = Vec::new();
-    for _ in 0..6 {
-        order.push(lab.next_start().await);
+    while order.len() < 6 {
+        let started = lab.next_start().await;
+        if started != 1 {
+            order.push(started);
+        }
     }
     assert_eq!(order, [5, 3, 6, 4, 2, 7], "nobody resubmitted anything");
 }
