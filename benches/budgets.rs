@@ -170,6 +170,7 @@ fn run(scale: &Scale, arrivals: &[Arrival], budget: bool) -> Outcome {
                 deadline_ms: None,
                 tenant: 0,
                 timeout_ms: None,
+                also: Default::default(),
             };
             match lot.admit(ticket, now) {
                 Admit::Start => begun.push(next as u64),

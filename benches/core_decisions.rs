@@ -98,6 +98,7 @@ impl Tickets {
             deadline_ms: None,
             tenant: id % self.tenants,
             timeout_ms: None,
+            also: Default::default(),
         }
     }
 }

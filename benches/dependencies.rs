@@ -148,6 +148,7 @@ fn core_round(scale: &Scale, fan_in: bool) -> f64 {
         deadline_ms: None,
         tenant: 0,
         timeout_ms: None,
+        also: Default::default(),
     };
     for id in 1..=parents {
         assert_eq!(lot.admit(ticket(id), 0), Admit::Start);

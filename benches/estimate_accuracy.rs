@@ -125,6 +125,7 @@ fn run(tasks: &[Task], backfill: bool) -> Vec<(Parked, u64)> {
                 deadline_ms: None,
                 tenant: 0,
                 timeout_ms: Some(task.timeout_ms),
+                also: Default::default(),
             };
             match lot.admit(ticket, now).split_started() {
                 (Admit::Start, also) => {
@@ -241,6 +242,7 @@ fn cost(parked: usize) -> [f64; 4] {
             deadline_ms: None,
             tenant: 0,
             timeout_ms: Some(task.timeout_ms),
+            also: Default::default(),
         };
         lot.admit(ticket, 0);
     }
@@ -252,6 +254,7 @@ fn cost(parked: usize) -> [f64; 4] {
         deadline_ms: None,
         tenant: 0,
         timeout_ms: Some(10_000),
+        also: Default::default(),
     };
     let time = |run: &dyn Fn()| {
         let rounds: Vec<f64> = (0..5)

@@ -115,6 +115,7 @@ impl Policy for Core {
             deadline_ms: None,
             tenant: task.tenant,
             timeout_ms: self.with_timeouts.then_some(task.timeout_ms),
+            also: Default::default(),
         };
         match self.lot.admit(ticket, now).split_started() {
             (Admit::Start, mut also) => {

@@ -338,6 +338,7 @@ impl Core {
             deadline_ms: request.deadline_ms().filter(|_| self.deadlines),
             tenant: request.tenant as u64 + 1,
             timeout_ms: Some(request.timeout_ms),
+            also: Default::default(),
         }
     }
 }

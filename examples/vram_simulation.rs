@@ -99,6 +99,7 @@ impl Gate for ParkingLot {
             deadline_ms: None,
             tenant: 0,
             timeout_ms: None,
+            also: Default::default(),
         };
         match self.admit(ticket, now) {
             Admit::Start => vec![request.id],

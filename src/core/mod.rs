@@ -59,6 +59,7 @@ pub use prometheus_parking_lot_actors::worker::executor::TaskExecutor;
 ///     deadline_ms: None,
 ///     tenant: 0,
 ///     timeout_ms: None,
+///     also: Default::default(),
 /// };
 /// assert_eq!(lot.admit(llm(1, 16), 0), Admit::Start);
 /// assert_eq!(lot.admit(llm(2, 16), 0), Admit::Park);

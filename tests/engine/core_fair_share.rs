@@ -108,6 +108,7 @@ impl Model {
                     deadline_ms: None,
                     tenant,
                     timeout_ms: timeout,
+                    also: Default::default(),
                 };
                 match self.lot.admit(ticket, self.now) {
                     Admit::Start => assert!(self.running.insert(id)),
@@ -404,5 +405,6 @@ fn ticket(id: TaskId, tenant: u64, priority: Priority, units: u32, now: u64) -> 
         deadline_ms: None,
         tenant,
         timeout_ms: None,
+        also: Default::default(),
     }
 }

@@ -145,6 +145,7 @@ impl Model {
                     deadline_ms: deadline_in.map(|d| self.now + d - 10),
                     tenant: 0,
                     timeout_ms: None,
+                    also: Default::default(),
                 };
                 self.ranks
                     .insert(id, RankKey::new(priority, ticket.created_at_ms, id));

@@ -27,7 +27,7 @@ pub use limits::{
 };
 pub use mailbox_key::{MailboxKey, TenantId};
 pub use order::QueueOrder;
-pub use resource::{ResourceCost, ResourceKind};
+pub use resource::{ExtraCosts, ResourceCost, ResourceKind};
 pub use status::{status_of, TaskStatus, WakeState};
 pub use task::{Priority, ScheduledTask, TaskId, TaskMetadata};
 pub use waiters::{OnGiveUp, DEFAULT_STREAM_IDLE_MS, MAX_STREAM_IDLE_MS};

@@ -116,3 +116,71 @@ impl ResourceCost {
         Self::new(ResourceKind::Mixed, units)
     }
 }
+
+/// The units of each kind a task needs *beside* its first cost ([`TaskMetadata::cost`]):
+/// a provider call that spends requests and tokens at once, a decode sequence that holds
+/// KV-cache blocks and an engine slot. A task starts only when its first cost and every
+/// one of these fit, and holds them all until it ends. Zero for a kind it does not need.
+///
+/// [`TaskMetadata::cost`]: crate::domain::TaskMetadata::cost
+///
+/// ```
+/// use prometheus_parking_lot_actors::domain::{ExtraCosts, ResourceCost, ResourceKind};
+///
+/// let first = ResourceCost::io(4_096); // tokens
+/// let also = ExtraCosts::new(first, &[ResourceCost::cpu(1)]).unwrap(); // one request
+/// assert_eq!(also.get(ResourceKind::Cpu), 1);
+/// assert_eq!(also.costs().collect::<Vec<_>>(), vec![ResourceCost::cpu(1)]);
+/// // A kind named twice is refused: its costs would be ambiguous.
+/// assert!(ExtraCosts::new(first, &[ResourceCost::io(1)]).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ExtraCosts([u32; ResourceKind::COUNT]);
+
+impl ExtraCosts {
+    /// No cost beside the first: a task of one kind.
+    pub const NONE: ExtraCosts = ExtraCosts([0; ResourceKind::COUNT]);
+
+    /// The costs `also` of a task whose first cost is `first`. A cost of 0 units is no cost.
+    /// Refused, naming the kind, when a kind appears twice (in `also`, or as `first`'s):
+    /// each kind is given once, with all the units the task needs of it.
+    pub fn new(first: ResourceCost, also: &[ResourceCost]) -> Result<Self, String> {
+        let mut costs = Self::NONE;
+        for cost in also {
+            if cost.kind == first.kind || costs.get(cost.kind) > 0 {
+                return Err(format!(
+                    "a task names the kind `{}` twice among its costs: give each kind once, \
+                     with every unit it needs of it",
+                    cost.kind
+                ));
+            }
+            costs.0[cost.kind.index()] = cost.units;
+        }
+        Ok(costs)
+    }
+
+    /// The units of `kind` needed beside the first cost (0: none).
+    pub const fn get(&self, kind: ResourceKind) -> u32 {
+        self.0[kind.index()]
+    }
+
+    /// Whether the task needs nothing beside its first cost.
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; ResourceKind::COUNT]
+    }
+
+    /// The costs, one per kind needed, in kind order.
+    pub fn costs(&self) -> impl Iterator<Item = ResourceCost> + '_ {
+        ResourceKind::ALL
+            .into_iter()
+            .filter(|kind| self.get(*kind) > 0)
+            .map(|kind| ResourceCost::new(kind, self.get(kind)))
+    }
+
+    /// Every unit the task needs, its first cost's included, by kind index.
+    pub fn with_first(&self, first: ResourceCost) -> [u32; ResourceKind::COUNT] {
+        let mut all = self.0;
+        all[first.kind.index()] = first.units;
+        all
+    }
+}

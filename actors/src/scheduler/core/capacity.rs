@@ -118,6 +118,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// // Another process holds most of the card: 20 units are free outside the pool.
     /// assert!(lot.set_headroom(ResourceKind::GpuVram, Some(20), 0).is_empty());

@@ -181,6 +181,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// assert_eq!(lot.admit(ticket(1), 0), Admit::Start);
     /// assert_eq!(lot.admit(ticket(2), 0), Admit::Start);
@@ -239,6 +240,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// lot.restore(ticket(1), 0).unwrap();
     /// lot.restore_after(ticket(2), &[1], false, 0).unwrap();
@@ -310,6 +312,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// assert_eq!(lot.admit(ticket(1), 0), Admit::Start);
     /// assert_eq!(lot.admit_after(ticket(2), &[1], false, 0), Admit::Park);

@@ -195,6 +195,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// lot.admit(ticket, 1_000);
     /// lot.complete(1, 3_000).unwrap(); // it ran 2 s
@@ -229,6 +230,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: Some(60_000),
+    ///     also: Default::default(),
     /// };
     /// lot.admit(ticket(1, 8), 0);
     /// lot.complete(1, 4_000).unwrap(); // 8 units run about 4 s
@@ -283,6 +285,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: Some(5_000), // nothing seen yet: each runs up to 5 s
+    ///     also: Default::default(),
     /// };
     /// lot.admit(ticket(1, 8), 0);
     /// assert_eq!(lot.estimate_admission(&ticket(2, 2), 0).start_ms, Some(0), "fits now");
@@ -321,6 +324,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: Some(5_000),
+    ///     also: Default::default(),
     /// };
     /// lot.admit(ticket(1, 8), 0); // runs up to 5 s
     /// assert_eq!(lot.misses_deadline(&ticket(2, 6), 3_000, 0), Some(5_000));
@@ -398,6 +402,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: Some(1_000),
+    ///     also: Default::default(),
     /// };
     /// lot.admit(ticket(1, 10), 0);
     /// lot.admit(ticket(2, 10), 0);
@@ -443,6 +448,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: Some(1_000),
+    ///     also: Default::default(),
     /// };
     /// for id in 1..=4 {
     ///     lot.admit(ticket(id, 10), 0);

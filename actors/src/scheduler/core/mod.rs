@@ -253,7 +253,8 @@ pub use reasons::WaitReason;
 use shedding::QueueBook;
 
 use crate::domain::{
-    PoolError, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata, WakeState,
+    ExtraCosts, PoolError, PoolLimits, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
+    WakeState,
 };
 
 const KINDS: usize = ResourceKind::COUNT;
@@ -285,6 +286,8 @@ pub struct Ticket {
     /// Its execution timeout in milliseconds, if it has one: it ends, and releases what it
     /// holds, at most this long after it starts (rule 13).
     pub timeout_ms: Option<u64>,
+    /// What it holds beside `cost`, for a task of several kinds (rule 25); none by default.
+    pub also: ExtraCosts,
 }
 
 impl From<&TaskMetadata> for Ticket {
@@ -299,6 +302,7 @@ impl From<&TaskMetadata> for Ticket {
             deadline_ms: meta.deadline_ms.map(clamp_ms),
             tenant: 0,
             timeout_ms: None,
+            also: ExtraCosts::NONE,
         }
     }
 }
@@ -427,6 +431,7 @@ struct Claim {
 ///     deadline_ms: None,
 ///     tenant: 0,
 ///     timeout_ms: None,
+///     also: Default::default(),
 /// };
 /// assert_eq!(lot.admit(ticket(1, 8), 0), Admit::Start);
 /// assert_eq!(lot.admit(ticket(2, 6), 0), Admit::Park); // 8 + 6 > 10
@@ -611,6 +616,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// lot.pause();
     /// assert_eq!(lot.admit(ticket, 0), Admit::Park);

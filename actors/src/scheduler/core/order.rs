@@ -39,6 +39,7 @@ impl ParkingLot {
     ///     deadline_ms,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// assert_eq!(lot.admit(ticket(1, None), 0), Admit::Start);
     /// assert_eq!(lot.admit(ticket(2, None), 0), Admit::Park);

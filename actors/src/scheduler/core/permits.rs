@@ -29,6 +29,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// assert_eq!(lot.admit(ticket(1, 2), 0), Admit::Start); // the one slot is busy now
     /// assert_eq!(lot.admit_permit(ticket(2, 4), 0), Admit::Start); // a permit needs none

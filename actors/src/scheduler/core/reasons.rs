@@ -170,6 +170,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// assert_eq!(lot.admit(ticket(1, 8), 0), Admit::Start);
     /// assert_eq!(lot.admit(ticket(2, 6), 0), Admit::Park);

@@ -469,6 +469,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 7,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// lot.admit(ticket, 0);
     /// assert_eq!(lot.tenant_service(7), Some(4.0)); // 8 units at weight 2

@@ -12,6 +12,7 @@ pub(super) fn ticket(id: TaskId, priority: Priority, units: u32) -> Ticket {
         deadline_ms: None,
         tenant: 0,
         timeout_ms: None,
+        also: Default::default(),
     }
 }
 

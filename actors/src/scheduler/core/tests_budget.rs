@@ -19,6 +19,7 @@ fn io(id: TaskId, priority: Priority, units: u32) -> Ticket {
         deadline_ms: None,
         tenant: 0,
         timeout_ms: None,
+        also: Default::default(),
     }
 }
 

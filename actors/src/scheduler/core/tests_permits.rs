@@ -498,6 +498,7 @@ fn run(lot: &mut ParkingLot, ops: &[Op]) -> Result<(), TestCaseError> {
                     deadline_ms: None,
                     tenant,
                     timeout_ms: timeout,
+                    also: Default::default(),
                 };
                 live.push(next_id);
                 next_id += 1;
@@ -587,6 +588,7 @@ fn run(lot: &mut ParkingLot, ops: &[Op]) -> Result<(), TestCaseError> {
                         deadline_ms: None,
                         tenant: 0,
                         timeout_ms: None,
+                        also: Default::default(),
                     };
                     prop_assert_eq!(lot.adopt(ticket, now), Ok(()));
                     prop_assert_eq!(lot.units_of(next_id), Some(units));

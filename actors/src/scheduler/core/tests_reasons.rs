@@ -163,6 +163,7 @@ proptest! {
                 deadline_ms: None,
                 tenant,
                 timeout_ms: None,
+                also: Default::default(),
             };
             match *step {
                 Op::Admit { tenant, io, units, priority, permit } => {
@@ -232,6 +233,7 @@ fn each_reason_names_its_obstacle() {
         deadline_ms: None,
         tenant,
         timeout_ms: None,
+        also: Default::default(),
     };
     let io = |id, units| Ticket {
         cost: ResourceCost::io(units),

@@ -98,6 +98,7 @@ impl ParkingLot {
     ///     deadline_ms: None,
     ///     tenant: 0,
     ///     timeout_ms: None,
+    ///     also: Default::default(),
     /// };
     /// lot.park_until(ticket, 500, 100).unwrap();
     /// assert_eq!(lot.next_wakeup(), Some(500));

@@ -207,6 +207,7 @@ where
                 deadline_ms: None,
                 tenant: 0,
                 timeout_ms: None,
+                also: Default::default(),
             };
             if let Err(error) = self.tasks.core.adopt(ticket, now) {
                 tracing::error!(pool = %self.tasks.pool, %error, "bug: a fast-path permit could not be taken over");

@@ -431,6 +431,7 @@ where
             deadline_ms: None,
             tenant,
             timeout_ms: None,
+            also: Default::default(),
         };
         let AdmitParts {
             newcomer,

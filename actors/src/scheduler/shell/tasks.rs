@@ -690,6 +690,7 @@ where
             deadline_ms: meta.deadline_ms.map(clamp_ms),
             tenant,
             timeout_ms: timeout.map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
+            also: Default::default(),
         }
     }
 }
