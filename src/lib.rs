@@ -137,7 +137,9 @@ pub use crate::core::{PoolError, ScheduledTask, TaskMetadata, WorkerPool};
 pub use crate::pool::gate::{Acquire, CapacityGate, PendingGrow, Permit};
 pub use crate::pool::resource_pool::ResourcePool;
 pub use crate::runtime::tokio_spawner::TokioSpawner;
-pub use crate::util::serde::{MailboxKey, Priority, ResourceCost, ResourceKind, TenantId};
+pub use crate::util::serde::{
+    ExtraCosts, MailboxKey, Priority, ResourceCost, ResourceKind, TenantId,
+};
 pub use prometheus_parking_lot_actors::running::{self, stream};
 /// Periodic tasks: a pool's schedules (`pool.add_schedule(..)`, `"schedules"` in a config).
 pub use prometheus_parking_lot_actors::schedule;

@@ -1,5 +1,5 @@
 //! The serializable domain types, at the path existing code imports them from.
 
 pub use prometheus_parking_lot_actors::domain::{
-    MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId,
+    ExtraCosts, MailboxKey, Priority, ResourceCost, ResourceKind, TaskId, TenantId,
 };

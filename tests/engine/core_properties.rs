@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use prometheus_parking_lot::core::scheduling::{Admit, Cancel, ParkingLot, RankKey, Ticket};
 use prometheus_parking_lot::core::{Capacity, PoolLimits, StarvationGuard, WakeState};
 use prometheus_parking_lot::util::TaskId;
-use prometheus_parking_lot::{Priority, ResourceCost, ResourceKind};
+use prometheus_parking_lot::{ExtraCosts, Priority, ResourceCost, ResourceKind};
 use proptest::prelude::*;
 
 const MAX_PARK_MS: u64 = 40;
@@ -20,6 +20,8 @@ enum Op {
         units: u32,
         age: u64,
         deadline_in: Option<u64>,
+        /// Units of the other kind it needs too (rule 25), if any.
+        also: Option<u32>,
     },
     Complete(usize),
     Cancel(usize),
@@ -34,9 +36,13 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..4usize, 0..2usize, 0..=12u32, 0..20u64, prop::option::weighted(0.3, 0..60u64))
-            .prop_map(|(p, kind, units, age, deadline_in)| Op::Admit {
-                priority: Priority::ALL[p], kind, units, age, deadline_in
+        4 => (
+            (0..4usize, 0..2usize, 0..=12u32, 0..20u64),
+            prop::option::weighted(0.3, 0..60u64),
+            prop::option::weighted(0.35, 1..=6u32),
+        )
+            .prop_map(|((p, kind, units, age), deadline_in, also)| Op::Admit {
+                priority: Priority::ALL[p], kind, units, age, deadline_in, also
             }),
         3 => any::<usize>().prop_map(Op::Complete),
         1 => any::<usize>().prop_map(Op::Cancel),
@@ -73,8 +79,8 @@ struct Model {
     overdue: BTreeSet<TaskId>,
     /// Retired slots, and the task each held when retired (it keeps the slot until done).
     retired: HashMap<usize, Option<TaskId>>,
-    /// Each task's cost.
-    costs: HashMap<TaskId, ResourceCost>,
+    /// Each task's cost, its extra costs (rule 25) included.
+    costs: HashMap<TaskId, Vec<ResourceCost>>,
     /// The VRAM headroom left: the last sample less the VRAM tasks started since.
     headroom: Option<u32>,
 }
@@ -133,6 +139,7 @@ impl Model {
                 units,
                 age,
                 deadline_in,
+                also,
             } => {
                 let id = self.next_id;
                 self.next_id += 1;
@@ -147,9 +154,18 @@ impl Model {
                     timeout_ms: None,
                     also: Default::default(),
                 };
+                let extra: Vec<ResourceCost> = also
+                    .map(|units| ResourceCost::new(KINDS[1 - kind], units))
+                    .into_iter()
+                    .collect();
+                let ticket = Ticket {
+                    also: ExtraCosts::new(ticket.cost, &extra).expect("another kind"),
+                    ..ticket
+                };
                 self.ranks
                     .insert(id, RankKey::new(priority, ticket.created_at_ms, id));
-                self.costs.insert(id, ticket.cost);
+                self.costs
+                    .insert(id, [ticket.cost].into_iter().chain(extra).collect());
                 match self.lot.admit(ticket, self.now) {
                     Admit::Start => started.push(id),
                     Admit::Park => {
@@ -268,19 +284,15 @@ impl Model {
     /// off it.
     fn charge_headroom(&mut self, started: &[TaskId]) {
         for id in started {
-            let cost = self.costs[id];
+            let vram = vram_of(&self.costs[id]);
             let Some(left) = self.headroom.as_mut() else {
                 continue;
             };
-            if cost.kind != ResourceKind::GpuVram {
-                continue;
-            }
             assert!(
-                cost.units <= *left,
-                "task {id} of {} units started with {left} units of headroom",
-                cost.units
+                vram <= *left,
+                "task {id} of {vram} units started with {left} units of headroom"
             );
-            *left -= cost.units;
+            *left -= vram;
         }
         assert_eq!(self.lot.headroom(ResourceKind::GpuVram), self.headroom);
     }
@@ -360,9 +372,8 @@ impl Model {
         // guard): then it, and every starving task behind it, waits for the next sample.
         if self.running.is_empty() && self.lot.live_workers() > 0 {
             if let Some(id) = self.lot.reservation() {
-                let cost = self.costs[&id];
-                let held_outside = cost.kind == ResourceKind::GpuVram
-                    && self.headroom.is_some_and(|headroom| cost.units > headroom);
+                let vram = vram_of(&self.costs[&id]);
+                let held_outside = self.headroom.is_some_and(|headroom| vram > headroom);
                 assert!(held_outside, "pool idle while reserved task {id} waits");
             }
         }
@@ -392,6 +403,15 @@ impl Model {
         );
         assert!(self.ends.values().all(|ends| ends.len() == 1));
     }
+}
+
+/// The VRAM units among `costs`.
+fn vram_of(costs: &[ResourceCost]) -> u32 {
+    costs
+        .iter()
+        .filter(|cost| cost.kind == ResourceKind::GpuVram)
+        .map(|cost| cost.units)
+        .sum()
 }
 
 fn guard() -> impl Strategy<Value = StarvationGuard> {

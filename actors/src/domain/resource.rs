@@ -177,6 +177,14 @@ impl ExtraCosts {
             .map(|kind| ResourceCost::new(kind, self.get(kind)))
     }
 
+    /// Adds `other`'s units to these, kind by kind (saturating): what a claim holds once it
+    /// absorbed another's.
+    pub fn absorb(&mut self, other: &ExtraCosts) {
+        for (units, more) in self.0.iter_mut().zip(other.0) {
+            *units = units.saturating_add(more);
+        }
+    }
+
     /// Every unit the task needs, its first cost's included, by kind index.
     pub fn with_first(&self, first: ResourceCost) -> [u32; ResourceKind::COUNT] {
         let mut all = self.0;

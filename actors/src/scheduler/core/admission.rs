@@ -56,10 +56,38 @@ impl ParkingLot {
                 }));
             }
         }
+        if !ticket.also.is_empty() {
+            if let Some(refused) = self.screen_several(&ticket.also) {
+                return Some(refused);
+            }
+        }
         if ticket.deadline_ms.is_some_and(|deadline| deadline <= now) {
             return Some(Admit::Expire);
         }
         None
+    }
+
+    /// The refusal of a ticket's costs beside its first (rule 25): a kind it needs more
+    /// of than the pool has, or a pool whose rules take one kind per ticket.
+    fn screen_several(&self, also: &crate::domain::ExtraCosts) -> Option<Admit> {
+        for cost in also.costs() {
+            let capacity = self.limits.capacity.get(cost.kind);
+            if cost.units > capacity {
+                return Some(Admit::Reject(Rejection::InsufficientResources {
+                    kind: cost.kind,
+                    needed: cost.units,
+                    capacity,
+                }));
+            }
+        }
+        let one_kind_rule = if self.tenants.is_some() {
+            Some("a fair share")
+        } else if self.limits.max_queued_units.is_some() {
+            Some("max_queued_units")
+        } else {
+            None
+        };
+        one_kind_rule.map(|rule| Admit::Reject(Rejection::SeveralKinds { rule }))
     }
 
     /// Admits a task, or a permit (`slotless`, rule 14); one that must park past a bound
@@ -92,6 +120,7 @@ impl ParkingLot {
             timeout_ms: ticket.timeout_ms.map_or(NO_TIMEOUT, saturate_timeout),
             priority: ticket.priority,
             slotless,
+            also: ticket.also,
         };
         if !self.paused && self.may_start(&rank, &request, now) && self.claim(&request, now) {
             self.count_skip_of_head(&rank);
@@ -160,7 +189,8 @@ impl ParkingLot {
         let Some(reserved) = reserved else {
             return true;
         };
-        if timeout_ms == NO_TIMEOUT {
+        // A ticket of several kinds never backfills (rule 25): the shadow knows one kind.
+        if timeout_ms == NO_TIMEOUT || !request.also.is_empty() {
             return false;
         }
         let Some(shadow) = self.shadow(reserved, now) else {

@@ -216,6 +216,11 @@ impl ParkingLot {
     /// (another process decides when that memory returns).
     pub(super) fn shadow(&self, reserved: RankKey, now: u64) -> Option<Shadow> {
         let parked = self.parked.get(&reserved.id())?;
+        // Nothing backfills past a reservation of several kinds (rule 25): the shadow
+        // follows one kind.
+        if !self.extras_of(reserved.id()).is_empty() {
+            return None;
+        }
         let kind = parked.kind;
         if self.headroom[kind.index()] != UNLIMITED || self.budget(kind).is_some() {
             return None;
@@ -236,9 +241,7 @@ impl ParkingLot {
             let Some(claim) = self.running.get(&id) else {
                 continue;
             };
-            if claim.kind == kind {
-                free += claim.units;
-            }
+            free += self.held_by(claim)[kind.index()];
             if self.retired.get(claim.worker as usize) == Some(&false) {
                 idle += 1;
             }

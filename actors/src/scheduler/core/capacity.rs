@@ -4,7 +4,7 @@
 //! start.
 
 use super::{budget, CostIndex, ParkingLot, UnknownTask, UNLIMITED};
-use crate::domain::{ResourceKind, TaskId};
+use crate::domain::{ResourceCost, ResourceKind, TaskId};
 
 impl ParkingLot {
     /// Units of `kind` held by running tasks.
@@ -41,8 +41,12 @@ impl ParkingLot {
     pub fn budget_ready_at(&self, id: TaskId) -> Option<u64> {
         self.budgets.as_ref()?;
         let parked = self.parked.get(&id)?;
-        let budget = self.budget(parked.kind)?;
-        let at = budget.ready_at(parked.units);
+        // A ticket of several kinds (rule 25) is ready when the last of its buckets is.
+        let first = ResourceCost::new(parked.kind, parked.units);
+        let at = std::iter::once(first)
+            .chain(self.extras_of(id).costs())
+            .filter_map(|cost| Some(self.budget(cost.kind)?.ready_at(cost.units)))
+            .max()?;
         (at > self.clock).then_some(at)
     }
 
@@ -157,13 +161,19 @@ impl ParkingLot {
                     &self.by_cost[kind.index()],
                     &self.permits_by_cost[kind.index()],
                 );
-                if tasks.is_empty() && permits.is_empty() {
+                let several = [&self.several, &self.several_permits];
+                if tasks.is_empty() && permits.is_empty() && self.extras.is_empty() {
                     return None;
                 }
                 let level = budget.level();
                 let above = [tasks, permits]
                     .into_iter()
                     .filter_map(|index| index.smallest_above(level))
+                    .chain(
+                        several
+                            .into_iter()
+                            .filter_map(|index| index.smallest_above(kind, level)),
+                    )
                     .min();
                 budget.next_change(above)
             })

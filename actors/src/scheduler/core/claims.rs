@@ -2,8 +2,8 @@
 //! budget) and what an end gives back exactly once (rule 8), learning the run time for the
 //! estimates (rule 23).
 
-use super::{Claim, ParkingLot, Request, UnknownTask, NO_TIMEOUT, NO_WORKER, UNLIMITED};
-use crate::domain::TaskId;
+use super::{Claim, ParkingLot, Request, UnknownTask, KINDS, NO_TIMEOUT, NO_WORKER, UNLIMITED};
+use crate::domain::{ResourceCost, TaskId};
 
 impl ParkingLot {
     /// Releases a running task's capacity (it finished, failed, panicked, timed out or was
@@ -57,6 +57,12 @@ impl ParkingLot {
         if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(claim.kind)) {
             budget.end(id);
         }
+        for cost in claim.also.costs() {
+            match self.budgets.as_mut().and_then(|b| b.of_mut(cost.kind)) {
+                Some(budget) => budget.end(id),
+                None => self.used[cost.kind.index()] -= cost.units,
+            }
+        }
         self.free_worker_of(&claim, rest);
         Ok(claim)
     }
@@ -92,6 +98,9 @@ impl ParkingLot {
                 return false;
             }
         }
+        if !request.also.is_empty() && !self.fits_beside(request) {
+            return false;
+        }
         let worker = if request.slotless {
             self.running_permits += 1;
             NO_WORKER
@@ -107,6 +116,9 @@ impl ParkingLot {
         }
         if let Some(budget) = self.budgets.as_mut().and_then(|b| b.of_mut(cost.kind)) {
             budget.start(id, cost.units);
+        }
+        if !request.also.is_empty() {
+            self.take_beside(request);
         }
         self.starts += 1;
         if let Some(book) = &mut self.tenants {
@@ -133,6 +145,7 @@ impl ParkingLot {
                 started_ms: now,
                 timeout_ms,
                 declared: cost.units,
+                also: request.also,
             },
         );
         true
@@ -145,6 +158,47 @@ impl ParkingLot {
         }
         if let Some(at) = claim.ends_by {
             self.by_end.remove(&(at, id));
+        }
+    }
+
+    /// Whether every kind `request` needs beside its first cost fits now (rule 25): its
+    /// units, the headroom, a budget's bucket.
+    fn fits_beside(&self, request: &Request) -> bool {
+        request
+            .also
+            .costs()
+            .all(|cost| cost.units <= self.free(cost.kind))
+    }
+
+    /// What running claim `claim` holds of every kind, by kind index: a kind with a budget
+    /// spends its units and holds none (rule 15).
+    pub(super) fn held_by(&self, claim: &Claim) -> [u32; KINDS] {
+        let mut held = claim
+            .also
+            .with_first(ResourceCost::new(claim.kind, claim.units));
+        if let Some(budgets) = &self.budgets {
+            for cost in claim.also.costs() {
+                if budgets.of(cost.kind).is_some() {
+                    held[cost.kind.index()] = 0;
+                }
+            }
+        }
+        held
+    }
+
+    /// Takes what `request` needs beside its first cost, which
+    /// [`fits_beside`](Self::fits_beside) found to fit: the units of each kind, off its
+    /// headroom too, and from each kind's budget.
+    fn take_beside(&mut self, request: &Request) {
+        for cost in request.also.costs() {
+            let kind = cost.kind.index();
+            match self.budgets.as_mut().and_then(|b| b.of_mut(cost.kind)) {
+                Some(budget) => budget.start(request.id, cost.units),
+                None => self.used[kind] += cost.units,
+            }
+            if self.headroom[kind] != UNLIMITED {
+                self.headroom[kind] -= cost.units;
+            }
         }
     }
 }

@@ -147,6 +147,16 @@ pub enum Rejection {
         /// The configured bound.
         max_queued_units: u64,
     },
+    /// The task needs several kinds (rule 25), and the pool keeps a rule that counts one
+    /// kind per task.
+    #[error(
+        "the task needs several kinds of resource, and this pool's {rule} counts one kind \
+         per task: give the task one cost, or run it on a pool without {rule}"
+    )]
+    SeveralKinds {
+        /// The pool's rule: `a fair share` or `max_queued_units`.
+        rule: &'static str,
+    },
     /// A live task (parked or running) has this id already.
     #[error("a live task with id {0} exists already")]
     DuplicateId(TaskId),
@@ -179,6 +189,9 @@ impl From<Rejection> for PoolError {
             },
             Rejection::QueueFull { .. } | Rejection::QueueUnitsFull { .. } => PoolError::QueueFull,
             Rejection::DuplicateId(id) => PoolError::DuplicateTask(id),
+            several @ Rejection::SeveralKinds { .. } => {
+                PoolError::InvalidConfig(several.to_string())
+            }
             Rejection::UnknownParent(parent) => {
                 PoolError::Dependency(Box::new(DependencyError::UnknownParent { parent }))
             }

@@ -19,9 +19,10 @@ impl ParkingLot {
                     self.used(kind)
                 ));
             }
+            let spends = |claim: &super::Claim| claim.kind == kind || claim.also.get(kind) > 0;
             if let Some(id) = budget
                 .spenders()
-                .find(|id| self.running.get(id).is_none_or(|claim| claim.kind != kind))
+                .find(|id| self.running.get(id).is_none_or(|claim| !spends(claim)))
             {
                 return Err(format!(
                     "task {id} may give {kind:?} units back but is not running"
@@ -35,7 +36,9 @@ impl ParkingLot {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut held = [0u64; KINDS];
         for claim in self.running.values() {
-            held[claim.kind.index()] += u64::from(claim.units);
+            for (held, units) in held.iter_mut().zip(self.held_by(claim)) {
+                *held += u64::from(units);
+            }
         }
         for kind in ResourceKind::ALL {
             held[kind.index()] += u64::from(self.lent[kind.index()]);
@@ -53,8 +56,15 @@ impl ParkingLot {
         if let Some(id) = self.parked.keys().find(|id| self.running.contains_key(id)) {
             return Err(format!("task {id} is both parked and running"));
         }
-        let indexed: usize = self.by_cost.iter().map(CostIndex::len).sum();
-        let permits: usize = self.permits_by_cost.iter().map(CostIndex::len).sum();
+        self.check_several()?;
+        let indexed: usize =
+            self.by_cost.iter().map(CostIndex::len).sum::<usize>() + self.several.len();
+        let permits: usize = self
+            .permits_by_cost
+            .iter()
+            .map(CostIndex::len)
+            .sum::<usize>()
+            + self.several_permits.len();
         let parked_permits = self.parked.values().filter(|p| p.slotless).count();
         if indexed + permits != self.parked.len() || permits != parked_permits {
             return Err(format!(
@@ -81,8 +91,8 @@ impl ParkingLot {
         if let Some(by_timeout) = &self.by_timeout {
             let with_timeout = self
                 .parked
-                .values()
-                .filter(|p| p.timeout().is_some())
+                .iter()
+                .filter(|(id, p)| p.timeout().is_some() && !self.extras.contains_key(id))
                 .count();
             if by_timeout.len() != with_timeout {
                 return Err(format!(
@@ -113,6 +123,48 @@ impl ParkingLot {
             return Err(format!(
                 "saturation broken: parked task {} fits and is not blocked",
                 runnable.id()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rule 25: the parked tickets of several kinds are exactly those the multi-kind indexes
+    /// hold, each with what it needs, and an index's pruned search finds what a scan of
+    /// its tickets finds.
+    fn check_several(&self) -> Result<(), String> {
+        let free = self.free_units();
+        for (index, slotless) in [(&self.several, false), (&self.several_permits, true)] {
+            for (rank, demand) in index.tickets() {
+                let id = rank.id();
+                let parked = self
+                    .parked
+                    .get(&id)
+                    .filter(|parked| parked.slotless == slotless)
+                    .ok_or(format!(
+                        "ticket {id} of several kinds is indexed but not parked"
+                    ))?;
+                let first = super::ResourceCost::new(parked.kind, parked.units);
+                if *demand != self.extras_of(id).with_first(first) {
+                    return Err(format!("ticket {id} is indexed with {demand:?}"));
+                }
+            }
+            let scanned = index
+                .tickets()
+                .filter(|(_, demand)| super::multi_index::fits(demand, &free))
+                .map(|(rank, _)| rank)
+                .min();
+            let searched = index.best_within(&free, None);
+            if searched != scanned {
+                return Err(format!(
+                    "several kinds' best fit {searched:?}, a scan finds {scanned:?}"
+                ));
+            }
+        }
+        let indexed = self.several.len() + self.several_permits.len();
+        if self.extras.len() != indexed || self.extras.values().any(|also| also.is_empty()) {
+            return Err(format!(
+                "{} tickets' extra costs kept vs {indexed} of several kinds indexed",
+                self.extras.len()
             ));
         }
         Ok(())

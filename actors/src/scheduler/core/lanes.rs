@@ -17,7 +17,7 @@
 //! closed the lanes, so the saturation invariant and rank order hold as before.
 
 use super::{Claim, ParkingLot, Ticket, UnknownTask, NO_WORKER, UNLIMITED};
-use crate::domain::{ResourceKind, TaskId};
+use crate::domain::{ExtraCosts, ResourceKind, TaskId};
 
 impl ParkingLot {
     /// How many units of `kind` may be lent to the fast path now: the free units, or none
@@ -97,6 +97,7 @@ impl ParkingLot {
                 started_ms: now,
                 timeout_ms: super::NO_TIMEOUT,
                 declared: cost.units,
+                also: ExtraCosts::NONE,
             },
         );
         Ok(())
@@ -125,7 +126,10 @@ impl ParkingLot {
     /// `deficit` more units of the kind are free, it is what starts first.
     pub fn hand_off_candidate(&self, kind: ResourceKind) -> Option<(TaskId, u32)> {
         let index = kind.index();
+        // A parked ticket of several kinds (rule 25) is in no index of one kind: rank alone
+        // would pass it by, so nothing is handed off while one waits.
         if self.permits_by_cost[index].is_empty()
+            || !self.extras.is_empty()
             || self.paused
             || self.tenants.is_some()
             || self.budget(kind).is_some()

@@ -222,6 +222,7 @@ mod estimate;
 mod fair_share;
 mod invariants;
 mod lanes;
+mod multi_index;
 mod order;
 mod parking;
 mod permits;
@@ -230,6 +231,7 @@ mod reasons;
 mod run_times;
 mod running_ends;
 mod service;
+mod several;
 mod shedding;
 mod simulation;
 mod tick;
@@ -248,6 +250,7 @@ pub use decision::{
 pub use dependencies::Released;
 pub use estimate::{ordinal, StartEstimate};
 use fair_share::TenantBook;
+use multi_index::MultiIndex;
 pub use rank::RankKey;
 pub use reasons::WaitReason;
 use shedding::QueueBook;
@@ -390,6 +393,8 @@ struct Request {
     priority: Priority,
     /// A permit: it takes no worker slot.
     slotless: bool,
+    /// What it needs beside `cost` (rule 25).
+    also: ExtraCosts,
 }
 
 /// What a running task holds.
@@ -414,6 +419,9 @@ struct Claim {
     timeout_ms: u32,
     /// The units it declared (a kind with a budget holds none of them): its cost class.
     declared: u32,
+    /// What it declared beside `kind` (rule 25): it holds these units of each other kind,
+    /// but none of a kind with a budget, which it spent (see `held_by`).
+    also: ExtraCosts,
 }
 
 /// The parking-lot state machine of one pool. See the module docs for the rules.
@@ -460,6 +468,12 @@ pub struct ParkingLot {
     by_cost: [CostIndex; KINDS],
     /// Parked permits (rule 14), per kind: they can start while every slot is busy.
     permits_by_cost: [CostIndex; KINDS],
+    /// Parked tasks of several kinds (rule 25), in no `by_cost` index.
+    several: MultiIndex,
+    /// Parked permits of several kinds (rule 25), in no `permits_by_cost` index.
+    several_permits: MultiIndex,
+    /// What each parked ticket of several kinds needs beside its first cost (rule 25).
+    extras: FastMap<TaskId, ExtraCosts>,
     by_deadline: BTreeSet<(u64, TaskId)>,
     by_park_time: BTreeSet<(u64, TaskId)>,
     starving: BTreeSet<RankKey>,
@@ -512,6 +526,9 @@ impl ParkingLot {
             parked: FastMap::default(),
             by_cost: Default::default(),
             permits_by_cost: Default::default(),
+            several: MultiIndex::default(),
+            several_permits: MultiIndex::default(),
+            extras: FastMap::default(),
             by_deadline: BTreeSet::new(),
             by_park_time: BTreeSet::new(),
             starving: BTreeSet::new(),
@@ -663,6 +680,8 @@ mod tests_order;
 mod tests_permits;
 #[cfg(test)]
 mod tests_reasons;
+#[cfg(test)]
+mod tests_several;
 #[cfg(test)]
 mod tests_share;
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::{
     saturate_timeout, Cancel, CostIndex, Parked, ParkingLot, RankKey, TenantKey, Ticket,
     UnknownTask, NO_TIMEOUT,
 };
-use crate::domain::{ResourceKind, TaskId};
+use crate::domain::{ExtraCosts, ResourceCost, ResourceKind, TaskId};
 
 impl ParkingLot {
     /// Cancels a live task. A parked one is removed (and tasks it blocked may start); a
@@ -50,6 +50,9 @@ impl ParkingLot {
         self.parked.clear();
         self.by_cost = Default::default();
         self.permits_by_cost = Default::default();
+        self.several = Default::default();
+        self.several_permits = Default::default();
+        self.extras.clear();
         self.by_deadline.clear();
         self.by_park_time.clear();
         self.starving.clear();
@@ -91,8 +94,12 @@ impl ParkingLot {
         };
         let rank = parked.rank(ticket.id);
         self.queue.park(parked.kind, parked.units, rank);
-        self.index_mut(parked.kind, slotless)
-            .insert(parked.units, rank);
+        if !ticket.also.is_empty() {
+            self.park_several(&ticket, rank, slotless);
+        } else {
+            self.index_mut(parked.kind, slotless)
+                .insert(parked.units, rank);
+        }
         if let Some(deadline) = parked.deadline_ms {
             self.by_deadline.insert((deadline, ticket.id));
         }
@@ -102,20 +109,53 @@ impl ParkingLot {
         if let Some(book) = &mut self.tenants {
             book.park(ticket.tenant, parked.kind, parked.units, rank);
         }
+        // A ticket of several kinds never backfills (rule 25): it is left out of the index
+        // of backfill candidates.
         if let (Some(by_timeout), Some(timeout)) = (&mut self.by_timeout, parked.timeout()) {
-            by_timeout.insert(timeout as u32, parked.kind, parked.units, rank);
+            if ticket.also.is_empty() {
+                by_timeout.insert(timeout as u32, parked.kind, parked.units, rank);
+            }
         }
         self.parked.insert(ticket.id, parked);
     }
 
-    /// Removes a parked task from every index; returns its data and its tenant (0 without
-    /// a fair share).
-    pub(super) fn remove_parked(&mut self, id: TaskId) -> Option<(Parked, TenantKey)> {
+    /// Parks ticket of several kinds `ticket`, ranked `rank`, in its multi-kind index.
+    fn park_several(&mut self, ticket: &Ticket, rank: RankKey, slotless: bool) {
+        let demand = ticket.also.with_first(ticket.cost);
+        let by = self.dominant_kind(&demand);
+        let index = match slotless {
+            true => &mut self.several_permits,
+            false => &mut self.several,
+        };
+        index.insert(by, &demand, rank);
+        self.extras.insert(ticket.id, ticket.also);
+    }
+
+    /// Removes a parked task from every index; returns its data, its tenant (0 without
+    /// a fair share) and what it needs beside its first cost (rule 25).
+    pub(super) fn remove_parked(&mut self, id: TaskId) -> Option<(Parked, TenantKey, ExtraCosts)> {
         let parked = self.parked.remove(&id)?;
         let rank = parked.rank(id);
         self.queue.unpark(parked.kind, parked.units, rank);
-        self.index_mut(parked.kind, parked.slotless)
-            .remove(parked.units, rank);
+        let also = match self.extras.is_empty() {
+            true => None,
+            false => self.extras.remove(&id),
+        };
+        match also {
+            Some(also) => {
+                let demand = also.with_first(ResourceCost::new(parked.kind, parked.units));
+                let by = self.dominant_kind(&demand);
+                let index = match parked.slotless {
+                    true => &mut self.several_permits,
+                    false => &mut self.several,
+                };
+                index.remove(by, &demand, rank);
+            }
+            None => {
+                self.index_mut(parked.kind, parked.slotless)
+                    .remove(parked.units, rank);
+            }
+        }
         if let Some(deadline) = parked.deadline_ms {
             self.by_deadline.remove(&(deadline, id));
         }
@@ -126,8 +166,10 @@ impl ParkingLot {
             None => 0,
         };
         if let (Some(by_timeout), Some(timeout)) = (&mut self.by_timeout, parked.timeout()) {
-            by_timeout.remove(timeout as u32, parked.kind, parked.units, rank);
+            if also.is_none() {
+                by_timeout.remove(timeout as u32, parked.kind, parked.units, rank);
+            }
         }
-        Some((parked, tenant))
+        Some((parked, tenant, also.unwrap_or_default()))
     }
 }

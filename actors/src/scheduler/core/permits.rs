@@ -8,7 +8,9 @@
 //! [`ParkingLot::shrink`] gives units back. When a waiter of a higher priority cannot fit,
 //! [`ParkingLot::preemption_victims`] names the running tickets to ask to yield.
 
-use super::{AbsorbRefusal, Admit, Claim, ParkingLot, TenantKey, Ticket, UnknownTask, UNLIMITED};
+use super::{
+    AbsorbRefusal, Admit, Claim, ParkingLot, TenantKey, Ticket, UnknownTask, KINDS, UNLIMITED,
+};
 use crate::domain::{Priority, ResourceCost, ResourceKind, TaskId};
 
 impl ParkingLot {
@@ -140,6 +142,7 @@ impl ParkingLot {
         self.stop_watching(child, &of_child);
         if let Some(claim) = self.running.get_mut(&parent) {
             claim.units += of_child.units;
+            claim.also.absorb(&of_child.also);
         }
         if let Some(book) = &mut self.tenants {
             book.merge(of_child.tenant);
@@ -155,12 +158,13 @@ impl ParkingLot {
     /// priority first, or `None` when the waiter is not parked or even every candidate
     /// cannot make room. `pending` counts units already asked to yield and not yet released.
     ///
-    /// The waiter needs `units - free - pending` (saturating) more units of its kind; none
-    /// needed gives `Some(vec![])`. Candidates are running tickets of its kind holding units,
-    /// of a priority strictly below its own, that `may_yield`; they are taken lowest priority
-    /// first and, within a priority, the most recently started first, until they cover the
-    /// need; then, from the last taken back, any whose units are not needed to cover it is
-    /// dropped.
+    /// The waiter needs `units - free - pending` (saturating) more units of its kind, and of
+    /// a ticket of several kinds (rule 25) `units - free` of each other kind; none needed
+    /// gives `Some(vec![])`. Candidates are running tickets holding units of a kind it
+    /// needs, of a priority strictly below its own, that `may_yield`; they are taken lowest
+    /// priority first and, within a priority, the most recently started first, until they
+    /// cover the need of every kind; then, from the last taken back, any whose units are not
+    /// needed to cover it is dropped.
     pub fn preemption_victims(
         &self,
         waiter: TaskId,
@@ -168,40 +172,51 @@ impl ParkingLot {
         may_yield: impl Fn(TaskId) -> bool,
     ) -> Option<Vec<TaskId>> {
         let parked = self.parked.get(&waiter)?;
-        let need = parked
-            .units
-            .saturating_sub(self.free(parked.kind))
-            .saturating_sub(pending);
-        if need == 0 {
+        let demand = self
+            .extras_of(waiter)
+            .with_first(ResourceCost::new(parked.kind, parked.units));
+        let free = self.free_units();
+        let mut need: [u64; KINDS] =
+            std::array::from_fn(|kind| u64::from(demand[kind].saturating_sub(free[kind])));
+        let first = parked.kind.index();
+        need[first] = need[first].saturating_sub(u64::from(pending));
+        if need == [0; KINDS] {
             return Some(Vec::new());
         }
-        let mut candidates: Vec<(TaskId, &Claim)> = self
+        let relieves =
+            |held: &[u32; KINDS]| (0..KINDS).any(|kind| need[kind] > 0 && held[kind] > 0);
+        let mut candidates: Vec<(TaskId, &Claim, [u32; KINDS])> = self
             .running
             .iter()
-            .filter(|(_, claim)| {
-                claim.kind == parked.kind && claim.units > 0 && claim.priority < parked.priority
-            })
-            .filter(|(&id, _)| may_yield(id))
-            .map(|(&id, claim)| (id, claim))
+            .filter(|(_, claim)| claim.priority < parked.priority)
+            .map(|(&id, claim)| (id, claim, self.held_by(claim)))
+            .filter(|(_, _, held)| relieves(held))
+            .filter(|(id, ..)| may_yield(*id))
             .collect();
-        candidates
-            .sort_unstable_by_key(|(_, claim)| (claim.priority, std::cmp::Reverse(claim.started)));
-        let mut chosen = Vec::new();
-        let mut covered = 0u64;
-        for (id, claim) in candidates {
-            if covered >= u64::from(need) {
+        candidates.sort_unstable_by_key(|(_, claim, _)| {
+            (claim.priority, std::cmp::Reverse(claim.started))
+        });
+        let covers = |covered: &[u64; KINDS]| (0..KINDS).all(|kind| covered[kind] >= need[kind]);
+        let mut chosen: Vec<(TaskId, [u32; KINDS])> = Vec::new();
+        let mut covered = [0u64; KINDS];
+        for (id, _, held) in candidates {
+            if covers(&covered) {
                 break;
             }
-            covered += u64::from(claim.units);
-            chosen.push((id, claim.units));
+            for kind in 0..KINDS {
+                covered[kind] += u64::from(held[kind]);
+            }
+            chosen.push((id, held));
         }
-        if covered < u64::from(need) {
+        if !covers(&covered) {
             return None;
         }
         for at in (0..chosen.len()).rev() {
-            let units = u64::from(chosen[at].1);
-            if covered - units >= u64::from(need) {
-                covered -= units;
+            let held = chosen[at].1;
+            let without: [u64; KINDS] =
+                std::array::from_fn(|kind| covered[kind] - u64::from(held[kind]));
+            if covers(&without) {
+                covered = without;
                 chosen.remove(at);
             }
         }

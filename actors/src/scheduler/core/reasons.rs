@@ -2,7 +2,7 @@
 //! not running?"). Computed on demand from what the lot keeps anyway, in O(1) but for the
 //! last case (see [`WaitReason::Behind`]).
 
-use crate::domain::{ResourceKind, TaskId};
+use crate::domain::{ResourceCost, ResourceKind, TaskId};
 
 use super::{ParkingLot, RankKey, TenantKey};
 
@@ -205,22 +205,39 @@ impl ParkingLot {
         if self.paused {
             return Some(WaitReason::Paused);
         }
-        let (kind, needed) = (parked.kind, parked.units);
-        let index = kind.index();
-        let free = (self.limits.capacity.get(kind) - self.used[index]).min(self.headroom[index]);
-        if needed > free {
-            return Some(WaitReason::Units { kind, needed, free });
-        }
-        if let Some(budget) = self.budget(kind) {
-            if needed > budget.free() {
-                return Some(WaitReason::Budget {
-                    kind,
-                    needed,
-                    level: budget.level(),
-                    ready_at_ms: u128::from(budget.ready_at(needed)),
-                });
+        // A ticket of several kinds (rule 25) names the first kind that blocks it.
+        let first = ResourceCost::new(parked.kind, parked.units);
+        let also = self.extras_of(id);
+        let costs = || std::iter::once(first).chain(also.costs());
+        for ResourceCost {
+            kind,
+            units: needed,
+        } in costs()
+        {
+            let index = kind.index();
+            let free =
+                (self.limits.capacity.get(kind) - self.used[index]).min(self.headroom[index]);
+            if needed > free {
+                return Some(WaitReason::Units { kind, needed, free });
             }
         }
+        for ResourceCost {
+            kind,
+            units: needed,
+        } in costs()
+        {
+            if let Some(budget) = self.budget(kind) {
+                if needed > budget.free() {
+                    return Some(WaitReason::Budget {
+                        kind,
+                        needed,
+                        level: budget.level(),
+                        ready_at_ms: u128::from(budget.ready_at(needed)),
+                    });
+                }
+            }
+        }
+        let (kind, needed) = (parked.kind, parked.units);
         if let Some(book) = &self.tenants {
             let tenant: TenantKey = book.tenant_of(id);
             let room = book.room(tenant, kind);

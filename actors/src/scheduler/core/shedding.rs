@@ -240,6 +240,8 @@ impl ParkingLot {
             let worst = ResourceKind::ALL
                 .into_iter()
                 .filter_map(|kind| self.worst_of(kind))
+                .chain(self.several.worst())
+                .chain(self.several_permits.worst())
                 .max();
             let Some(worst) = worst else {
                 break;
@@ -250,7 +252,9 @@ impl ParkingLot {
         shed
     }
 
-    /// The lowest-ranked parked ticket of `kind`, task or permit.
+    /// The lowest-ranked parked ticket of one kind, `kind`, task or permit (a ticket of
+    /// several kinds is in none of these indexes: a lot that bounds the queued units of a
+    /// kind takes no such ticket, rule 25).
     fn worst_of(&self, kind: ResourceKind) -> Option<RankKey> {
         [
             &self.by_cost[kind.index()],
@@ -265,7 +269,7 @@ impl ParkingLot {
     fn shed_one(&mut self, rank: RankKey, priority: Priority) -> u64 {
         debug_assert!(rank.priority() < priority, "only a lower priority is shed");
         self.remove_parked(rank.id())
-            .map_or(0, |(parked, _)| u64::from(parked.units))
+            .map_or(0, |(parked, ..)| u64::from(parked.units))
     }
 
     /// Parks a ticket that comes back (restored, or awake after its sleep), whatever the
@@ -330,7 +334,7 @@ impl ParkingLot {
             let scanned = self
                 .parked
                 .iter()
-                .filter(|(_, parked)| parked.kind == kind)
+                .filter(|(id, parked)| parked.kind == kind && !self.extras.contains_key(id))
                 .map(|(&id, parked)| parked.rank(id))
                 .max();
             if self.worst_of(kind) != scanned {

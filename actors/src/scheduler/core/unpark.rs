@@ -4,7 +4,7 @@
 //! fair share, rule 12's).
 
 use super::fair_share::TenantBook;
-use super::{rank, CostIndex, ParkingLot, RankKey, Request, KINDS};
+use super::{rank, CostIndex, MultiIndex, ParkingLot, RankKey, Request, KINDS};
 use crate::domain::{ResourceCost, ResourceKind, TaskId};
 
 impl ParkingLot {
@@ -46,6 +46,7 @@ impl ParkingLot {
         let slot_idle = !self.idle_workers.is_empty();
         let free = ResourceKind::ALL.map(|kind| self.free(kind));
         let permit = self.best_within(&self.permits_by_cost, &free);
+        let permit = several_within(&self.several_permits, &free, permit);
         if !slot_idle && permit.is_none() {
             return None;
         }
@@ -53,6 +54,10 @@ impl ParkingLot {
         let task = (slot_idle || self.tenants.is_some())
             .then(|| self.best_within(&self.by_cost, &free))
             .flatten();
+        let task = match slot_idle {
+            true => several_within(&self.several, &free, task),
+            false => task,
+        };
         let best = permit.into_iter().chain(task).min()?;
         // Under a fair share, nothing fits if nothing fits the free units: the tenants need
         // not be asked (the common last decision of an unpark).
@@ -119,11 +124,13 @@ impl ParkingLot {
             .iter()
             .chain(&self.permits_by_cost)
             .filter_map(CostIndex::best)
+            .chain(self.several.best())
+            .chain(self.several_permits.best())
             .min()
     }
 
     fn start_parked(&mut self, rank: RankKey, now: u64) {
-        let Some((parked, tenant)) = self.remove_parked(rank.id()) else {
+        let Some((parked, tenant, also)) = self.remove_parked(rank.id()) else {
             return;
         };
         let request = Request {
@@ -133,6 +140,7 @@ impl ParkingLot {
             timeout_ms: parked.timeout_ms,
             priority: parked.priority,
             slotless: parked.slotless,
+            also,
         };
         let claimed = self.claim(&request, now);
         debug_assert!(claimed, "best_fit only returns tasks that fit");
@@ -188,4 +196,17 @@ impl ParkingLot {
             book.mark_starving(rank);
         }
     }
+}
+
+/// The better of `best` and the best ticket of several kinds (rule 25) in `index` that fits
+/// `free`: the index is searched only when it holds a ticket.
+fn several_within(
+    index: &MultiIndex,
+    free: &[u32; KINDS],
+    best: Option<RankKey>,
+) -> Option<RankKey> {
+    if index.is_empty() {
+        return best;
+    }
+    index.best_within(free, best)
 }
