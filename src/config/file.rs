@@ -156,6 +156,12 @@ pub struct PoolSettings {
     /// Default: off.
     #[serde(default)]
     pub preemption: Option<PreemptionSettings>,
+    /// Units of the kinds named, in place of `max_units` for those kinds, by kind name
+    /// (`cpu`, `gpu_vram`, `io`, `mixed`): `{"cpu": 8}` beside `"max_units": 4096` gives
+    /// 4,096 units of every kind but 8 of `cpu` (a decode engine's sequence slots beside
+    /// its KV-cache blocks, for tasks of several kinds). Default: none.
+    #[serde(default)]
+    pub capacity: BTreeMap<String, u32>,
     /// Kinds whose units refill with time instead of when tasks end, by kind name (`cpu`,
     /// `gpu_vram`, `io`, `mixed`), e.g. `{"io": {"units": 90000, "per_secs": 60}}` for
     /// 90,000 tokens a minute. Default: none.
@@ -543,9 +549,16 @@ impl SchedulerConfig {
     /// `max_units` and refuses what the settings cannot carry, naming the field.
     pub fn worker_pool_config(&self, name: &str, max_units: u32) -> Option<WorkerPoolConfig> {
         let pool = self.pools.get(name)?;
+        let capacity = pool
+            .capacity
+            .iter()
+            .filter_map(|(kind, &units)| Some((ResourceKind::from_name(kind)?, units)))
+            .fold(Capacity::uniform(max_units), |capacity, (kind, units)| {
+                capacity.with(kind, units)
+            });
         let mut settings = WorkerPoolConfig::new()
             .with_name(name)
-            .with_capacity(Capacity::uniform(max_units))
+            .with_capacity(capacity)
             .with_cpu_pinning(pool.pin_to_cpus)
             .with_retention(Some(Duration::from_secs(
                 pool.mailbox.retention_secs.unwrap_or(3_600),

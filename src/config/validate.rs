@@ -17,6 +17,8 @@
 //! | `worker_threads` of all pools together | at most 4,096 (a pool without the field counts the number of CPUs; a pool with `gpu.devices` counts once per device) |
 //! | `thread_stack_size` | 64 KiB – 1 GiB |
 //! | `max_units` | 1 – 4,294,967,295, or `"auto"` |
+//! | `capacity` keys | `cpu`, `gpu_vram`, `io`, `mixed`; not `gpu_vram` on a pool with a `gpu` |
+//! | `capacity.<kind>` | 1 – 4,294,967,295 |
 //! | `max_queue_depth` | 1 – 100,000,000 |
 //! | `max_queued_units` | 1 – 18,446,744,073,709,551,615; not with a postgres_pgmq queue |
 //! | `admission.refuse_if_late` | only with a local queue (in_memory, yaque) |
@@ -318,6 +320,7 @@ impl PoolSettings {
         if let Some(depth) = self.max_queue_depth {
             in_range(path, "max_queue_depth", depth, 1, MAX_DEPTH)?;
         }
+        self.validate_capacity(&format!("{path}.capacity"))?;
         if let Some(units) = self.max_queued_units {
             in_range(path, "max_queued_units", units, 1, u64::MAX)?;
             let queue = queue_rules(&self.queue);
@@ -399,6 +402,36 @@ impl PoolSettings {
         self.validate_durability(path)?;
         validate_schedules(path, &self.schedules)?;
         validate_mailbox(&format!("{path}.mailbox"), &self.mailbox, &written.mailbox)
+    }
+
+    fn validate_capacity(&self, path: &str) -> Result<(), ConfigError> {
+        for (name, &units) in &self.capacity {
+            let at = format!("{path}.{}", quote::name(name));
+            let Some(kind) = ResourceKind::from_name(name) else {
+                return Err(ConfigError::invalid(
+                    at,
+                    format!(
+                        "\"{}\" is not a resource kind; use `cpu`, `gpu_vram`, `io` or `mixed`",
+                        quote::name(name)
+                    ),
+                ));
+            };
+            if kind == ResourceKind::GpuVram && self.gpu_settings().is_some() {
+                return Err(ConfigError::invalid(
+                    at,
+                    "the pool's gpu_vram units are sized from its GPU (\"gpu\"); name the \
+                     other kinds here"
+                        .to_owned(),
+                ));
+            }
+            if units == 0 {
+                return Err(ConfigError::invalid(
+                    at,
+                    format!("0 is out of range; use 1 to {} units", u32::MAX),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_budgets(&self, path: &str) -> Result<(), ConfigError> {

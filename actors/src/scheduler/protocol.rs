@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ractor::RpcReplyPort;
 use tokio::sync::oneshot;
 
-use crate::domain::{MailboxKey, PoolError, ResourceKind, ScheduledTask, TaskId};
+use crate::domain::{
+    ExtraCosts, MailboxKey, PoolError, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+};
 use crate::observe::trace::TraceParent;
 use crate::queue::actor::QueueReport;
 use crate::running::stream::StreamAttachment;
@@ -95,9 +97,33 @@ pub struct SubmitOptions {
     /// Runs the task once every parent ended, however they ended (a cleanup step), instead
     /// of cancelling it when one did not succeed.
     pub run_if_parents_fail: bool,
+    /// What the task needs beside its metadata's `cost`, one cost per other kind (a provider
+    /// call's requests beside its tokens, a decode sequence's engine slot beside its
+    /// KV-cache blocks): it starts only when every kind fits, holds them all while it runs
+    /// and gives them all back when it ends, however it ends. A kind named twice (here, or
+    /// as the metadata's) is refused (`InvalidConfig`, naming it), as is a kind the pool has
+    /// fewer units of (`InsufficientResources`). Kept by pools on the in-memory queue
+    /// without a fair share or `max_queued_units`; elsewhere the submission is refused,
+    /// naming the queue or the rule.
+    pub also: Vec<ResourceCost>,
 }
 
 impl SubmitOptions {
+    /// These options with one more cost of another kind (see [`also`](Self::also)).
+    ///
+    /// ```
+    /// use prometheus_parking_lot_actors::domain::ResourceCost;
+    /// use prometheus_parking_lot_actors::scheduler::protocol::SubmitOptions;
+    ///
+    /// // A provider call: its metadata's cost is its tokens; it spends a request too.
+    /// let options = SubmitOptions::default().with_also(ResourceCost::mixed(1));
+    /// assert_eq!(options.also, vec![ResourceCost::mixed(1)]);
+    /// ```
+    pub fn with_also(mut self, cost: ResourceCost) -> Self {
+        self.also.push(cost);
+        self
+    }
+
     /// These options with the task in the trace `parent` (see [`trace`](Self::trace)).
     ///
     /// ```
@@ -323,6 +349,8 @@ pub(crate) struct Extras {
     /// The mark the client read before it asked a mailbox that awaits whether a result
     /// waits (see `mailbox/watch.rs`); `None` when it asked nothing.
     pub results_mark: Option<u64>,
+    /// What the task needs beside its first cost (see [`SubmitOptions::also`]).
+    pub also: ExtraCosts,
 }
 
 impl Extras {
@@ -332,15 +360,29 @@ impl Extras {
         extras: Option<Box<Extras>>,
         trace: Option<TraceParent>,
     ) -> Option<Box<Extras>> {
-        let mut extras = match (extras, trace) {
-            (None, None) => return None,
-            (extras, _) => extras.unwrap_or_default(),
+        Self::with_trace_and_costs(extras, trace, ExtraCosts::NONE)
+    }
+
+    /// [`with_trace`](Self::with_trace), with the costs `also` the task needs beside its
+    /// first.
+    pub fn with_trace_and_costs(
+        extras: Option<Box<Extras>>,
+        trace: Option<TraceParent>,
+        also: ExtraCosts,
+    ) -> Option<Box<Extras>> {
+        let mut extras = match (extras, trace, also.is_empty()) {
+            (None, None, true) => return None,
+            (extras, ..) => extras.unwrap_or_default(),
         };
         extras.results_mark = None;
         if trace.is_some() {
             extras.trace = trace;
         }
-        let kept = extras.stream.is_some() || extras.slot.is_some() || extras.trace.is_some();
+        extras.also = also;
+        let kept = extras.stream.is_some()
+            || extras.slot.is_some()
+            || extras.trace.is_some()
+            || !also.is_empty();
         kept.then_some(extras)
     }
 }

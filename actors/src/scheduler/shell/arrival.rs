@@ -49,12 +49,19 @@ where
             return;
         }
         let entry = self.tasks.ledger.next_entry(now);
-        let ticket = self.tasks.ticket(
+        let mut ticket = self.tasks.ticket(
             entry,
             &admission.task.meta,
             &admission.key,
             admission.timeout,
         );
+        if let Origin::Submitted {
+            extras: Some(extras),
+            ..
+        } = &admission.origin
+        {
+            ticket.also = extras.also;
+        }
         if admission.parents.in_queue.is_some() {
             self.admit_waiting(entry, ticket, admission, now);
             return;

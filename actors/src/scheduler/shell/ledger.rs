@@ -30,7 +30,8 @@ use std::time::Duration;
 use hashbrown::HashTable;
 
 use crate::domain::{
-    MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId, TaskMetadata, TenantId,
+    ExtraCosts, MailboxKey, Priority, ResourceCost, ResourceKind, ScheduledTask, TaskId,
+    TaskMetadata, TenantId,
 };
 use crate::observe::trace::TraceParent;
 use crate::queue::{Claim, EntryId};
@@ -248,6 +249,8 @@ pub(crate) struct Rare {
     pub failures: Vec<String>,
     /// The trace it belongs to, if any: its events and its terminal event carry it.
     pub trace: Option<TraceParent>,
+    /// What it needs beside its cost, for a task of several kinds (core rule 25).
+    pub also: ExtraCosts,
 }
 
 /// One admitted task. See the module docs. (The cost and the times are kept in parts, so
@@ -427,6 +430,11 @@ impl<P> Record<P> {
     /// The trace it belongs to, if any.
     pub fn trace(&self) -> Option<&TraceParent> {
         self.rare()?.trace.as_ref()
+    }
+
+    /// What it needs beside its cost (core rule 25): none for a task of one kind.
+    pub fn also(&self) -> ExtraCosts {
+        self.rare().map_or(ExtraCosts::NONE, |rare| rare.also)
     }
 
     /// Its stream, if it is a streamed task.

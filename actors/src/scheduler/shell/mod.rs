@@ -54,7 +54,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    BackendFault, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask, TenantWeights,
+    BackendFault, ExtraCosts, MailboxKey, OnDuplicate, PoolError, ResourceKind, ScheduledTask,
+    TenantWeights,
 };
 use crate::mailbox::watch::ResultWatch;
 use crate::mailbox::Mailbox;
@@ -220,7 +221,15 @@ where
             .take()
             .unwrap_or_else(MailboxKey::anonymous);
         let timeout = options.timeout.or(self.tasks.default_timeout);
-        let extras = Extras::with_trace(extras, options.trace);
+        let also = match self.several_kinds(&task, options) {
+            Ok(also) => also,
+            Err(refusal) => {
+                task.meta.mailbox = (!minted).then_some(key);
+                self.tasks.refuse(task, refusal, reply, now);
+                return;
+            }
+        };
+        let extras = Extras::with_trace_and_costs(extras, options.trace, also);
         let parents = match self.resolve_parents(task.meta.id, &key, options) {
             Ok(parents) => parents,
             Err(refusal) => {
@@ -242,6 +251,31 @@ where
             },
             now,
         );
+    }
+
+    /// What a submission needs beside its metadata's cost (core rule 25), or why it is
+    /// refused: a kind named twice, or a queue that cannot store such costs.
+    fn several_kinds(
+        &self,
+        task: &ScheduledTask<P>,
+        options: &SubmitOptions,
+    ) -> Result<ExtraCosts, PoolError> {
+        if options.also.is_empty() {
+            return Ok(ExtraCosts::NONE);
+        }
+        let also =
+            ExtraCosts::new(task.meta.cost, &options.also).map_err(PoolError::InvalidConfig)?;
+        if let Some(queue) = self
+            .storage
+            .refuses_several_kinds()
+            .filter(|_| !also.is_empty())
+        {
+            return Err(PoolError::InvalidConfig(format!(
+                "a task of several kinds of resource (SubmitOptions::also) waits only in the \
+                 in-memory queue so far; this pool parks in {queue}: give the task one cost"
+            )));
+        }
+        Ok(also)
     }
 
     /// Hands a started task's job to its worker slot.

@@ -125,7 +125,7 @@ where
         drop_contained(outcome);
         record.keep_payload(*spare);
         let (id, cost, key) = (record.task_id, record.cost(), record.key.key().into_owned());
-        let (meta, timeout) = (record.meta(), record.timeout());
+        let (meta, timeout, also) = (record.meta(), record.timeout(), record.also());
         let step = TaskStep::Yielded { units };
         self.tasks
             .observers
@@ -134,6 +134,7 @@ where
         let mut ticket = self.tasks.ticket(entry, &meta, &key, timeout);
         // It started before its deadline: a deadline is a time to start by.
         ticket.deadline_ms = None;
+        ticket.also = also;
         if self.tasks.core.restore(ticket, now).is_err() {
             tracing::error!(pool = %self.tasks.pool, entry, "bug: a preempted task is still held");
         }

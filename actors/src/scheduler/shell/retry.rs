@@ -106,7 +106,7 @@ where
             return Some(Err(PoolError::Failed(reason)));
         };
         let key = record.key.key().into_owned();
-        let (meta, timeout) = (record.meta(), record.timeout());
+        let (meta, timeout, also) = (record.meta(), record.timeout(), record.also());
         match payload {
             Payload::Spare(spare) => record.park_again(Some(spare)),
             Payload::Queue => {
@@ -118,6 +118,7 @@ where
         let mut ticket = self.tasks.ticket(entry, &meta, &key, timeout);
         // It started in time: a deadline is a time to start by.
         ticket.deadline_ms = None;
+        ticket.also = also;
         if self.tasks.core.park_until(ticket, at_ms, now).is_err() {
             tracing::error!(pool = %self.tasks.pool, entry, "bug: a failed run's task is still held");
         }

@@ -451,6 +451,7 @@ where
             rare.stream = extras.stream;
             rare.slot = extras.slot;
             rare.trace = extras.trace;
+            rare.also = extras.also;
         }
         self.ledger.insert(record);
     }

@@ -299,6 +299,10 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
         true
     }
 
+    fn refuses_several_kinds(&self) -> Option<String> {
+        Some("a durable local queue".to_owned())
+    }
+
     fn refuses_dependencies(&self) -> Option<String> {
         (!self.dependencies).then(|| "a durable local queue that keeps no dependencies".to_owned())
     }

@@ -92,6 +92,12 @@ pub(crate) trait StorageMode<P: Send + 'static, R: Send + 'static>: Send {
         None
     }
 
+    /// Why a task of several kinds (core rule 25) is refused here (the queue that cannot
+    /// store its costs beside its metadata), if it is.
+    fn refuses_several_kinds(&self) -> Option<String> {
+        None
+    }
+
     /// Begins a submission that starts at once: hands its task back to be sent to a worker
     /// now, or stores it first (`None`: it is sent once the queue answers).
     fn start(

@@ -67,6 +67,10 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for SharedRoom {
         true
     }
 
+    fn refuses_several_kinds(&self) -> Option<String> {
+        Some(format!("the shared queue {}", SharedRoom::backend(self)))
+    }
+
     fn refuses_dependencies(&self) -> Option<String> {
         match self.keeps_dependencies() {
             true => None,
