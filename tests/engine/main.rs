@@ -27,5 +27,6 @@ mod retries;
 mod retrieve_give_up;
 mod runtime;
 mod schedules;
+mod several_kinds;
 mod streaming;
 mod why_waiting;

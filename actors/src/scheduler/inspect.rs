@@ -62,6 +62,10 @@ pub struct TaskView {
     pub key: MailboxKey,
     /// What it costs.
     pub cost: ResourceCost,
+    /// What it costs beside `cost`, one cost per other kind it needs (core rule 25): empty
+    /// for a task of one kind.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<ResourceCost>,
     /// Its priority.
     pub priority: Priority,
     /// Whether it is a permit (units without a worker slot) rather than a task.

@@ -41,6 +41,21 @@ impl ParkingLot {
             .unwrap_or(ResourceKind::Cpu)
     }
 
+    /// What live ticket `id` needs beside its first cost, running, parked, sleeping or held
+    /// (rule 25): none for a ticket of one kind or one the lot does not hold.
+    pub fn extra_costs(&self, id: TaskId) -> ExtraCosts {
+        if let Some(claim) = self.running.get(&id) {
+            return claim.also;
+        }
+        if let Some((_, ticket)) = self.sleepers.get(&id) {
+            return ticket.also;
+        }
+        if let Some(ticket) = self.dependencies.ticket(id) {
+            return ticket.also;
+        }
+        self.extras_of(id)
+    }
+
     /// What parked ticket `id` needs beside its first cost (none for a ticket of one kind).
     pub(super) fn extras_of(&self, id: TaskId) -> ExtraCosts {
         if self.extras.is_empty() {
