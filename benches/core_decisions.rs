@@ -7,8 +7,11 @@
 //! headroom set (high enough never to bind, so the decisions are the same) beside a lot without
 //! one. A third times them with a fair share (cap = the whole capacity, so only the fair order is
 //! at work) for 1, 10 and 1,000 tenants beside the same lot without one, with the memory per parked
-//! task of each. Under `cargo test` (no `--bench` argument) it runs the same code on a small lot as
-//! a smoke test.
+//! task of each. A fourth times lots whose tasks are a third each of one, two and three kinds
+//! (core rule 25) beside a lot of one kind, after checking on a short run that the core decides as
+//! a naive scan of every parked task's costs does. Under `cargo test` (no `--bench` argument) it
+//! runs the same code on a small lot as a smoke test. `CORE_TABLES=several` runs the fourth
+//! table alone, `CORE_TABLES=one` the other three (the builds before the fourth).
 
 #[path = "support/mod.rs"]
 mod support;
@@ -17,9 +20,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use prometheus_parking_lot::core::scheduling::{Admit, ParkingLot, RankKey, Ticket};
-use prometheus_parking_lot::core::{FairShare, PoolLimits, StarvationGuard};
+use prometheus_parking_lot::core::{Capacity, FairShare, PoolLimits, StarvationGuard};
 use prometheus_parking_lot::util::TaskId;
-use prometheus_parking_lot::{Priority, ResourceCost, ResourceKind};
+use prometheus_parking_lot::{ExtraCosts, Priority, ResourceCost, ResourceKind};
 
 #[global_allocator]
 static ALLOCATOR: support::LiveBytes = support::LiveBytes;
@@ -33,6 +36,7 @@ const DISTINCT_COSTS: u64 = 1_000;
 const WORKERS: usize = 64;
 
 /// The run's size: the real benchmark, or a smoke test under `cargo test`.
+#[derive(Clone, Copy)]
 struct Scale {
     parked: usize,
     admits: usize,
@@ -69,6 +73,23 @@ struct Tickets {
     next_id: TaskId,
     /// Tickets go round-robin to this many tenants (tenant 0 when 1).
     tenants: u64,
+    /// Tickets of several kinds (see [`Mix`]).
+    several: Mix,
+}
+
+/// Which tickets need other kinds beside their VRAM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    /// None: every ticket is of one kind.
+    One,
+    /// A third need 1-4 CPU units (an engine's sequence slots) beside their VRAM, a third
+    /// those and one unit of `mixed` (a provider's request) too: one kind varies widely, the
+    /// others are a few units, as in the workloads the rule is for.
+    Slots,
+    /// A third need 1-4 CPU units, a third those and 1-1,000 I/O units, independent of their
+    /// 1-1,000 VRAM units: two kinds that vary widely and independently, the index's worst
+    /// case.
+    TwoWide,
 }
 
 impl Tickets {
@@ -77,6 +98,7 @@ impl Tickets {
             state: 0x2545_f491_4f6c_dd1d,
             next_id: 1,
             tenants: 1,
+            several: Mix::One,
         }
     }
 
@@ -90,15 +112,32 @@ impl Tickets {
     fn next(&mut self) -> Ticket {
         let id = self.next_id;
         self.next_id += 1;
+        let cost = ResourceCost::gpu_vram(1 + (self.random() % DISTINCT_COSTS) as u32);
+        let also = match self.several {
+            Mix::One => ExtraCosts::NONE,
+            mix => {
+                let cpu = ResourceCost::cpu(1 + (self.random() % 4) as u32);
+                let third = match mix {
+                    Mix::TwoWide => ResourceCost::io(1 + (self.random() % DISTINCT_COSTS) as u32),
+                    _ => ResourceCost::mixed(1),
+                };
+                let costs = match self.random() % 3 {
+                    0 => &[][..],
+                    1 => &[cpu][..],
+                    _ => &[cpu, third][..],
+                };
+                ExtraCosts::new(cost, costs).expect("other kinds")
+            }
+        };
         Ticket {
             id,
             priority: Priority::ALL[(self.random() % 4) as usize],
-            cost: ResourceCost::gpu_vram(1 + (self.random() % DISTINCT_COSTS) as u32),
+            cost,
             created_at_ms: id,
             deadline_ms: None,
             tenant: id % self.tenants,
             timeout_ms: None,
-            also: Default::default(),
+            also,
         }
     }
 }
@@ -226,6 +265,13 @@ fn drive(
 
 fn main() {
     let scale = Scale::from_args();
+    if std::env::var("CORE_TABLES").as_deref() == Ok("several") {
+        let limits = PoolLimits::new(CAPACITY, WORKERS)
+            .with_max_queue_depth(usize::MAX)
+            .with_starvation(StarvationGuard::disabled());
+        several_kinds_table(&scale, limits);
+        return;
+    }
     println!(
         "core_decisions: {} parked tasks, {DISTINCT_COSTS} distinct costs, capacity {CAPACITY}, {WORKERS} workers",
         scale.parked
@@ -271,6 +317,7 @@ fn main() {
         state: tickets.state,
         next_id: tickets.next_id,
         tenants: 1,
+        several: Mix::One,
     };
     let mut naive_running = VecDeque::from([blocker.id]);
     let naive_run = drive(
@@ -327,6 +374,199 @@ fn main() {
     drop(lot);
     live_guard_table(&scale, limits);
     fair_share_table(&scale, limits);
+    if std::env::var("CORE_TABLES").as_deref() != Ok("one") {
+        several_kinds_table(&scale, limits);
+    }
+}
+
+/// CPU units of a lot of several kinds: 64 slots' worth, so that the CPU costs bind too.
+const SEVERAL_CPU: u32 = 64;
+
+/// The naive baseline for tasks of several kinds: every parked task's costs by kind, in a
+/// `Vec` sorted by rank, scanned from the front for the first that fits every kind.
+struct NaiveSeveral {
+    parked: Vec<(RankKey, [u32; ResourceKind::COUNT])>,
+    running: HashMap<TaskId, [u32; ResourceKind::COUNT]>,
+    free: [u32; ResourceKind::COUNT],
+}
+
+impl NaiveSeveral {
+    fn demand(ticket: &Ticket) -> [u32; ResourceKind::COUNT] {
+        ticket.also.with_first(ticket.cost)
+    }
+
+    fn fits(&self, demand: &[u32; ResourceKind::COUNT]) -> bool {
+        self.running.len() < WORKERS
+            && demand
+                .iter()
+                .zip(&self.free)
+                .all(|(need, free)| need <= free)
+    }
+
+    fn start(&mut self, id: TaskId, demand: [u32; ResourceKind::COUNT]) {
+        for (free, need) in self.free.iter_mut().zip(demand) {
+            *free -= need;
+        }
+        self.running.insert(id, demand);
+    }
+}
+
+impl Scheduler for NaiveSeveral {
+    fn admit(&mut self, ticket: Ticket, _now: u64) -> Admit {
+        let demand = Self::demand(&ticket);
+        if self.fits(&demand) {
+            self.start(ticket.id, demand);
+            return Admit::Start;
+        }
+        let rank = RankKey::new(ticket.priority, ticket.created_at_ms, ticket.id);
+        let at = self.parked.partition_point(|&(other, _)| other < rank);
+        self.parked.insert(at, (rank, demand));
+        Admit::Park
+    }
+
+    fn complete(&mut self, id: TaskId, _now: u64) -> Vec<TaskId> {
+        let demand = self.running.remove(&id).expect("running");
+        for (free, held) in self.free.iter_mut().zip(demand) {
+            *free += held;
+        }
+        let mut started = Vec::new();
+        while let Some(at) = self.parked.iter().position(|(_, demand)| self.fits(demand)) {
+            let (rank, demand) = self.parked.remove(at);
+            self.start(rank.id(), demand);
+            started.push(rank.id());
+        }
+        started
+    }
+}
+
+/// What tasks of several kinds cost a decision and a parked task: lots whose tasks are a
+/// third each of one kind (VRAM), two and three (see [`Mix`]), beside the same lot with
+/// tasks of one kind, interleaved over rounds (best of each); first a short run of each
+/// mixed lot beside [`NaiveSeveral`], which must decide the same.
+fn several_kinds_table(scale: &Scale, limits: PoolLimits) {
+    const ROUNDS: usize = 3;
+    let limits =
+        limits.with_capacity(Capacity::uniform(CAPACITY).with(ResourceKind::Cpu, SEVERAL_CPU));
+    let small = Scale {
+        parked: scale.parked.min(20_000),
+        ..*scale
+    };
+    for mix in [Mix::Slots, Mix::TwoWide] {
+        same_decisions_as_a_scan(&small, limits, mix);
+    }
+
+    let mixes = [
+        ("one kind", Mix::One),
+        (
+            "a third each of one, two and three kinds: VRAM, slots, a request",
+            Mix::Slots,
+        ),
+        (
+            "the same, the third kind varying as widely as VRAM",
+            Mix::TwoWide,
+        ),
+    ];
+    let mut runs: Vec<Vec<(Run, f64)>> = mixes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..ROUNDS {
+        for ((_, mix), runs) in mixes.iter().zip(&mut runs) {
+            runs.push(measured_mix(scale, limits, *mix));
+        }
+    }
+    let best = |runs: &[(Run, f64)], time: fn(&Run) -> f64| {
+        runs.iter()
+            .map(|(run, _)| time(run))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (one_admit, one_unpark) = (
+        best(&runs[0], |r| r.admit_ns),
+        best(&runs[0], |r| r.unpark_ns),
+    );
+    println!();
+    println!("| lot (best of {ROUNDS}) | admit (park) decision, ns | unpark decision, ns | ratio to one kind (admit / unpark) | memory per parked task, bytes |");
+    println!("|---|---:|---:|---:|---:|");
+    for ((name, _), runs) in mixes.iter().zip(&runs) {
+        let (admit, unpark) = (best(runs, |r| r.admit_ns), best(runs, |r| r.unpark_ns));
+        println!(
+            "| {name} | {admit:.1} | {unpark:.1} | {:.2}x / {:.2}x | {:.0} |",
+            admit / one_admit,
+            unpark / one_unpark,
+            runs[0].1
+        );
+    }
+}
+
+/// A short run of a lot of `mix` beside [`NaiveSeveral`]: the same tasks start in the same
+/// order.
+fn same_decisions_as_a_scan(small: &Scale, limits: PoolLimits, mix: Mix) {
+    let (mut lot, mut tickets, mut running) = filled(small, limits, mix);
+    let mut naive = NaiveSeveral {
+        parked: Vec::new(),
+        running: HashMap::new(),
+        free: [CAPACITY; ResourceKind::COUNT],
+    };
+    naive.free[ResourceKind::Cpu.index()] = SEVERAL_CPU;
+    let mut again = Tickets::new();
+    again.several = mix;
+    for _ in 0..=small.parked {
+        let ticket = again.next();
+        let ticket = match ticket.id {
+            1 => blocker(ticket),
+            _ => ticket,
+        };
+        naive.admit(ticket, 0);
+    }
+    let mut naive_running = running.clone();
+    let naive_run = drive(&mut naive, &mut again, &mut naive_running, 300, 300);
+    let core_run = drive(&mut lot, &mut tickets, &mut running, 300, 300);
+    assert_eq!(
+        core_run.starts, naive_run.starts,
+        "{mix:?}: core and baseline must make the same decisions"
+    );
+    lot.check_invariants()
+        .expect("invariants after the mixed run");
+}
+
+/// The ticket that holds the whole VRAM, so that every other task parks.
+fn blocker(ticket: Ticket) -> Ticket {
+    Ticket {
+        cost: ResourceCost::gpu_vram(CAPACITY),
+        also: ExtraCosts::NONE,
+        ..ticket
+    }
+}
+
+/// A fresh lot with the blocker running and `scale.parked` tasks parked (of several kinds
+/// when `several`), its ticket stream and its running tasks.
+fn filled(
+    scale: &Scale,
+    limits: PoolLimits,
+    several: Mix,
+) -> (ParkingLot, Tickets, VecDeque<TaskId>) {
+    let mut tickets = Tickets::new();
+    tickets.several = several;
+    let blocker = blocker(tickets.next());
+    let mut lot = ParkingLot::new(limits).expect("limits");
+    assert_eq!(lot.admit(blocker, 0), Admit::Start);
+    for _ in 0..scale.parked {
+        assert_eq!(lot.admit(tickets.next(), 0), Admit::Park);
+    }
+    (lot, tickets, VecDeque::from([blocker.id]))
+}
+
+/// The timed steps on a lot [`filled`] with tasks of one kind or of several, and the lot's
+/// memory per parked task in bytes.
+fn measured_mix(scale: &Scale, limits: PoolLimits, several: Mix) -> (Run, f64) {
+    let before = live_bytes();
+    let (mut lot, mut tickets, mut running) = filled(scale, limits, several);
+    let bytes_per_task = (live_bytes() - before) as f64 / scale.parked as f64;
+    let run = drive(
+        &mut lot,
+        &mut tickets,
+        &mut running,
+        scale.admits,
+        scale.completes,
+    );
+    (run, bytes_per_task)
 }
 
 /// What the fair share costs a decision and a parked task: the core's timed steps on fresh

@@ -111,6 +111,23 @@ fn the_shipped_files_load() {
         budget.max_starts.map(|cap| (cap.count, cap.per_ms)),
         Some((500, 60_000))
     );
+    let several = SchedulerConfig::from_path(shipped("several_kinds.json")).unwrap();
+    let decode = several.pool_settings("decode").unwrap();
+    let capacity = decode.limits().capacity;
+    assert_eq!(
+        (
+            capacity.get(ResourceKind::GpuVram),
+            capacity.get(ResourceKind::Cpu)
+        ),
+        (4_096, 8),
+        "KV-cache blocks beside sequence slots"
+    );
+    let provider = &several.pools["provider"].budgets;
+    assert_eq!(
+        provider.keys().collect::<Vec<_>>(),
+        ["io", "mixed"],
+        "tokens beside requests"
+    );
     let desktop = SchedulerConfig::from_path(shipped("desktop.yaml")).unwrap();
     assert!(matches!(
         desktop.pools["desktop_llm"].queue,
@@ -193,6 +210,10 @@ fn every_validation_rule_names_the_field_and_what_is_allowed() {
         (&one_pool(r#"{ "worker_threads": 1.5 }"#), "pools.p.worker_threads: invalid type: number `1.5`, expected a whole number (0 or more)"),
         (&one_pool(r#"{ "starvation": 3 }"#), "pools.p.starvation: invalid type: integer `3`, expected a mapping of settings ({ ... })"),
         (&one_pool(r#"{ "max_queue_depth": 0 }"#), "pools.p.max_queue_depth: 0 is out of range; use 1 to 100000000"),
+        (&one_pool(r#"{ "capacity": { "slots": 8 } }"#), r#"pools.p.capacity.slots: "slots" is not a resource kind; use `cpu`, `gpu_vram`, `io` or `mixed`"#),
+        (&one_pool(r#"{ "capacity": { "cpu": 0 } }"#), "pools.p.capacity.cpu: 0 is out of range; use 1 to 4294967295 units"),
+        (&one_pool(r#"{ "capacity": { "cpu": 5000000000 } }"#), "pools.p.capacity.cpu: invalid value: integer `5000000000`, expected u32"),
+        (&one_pool(r#"{ "capacity": { "gpu_vram": 8 }, "gpu": { "device": 0 } }"#), r#"pools.p.capacity.gpu_vram: the pool's gpu_vram units are sized from its GPU ("gpu"); name the other kinds here"#),
         (&one_pool(r#"{ "budgets": { "tokens": { "units": 10, "per_secs": 60 } } }"#), r#"pools.p.budgets.tokens: "tokens" is not a resource kind; use `cpu`, `gpu_vram`, `io` or `mixed`"#),
         (&one_pool(r#"{ "budgets": { "io": { "units": 0, "per_secs": 60 } } }"#), "pools.p.budgets.io.units: 0 is out of range; use 1 to 4294967295"),
         (&one_pool(r#"{ "budgets": { "io": { "units": 10 } } }"#), "pools.p.budgets.io: needs its period: per_secs (1 to 86400) or per_ms (1 to 86400000)"),

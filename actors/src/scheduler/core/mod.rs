@@ -176,6 +176,15 @@
 //!     fits starts; when one did not, it leaves the lot for the driver to end `Cancelled`,
 //!     unless it runs anyway. A parent's end costs O(1) per child waiting on it: a pending
 //!     counter per child and a list of children per parent, never a scan.
+//! 25. **Several kinds** (see `several.rs`, `multi_index.rs`). A ticket may need units of
+//!     other kinds beside its cost ([`Ticket::also`]). It starts only when every kind fits
+//!     (free units, headroom, a budget's bucket), holds them all and gives them all back on
+//!     `complete`; the budgets it names are spent at one start or not at all. Skip-ahead,
+//!     the reservation and preemption count every kind; such a ticket never backfills and
+//!     nothing backfills past it when it is the reservation; reasons name the kind that
+//!     blocks it. A lot with a fair share or `max_queued_units` refuses it
+//!     ([`Rejection::SeveralKinds`]). Parked, it is in a multi-kind index keyed by its
+//!     dominant kind, not in `by_cost`, and its extra costs are kept in `extras`.
 //!
 //! # Invariants (checked by [`ParkingLot::check_invariants`] in the property tests)
 //!
@@ -187,10 +196,13 @@
 //!   units back; over any span of `w` ms its starts spend at most `burst + units * w /
 //!   per_ms` units (checked by the budget property tests).
 //! - No task is both parked and running; every parked ticket is in exactly one cost index
-//!   (`by_cost` for tasks, `permits_by_cost` for permits); the other indexes hold exactly
-//!   the parked tasks.
-//! - Saturation: no parked task fits the free capacity, unless the reservation ranks ahead
-//!   of it, or the lot is paused.
+//!   (`by_cost` for tasks, `permits_by_cost` for permits, or for a ticket of several kinds
+//!   `several` and `several_permits`, each with every unit it needs, and its extra costs in
+//!   `extras`); the other indexes hold exactly the parked tasks (the timeout index only
+//!   those of one kind). `used[kind]` counts a running claim's extra costs of the kind too,
+//!   unless the kind has a budget.
+//! - Saturation: no parked task fits the free capacity (every kind it needs), unless the
+//!   reservation ranks ahead of it, or the lot is paused.
 //! - A held ticket (rule 24) is neither parked, sleeping nor running; its pending count is
 //!   the number of live parents whose list names it.
 //! - At most `max_queue_depth` tickets and `max_queued_units` units of any kind are parked

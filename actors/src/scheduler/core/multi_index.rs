@@ -7,18 +7,19 @@
 //! as [`CostIndex`](super::CostIndex) is. A ticket goes to the trie of its key kind, the
 //! kind of which it needs the largest share of the pool's capacity (its dominant kind), so
 //! the trie's own dimension is the one most likely to decide whether it fits. Every node
-//! stores the best [`RankKey`] of its subtree and a lower bound of the units of *each* kind
-//! its tickets need (`min`); a leaf holds the tickets of one key cost, in rank order, with
-//! every unit they need.
+//! stores the best [`RankKey`] of its subtree, and a lower and an upper bound of the units of
+//! *each* kind its tickets need (`min`, `max`); a leaf holds the tickets of one key cost, in
+//! rank order, with every unit they need.
 //!
 //! - `insert` walks 32 levels down, lowering each node's best and min.
 //! - `remove` walks down, removes the ticket from its leaf, then walks back up recomputing
-//!   the bests and mins from the children, freeing emptied nodes. A leaf's min is kept as it
-//!   was while the leaf holds other tickets (a lower bound stays a lower bound; a leaf that
+//!   the bests and bounds from the children, freeing emptied nodes. A leaf's bounds are kept
+//!   as they were while the leaf holds other tickets (a bound stays a bound; a leaf that
 //!   empties is freed).
 //! - `best_within(free)` searches depth first, better child first, and leaves out a subtree
 //!   whose best ranks no better than the answer found so far or whose min does not fit
-//!   `free`. In a leaf it takes the first ticket in rank order that fits.
+//!   `free`; a subtree whose max fits is answered by its best without going down. In a leaf
+//!   it takes the first ticket in rank order that fits.
 //!
 //! # Bound
 //!
@@ -30,8 +31,8 @@
 //!
 //! # Invariants
 //!
-//! - `node.best` is the minimum key of the node's subtree; `node.min[k]` is at most the
-//!   units of kind `k` of every ticket in it.
+//! - `node.best` is the minimum key of the node's subtree; `node.min[k]` is at most, and
+//!   `node.max[k]` at least, the units of kind `k` of every ticket in it.
 //! - A non-root node exists only while its subtree holds a ticket.
 //! - `units[k]` counts, per units, the tickets that need that many units of kind `k`.
 
@@ -53,6 +54,7 @@ const NO_MIN: Demand = [u32::MAX; KINDS];
 struct Node {
     best: Option<RankKey>,
     min: Demand,
+    max: Demand,
     /// Children for inner nodes; for a leaf (depth 32), `children[0]` indexes `leaves`.
     children: [u32; 2],
 }
@@ -61,6 +63,7 @@ impl Node {
     const EMPTY: Node = Node {
         best: None,
         min: NO_MIN,
+        max: [0; KINDS],
         children: [NIL, NIL],
     };
 }
@@ -73,6 +76,12 @@ pub(super) fn fits(demand: &Demand, free: &Demand) -> bool {
 fn lower(min: &mut Demand, demand: &Demand) {
     for (min, &need) in min.iter_mut().zip(demand) {
         *min = (*min).min(need);
+    }
+}
+
+fn raise(max: &mut Demand, demand: &Demand) {
+    for (max, &need) in max.iter_mut().zip(demand) {
+        *max = (*max).max(need);
     }
 }
 
@@ -163,7 +172,8 @@ impl KeyedTrie {
                 self.nodes[parent].children[bit_at(units, depth)] = NIL;
                 self.free_nodes.push(child as u32);
             }
-            let (mut best, mut min): (Option<RankKey>, Demand) = (None, NO_MIN);
+            let (mut best, mut min, mut max): (Option<RankKey>, Demand, Demand) =
+                (None, NO_MIN, [0; KINDS]);
             for side in self.nodes[parent].children {
                 if side != NIL {
                     let side = &self.nodes[side as usize];
@@ -172,10 +182,11 @@ impl KeyedTrie {
                         (a, b) => a.or(b),
                     };
                     lower(&mut min, &side.min);
+                    raise(&mut max, &side.max);
                 }
             }
-            self.nodes[parent].best = best;
-            self.nodes[parent].min = min;
+            let parent = &mut self.nodes[parent];
+            (parent.best, parent.min, parent.max) = (best, min, max);
         }
         true
     }
@@ -187,6 +198,11 @@ impl KeyedTrie {
             return;
         };
         if found.is_some_and(|found| found <= best) || !fits(&current.min, free) {
+            return;
+        }
+        if fits(&current.max, free) {
+            // Every ticket below fits: the best of them is the answer here.
+            *found = Some(best);
             return;
         }
         if depth == DEPTH {
@@ -225,6 +241,7 @@ impl KeyedTrie {
             node.best = Some(key);
         }
         lower(&mut node.min, demand);
+        raise(&mut node.max, demand);
     }
 
     fn alloc_node(&mut self) -> u32 {

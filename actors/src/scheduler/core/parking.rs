@@ -122,7 +122,7 @@ impl ParkingLot {
     /// Parks ticket of several kinds `ticket`, ranked `rank`, in its multi-kind index.
     fn park_several(&mut self, ticket: &Ticket, rank: RankKey, slotless: bool) {
         let demand = ticket.also.with_first(ticket.cost);
-        let by = self.dominant_kind(&demand);
+        let by = Self::key_kind(&demand);
         let index = match slotless {
             true => &mut self.several_permits,
             false => &mut self.several,
@@ -144,7 +144,7 @@ impl ParkingLot {
         match also {
             Some(also) => {
                 let demand = also.with_first(ResourceCost::new(parked.kind, parked.units));
-                let by = self.dominant_kind(&demand);
+                let by = Self::key_kind(&demand);
                 let index = match parked.slotless {
                     true => &mut self.several_permits,
                     false => &mut self.several,

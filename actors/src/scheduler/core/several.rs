@@ -17,25 +17,18 @@ impl ParkingLot {
         ResourceKind::ALL.map(|kind| self.free(kind))
     }
 
-    /// The kind of which `demand` takes the largest share of the pool's capacity (the first
-    /// such kind on a tie): the key of the ticket's trie.
-    pub(super) fn dominant_kind(&self, demand: &Demand) -> ResourceKind {
-        let share = |kind: ResourceKind| {
-            let capacity = u64::from(self.limits.capacity.get(kind).max(1));
-            // Compared as fractions `units / capacity` by cross-multiplication: exact.
-            (u64::from(demand[kind.index()]), capacity)
-        };
+    /// The kind `demand` needs the most units of (the first such kind on a tie): the key of
+    /// the ticket's trie. A kind a ticket needs only a few units of (an engine slot, one
+    /// request) can take only a few values, so the kinds left to check at a leaf are the
+    /// ones that vary least.
+    pub(super) fn key_kind(demand: &Demand) -> ResourceKind {
         ResourceKind::ALL
             .into_iter()
-            .reduce(|best, kind| {
-                let (a_units, a_capacity) = share(best);
-                let (b_units, b_capacity) = share(kind);
-                if u128::from(b_units) * u128::from(a_capacity)
-                    > u128::from(a_units) * u128::from(b_capacity)
-                {
+            .reduce(|most, kind| {
+                if demand[kind.index()] > demand[most.index()] {
                     kind
                 } else {
-                    best
+                    most
                 }
             })
             .unwrap_or(ResourceKind::Cpu)
