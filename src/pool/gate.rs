@@ -7,7 +7,7 @@ use prometheus_parking_lot_actors::permit::Gate;
 pub use prometheus_parking_lot_actors::permit::{Acquire, PendingGrow, Permit};
 
 use crate::config::WorkerPoolConfig;
-use prometheus_parking_lot_actors::domain::{PoolError, TaskMetadata};
+use prometheus_parking_lot_actors::domain::{PoolError, ResourceCost, TaskMetadata};
 use prometheus_parking_lot_actors::observe::stats::PoolStats;
 
 /// Hands out ranked [`Permit`]s for a budget of units. `Send + Sync`; share it in an `Arc`.
@@ -99,6 +99,47 @@ impl CapacityGate {
     /// withdraws it, and a grant that raced the drop is released (cancel-safe).
     pub fn acquire(&self, meta: TaskMetadata) -> Acquire<'_> {
         self.gate.acquire(meta)
+    }
+
+    /// [`acquire`](Self::acquire) for a permit that holds `also` beside `meta.cost`, one cost
+    /// per other kind: a decode sequence's engine slot beside its KV-cache blocks. Granted
+    /// when every kind fits, all at once; the permit grows and shrinks `meta.cost`'s kind
+    /// and gives every kind back when dropped.
+    ///
+    /// ```
+    /// use prometheus_parking_lot::core::Capacity;
+    /// use prometheus_parking_lot::{CapacityGate, ResourceCost, ResourceKind, TaskMetadata, WorkerPoolConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), prometheus_parking_lot::PoolError> {
+    /// // 64 KV blocks and 2 sequence slots.
+    /// let engine = Capacity::uniform(64).with(ResourceKind::Cpu, 2);
+    /// let gate = CapacityGate::new(WorkerPoolConfig::new().with_capacity(engine))?;
+    /// let slot = [ResourceCost::cpu(1)];
+    /// let first = gate.acquire_with(TaskMetadata::new(1, ResourceCost::gpu_vram(4)), &slot).await?;
+    /// let second = gate.acquire_with(TaskMetadata::new(2, ResourceCost::gpu_vram(4)), &slot).await?;
+    /// // Blocks are plenty; both slots are held: a third waits.
+    /// let third = gate.try_acquire(TaskMetadata::new(3, ResourceCost::cpu(1)));
+    /// assert!(third.is_err());
+    /// first.try_grow(8)?; // blocks, while it keeps its slot
+    /// assert_eq!(first.units(), 12);
+    /// drop((first, second));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acquire_with(&self, meta: TaskMetadata, also: &[ResourceCost]) -> Acquire<'_> {
+        self.gate.acquire_with(meta, also)
+    }
+
+    /// [`acquire_with`](Self::acquire_with) on the calling thread, at most `timeout` (then
+    /// `Timeout`).
+    pub fn acquire_blocking_with(
+        &self,
+        meta: TaskMetadata,
+        also: &[ResourceCost],
+        timeout: Duration,
+    ) -> Result<Permit, PoolError> {
+        self.gate.acquire_blocking_with(meta, also, timeout)
     }
 
     /// [`acquire`](Self::acquire) on the calling thread, at most `timeout` (then `Timeout`).

@@ -49,8 +49,13 @@ impl TaskExecutor<u64, u64> for Gated {
     }
 }
 
+/// Each task's own key: its result is retrieved there.
+fn key(id: u64) -> MailboxKey {
+    MailboxKey::new("acme").with_session(format!("s{id}"))
+}
+
 fn meta(id: u64, blocks: u32) -> TaskMetadata {
-    TaskMetadata::new(id, ResourceCost::gpu_vram(blocks)).with_mailbox(MailboxKey::new("acme"))
+    TaskMetadata::new(id, ResourceCost::gpu_vram(blocks)).with_mailbox(key(id))
 }
 
 /// A sequence's slot beside its blocks.
@@ -100,9 +105,8 @@ async fn sequences_hold_blocks_and_a_slot_and_never_more_slots_than_the_engine_h
     let stats = pool.stats();
     assert_eq!(stats.used_by_kind[ResourceKind::GpuVram.index()], 200);
     assert_eq!(stats.used_by_kind[ResourceKind::Cpu.index()], 2);
-    let acme = MailboxKey::new("acme");
     assert_eq!(
-        pool.why_waiting(&acme, 3).await,
+        pool.why_waiting(&key(3), 3).await,
         Ok(Some(WaitReason::Units {
             kind: ResourceKind::Cpu,
             needed: 1,
@@ -149,8 +153,7 @@ async fn a_provider_call_spends_tokens_and_a_request_together() {
         gated.clone(),
     )
     .expect("the pool starts");
-    let call =
-        |id| TaskMetadata::new(id, ResourceCost::io(1_000)).with_mailbox(MailboxKey::new("acme"));
+    let call = |id| TaskMetadata::new(id, ResourceCost::io(1_000)).with_mailbox(key(id));
     let request = SubmitOptions::default().with_also(ResourceCost::mixed(1));
     let mut keys = Vec::new();
     for id in 1..=4 {
@@ -166,8 +169,8 @@ async fn a_provider_call_spends_tokens_and_a_request_together() {
             Ok(id)
         );
     }
-    let acme = MailboxKey::new("acme");
-    let Ok(Some(WaitReason::Budget { kind, level, .. })) = pool.why_waiting(&acme, 4).await else {
+    let Ok(Some(WaitReason::Budget { kind, level, .. })) = pool.why_waiting(&key(4), 4).await
+    else {
         panic!("the fourth call waits for a budget");
     };
     assert_eq!(
@@ -182,7 +185,7 @@ async fn a_provider_call_spends_tokens_and_a_request_together() {
         Some(7_000),
         "three calls spent their tokens; the fourth spent none"
     );
-    pool.cancel(&acme, 4).await.expect("cancelled");
+    pool.cancel(&key(4), 4).await.expect("cancelled");
     pool.shutdown();
 }
 
@@ -230,4 +233,70 @@ async fn costs_that_cannot_be_kept_are_refused_naming_why() {
     };
     assert!(message.contains("a fair share"), "{message}");
     fair.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_hold_blocks_and_a_slot_and_a_waiter_gets_both_when_one_is_dropped() {
+    use prometheus_parking_lot::core::Capacity;
+    use prometheus_parking_lot::CapacityGate;
+
+    // 64 KV blocks and 2 sequence slots.
+    let engine = Capacity::uniform(64).with(ResourceKind::Cpu, 2);
+    let gate = CapacityGate::new(WorkerPoolConfig::new().with_capacity(engine)).expect("a gate");
+    let slot = [ResourceCost::cpu(1)];
+    let sequence = |id, blocks| TaskMetadata::new(id, ResourceCost::gpu_vram(blocks));
+    let first = gate
+        .acquire_with(sequence(1, 8), &slot)
+        .await
+        .expect("granted");
+    let second = gate
+        .acquire_with(sequence(2, 8), &slot)
+        .await
+        .expect("granted");
+    wait_for("both permits' units counted", || {
+        let held = gate.stats().used_by_kind;
+        (
+            held[ResourceKind::GpuVram.index()],
+            held[ResourceKind::Cpu.index()],
+        ) == (16, 2)
+    })
+    .await;
+    // Both slots are held: the third waits, although its blocks are free.
+    let third = gate.acquire_with(sequence(3, 8), &slot);
+    tokio::pin!(third);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut third)
+            .await
+            .is_err(),
+        "no slot for the third"
+    );
+    first
+        .try_grow(8)
+        .expect("blocks are free: the first grows, keeping its slot");
+    assert_eq!(first.units(), 16);
+    drop(first);
+    let third = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("granted once a slot is free")
+        .expect("granted");
+    wait_for("the units of the dropped permit back", || {
+        let held = gate.stats().used_by_kind;
+        (
+            held[ResourceKind::GpuVram.index()],
+            held[ResourceKind::Cpu.index()],
+        ) == (16, 2)
+    })
+    .await;
+    let twice = gate
+        .acquire_with(sequence(4, 1), &[ResourceCost::gpu_vram(1)])
+        .await;
+    assert!(
+        matches!(twice, Err(PoolError::InvalidConfig(_))),
+        "{twice:?}"
+    );
+    drop((second, third));
+    wait_for("every unit back", || {
+        gate.stats().used_by_kind == [0; ResourceKind::COUNT]
+    })
+    .await;
 }

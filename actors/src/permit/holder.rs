@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::answer::{Answer, Withdrawal};
 use super::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp, PermitPort};
-use crate::domain::{PoolError, ResourceKind, TaskId, TaskMetadata};
+use crate::domain::{ExtraCosts, PoolError, ResourceCost, ResourceKind, TaskId, TaskMetadata};
 use crate::observe::stats::{PoolCounters, PoolStats};
 use crate::sync::parker::block_on_until;
 use crate::sync::spin::AdaptiveSpin;
@@ -202,7 +202,45 @@ impl Gate {
     /// has of that kind), `QueueFull`, `Expired` (its deadline passed while it waited),
     /// `DuplicateTask`, `Shutdown`.
     pub fn acquire(&self, meta: TaskMetadata) -> Acquire<'_> {
-        self.request(meta, true, false)
+        self.request(meta, ExtraCosts::NONE, true, false)
+    }
+
+    /// [`acquire`](Self::acquire) for a permit that holds `also` beside `meta.cost`, one
+    /// cost per other kind (core rule 25): a decode sequence's engine slot beside its
+    /// KV-cache blocks. Granted only when every kind fits, all of it at once; the permit
+    /// grows and shrinks `meta.cost`'s kind and gives every kind back when dropped. A kind
+    /// named twice is refused (`InvalidConfig`, naming it). It never takes the fast path.
+    pub fn acquire_with(&self, meta: TaskMetadata, also: &[ResourceCost]) -> Acquire<'_> {
+        match ExtraCosts::new(meta.cost, also) {
+            Ok(also) => self.request(meta, also, true, false),
+            Err(message) => self.refused(meta.id, PoolError::InvalidConfig(message)),
+        }
+    }
+
+    /// [`acquire_with`](Self::acquire_with) on the calling thread, at most `timeout` (then
+    /// `Timeout`), as [`acquire_blocking`](Self::acquire_blocking) waits.
+    pub fn acquire_blocking_with(
+        &self,
+        meta: TaskMetadata,
+        also: &[ResourceCost],
+        timeout: Duration,
+    ) -> Result<Permit, PoolError> {
+        let also = ExtraCosts::new(meta.cost, also).map_err(PoolError::InvalidConfig)?;
+        let deadline = Instant::now().checked_add(timeout);
+        block_on_until(self.request(meta, also, true, true), deadline)
+            .unwrap_or(Err(PoolError::Timeout))
+    }
+
+    /// An acquire answered at once with `error`.
+    fn refused(&self, id: TaskId, error: PoolError) -> Acquire<'_> {
+        let answer = Arc::new(AcquireAnswer::new());
+        let _ = answer.give(Err(error));
+        Acquire {
+            gate: self,
+            state: AcquireState::Waiting(answer),
+            id,
+            spin: false,
+        }
     }
 
     /// [`acquire`](Self::acquire) for plain threads: waits on the calling thread (no
@@ -216,7 +254,8 @@ impl Gate {
             return Ok(permit);
         }
         let deadline = Instant::now().checked_add(timeout);
-        block_on_until(self.request(meta, true, true), deadline).unwrap_or(Err(PoolError::Timeout))
+        block_on_until(self.request(meta, ExtraCosts::NONE, true, true), deadline)
+            .unwrap_or(Err(PoolError::Timeout))
     }
 
     /// A permit only if it is granted at once, as a task that starts at once would be;
@@ -230,12 +269,16 @@ impl Gate {
         if let Some(permit) = self.fast_path(&meta) {
             return Ok(permit);
         }
-        block_on_until(self.request(meta, false, true), None).unwrap_or(Err(PoolError::Shutdown))
+        block_on_until(self.request(meta, ExtraCosts::NONE, false, true), None)
+            .unwrap_or(Err(PoolError::Shutdown))
     }
 
-    fn request(&self, meta: TaskMetadata, wait: bool, spin: bool) -> Acquire<'_> {
+    fn request(&self, meta: TaskMetadata, also: ExtraCosts, wait: bool, spin: bool) -> Acquire<'_> {
         let id = meta.id;
-        if let Some(holding) = acquire_from_lane(&*self.port, &meta) {
+        let lane = also
+            .is_empty()
+            .then(|| acquire_from_lane(&*self.port, &meta));
+        if let Some(holding) = lane.flatten() {
             return Acquire {
                 gate: self,
                 state: AcquireState::Granted(holding),
@@ -246,6 +289,7 @@ impl Gate {
         let answer = Arc::new(AcquireAnswer::new());
         self.port.send(PermitOp::Acquire {
             meta,
+            also,
             wait,
             answer: answer.clone(),
         });

@@ -32,7 +32,9 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::domain::{PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata};
+use crate::domain::{
+    ExtraCosts, PoolError, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
+};
 use crate::queue::EntryId;
 use answer::Answer;
 use lane::{FastState, Lanes};
@@ -155,9 +157,11 @@ pub(crate) type GrowAnswer = Answer<Result<(), PoolError>>;
 pub(crate) enum PermitOp {
     /// A holder gives back `units` of `kind` it borrowed from a lane that was closed.
     LaneReturn { kind: ResourceKind, units: u32 },
-    /// Grant a permit for `meta`, or park it until it fits (`wait`), or refuse it.
+    /// Grant a permit for `meta` (and `also`, core rule 25), or park it until it fits
+    /// (`wait`), or refuse it.
     Acquire {
         meta: TaskMetadata,
+        also: ExtraCosts,
         wait: bool,
         answer: Arc<AcquireAnswer>,
     },

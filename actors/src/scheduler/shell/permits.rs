@@ -28,7 +28,8 @@ use std::sync::Arc;
 
 use super::Shell;
 use crate::domain::{
-    MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId, TaskMetadata,
+    ExtraCosts, MailboxKey, PoolError, Preemption, Priority, ResourceCost, ResourceKind, TaskId,
+    TaskMetadata,
 };
 use crate::observe::events::TaskStep;
 use crate::permit::{AcquireAnswer, Grant, GrowAnswer, Holding, PermitOp};
@@ -220,7 +221,12 @@ where
     /// A request about permits.
     pub fn permit(&mut self, op: PermitOp, now: u64) {
         match op {
-            PermitOp::Acquire { meta, wait, answer } => self.acquire(meta, wait, answer, now),
+            PermitOp::Acquire {
+                meta,
+                also,
+                wait,
+                answer,
+            } => self.acquire(meta, also, wait, answer, now),
             PermitOp::WithdrawAcquire(answer) => {
                 self.withdraw(answer.tag(), Arc::as_ptr(&answer).cast(), now)
             }
@@ -253,14 +259,22 @@ where
         self.tasks.fx.push(Effect::Permit(effect));
     }
 
-    fn acquire(&mut self, meta: TaskMetadata, wait: bool, answer: Arc<AcquireAnswer>, now: u64) {
+    fn acquire(
+        &mut self,
+        meta: TaskMetadata,
+        also: ExtraCosts,
+        wait: bool,
+        answer: Arc<AcquireAnswer>,
+        now: u64,
+    ) {
         if let Err(error) = self.lifecycle.admits() {
             self.fx_permit(PermitEffect::RefuseAcquire { answer, error });
             return;
         }
         let entry = self.tasks.ledger.next_entry(now);
         let key = meta.mailbox.as_ref().unwrap_or(&self.permits.anonymous);
-        let ticket = self.tasks.ticket(entry, &meta, key, None);
+        let mut ticket = self.tasks.ticket(entry, &meta, key, None);
+        ticket.also = also;
         // A caller that will not wait leaves at once if it would park: it sheds nothing.
         let admitted = match wait {
             true => self.tasks.core.admit_permit(ticket, now),

@@ -526,7 +526,12 @@ impl World {
                     None => {
                         let answer = Arc::new(AcquireAnswer::new());
                         self.acquires.push(answer.clone());
-                        self.port.send(PermitOp::Acquire { meta, wait, answer });
+                        self.port.send(PermitOp::Acquire {
+                            meta,
+                            also: crate::domain::ExtraCosts::NONE,
+                            wait,
+                            answer,
+                        });
                     }
                 }
             }
