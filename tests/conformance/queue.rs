@@ -19,7 +19,7 @@ use prometheus_parking_lot::core::{
     TaskMetadata, TaskQueue, TraceParent,
 };
 use prometheus_parking_lot::util::serde::{
-    MailboxKey, Priority, ResourceCost, ResourceKind, TaskId,
+    ExtraCosts, MailboxKey, Priority, ResourceCost, ResourceKind, TaskId,
 };
 
 use super::{Job, EPOCH_MS};
@@ -68,6 +68,7 @@ where
         a_scheduled_start_is_parked_and_a_durable_queue_keeps_its_instant,
         a_scheduled_start_is_removed_while_it_sleeps,
         a_parked_trace_comes_back_with_the_entry,
+        the_costs_of_a_task_of_several_kinds_come_back_with_the_entry,
         backend_is_named,
     );
 }
@@ -209,6 +210,7 @@ fn not_before(instant: u64) -> Carried {
     Carried {
         not_before_ms: Some(instant),
         trace: None,
+        also: Default::default(),
     }
 }
 
@@ -616,6 +618,7 @@ pub async fn a_parked_trace_comes_back_with_the_entry(queue: Driven<'_>) {
     let in_trace = Carried {
         not_before_ms: None,
         trace: Some(a_trace()),
+        also: Default::default(),
     };
     let with_instant = Carried {
         not_before_ms: Some(at(60_000)),
@@ -645,6 +648,67 @@ pub async fn a_parked_trace_comes_back_with_the_entry(queue: Driven<'_>) {
     assert_eq!(queue.claim(21).await, Ok(Some(traced)), "popped unchanged");
     if queue.queue.releases_claims() {
         queue.queue.release(21).await.expect("release");
+        assert_eq!(queue.load_parked().await, expected, "handed back");
+    }
+}
+
+/// A queue that keeps tasks of several kinds ([`TaskQueue::keeps_several_kinds`]) returns
+/// their costs with the entry from `load_parked`: alone, beside a trace, beside an instant and
+/// a trace, and after the claim was handed back; a plain park beside them carries none. A
+/// queue that keeps none is not asked (the scheduler refuses such tasks on it).
+pub async fn the_costs_of_a_task_of_several_kinds_come_back_with_the_entry(queue: Driven<'_>) {
+    if !queue.queue.keeps_several_kinds() {
+        return;
+    }
+    let (alone, traced, scheduled, plain) = (
+        cpu(1, High, 0, 2),
+        cpu(2, Normal, 1, 2),
+        cpu(3, Normal, 2, 2),
+        cpu(4, Low, 3, 1),
+    );
+    let slot_and_blocks = ExtraCosts::new(
+        ResourceCost::cpu(2),
+        &[ResourceCost::gpu_vram(300), ResourceCost::mixed(1)],
+    )
+    .expect("other kinds");
+    let costs = Carried {
+        also: slot_and_blocks,
+        ..Carried::default()
+    };
+    let with_trace = Carried {
+        trace: Some(a_trace()),
+        ..costs
+    };
+    let with_instant = Carried {
+        not_before_ms: Some(at(60_000)),
+        ..with_trace
+    };
+    for (entry, task, carried) in [
+        (31, &alone, costs),
+        (32, &traced, with_trace),
+        (33, &scheduled, with_instant),
+    ] {
+        queue
+            .queue
+            .park_carrying(entry, task.clone(), carried)
+            .await
+            .expect("park_carrying costs of several kinds");
+    }
+    park_all(queue, &[(34, &plain)]).await;
+    let carrying = |entry, task: &ScheduledTask<Job>, carried| StoredEntry {
+        carried,
+        ..stored(entry, task)
+    };
+    let expected = vec![
+        carrying(31, &alone, costs),
+        carrying(32, &traced, with_trace),
+        carrying(33, &scheduled, with_instant),
+        stored(34, &plain),
+    ];
+    assert_eq!(queue.load_parked().await, expected, "parked");
+    assert_eq!(queue.claim(31).await, Ok(Some(alone)), "popped unchanged");
+    if queue.queue.releases_claims() {
+        queue.queue.release(31).await.expect("release");
         assert_eq!(queue.load_parked().await, expected, "handed back");
     }
 }

@@ -166,6 +166,7 @@ fn not_before(time: u64) -> Carried {
     Carried {
         not_before_ms: Some(at(time)),
         trace: None,
+        also: Default::default(),
     }
 }
 
@@ -174,6 +175,7 @@ fn traced() -> Carried {
     Carried {
         not_before_ms: None,
         trace: Some(super::queue::a_trace()),
+        also: Default::default(),
     }
 }
 
@@ -1693,6 +1695,7 @@ pub async fn a_bounded_queue_sheds_lower_priorities_and_refuses_the_rest(
     let asleep = Carried {
         not_before_ms: Some(u64::MAX / 4),
         trace: None,
+        also: Default::default(),
     };
     let sleeper = cpu(8, Low, 9, 3);
     queue

@@ -159,6 +159,17 @@ impl ExtraCosts {
         Ok(costs)
     }
 
+    /// The costs given as units of each kind, by [`ResourceKind::index`] (a stored form,
+    /// read back: the kind of the task's first cost is 0 there).
+    pub const fn from_units(units: [u32; ResourceKind::COUNT]) -> Self {
+        Self(units)
+    }
+
+    /// The units of each kind, by [`ResourceKind::index`] (0: not needed).
+    pub const fn units(&self) -> [u32; ResourceKind::COUNT] {
+        self.0
+    }
+
     /// The units of `kind` needed beside the first cost (0: none).
     pub const fn get(&self, kind: ResourceKind) -> u32 {
         self.0[kind.index()]

@@ -425,6 +425,7 @@ where
             };
             let releases = spec.queue.releases_claims();
             let dependencies = spec.queue.keeps_dependencies();
+            let several_kinds = spec.queue.keeps_several_kinds();
             let queue_state = QueueState {
                 queue: spec.queue,
                 reports,
@@ -436,7 +437,8 @@ where
             let stored = stored.into_iter().map(|entry| (entry, None)).collect();
             let room = LocalRoom::new(spec.durability)
                 .with_releases(releases)
-                .with_dependencies(dependencies);
+                .with_dependencies(dependencies)
+                .with_several_kinds(several_kinds);
             (Box::new(room) as Storage<P, R>, None, stored, Some(queue))
         }
         None => {

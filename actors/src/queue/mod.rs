@@ -55,7 +55,7 @@ use crate::domain::FaultKind;
 use async_trait::async_trait;
 use thiserror::Error;
 
-use crate::domain::{BackendFault, ScheduledTask, TaskMetadata};
+use crate::domain::{BackendFault, ExtraCosts, ScheduledTask, TaskMetadata};
 use crate::observe::trace::TraceParent;
 
 pub use capabilities::{
@@ -152,6 +152,7 @@ impl Settlement {
 /// let traced = Carried {
 ///     trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap()),
 ///     ..Carried::default()
+///     also: Default::default(),
 /// };
 /// assert!(!traced.is_empty());
 /// assert!(Carried::default().is_empty());
@@ -164,6 +165,10 @@ pub struct Carried {
     /// The trace it belongs to (a W3C `traceparent`): whoever claims or resumes it goes on
     /// with its submitter's trace. `None`: it belongs to none.
     pub trace: Option<TraceParent>,
+    /// What it needs beside its metadata's cost, for a task of several kinds (core rule 25):
+    /// a queue that keeps such tasks ([`TaskQueue::keeps_several_kinds`]) stores them, so
+    /// that after a restart it holds every kind again. Empty for a task of one kind.
+    pub also: ExtraCosts,
 }
 
 impl Carried {
@@ -285,6 +290,15 @@ where
     /// [`parent_ended`](Self::parent_ended)); `false` (the default) has the scheduler refuse
     /// a task with parents on it, naming the queues that keep them.
     fn keeps_dependencies(&self) -> bool {
+        false
+    }
+
+    /// Whether the queue stores the costs of a task of several kinds
+    /// ([`Carried::also`]) with its entry and returns them from
+    /// [`load_parked`](Self::load_parked); `false` (the default) has the scheduler refuse
+    /// such a task on a durable queue, which would otherwise restart it with its first cost
+    /// only.
+    fn keeps_several_kinds(&self) -> bool {
         false
     }
 

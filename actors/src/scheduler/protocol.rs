@@ -102,9 +102,10 @@ pub struct SubmitOptions {
     /// KV-cache blocks): it starts only when every kind fits, holds them all while it runs
     /// and gives them all back when it ends, however it ends. A kind named twice (here, or
     /// as the metadata's) is refused (`InvalidConfig`, naming it), as is a kind the pool has
-    /// fewer units of (`InsufficientResources`). Kept by pools on the in-memory queue
-    /// without a fair share or `max_queued_units`; elsewhere the submission is refused,
-    /// naming the queue or the rule.
+    /// fewer units of (`InsufficientResources`). Kept by pools on the in-memory and yaque
+    /// queues (yaque stores the costs, so a restart holds every kind again) without a fair
+    /// share or `max_queued_units`; elsewhere the submission is refused, naming the queue or
+    /// the rule.
     pub also: Vec<ResourceCost>,
 }
 

@@ -178,6 +178,7 @@ where
             let carried = Carried {
                 not_before_ms,
                 trace: extras.and_then(|extras| extras.trace),
+                also: Default::default(),
             };
             let enqueue = Enqueue {
                 entry,

@@ -272,7 +272,8 @@ where
         {
             return Err(PoolError::InvalidConfig(format!(
                 "a task of several kinds of resource (SubmitOptions::also) waits only in the \
-                 in-memory queue so far; this pool parks in {queue}: give the task one cost"
+                 in_memory and yaque queues so far; this pool parks in {queue}: give the task \
+                 one cost"
             )));
         }
         Ok(also)

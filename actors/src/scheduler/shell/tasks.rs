@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::domain::TaskStatus;
 use crate::domain::{
-    BackendError, BackendFault, MailboxKey, PoolError, ScheduledTask, TaskFailure, TaskId,
-    TaskMetadata, TenantId, TenantWeights,
+    BackendError, BackendFault, ExtraCosts, MailboxKey, PoolError, ScheduledTask, TaskFailure,
+    TaskId, TaskMetadata, TenantId, TenantWeights,
 };
 use crate::mailbox::notify::RunOf;
 use crate::mailbox::{status_of, Delivery};
@@ -176,7 +176,8 @@ where
             } = stored;
             self.ledger.note_entry(entry);
             let key = meta.mailbox.clone().unwrap_or_else(MailboxKey::anonymous);
-            let ticket = self.ticket(entry, &meta, &key, self.default_timeout);
+            let mut ticket = self.ticket(entry, &meta, &key, self.default_timeout);
+            ticket.also = carried.also;
             let run_anyway = held.as_ref().is_some_and(|held| held.run_anyway);
             let waits_for = match held.map(|held| self.parents_left(held, &orphans)) {
                 Some(Err((parent, status))) => {
@@ -215,6 +216,9 @@ where
             if let Some(trace) = carried.trace {
                 // Resumed after a restart: it goes on in the trace it was parked in.
                 record.rare_mut().trace = Some(trace);
+            }
+            if !carried.also.is_empty() {
+                record.rare_mut().also = carried.also;
             }
             self.ledger.insert(record);
         }
@@ -470,6 +474,13 @@ where
             record.rare_mut().span = Some(span);
         }
         record
+    }
+
+    /// What live task `entry` needs beside its cost (core rule 25): none for one kind.
+    pub fn also_of(&self, entry: EntryId) -> ExtraCosts {
+        self.ledger
+            .get(entry)
+            .map_or(ExtraCosts::NONE, Record::also)
     }
 
     /// The trace live task `entry` belongs to, if any.

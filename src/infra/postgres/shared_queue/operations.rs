@@ -152,6 +152,7 @@ where
         let carried = Carried {
             not_before_ms: None,
             trace,
+            also: Default::default(),
         };
         rows.push_carrying(entry, rank_time_ms, &task, carried)?;
         let params = [

@@ -258,6 +258,10 @@ where
         true
     }
 
+    fn keeps_several_kinds(&self) -> bool {
+        true
+    }
+
     /// Stored as a `PARK_HELD` record: the parents (entry and task id each) and whether it
     /// runs anyway, then what it carries and the task (see `record.rs`).
     async fn park_held(

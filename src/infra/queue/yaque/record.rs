@@ -1,5 +1,5 @@
 //! A record of the log: its kinds (park, park with a not-before instant, park with what the
-//! task carries, park held for parents, claim, gone, a parent's end), its bytes (tag, kind, entry id, body, checksum) inside yaque's
+//! task carries (an instant, a trace, the costs of a task of several kinds), park held for parents, claim, gone, a parent's end), its bytes (tag, kind, entry id, body, checksum) inside yaque's
 //! frames, and how damage is told from a good record.
 
 use crate::core::EntryId;
@@ -41,6 +41,13 @@ pub(super) const CARRIES_INSTANT: u8 = 1;
 pub(super) const CARRIES_TRACE: u8 = 2;
 /// The bytes of a trace in a `PARK_CARRIED` body.
 pub(super) const TRACE_LEN: usize = 16 + 8 + 1;
+/// The flag of a `PARK_CARRIED` body that holds the costs of a task of several kinds (core
+/// rule 25), after the trace: each kind's units beside the task's first cost (4 bytes,
+/// little-endian, in kind index order). Versions before it set such a record aside as
+/// damage rather than run the task without its costs.
+pub(super) const CARRIES_COSTS: u8 = 4;
+/// The bytes of the costs in a `PARK_CARRIED` body.
+pub(super) const COSTS_LEN: usize = 4 * crate::util::serde::ResourceKind::COUNT;
 
 /// The frame starting at `at`, if it is whole and its record checks: (kind, entry, body,
 /// where the next frame starts).

@@ -13,11 +13,13 @@ use serde::Deserialize;
 use yaque::{Sender, SenderBuilder};
 
 use crate::core::{Carried, EntryId, HeldBy, QueueError, TaskMetadata, TaskStatus, TraceParent};
+use crate::util::serde::{ExtraCosts, ResourceKind};
 
 use super::os;
 use super::record::{
-    encode, frame_at, record_len, CARRIES_INSTANT, CARRIES_TRACE, CLAIM, ENDED, FRAME_HEADER, GONE,
-    MAX_FRAME, PARK, PARK_AT, PARK_CARRIED, PARK_HELD, RECORD_OVERHEAD, SEGMENT_END, TRACE_LEN,
+    encode, frame_at, record_len, CARRIES_COSTS, CARRIES_INSTANT, CARRIES_TRACE, CLAIM, COSTS_LEN,
+    ENDED, FRAME_HEADER, GONE, MAX_FRAME, PARK, PARK_AT, PARK_CARRIED, PARK_HELD, RECORD_OVERHEAD,
+    SEGMENT_END, TRACE_LEN,
 };
 
 /// A truncated or corrupt stretch of a segment file, set aside at start.
@@ -106,6 +108,7 @@ impl Kept {
                 let carried = Carried {
                     not_before_ms: Some(u64::from_le_bytes(*instant)),
                     trace: None,
+                    also: Default::default(),
                 };
                 (carried, task)
             }
@@ -136,16 +139,20 @@ impl Kept {
         let Carried {
             not_before_ms,
             trace,
+            also,
         } = self.carried;
         let held_len = self.held.as_ref().map_or(0, |held| held_len(held));
-        let mut body = Vec::with_capacity(held_len + 1 + 8 + TRACE_LEN + self.task.len());
-        let kind = match (&self.held, not_before_ms, trace) {
-            (None, None, None) => return (PARK, Cow::Borrowed(&self.task)),
-            (None, Some(instant), None) => {
+        let mut body =
+            Vec::with_capacity(held_len + 1 + 8 + TRACE_LEN + COSTS_LEN + self.task.len());
+        // Costs of several kinds go as a trace does: in a `PARK_CARRIED` body.
+        let carries = trace.is_some() || !also.is_empty();
+        let kind = match (&self.held, not_before_ms, carries) {
+            (None, None, false) => return (PARK, Cow::Borrowed(&self.task)),
+            (None, Some(instant), false) => {
                 body.extend_from_slice(&instant.to_le_bytes());
                 PARK_AT
             }
-            (None, _, Some(_)) => {
+            (None, _, true) => {
                 write_carried(&mut body, &self.carried);
                 PARK_CARRIED
             }
@@ -178,17 +185,21 @@ impl Kept {
         } else {
             0
         };
+        let costs = if self.carried.also.is_empty() {
+            0
+        } else {
+            COSTS_LEN
+        };
+        let carries = self.carried.trace.is_some() || !self.carried.also.is_empty();
         let trace = if self.carried.trace.is_some() {
-            1 + TRACE_LEN
+            TRACE_LEN
         } else {
             0
         };
-        let held = match &self.held {
-            // The flags byte of its `PARK_CARRIED` part is there with or without a trace.
-            Some(held) => held_len(held) + usize::from(self.carried.trace.is_none()),
-            None => 0,
-        };
-        record_len(self.task.len() + instant + trace + held)
+        // The flags byte of a `PARK_CARRIED` part, which a `PARK_HELD` body always has.
+        let flags = usize::from(carries || self.held.is_some());
+        let held = self.held.as_ref().map_or(0, |held| held_len(held));
+        record_len(self.task.len() + instant + flags + trace + costs + held)
     }
 }
 
@@ -209,7 +220,12 @@ fn write_carried(body: &mut Vec<u8>, carried: &Carried) {
     } else {
         0
     };
-    body.push(trace_flag | instant_flag);
+    let costs_flag = if carried.also.is_empty() {
+        0
+    } else {
+        CARRIES_COSTS
+    };
+    body.push(trace_flag | instant_flag | costs_flag);
     if let Some(instant) = carried.not_before_ms {
         body.extend_from_slice(&instant.to_le_bytes());
     }
@@ -217,6 +233,11 @@ fn write_carried(body: &mut Vec<u8>, carried: &Carried) {
         body.extend_from_slice(&trace.trace_id());
         body.extend_from_slice(&trace.span_id());
         body.push(trace.flags());
+    }
+    if costs_flag != 0 {
+        for units in carried.also.units() {
+            body.extend_from_slice(&units.to_le_bytes());
+        }
     }
 }
 
@@ -268,6 +289,15 @@ fn read_carried(body: &[u8]) -> Option<(Carried, &[u8])> {
         let trace = TraceParent::new(*trace_id, *span_id, trace_flags & 1 == 1)?;
         carried.trace = Some(trace);
         rest = after;
+    }
+    if flags & CARRIES_COSTS != 0 {
+        let mut units = [0; ResourceKind::COUNT];
+        for slot in &mut units {
+            let (read, after) = rest.split_first_chunk::<4>()?;
+            *slot = u32::from_le_bytes(*read);
+            rest = after;
+        }
+        carried.also = ExtraCosts::from_units(units);
     }
     Some((carried, rest))
 }

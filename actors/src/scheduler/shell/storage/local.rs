@@ -42,6 +42,8 @@ pub(crate) struct LocalRoom {
     releases: bool,
     /// Whether the queue keeps dependencies (stores held tasks with their parents).
     dependencies: bool,
+    /// Whether the queue stores the costs of a task of several kinds (core rule 25).
+    several_kinds: bool,
 }
 
 impl LocalRoom {
@@ -54,7 +56,15 @@ impl LocalRoom {
             parking: HashSet::new(),
             releases: false,
             dependencies: false,
+            several_kinds: false,
         }
+    }
+
+    /// The mode on a queue that stores the costs of a task of several kinds
+    /// (`TaskQueue::keeps_several_kinds`), or not.
+    pub fn with_several_kinds(mut self, keeps: bool) -> Self {
+        self.several_kinds = keeps;
+        self
     }
 
     /// The mode on a queue that keeps dependencies (`TaskQueue::keeps_dependencies`), or not.
@@ -271,6 +281,7 @@ impl LocalRoom {
             let carried = Carried {
                 not_before_ms: None,
                 trace: record.trace().copied(),
+                also: record.also(),
             };
             if let Some(task) = record.take_task() {
                 self.store(entry, task, (carried, None), &mut tasks.fx);
@@ -300,7 +311,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
     }
 
     fn refuses_several_kinds(&self) -> Option<String> {
-        Some("a durable local queue".to_owned())
+        (!self.several_kinds).then(|| "a durable local queue that keeps no such costs".to_owned())
     }
 
     fn refuses_dependencies(&self) -> Option<String> {
@@ -337,6 +348,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
         let carried = Carried {
             not_before_ms: None,
             trace: tasks.trace_of(entry),
+            also: tasks.also_of(entry),
         };
         self.store(entry, task, (carried, None), &mut tasks.fx);
         self.claim(entry, &mut tasks.fx);
@@ -372,6 +384,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for LocalRoom {
         let carried = Carried {
             not_before_ms,
             trace: tasks.trace_of(entry),
+            also: tasks.also_of(entry),
         };
         self.store(entry, task, (carried, held), &mut tasks.fx);
         Vec::new()

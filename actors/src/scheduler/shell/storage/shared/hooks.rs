@@ -141,6 +141,7 @@ impl<P: Send + 'static, R: Send + 'static> StorageMode<P, R> for SharedRoom {
         let carried = Carried {
             not_before_ms,
             trace: extras.and_then(|extras| extras.trace),
+            also: Default::default(),
         };
         let enqueue = Enqueue {
             entry,
