@@ -1676,3 +1676,42 @@ async fn schedules_are_listed_and_paused_over_the_api_and_the_command_line() {
     assert!(pool.schedules()[0].next_tick_ms.is_some());
     pool.shutdown();
 }
+
+/// A task of several kinds (core rule 25) shows every kind it holds: in the API's JSON (its
+/// `also`), and in the command line's listings of parked and running tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_and_the_command_line_show_every_kind_a_task_holds() {
+    use prometheus_parking_lot::core::SubmitOptions;
+
+    let gate = Arc::new(AtomicBool::new(false));
+    let pool = pool(&gate);
+    let server = serve(&pool, None);
+    let key = MailboxKey::new("acme").with_session("seq");
+    let meta =
+        |id, units| TaskMetadata::new(id, ResourceCost::gpu_vram(units)).with_mailbox(key.clone());
+    let slots = |units| SubmitOptions::default().with_also(ResourceCost::cpu(units));
+    pool.submit_with(PROMPT.to_string(), meta(1, 8), slots(3))
+        .await
+        .expect("runs");
+    pool.submit_with(PROMPT.to_string(), meta(2, 2), slots(4))
+        .await
+        .expect("parks: the only worker is busy");
+
+    let (status, parked) = get(&server, "api/pools/llm/parked?limit=5").await;
+    assert_eq!(status, 200, "{parked}");
+    assert_eq!(parked["parked"][0]["id"], 2);
+    assert_eq!(
+        parked["parked"][0]["also"],
+        serde_json::json!([{ "kind": "Cpu", "units": 4 }]),
+        "{parked}"
+    );
+    let (status, running) = get(&server, "api/pools/llm/running").await;
+    assert_eq!(status, 200, "{running}");
+    assert_eq!(running["running"][0]["also"][0]["units"], 3, "{running}");
+
+    let (ok, out, _) = cli(&server, &["parked", "--pool", "llm"]).await;
+    assert!(ok && out.contains("2 gpu_vram + 4 cpu"), "{out}");
+    let (ok, out, _) = cli(&server, &["running", "--pool", "llm"]).await;
+    assert!(ok && out.contains("8 gpu_vram + 3 cpu"), "{out}");
+    gate.store(true, Ordering::Release);
+}

@@ -121,12 +121,17 @@ fn key_of(task: &Value) -> String {
     }
 }
 
+/// A task's cost, with each cost of another kind it holds beside it: `300 gpu_vram + 1 cpu`.
 fn cost_of(task: &Value) -> String {
-    format!(
+    let first = format!(
         "{} {}",
         task["cost"]["units"],
         kind_name(&task["cost"]["kind"])
-    )
+    );
+    let also = task["also"].as_array().into_iter().flatten();
+    also.fold(first, |cost, other| {
+        format!("{cost} + {} {}", other["units"], kind_name(&other["kind"]))
+    })
 }
 
 /// A kind as the config names it (`GpuVram` → `gpu_vram`).

@@ -18,13 +18,19 @@ impl ParkingLot {
     /// Under a start cap (rule 15) a start is never free: a ticket of no units of that kind
     /// costs one.
     pub(super) fn at_least_a_unit(&self, mut ticket: Ticket) -> Ticket {
-        let capped = self
-            .budget(ticket.cost.kind)
-            .is_some_and(budget::KindBudget::caps_starts);
-        if capped && ticket.cost.units == 0 {
-            ticket.cost.units = 1;
-        }
+        ticket.cost = self.least_cost(ticket.cost);
         ticket
+    }
+
+    /// [`at_least_a_unit`](Self::at_least_a_unit) for a cost alone.
+    fn least_cost(&self, mut cost: crate::domain::ResourceCost) -> crate::domain::ResourceCost {
+        let capped = self
+            .budget(cost.kind)
+            .is_some_and(budget::KindBudget::caps_starts);
+        if capped && cost.units == 0 {
+            cost.units = 1;
+        }
+        cost
     }
 
     /// What [`admit`](Self::admit) would answer `ticket` at `now` whatever the room: a
@@ -33,8 +39,8 @@ impl ParkingLot {
     /// that is to wait elsewhere (a shared queue's, for a fleet's budget) but must be
     /// refused as this pool would refuse it.
     pub fn screen(&self, ticket: &Ticket, now: u64) -> Option<Admit> {
-        let ticket = self.at_least_a_unit(*ticket);
-        let Ticket { id, cost, .. } = ticket;
+        // The ticket's parts, not a copy of it: it is read once, where it lies.
+        let (id, cost) = (ticket.id, self.least_cost(ticket.cost));
         if self.is_live(id) {
             return Some(Admit::Reject(Rejection::DuplicateId(id)));
         }
