@@ -152,7 +152,6 @@ impl Settlement {
 /// let traced = Carried {
 ///     trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap()),
 ///     ..Carried::default()
-///     also: Default::default(),
 /// };
 /// assert!(!traced.is_empty());
 /// assert!(Carried::default().is_empty());
