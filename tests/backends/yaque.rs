@@ -715,15 +715,23 @@ struct Lab {
 impl Lab {
     /// One worker, one unit: one task runs, the others park.
     fn new(queue: Box<dyn TaskQueue<u64>>, durability: Durability, open: bool) -> Self {
-        let (started_tx, started) = mpsc::unbounded_channel();
-        let (gate, gate_rx) = watch::channel(open);
-        let settings = WorkerPoolConfig::new()
+        Self::with(queue, Self::settings(durability), open)
+    }
+
+    /// [`new`](Self::new)'s settings, for a test to change before [`with`](Self::with).
+    fn settings(durability: Durability) -> WorkerPoolConfig {
+        WorkerPoolConfig::new()
             .with_name("yaque-lab")
             .with_worker_count(1)
             .with_max_units(1)
             .with_max_queue_depth(100)
             .with_starvation(StarvationGuard::disabled())
-            .with_durability(durability);
+            .with_durability(durability)
+    }
+
+    fn with(queue: Box<dyn TaskQueue<u64>>, settings: WorkerPoolConfig, open: bool) -> Self {
+        let (started_tx, started) = mpsc::unbounded_channel();
+        let (gate, gate_rx) = watch::channel(open);
         let executor = Gate {
             started: started_tx,
             open: gate_rx,
@@ -1162,6 +1170,62 @@ async fn a_task_of_several_kinds_keeps_its_costs_across_a_restart() {
         .expect("running");
     assert_eq!(task.also, vec![ResourceCost::cpu(1)]);
     lab.gate.send(true).unwrap();
+}
+
+/// A task of several kinds stored by a pool whose rules allowed it, reopened by a pool
+/// configured since with a rule that counts one kind per task (`max_queued_units`), is
+/// refused with the error a submission would get, delivered to its key, and the queue
+/// forgets it: it neither parks where it cannot start nor is lost without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_task_of_several_kinds_a_reconfigured_pool_refuses_ends_with_the_refusal() {
+    let dir = TempDir::new("several-kinds-refused");
+    let queue = Box::new(YaqueQueue::<u64>::open(dir.path(), "stream").expect("opens"));
+    let mut lab = Lab::new(queue, Durability::Accepted, false);
+    let meta = TaskMetadata::new(1, ResourceCost::gpu_vram(1));
+    lab.pool.submit(ScheduledTask::new(meta, 1)).await.unwrap();
+    let slot = SubmitOptions::default().with_also(ResourceCost::cpu(1));
+    let meta = TaskMetadata::new(2, ResourceCost::gpu_vram(1));
+    let key = lab
+        .pool
+        .submit_with(ScheduledTask::new(meta, 2), slot)
+        .await
+        .expect("admitted");
+    assert_eq!(lab.next_start().await, 1);
+    let report = lab
+        .pool
+        .shutdown_with_drain(Duration::from_millis(20))
+        .await
+        .expect("stops");
+    assert_eq!(report.kept_parked, 1);
+    drop(lab);
+
+    let queue = Box::new(YaqueQueue::<u64>::open(dir.path(), "stream").expect("reopens"));
+    let bounded = Lab::settings(Durability::Accepted).with_max_queued_units(Some(100));
+    let lab = Lab::with(queue, bounded, true);
+    match lab.pool.retrieve(&key, Duration::from_secs(10)).await {
+        Err(PoolError::InvalidConfig(why)) => {
+            assert!(why.contains("max_queued_units"), "{why}");
+            assert!(why.contains("several kinds"), "{why}");
+        }
+        other => panic!("task 2 should be refused, got {other:?}"),
+    }
+    lab.pool
+        .shutdown_with_drain(Duration::from_secs(5))
+        .await
+        .expect("stops");
+    drop(lab);
+    let queue = YaqueQueue::<u64>::open(dir.path(), "stream").expect("reopens");
+    let left: Vec<TaskId> = queue
+        .load_parked()
+        .await
+        .unwrap()
+        .iter()
+        .map(|stored| stored.meta.id)
+        .collect();
+    assert!(
+        !left.contains(&2),
+        "the refused task is forgotten: {left:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

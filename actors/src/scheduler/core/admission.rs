@@ -155,13 +155,23 @@ impl ParkingLot {
     /// Parks a task that a durable queue kept from an earlier run (`load_parked`), without
     /// the fast path and past `max_queue_depth` if need be: it is stored already and must not
     /// be lost. Call [`tick`](Self::tick) after the last one to start what fits.
+    ///
+    /// A stored ticket this pool would refuse now (its configuration changed since: less
+    /// capacity, a smaller share, a rule that counts one kind per ticket) is refused as
+    /// [`admit`](Self::admit) would refuse it, rather than parked where it cannot start.
     pub fn restore(&mut self, ticket: Ticket, now: u64) -> Result<(), Rejection> {
-        let id = ticket.id;
-        if self.is_live(id) {
-            return Err(Rejection::DuplicateId(id));
-        }
+        self.screen_stored(&ticket, now)?;
         self.park_returned(self.at_least_a_unit(ticket), now);
         Ok(())
+    }
+
+    /// The refusal [`screen`](Self::screen) gives a stored ticket. One past its deadline is
+    /// not refused: it parks and the next tick expires it, as it would any parked task.
+    pub(super) fn screen_stored(&self, ticket: &Ticket, now: u64) -> Result<(), Rejection> {
+        match self.screen(ticket, now) {
+            Some(Admit::Reject(rejection)) => Err(rejection),
+            _ => Ok(()),
+        }
     }
 
     /// Whether a newcomer ranked `rank` asking for `request` may start now as far as the

@@ -222,10 +222,11 @@ impl ParkingLot {
     }
 
     /// Holds a ticket that a durable queue kept from an earlier run held for `parents`
-    /// (each live in the lot: restored before it), without the checks of admission, past
-    /// `max_queue_depth` if need be (it is stored already and must not be lost); with no
-    /// parent left it is [`restore`](Self::restore)d. A parent that is not live, or the
-    /// ticket itself, refuses it as [`Rejection::UnknownParent`].
+    /// (each live in the lot: restored before it), past `max_queue_depth` if need be (it is
+    /// stored already and must not be lost); with no parent left it is
+    /// [`restore`](Self::restore)d. It is refused where `restore` refuses a ticket, and a
+    /// parent that is not live, or the ticket itself, refuses it as
+    /// [`Rejection::UnknownParent`].
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
@@ -256,10 +257,8 @@ impl ParkingLot {
         if parents.is_empty() {
             return self.restore(ticket, now);
         }
+        self.screen_stored(&ticket, now)?;
         let id = ticket.id;
-        if self.is_live(id) {
-            return Err(Rejection::DuplicateId(id));
-        }
         if let Some(&unknown) = parents
             .iter()
             .find(|&&parent| parent == id || !(self.is_live(parent)))

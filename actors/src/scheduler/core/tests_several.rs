@@ -311,3 +311,63 @@ fn preemption_asks_for_enough_of_every_kind_the_waiter_lacks() {
     assert_eq!(lot.preemption_victims(3, 0, |id| id == 2), None);
     checked(&lot);
 }
+
+/// A stored ticket is restored only where the pool would admit it now: one of several kinds
+/// into a pool that counts one kind per ticket, or one asking for more of a kind than the
+/// pool has, is refused by each way back in (plain, at an instant, behind a parent), and
+/// nothing of it stays in the lot.
+#[test]
+fn a_stored_ticket_the_pool_would_refuse_now_is_refused_on_every_way_back_in() {
+    let bounded = || {
+        lot_with(
+            PoolLimits::new(0, 8)
+                .with_capacity(Capacity::uniform(0).with(BLOCKS, 100).with(SLOTS, 2))
+                .with_max_queued_units(Some(1_000))
+                .with_starvation(StarvationGuard::disabled()),
+        )
+    };
+    let several = Rejection::SeveralKinds {
+        rule: "max_queued_units",
+    };
+    let mut lot = bounded();
+    assert_eq!(lot.restore(normal(1, 10, 1), 0), Err(several.clone()));
+    assert_eq!(
+        lot.park_until(normal(2, 10, 1), 50, 0),
+        Err(several.clone())
+    );
+    lot.restore(normal(3, 10, 0), 0).unwrap();
+    assert_eq!(
+        lot.restore_after(normal(4, 10, 1), &[3], false, 0),
+        Err(several)
+    );
+    for id in [1, 2, 4] {
+        assert!(!lot.is_live(id), "ticket {id} is not in the lot");
+    }
+    // 3 was restored; it starts, and the refused ones never do.
+    assert_eq!(lot.tick(60).started, vec![3]);
+    checked(&lot);
+
+    let mut lot = engine();
+    assert_eq!(
+        lot.restore(normal(5, 10, 3), 0),
+        Err(Rejection::InsufficientResources {
+            kind: SLOTS,
+            needed: 3,
+            capacity: 2,
+        })
+    );
+    assert_eq!(
+        lot.restore(normal(6, 101, 1), 0),
+        Err(Rejection::InsufficientResources {
+            kind: BLOCKS,
+            needed: 101,
+            capacity: 100,
+        })
+    );
+    // One past its deadline is restored, and its tick expires it.
+    let mut late = normal(7, 10, 1);
+    late.deadline_ms = Some(5);
+    lot.restore(late, 10).unwrap();
+    assert_eq!(lot.tick(10).expired, vec![7]);
+    checked(&lot);
+}

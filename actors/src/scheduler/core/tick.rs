@@ -83,7 +83,7 @@ impl ParkingLot {
     /// Parks a task from `until_ms` on (rule 16): a failed run's task waiting out its
     /// backoff. Until then it is live (its state is `Parked`, it can be cancelled) but takes
     /// no part in any decision; from then on it is parked as by [`restore`](Self::restore),
-    /// at its rank. Call [`tick`](Self::tick) at [`next_wakeup`](Self::next_wakeup).
+    /// at its rank. It is refused where `restore` refuses a ticket. Call [`tick`](Self::tick) at [`next_wakeup`](Self::next_wakeup).
     ///
     /// ```
     /// use prometheus_parking_lot_actors::domain::{PoolLimits, Priority, ResourceCost};
@@ -109,10 +109,8 @@ impl ParkingLot {
         if until_ms <= now {
             return self.restore(ticket, now);
         }
+        self.screen_stored(&ticket, now)?;
         let id = ticket.id;
-        if self.is_live(id) {
-            return Err(Rejection::DuplicateId(id));
-        }
         self.sleeping.insert((until_ms, id));
         self.sleepers
             .insert(id, (until_ms, self.at_least_a_unit(ticket)));

@@ -75,7 +75,7 @@ pub(crate) use lifecycle::Shutdown;
 use observe::Observers;
 use storage::shared::SharedCall;
 use storage::Storage;
-use tasks::{Prepared, Tasks};
+use tasks::{Prepared, Tasks, Unrunnable};
 
 /// How a pool copies a payload, to run a preempted task again (set by
 /// `PoolClient::preempt_tasks`, for payloads that are `Clone`).
@@ -156,14 +156,25 @@ where
             lanes: lanes::LaneBook::new(args.lanes),
         };
         for orphan in orphans {
-            // A parent ended without succeeding before the restart; its child heard it only
-            // now.
-            let step = TaskStep::ParentFailed {
-                parent: orphan.parent,
-                status: orphan.status,
+            let outcome = match orphan.why {
+                Unrunnable::ParentEnded { parent, status } => {
+                    // A parent ended without succeeding before the restart; its child heard
+                    // it only now.
+                    let step = TaskStep::ParentFailed { parent, status };
+                    shell.tasks.step(orphan.entry, step, now);
+                    PoolError::Cancelled
+                }
+                Unrunnable::Refused(error) => {
+                    tracing::warn!(
+                        pool = %shell.tasks.pool,
+                        entry = orphan.entry,
+                        %error,
+                        "a stored task is refused by the pool's configuration now"
+                    );
+                    error
+                }
             };
-            shell.tasks.step(orphan.entry, step, now);
-            shell.end_parked(orphan.entry, PoolError::Cancelled, now);
+            shell.end_parked(orphan.entry, outcome, now);
         }
         shell.tick(now);
         shell

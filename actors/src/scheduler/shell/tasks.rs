@@ -20,7 +20,7 @@ use crate::observe::trace::TraceParent;
 use crate::queue::{Claim, EntryId, Settlement, StoredEntry, StoredHold};
 use crate::running::stream::{StreamAttachment, StreamShared};
 use crate::running::{Cancellation, Lineage, RunContext};
-use crate::scheduler::core::{clamp_ms, ParkingLot, TenantKey, Ticket};
+use crate::scheduler::core::{clamp_ms, ParkingLot, Rejection, TenantKey, Ticket};
 use crate::scheduler::protocol::{Extras, Reply};
 use crate::util::contain::drop_contained;
 use crate::worker::Job;
@@ -42,13 +42,33 @@ const WATCHDOG_GRACE_MS: u64 = 10;
 pub(crate) const LOST_WITH_THE_PROCESS: &str =
     "its run was lost when the process stopped, before its end was stored";
 
-/// A restored held task that will not run: its parent `parent` ended `status` without
-/// succeeding (or was lost with the process that stopped).
+/// A restored task that will not run, in the ledger and not in the core.
 #[derive(Debug)]
 pub(crate) struct Orphan {
     pub entry: EntryId,
-    pub parent: TaskId,
-    pub status: TaskStatus,
+    pub why: Unrunnable,
+}
+
+/// Why a restored task will not run.
+#[derive(Debug)]
+pub(crate) enum Unrunnable {
+    /// A held task's parent `parent` ended `status` without succeeding (or was lost with
+    /// the process that stopped).
+    ParentEnded { parent: TaskId, status: TaskStatus },
+    /// The pool refuses it as it is configured now (less capacity than it asks for, a rule
+    /// that counts one kind per task): it ends with this error.
+    Refused(PoolError),
+}
+
+impl Unrunnable {
+    /// How the task ends, as its held children hear it: `Cancelled` with its parent, or the
+    /// status of the refusal.
+    fn status(&self) -> TaskStatus {
+        match self {
+            Self::ParentEnded { .. } => TaskStatus::Cancelled,
+            Self::Refused(error) => status_of_run::<()>(&Err(error.clone())),
+        }
+    }
 }
 
 /// See the module docs.
@@ -181,11 +201,8 @@ where
             let run_anyway = held.as_ref().is_some_and(|held| held.run_anyway);
             let waits_for = match held.map(|held| self.parents_left(held, &orphans)) {
                 Some(Err((parent, status))) => {
-                    orphans.push(Orphan {
-                        entry,
-                        parent,
-                        status,
-                    });
+                    let why = Unrunnable::ParentEnded { parent, status };
+                    orphans.push(Orphan { entry, why });
                     Vec::new()
                 }
                 Some(Ok(pending)) => pending,
@@ -205,9 +222,16 @@ where
                 (false, Some(until_ms)) => self.core.park_until(ticket, until_ms, now),
                 (false, None) => self.core.restore(ticket, now),
             };
-            if restored.is_err() {
-                tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
-                continue;
+            match restored {
+                Ok(()) => {}
+                Err(Rejection::DuplicateId(_)) => {
+                    tracing::error!(pool = %self.pool, entry, "a stored entry appears twice; kept once");
+                    continue;
+                }
+                Err(refused) => {
+                    let why = Unrunnable::Refused(refused.into());
+                    orphans.push(Orphan { entry, why });
+                }
             }
             let mut record = self.record(entry, &meta, &key, self.default_timeout);
             if let Some(payload) = payload {
@@ -245,10 +269,10 @@ where
                     continue;
                 }
                 Some(status) => status,
-                None if orphans.iter().any(|orphan| orphan.entry == parent.entry) => {
-                    TaskStatus::Cancelled
-                }
-                None => TaskStatus::Failed(LOST_WITH_THE_PROCESS.to_owned()),
+                None => match orphans.iter().find(|orphan| orphan.entry == parent.entry) {
+                    Some(orphan) => orphan.why.status(),
+                    None => TaskStatus::Failed(LOST_WITH_THE_PROCESS.to_owned()),
+                },
             };
             if !held.run_anyway {
                 return Err((parent.task_id, status));
